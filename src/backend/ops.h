@@ -1,0 +1,126 @@
+/* The device ops table (DESIGN.md §7). Models reach compute only through a zs_ops table, so
+ * the same model code runs on the CPU backend (OpenBLAS + OpenMP, also the test oracle) and
+ * on the CUDA backend. Every op takes a stream: NULL on CPU, a cudaStream_t behind the
+ * opaque handle on CUDA; ops are ordered on their stream and may return before completion
+ * (call sync before reading results on the host).
+ *
+ * Conventions, for every op:
+ *  - counts are elements; tensors are row-major unless the op says otherwise;
+ *  - "accumulates" means the op adds into its output (+=), as backward passes need when a
+ *    tensor feeds several consumers; other outputs are overwritten;
+ *  - outputs must not alias inputs unless the op says so. */
+#ifndef ZS_BACKEND_OPS_H
+#define ZS_BACKEND_OPS_H
+
+#include "zshard.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zs_stream zs_stream_t; /* opaque; NULL is the CPU's (synchronous) stream */
+
+typedef struct zs_ops {
+    const char *name;
+
+    /* C[m,n] = alpha * op(A) * op(B) + beta * C, COLUMN-major, exactly the arguments of
+     * cblas_sgemm(CblasColMajor, ...) and cublasGemmEx. trans* are 0 (N) or 1 (T). */
+    zs_status (*gemm)(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc);
+
+    /* out[N,OC] += bias[OC] broadcast over rows. */
+    zs_status (*bias_fwd)(zs_stream_t *s, float *out, const float *bias, int N, int OC);
+    /* dbias[OC] += sum over rows of dout[N,OC] (accumulates). */
+    zs_status (*bias_bwd)(zs_stream_t *s, float *dbias, const float *dout, int N, int OC);
+
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens in [0, V) are the caller's
+     * responsibility (validated by the data layer). */
+    zs_status (*embedding_fwd)(zs_stream_t *s, float *out, const int32_t *tokens,
+                               const float *wte, const float *wpe, int B, int T, int C);
+    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (accumulates). Either
+     * gradient pointer may be NULL to skip it. */
+    zs_status (*embedding_bwd)(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int B, int T, int C);
+
+    /* Layer norm over the last dim C of N rows, eps 1e-5: out = (x-mean)*rstd*w + b. Saves
+     * mean[N] and rstd[N] for backward. */
+    zs_status (*layernorm_fwd)(zs_stream_t *s, float *out, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *b, int N, int C);
+    /* Accumulates dinp[N,C], dw[C], db[C]. */
+    zs_status (*layernorm_bwd)(zs_stream_t *s, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
+
+    /* GPT-2's tanh GELU, elementwise over n. out may alias inp. */
+    zs_status (*gelu_fwd)(zs_stream_t *s, float *out, const float *inp, size_t n);
+    /* dinp += gelu'(inp) * dout (accumulates). */
+    zs_status (*gelu_bwd)(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+
+    /* Causal multi-head self-attention. qkv[B,T,3C] holds q | k | v, each [NH heads x hs]
+     * with hs = C/NH; out[B,T,C]; att[B,NH,T,T] receives the softmax probabilities (rows
+     * above the diagonal set to 0) for backward. Scale 1/sqrt(hs). */
+    zs_status (*attention_fwd)(zs_stream_t *s, float *out, float *att, const float *qkv, int B,
+                               int T, int C, int NH);
+    /* Accumulates dqkv[B,T,3C]. datt[B,NH,T,T] is scratch owned by the caller. */
+    zs_status (*attention_bwd)(zs_stream_t *s, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH);
+
+    /* out = a + b elementwise (out may alias a or b). */
+    zs_status (*residual_fwd)(zs_stream_t *s, float *out, const float *a, const float *b,
+                              size_t n);
+    /* y += alpha * x. Serves residual backward (alpha 1) and gradient accumulation. */
+    zs_status (*axpy)(zs_stream_t *s, float *y, float alpha, const float *x, size_t n);
+
+    /* Fused softmax + cross-entropy over rows of logits[N,Vp] whose first V columns are
+     * real (padded columns are ignored). losses[N] = -log softmax(logits)[target]. If dlogits
+     * is non-NULL it receives dloss * (softmax - onehot(target)) for the real columns and 0
+     * for padded ones; dlogits MAY alias logits (in place, saving a [N,Vp] buffer). A target
+     * of -1 masks the row (loss 0, gradient 0). */
+    zs_status (*softmax_xent)(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
+                              const int32_t *targets, int N, int V, int Vp, float dloss);
+
+    /* One AdamW update (decoupled weight decay, bias-corrected, step t >= 1) of n elements:
+     * g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * param -= lr * (mhat / (sqrt(vhat) + eps) + wd * param). */
+    zs_status (*adamw)(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
+                       size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                       float grad_scale, int t);
+
+    /* Convert n elements between f32 and bf16 (round to nearest even); same dtype copies. */
+    zs_status (*cast)(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in,
+                      zs_dtype in_dt, size_t n);
+    /* x *= a. */
+    zs_status (*scale)(zs_stream_t *s, float *x, float a, size_t n);
+    /* *out = sum of x[i]^2, accumulated in double in a fixed order (deterministic). The
+     * result is written to host memory and is ready when the op returns. */
+    zs_status (*sumsq)(zs_stream_t *s, double *out, const float *x, size_t n);
+    /* x[i] = value. */
+    zs_status (*fill)(zs_stream_t *s, float *x, float value, size_t n);
+    /* memcpy of nbytes within device memory. */
+    zs_status (*copy)(zs_stream_t *s, void *dst, const void *src, size_t nbytes);
+    /* x[i] = std * N(0,1) drawn by Philox for (seed, stream_id, index0 + i): element i of a
+     * tensor is the same whichever rank or shard initialises it. */
+    zs_status (*init_normal)(zs_stream_t *s, float *x, size_t n, uint64_t seed,
+                             uint64_t stream_id, uint64_t index0, float std);
+    /* Wait until all work queued on s has finished. */
+    zs_status (*sync)(zs_stream_t *s);
+} zs_ops;
+
+/* The CPU backend: OpenBLAS sgemm + OpenMP loops. Always available. */
+const zs_ops *zs_ops_cpu(void);
+
+/* Row-major linear layer through the column-major gemm (DESIGN.md §12): a row-major X[r,c]
+ * is the column-major X^T with ld c, so out = inp W^T becomes out^T = W inp^T, i.e.
+ * gemm(T, N, m=OC, n=N, k=IC, W, IC, inp, IC, out, OC). This is the one place that mapping
+ * is written.
+ *   out[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC] if non-NULL)          (overwrites out) */
+zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *inp,
+                        const float *W, const float *bias, int N, int IC, int OC);
+/* Backward of zs_linear_fwd, all accumulating: dinp[N,IC] += dout @ W; dW[OC,IC] +=
+ * dout^T @ inp; dbias[OC] += colsum(dout). dinp, dW or dbias may be NULL to skip. */
+zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                        const float *dout, const float *inp, const float *W, int N, int IC,
+                        int OC);
+
+#endif

@@ -1,0 +1,25 @@
+/* Accounted allocator: every buffer names a zs_mem_category; current and peak bytes are kept
+ * per category, and an optional cap (--device-mem) makes an over-cap request fail with the
+ * breakdown in the error message instead of swapping or dying. */
+#ifndef ZS_CORE_ALLOC_H
+#define ZS_CORE_ALLOC_H
+
+#include "zshard.h"
+
+#include <stddef.h>
+
+#define ZS_ALIGN 64
+
+/* 64-byte aligned, zero-filled (first-touched) buffer of nbytes in category cat. nbytes 0
+ * yields *out = NULL and ZS_OK. On failure *out is NULL and the message names `what`. */
+zs_status zs_alloc(zs_mem_category cat, size_t nbytes, const char *what, void **out);
+/* Release a buffer from zs_alloc. NULL is accepted. */
+void zs_free(void *ptr);
+/* Bytes zs_alloc accounted for this buffer (0 for NULL). */
+size_t zs_alloc_size(const void *ptr);
+/* Write "param 1.2 GiB, optim_state 2.4 GiB, ..." (non-zero categories, largest first). */
+void zs_mem_format_breakdown(const zs_mem_stats *s, int use_peak, char *buf, size_t cap);
+/* "1.50 GiB" style. */
+void zs_format_bytes(uint64_t nbytes, char *buf, size_t cap);
+
+#endif

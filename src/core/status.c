@@ -1,0 +1,45 @@
+/* zs_status names and the thread-local last-error message. */
+#include "status.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+static _Thread_local char g_msg[1024];
+
+const char *zs_status_string(zs_status st) {
+    switch (st) {
+    case ZS_OK: return "ZS_OK";
+    case ZS_ERR_INVALID: return "ZS_ERR_INVALID";
+    case ZS_ERR_OOM: return "ZS_ERR_OOM";
+    case ZS_ERR_IO: return "ZS_ERR_IO";
+    case ZS_ERR_FORMAT: return "ZS_ERR_FORMAT";
+    case ZS_ERR_COMM: return "ZS_ERR_COMM";
+    case ZS_ERR_TIMEOUT: return "ZS_ERR_TIMEOUT";
+    case ZS_ERR_CUDA: return "ZS_ERR_CUDA";
+    case ZS_ERR_UNSUPPORTED: return "ZS_ERR_UNSUPPORTED";
+    case ZS_ERR_INTERNAL: return "ZS_ERR_INTERNAL";
+    }
+    return "ZS_ERR_UNKNOWN";
+}
+
+const char *zs_last_error(void) {
+    return g_msg;
+}
+
+zs_status zs_error(zs_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void zs_error_trace(const char *expr, const char *file, int line) {
+    size_t n = strlen(g_msg);
+    if (n + 1 < sizeof g_msg)
+        snprintf(g_msg + n, sizeof g_msg - n, " (in %s at %s:%d)", expr, file, line);
+}
+
+void zs_error_clear(void) {
+    g_msg[0] = '\0';
+}

@@ -1,0 +1,119 @@
+/* Implementation of the small test harness in testutil.h. */
+#include "testutil.h"
+
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+int zt_failures = 0;
+int zt_checks = 0;
+static uint64_t g_state = 0x853c49e6748fea9bull;
+static const char *g_name = "test";
+
+static uint64_t next_u64(void) {
+    /* splitmix64: good enough for test inputs, trivially reproducible. */
+    uint64_t z = (g_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void zt_init(const char *name) {
+    g_name = name;
+    const char *e = getenv("ZS_TEST_SEED");
+    uint64_t seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    g_state = seed;
+    printf("%s: ZS_TEST_SEED=%llu\n", name, (unsigned long long)seed);
+}
+
+int zt_finish(void) {
+    printf("%s: %d checks, %d failed\n", g_name, zt_checks, zt_failures);
+    if (zt_checks == 0) {
+        printf("%s: no checks ran: failing\n", g_name);
+        return 1;
+    }
+    return zt_failures ? 1 : 0;
+}
+
+void zt_skip(const char *why) {
+    printf("%s: SKIP: %s\n", g_name, why);
+    exit(77);
+}
+
+double zt_uniform(double lo, double hi) {
+    return lo + (hi - lo) * ((double)(next_u64() >> 11) * (1.0 / 9007199254740992.0));
+}
+
+double zt_normal(void) {
+    double u1 = zt_uniform(0, 1), u2 = zt_uniform(0, 1);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void zt_fill_uniform(float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)zt_uniform(lo, hi);
+}
+
+void zt_fill_normal(float *x, size_t n, float std) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(std * zt_normal());
+}
+
+void zt_poison(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+double zt_max_err(const float *a, const double *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i]));
+        if (isnan(d)) return INFINITY;
+        if (d > worst) worst = d;
+    }
+    return worst;
+}
+
+double zt_max_err_ff(const float *a, const float *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]) / fmax(1.0, fabs((double)b[i]));
+        if (isnan(d)) return INFINITY;
+        if (d > worst) worst = d;
+    }
+    return worst;
+}
+
+void *zt_malloc(size_t nbytes) {
+    void *p = malloc(nbytes ? nbytes : 1);
+    ZT_REQUIRE(p != NULL, "out of memory allocating %zu bytes", nbytes);
+    return p;
+}
+
+const char *zt_zshard_exe(void) {
+    static char path[4096];
+    const char *d = getenv("ZS_BUILD_DIR");
+    snprintf(path, sizeof path, "%s/zshard", d ? d : ".");
+    return path;
+}
+
+int zt_run(const char *cmd, char *buf, size_t cap) {
+    char full[8192];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    ZT_REQUIRE(p != NULL, "popen failed for %s", cmd);
+    size_t len = 0;
+    if (cap) buf[0] = '\0';
+    char tmp[4096];
+    size_t got;
+    while ((got = fread(tmp, 1, sizeof tmp, p)) > 0) {
+        if (cap && len + 1 < cap) {
+            size_t take = got < cap - 1 - len ? got : cap - 1 - len;
+            memcpy(buf + len, tmp, take);
+            len += take;
+            buf[len] = '\0';
+        }
+    }
+    int status = pclose(p);
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}

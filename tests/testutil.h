@@ -1,0 +1,69 @@
+/* Minimal test harness: failed checks print file:line and make the test exit 1 (ctest sees
+ * it); a skip exits 77. Random inputs come from a per-process seed that is printed, so a
+ * failure can be reproduced with ZS_TEST_SEED. */
+#ifndef ZS_TESTUTIL_H
+#define ZS_TESTUTIL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern int zt_failures;
+extern int zt_checks;
+
+#define ZT_CHECK(cond, ...)                                                                \
+    do {                                                                                   \
+        zt_checks++;                                                                       \
+        if (!(cond)) {                                                                     \
+            zt_failures++;                                                                 \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, "\n");                                                         \
+        }                                                                                  \
+    } while (0)
+
+/* Fatal: stop the test now (e.g. a setup call failed). */
+#define ZT_REQUIRE(cond, ...)                                                              \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "FATAL %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, "\n");                                                         \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+#define ZT_OK(expr)                                                                        \
+    do {                                                                                   \
+        zs_status zt_s_ = (expr);                                                          \
+        ZT_REQUIRE(zt_s_ == ZS_OK, "%s -> %s: %s", #expr, zs_status_string(zt_s_),         \
+                   zs_last_error());                                                       \
+    } while (0)
+
+/* Seed the test RNG (from ZS_TEST_SEED or the clock) and print it. */
+void zt_init(const char *name);
+/* Print the summary line and return the process exit code (0 pass, 1 fail). */
+int zt_finish(void);
+/* Skip this whole test (exit 77) with a reason. */
+void zt_skip(const char *why);
+
+/* Uniform in [lo, hi) and standard normal, from the test RNG. */
+double zt_uniform(double lo, double hi);
+double zt_normal(void);
+void zt_fill_uniform(float *x, size_t n, float lo, float hi);
+void zt_fill_normal(float *x, size_t n, float std);
+/* Poison with NaN so any element an op fails to write is caught. */
+void zt_poison(float *x, size_t n);
+/* Largest |a-b| / max(1, |b|) over n (mixed absolute/relative error), NaN-aware (NaN -> inf). */
+double zt_max_err(const float *a, const double *b, size_t n);
+double zt_max_err_ff(const float *a, const float *b, size_t n);
+/* malloc that exits on failure. */
+void *zt_malloc(size_t nbytes);
+/* Path of the zshard executable in the build tree (from ZS_BUILD_DIR). */
+const char *zt_zshard_exe(void);
+/* Run a shell command, capture stdout+stderr into buf, return its exit status (or 128+sig). */
+int zt_run(const char *cmd, char *buf, size_t cap);
+
+#endif
