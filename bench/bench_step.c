@@ -1,8 +1,210 @@
-/* `zshard bench step`: placeholder, filled in with the trainer. */
+/* `zshard bench step`: time training steps of a model and compare the achieved model FLOP/s
+ * with the OpenBLAS sgemm rate measured in the same run on the step's own GEMM shapes (the
+ * ceiling: a step cannot beat its GEMMs run back to back with nothing else). */
+#include "cli/args.h"
 #include "cli/cli.h"
+#include "core/alloc.h"
+#include "core/timer.h"
+#include "data/data.h"
+#include "zshard.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct gemm_shape {
+    int m, n, k, ta, tb; /* column-major, as passed to cblas_sgemm */
+    int count;           /* occurrences per training step */
+} gemm_shape;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The GEMMs of one step of zs_linear_fwd/bwd for a linear layer (N rows, IC -> OC): forward
+ * out^T = W inp^T, backward dinp^T = W^T dout^T and dW^T = inp^T dout. */
+static int add_linear(gemm_shape *g, int n, int N, int IC, int OC, int count) {
+    g[n++] = (gemm_shape){OC, N, IC, 1, 0, count};
+    g[n++] = (gemm_shape){IC, N, OC, 0, 0, count};
+    g[n++] = (gemm_shape){IC, OC, N, 0, 1, count};
+    return n;
+}
+
+/* Seconds for the step's GEMMs run back to back (median of reps). */
+static double time_gemms(const gemm_shape *g, int ng, int reps, double *flops) {
+    size_t maxa = 0, maxb = 0, maxc = 0;
+    *flops = 0;
+    for (int i = 0; i < ng; i++) {
+        size_t a = (size_t)g[i].m * g[i].k, b = (size_t)g[i].k * g[i].n;
+        size_t c = (size_t)g[i].m * g[i].n;
+        if (a > maxa) maxa = a;
+        if (b > maxb) maxb = b;
+        if (c > maxc) maxc = c;
+        *flops += 2.0 * g[i].m * g[i].n * g[i].k * g[i].count;
+    }
+    float *A = calloc(maxa, 4), *B = calloc(maxb, 4), *C = calloc(maxc, 4);
+    double *t = calloc((size_t)reps, sizeof *t), med = -1;
+    if (!A || !B || !C || !t) goto done;
+    for (size_t i = 0; i < maxa; i++) A[i] = (float)(i % 7) * 0.01f;
+    for (size_t i = 0; i < maxb; i++) B[i] = (float)(i % 5) * 0.01f;
+    for (int r = -1; r < reps; r++) { /* r = -1 warms up */
+        double t0 = zs_now_s();
+        for (int i = 0; i < ng; i++) {
+            const gemm_shape *s = &g[i];
+            int lda = s->ta ? s->k : s->m, ldb = s->tb ? s->n : s->k;
+            for (int c = 0; c < s->count; c++)
+                cblas_sgemm(CblasColMajor, s->ta ? CblasTrans : CblasNoTrans,
+                            s->tb ? CblasTrans : CblasNoTrans, s->m, s->n, s->k, 1.0f, A, lda,
+                            B, ldb, 1.0f, C, s->m);
+        }
+        if (r >= 0) t[r] = zs_now_s() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    med = t[reps / 2];
+done:
+    free(A);
+    free(B);
+    free(C);
+    free(t);
+    return med;
+}
+
+static void usage(void) {
+    printf("usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
+           "                         [--warmup-steps N] [--data FILE] [--json]\n"
+           "Times N training steps after warm-up (default 5 after 2) on random GPT-2 tokens\n"
+           "(vocab 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
+           "rate of the same GEMM shapes measured in this run.\n");
+}
 
 int zs_bench_step(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return zs_cli_fail(2, "bench step: not built yet");
+    zs_train_config cfg = zs_train_config_default();
+    const char *model = "gpt2-124m", *data = NULL;
+    int steps = 5, warm = 2, json = 0, rc = 0;
+    cfg.batch = 4;
+    cfg.seq = 64;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage();
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--batch")) rc = zs_arg_int(a, v, &cfg.batch);
+        else if (!strcmp(a, "--seq")) rc = zs_arg_int(a, v, &cfg.seq);
+        else if (!strcmp(a, "--steps")) rc = zs_arg_int(a, v, &steps);
+        else if (!strcmp(a, "--warmup-steps")) rc = zs_arg_int(a, v, &warm);
+        else if (!strcmp(a, "--data")) data = v;
+        else return zs_cli_fail(2, "bench step: unknown flag '%s'", a);
+        if (rc) return rc;
+    }
+    if (steps < 1 || warm < 0) return zs_cli_fail(2, "bench step: --steps must be >= 1");
+    if (zs_model_preset(model, &cfg.model) != ZS_OK)
+        return zs_cli_fail(2, "bench step: %s", zs_last_error());
+
+    char tmp[] = "/tmp/zshard-bench-XXXXXX";
+    uint16_t *tok = NULL;
+    if (!data) {
+        /* Random tokens over the GPT-2 vocabulary: the step's cost does not depend on text. */
+        int fd = mkstemp(tmp);
+        if (fd < 0) return zs_cli_fail(1, "bench step: cannot create a temporary file");
+        close(fd);
+        int64_t n = (int64_t)cfg.batch * cfg.seq * 64 + 4096;
+        tok = malloc((size_t)n * 2);
+        if (!tok) return zs_cli_fail(1, "bench step: out of memory");
+        uint64_t x = 88172645463325252ull;
+        for (int64_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            tok[i] = (uint16_t)(x % ZS_GPT2_VOCAB);
+        }
+        zs_status st = zs_llmc_shard_write(tmp, tok, n);
+        free(tok);
+        if (st != ZS_OK) {
+            unlink(tmp);
+            return zs_cli_fail(1, "bench step: %s", zs_last_error());
+        }
+        data = tmp;
+    }
+    cfg.data_path = data;
+    cfg.steps = steps + warm;
+    cfg.warmup = 1;
+    zs_trainer_t *t = NULL;
+    zs_status st = zs_trainer_create(&cfg, &t);
+    if (data == tmp) unlink(tmp);
+    if (st != ZS_OK) return zs_cli_fail(1, "bench step: %s", zs_last_error());
+
+    double *ms = calloc((size_t)steps, sizeof *ms);
+    for (int s = 0; s < warm + steps && ms; s++) {
+        zs_step_stats ss;
+        if ((st = zs_trainer_step(t, &ss)) != ZS_OK) break;
+        if (s >= warm) ms[s - warm] = ss.ms;
+    }
+    if (!ms || st != ZS_OK) {
+        free(ms);
+        zs_trainer_destroy(t);
+        return zs_cli_fail(1, "bench step: %s", ms ? zs_last_error() : "out of memory");
+    }
+    qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
+    double med_ms = ms[steps / 2];
+    free(ms);
+
+    const zs_model_config *mc = zs_trainer_model(t);
+    int N = cfg.batch * cfg.seq, C = mc->n_embd, L = mc->n_layer;
+    gemm_shape g[16];
+    int ng = 0;
+    ng = add_linear(g, ng, N, C, 3 * C, L);
+    ng = add_linear(g, ng, N, C, C, L);
+    ng = add_linear(g, ng, N, C, 4 * C, L);
+    ng = add_linear(g, ng, N, 4 * C, C, L);
+    ng = add_linear(g, ng, N, C, mc->padded_vocab, 1);
+    double gemm_flops = 0;
+    double gemm_s = time_gemms(g, ng, 5, &gemm_flops);
+    /* Model FLOPs: the GEMMs above plus causal attention's QK^T and AV (forward 4BT^2C per
+     * layer, backward twice that), counted over the full T x T square as is customary. */
+    double attn_flops = 12.0 * L * (double)cfg.batch * cfg.seq * cfg.seq * C;
+    double model_flops = gemm_flops + attn_flops;
+    double model_gflops = model_flops / (med_ms * 1e-3) / 1e9;
+    double sgemm_gflops = gemm_s > 0 ? gemm_flops / gemm_s / 1e9 : 0;
+    double ratio = sgemm_gflops > 0 ? model_gflops / sgemm_gflops : 0;
+    double tps = (double)N / (med_ms * 1e-3);
+    zs_mem_stats mem;
+    zs_mem_get_stats(&mem);
+    int threads = openblas_get_num_threads();
+    int par = openblas_get_parallel();
+    const char *pname = par == 0 ? "sequential" : par == 1 ? "pthreads" : "openmp";
+
+    if (json) {
+        printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,\"ms_per_step\":%.3f,"
+               "\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops\":%.3f,"
+               "\"ratio\":%.4f,\"param_hash\":\"%016llx\",\"peak_bytes\":%llu,"
+               "\"blas_threads\":%d,\"blas_parallel\":\"%s\"}\n",
+               mc->name, cfg.batch, cfg.seq, steps, med_ms, tps, model_gflops, sgemm_gflops,
+               ratio, (unsigned long long)zs_trainer_param_hash(t),
+               (unsigned long long)mem.total_peak, threads, pname);
+    } else {
+        char peak[32];
+        zs_format_bytes(mem.total_peak, peak, sizeof peak);
+        printf("bench step: %s, batch %d x seq %d, vocab %d, %d timed steps after %d warm-up\n",
+               mc->name, cfg.batch, cfg.seq, mc->vocab, steps, warm);
+        printf("  OpenBLAS: %d threads (%s)\n", threads, pname);
+        printf("| metric | value |\n|---|---|\n");
+        printf("| ms/step (median) | %.1f |\n", med_ms);
+        printf("| tokens/s | %.0f |\n", tps);
+        printf("| model GFLOP/step | %.2f |\n", model_flops / 1e9);
+        printf("| achieved model GFLOP/s | %.2f |\n", model_gflops);
+        printf("| sgemm GFLOP/s, same shapes (ceiling) | %.2f |\n", sgemm_gflops);
+        printf("| ratio | %.1f%% |\n", 100.0 * ratio);
+        printf("| peak memory | %s |\n", peak);
+        printf("| param_hash | %016llx |\n", (unsigned long long)zs_trainer_param_hash(t));
+    }
+    zs_trainer_destroy(t);
+    return 0;
 }

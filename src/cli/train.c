@@ -1,8 +1,301 @@
-/* `zshard train`: placeholder, filled in with the trainer. */
+/* `zshard train`: flags -> zs_train_config, then the loop with a live progress line (or
+ * plain lines when stderr is not a terminal), periodic validation and samples, and the JSONL
+ * log: one record per step and a final record carrying param_hash and peak memory. */
+#include "cli/args.h"
 #include "cli/cli.h"
+#include "core/alloc.h"
+#include "core/timer.h"
+#include "zshard.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct train_opts {
+    zs_train_config cfg;
+    const char *model_name;
+    const char *log_path;
+    const char *prompt;
+    int val_every, val_batches, sample_every, sample_len, print_every;
+    float temperature;
+    int quiet;
+} train_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: zshard train --data FILE [options]\n"
+            "\n"
+            "model and data:\n"
+            "  --model NAME        preset (%s) [gpt2-tiny]\n"
+            "  --data FILE         byte-level text file, or llm.c token shard (.bin)\n"
+            "  --val-data FILE     separate validation file [last --val-frac of --data]\n"
+            "  --val-frac F        held-out tail fraction when splitting [0.1]\n"
+            "batch and schedule:\n"
+            "  --batch N           global batch: sequences per optimizer step, summed over all\n"
+            "                      ranks and micro-batches [8]\n"
+            "  --seq T             sequence length [64]\n"
+            "  --steps N           optimizer steps [100]\n"
+            "  --grad-accum K      micro-batches per step [1]\n"
+            "  --lr LR             peak learning rate [1e-3]\n"
+            "  --min-lr-frac F     cosine floor as a fraction of --lr [0.1]\n"
+            "  --warmup N          linear warmup steps [10]\n"
+            "  --weight-decay W    AdamW decay on matrices [0.1]\n"
+            "  --grad-clip C       global-norm clip, 0 = off [1.0]\n"
+            "  --seed S            init and data seed [1337]\n"
+            "  --stage S           ddp|1|2|3 [ddp]\n"
+            "evaluation and output:\n"
+            "  --val-every N       validation loss every N steps, 0 = only at the end [50]\n"
+            "  --val-batches N     batches per validation [8]\n"
+            "  --sample-every N    generate a sample every N steps, 0 = only at the end [0]\n"
+            "  --sample-len N      tokens per sample [200]\n"
+            "  --prompt TEXT       sample prompt (text data) [newline]\n"
+            "  --temperature F     sampling temperature, 0 = greedy [0.8]\n"
+            "  --print-every N     plain progress line every N steps when not a terminal [10]\n"
+            "  --log FILE          JSONL log: one record per step and a final summary\n"
+            "  --device-mem SIZE   per-rank memory cap, e.g. 4G; over it fails at startup\n"
+            "  --quiet             no progress output, only errors and the summary\n",
+            zs_model_preset_names());
+}
+
+static int parse(int argc, char **argv, train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->cfg = zs_train_config_default();
+    o->model_name = "gpt2-tiny";
+    o->val_every = 50;
+    o->val_batches = 8;
+    o->sample_len = 200;
+    o->print_every = 10;
+    o->temperature = 0.8f;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int rc = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--quiet")) {
+            o->quiet = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2)) return zs_cli_fail(2, "train: unexpected argument '%s'", a);
+        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--model")) o->model_name = v;
+        else if (!strcmp(a, "--data")) o->cfg.data_path = v;
+        else if (!strcmp(a, "--val-data")) o->cfg.val_path = v;
+        else if (!strcmp(a, "--val-frac")) {
+            float f;
+            rc = zs_arg_float(a, v, &f);
+            o->cfg.val_fraction = f;
+        } else if (!strcmp(a, "--batch")) rc = zs_arg_int(a, v, &o->cfg.batch);
+        else if (!strcmp(a, "--seq")) rc = zs_arg_int(a, v, &o->cfg.seq);
+        else if (!strcmp(a, "--steps")) rc = zs_arg_int(a, v, &o->cfg.steps);
+        else if (!strcmp(a, "--grad-accum")) rc = zs_arg_int(a, v, &o->cfg.grad_accum);
+        else if (!strcmp(a, "--lr")) rc = zs_arg_float(a, v, &o->cfg.lr);
+        else if (!strcmp(a, "--min-lr-frac")) rc = zs_arg_float(a, v, &o->cfg.min_lr_frac);
+        else if (!strcmp(a, "--warmup")) rc = zs_arg_int(a, v, &o->cfg.warmup);
+        else if (!strcmp(a, "--weight-decay")) rc = zs_arg_float(a, v, &o->cfg.weight_decay);
+        else if (!strcmp(a, "--grad-clip")) rc = zs_arg_float(a, v, &o->cfg.grad_clip);
+        else if (!strcmp(a, "--seed")) rc = zs_arg_u64(a, v, &o->cfg.seed);
+        else if (!strcmp(a, "--val-every")) rc = zs_arg_int(a, v, &o->val_every);
+        else if (!strcmp(a, "--val-batches")) rc = zs_arg_int(a, v, &o->val_batches);
+        else if (!strcmp(a, "--sample-every")) rc = zs_arg_int(a, v, &o->sample_every);
+        else if (!strcmp(a, "--sample-len")) rc = zs_arg_int(a, v, &o->sample_len);
+        else if (!strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--temperature")) rc = zs_arg_float(a, v, &o->temperature);
+        else if (!strcmp(a, "--print-every")) rc = zs_arg_int(a, v, &o->print_every);
+        else if (!strcmp(a, "--log")) o->log_path = v;
+        else if (!strcmp(a, "--device-mem")) {
+            if (zs_parse_bytes(v, &o->cfg.device_mem) != ZS_OK)
+                return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
+        } else if (!strcmp(a, "--stage")) {
+            if (!strcmp(v, "ddp")) o->cfg.stage = ZS_STAGE_DDP;
+            else if (!strcmp(v, "1")) o->cfg.stage = ZS_STAGE_1;
+            else if (!strcmp(v, "2")) o->cfg.stage = ZS_STAGE_2;
+            else if (!strcmp(v, "3")) o->cfg.stage = ZS_STAGE_3;
+            else return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+        } else return zs_cli_fail(2, "train: unknown flag '%s' (see zshard train --help)", a);
+        if (rc) return rc;
+    }
+    if (!o->cfg.data_path) return zs_cli_fail(2, "train: --data FILE is required");
+    if (o->val_every < 0 || o->sample_every < 0 || o->print_every < 0)
+        return zs_cli_fail(2, "train: --val-every, --sample-every, --print-every must be >= 0");
+    if (o->val_batches < 1) return zs_cli_fail(2, "train: --val-batches must be positive");
+    if (o->sample_len < 0) return zs_cli_fail(2, "train: --sample-len must be >= 0");
+    if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
+        return zs_cli_fail(2, "train: %s", zs_last_error());
+    return 0;
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_mem(FILE *f) {
+    zs_mem_stats ms;
+    zs_mem_get_stats(&ms);
+    fprintf(f, "\"peak_bytes\":{");
+    for (int c = 0; c < ZS_MEM_NCAT; c++)
+        fprintf(f, "%s\"%s\":%llu", c ? "," : "", zs_mem_category_name((zs_mem_category)c),
+                (unsigned long long)ms.peak[c]);
+    fprintf(f, "},\"peak_total_bytes\":%llu", (unsigned long long)ms.total_peak);
+}
+
+static void print_sample(const train_opts *o, zs_trainer_t *t, int step) {
+    char buf[8192];
+    int n = o->sample_len < 4000 ? o->sample_len : 4000;
+    if (zs_trainer_sample(t, o->prompt, n, o->temperature, o->cfg.seed + (uint64_t)step, buf,
+                          sizeof buf) != ZS_OK) {
+        fprintf(stderr, "zshard: sample failed: %s\n", zs_last_error());
+        return;
+    }
+    printf("---- sample at step %d ----\n%s%s\n---------------------------\n", step,
+           o->prompt ? o->prompt : "", buf);
+    fflush(stdout);
+}
+
+static void progress(const train_opts *o, const zs_step_stats *s, int tty, double elapsed) {
+    if (o->quiet) return;
+    zs_mem_stats ms;
+    zs_mem_get_stats(&ms);
+    char mem[32];
+    zs_format_bytes(ms.total_peak, mem, sizeof mem);
+    double eta = elapsed / s->step * (o->cfg.steps - s->step);
+    if (tty) {
+        fprintf(stderr,
+                "\rstep %5d/%d | loss %.4f | lr %.2e | %8.0f tok/s | %7.1f ms/step | "
+                "ETA %4.0fs | peak %s   ",
+                s->step, o->cfg.steps, s->loss, s->lr, s->tokens_per_s, s->ms, eta, mem);
+        if (s->step == o->cfg.steps) fputc('\n', stderr);
+    } else if (o->print_every && (s->step % o->print_every == 0 || s->step == 1 ||
+                                  s->step == o->cfg.steps)) {
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms/step | "
+               "ETA %.0fs | peak %s\n",
+               s->step, o->cfg.steps, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, eta,
+               mem);
+        fflush(stdout);
+    }
+}
 
 int zs_cli_train(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return zs_cli_fail(2, "train: not built yet");
+    train_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+
+    FILE *log = NULL;
+    zs_trainer_t *t = NULL;
+    int tty = isatty(STDERR_FILENO);
+    if (o.log_path && !(log = fopen(o.log_path, "w")))
+        return zs_cli_fail(1, "--log %s: %s", o.log_path, strerror(errno));
+
+    zs_status st = zs_trainer_create(&o.cfg, &t);
+    if (st != ZS_OK) {
+        fprintf(stderr, "zshard: %s\n", zs_last_error());
+        goto fail;
+    }
+    const zs_model_config *mc = zs_trainer_model(t);
+    if (!o.quiet) {
+        printf("zshard train: model %s (%d layers, %d heads, width %d, vocab %d padded to %d, "
+               "%.2fM params) on %s\n",
+               mc->name, mc->n_layer, mc->n_head, mc->n_embd, mc->vocab, mc->padded_vocab,
+               (double)zs_model_num_params(mc) / 1e6, o.cfg.data_path);
+        printf("  batch %d x seq %d (%d micro-batch%s), %d steps, lr %g, warmup %d, seed %llu\n",
+               o.cfg.batch, o.cfg.seq, o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "",
+               o.cfg.steps, (double)o.cfg.lr, o.cfg.warmup, (unsigned long long)o.cfg.seed);
+        fflush(stdout);
+    }
+
+    double t_start = zs_now_s(), train_s = 0.0, last_val = -1.0, last_loss = 0.0;
+    for (int step = 1; step <= o.cfg.steps; step++) {
+        zs_step_stats s;
+        if ((st = zs_trainer_step(t, &s)) != ZS_OK) {
+            if (tty && !o.quiet) fputc('\n', stderr);
+            fprintf(stderr, "zshard: step %d: %s\n", step, zs_last_error());
+            goto fail;
+        }
+        train_s += s.ms * 1e-3;
+        last_loss = s.loss;
+        progress(&o, &s, tty, train_s);
+        int do_val = (o.val_every && step % o.val_every == 0) || step == o.cfg.steps;
+        float vl = 0.0f;
+        if (do_val) {
+            if ((st = zs_trainer_eval(t, o.val_batches, &vl)) != ZS_OK) {
+                fprintf(stderr, "zshard: validation at step %d: %s\n", step, zs_last_error());
+                goto fail;
+            }
+            last_val = vl;
+            if (!o.quiet) {
+                if (tty) fputc('\n', stderr);
+                printf("step %d: val loss %.4f\n", step, (double)vl);
+                fflush(stdout);
+            }
+        }
+        if (log) {
+            fprintf(log,
+                    "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
+                    "\"tokens_per_s\":%.1f",
+                    s.step, (double)s.loss, (double)s.lr, (double)s.grad_norm, s.ms,
+                    s.tokens_per_s);
+            if (do_val) fprintf(log, ",\"val_loss\":%.6f", (double)vl);
+            fprintf(log, "}\n");
+            fflush(log);
+        }
+        if (o.sample_every && step % o.sample_every == 0 && step != o.cfg.steps)
+            print_sample(&o, t, step);
+    }
+    if (o.sample_len > 0) print_sample(&o, t, o.cfg.steps);
+
+    uint64_t hash = zs_trainer_param_hash(t);
+    zs_mem_stats ms;
+    zs_mem_get_stats(&ms);
+    char peak[32], brk[512];
+    zs_format_bytes(ms.total_peak, peak, sizeof peak);
+    zs_mem_format_breakdown(&ms, 1, brk, sizeof brk);
+    printf("summary: %d steps in %.1f s (%.0f tokens/s) | final train loss %.4f | val loss "
+           "%.4f | param_hash %016llx\n",
+           o.cfg.steps, train_s, (double)o.cfg.steps * o.cfg.batch * o.cfg.seq / train_s,
+           last_loss, last_val, (unsigned long long)hash);
+    printf("memory: peak %s (%s)\n", peak, brk);
+    if (log) {
+        fprintf(log,
+                "{\"final\":true,\"steps\":%d,\"train_loss\":%.6f,\"val_loss\":%.6f,"
+                "\"param_hash\":\"%016llx\",\"seconds\":%.3f,\"wall_seconds\":%.3f,",
+                o.cfg.steps, last_loss, last_val, (unsigned long long)hash, train_s,
+                zs_now_s() - t_start);
+        fprintf(log, "\"model\":");
+        json_string(log, mc->name);
+        fprintf(log, ",");
+        json_mem(log);
+        fprintf(log, "}\n");
+        if (fclose(log) != 0) {
+            log = NULL;
+            fprintf(stderr, "zshard: --log %s: write failed\n", o.log_path);
+            zs_trainer_destroy(t);
+            return 1;
+        }
+        log = NULL;
+    }
+    zs_trainer_destroy(t);
+    return 0;
+
+fail:
+    /* The log gets an explicit error record and no "final" record, so a failed run is never
+     * mistaken for a complete one. */
+    if (log) {
+        fprintf(log, "{\"error\":");
+        json_string(log, zs_last_error());
+        fprintf(log, ",\"status\":\"%s\"}\n", zs_status_string(st));
+        fclose(log);
+    }
+    zs_trainer_destroy(t);
+    return 1;
 }

@@ -1,0 +1,15 @@
+/* Strict parsing of flag values: the whole string must be a number in range, else a message
+ * naming the flag. */
+#ifndef ZS_CLI_ARGS_H
+#define ZS_CLI_ARGS_H
+
+#include <stdint.h>
+
+/* Each returns 0 on success, or prints "zshard: FLAG: ..." and returns 2. */
+int zs_arg_int(const char *flag, const char *text, int *out);
+int zs_arg_float(const char *flag, const char *text, float *out);
+int zs_arg_u64(const char *flag, const char *text, uint64_t *out);
+/* Value of the flag at argv[*i]: advances *i; NULL (with a message) if it is missing. */
+const char *zs_arg_value(int argc, char **argv, int *i);
+
+#endif

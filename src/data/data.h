@@ -1,0 +1,51 @@
+/* Training data: a byte-level text file or llm.c token shards, split into train/validation,
+ * and the deterministic batch of each step. The global batch of step s is a pure function of
+ * (seed, s) and is the same for every world size; rank r takes its contiguous slice. */
+#ifndef ZS_DATA_H
+#define ZS_DATA_H
+
+#include "zshard.h"
+
+#include <stdint.h>
+
+#define ZS_LLMC_SHARD_MAGIC 20240520
+#define ZS_LLMC_SHARD_VERSION 1
+#define ZS_GPT2_VOCAB 50257
+
+typedef struct zs_tokens {
+    uint16_t *tok; /* token ids, < vocab */
+    int64_t n;
+} zs_tokens;
+
+typedef struct zs_dataset {
+    zs_tokens train, val;
+    int vocab;        /* 256 for text, 50257 for GPT-2 token shards */
+    int is_text;      /* 1: byte-level text, tokens are the bytes */
+    char path[512];
+} zs_dataset;
+
+/* Load path: an llm.c token shard if it starts with the shard magic (or ends in .bin),
+ * else a byte-level text file. If val_path is NULL the last val_fraction of the tokens is
+ * held out for validation. Errors name the file and the problem. */
+zs_status zs_dataset_open(const char *path, const char *val_path, double val_fraction,
+                          zs_dataset *out);
+void zs_dataset_close(zs_dataset *d);
+
+/* Read one llm.c token shard (header of 256 int32: magic, version, count; uint16 tokens). */
+zs_status zs_llmc_shard_read(const char *path, zs_tokens *out);
+/* Write one (used by tests and tools). */
+zs_status zs_llmc_shard_write(const char *path, const uint16_t *tok, int64_t n);
+
+/* Check that the split holds at least one sequence of T+1 tokens. */
+zs_status zs_dataset_check(const zs_dataset *d, int T);
+
+/* Sequences [first, first+count) of the global training batch of step `step` (1-based),
+ * each T inputs and T next-token targets. Sequence i of the step starts at an offset drawn
+ * by Philox from (seed, step, i): independent of the number of ranks. */
+void zs_batch_train(const zs_dataset *d, uint64_t seed, int64_t step, int global_batch, int T,
+                    int first, int count, int32_t *inputs, int32_t *targets);
+/* Validation batch k (0-based): consecutive non-overlapping windows, the same every run. */
+void zs_batch_val(const zs_dataset *d, int64_t k, int global_batch, int T, int first, int count,
+                  int32_t *inputs, int32_t *targets);
+
+#endif

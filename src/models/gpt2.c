@@ -1,0 +1,376 @@
+/* GPT-2: parameter layout as units (embeddings, one unit per block, final norm; the output
+ * head is tied to the token embedding) and forward/backward over the zs_ops table. Each unit
+ * is acquired through the shard engine right before it is used, so the same code serves
+ * every stage. */
+#include "models/model.h"
+
+#include "core/alloc.h"
+#include "core/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tensor order inside a block unit; the layout declares them in exactly this order. */
+enum {
+    B_LN1W, B_LN1B, B_QKVW, B_QKVB, B_PROJW, B_PROJB,
+    B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPW, B_FCPB, B_NT
+};
+
+/* Activations saved for backward, per layer, for one micro-batch. */
+typedef struct layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [BT,C], [BT], [BT] */
+    float *qkv;                       /* [BT,3C] */
+    float *atty;                      /* [BT,C] */
+    float *att;                       /* [B,NH,T,T] */
+    float *res2;                      /* [BT,C] residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu;            /* [BT,4C] */
+    float *res3;                      /* [BT,C] block output */
+} layer_acts;
+
+struct zs_model {
+    zs_model_config cfg;
+    const zs_ops *ops;
+    zs_stream_t *s;
+    zs_engine_t *engine;
+    const zs_layout *layout;
+    int max_B, max_T;
+    int64_t toff[B_NT];    /* element offsets of block tensors within a block unit */
+    int64_t off_wte, off_wpe, off_lnfw, off_lnfb;
+    float *arena;          /* one activation allocation, carved into the fields below */
+    float *encoded;        /* [BT,C] */
+    layer_acts *layers;
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *logits;         /* [BT,Vp]; backward overwrites it with dlogits in place */
+    float *losses;         /* [BT] */
+    float *scratch;        /* workspace: gradients of activations, reused per layer */
+    float *dres, *dtmp4, *dtmp4b, *dqkv, *datt, *dC;
+};
+
+static int unit_block(int l) {
+    return 1 + l;
+}
+
+static int unit_final(const zs_model_config *c) {
+    return c->n_layer + 1;
+}
+
+zs_status zs_model_layout(const zs_model_config *c, int world_size, zs_layout *out) {
+    zs_status st = ZS_OK;
+    char name[ZS_MAX_NAME];
+    int64_t C = c->n_embd, L = c->n_layer;
+    float std = 0.02f;
+    /* GPT-2 scales the init of projections that write into the residual stream by
+     * 1/sqrt(2 L), so the residual's variance does not grow with depth. */
+    float proj_std = 0.02f / sqrtf(2.0f * (float)L);
+    zs_layout_init(out);
+    ZS_CHECK(zs_model_config_validate(c));
+
+    /* The token embedding is used twice per pass: input embedding and tied output head. */
+    ZS_CHECK(zs_layout_add_unit(out, "embed", 2));
+    ZS_CHECK(zs_layout_add_tensor(out, "wte.weight", 2, (int64_t[]){c->padded_vocab, C}, 1,
+                                  ZS_INIT_NORMAL, std));
+    /* Padded vocabulary rows never receive gradient; start them at zero so they stay zero. */
+    out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+    ZS_CHECK(zs_layout_add_tensor(out, "wpe.weight", 2, (int64_t[]){c->max_seq, C}, 1,
+                                  ZS_INIT_NORMAL, std));
+    for (int l = 0; l < L; l++) {
+        snprintf(name, sizeof name, "h.%d", l);
+        ZS_CHECK(zs_layout_add_unit(out, name, 1));
+#define T1(suffix, n0, decay, init, sd)                                                    \
+    snprintf(name, sizeof name, "h.%d.%s", l, suffix);                                     \
+    ZS_CHECK(zs_layout_add_tensor(out, name, 1, (int64_t[]){n0}, decay, init, sd))
+#define T2(suffix, n0, n1, decay, init, sd)                                                \
+    snprintf(name, sizeof name, "h.%d.%s", l, suffix);                                     \
+    ZS_CHECK(zs_layout_add_tensor(out, name, 2, (int64_t[]){n0, n1}, decay, init, sd))
+        T1("ln_1.weight", C, 0, ZS_INIT_ONES, 0);
+        T1("ln_1.bias", C, 0, ZS_INIT_ZEROS, 0);
+        T2("attn.c_attn.weight", 3 * C, C, 1, ZS_INIT_NORMAL, std);
+        T1("attn.c_attn.bias", 3 * C, 0, ZS_INIT_ZEROS, 0);
+        T2("attn.c_proj.weight", C, C, 1, ZS_INIT_NORMAL, proj_std);
+        T1("attn.c_proj.bias", C, 0, ZS_INIT_ZEROS, 0);
+        T1("ln_2.weight", C, 0, ZS_INIT_ONES, 0);
+        T1("ln_2.bias", C, 0, ZS_INIT_ZEROS, 0);
+        T2("mlp.c_fc.weight", 4 * C, C, 1, ZS_INIT_NORMAL, std);
+        T1("mlp.c_fc.bias", 4 * C, 0, ZS_INIT_ZEROS, 0);
+        T2("mlp.c_proj.weight", C, 4 * C, 1, ZS_INIT_NORMAL, proj_std);
+        T1("mlp.c_proj.bias", C, 0, ZS_INIT_ZEROS, 0);
+#undef T1
+#undef T2
+    }
+    ZS_CHECK(zs_layout_add_unit(out, "ln_f", 1));
+    ZS_CHECK(zs_layout_add_tensor(out, "ln_f.weight", 1, (int64_t[]){C}, 0, ZS_INIT_ONES, 0));
+    ZS_CHECK(zs_layout_add_tensor(out, "ln_f.bias", 1, (int64_t[]){C}, 0, ZS_INIT_ZEROS, 0));
+    ZS_CHECK(zs_layout_finalize(out, world_size));
+    return ZS_OK;
+fail:
+    zs_layout_free(out);
+    return st;
+}
+
+/* Carve n floats (rounded up to 64 bytes) from base at *total; with base NULL only counts. */
+static float *take(float *base, uint64_t *total, uint64_t n) {
+    float *p = base ? base + *total : NULL;
+    *total += (n + 15) / 16 * 16;
+    return p;
+}
+
+/* Activation buffers, in the order the arena is carved. With m->arena NULL this only counts
+ * (the memory estimator uses that); layers may then point at a single reused record. */
+static uint64_t carve_arena(const zs_model_config *c, int B, int T, zs_model_t *m) {
+    uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
+    uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
+    float *base = m->arena;
+    m->encoded = take(base, &n, BT * C);
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_acts *a = base ? &m->layers[l] : &m->layers[0];
+        a->ln1 = take(base, &n, BT * C);
+        a->ln1_mean = take(base, &n, BT);
+        a->ln1_rstd = take(base, &n, BT);
+        a->qkv = take(base, &n, BT * 3 * C);
+        a->atty = take(base, &n, BT * C);
+        a->att = take(base, &n, att);
+        a->res2 = take(base, &n, BT * C);
+        a->ln2 = take(base, &n, BT * C);
+        a->ln2_mean = take(base, &n, BT);
+        a->ln2_rstd = take(base, &n, BT);
+        a->fch = take(base, &n, BT * 4 * C);
+        a->fch_gelu = take(base, &n, BT * 4 * C);
+        a->res3 = take(base, &n, BT * C);
+    }
+    m->lnf = take(base, &n, BT * C);
+    m->lnf_mean = take(base, &n, BT);
+    m->lnf_rstd = take(base, &n, BT);
+    m->losses = take(base, &n, BT);
+    return n;
+}
+
+/* Workspace: logits plus the per-layer activation gradients reused across layers. */
+static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_model_t *m) {
+    uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
+    uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
+    float *base = m->scratch;
+    m->logits = take(base, &n, BT * (uint64_t)c->padded_vocab);
+    m->dres = take(base, &n, BT * C);
+    m->dC = take(base, &n, BT * C);
+    m->dtmp4 = take(base, &n, BT * 4 * C);
+    m->dtmp4b = take(base, &n, BT * 4 * C);
+    m->dqkv = take(base, &n, BT * 3 * C);
+    m->datt = take(base, &n, att);
+    return n;
+}
+
+uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, int B, int T) {
+    zs_model_t tmp;
+    layer_acts one;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.layers = &one;
+    return carve_scratch(cfg, B, T, &tmp) * sizeof(float);
+}
+
+uint64_t zs_model_activation_bytes(const zs_model_config *cfg, int B, int T) {
+    zs_model_t tmp;
+    layer_acts one;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.layers = &one;
+    return carve_arena(cfg, B, T, &tmp) * sizeof(float);
+}
+
+zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
+                          zs_engine_t *engine, int max_batch, int max_seq, zs_model_t **out) {
+    zs_status st = ZS_OK;
+    zs_model_t *m = NULL;
+    *out = NULL;
+    ZS_CHECK(zs_model_config_validate(cfg));
+    ZS_REQUIRE(max_batch > 0 && max_seq > 0, ZS_ERR_INVALID,
+               "model: batch and sequence length must be positive");
+    ZS_REQUIRE(max_seq <= cfg->max_seq, ZS_ERR_INVALID,
+               "sequence length %d exceeds model %s's %d positions", max_seq, cfg->name,
+               cfg->max_seq);
+    m = calloc(1, sizeof *m);
+    ZS_REQUIRE(m, ZS_ERR_OOM, "model: out of memory");
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->s = s;
+    m->engine = engine;
+    m->layout = zs_engine_layout(engine);
+    m->max_B = max_batch;
+    m->max_T = max_seq;
+    const zs_layout *l = m->layout;
+    ZS_REQUIRE(l->n_units == cfg->n_layer + 2, ZS_ERR_INTERNAL, "model: layout has %d units",
+               l->n_units);
+    m->off_wte = l->tensors[0].offset;
+    m->off_wpe = l->tensors[1].offset;
+    for (int i = 0; i < B_NT; i++)
+        m->toff[i] = l->tensors[l->units[unit_block(0)].first_tensor + i].offset;
+    const zs_unit_desc *fu = &l->units[unit_final(cfg)];
+    m->off_lnfw = l->tensors[fu->first_tensor].offset;
+    m->off_lnfb = l->tensors[fu->first_tensor + 1].offset;
+
+    m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
+    ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
+    uint64_t na = zs_model_activation_bytes(cfg, max_batch, max_seq);
+    ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
+    carve_arena(cfg, max_batch, max_seq, m);
+    uint64_t ns = zs_model_workspace_bytes(cfg, max_batch, max_seq);
+    ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients",
+                      (void **)&m->scratch));
+    carve_scratch(cfg, max_batch, max_seq, m);
+    *out = m;
+    return ZS_OK;
+fail:
+    zs_model_destroy(m);
+    return st;
+}
+
+void zs_model_destroy(zs_model_t *m) {
+    if (!m) return;
+    zs_free(m->arena);
+    zs_free(m->scratch);
+    free(m->layers);
+    free(m);
+}
+
+/* Forward through embeddings, blocks and final norm into m->logits. */
+static zs_status forward(zs_model_t *m, const int32_t *in, int B, int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = m->ops;
+    zs_stream_t *s = m->s;
+    const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T, Vp = m->cfg.padded_vocab;
+    float *p = NULL;
+
+    ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
+    ZS_CHECK(o->embedding_fwd(s, m->encoded, in, p + m->off_wte, p + m->off_wpe, B, T, C));
+    ZS_CHECK(zs_engine_forward_end(m->engine, 0));
+
+    const float *x = m->encoded;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        layer_acts *a = &m->layers[l];
+        const int64_t *t = m->toff;
+        ZS_CHECK(zs_engine_forward_begin(m->engine, unit_block(l), &p));
+        ZS_CHECK(o->layernorm_fwd(s, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + t[B_LN1W],
+                                  p + t[B_LN1B], BT, C));
+        ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
+        ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH));
+        ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->atty, p + t[B_PROJW], p + t[B_PROJB], BT, C, C));
+        ZS_CHECK(o->residual_fwd(s, a->res2, x, m->dC, (size_t)BT * C));
+        ZS_CHECK(o->layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W],
+                                  p + t[B_LN2B], BT, C));
+        ZS_CHECK(zs_linear_fwd(o, s, a->fch, a->ln2, p + t[B_FCW], p + t[B_FCB], BT, C, 4 * C));
+        ZS_CHECK(o->gelu_fwd(s, a->fch_gelu, a->fch, (size_t)BT * 4 * C));
+        ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->fch_gelu, p + t[B_FCPW], p + t[B_FCPB], BT, 4 * C,
+                               C));
+        ZS_CHECK(o->residual_fwd(s, a->res3, a->res2, m->dC, (size_t)BT * C));
+        ZS_CHECK(zs_engine_forward_end(m->engine, unit_block(l)));
+        x = a->res3;
+    }
+
+    ZS_CHECK(zs_engine_forward_begin(m->engine, unit_final(&m->cfg), &p));
+    ZS_CHECK(o->layernorm_fwd(s, m->lnf, m->lnf_mean, m->lnf_rstd, x, p + m->off_lnfw,
+                              p + m->off_lnfb, BT, C));
+    ZS_CHECK(zs_engine_forward_end(m->engine, unit_final(&m->cfg)));
+
+    /* Tied output head: logits = lnf @ wte^T over the padded vocabulary. */
+    ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
+    ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_wte, NULL, BT, C, Vp));
+    ZS_CHECK(zs_engine_forward_end(m->engine, 0));
+fail:
+    return st;
+}
+
+static zs_status backward(zs_model_t *m, const int32_t *in, int B, int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = m->ops;
+    zs_stream_t *s = m->s;
+    const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T, Vp = m->cfg.padded_vocab;
+    const size_t nC = (size_t)BT * C;
+    float *p = NULL, *g = NULL;
+
+    /* Head: m->logits already holds dlogits (written in place by softmax_xent). */
+    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_wte, NULL, m->logits, m->lnf, p + m->off_wte,
+                           BT, C, Vp));
+    ZS_CHECK(zs_engine_backward_end(m->engine, 0));
+
+    const float *xlast = m->cfg.n_layer ? m->layers[m->cfg.n_layer - 1].res3 : m->encoded;
+    ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
+    ZS_CHECK(zs_engine_backward_begin(m->engine, unit_final(&m->cfg), &p, &g));
+    ZS_CHECK(o->layernorm_bwd(s, m->dres, g + m->off_lnfw, g + m->off_lnfb, m->dC, xlast,
+                              p + m->off_lnfw, m->lnf_mean, m->lnf_rstd, BT, C));
+    ZS_CHECK(zs_engine_backward_end(m->engine, unit_final(&m->cfg)));
+
+    for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
+        layer_acts *a = &m->layers[l];
+        const float *x = l ? m->layers[l - 1].res3 : m->encoded;
+        const int64_t *t = m->toff;
+        ZS_CHECK(zs_engine_backward_begin(m->engine, unit_block(l), &p, &g));
+        /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
+        ZS_CHECK(o->fill(s, m->dtmp4, 0.0f, 4 * nC));
+        ZS_CHECK(zs_linear_bwd(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], m->dres,
+                               a->fch_gelu, p + t[B_FCPW], BT, 4 * C, C));
+        ZS_CHECK(o->fill(s, m->dtmp4b, 0.0f, 4 * nC));
+        ZS_CHECK(o->gelu_bwd(s, m->dtmp4b, a->fch, m->dtmp4, 4 * nC));
+        ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4b, a->ln2,
+                               p + t[B_FCW], BT, C, 4 * C));
+        ZS_CHECK(o->layernorm_bwd(s, m->dres, g + t[B_LN2W], g + t[B_LN2B], m->dC, a->res2,
+                                  p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
+        /* res2 = x + attn_proj(atty). */
+        ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_PROJW], g + t[B_PROJB], m->dres, a->atty,
+                               p + t[B_PROJW], BT, C, C));
+        ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
+        ZS_CHECK(o->attention_bwd(s, m->dqkv, m->datt, m->dC, a->qkv, a->att, B, T, C, NH));
+        ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1,
+                               p + t[B_QKVW], BT, C, 3 * C));
+        ZS_CHECK(o->layernorm_bwd(s, m->dres, g + t[B_LN1W], g + t[B_LN1B], m->dC, x,
+                                  p + t[B_LN1W], a->ln1_mean, a->ln1_rstd, BT, C));
+        ZS_CHECK(zs_engine_backward_end(m->engine, unit_block(l)));
+    }
+
+    ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
+    ZS_CHECK(o->embedding_bwd(s, g + m->off_wte, g + m->off_wpe, m->dres, in, B, T, C));
+    ZS_CHECK(zs_engine_backward_end(m->engine, 0));
+fail:
+    return st;
+}
+
+static zs_status check_shape(const zs_model_t *m, int B, int T) {
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
+        return zs_error(ZS_ERR_INTERNAL, "model: batch %dx%d exceeds allocated %dx%d", B, T,
+                        m->max_B, m->max_T);
+    return ZS_OK;
+}
+
+zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
+                                    int B, int T, float dloss, int do_backward,
+                                    double *loss_sum) {
+    zs_status st = ZS_OK;
+    const int BT = B * T;
+    ZS_CHECK(check_shape(m, B, T));
+    ZS_CHECK(forward(m, inputs, B, T));
+    ZS_CHECK(m->ops->softmax_xent(m->s, m->losses, do_backward ? m->logits : NULL, m->logits,
+                                  targets, BT, m->cfg.vocab, m->cfg.padded_vocab, dloss));
+    ZS_CHECK(m->ops->sync(m->s));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) sum += m->losses[i];
+    *loss_sum = sum;
+    if (do_backward) ZS_CHECK(backward(m, inputs, B, T));
+fail:
+    return st;
+}
+
+zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T,
+                         const float **logits) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(check_shape(m, B, T));
+    ZS_CHECK(forward(m, inputs, B, T));
+    ZS_CHECK(m->ops->sync(m->s));
+    *logits = m->logits;
+fail:
+    return st;
+}

@@ -1,0 +1,40 @@
+/* Model interface used by the trainer: a model declares its unit layout and runs forward and
+ * backward over a zs_ops table, acquiring each unit through the shard engine. It never calls
+ * comm and never knows the stage. */
+#ifndef ZS_MODELS_MODEL_H
+#define ZS_MODELS_MODEL_H
+
+#include "backend/ops.h"
+#include "shard/engine.h"
+#include "shard/layout.h"
+
+typedef struct zs_model zs_model_t;
+
+/* Validate a config (sizes positive, heads divide width, vocab set). */
+zs_status zs_model_config_validate(const zs_model_config *cfg);
+
+/* The unit layout of cfg for world_size ranks (zs_layout_finalize already applied). */
+zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout *out);
+
+/* Activation and scratch buffers for micro-batches of up to max_batch x max_seq tokens. */
+zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
+                          zs_engine_t *engine, int max_batch, int max_seq, zs_model_t **out);
+void zs_model_destroy(zs_model_t *m);
+
+/* Forward over inputs[B*T] with next-token targets[B*T]; *loss_sum receives the sum of the
+ * per-token losses. With backward != 0 it also runs backward, accumulating into the engine's
+ * gradients the gradient of dloss * loss_sum (dloss = 1/(tokens in the global batch) makes
+ * the summed gradients the global mean). */
+zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
+                                    int B, int T, float dloss, int backward, double *loss_sum);
+
+/* Forward only; *logits points at [B*T, padded_vocab] logits valid until the next call. */
+zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T,
+                         const float **logits);
+
+/* Activation bytes the model allocates for (B, T): used by the memory estimator. */
+uint64_t zs_model_activation_bytes(const zs_model_config *cfg, int B, int T);
+/* Workspace bytes (logits, activation gradients) for (B, T). */
+uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, int B, int T);
+
+#endif

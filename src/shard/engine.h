@@ -1,0 +1,60 @@
+/* The shard engine (DESIGN.md §4): owns every unit's parameters, gradients and optimizer
+ * state, and decides per stage what is stored where and which collective runs when. Models
+ * call it around each unit and never branch on the stage:
+ *
+ *   forward_begin(u) -> full params of u ... forward_end(u)
+ *   backward_begin(u) -> full params and the full gradient buffer of u (accumulate into it)
+ *   ... backward_end(u); then step().
+ *
+ * A unit with n_uses > 1 (a tied embedding) may be acquired that many times per pass; its
+ * gradient accumulates all uses before it is reduced. */
+#ifndef ZS_SHARD_ENGINE_H
+#define ZS_SHARD_ENGINE_H
+
+#include "backend/ops.h"
+#include "optim/optim.h"
+#include "shard/layout.h"
+
+typedef struct zs_engine zs_engine_t;
+
+typedef struct zs_engine_config {
+    zs_stage stage;
+    int rank;
+    int world_size;
+    int prefetch; /* gathered units in flight ahead of the current one (ZeRO-3) */
+} zs_engine_config;
+
+zs_engine_config zs_engine_config_default(void);
+
+/* Allocates persistent state for the stage (accounted by category). The layout must be
+ * finalized for cfg->world_size and outlive the engine. */
+zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream_t *stream,
+                           const zs_engine_config *cfg, zs_engine_t **out);
+void zs_engine_destroy(zs_engine_t *e);
+
+/* Initialise this rank's master parameters from the layout's init rules: element i of tensor
+ * t is a pure function of (seed, t, i), so every world size and stage gets the same model. */
+zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed);
+
+zs_status zs_engine_forward_begin(zs_engine_t *e, int unit, float **params);
+zs_status zs_engine_forward_end(zs_engine_t *e, int unit);
+zs_status zs_engine_backward_begin(zs_engine_t *e, int unit, float **params, float **grads);
+zs_status zs_engine_backward_end(zs_engine_t *e, int unit);
+
+/* Clear accumulated gradients before the first micro-batch of a step. */
+zs_status zs_engine_zero_grad(zs_engine_t *e);
+
+/* Optimizer step on this rank's shard: global gradient norm through the shard
+ * decomposition (returned in *grad_norm, before clipping), clipping by clip (<= 0: off),
+ * AdamW with h, step counter t (1-based). */
+zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
+                         float *grad_norm);
+
+/* FNV-1a 64 over the fp32 master parameters in layout order, padding excluded. */
+uint64_t zs_engine_param_hash(zs_engine_t *e);
+
+/* Read-only access to the full parameters of a unit for inference (sampling) without a
+ * gradient pass. Same as forward_begin/forward_end. */
+const zs_layout *zs_engine_layout(const zs_engine_t *e);
+
+#endif

@@ -1,0 +1,258 @@
+/* The training loop's engine room behind the public zs_trainer API: data -> model
+ * forward/backward over micro-batches -> shard engine step -> metrics. Progress display and
+ * logging live in the CLI. */
+#include "zshard.h"
+
+#include "backend/ops.h"
+#include "core/alloc.h"
+#include "core/philox.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "data/data.h"
+#include "models/model.h"
+#include "shard/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STREAM_SAMPLE 0x73616d70ull /* "samp" */
+
+struct zs_trainer {
+    zs_train_config cfg;
+    zs_model_config model_cfg;
+    const zs_ops *ops;
+    zs_stream_t *stream;
+    zs_dataset data;
+    zs_layout layout;
+    zs_engine_t *engine;
+    zs_model_t *model;
+    int rank, world;
+    int micro;        /* sequences per micro-batch on this rank */
+    int32_t *inputs;  /* [micro, seq] */
+    int32_t *targets;
+    int step;         /* optimizer steps taken */
+};
+
+zs_train_config zs_train_config_default(void) {
+    zs_train_config c;
+    memset(&c, 0, sizeof c);
+    zs_model_preset("gpt2-tiny", &c.model);
+    c.val_fraction = 0.1;
+    c.batch = 8;
+    c.seq = 64;
+    c.steps = 100;
+    c.grad_accum = 1;
+    c.lr = 1e-3f;
+    c.min_lr_frac = 0.1f;
+    c.warmup = 10;
+    c.weight_decay = 0.1f;
+    c.beta1 = 0.9f;
+    c.beta2 = 0.95f;
+    c.eps = 1e-8f;
+    c.grad_clip = 1.0f;
+    c.seed = 1337;
+    c.stage = ZS_STAGE_DDP;
+    return c;
+}
+
+static zs_status validate(const zs_train_config *c, int world) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(c->batch > 0, ZS_ERR_INVALID, "--batch must be positive (got %d)", c->batch);
+    ZS_REQUIRE(c->seq > 0, ZS_ERR_INVALID, "--seq must be positive (got %d)", c->seq);
+    ZS_REQUIRE(c->steps > 0, ZS_ERR_INVALID, "--steps must be positive (got %d)", c->steps);
+    ZS_REQUIRE(c->grad_accum > 0, ZS_ERR_INVALID, "--grad-accum must be positive (got %d)",
+               c->grad_accum);
+    ZS_REQUIRE(c->lr > 0 && isfinite(c->lr), ZS_ERR_INVALID, "--lr must be positive");
+    ZS_REQUIRE(c->warmup >= 0, ZS_ERR_INVALID, "--warmup must be >= 0 (got %d)", c->warmup);
+    ZS_REQUIRE(c->batch % (world * c->grad_accum) == 0, ZS_ERR_INVALID,
+               "--batch %d must divide evenly into %d rank(s) x %d micro-batch(es)", c->batch,
+               world, c->grad_accum);
+    ZS_REQUIRE(c->seq <= c->model.max_seq, ZS_ERR_INVALID,
+               "--seq %d is longer than model %s's %d positions", c->seq, c->model.name,
+               c->model.max_seq);
+fail:
+    return st;
+}
+
+zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
+    zs_status st = ZS_OK;
+    zs_trainer_t *t = NULL;
+    *out = NULL;
+    const int world = 1, rank = 0;
+    ZS_CHECK(validate(cfg, world));
+    t = calloc(1, sizeof *t);
+    ZS_REQUIRE(t, ZS_ERR_OOM, "trainer: out of memory");
+    t->cfg = *cfg;
+    t->rank = rank;
+    t->world = world;
+    t->ops = zs_ops_cpu();
+    t->micro = cfg->batch / (world * cfg->grad_accum);
+    if (cfg->device_mem) zs_mem_set_cap(cfg->device_mem);
+
+    ZS_CHECK(zs_dataset_open(cfg->data_path, cfg->val_path, cfg->val_fraction, &t->data));
+    ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
+    t->model_cfg = cfg->model;
+    zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
+    ZS_CHECK(zs_model_layout(&t->model_cfg, world, &t->layout));
+
+    zs_engine_config ec = zs_engine_config_default();
+    ec.stage = cfg->stage;
+    ec.rank = rank;
+    ec.world_size = world;
+    ZS_CHECK(zs_engine_create(&t->layout, t->ops, t->stream, &ec, &t->engine));
+    ZS_CHECK(zs_engine_init_params(t->engine, cfg->seed));
+    ZS_CHECK(zs_model_create(&t->model_cfg, t->ops, t->stream, t->engine, t->micro, cfg->seq,
+                             &t->model));
+    size_t nb = (size_t)t->micro * (size_t)cfg->seq * sizeof(int32_t);
+    ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, nb, "input tokens", (void **)&t->inputs));
+    ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, nb, "target tokens", (void **)&t->targets));
+    *out = t;
+    return ZS_OK;
+fail:
+    zs_trainer_destroy(t);
+    return st;
+}
+
+void zs_trainer_destroy(zs_trainer_t *t) {
+    if (!t) return;
+    zs_free(t->inputs);
+    zs_free(t->targets);
+    zs_model_destroy(t->model);
+    zs_engine_destroy(t->engine);
+    zs_layout_free(&t->layout);
+    zs_dataset_close(&t->data);
+    free(t);
+}
+
+zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats) {
+    zs_status st = ZS_OK;
+    const zs_train_config *c = &t->cfg;
+    double t0 = zs_now_s();
+    int step = t->step + 1;
+    /* Every token of the global batch carries weight 1/(B*T): summed over micro-batches (and
+     * later over ranks) the gradients are exactly the global mean. */
+    float dloss = 1.0f / ((float)c->batch * (float)c->seq);
+    double loss_sum = 0.0;
+    ZS_CHECK(zs_engine_zero_grad(t->engine));
+    int per_rank = c->batch / t->world;
+    for (int k = 0; k < c->grad_accum; k++) {
+        int first = t->rank * per_rank + k * t->micro;
+        zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, t->inputs,
+                       t->targets);
+        double part = 0.0;
+        ZS_CHECK(zs_model_forward_backward(t->model, t->inputs, t->targets, t->micro, c->seq,
+                                           dloss, 1, &part));
+        loss_sum += part;
+    }
+    zs_adamw_hparams h = {
+        .lr = zs_lr_schedule(step, c->steps, c->warmup, c->lr, c->min_lr_frac),
+        .beta1 = c->beta1,
+        .beta2 = c->beta2,
+        .eps = c->eps,
+        .weight_decay = c->weight_decay,
+    };
+    float norm = 0.0f;
+    ZS_CHECK(zs_engine_step(t->engine, &h, c->grad_clip, step, &norm));
+    t->step = step;
+    double ms = (zs_now_s() - t0) * 1e3;
+    if (stats) {
+        stats->step = step;
+        stats->loss = (float)(loss_sum / ((double)c->batch * c->seq));
+        stats->lr = h.lr;
+        stats->grad_norm = norm;
+        stats->ms = ms;
+        stats->tokens_per_s = (double)c->batch * c->seq / (ms * 1e-3);
+    }
+fail:
+    return st;
+}
+
+zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
+    zs_status st = ZS_OK;
+    const zs_train_config *c = &t->cfg;
+    double sum = 0.0;
+    int per_rank = c->batch / t->world;
+    for (int k = 0; k < n_batches; k++)
+        for (int j = 0; j < c->grad_accum; j++) {
+            int first = t->rank * per_rank + j * t->micro;
+            zs_batch_val(&t->data, k, c->batch, c->seq, first, t->micro, t->inputs, t->targets);
+            double part = 0.0;
+            ZS_CHECK(zs_model_forward_backward(t->model, t->inputs, t->targets, t->micro, c->seq,
+                                               0.0f, 0, &part));
+            sum += part;
+        }
+    *loss = (float)(sum / ((double)n_batches * c->batch * c->seq));
+fail:
+    return st;
+}
+
+static int sample_row(const float *logits, int V, float temperature, uint64_t seed,
+                      uint64_t idx) {
+    if (temperature <= 0.0f) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    double mx = logits[0], sum = 0.0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    for (int i = 0; i < V; i++) sum += exp((logits[i] - mx) / temperature);
+    double u = (double)(zs_philox_u64(seed, STREAM_SAMPLE, idx) >> 11) * 0x1p-53 * sum;
+    double acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((logits[i] - mx) / temperature);
+        if (u < acc) return i;
+    }
+    return V - 1;
+}
+
+zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens,
+                            float temperature, uint64_t seed, char *out, size_t cap) {
+    zs_status st = ZS_OK;
+    const int T = t->cfg.seq, V = t->model_cfg.vocab, Vp = t->model_cfg.padded_vocab;
+    int32_t *ctx = NULL;
+    size_t len = 0;
+    ZS_REQUIRE(cap > 0, ZS_ERR_INVALID, "sample: output buffer is empty");
+    out[0] = '\0';
+    int n_prompt = prompt ? (int)strlen(prompt) : 0;
+    int total = (n_prompt ? n_prompt : 1) + n_tokens;
+    ctx = malloc((size_t)total * sizeof *ctx);
+    ZS_REQUIRE(ctx, ZS_ERR_OOM, "sample: out of memory");
+    int n = 0;
+    if (t->data.is_text && n_prompt)
+        for (; n < n_prompt; n++) ctx[n] = (unsigned char)prompt[n];
+    else
+        ctx[n++] = t->data.is_text ? '\n' : 50256; /* GPT-2's <|endoftext|> */
+    for (int i = 0; i < n_tokens; i++) {
+        int win = n < T ? n : T;
+        const float *logits = NULL;
+        ZS_CHECK(zs_model_infer(t->model, ctx + n - win, 1, win, &logits));
+        int next = sample_row(logits + (size_t)(win - 1) * Vp, V, temperature, seed, (uint64_t)i);
+        ctx[n++] = next;
+        if (t->data.is_text) {
+            if (len + 1 < cap) out[len++] = (char)next;
+        } else {
+            int w = snprintf(out + len, cap - len, "%s%d", i ? " " : "", next);
+            if (w > 0) len = len + (size_t)w < cap ? len + (size_t)w : cap - 1;
+        }
+        out[len] = '\0';
+    }
+fail:
+    free(ctx);
+    return st;
+}
+
+uint64_t zs_trainer_param_hash(zs_trainer_t *t) {
+    return zs_engine_param_hash(t->engine);
+}
+
+const zs_model_config *zs_trainer_model(const zs_trainer_t *t) {
+    return &t->model_cfg;
+}
+
+int zs_trainer_vocab(const zs_trainer_t *t) {
+    return t->data.vocab;
+}

@@ -1,0 +1,121 @@
+/* Data: text and llm.c token shards load, bad shards are rejected with the file named, the
+ * train/val split, and batches that are a pure function of (seed, step) and independent of
+ * how many ranks share them. */
+#include "core/status.h"
+#include "data/data.h"
+#include "testutil.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static char g_dir[] = "/tmp/zshard-test-data-XXXXXX";
+
+static const char *path(const char *name) {
+    static char buf[4][256];
+    static int k = 0;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static void write_bytes(const char *p, const void *b, size_t n) {
+    FILE *f = fopen(p, "wb");
+    ZT_REQUIRE(f && fwrite(b, 1, n, f) == n && fclose(f) == 0, "write %s", p);
+}
+
+static void test_text(void) {
+    char text[5000];
+    for (size_t i = 0; i < sizeof text; i++) text[i] = (char)('a' + (i * 7) % 26);
+    write_bytes(path("t.txt"), text, sizeof text);
+    zs_dataset d;
+    ZT_OK(zs_dataset_open(path("t.txt"), NULL, 0.1, &d));
+    ZT_CHECK(d.vocab == 256 && d.is_text, "text is byte-level");
+    ZT_CHECK(d.train.n == 4500 && d.val.n == 500, "split %lld/%lld", (long long)d.train.n,
+             (long long)d.val.n);
+    ZT_CHECK(d.train.tok[3] == (uint16_t)text[3] && d.val.tok[0] == (uint16_t)text[4500],
+             "tokens are the bytes, val is the tail");
+    ZT_OK(zs_dataset_check(&d, 64));
+    ZT_CHECK(zs_dataset_check(&d, 600) == ZS_ERR_INVALID, "val shorter than one sequence");
+
+    /* Batches: deterministic, next-token targets, and rank slices equal the global batch. */
+    enum { B = 8, T = 16 };
+    int32_t in[B * T], tg[B * T], in2[B * T], tg2[B * T];
+    zs_batch_train(&d, 5, 3, B, T, 0, B, in, tg);
+    zs_batch_train(&d, 5, 3, B, T, 0, B, in2, tg2);
+    ZT_CHECK(!memcmp(in, in2, sizeof in) && !memcmp(tg, tg2, sizeof tg), "deterministic");
+    int shifted = 1;
+    for (int i = 0; i < B; i++)
+        for (int j = 0; j + 1 < T; j++) shifted &= tg[i * T + j] == in[i * T + j + 1];
+    ZT_CHECK(shifted, "targets are inputs shifted by one");
+    for (int world = 2; world <= 4; world *= 2) {
+        int per = B / world;
+        for (int r = 0; r < world; r++)
+            zs_batch_train(&d, 5, 3, B, T, r * per, per, in2 + r * per * T, tg2 + r * per * T);
+        ZT_CHECK(!memcmp(in, in2, sizeof in), "world %d slices reassemble the batch", world);
+    }
+    zs_batch_train(&d, 5, 4, B, T, 0, B, in2, tg2);
+    ZT_CHECK(memcmp(in, in2, sizeof in), "another step, another batch");
+    zs_batch_val(&d, 0, B, T, 0, B, in2, tg2);
+    ZT_CHECK(in2[0] == (int32_t)d.val.tok[0], "validation starts at the held-out tail");
+    zs_dataset_close(&d);
+}
+
+static void test_shards(void) {
+    uint16_t tok[3000];
+    for (int i = 0; i < 3000; i++) tok[i] = (uint16_t)((i * 131) % ZS_GPT2_VOCAB);
+    ZT_OK(zs_llmc_shard_write(path("ok.bin"), tok, 3000));
+    zs_dataset d;
+    ZT_OK(zs_dataset_open(path("ok.bin"), NULL, 0.1, &d));
+    ZT_CHECK(d.vocab == ZS_GPT2_VOCAB && !d.is_text, "shard vocab");
+    ZT_CHECK(d.train.n == 2700 && d.train.tok[5] == tok[5], "shard tokens");
+    zs_dataset_close(&d);
+
+    /* Corrupt variants: each fails with ZS_ERR_FORMAT and a message naming the file. */
+    unsigned char buf[1024 + 6000];
+    FILE *f = fopen(path("ok.bin"), "rb");
+    ZT_REQUIRE(f && fread(buf, 1, sizeof buf, f) == sizeof buf, "read back");
+    fclose(f);
+    struct {
+        const char *name, *needle;
+        int32_t field, value;
+        size_t len;
+    } cases[] = {
+        {"magic.bin", "bad magic", 0, 12345, sizeof buf},
+        {"version.bin", "version", 1, 7, sizeof buf},
+        {"trunc.bin", "truncated body", 0, 20240520, 1024 + 100},
+        {"hdr.bin", "truncated header", 0, 20240520, 600},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        unsigned char b2[sizeof buf];
+        memcpy(b2, buf, sizeof buf);
+        memcpy(b2 + 4 * cases[c].field, &cases[c].value, 4);
+        write_bytes(path(cases[c].name), b2, cases[c].len);
+        zs_status st = zs_dataset_open(path(cases[c].name), NULL, 0.1, &d);
+        ZT_CHECK(st == ZS_ERR_FORMAT, "%s: status %s", cases[c].name, zs_status_string(st));
+        ZT_CHECK(strstr(zs_last_error(), cases[c].name) && strstr(zs_last_error(), cases[c].needle),
+                 "%s: message '%s'", cases[c].name, zs_last_error());
+    }
+    /* A token outside the vocabulary. */
+    tok[17] = 60000;
+    ZT_OK(zs_llmc_shard_write(path("range.bin"), tok, 3000));
+    ZT_CHECK(zs_dataset_open(path("range.bin"), NULL, 0.1, &d) == ZS_ERR_FORMAT, "range");
+    ZT_CHECK(strstr(zs_last_error(), "outside"), "message '%s'", zs_last_error());
+
+    ZT_CHECK(zs_dataset_open(path("missing.txt"), NULL, 0.1, &d) == ZS_ERR_IO, "missing");
+    ZT_CHECK(strstr(zs_last_error(), "missing.txt"), "names the file: %s", zs_last_error());
+    write_bytes(path("empty.txt"), "", 0);
+    ZT_CHECK(zs_dataset_open(path("empty.txt"), NULL, 0.1, &d) == ZS_ERR_INVALID, "empty");
+    ZT_CHECK(strstr(zs_last_error(), "empty"), "says empty: %s", zs_last_error());
+    ZT_CHECK(zs_dataset_open(g_dir, NULL, 0.1, &d) == ZS_ERR_IO, "directory rejected");
+}
+
+int main(void) {
+    zt_init("data");
+    ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
+    test_text();
+    test_shards();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    ZT_CHECK(system(cmd) == 0, "cleanup");
+    return zt_finish();
+}
