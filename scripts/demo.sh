@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set everything up (packages, build), then the main job: train a small GPT-2 on a real
+# English text that ships with Debian (the `fortunes` package), with progress, periodic
+# validation, and a generated sample and summary at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+mkdir -p data
+corpus=data/fortunes.txt
+if [ ! -s "$corpus" ]; then
+    # Every fortune file (not the .dat indexes or .u8 links), '%' separator lines dropped.
+    find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' -print0 | sort -z |
+        xargs -0 cat | grep -v '^%$' > "$corpus"
+fi
+echo "demo: corpus $corpus ($(wc -c < "$corpus") bytes)"
+
+./build/zshard train --model gpt2-small6 --data "$corpus" --batch 16 --seq 128 \
+    --steps "${ZS_DEMO_STEPS:-600}" --lr 2e-3 --warmup 30 --val-every 100 --sample-every 200 \
+    --prompt "The " --log data/demo.jsonl "$@"

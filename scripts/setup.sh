@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install zshard's build dependencies from Debian's packages and build it into ./build.
+# Works as root or through sudo on a fresh Debian 12. Safe to re-run: it skips apt when every
+# package is already installed and rebuilds incrementally.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: run as root or install sudo" >&2; exit 1; }
+    SUDO="sudo"
+fi
+
+# Build: compiler, CMake, OpenBLAS (OpenMP flavour, so BLAS and our loops share one thread
+# pool), OpenMP, zstd. Data: `fortunes`, an offline English corpus from Debian itself.
+# Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend.
+PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev fortunes
+          gnuplot-nox openmpi-bin libopenmpi-dev procps)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# If the pthreads OpenBLAS is also installed, Debian's alternatives may prefer it; point the
+# linker and loader at the OpenMP build so OpenBLAS and zshard's OpenMP loops do not run two
+# competing thread pools on the same cores.
+for alt in libopenblas.so-x86_64-linux-gnu libopenblas.so.0-x86_64-linux-gnu; do
+    target=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-openmp | head -n1 || true)
+    if [ -n "$target" ] && [ "$(readlink -f "/etc/alternatives/$alt")" != "$(readlink -f "$target")" ]; then
+        $SUDO update-alternatives --set "$alt" "$target" >/dev/null
+    fi
+done
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DZS_WERROR="${ZS_WERROR:-ON}" >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built build/zshard"

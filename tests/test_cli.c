@@ -1,0 +1,195 @@
+/* The zshard executable as a user meets it: every kind of bad input ends with one clear line
+ * on stderr naming the problem and a non-zero exit (never a crash or a hang), and a short
+ * real training run writes a complete JSONL log whose param_hash repeats run to run. */
+#include "data/data.h"
+#include "testutil.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static char g_dir[] = "/tmp/zshard-test-cli-XXXXXX";
+static char g_out[65536];
+
+static const char *path(const char *name) {
+    static char buf[8][512];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static void write_text(const char *p, size_t n) {
+    /* Word salad from a fixed vocabulary: enough structure to learn from, no fixtures. */
+    static const char *words[] = {"the", "king", "and", "queen", "of", "a", "castle", "went",
+                                  "to", "sea", "with", "bread", "wine", "night", "day"};
+    FILE *f = fopen(p, "w");
+    ZT_REQUIRE(f, "open %s", p);
+    size_t len = 0;
+    unsigned x = 12345;
+    while (len < n) {
+        x = x * 1103515245u + 12345u;
+        const char *w = words[(x >> 16) % 15];
+        len += (size_t)fprintf(f, "%s%s", w, (x >> 8) % 9 == 0 ? ".\n" : " ");
+    }
+    fclose(f);
+}
+
+/* Run `zshard ARGS`, expect failure with status in {1,2}, stderr mentioning needle, and no
+ * sign of a crash. */
+static void expect_fail(const char *args, const char *needle) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "timeout 60 %s %s", zt_zshard_exe(), args);
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 1 || rc == 2, "`zshard %s` exit %d (want 1 or 2): %s", args, rc, g_out);
+    ZT_CHECK(strstr(g_out, needle) != NULL, "`zshard %s` output lacks '%s': %s", args, needle,
+             g_out);
+    ZT_CHECK(strstr(g_out, "zshard:") != NULL, "`zshard %s`: message prefix missing: %s", args,
+             g_out);
+    /* One clear line: the error is a single line on stderr. */
+    int lines = 0;
+    for (const char *c = g_out; *c; c++) lines += *c == '\n';
+    ZT_CHECK(lines == 1, "`zshard %s` printed %d lines: %s", args, lines, g_out);
+}
+
+static void test_bad_input(void) {
+    char a[1024];
+    char txt[512];
+    snprintf(txt, sizeof txt, "%s", path("ok.txt"));
+    write_text(txt, 20000);
+    expect_fail("frobnicate", "unknown command");
+    snprintf(a, sizeof a, "train --data %s --bogus 1", txt);
+    expect_fail(a, "unknown flag '--bogus'");
+    snprintf(a, sizeof a, "train --data %s --model gpt9", txt);
+    expect_fail(a, "unknown model 'gpt9'");
+    expect_fail("train --data /nonexistent/file.txt", "/nonexistent/file.txt");
+    expect_fail("train", "--data FILE is required");
+    snprintf(a, sizeof a, "train --data %s", path("empty.txt"));
+    FILE *f = fopen(path("empty.txt"), "w");
+    fclose(f);
+    expect_fail(a, "empty");
+    snprintf(a, sizeof a, "train --data %s", g_dir);
+    expect_fail(a, "not a regular file");
+
+    /* Token shards: wrong magic, wrong version, truncated body. */
+    uint16_t tok[4000];
+    for (int i = 0; i < 4000; i++) tok[i] = (uint16_t)(i % 1000);
+    ZT_OK(zs_llmc_shard_write(path("good.bin"), tok, 4000));
+    FILE *in = fopen(path("good.bin"), "rb");
+    static unsigned char buf[1024 + 8000];
+    ZT_REQUIRE(in && fread(buf, 1, sizeof buf, in) == sizeof buf, "read shard");
+    fclose(in);
+    int32_t bad_magic = 1, bad_version = 9;
+    unsigned char b2[sizeof buf];
+    memcpy(b2, buf, sizeof buf);
+    memcpy(b2, &bad_magic, 4);
+    f = fopen(path("magic.bin"), "wb");
+    fwrite(b2, 1, sizeof b2, f);
+    fclose(f);
+    memcpy(b2, buf, sizeof buf);
+    memcpy(b2 + 4, &bad_version, 4);
+    f = fopen(path("version.bin"), "wb");
+    fwrite(b2, 1, sizeof b2, f);
+    fclose(f);
+    f = fopen(path("trunc.bin"), "wb");
+    fwrite(buf, 1, 1024 + 300, f);
+    fclose(f);
+    snprintf(a, sizeof a, "train --data %s", path("magic.bin"));
+    expect_fail(a, "bad magic");
+    snprintf(a, sizeof a, "train --data %s", path("version.bin"));
+    expect_fail(a, "unsupported version 9");
+    snprintf(a, sizeof a, "train --data %s", path("trunc.bin"));
+    expect_fail(a, "truncated body");
+
+    /* Sizes and numbers. */
+    write_text(path("short.txt"), 50);
+    snprintf(a, sizeof a, "train --data %s --seq 64", path("short.txt"));
+    expect_fail(a, "shorter than one sequence");
+    snprintf(a, sizeof a, "train --data %s --seq 300", txt);
+    expect_fail(a, "longer than model gpt2-tiny's 256 positions");
+    snprintf(a, sizeof a, "train --data %s --batch 0", txt);
+    expect_fail(a, "--batch must be positive");
+    snprintf(a, sizeof a, "train --data %s --steps -3", txt);
+    expect_fail(a, "--steps must be positive");
+    snprintf(a, sizeof a, "train --data %s --lr abc", txt);
+    expect_fail(a, "--lr: 'abc' is not a number");
+    snprintf(a, sizeof a, "train --data %s --batch 12x", txt);
+    expect_fail(a, "--batch: '12x' is not an integer");
+    snprintf(a, sizeof a, "train --data %s --batch 6 --grad-accum 4", txt);
+    expect_fail(a, "must divide evenly");
+    snprintf(a, sizeof a, "train --data %s --seq", txt);
+    expect_fail(a, "--seq needs a value");
+    snprintf(a, sizeof a, "train --data %s --stage 5", txt);
+    expect_fail(a, "--stage: '5'");
+    snprintf(a, sizeof a, "train --data %s --device-mem 12Q", txt);
+    expect_fail(a, "bad memory size");
+
+    /* A cap too small fails at startup with the breakdown, and the log is not "final". */
+    snprintf(a, sizeof a, "train --data %s --device-mem 100K --log %s", txt, path("cap.jsonl"));
+    expect_fail(a, "device memory cap");
+    ZT_CHECK(strstr(g_out, "param") != NULL, "breakdown names categories: %s", g_out);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "grep -c '\"final\"' %s", path("cap.jsonl"));
+    zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(atoi(g_out) == 0, "failed run's log has no final record");
+}
+
+static void run_train(const char *log, const char *extra) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "timeout 120 %s train --data %s --model gpt2-tiny --batch 4 --seq 32 --steps 12 "
+             "--val-every 6 --val-batches 2 --sample-len 20 --log %s %s",
+             zt_zshard_exe(), path("ok.txt"), log, extra);
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0, "train exit %d: %s", rc, g_out);
+    ZT_CHECK(strstr(g_out, "summary:") && strstr(g_out, "sample at step 12"),
+             "summary and sample printed: %s", g_out);
+}
+
+static void read_hash(const char *log, char *hash, int *n_steps, int *n_final) {
+    FILE *f = fopen(log, "r");
+    ZT_REQUIRE(f, "open log %s", log);
+    char line[4096];
+    *n_steps = *n_final = 0;
+    hash[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "\"final\":true")) {
+            (*n_final)++;
+            char *h = strstr(line, "\"param_hash\":\"");
+            if (h) snprintf(hash, 17, "%s", h + 14);
+            ZT_CHECK(strstr(line, "\"peak_bytes\":{\"param\":") != NULL, "peak bytes: %s", line);
+        } else if (strstr(line, "\"step\":")) {
+            (*n_steps)++;
+            ZT_CHECK(strstr(line, "\"loss\":") && strstr(line, "\"lr\":") &&
+                         strstr(line, "\"grad_norm\":") && strstr(line, "\"ms\":") &&
+                         strstr(line, "\"tokens_per_s\":"),
+                     "step record fields: %s", line);
+        }
+    }
+    fclose(f);
+}
+
+static void test_train_runs(void) {
+    char h1[32], h2[32], h3[32];
+    int s, fin;
+    run_train(path("a.jsonl"), "");
+    read_hash(path("a.jsonl"), h1, &s, &fin);
+    ZT_CHECK(s == 12 && fin == 1 && strlen(h1) == 16, "12 step records + final: %d %d '%s'", s,
+             fin, h1);
+    run_train(path("b.jsonl"), "");
+    read_hash(path("b.jsonl"), h2, &s, &fin);
+    ZT_CHECK(!strcmp(h1, h2), "identical runs give the same param_hash: %s vs %s", h1, h2);
+    run_train(path("c.jsonl"), "--seed 99");
+    read_hash(path("c.jsonl"), h3, &s, &fin);
+    ZT_CHECK(strcmp(h1, h3) != 0, "another seed gives another param_hash");
+}
+
+int main(void) {
+    zt_init("cli");
+    ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
+    test_bad_input();
+    test_train_runs();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    ZT_CHECK(system(cmd) == 0, "cleanup");
+    return zt_finish();
+}
