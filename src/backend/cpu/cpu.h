@@ -1,0 +1,39 @@
+/* Internal to the CPU backend: the ops defined in nn_cpu.c and attention_cpu.c that
+ * ops_cpu.c puts into the table, and the shared threading threshold. */
+#ifndef ZS_BACKEND_CPU_H
+#define ZS_BACKEND_CPU_H
+
+/* Every CPU backend file includes this header first. With trapping math (the ISO default)
+ * GCC will not if-convert a float comparison, so no loop with a clamp or a max in it (exp,
+ * tanh, the softmax max) vectorises. We never read FP exception flags, so drop them here
+ * for the CPU backend only; values are unchanged (no reassociation, no contraction). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+#include "backend/ops.h"
+
+/* Elementwise loops shorter than this run on one thread: an OpenMP fork/join costs a few
+ * microseconds, more than streaming 32k floats. */
+#define ZS_CPU_PAR_MIN ((size_t)1 << 15)
+
+zs_status zs_cpu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
+                               const float *wpe, int B, int T, int C);
+zs_status zs_cpu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int B, int T, int C);
+zs_status zs_cpu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *b, int N, int C);
+zs_status zs_cpu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+zs_status zs_cpu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n);
+zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+zs_status zs_cpu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
+                              const int32_t *targets, int N, int V, int Vp, float dloss);
+zs_status zs_cpu_attention_fwd(zs_stream_t *s, float *out, float *att, const float *qkv, int B,
+                               int T, int C, int NH);
+zs_status zs_cpu_attention_bwd(zs_stream_t *s, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH);
+
+#endif

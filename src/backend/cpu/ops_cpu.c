@@ -1,0 +1,229 @@
+/* The CPU backend's ops table: gemm through OpenBLAS, bias, elementwise and optimizer ops,
+ * casts and Philox init as OpenMP loops over the shared per-element math in
+ * backend/kernels. Network ops live in nn_cpu.c and attention_cpu.c. Every op is
+ * synchronous; the stream argument is ignored (NULL on the CPU). */
+#include "backend/cpu/cpu.h"
+#include "backend/kernels/adamw.h"
+#include "backend/kernels/common.h"
+#include "core/bf16.h"
+#include "core/philox.h"
+#include "core/status.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* sumsq sums fixed chunks of this many elements in double, then the chunk sums in index
+ * order, so the result is the same for any thread count. */
+#define ZS_SUMSQ_CHUNK 4096
+
+/* Columns per task in the column-parallel reductions: each task owns its columns outright and
+ * sums rows in index order, so no atomics and no dependence on scheduling. */
+#define ZS_COL_BLOCK 256
+
+static zs_status cpu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                          int ldc) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE((transa == 0 || transa == 1) && (transb == 0 || transb == 1), ZS_ERR_INVALID,
+               "gemm: trans flags must be 0 or 1 (got %d, %d)", transa, transb);
+    ZS_REQUIRE(m >= 0 && n >= 0 && k >= 0, ZS_ERR_INVALID, "gemm: negative size m=%d n=%d k=%d", m,
+               n, k);
+    /* Column-major: op(A) is m x k, so A itself has (transa ? k : m) rows; same for B. */
+    int arows = transa ? k : m, brows = transb ? n : k;
+    ZS_REQUIRE(lda >= (arows > 1 ? arows : 1) && ldb >= (brows > 1 ? brows : 1) &&
+                   ldc >= (m > 1 ? m : 1),
+               ZS_ERR_INVALID,
+               "gemm: leading dimension too small (lda=%d ldb=%d ldc=%d for "
+               "m=%d n=%d k=%d transa=%d transb=%d)",
+               lda, ldb, ldc, m, n, k, transa, transb);
+    if (m == 0 || n == 0) return ZS_OK;
+    ZS_REQUIRE(C && ((A && B) || k == 0), ZS_ERR_INVALID, "gemm: NULL operand");
+    cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans,
+                transb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+fail:
+    return st;
+}
+
+static zs_status cpu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_fwd: negative shape N=%d OC=%d", N, OC);
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= ZS_CPU_PAR_MIN)
+    for (int r = 0; r < N; r++)
+        zs_axpy_row(out + (size_t)r * OC, 1.0f, bias, OC);
+fail:
+    return st;
+}
+
+static zs_status cpu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_bwd: negative shape N=%d OC=%d", N, OC);
+    int nblk = (OC + ZS_COL_BLOCK - 1) / ZS_COL_BLOCK;
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= ZS_CPU_PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * ZS_COL_BLOCK;
+        int nc = OC - c0 < ZS_COL_BLOCK ? OC - c0 : ZS_COL_BLOCK;
+        float acc[ZS_COL_BLOCK] = {0};
+        for (int r = 0; r < N; r++)
+            zs_axpy_row(acc, 1.0f, dout + (size_t)r * OC + c0, nc);
+        zs_axpy_row(dbias + c0, 1.0f, acc, nc);
+    }
+fail:
+    return st;
+}
+
+static zs_status cpu_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
+                                  size_t n) {
+    /* out may alias a or b: each element is read before it is written, index by index. */
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+    return ZS_OK;
+}
+
+static zs_status cpu_axpy(zs_stream_t *s, float *y, float alpha, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
+    return ZS_OK;
+}
+
+static zs_status cpu_adamw(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
+                           size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                           float grad_scale, int t) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(t >= 1, ZS_ERR_INVALID, "adamw: step t must be >= 1 (got %d)", t);
+    float bc1 = zs_adamw_bias_correction(beta1, t);
+    float bc2 = zs_adamw_bias_correction(beta2, t);
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps, wd, grad_scale, bc1,
+                      bc2);
+fail:
+    return st;
+}
+
+static zs_status cpu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in,
+                          zs_dtype in_dt, size_t n) {
+    zs_status st = ZS_OK;
+    if (out_dt == in_dt) {
+        size_t es = zs_dtype_size(in_dt);
+        ZS_REQUIRE(es > 0, ZS_ERR_INVALID, "cast: unknown dtype %d", (int)in_dt);
+        if (n) memcpy(out, in, n * es);
+    } else if (out_dt == ZS_DTYPE_BF16 && in_dt == ZS_DTYPE_F32) {
+        zs_bf16 *o = (zs_bf16 *)out;
+        const float *x = (const float *)in;
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++)
+            o[i] = zs_f32_to_bf16(x[i]);
+    } else if (out_dt == ZS_DTYPE_F32 && in_dt == ZS_DTYPE_BF16) {
+        float *o = (float *)out;
+        const zs_bf16 *x = (const zs_bf16 *)in;
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++)
+            o[i] = zs_bf16_to_f32(x[i]);
+    } else {
+        ZS_REQUIRE(0, ZS_ERR_UNSUPPORTED, "cast: %s -> %s is not supported", zs_dtype_name(in_dt),
+                   zs_dtype_name(out_dt));
+    }
+fail:
+    return st;
+}
+
+static zs_status cpu_scale(zs_stream_t *s, float *x, float a, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        x[i] *= a;
+    return ZS_OK;
+}
+
+/* Sum of squares of one chunk, in double with fixed lanes (vectorisable, deterministic). */
+static double sumsq_chunk(const float *x, size_t n) {
+    double acc[ZS_LANES] = {0};
+    size_t i = 0;
+    for (; i + ZS_LANES <= n; i += ZS_LANES)
+        for (int j = 0; j < ZS_LANES; j++)
+            acc[j] += (double)x[i + j] * (double)x[i + j];
+    for (; i < n; i++)
+        acc[i % ZS_LANES] += (double)x[i] * (double)x[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static zs_status cpu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n) {
+    zs_status st = ZS_OK;
+    double *part = NULL;
+    size_t nchunk = (n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
+    ZS_REQUIRE(out != NULL, ZS_ERR_INVALID, "sumsq: NULL output");
+    if (nchunk <= 1) {
+        *out = sumsq_chunk(x, n);
+        return ZS_OK;
+    }
+    part = malloc(nchunk * sizeof *part);
+    ZS_REQUIRE(part != NULL, ZS_ERR_OOM, "sumsq: cannot allocate %zu partial sums", nchunk);
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t c = 0; c < nchunk; c++) {
+        size_t i0 = c * ZS_SUMSQ_CHUNK;
+        part[c] = sumsq_chunk(x + i0, n - i0 < ZS_SUMSQ_CHUNK ? n - i0 : ZS_SUMSQ_CHUNK);
+    }
+    double total = 0.0;
+    for (size_t c = 0; c < nchunk; c++)
+        total += part[c];
+    *out = total;
+fail:
+    free(part);
+    return st;
+}
+
+static zs_status cpu_fill(zs_stream_t *s, float *x, float value, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        x[i] = value;
+    return ZS_OK;
+}
+
+static zs_status cpu_copy(zs_stream_t *s, void *dst, const void *src, size_t nbytes) {
+    if (nbytes && dst != src) memmove(dst, src, nbytes);
+    return ZS_OK;
+}
+
+static zs_status cpu_init_normal(zs_stream_t *s, float *x, size_t n, uint64_t seed,
+                                 uint64_t stream_id, uint64_t index0, float std) {
+#pragma omp parallel for schedule(static) if (n >= 4096)
+    for (size_t i = 0; i < n; i++)
+        x[i] = std * zs_philox_normal(seed, stream_id, index0 + i);
+    return ZS_OK;
+}
+
+static zs_status cpu_sync(zs_stream_t *s) {
+    return ZS_OK;
+}
+
+static const zs_ops cpu_ops = {
+    .name = "cpu",
+    .gemm = cpu_gemm,
+    .bias_fwd = cpu_bias_fwd,
+    .bias_bwd = cpu_bias_bwd,
+    .embedding_fwd = zs_cpu_embedding_fwd,
+    .embedding_bwd = zs_cpu_embedding_bwd,
+    .layernorm_fwd = zs_cpu_layernorm_fwd,
+    .layernorm_bwd = zs_cpu_layernorm_bwd,
+    .gelu_fwd = zs_cpu_gelu_fwd,
+    .gelu_bwd = zs_cpu_gelu_bwd,
+    .attention_fwd = zs_cpu_attention_fwd,
+    .attention_bwd = zs_cpu_attention_bwd,
+    .residual_fwd = cpu_residual_fwd,
+    .axpy = cpu_axpy,
+    .softmax_xent = zs_cpu_softmax_xent,
+    .adamw = cpu_adamw,
+    .cast = cpu_cast,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .fill = cpu_fill,
+    .copy = cpu_copy,
+    .init_normal = cpu_init_normal,
+    .sync = cpu_sync,
+};
+
+const zs_ops *zs_ops_cpu(void) {
+    return &cpu_ops;
+}

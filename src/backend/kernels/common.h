@@ -1,0 +1,102 @@
+/* Small helpers shared by the host/device math headers in this folder: a restrict keyword
+ * that works in C and CUDA C++, a vectorisable exp for the CPU loops, and fixed-order
+ * multi-lane reductions (the lane split is what lets the compiler vectorise a float sum
+ * without -ffast-math, and it is fixed, so results do not depend on threads). */
+#ifndef ZS_BACKEND_KERNELS_COMMON_H
+#define ZS_BACKEND_KERNELS_COMMON_H
+
+#include "core/bf16.h"
+#include "core/hd.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define ZS_RESTRICT __restrict__
+#else
+#define ZS_RESTRICT restrict
+#endif
+
+/* Number of independent accumulators in the reductions below (one AVX2 register). */
+#define ZS_LANES 8
+
+/* exp(x) for x in [-87, 88], clamped outside (a result is then 0 or exp(88)), relative
+ * error about 2 ulp. On the host it is plain arithmetic (Cephes' expf: Cody-Waite range
+ * reduction, degree-6 polynomial, exponent by bit construction) so that loops calling it
+ * vectorise; libm's expf is an opaque call that keeps them scalar. */
+static ZS_HD float zs_expf(float x) {
+#ifdef __CUDA_ARCH__
+    return expf(x);
+#else
+    float lo = x < -87.0f ? 0.0f : 1.0f; /* exp(-87) is near FLT_MIN: flush below it */
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    /* n = round(x / ln 2) by the 1.5*2^23 trick; floorf would not vectorise in ISO C. */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f; /* ln 2 split in two so n*ln2 is exact enough */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = (int32_t)n + 127; /* n in [-126, 127]: a normal power of two */
+    return p * zs_bits_f32((uint32_t)e << 23) * lo;
+#endif
+}
+
+/* Combine the lanes in a fixed pairwise order. */
+static ZS_HD float zs_lanes_sum(const float *acc) {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* sum_i a[i]*b[i] in fp32, fixed order. */
+static ZS_HD float zs_dot(const float *ZS_RESTRICT a, const float *ZS_RESTRICT b, int n) {
+    float acc[ZS_LANES] = {0};
+    int i = 0;
+    for (; i + ZS_LANES <= n; i += ZS_LANES)
+        for (int j = 0; j < ZS_LANES; j++)
+            acc[j] += a[i + j] * b[i + j];
+    for (; i < n; i++)
+        acc[i % ZS_LANES] += a[i] * b[i];
+    return zs_lanes_sum(acc);
+}
+
+/* sum_i a[i] in fp32, fixed order. */
+static ZS_HD float zs_sum(const float *a, int n) {
+    float acc[ZS_LANES] = {0};
+    int i = 0;
+    for (; i + ZS_LANES <= n; i += ZS_LANES)
+        for (int j = 0; j < ZS_LANES; j++)
+            acc[j] += a[i + j];
+    for (; i < n; i++)
+        acc[i % ZS_LANES] += a[i];
+    return zs_lanes_sum(acc);
+}
+
+/* max_i a[i] (n >= 1); NaN inputs are not propagated reliably. */
+static ZS_HD float zs_max(const float *a, int n) {
+    float acc[ZS_LANES];
+    for (int j = 0; j < ZS_LANES; j++)
+        acc[j] = a[0];
+    int i = 0;
+    for (; i + ZS_LANES <= n; i += ZS_LANES)
+        for (int j = 0; j < ZS_LANES; j++)
+            acc[j] = a[i + j] > acc[j] ? a[i + j] : acc[j];
+    for (; i < n; i++)
+        acc[0] = a[i] > acc[0] ? a[i] : acc[0];
+    float m = acc[0];
+    for (int j = 1; j < ZS_LANES; j++)
+        m = acc[j] > m ? acc[j] : m;
+    return m;
+}
+
+/* y[i] += a * x[i]. */
+static ZS_HD void zs_axpy_row(float *ZS_RESTRICT y, float a, const float *ZS_RESTRICT x, int n) {
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+#endif

@@ -1,0 +1,37 @@
+/* Row-major linear layers on the column-major gemm (DESIGN.md §12). A row-major X[r,c] is,
+ * byte for byte, the column-major matrix X^T (c x r, ld c), so every row-major product
+ * Y = A B is computed as Y^T = B^T A^T with the operands swapped. This is the one place that
+ * mapping is written; models call these and never gemm with row-major reasoning. */
+#include "backend/ops.h"
+#include "core/status.h"
+
+zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *inp,
+                        const float *W, const float *bias, int N, int IC, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
+               "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    /* out[N,OC] = inp W^T  <=>  out^T (OC x N) = W (OC x IC) inp^T (IC x N). The stored W is,
+     * read column-major, W^T (IC x OC, ld IC), hence transa = T; the stored inp is inp^T
+     * (IC x N, ld IC) and out is out^T (OC x N, ld OC), used as they are. */
+    ZS_CHECK(ops->gemm(s, 1, 0, OC, N, IC, 1.0f, W, IC, inp, IC, 0.0f, out, OC));
+    if (bias) ZS_CHECK(ops->bias_fwd(s, out, bias, N, OC));
+fail:
+    return st;
+}
+
+zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                        const float *dout, const float *inp, const float *W, int N, int IC,
+                        int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
+               "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    /* dinp[N,IC] += dout[N,OC] W[OC,IC]  <=>  dinp^T (IC x N) += W^T (IC x OC) dout^T (OC x N);
+     * both column-major views are the stored arrays as they are: no transposes. */
+    if (dinp) ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, 1.0f, dinp, IC));
+    /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
+     * dout is dout^T (OC x N) column-major, hence transb = T. */
+    if (dW) ZS_CHECK(ops->gemm(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
+    if (dbias) ZS_CHECK(ops->bias_bwd(s, dbias, dout, N, OC));
+fail:
+    return st;
+}
