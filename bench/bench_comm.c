@@ -1,8 +1,206 @@
-/* `zshard bench comm`: placeholder until the comm layer lands (issue 3). */
+/* `zshard bench comm`: time per op and bus bandwidth of all_reduce, reduce_scatter and
+ * all_gather for every comm backend this job can use, message sizes 4 KiB .. 256 MiB, next
+ * to the memcpy bandwidth measured in the same run (the ceiling for shm). Sizes and bus
+ * bandwidth follow nccl-tests: size is the larger buffer (count*N for reduce_scatter's send
+ * and all_gather's recv), algbw = size / time, busbw = algbw * 2(n-1)/n for all_reduce and
+ * algbw * (n-1)/n for reduce_scatter and all_gather. Run it under `zshard run -n N` or
+ * `mpirun -np N`; rank 0 prints. */
 #include "cli/cli.h"
+#include "core/alloc.h"
+#include "core/timer.h"
+#include "zshard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bench_opts {
+    uint64_t min_bytes, max_bytes;
+    int json;
+    int iters;        /* 0 = by size */
+    const char *comm; /* comma list or NULL = every available */
+    double timeout_s;
+} bench_opts;
+
+enum { OP_AR = 0, OP_RS, OP_AG, NOPS };
+static const char *g_op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gather"};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: zshard bench comm [--max-size 256M] [--min-size 4K] [--iters N]\n"
+               "                        [--comm shm,mpi,nccl] [--comm-timeout S] [--json]\n"
+               "Run under `zshard run -n N --` or `mpirun -np N`; rank 0 prints the table.\n");
+}
+
+static int parse(int argc, char **argv, bench_opts *o) {
+    o->min_bytes = 4096;
+    o->max_bytes = 256ull << 20;
+    o->json = 0;
+    o->iters = 0;
+    o->comm = NULL;
+    o->timeout_s = 300;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!v) return zs_cli_fail(2, "bench comm: %s needs a value", a);
+        if (!strcmp(a, "--max-size")) {
+            if (zs_parse_bytes(v, &o->max_bytes) != ZS_OK)
+                return zs_cli_fail(2, "bench comm: bad size '%s'", v);
+        } else if (!strcmp(a, "--min-size")) {
+            if (zs_parse_bytes(v, &o->min_bytes) != ZS_OK || o->min_bytes == 0)
+                return zs_cli_fail(2, "bench comm: bad size '%s'", v);
+        } else if (!strcmp(a, "--iters")) {
+            o->iters = atoi(v);
+        } else if (!strcmp(a, "--comm")) {
+            o->comm = v;
+        } else if (!strcmp(a, "--comm-timeout")) {
+            o->timeout_s = atof(v);
+        } else {
+            return zs_cli_fail(2, "bench comm: unknown option '%s'", a);
+        }
+        i++;
+    }
+    return 0;
+}
+
+/* Single-thread memcpy rate of nbytes, best of several, in GB/s (bytes copied per second). */
+static double memcpy_gbps(size_t nbytes) {
+    char *a = NULL, *b = NULL;
+    double best = 0;
+    if (zs_alloc(ZS_MEM_WORKSPACE, nbytes, "bench memcpy", (void **)&a) != ZS_OK ||
+        zs_alloc(ZS_MEM_WORKSPACE, nbytes, "bench memcpy", (void **)&b) != ZS_OK)
+        goto done;
+    memset(a, 1, nbytes);
+    for (int i = 0; i < 5; i++) {
+        double t = zs_now_s();
+        memcpy(b, a, nbytes);
+        t = zs_now_s() - t;
+        if (t > 0 && nbytes / t / 1e9 > best) best = (double)nbytes / t / 1e9;
+        a[i] = b[nbytes - 1 - (size_t)i]; /* keep the copy observable */
+    }
+done:
+    zs_free(a);
+    zs_free(b);
+    return best;
+}
+
+static zs_status run_op(zs_comm_t *c, int op, void *send, void *recv, size_t bytes) {
+    size_t n = (size_t)zs_comm_world_size(c), count = bytes / sizeof(float);
+    switch (op) {
+    case OP_AR:
+        return zs_comm_all_reduce(c, send, recv, count, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, "bench");
+    case OP_RS:
+        return zs_comm_reduce_scatter(c, send, recv, count / n, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL,
+                                      "bench");
+    default:
+        return zs_comm_all_gather(c, send, recv, count / n, ZS_DTYPE_F32, NULL, "bench");
+    }
+}
+
+static int wanted(const bench_opts *o, const char *name) {
+    if (!o->comm) return 1;
+    const char *p = strstr(o->comm, name);
+    size_t l = strlen(name);
+    return p && (p == o->comm || p[-1] == ',') && (p[l] == '\0' || p[l] == ',');
+}
+
+/* The backends this job can start: mpi only when MPI launched it (or a world of one). */
+static int usable(zs_comm_backend b) {
+    if (!zs_comm_backend_available(b)) return 0;
+    if (b == ZS_COMM_MPI) {
+        const char *ws = getenv("WORLD_SIZE");
+        return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || !ws || atoi(ws) <= 1;
+    }
+    return b != ZS_COMM_NCCL; /* nccl needs device buffers: bench it with nccl-tests */
+}
 
 int zs_bench_comm(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return zs_cli_fail(2, "bench comm: the communication layer is not built yet");
+    bench_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    zs_comm_backend list[] = {ZS_COMM_SHM, ZS_COMM_MPI};
+    char *send = NULL, *recv = NULL;
+    int code = 0, first_row = 1, is_rank0 = 0;
+    size_t maxb = (size_t)o.max_bytes;
+    if (zs_alloc(ZS_MEM_COMM, maxb, "bench send", (void **)&send) != ZS_OK ||
+        zs_alloc(ZS_MEM_COMM, maxb, "bench recv", (void **)&recv) != ZS_OK) {
+        zs_free(send);
+        return zs_cli_fail(1, "bench comm: %s", zs_last_error());
+    }
+    for (size_t i = 0; i < maxb / sizeof(float); i++)
+        ((float *)send)[i] = (float)(i & 7);
+    double mc = -1;
+    for (int bi = 0; bi < 2; bi++) {
+        zs_comm_backend b = list[bi];
+        if (!wanted(&o, zs_comm_backend_name(b)) || !usable(b)) continue;
+        zs_comm_config cfg = zs_comm_config_default();
+        cfg.backend = b;
+        cfg.timeout_s = o.timeout_s;
+        zs_comm_t *c = NULL;
+        if (zs_comm_create(&cfg, &c) != ZS_OK) {
+            code = zs_cli_fail(1, "bench comm: %s: %s", zs_comm_backend_name(b), zs_last_error());
+            break;
+        }
+        int rank = zs_comm_rank(c), n = zs_comm_world_size(c);
+        is_rank0 = rank == 0;
+        if (mc < 0) {
+            /* Measured alone: the other ranks wait in the barrier, off the cores. */
+            if (rank == 0) mc = memcpy_gbps(maxb < (64u << 20) ? maxb : (64u << 20));
+            zs_comm_barrier(c, NULL, "memcpy");
+            if (rank == 0 && o.json)
+                printf("{\"memcpy_gbps\": %.3f, \"ranks\": %d, \"results\": [", mc, n);
+            else if (rank == 0)
+                printf("memcpy (1 thread): %.2f GB/s   ranks: %d\n\n%-5s %-15s %12s %10s %10s "
+                       "%10s %9s\n",
+                       mc, n, "comm", "op", "bytes", "ms", "algbw", "busbw", "%memcpy");
+        }
+        for (int op = 0; op < NOPS && code == 0; op++) {
+            for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
+                size_t per = (size_t)n * sizeof(float);
+                size_t sz = (size_t)bytes / per * per; /* divisible by the world, as nccl-tests */
+                if (sz == 0) continue;
+                int iters = o.iters > 0 ? o.iters : (int)((64u << 20) / sz);
+                iters = iters < 3 ? 3 : iters > 50 ? 50 : iters;
+                zs_status st = run_op(c, op, send, recv, sz); /* warm-up */
+                if (st == ZS_OK) st = zs_comm_barrier(c, NULL, "bench");
+                double t0 = zs_now_s();
+                for (int it = 0; it < iters && st == ZS_OK; it++)
+                    st = run_op(c, op, send, recv, sz);
+                if (st == ZS_OK) st = zs_comm_barrier(c, NULL, "bench");
+                double ms = (zs_now_s() - t0) * 1e3 / iters;
+                if (st != ZS_OK) {
+                    code = zs_cli_fail(1, "bench comm: %s", zs_last_error());
+                    break;
+                }
+                double alg = (double)sz / (ms * 1e-3) / 1e9;
+                double factor = op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+                double bus = n > 1 ? alg * factor : alg;
+                if (rank != 0) continue;
+                if (o.json)
+                    printf("%s\n  {\"backend\": \"%s\", \"op\": \"%s\", \"bytes\": %zu, \"ranks\": "
+                           "%d, \"ms\": %.4f, \"busbw_gbps\": %.3f}",
+                           first_row ? "" : ",", zs_comm_backend_name(b), g_op_names[op], sz, n, ms,
+                           bus);
+                else
+                    printf("%-5s %-15s %12zu %10.4f %10.3f %10.3f %8.1f%%\n",
+                           zs_comm_backend_name(b), g_op_names[op], sz, ms, alg, bus,
+                           mc > 0 ? 100.0 * bus / mc : 0.0);
+                first_row = 0;
+                fflush(stdout);
+            }
+        }
+        zs_comm_destroy(c);
+        if (code) break;
+    }
+    if (mc < 0 && code == 0) code = zs_cli_fail(1, "bench comm: no usable comm backend");
+    if (mc >= 0 && o.json && is_rank0 && code == 0) printf("\n]}\n");
+    zs_free(send);
+    zs_free(recv);
+    return code;
 }

@@ -171,6 +171,120 @@ const zs_model_config *zs_trainer_model(const zs_trainer_t *t);
 /* Vocabulary size that the data implies (256 for text, 50257 for GPT-2 token shards). */
 int zs_trainer_vocab(const zs_trainer_t *t);
 
+/* ---- communication (src/comm, DESIGN.md §6) ------------------------------------------
+ * A communicator joins the ranks of one job. Collectives follow NCCL's semantics exactly:
+ * counts are ELEMENTS, not bytes; N is the world size;
+ *   all_gather     send[count]   -> recv[count*N]   rank r's block lands at recv + r*count
+ *   reduce_scatter send[count*N] -> recv[count]     recv = reduce over ranks of send block r
+ *   all_reduce     send[count]   -> recv[count]
+ *   broadcast      send[count] on root -> recv[count] on every rank (send ignored elsewhere)
+ * In-place (as NCCL states it): all_reduce and broadcast with send == recv;
+ * all_gather with send == recv + rank*count; reduce_scatter with recv == send + rank*count.
+ * Any other overlap of send and recv is rejected with ZS_ERR_INVALID.
+ * Dtypes: ZS_DTYPE_F32 and ZS_DTYPE_BF16 (bf16 sums accumulate in fp32 and round once).
+ * ZS_REDUCE_AVG is the fp32 sum divided by N (then rounded to the dtype).
+ * With the shm backend every element is reduced in rank order ((x0 + x1) + x2) + ..., so
+ * results are deterministic and all_reduce == reduce_scatter + all_gather bit for bit.
+ *
+ * Streams: on CPU backends (shm, mpi) pass NULL; on nccl pass the CUDA stream the buffers
+ * are ordered on (a cudaStream_t behind the opaque handle; NULL = the comm's own stream).
+ * Tags: a short caller string (e.g. the unit name, may be NULL) shown in diagnostics.
+ * Every wait carries the comm's timeout. A failure (dead or stuck peer, mismatched
+ * collective) is sticky: the failing call and every later call on that communicator return
+ * ZS_ERR_COMM or ZS_ERR_TIMEOUT, and zs_last_error() names the peer rank, the collective,
+ * its sequence number and its tag. The ring of the last 64 collectives is logged once. */
+
+typedef struct zs_comm zs_comm_t;
+typedef struct zs_comm_work zs_comm_work_t;
+typedef struct zs_stream zs_stream_t; /* opaque; NULL on CPU (also declared by backend) */
+
+typedef enum zs_comm_backend {
+    ZS_COMM_AUTO = 0, /* ZS_COMM env, else shm when all ranks share a host, else mpi */
+    ZS_COMM_SHM,      /* CPU ranks on one host, POSIX shared memory */
+    ZS_COMM_MPI,      /* CPU ranks across hosts, when built with MPI */
+    ZS_COMM_NCCL,     /* CUDA ranks, one GPU each, when built with NCCL */
+} zs_comm_backend;
+
+typedef enum zs_reduce_op {
+    ZS_REDUCE_SUM = 0,
+    ZS_REDUCE_AVG,
+} zs_reduce_op;
+
+typedef struct zs_comm_config {
+    zs_comm_backend backend; /* AUTO by default */
+    double timeout_s;        /* deadline of every wait; default 300, env ZS_COMM_TIMEOUT */
+    int check;               /* compare op/count/dtype across ranks first; env ZS_COMM_CHECK */
+    double debug_delay_s;    /* sleep before each collective (debug); env ZS_COMM_DELAY_MS */
+    size_t chunk_bytes;      /* shm pipeline chunk per rank; 0 = default (env ZS_SHM_CHUNK) */
+    int device;              /* nccl: CUDA device; -1 = LOCAL_RANK */
+    /* Rendezvous overrides; -1 / NULL / 0 = from the environment (torchrun, srun, mpirun). */
+    int rank;
+    int world_size;
+    int local_rank;
+    int local_world_size;
+    const char *master_addr;
+    int master_port;
+} zs_comm_config;
+
+zs_comm_config zs_comm_config_default(void);
+/* "auto", "shm", "mpi", "nccl" <-> enum. */
+zs_status zs_comm_backend_parse(const char *name, zs_comm_backend *out);
+const char *zs_comm_backend_name(zs_comm_backend b);
+/* 1 if this build (and, for nccl, this machine) can create backend b. */
+int zs_comm_backend_available(zs_comm_backend b);
+
+/* Join the job: read the rendezvous, meet the other ranks (TCP store on the master address
+ * or the launcher's job key), set up the backend. Collective over all ranks; bounded by the
+ * timeout. A world of one needs no environment at all. Sets the log rank. */
+zs_status zs_comm_create(const zs_comm_config *cfg, zs_comm_t **out);
+/* Waits for outstanding work, leaves the job and frees everything. NULL accepted. Not
+ * collective, but peers that still wait on this rank then fail with "rank R exited". */
+void zs_comm_destroy(zs_comm_t *c);
+
+int zs_comm_rank(const zs_comm_t *c);
+int zs_comm_world_size(const zs_comm_t *c);
+int zs_comm_local_rank(const zs_comm_t *c);
+int zs_comm_local_world_size(const zs_comm_t *c);
+zs_comm_backend zs_comm_get_backend(const zs_comm_t *c);
+
+/* Blocking collectives: return when recv holds the result (CPU) or, for nccl, when the
+ * collective is enqueued on the stream. Issue order is kept with earlier async work. */
+zs_status zs_comm_all_gather(zs_comm_t *c, const void *send, void *recv, size_t count,
+                             zs_dtype dt, zs_stream_t *stream, const char *tag);
+zs_status zs_comm_reduce_scatter(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                 zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
+                                 const char *tag);
+zs_status zs_comm_all_reduce(zs_comm_t *c, const void *send, void *recv, size_t count,
+                             zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
+                             const char *tag);
+zs_status zs_comm_broadcast(zs_comm_t *c, const void *send, void *recv, size_t count,
+                            zs_dtype dt, int root, zs_stream_t *stream, const char *tag);
+zs_status zs_comm_barrier(zs_comm_t *c, zs_stream_t *stream, const char *tag);
+
+/* Asynchronous forms: enqueue and return at once with *work set. On CPU the rank's comm
+ * thread runs the queue in issue order; buffers must stay untouched until the work is
+ * waited. Works complete in issue order. The tag string is copied. */
+zs_status zs_comm_all_gather_async(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                   zs_dtype dt, zs_stream_t *stream, const char *tag,
+                                   zs_comm_work_t **work);
+zs_status zs_comm_reduce_scatter_async(zs_comm_t *c, const void *send, void *recv,
+                                       size_t count, zs_dtype dt, zs_reduce_op op,
+                                       zs_stream_t *stream, const char *tag,
+                                       zs_comm_work_t **work);
+zs_status zs_comm_all_reduce_async(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                   zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
+                                   const char *tag, zs_comm_work_t **work);
+zs_status zs_comm_broadcast_async(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                  zs_dtype dt, int root, zs_stream_t *stream, const char *tag,
+                                  zs_comm_work_t **work);
+
+/* Block until the work is done (bounded by the comm timeout), then release the handle.
+ * Returns the collective's status. */
+zs_status zs_comm_work_wait(zs_comm_work_t *work);
+/* Non-blocking: *done = 1 when finished (then wait returns at once). Returns the failure
+ * status if the work failed; the handle stays owned by the caller. */
+zs_status zs_comm_work_test(zs_comm_work_t *work, int *done);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,363 @@
+/* The communicator: creation from the rendezvous, backend choice, argument validation (NCCL's
+ * in-place rules), the single execution path every collective takes, and sticky failure. */
+#include "comm/comm_internal.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/timer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+zs_comm_config zs_comm_config_default(void) {
+    zs_comm_config c;
+    memset(&c, 0, sizeof c);
+    c.backend = ZS_COMM_AUTO;
+    c.timeout_s = 300.0;
+    c.device = -1;
+    c.rank = c.world_size = c.local_rank = c.local_world_size = -1;
+    const char *e;
+    if ((e = getenv("ZS_COMM_TIMEOUT")) && atof(e) > 0) c.timeout_s = atof(e);
+    if ((e = getenv("ZS_COMM_CHECK"))) c.check = atoi(e) != 0;
+    if ((e = getenv("ZS_COMM_DELAY_MS"))) c.debug_delay_s = atof(e) * 1e-3;
+    if ((e = getenv("ZS_SHM_CHUNK"))) {
+        uint64_t v = 0;
+        if (zs_parse_bytes(e, &v) == ZS_OK) c.chunk_bytes = (size_t)v;
+    }
+    return c;
+}
+
+zs_status zs_comm_backend_parse(const char *name, zs_comm_backend *out) {
+    static const char *names[] = {"auto", "shm", "mpi", "nccl"};
+    for (int i = 0; i < 4; i++)
+        if (name && !strcmp(name, names[i])) {
+            *out = (zs_comm_backend)i;
+            return ZS_OK;
+        }
+    return zs_error(ZS_ERR_INVALID, "unknown comm backend '%s' (expected auto, shm, mpi or nccl)",
+                    name ? name : "(null)");
+}
+
+const char *zs_comm_backend_name(zs_comm_backend b) {
+    switch (b) {
+    case ZS_COMM_AUTO:
+        return "auto";
+    case ZS_COMM_SHM:
+        return "shm";
+    case ZS_COMM_MPI:
+        return "mpi";
+    case ZS_COMM_NCCL:
+        return "nccl";
+    }
+    return "unknown";
+}
+
+int zs_comm_backend_available(zs_comm_backend b) {
+    switch (b) {
+    case ZS_COMM_AUTO:
+    case ZS_COMM_SHM:
+        return 1;
+    case ZS_COMM_MPI:
+        return zs_comm_mpi_ops() != NULL;
+    case ZS_COMM_NCCL:
+        return zs_comm_nccl_ops() != NULL && zs_comm_nccl_device_count() > 0;
+    }
+    return 0;
+}
+
+const char *zs_coll_name(zs_coll_kind k) {
+    switch (k) {
+    case ZS_COLL_ALL_GATHER:
+        return "all_gather";
+    case ZS_COLL_REDUCE_SCATTER:
+        return "reduce_scatter";
+    case ZS_COLL_ALL_REDUCE:
+        return "all_reduce";
+    case ZS_COLL_BROADCAST:
+        return "broadcast";
+    case ZS_COLL_BARRIER:
+        return "barrier";
+    case ZS_COLL_CHECK:
+        return "check";
+    }
+    return "unknown";
+}
+
+static zs_status resolve_backend(zs_comm_backend want, const zs_comm_env *env,
+                                 zs_comm_backend *out) {
+    zs_status st = ZS_OK;
+    const char *e = getenv("ZS_COMM");
+    if (want == ZS_COMM_AUTO && e && *e) ZS_CHECK(zs_comm_backend_parse(e, &want));
+    if (want == ZS_COMM_AUTO) {
+        if (env->local_world_size == env->world_size)
+            want = ZS_COMM_SHM;
+        else if (zs_comm_mpi_ops())
+            want = ZS_COMM_MPI;
+        else
+            ZS_REQUIRE(0, ZS_ERR_UNSUPPORTED,
+                       "the %d ranks span several hosts (%d local): that needs the mpi backend, "
+                       "and this build has no MPI",
+                       env->world_size, env->local_world_size);
+    }
+    ZS_REQUIRE(want != ZS_COMM_MPI || zs_comm_mpi_ops(), ZS_ERR_UNSUPPORTED,
+               "comm backend mpi: this build has no MPI (configure with -DZS_MPI=ON)");
+    ZS_REQUIRE(want != ZS_COMM_NCCL || zs_comm_nccl_ops(), ZS_ERR_UNSUPPORTED,
+               "comm backend nccl: this build has no NCCL (configure with -DZS_NCCL=ON)");
+    ZS_REQUIRE(want != ZS_COMM_SHM || env->local_world_size == env->world_size, ZS_ERR_UNSUPPORTED,
+               "comm backend shm needs all ranks on one host, but only %d of %d are local",
+               env->local_world_size, env->world_size);
+    *out = want;
+fail:
+    return st;
+}
+
+zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
+    zs_status st = ZS_OK;
+    zs_comm_config cfg = cfg_in ? *cfg_in : zs_comm_config_default();
+    zs_comm_t *c = NULL;
+    ZS_REQUIRE(out, ZS_ERR_INVALID, "zs_comm_create: out is NULL");
+    *out = NULL;
+    ZS_REQUIRE(cfg.timeout_s > 0, ZS_ERR_INVALID, "comm timeout %.3g s: must be positive",
+               cfg.timeout_s);
+    c = calloc(1, sizeof *c);
+    ZS_REQUIRE(c, ZS_ERR_OOM, "zs_comm_create: out of memory");
+    pthread_mutex_init(&c->err_lock, NULL);
+    pthread_mutex_init(&c->ring_lock, NULL);
+    ZS_CHECK(zs_comm_env_read(&cfg, &c->env));
+    if (c->env.world_size > 1) zs_log_set_rank(c->env.rank);
+    ZS_CHECK(resolve_backend(cfg.backend, &c->env, &c->backend));
+    c->ops = c->backend == ZS_COMM_SHM   ? &zs_comm_shm_ops
+             : c->backend == ZS_COMM_MPI ? zs_comm_mpi_ops()
+                                         : zs_comm_nccl_ops();
+    c->timeout_s = cfg.timeout_s;
+    c->check = cfg.check;
+    c->delay_s = cfg.debug_delay_s;
+    c->chunk_bytes = cfg.chunk_bytes;
+    c->device = cfg.device >= 0 ? cfg.device : c->env.local_rank;
+    c->t0 = zs_now_s();
+    ZS_CHECK(c->ops->init(c));
+    ZS_CHECK(zs_queue_create(c, &c->queue));
+    ZS_LOG_D("comm: rank %d of %d (local %d of %d, from %s), backend %s", c->env.rank,
+             c->env.world_size, c->env.local_rank, c->env.local_world_size, c->env.source,
+             c->ops->name);
+    *out = c;
+    return ZS_OK;
+fail:
+    if (c && c->impl && c->ops) c->ops->fini(c);
+    if (c) {
+        zs_queue_destroy(c->queue);
+        free(c);
+    }
+    return st;
+}
+
+void zs_comm_destroy(zs_comm_t *c) {
+    if (!c) return;
+    zs_queue_destroy(c->queue); /* drains outstanding work first */
+    if (c->ops) c->ops->fini(c);
+    pthread_mutex_destroy(&c->err_lock);
+    pthread_mutex_destroy(&c->ring_lock);
+    free(c);
+}
+
+int zs_comm_rank(const zs_comm_t *c) {
+    return c ? c->env.rank : 0;
+}
+int zs_comm_world_size(const zs_comm_t *c) {
+    return c ? c->env.world_size : 1;
+}
+int zs_comm_local_rank(const zs_comm_t *c) {
+    return c ? c->env.local_rank : 0;
+}
+int zs_comm_local_world_size(const zs_comm_t *c) {
+    return c ? c->env.local_world_size : 1;
+}
+zs_comm_backend zs_comm_get_backend(const zs_comm_t *c) {
+    return c ? c->backend : ZS_COMM_AUTO;
+}
+
+/* ---- failure ---------------------------------------------------------------------------- */
+
+void zs_comm_fail(zs_comm_t *c, zs_status st, const char *msg) {
+    int first = 0;
+    pthread_mutex_lock(&c->err_lock);
+    if (c->failed == ZS_OK) {
+        c->failed = st;
+        snprintf(c->failed_msg, sizeof c->failed_msg, "%s", msg);
+        first = 1;
+    }
+    pthread_mutex_unlock(&c->err_lock);
+    if (!first) return;
+    ZS_LOG_E("%s", msg);
+    zs_ring_print(c);
+    if (c->ops && c->ops->abort) c->ops->abort(c, msg);
+}
+
+zs_status zs_comm_check_failed(zs_comm_t *c) {
+    zs_status st;
+    pthread_mutex_lock(&c->err_lock);
+    st = c->failed;
+    if (st != ZS_OK) zs_error(st, "communicator failed earlier: %s", c->failed_msg);
+    pthread_mutex_unlock(&c->err_lock);
+    return st;
+}
+
+/* ---- execution -------------------------------------------------------------------------- */
+
+zs_status zs_comm_execute(zs_comm_t *c, const zs_coll *op, char *msg, size_t msg_cap) {
+    zs_status st = zs_comm_check_failed(c);
+    if (st == ZS_OK) {
+        if (c->delay_s > 0) {
+            struct timespec ts = {(time_t)c->delay_s,
+                                  (long)((c->delay_s - (double)(time_t)c->delay_s) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        zs_ring_begin(c, op);
+        if (c->check && c->env.world_size > 1) st = zs_comm_check_op(c, op);
+        if (st == ZS_OK) st = c->ops->run(c, op);
+        zs_ring_end(c, op, st);
+        if (st != ZS_OK) {
+            char full[1024];
+            snprintf(full, sizeof full, "%s #%llu (tag '%s', %zu x %s) on rank %d: %s",
+                     zs_coll_name(op->kind), (unsigned long long)op->seq, op->tag, op->count,
+                     zs_dtype_name(op->dt), c->env.rank, zs_last_error());
+            zs_comm_fail(c, st, full);
+            zs_error(st, "%s", full);
+        }
+    }
+    if (msg && msg_cap) snprintf(msg, msg_cap, "%s", st == ZS_OK ? "" : zs_last_error());
+    return st;
+}
+
+/* ---- argument checks -------------------------------------------------------------------- */
+
+static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb && y < x + na;
+}
+
+static zs_status validate(zs_comm_t *c, const zs_coll *op) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(c, ZS_ERR_INVALID, "%s: communicator is NULL", zs_coll_name(op->kind));
+    const char *name = zs_coll_name(op->kind);
+    size_t n = (size_t)c->env.world_size;
+    if (op->kind == ZS_COLL_BARRIER) return ZS_OK;
+    ZS_REQUIRE(op->dt == ZS_DTYPE_F32 || op->dt == ZS_DTYPE_BF16, ZS_ERR_INVALID,
+               "%s: dtype %s is not supported (f32 or bf16)", name, zs_dtype_name(op->dt));
+    ZS_REQUIRE(op->op == ZS_REDUCE_SUM || op->op == ZS_REDUCE_AVG, ZS_ERR_INVALID,
+               "%s: unknown reduce op %d", name, (int)op->op);
+    ZS_REQUIRE(op->count <= SIZE_MAX / 4 / n, ZS_ERR_INVALID, "%s: count %zu is too large", name,
+               op->count);
+    size_t esz = zs_dtype_size(op->dt), cnt = op->count * esz;
+    const char *s = op->send;
+    char *r = op->recv;
+    int is_root = op->kind != ZS_COLL_BROADCAST || op->root == c->env.rank;
+    if (op->kind == ZS_COLL_BROADCAST)
+        ZS_REQUIRE(op->root >= 0 && op->root < c->env.world_size, ZS_ERR_INVALID,
+                   "broadcast: root %d is not a rank of the world of %zu", op->root, n);
+    if (op->count == 0) return ZS_OK;
+    ZS_REQUIRE(r && (s || !is_root), ZS_ERR_INVALID, "%s: NULL buffer with count %zu", name,
+               op->count);
+    switch (op->kind) {
+    case ZS_COLL_ALL_GATHER:
+        ZS_REQUIRE(s == r + (size_t)c->env.rank * cnt || !overlaps(s, cnt, r, cnt * n),
+                   ZS_ERR_INVALID,
+                   "all_gather: send overlaps recv but is not the in-place position "
+                   "recv + rank*count");
+        break;
+    case ZS_COLL_REDUCE_SCATTER:
+        ZS_REQUIRE(r == s + (size_t)c->env.rank * cnt || !overlaps(s, cnt * n, r, cnt),
+                   ZS_ERR_INVALID,
+                   "reduce_scatter: recv overlaps send but is not the in-place position "
+                   "send + rank*count");
+        break;
+    default:
+        ZS_REQUIRE(!is_root || s == r || !overlaps(s, cnt, r, cnt), ZS_ERR_INVALID,
+                   "%s: send and recv overlap without being equal (in place)", name);
+        break;
+    }
+fail:
+    return st;
+}
+
+static zs_status submit(zs_comm_t *c, zs_coll_kind kind, const void *send, void *recv, size_t count,
+                        zs_dtype dt, zs_reduce_op op, int root, zs_stream_t *stream,
+                        const char *tag, zs_comm_work_t **work) {
+    zs_status st = ZS_OK;
+    zs_coll co;
+    memset(&co, 0, sizeof co);
+    co.kind = kind;
+    co.send = send;
+    co.recv = recv;
+    co.count = count;
+    co.dt = dt;
+    co.op = op;
+    co.root = root;
+    co.stream = stream;
+    snprintf(co.tag, sizeof co.tag, "%s", tag ? tag : "");
+    if (work) *work = NULL;
+    ZS_CHECK(validate(c, &co));
+    ZS_CHECK(zs_comm_check_failed(c));
+    ZS_CHECK(zs_queue_submit(c, &co, work));
+fail:
+    return st;
+}
+
+zs_status zs_comm_all_gather(zs_comm_t *c, const void *send, void *recv, size_t count, zs_dtype dt,
+                             zs_stream_t *stream, const char *tag) {
+    return submit(c, ZS_COLL_ALL_GATHER, send, recv, count, dt, ZS_REDUCE_SUM, 0, stream, tag,
+                  NULL);
+}
+zs_status zs_comm_reduce_scatter(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                 zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
+                                 const char *tag) {
+    return submit(c, ZS_COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0, stream, tag, NULL);
+}
+zs_status zs_comm_all_reduce(zs_comm_t *c, const void *send, void *recv, size_t count, zs_dtype dt,
+                             zs_reduce_op op, zs_stream_t *stream, const char *tag) {
+    return submit(c, ZS_COLL_ALL_REDUCE, send, recv, count, dt, op, 0, stream, tag, NULL);
+}
+zs_status zs_comm_broadcast(zs_comm_t *c, const void *send, void *recv, size_t count, zs_dtype dt,
+                            int root, zs_stream_t *stream, const char *tag) {
+    return submit(c, ZS_COLL_BROADCAST, send, recv, count, dt, ZS_REDUCE_SUM, root, stream, tag,
+                  NULL);
+}
+zs_status zs_comm_barrier(zs_comm_t *c, zs_stream_t *stream, const char *tag) {
+    return submit(c, ZS_COLL_BARRIER, NULL, NULL, 0, ZS_DTYPE_F32, ZS_REDUCE_SUM, 0, stream, tag,
+                  NULL);
+}
+
+static zs_status need_work(zs_comm_work_t **work) {
+    return work ? ZS_OK : zs_error(ZS_ERR_INVALID, "async collective: work pointer is NULL");
+}
+
+zs_status zs_comm_all_gather_async(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                   zs_dtype dt, zs_stream_t *stream, const char *tag,
+                                   zs_comm_work_t **work) {
+    zs_status st = need_work(work);
+    if (st != ZS_OK) return st;
+    return submit(c, ZS_COLL_ALL_GATHER, send, recv, count, dt, ZS_REDUCE_SUM, 0, stream, tag,
+                  work);
+}
+zs_status zs_comm_reduce_scatter_async(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                       zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
+                                       const char *tag, zs_comm_work_t **work) {
+    zs_status st = need_work(work);
+    if (st != ZS_OK) return st;
+    return submit(c, ZS_COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0, stream, tag, work);
+}
+zs_status zs_comm_all_reduce_async(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                   zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
+                                   const char *tag, zs_comm_work_t **work) {
+    zs_status st = need_work(work);
+    if (st != ZS_OK) return st;
+    return submit(c, ZS_COLL_ALL_REDUCE, send, recv, count, dt, op, 0, stream, tag, work);
+}
+zs_status zs_comm_broadcast_async(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                  zs_dtype dt, int root, zs_stream_t *stream, const char *tag,
+                                  zs_comm_work_t **work) {
+    zs_status st = need_work(work);
+    if (st != ZS_OK) return st;
+    return submit(c, ZS_COLL_BROADCAST, send, recv, count, dt, ZS_REDUCE_SUM, root, stream, tag,
+                  work);
+}

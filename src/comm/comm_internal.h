@@ -1,0 +1,135 @@
+/* Internals shared by the comm layer: the communicator, the collective descriptor that
+ * flows from the public API through the async queue to a backend, the backend vtable, and
+ * the diagnostics ring. Nothing here leaks into include/zshard.h. */
+#ifndef ZS_COMM_INTERNAL_H
+#define ZS_COMM_INTERNAL_H
+
+#include "comm/env.h"
+#include "zshard.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum zs_coll_kind {
+    ZS_COLL_ALL_GATHER = 0,
+    ZS_COLL_REDUCE_SCATTER,
+    ZS_COLL_ALL_REDUCE,
+    ZS_COLL_BROADCAST,
+    ZS_COLL_BARRIER,
+    ZS_COLL_CHECK, /* internal: exchange of descriptors in check mode */
+} zs_coll_kind;
+
+#define ZS_COMM_TAG_LEN 48
+#define ZS_COMM_RING 64
+
+/* One collective as issued by the caller. */
+typedef struct zs_coll {
+    zs_coll_kind kind;
+    const void *send;
+    void *recv;
+    size_t count; /* elements, per the API's definition for the kind */
+    zs_dtype dt;
+    zs_reduce_op op;
+    int root;
+    zs_stream_t *stream;
+    uint64_t seq; /* 1-based sequence number on this communicator */
+    char tag[ZS_COMM_TAG_LEN];
+} zs_coll;
+
+/* A backend runs one collective to completion on the calling thread (CPU backends) or
+ * enqueues it on the stream (nccl). Errors are recorded with zs_error and returned. */
+typedef struct zs_comm_backend_ops {
+    const char *name;
+    zs_status (*init)(zs_comm_t *c);
+    void (*fini)(zs_comm_t *c);
+    zs_status (*run)(zs_comm_t *c, const zs_coll *op);
+    /* Optional: after a failure, make peers notice quickly (mark the shared segment). */
+    void (*abort)(zs_comm_t *c, const char *why);
+    /* Optional: wait until a collective enqueued on a stream has finished (nccl), and the
+     * non-blocking question "has it?". */
+    zs_status (*sync)(zs_comm_t *c, const zs_coll *op);
+    zs_status (*query)(zs_comm_t *c, const zs_coll *op, int *done);
+    int needs_thread; /* CPU backends: async work runs on the comm thread */
+} zs_comm_backend_ops;
+
+typedef struct zs_ring_entry {
+    uint64_t seq;
+    zs_coll_kind kind;
+    size_t count;
+    zs_dtype dt;
+    char tag[ZS_COMM_TAG_LEN];
+    double t_start, t_end; /* seconds since comm creation; t_end < 0 while running */
+    zs_status st;
+} zs_ring_entry;
+
+typedef struct zs_comm_queue zs_comm_queue; /* queue.c */
+
+struct zs_comm {
+    zs_comm_env env;
+    zs_comm_backend backend;
+    const zs_comm_backend_ops *ops;
+    void *impl; /* backend state */
+    double timeout_s;
+    int check;
+    double delay_s;
+    size_t chunk_bytes;
+    int device;
+    double t0;
+
+    uint64_t next_seq; /* guarded by the queue lock once the queue exists */
+
+    /* sticky failure: set once, read by every later call */
+    pthread_mutex_t err_lock;
+    zs_status failed;
+    char failed_msg[1024];
+
+    /* diagnostics ring, written by whichever thread runs the collective */
+    pthread_mutex_t ring_lock;
+    zs_ring_entry ring[ZS_COMM_RING];
+    uint64_t ring_n;
+    int ring_printed;
+
+    zs_comm_queue *queue;
+};
+
+/* Backends that exist in this build (NULL when not compiled in). */
+extern const zs_comm_backend_ops zs_comm_shm_ops;
+const zs_comm_backend_ops *zs_comm_mpi_ops(void);
+const zs_comm_backend_ops *zs_comm_nccl_ops(void);
+int zs_comm_nccl_device_count(void);
+/* MPI_Bcast of raw bytes over MPI_COMM_WORLD (initializing MPI if needed); bootstraps nccl
+ * under mpirun. ZS_ERR_UNSUPPORTED without MPI. */
+zs_status zs_comm_mpi_bcast_bytes(void *buf, size_t nbytes, int root);
+
+const char *zs_coll_name(zs_coll_kind k);
+
+/* Run one collective now on this thread: delay, check mode, ring, backend, sticky error.
+ * The single path used by the inline (sync) case and by the comm thread. */
+zs_status zs_comm_execute(zs_comm_t *c, const zs_coll *op, char *msg, size_t msg_cap);
+/* Record a failure (first one wins), print the ring once, tell the backend to abort. */
+void zs_comm_fail(zs_comm_t *c, zs_status st, const char *msg);
+/* Returns the sticky failure (with its message re-recorded on this thread) or ZS_OK. */
+zs_status zs_comm_check_failed(zs_comm_t *c);
+
+/* diag.c */
+void zs_ring_begin(zs_comm_t *c, const zs_coll *op);
+void zs_ring_end(zs_comm_t *c, const zs_coll *op, zs_status st);
+void zs_ring_print(zs_comm_t *c);
+/* Check mode: all-gather the descriptor of op through the backend and compare. */
+zs_status zs_comm_check_op(zs_comm_t *c, const zs_coll *op);
+
+/* queue.c: the per-rank async queue and its comm thread. */
+zs_status zs_queue_create(zs_comm_t *c, zs_comm_queue **out);
+void zs_queue_destroy(zs_comm_queue *q);
+/* Enqueue a copy of *op (seq assigned here). If work is NULL, waits for it (sync form);
+ * runs it inline when nothing is queued. */
+zs_status zs_queue_submit(zs_comm_t *c, zs_coll *op, zs_comm_work_t **work);
+
+/* reduction helpers shared by backends (reduce.c) */
+/* Deterministic rank-order reduction of n inputs into out (which may alias one input). */
+void zs_reduce_f32(float *out, const float *const *in, int n, size_t count, int avg, int world);
+void zs_reduce_bf16(uint16_t *out, const uint16_t *const *in, int n, size_t count, int avg,
+                    int world);
+
+#endif

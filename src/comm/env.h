@@ -1,0 +1,23 @@
+/* Rendezvous from the environment: who am I (rank, world, local rank), where is the master,
+ * and a job key that names this job's shared state, read from the conventions of torchrun,
+ * srun and mpirun (DESIGN.md §6). A process with none of them is a world of one. */
+#ifndef ZS_COMM_ENV_H
+#define ZS_COMM_ENV_H
+
+#include "zshard.h"
+
+typedef struct zs_comm_env {
+    int rank;
+    int world_size;
+    int local_rank;
+    int local_world_size;
+    char master_addr[256]; /* "" when no master is known */
+    int master_port;       /* 0 when none */
+    char job_key[128];     /* unique per job on a host: names the shm segment without a store */
+    const char *source;    /* "torchrun", "mpirun", "srun", "config" or "none" */
+} zs_comm_env;
+
+/* Fill *env from the environment, then apply the config's overrides. Validates ranges. */
+zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *env);
+
+#endif

@@ -1,0 +1,272 @@
+/* Rank program for the multi-rank comm tests, started by `zshard run` or mpirun:
+ *   comm_worker collectives [--comm B] [--async]  every collective against exact expectations
+ *   comm_worker die --victim V                    V kills itself mid-job; others must report it
+ *   comm_worker stuck --victim V                  V stops calling collectives (timeout path)
+ *   comm_worker mismatch                          rank 1 calls a different collective
+ * Data are small integers in floats, so every sum is exact and results are checked bit for
+ * bit; outputs are poisoned before each call. Exit 0 = all checks passed. */
+#include "testutil.h"
+#include "zshard.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+static int g_rank, g_n;
+static zs_comm_t *g_c;
+
+static float val(int rank, size_t i) {
+    return (float)((int)((i * 7 + (size_t)rank * 3) % 11) - 5);
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16); /* exact for small integers */
+}
+
+/* Element i of rank r's input, stored in dtype dt at buf. */
+static void put(void *buf, zs_dtype dt, size_t i, float v) {
+    if (dt == ZS_DTYPE_F32)
+        ((float *)buf)[i] = v;
+    else
+        ((uint16_t *)buf)[i] = to_bf16(v);
+}
+
+static int same_bits(const void *buf, zs_dtype dt, size_t i, float want) {
+    if (dt == ZS_DTYPE_F32) {
+        float got = ((const float *)buf)[i];
+        return memcmp(&got, &want, 4) == 0;
+    }
+    /* bf16 result: the fp32 value rounded to nearest even */
+    uint32_t u;
+    memcpy(&u, &want, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return ((const uint16_t *)buf)[i] == (uint16_t)(u >> 16);
+}
+
+static float reduced(size_t i, int avg) {
+    float s = 0;
+    for (int r = 0; r < g_n; r++)
+        s += val(r, i);
+    return avg ? s / (float)g_n : s;
+}
+
+static void poison(void *buf, size_t nbytes) {
+    memset(buf, 0xff, nbytes); /* NaN in both dtypes */
+}
+
+static zs_status issue(int async, zs_comm_work_t **w, int kind, const void *s, void *r,
+                       size_t count, zs_dtype dt, zs_reduce_op op, const char *tag) {
+    switch (kind) {
+    case 0:
+        return async ? zs_comm_all_reduce_async(g_c, s, r, count, dt, op, NULL, tag, w)
+                     : zs_comm_all_reduce(g_c, s, r, count, dt, op, NULL, tag);
+    case 1:
+        return async ? zs_comm_reduce_scatter_async(g_c, s, r, count, dt, op, NULL, tag, w)
+                     : zs_comm_reduce_scatter(g_c, s, r, count, dt, op, NULL, tag);
+    case 2:
+        return async ? zs_comm_all_gather_async(g_c, s, r, count, dt, NULL, tag, w)
+                     : zs_comm_all_gather(g_c, s, r, count, dt, NULL, tag);
+    default:
+        return async ? zs_comm_broadcast_async(g_c, s, r, count, dt, g_n - 1, NULL, tag, w)
+                     : zs_comm_broadcast(g_c, s, r, count, dt, g_n - 1, NULL, tag);
+    }
+}
+
+/* One collective (kind 0 AR, 1 RS, 2 AG, 3 bcast from the last rank) of `count`, checked. */
+static void check_one(int kind, size_t count, zs_dtype dt, int avg, int inplace, int async) {
+    size_t esz = zs_dtype_size(dt), n = (size_t)g_n, r = (size_t)g_rank;
+    size_t in_elems = kind == 1 ? count * n : count;
+    size_t out_elems = kind == 2 ? count * n : count;
+    size_t big = (in_elems > out_elems ? in_elems : out_elems) + 1;
+    char *a = zt_malloc(big * esz), *b = zt_malloc(big * esz);
+    poison(a, big * esz);
+    poison(b, big * esz);
+    /* Logical input element j of this rank (for RS: block q's element i is j = q*count + i;
+     * its value is a function of i so every block's expectation is the same formula). */
+    char *send, *recv;
+    if (!inplace) {
+        send = a;
+        recv = b;
+    } else if (kind == 1) {
+        send = a;
+        recv = a + r * count * esz;
+    } else if (kind == 2) {
+        recv = a;
+        send = a + r * count * esz;
+    } else {
+        send = recv = a;
+    }
+    for (size_t j = 0; j < in_elems; j++) {
+        /* reduce_scatter: block q's element i holds val(rank, i) + q */
+        size_t i = kind == 1 ? j % count : j;
+        put(send, dt, j, val(g_rank, i) + (kind == 1 ? (float)(j / count) : 0.0f));
+    }
+    zs_reduce_op op = avg ? ZS_REDUCE_AVG : ZS_REDUCE_SUM;
+    zs_comm_work_t *w = NULL;
+    char tag[48];
+    snprintf(tag, sizeof tag, "k%d/c%zu/%s", kind, count, zs_dtype_name(dt));
+    ZT_OK(issue(async, &w, kind, send, recv, count, dt, op, tag));
+    if (async) ZT_OK(zs_comm_work_wait(w));
+    int bad = 0;
+    for (size_t i = 0; i < out_elems && bad < 3; i++) {
+        float want;
+        if (kind == 0)
+            want = reduced(i, avg);
+        else if (kind == 1) {
+            /* block r of every rank: val(p, i) + r */
+            float s = 0;
+            for (int p = 0; p < g_n; p++)
+                s += val(p, i) + (float)r;
+            want = avg ? s / (float)g_n : s;
+        } else if (kind == 2)
+            want = val((int)(i / count), i % count);
+        else
+            want = val(g_n - 1, i);
+        if (!same_bits(recv, dt, i, want)) {
+            bad++;
+            ZT_CHECK(0, "rank %d kind %d count %zu %s avg %d inplace %d async %d: elem %zu wrong",
+                     g_rank, kind, count, zs_dtype_name(dt), avg, inplace, async, i);
+        }
+    }
+    zt_checks++;
+    free(a);
+    free(b);
+}
+
+/* all_reduce == reduce_scatter then all_gather, bit for bit, on random non-integer data. */
+static void check_ar_equals_rs_ag(size_t count_per_rank, zs_dtype dt) {
+    size_t n = (size_t)g_n, total = count_per_rank * n, esz = zs_dtype_size(dt);
+    float *x = zt_malloc(total * sizeof(float));
+    char *in = zt_malloc(total * esz), *ar = zt_malloc(total * esz), *rs = zt_malloc(total * esz),
+         *ag = zt_malloc(total * esz);
+    zt_fill_normal(x, total, 1.0f);
+    for (size_t i = 0; i < total; i++) {
+        if (dt == ZS_DTYPE_F32)
+            ((float *)in)[i] = x[i];
+        else
+            ((uint16_t *)in)[i] = to_bf16(x[i]);
+    }
+    ZT_OK(zs_comm_all_reduce(g_c, in, ar, total, dt, ZS_REDUCE_AVG, NULL, "ar"));
+    ZT_OK(zs_comm_reduce_scatter(g_c, in, rs, count_per_rank, dt, ZS_REDUCE_AVG, NULL, "rs"));
+    ZT_OK(zs_comm_all_gather(g_c, rs, ag, count_per_rank, dt, NULL, "ag"));
+    ZT_CHECK(memcmp(ar, ag, total * esz) == 0, "all_reduce != reduce_scatter+all_gather (%zu %s)",
+             count_per_rank, zs_dtype_name(dt));
+    free(x);
+    free(in);
+    free(ar);
+    free(rs);
+    free(ag);
+}
+
+/* Several async collectives in flight at once, waited in issue order; with ZS_COMM_DELAY_MS
+ * set the first must still be pending right after issue (a missing wait would show). */
+static void check_async_pipeline(void) {
+    enum { K = 6, C = 5000 };
+    float *in[K], *out[K];
+    zs_comm_work_t *w[K];
+    for (int k = 0; k < K; k++) {
+        in[k] = zt_malloc(C * sizeof(float));
+        out[k] = zt_malloc(C * sizeof(float));
+        for (size_t i = 0; i < C; i++)
+            in[k][i] = val(g_rank, i) + (float)k;
+        poison(out[k], C * sizeof(float));
+        ZT_OK(zs_comm_all_reduce_async(g_c, in[k], out[k], C, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL,
+                                       "pipe", &w[k]));
+    }
+    if (getenv("ZS_COMM_DELAY_MS") && g_n > 1) {
+        int done = 1;
+        ZT_OK(zs_comm_work_test(w[K - 1], &done));
+        ZT_CHECK(!done, "last async work finished immediately despite the injected delay");
+    }
+    for (int k = 0; k < K; k++) {
+        ZT_OK(zs_comm_work_wait(w[k]));
+        for (size_t i = 0; i < C; i++) {
+            float want = reduced(i, 0) + (float)(k * g_n);
+            if (memcmp(&out[k][i], &want, 4)) {
+                ZT_CHECK(0, "async pipeline %d elem %zu", k, i);
+                break;
+            }
+        }
+        free(in[k]);
+        free(out[k]);
+    }
+}
+
+static int run_collectives(int async_only) {
+    size_t counts[] = {0, 1, 3, (size_t)g_n, 7, 1000, 4099, 70001};
+    zs_dtype dts[] = {ZS_DTYPE_F32, ZS_DTYPE_BF16};
+    for (int d = 0; d < 2; d++)
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+            for (int kind = 0; kind < 4; kind++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    for (int async = async_only; async < 2; async++) {
+                        int navg = kind < 2 ? 2 : 1;
+                        for (int avg = 0; avg < navg; avg++)
+                            check_one(kind, counts[ci], dts[d], avg, inplace, async);
+                    }
+    ZT_OK(zs_comm_barrier(g_c, NULL, "mid"));
+    if (zs_comm_get_backend(g_c) == ZS_COMM_SHM) {
+        check_ar_equals_rs_ag(1, ZS_DTYPE_F32);
+        check_ar_equals_rs_ag(12345, ZS_DTYPE_F32);
+        check_ar_equals_rs_ag(12345, ZS_DTYPE_BF16);
+    }
+    check_async_pipeline();
+    return 0;
+}
+
+/* Failure modes: every rank loops over tagged all_reduces; the victim misbehaves. */
+static int run_failure(const char *mode, int victim) {
+    float x[256];
+    for (int it = 0;; it++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "unit.%d", it % 12);
+        for (int i = 0; i < 256; i++)
+            x[i] = (float)g_rank;
+        if (g_rank == victim && it == 20) {
+            if (!strcmp(mode, "die")) raise(SIGKILL);
+            if (!strcmp(mode, "stuck")) sleep(600);
+        }
+        zs_status st;
+        if (!strcmp(mode, "mismatch") && g_rank == 1 && it == 5)
+            st = zs_comm_all_gather(g_c, x + g_rank, x, 1, ZS_DTYPE_F32, NULL, tag);
+        else
+            st = zs_comm_all_reduce(g_c, x, x, 256, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, tag);
+        if (st != ZS_OK) {
+            /* the second call must fail fast with the same (sticky) error */
+            zs_status again = zs_comm_barrier(g_c, NULL, "after");
+            printf("rank %d: %s: %s | again: %s\n", g_rank, zs_status_string(st), zs_last_error(),
+                   zs_status_string(again));
+            fflush(stdout);
+            return 3;
+        }
+        if (it > 100000) return 0;
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "collectives";
+    zs_comm_config cfg = zs_comm_config_default();
+    int victim = 1, async_only = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--comm") && i + 1 < argc)
+            ZT_OK(zs_comm_backend_parse(argv[++i], &cfg.backend));
+        else if (!strcmp(argv[i], "--victim") && i + 1 < argc)
+            victim = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--async"))
+            async_only = 1;
+    }
+    zt_init("comm_worker");
+    ZT_OK(zs_comm_create(&cfg, &g_c));
+    g_rank = zs_comm_rank(g_c);
+    g_n = zs_comm_world_size(g_c);
+    int rc = 0;
+    if (!strcmp(mode, "collectives"))
+        rc = run_collectives(async_only);
+    else
+        rc = run_failure(mode, victim);
+    zs_comm_destroy(g_c);
+    if (rc) return rc;
+    return zt_finish();
+}
