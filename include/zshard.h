@@ -137,6 +137,9 @@ typedef struct zs_train_config {
     uint64_t seed;
     zs_stage stage;
     uint64_t device_mem;     /* per-rank cap in bytes; 0 = none */
+    int prefetch;            /* ZeRO-3 units gathered ahead of the current one */
+    const char *comm;        /* "auto", "shm", "mpi", "nccl" (NULL = auto / ZS_COMM) */
+    double comm_timeout_s;   /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */
 } zs_train_config;
 
 zs_train_config zs_train_config_default(void);
@@ -165,8 +168,14 @@ zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss);
  * token ids as text otherwise). */
 zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens,
                             float temperature, uint64_t seed, char *out, size_t cap);
-/* FNV-1a 64 hash of all fp32 master parameters in unit layout order (padding excluded). */
-uint64_t zs_trainer_param_hash(zs_trainer_t *t);
+/* FNV-1a 64 hash of all fp32 master parameters in unit layout order (padding excluded).
+ * Collective across ranks (sharded stages gather the shards); every rank gets the hash. */
+zs_status zs_trainer_param_hash(zs_trainer_t *t, uint64_t *hash);
+/* This process's rank and the world size (1 and 0 without a launcher). */
+int zs_trainer_rank(const zs_trainer_t *t);
+int zs_trainer_world_size(const zs_trainer_t *t);
+/* Memory statistics of every rank, rank order, into all[world_size]. Collective. */
+zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all);
 const zs_model_config *zs_trainer_model(const zs_trainer_t *t);
 /* Vocabulary size that the data implies (256 for text, 50257 for GPT-2 token shards). */
 int zs_trainer_vocab(const zs_trainer_t *t);

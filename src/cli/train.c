@@ -4,6 +4,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
+#include "core/status.h"
 #include "core/timer.h"
 #include "zshard.h"
 
@@ -21,6 +22,7 @@ typedef struct train_opts {
     int val_every, val_batches, sample_every, sample_len, print_every;
     float temperature;
     int quiet;
+    int nproc;
 } train_opts;
 
 static void usage(FILE *f) {
@@ -44,7 +46,12 @@ static void usage(FILE *f) {
             "  --weight-decay W    AdamW decay on matrices [0.1]\n"
             "  --grad-clip C       global-norm clip, 0 = off [1.0]\n"
             "  --seed S            init and data seed [1337]\n"
+            "distribution:\n"
             "  --stage S           ddp|1|2|3 [ddp]\n"
+            "  --nproc N           start N local ranks through the launcher (zshard run) [1]\n"
+            "  --prefetch N        ZeRO-3 units gathered ahead of the current one [1]\n"
+            "  --comm NAME         auto|shm|mpi|nccl [auto, or $ZS_COMM]\n"
+            "  --comm-timeout S    seconds before a stuck collective fails [300]\n"
             "evaluation and output:\n"
             "  --val-every N       validation loss every N steps, 0 = only at the end [50]\n"
             "  --val-batches N     batches per validation [8]\n"
@@ -61,6 +68,7 @@ static void usage(FILE *f) {
 
 static int parse(int argc, char **argv, train_opts *o) {
     memset(o, 0, sizeof *o);
+    o->nproc = 1;
     o->cfg = zs_train_config_default();
     o->model_name = "gpt2-tiny";
     o->val_every = 50;
@@ -106,6 +114,15 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--temperature")) rc = zs_arg_float(a, v, &o->temperature);
         else if (!strcmp(a, "--print-every")) rc = zs_arg_int(a, v, &o->print_every);
         else if (!strcmp(a, "--log")) o->log_path = v;
+        else if (!strcmp(a, "--nproc")) rc = zs_arg_int(a, v, &o->nproc);
+        else if (!strcmp(a, "--prefetch")) rc = zs_arg_int(a, v, &o->cfg.prefetch);
+        else if (!strcmp(a, "--comm")) o->cfg.comm = v;
+        else if (!strcmp(a, "--comm-timeout")) {
+            float f;
+            rc = zs_arg_float(a, v, &f);
+            if (!rc && f <= 0) return zs_cli_fail(2, "--comm-timeout must be positive");
+            o->cfg.comm_timeout_s = f;
+        }
         else if (!strcmp(a, "--device-mem")) {
             if (zs_parse_bytes(v, &o->cfg.device_mem) != ZS_OK)
                 return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
@@ -123,6 +140,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         return zs_cli_fail(2, "train: --val-every, --sample-every, --print-every must be >= 0");
     if (o->val_batches < 1) return zs_cli_fail(2, "train: --val-batches must be positive");
     if (o->sample_len < 0) return zs_cli_fail(2, "train: --sample-len must be >= 0");
+    if (o->nproc < 0 || o->nproc > 256) return zs_cli_fail(2, "train: --nproc must be in [1, 256]");
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
         return zs_cli_fail(2, "train: %s", zs_last_error());
     return 0;
@@ -186,10 +204,48 @@ static void progress(const train_opts *o, const zs_step_stats *s, int tty, doubl
     }
 }
 
+/* `--nproc N` is shorthand for `zshard run -n N -- zshard train ...` without --nproc. */
+static int relaunch(int argc, char **argv, int nproc) {
+    char self[4096], n[16];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) return zs_cli_fail(1, "train: cannot find the zshard executable to relaunch");
+    self[len] = '\0';
+    snprintf(n, sizeof n, "%d", nproc);
+    char **args = calloc((size_t)argc + 8, sizeof *args);
+    if (!args) return zs_cli_fail(1, "train: out of memory");
+    int k = 0;
+    args[k++] = self;
+    args[k++] = "run";
+    args[k++] = "-n";
+    args[k++] = n;
+    args[k++] = "--";
+    args[k++] = self;
+    args[k++] = "train";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nproc")) {
+            i++;
+            continue;
+        }
+        args[k++] = argv[i];
+    }
+    args[k] = NULL;
+    fflush(NULL);
+    execv(self, args);
+    free(args);
+    return zs_cli_fail(1, "train: relaunch through %s failed: %s", self, strerror(errno));
+}
+
 int zs_cli_train(int argc, char **argv) {
     train_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
+    if (o.nproc > 1) {
+        const char *ws = getenv("WORLD_SIZE");
+        if (ws && atoi(ws) > 1)
+            return zs_cli_fail(2, "train: --nproc inside an already launched job (WORLD_SIZE=%s)",
+                               ws);
+        return relaunch(argc, argv, o.nproc);
+    }
 
     FILE *log = NULL;
     zs_trainer_t *t = NULL;
@@ -203,14 +259,27 @@ int zs_cli_train(int argc, char **argv) {
         goto fail;
     }
     const zs_model_config *mc = zs_trainer_model(t);
+    int rank = zs_trainer_rank(t), world = zs_trainer_world_size(t);
+    if (rank != 0) {
+        /* Only rank 0 reports and logs; the others train silently (errors still print). */
+        o.quiet = 1;
+        if (log) {
+            fclose(log);
+            log = NULL;
+        }
+        o.log_path = NULL;
+    }
     if (!o.quiet) {
         printf("zshard train: model %s (%d layers, %d heads, width %d, vocab %d padded to %d, "
                "%.2fM params) on %s\n",
                mc->name, mc->n_layer, mc->n_head, mc->n_embd, mc->vocab, mc->padded_vocab,
                (double)zs_model_num_params(mc) / 1e6, o.cfg.data_path);
-        printf("  batch %d x seq %d (%d micro-batch%s), %d steps, lr %g, warmup %d, seed %llu\n",
-               o.cfg.batch, o.cfg.seq, o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "",
-               o.cfg.steps, (double)o.cfg.lr, o.cfg.warmup, (unsigned long long)o.cfg.seed);
+        static const char *stages[] = {"ddp", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+        printf("  %d rank%s, %s, batch %d x seq %d (%d micro-batch%s), %d steps, lr %g, warmup "
+               "%d, seed %llu\n",
+               world, world > 1 ? "s" : "", stages[o.cfg.stage], o.cfg.batch, o.cfg.seq,
+               o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "", o.cfg.steps, (double)o.cfg.lr,
+               o.cfg.warmup, (unsigned long long)o.cfg.seed);
         fflush(stdout);
     }
 
@@ -241,11 +310,11 @@ int zs_cli_train(int argc, char **argv) {
         }
         if (log) {
             fprintf(log,
-                    "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
+                    "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
                     "\"tokens_per_s\":%.1f",
                     s.step, (double)s.loss, (double)s.lr, (double)s.grad_norm, s.ms,
                     s.tokens_per_s);
-            if (do_val) fprintf(log, ",\"val_loss\":%.6f", (double)vl);
+            if (do_val) fprintf(log, ",\"val_loss\":%.9g", (double)vl);
             fprintf(log, "}\n");
             fflush(log);
         }
@@ -254,7 +323,18 @@ int zs_cli_train(int argc, char **argv) {
     }
     if (o.sample_len > 0) print_sample(&o, t, o.cfg.steps);
 
-    uint64_t hash = zs_trainer_param_hash(t);
+    uint64_t hash = 0;
+    zs_mem_stats *all = calloc((size_t)world, sizeof *all);
+    if (!all) {
+        st = zs_error(ZS_ERR_OOM, "out of memory");
+        goto fail;
+    }
+    if ((st = zs_trainer_param_hash(t, &hash)) != ZS_OK ||
+        (st = zs_trainer_gather_mem(t, all)) != ZS_OK) {
+        free(all);
+        fprintf(stderr, "zshard: %s\n", zs_last_error());
+        goto fail;
+    }
     zs_mem_stats ms;
     zs_mem_get_stats(&ms);
     char peak[32], brk[512];
@@ -273,17 +353,30 @@ int zs_cli_train(int argc, char **argv) {
                 zs_now_s() - t_start);
         fprintf(log, "\"model\":");
         json_string(log, mc->name);
-        fprintf(log, ",");
+        fprintf(log, ",\"stage\":\"%s\",\"world_size\":%d,",
+                o.cfg.stage == ZS_STAGE_DDP ? "ddp" : (const char *[]){"", "1", "2", "3"}[o.cfg.stage],
+                world);
         json_mem(log);
-        fprintf(log, "}\n");
+        fprintf(log, ",\"peak_bytes_per_rank\":[");
+        for (int r = 0; r < world; r++) {
+            fprintf(log, "%s{", r ? "," : "");
+            for (int c = 0; c < ZS_MEM_NCAT; c++)
+                fprintf(log, "%s\"%s\":%llu", c ? "," : "",
+                        zs_mem_category_name((zs_mem_category)c),
+                        (unsigned long long)all[r].peak[c]);
+            fprintf(log, ",\"total\":%llu}", (unsigned long long)all[r].total_peak);
+        }
+        fprintf(log, "]}\n");
         if (fclose(log) != 0) {
             log = NULL;
             fprintf(stderr, "zshard: --log %s: write failed\n", o.log_path);
+            free(all);
             zs_trainer_destroy(t);
             return 1;
         }
         log = NULL;
     }
+    free(all);
     zs_trainer_destroy(t);
     return 0;
 

@@ -1,38 +1,35 @@
-/* Shard engine, single-process form: world size 1, where every stage keeps the full unit
- * locally. Multi-rank stages (ZeRO-1/2/3 with gathers and reduce-scatters) plug in behind the
- * same calls. */
-#include "shard/engine.h"
+/* Shard engine: what each stage stores and which collective runs when (DESIGN.md §4).
+ *
+ *   stage  full params        full grads           master / Adam m, v    collectives
+ *   ddp    persistent         persistent           full                  all-reduce per unit
+ *   1      persistent         persistent           shard                 reduce-scatter per unit,
+ *                                                                        all-gather after step
+ *   2      persistent         pooled per unit      shard + grad shard    reduce-scatter per unit
+ *                                                                        per micro-batch, gather
+ *   3      pooled per unit    pooled per unit      shard + grad shard    gather before fwd/bwd
+ *
+ * All of it lives in this file and engine_pool.c; models only call begin/end. Collectives
+ * are asynchronous and waited only when their result is needed. */
+#include "shard/engine_internal.h"
 
 #include "core/alloc.h"
-#include "core/philox.h"
 #include "core/status.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct unit_state {
-    float *param; /* full fp32 parameters: with one rank these are the master copy */
-    float *grad;  /* full fp32 gradients */
-    float *m, *v; /* Adam moments */
-} unit_state;
-
-struct zs_engine {
-    const zs_layout *layout;
-    const zs_ops *ops;
-    zs_stream_t *stream;
-    zs_engine_config cfg;
-    unit_state *units;
-};
-
 zs_engine_config zs_engine_config_default(void) {
     zs_engine_config c;
     memset(&c, 0, sizeof c);
     c.stage = ZS_STAGE_DDP;
-    c.rank = 0;
     c.world_size = 1;
     c.prefetch = 1;
     return c;
+}
+
+const zs_layout *zs_engine_layout(const zs_engine_t *e) {
+    return e->layout;
 }
 
 zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream_t *stream,
@@ -40,28 +37,60 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
     zs_status st = ZS_OK;
     zs_engine_t *e = NULL;
     *out = NULL;
-    ZS_REQUIRE(cfg->world_size == 1, ZS_ERR_UNSUPPORTED,
-               "engine: world size %d needs the communication layer (not in this build)",
-               cfg->world_size);
+    ZS_REQUIRE(cfg->world_size >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world_size,
+               ZS_ERR_INVALID, "engine: rank %d of world %d", cfg->rank, cfg->world_size);
+    ZS_REQUIRE(cfg->world_size == 1 || cfg->comm, ZS_ERR_INVALID,
+               "engine: %d ranks need a communicator", cfg->world_size);
     ZS_REQUIRE(layout->world_size == cfg->world_size, ZS_ERR_INTERNAL,
                "engine: layout finalized for %d ranks, engine has %d", layout->world_size,
                cfg->world_size);
+    ZS_REQUIRE(cfg->prefetch >= 0 && cfg->prefetch <= 8, ZS_ERR_INVALID,
+               "--prefetch %d must be in [0, 8]", cfg->prefetch);
+    ZS_REQUIRE(cfg->stage >= ZS_STAGE_DDP && cfg->stage <= ZS_STAGE_3, ZS_ERR_INVALID,
+               "engine: unknown stage %d", (int)cfg->stage);
     e = calloc(1, sizeof *e);
     ZS_REQUIRE(e, ZS_ERR_OOM, "engine: out of memory");
     e->layout = layout;
     e->ops = ops;
     e->stream = stream;
     e->cfg = *cfg;
+    e->comm = cfg->world_size > 1 ? cfg->comm : NULL;
+    e->rank = cfg->rank;
+    e->world = cfg->world_size;
+    e->micro_K = 1;
+    e->persist_params = cfg->stage != ZS_STAGE_3;
+    e->persist_grads = cfg->stage == ZS_STAGE_DDP || cfg->stage == ZS_STAGE_1;
     e->units = calloc((size_t)layout->n_units, sizeof *e->units);
     ZS_REQUIRE(e->units, ZS_ERR_OOM, "engine: out of memory");
     for (int u = 0; u < layout->n_units; u++) {
-        size_t nb = (size_t)layout->units[u].padded * sizeof(float);
+        const zs_unit_desc *ud = &layout->units[u];
         unit_state *us = &e->units[u];
-        ZS_CHECK(zs_alloc(ZS_MEM_PARAM, nb, layout->units[u].name, (void **)&us->param));
-        ZS_CHECK(zs_alloc(ZS_MEM_GRAD, nb, layout->units[u].name, (void **)&us->grad));
-        ZS_CHECK(zs_alloc(ZS_MEM_OPTIM_STATE, nb, "adam m", (void **)&us->m));
-        ZS_CHECK(zs_alloc(ZS_MEM_OPTIM_STATE, nb, "adam v", (void **)&us->v));
+        size_t P = (size_t)ud->padded, S = (size_t)ud->shard;
+        us->pslot = us->gslot = -1;
+        if (e->persist_params)
+            ZS_CHECK(zs_alloc(ZS_MEM_PARAM, P * 4, ud->name, (void **)&us->param));
+        if (e->persist_grads)
+            ZS_CHECK(zs_alloc(ZS_MEM_GRAD, P * 4, ud->name, (void **)&us->grad));
+        else
+            ZS_CHECK(zs_alloc(ZS_MEM_GRAD_SHARD, S * 4, ud->name, (void **)&us->gshard));
+        if (cfg->stage == ZS_STAGE_DDP) {
+            /* DDP: every rank updates the full unit; its master copy is the full params. */
+            us->master = us->param;
+            us->opt_base = 0;
+            us->opt_n = (int64_t)P;
+        } else {
+            us->opt_base = (int64_t)e->rank * ud->shard;
+            us->opt_n = ud->shard;
+            if (e->persist_params) us->master = us->param + us->opt_base; /* fp32: a slice */
+            else {
+                ZS_CHECK(zs_alloc(ZS_MEM_PARAM_SHARD, S * 4, ud->name, (void **)&us->master));
+                us->master_owned = 1;
+            }
+        }
+        ZS_CHECK(zs_alloc(ZS_MEM_OPTIM_STATE, (size_t)us->opt_n * 4, "adam m", (void **)&us->m));
+        ZS_CHECK(zs_alloc(ZS_MEM_OPTIM_STATE, (size_t)us->opt_n * 4, "adam v", (void **)&us->v));
     }
+    ZS_CHECK(zs_engine_pools_create(e));
     *out = e;
     return ZS_OK;
 fail:
@@ -71,125 +100,228 @@ fail:
 
 void zs_engine_destroy(zs_engine_t *e) {
     if (!e) return;
+    zs_engine_drain(e);
     if (e->units)
         for (int u = 0; u < e->layout->n_units; u++) {
-            zs_free(e->units[u].param);
-            zs_free(e->units[u].grad);
-            zs_free(e->units[u].m);
-            zs_free(e->units[u].v);
+            unit_state *us = &e->units[u];
+            zs_free(us->param);
+            zs_free(us->grad);
+            zs_free(us->gshard);
+            if (us->master_owned) zs_free(us->master);
+            zs_free(us->m);
+            zs_free(us->v);
         }
+    zs_engine_pools_destroy(e);
     free(e->units);
+    free(e->order);
     free(e);
 }
 
-const zs_layout *zs_engine_layout(const zs_engine_t *e) {
-    return e->layout;
+/* ---- collectives, with the world of one handled here so callers need not branch ------- */
+
+zs_status zs_engine_gather(zs_engine_t *e, const float *send, float *recv, size_t count,
+                           const char *tag, zs_comm_work_t **work) {
+    *work = NULL;
+    if (!e->comm) return send == recv ? ZS_OK : e->ops->copy(e->stream, recv, send, count * 4);
+    return zs_comm_all_gather_async(e->comm, send, recv, count, ZS_DTYPE_F32, e->stream, tag,
+                                    work);
 }
+
+zs_status zs_engine_wait(zs_comm_work_t **work) {
+    zs_status st = ZS_OK;
+    if (*work) st = zs_comm_work_wait(*work);
+    *work = NULL;
+    return st;
+}
+
+zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv,
+                                     size_t nbytes) {
+    if (nbytes % 4)
+        return zs_error(ZS_ERR_INTERNAL, "engine: all_gather_bytes of %zu bytes", nbytes);
+    if (!e->comm) {
+        memcpy(recv, send, nbytes);
+        return ZS_OK;
+    }
+    /* An all-gather only moves bytes, so any 4-byte payload travels as "f32" unchanged. */
+    return zs_comm_all_gather(e->comm, send, recv, nbytes / 4, ZS_DTYPE_F32, e->stream,
+                              "engine:bytes");
+}
+
+zs_status zs_engine_allsum(zs_engine_t *e, double local, double *global) {
+    zs_status st = ZS_OK;
+    double *all = calloc((size_t)e->world, sizeof *all);
+    if (!all) return zs_error(ZS_ERR_OOM, "engine: out of memory");
+    ZS_CHECK(zs_engine_all_gather_bytes(e, &local, all, sizeof local));
+    double sum = 0.0;
+    for (int r = 0; r < e->world; r++) sum += all[r]; /* rank order: identical everywhere */
+    *global = sum;
+fail:
+    free(all);
+    return st;
+}
+
+/* ---- initialisation ------------------------------------------------------------------- */
 
 zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
     zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
     for (int ti = 0; ti < l->n_tensors; ti++) {
         const zs_tensor_desc *t = &l->tensors[ti];
-        float *p = e->units[t->unit].param + t->offset;
+        unit_state *us = &e->units[t->unit];
+        /* This rank initialises only the part of the tensor inside its optimizer range. */
+        int64_t lo = t->offset > us->opt_base ? t->offset : us->opt_base;
+        int64_t hi = t->offset + t->count;
+        if (hi > us->opt_base + us->opt_n) hi = us->opt_base + us->opt_n;
+        if (hi <= lo) continue;
+        float *p = us->master + (lo - us->opt_base);
+        size_t n = (size_t)(hi - lo);
+        int64_t i0 = lo - t->offset; /* element index inside the tensor */
         switch (t->init) {
-        case ZS_INIT_ZEROS: ZS_CHECK(e->ops->fill(e->stream, p, 0.0f, (size_t)t->count)); break;
-        case ZS_INIT_ONES: ZS_CHECK(e->ops->fill(e->stream, p, 1.0f, (size_t)t->count)); break;
+        case ZS_INIT_ZEROS: ZS_CHECK(e->ops->fill(e->stream, p, 0.0f, n)); break;
+        case ZS_INIT_ONES: ZS_CHECK(e->ops->fill(e->stream, p, 1.0f, n)); break;
         case ZS_INIT_NORMAL:
-            /* The Philox stream is the tensor's index: adding a tensor later in the layout
-             * never changes the values of the ones before it. */
-            ZS_CHECK(e->ops->init_normal(e->stream, p, (size_t)t->count, seed, (uint64_t)ti, 0,
+            /* Philox stream = tensor index, counter = element index: the value of element i
+             * does not depend on which rank, world size or stage computes it. */
+            ZS_CHECK(e->ops->init_normal(e->stream, p, n, seed, (uint64_t)ti, (uint64_t)i0,
                                          t->init_std));
-            if (t->zero_from < t->count)
-                ZS_CHECK(e->ops->fill(e->stream, p + t->zero_from, 0.0f,
-                                      (size_t)(t->count - t->zero_from)));
+            if (t->zero_from < i0 + (int64_t)n) {
+                int64_t z = t->zero_from > i0 ? t->zero_from : i0;
+                ZS_CHECK(e->ops->fill(e->stream, p + (z - i0), 0.0f, (size_t)(i0 + (int64_t)n - z)));
+            }
             break;
         }
     }
     ZS_CHECK(e->ops->sync(e->stream));
+    /* ZeRO-1/2 keep full params: assemble them from every rank's shard once. */
+    if (e->persist_params && e->cfg.stage != ZS_STAGE_DDP)
+        for (int u = 0; u < l->n_units; u++) {
+            unit_state *us = &e->units[u];
+            ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
+                                      l->units[u].name, &us->work));
+            ZS_CHECK(zs_engine_wait(&us->work));
+        }
 fail:
     return st;
 }
 
-static zs_status check_unit(const zs_engine_t *e, int unit) {
-    if (unit < 0 || unit >= e->layout->n_units)
-        return zs_error(ZS_ERR_INTERNAL, "engine: unit %d out of range [0, %d)", unit,
-                        e->layout->n_units);
-    return ZS_OK;
-}
-
-zs_status zs_engine_forward_begin(zs_engine_t *e, int unit, float **params) {
-    zs_status st = check_unit(e, unit);
-    if (st == ZS_OK) *params = e->units[unit].param;
-    return st;
-}
-
-zs_status zs_engine_forward_end(zs_engine_t *e, int unit) {
-    return check_unit(e, unit);
-}
-
-zs_status zs_engine_backward_begin(zs_engine_t *e, int unit, float **params, float **grads) {
-    zs_status st = check_unit(e, unit);
-    if (st == ZS_OK) {
-        *params = e->units[unit].param;
-        *grads = e->units[unit].grad;
-    }
-    return st;
-}
-
-zs_status zs_engine_backward_end(zs_engine_t *e, int unit) {
-    return check_unit(e, unit);
-}
+/* ---- optimizer step --------------------------------------------------------------------- */
 
 zs_status zs_engine_zero_grad(zs_engine_t *e) {
     zs_status st = ZS_OK;
-    for (int u = 0; u < e->layout->n_units; u++)
-        ZS_CHECK(e->ops->fill(e->stream, e->units[u].grad, 0.0f,
-                              (size_t)e->layout->units[u].padded));
+    if (!e->recorded) {
+        e->recording = 1;
+        e->n_order = 0;
+    }
+    if (e->persist_grads)
+        for (int u = 0; u < e->layout->n_units; u++)
+            ZS_CHECK(e->ops->fill(e->stream, e->units[u].grad, 0.0f,
+                                  (size_t)e->layout->units[u].padded));
 fail:
     return st;
+}
+
+void zs_engine_micro_begin(zs_engine_t *e, int k, int K) {
+    e->micro_k = k;
+    e->micro_K = K;
+}
+
+/* This rank's reduced gradient shard of unit u, valid once its reduction has finished. */
+static const float *grad_shard(zs_engine_t *e, int u) {
+    unit_state *us = &e->units[u];
+    if (e->persist_grads) return us->grad + (int64_t)e->rank * e->layout->units[u].shard;
+    return us->gshard;
 }
 
 zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
                          float *grad_norm) {
     zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
-    /* Norm per unit shard, summed in unit order: the same decomposition every stage and
-     * world size uses, so clipping is identical across stages. */
-    double sumsq = 0.0;
+    ZS_CHECK(zs_engine_drain(e));
+    e->recording = 0;
+    e->recorded = 1;
+
+    /* Global norm through the shard decomposition: each rank sums its shard of every unit
+     * in unit order, then the per-rank sums are added in rank order. DDP does the same on
+     * its all-reduced gradients, so every stage clips by the same bits. */
+    double local = 0.0, part = 0.0;
     for (int u = 0; u < l->n_units; u++) {
-        double part = 0.0;
-        ZS_CHECK(e->ops->sumsq(e->stream, &part, e->units[u].grad, (size_t)l->units[u].shard));
-        sumsq += part;
+        ZS_CHECK(e->ops->sumsq(e->stream, &part, grad_shard(e, u), (size_t)l->units[u].shard));
+        local += part;
     }
+    double sumsq = 0.0;
+    ZS_CHECK(zs_engine_allsum(e, local, &sumsq));
     double norm = sqrt(sumsq);
     *grad_norm = (float)norm;
     ZS_REQUIRE(isfinite(norm), ZS_ERR_INVALID,
                "gradient norm is not finite at step %d (diverged: lower --lr?)", t);
     float scale = zs_clip_scale(norm, clip);
+
     for (int ti = 0; ti < l->n_tensors; ti++) {
         const zs_tensor_desc *td = &l->tensors[ti];
         unit_state *us = &e->units[td->unit];
-        int64_t o = td->offset;
-        ZS_CHECK(zs_adamw_update(e->ops, e->stream, us->param + o, us->grad + o, us->m + o,
-                                 us->v + o, (size_t)td->count, h, td->decay, scale, t));
+        int64_t lo = td->offset > us->opt_base ? td->offset : us->opt_base;
+        int64_t hi = td->offset + td->count;
+        if (hi > us->opt_base + us->opt_n) hi = us->opt_base + us->opt_n;
+        if (hi <= lo) continue; /* padding and other ranks' elements are never touched */
+        int64_t o = lo - us->opt_base;
+        const float *g = e->persist_grads ? us->grad + lo : us->gshard + o;
+        ZS_CHECK(zs_adamw_update(e->ops, e->stream, us->master + o, g, us->m + o, us->v + o,
+                                 (size_t)(hi - lo), h, td->decay, scale, t));
     }
     ZS_CHECK(e->ops->sync(e->stream));
+    /* ZeRO-1/2: bring every rank's updated shard back into the full params, asynchronously;
+     * the next forward_begin of each unit waits for its own gather only. */
+    if (e->persist_params && e->cfg.stage != ZS_STAGE_DDP)
+        for (int u = 0; u < l->n_units; u++) {
+            unit_state *us = &e->units[u];
+            ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
+                                      l->units[u].name, &us->work));
+        }
 fail:
     return st;
 }
 
-uint64_t zs_engine_param_hash(zs_engine_t *e) {
+/* ---- parameter hash ----------------------------------------------------------------------- */
+
+static void fnv(uint64_t *h, const void *data, size_t n) {
+    const unsigned char *b = data;
+    uint64_t x = *h;
+    for (size_t i = 0; i < n; i++) {
+        x ^= b[i];
+        x *= 0x100000001b3ull;
+    }
+    *h = x;
+}
+
+zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash) {
+    zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
+    float *full = NULL;
     uint64_t h = 0xcbf29ce484222325ull;
-    for (int ti = 0; ti < l->n_tensors; ti++) {
-        const zs_tensor_desc *td = &l->tensors[ti];
-        const unsigned char *b = (const unsigned char *)(e->units[td->unit].param + td->offset);
-        size_t nb = (size_t)td->count * sizeof(float);
-        for (size_t i = 0; i < nb; i++) {
-            h ^= b[i];
-            h *= 0x100000001b3ull;
+    ZS_CHECK(zs_engine_drain(e));
+    int64_t maxp = 0;
+    for (int u = 0; u < l->n_units; u++)
+        if (l->units[u].padded > maxp) maxp = l->units[u].padded;
+    if (!e->persist_params)
+        ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, (size_t)maxp * 4, "hash gather", (void **)&full));
+    for (int u = 0; u < l->n_units; u++) {
+        unit_state *us = &e->units[u];
+        const float *p = us->param;
+        if (!e->persist_params) {
+            zs_comm_work_t *w = NULL;
+            ZS_CHECK(zs_engine_gather(e, us->master, full, (size_t)l->units[u].shard,
+                                      l->units[u].name, &w));
+            ZS_CHECK(zs_engine_wait(&w));
+            p = full;
+        }
+        const zs_unit_desc *ud = &l->units[u];
+        for (int i = 0; i < ud->n_tensors; i++) {
+            const zs_tensor_desc *td = &l->tensors[ud->first_tensor + i];
+            fnv(&h, p + td->offset, (size_t)td->count * 4);
         }
     }
-    return h;
+    *hash = h;
+fail:
+    zs_free(full);
+    return st;
 }

@@ -21,7 +21,8 @@ typedef struct zs_engine_config {
     zs_stage stage;
     int rank;
     int world_size;
-    int prefetch; /* gathered units in flight ahead of the current one (ZeRO-3) */
+    int prefetch;    /* gathered units in flight ahead of the current one (ZeRO-3), >= 0 */
+    zs_comm_t *comm; /* NULL when world_size == 1 */
 } zs_engine_config;
 
 zs_engine_config zs_engine_config_default(void);
@@ -44,14 +45,27 @@ zs_status zs_engine_backward_end(zs_engine_t *e, int unit);
 /* Clear accumulated gradients before the first micro-batch of a step. */
 zs_status zs_engine_zero_grad(zs_engine_t *e);
 
+/* Declare that micro-batch k (0-based) of K is about to run: DDP and ZeRO-1 reduce only
+ * after the last one; ZeRO-2/3 reduce-scatter every one into the fp32 gradient shard. */
+void zs_engine_micro_begin(zs_engine_t *e, int k, int K);
+
+/* Sum of one double per rank, added in rank order: the same bits on every rank and every
+ * stage (used for the loss and the gradient norm). */
+zs_status zs_engine_allsum(zs_engine_t *e, double local, double *global);
+
+/* Gather nbytes (a multiple of 4) from every rank into recv[world * nbytes], rank order. */
+zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv,
+                                     size_t nbytes);
+
 /* Optimizer step on this rank's shard: global gradient norm through the shard
  * decomposition (returned in *grad_norm, before clipping), clipping by clip (<= 0: off),
  * AdamW with h, step counter t (1-based). */
 zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
                          float *grad_norm);
 
-/* FNV-1a 64 over the fp32 master parameters in layout order, padding excluded. */
-uint64_t zs_engine_param_hash(zs_engine_t *e);
+/* FNV-1a 64 over the full fp32 master parameters in layout order, padding excluded.
+ * Collective: every rank must call it (sharded stages gather each unit's master shards). */
+zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash);
 
 /* Read-only access to the full parameters of a unit for inference (sampling) without a
  * gradient pass. Same as forward_begin/forward_end. */

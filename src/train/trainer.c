@@ -28,6 +28,7 @@ struct zs_trainer {
     zs_layout layout;
     zs_engine_t *engine;
     zs_model_t *model;
+    zs_comm_t *comm; /* NULL for a world of one */
     int rank, world;
     int micro;        /* sequences per micro-batch on this rank */
     int32_t *inputs;  /* [micro, seq] */
@@ -54,6 +55,7 @@ zs_train_config zs_train_config_default(void) {
     c.grad_clip = 1.0f;
     c.seed = 1337;
     c.stage = ZS_STAGE_DDP;
+    c.prefetch = 1;
     return c;
 }
 
@@ -80,27 +82,38 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     zs_status st = ZS_OK;
     zs_trainer_t *t = NULL;
     *out = NULL;
-    const int world = 1, rank = 0;
-    ZS_CHECK(validate(cfg, world));
     t = calloc(1, sizeof *t);
     ZS_REQUIRE(t, ZS_ERR_OOM, "trainer: out of memory");
     t->cfg = *cfg;
-    t->rank = rank;
-    t->world = world;
     t->ops = zs_ops_cpu();
-    t->micro = cfg->batch / (world * cfg->grad_accum);
+
+    /* Join the job first: a world of one needs no environment and no communicator. */
+    zs_comm_config cc = zs_comm_config_default();
+    if (cfg->comm) ZS_CHECK(zs_comm_backend_parse(cfg->comm, &cc.backend));
+    if (cfg->comm_timeout_s > 0) cc.timeout_s = cfg->comm_timeout_s;
+    ZS_CHECK(zs_comm_create(&cc, &t->comm));
+    t->rank = zs_comm_rank(t->comm);
+    t->world = zs_comm_world_size(t->comm);
+    if (t->world == 1) {
+        zs_comm_destroy(t->comm);
+        t->comm = NULL;
+    }
+    ZS_CHECK(validate(cfg, t->world));
+    t->micro = cfg->batch / (t->world * cfg->grad_accum);
     if (cfg->device_mem) zs_mem_set_cap(cfg->device_mem);
 
     ZS_CHECK(zs_dataset_open(cfg->data_path, cfg->val_path, cfg->val_fraction, &t->data));
     ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
-    ZS_CHECK(zs_model_layout(&t->model_cfg, world, &t->layout));
+    ZS_CHECK(zs_model_layout(&t->model_cfg, t->world, &t->layout));
 
     zs_engine_config ec = zs_engine_config_default();
     ec.stage = cfg->stage;
-    ec.rank = rank;
-    ec.world_size = world;
+    ec.rank = t->rank;
+    ec.world_size = t->world;
+    ec.prefetch = cfg->prefetch;
+    ec.comm = t->comm;
     ZS_CHECK(zs_engine_create(&t->layout, t->ops, t->stream, &ec, &t->engine));
     ZS_CHECK(zs_engine_init_params(t->engine, cfg->seed));
     ZS_CHECK(zs_model_create(&t->model_cfg, t->ops, t->stream, t->engine, t->micro, cfg->seq,
@@ -123,6 +136,7 @@ void zs_trainer_destroy(zs_trainer_t *t) {
     zs_engine_destroy(t->engine);
     zs_layout_free(&t->layout);
     zs_dataset_close(&t->data);
+    zs_comm_destroy(t->comm);
     free(t);
 }
 
@@ -139,6 +153,7 @@ zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats) {
     int per_rank = c->batch / t->world;
     for (int k = 0; k < c->grad_accum; k++) {
         int first = t->rank * per_rank + k * t->micro;
+        zs_engine_micro_begin(t->engine, k, c->grad_accum);
         zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, t->inputs,
                        t->targets);
         double part = 0.0;
@@ -155,6 +170,7 @@ zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats) {
     };
     float norm = 0.0f;
     ZS_CHECK(zs_engine_step(t->engine, &h, c->grad_clip, step, &norm));
+    ZS_CHECK(zs_engine_allsum(t->engine, loss_sum, &loss_sum));
     t->step = step;
     double ms = (zs_now_s() - t0) * 1e3;
     if (stats) {
@@ -183,6 +199,7 @@ zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
                                                0.0f, 0, &part));
             sum += part;
         }
+    ZS_CHECK(zs_engine_allsum(t->engine, sum, &sum));
     *loss = (float)(sum / ((double)n_batches * c->batch * c->seq));
 fail:
     return st;
@@ -245,8 +262,22 @@ fail:
     return st;
 }
 
-uint64_t zs_trainer_param_hash(zs_trainer_t *t) {
-    return zs_engine_param_hash(t->engine);
+zs_status zs_trainer_param_hash(zs_trainer_t *t, uint64_t *hash) {
+    return zs_engine_param_hash(t->engine, hash);
+}
+
+int zs_trainer_rank(const zs_trainer_t *t) {
+    return t->rank;
+}
+
+int zs_trainer_world_size(const zs_trainer_t *t) {
+    return t->world;
+}
+
+zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all) {
+    zs_mem_stats mine;
+    zs_mem_get_stats(&mine);
+    return zs_engine_all_gather_bytes(t->engine, &mine, all, sizeof mine);
 }
 
 const zs_model_config *zs_trainer_model(const zs_trainer_t *t) {

@@ -1,0 +1,62 @@
+/* Engine internals shared by engine.c (state, init, step) and engine_pool.c (acquiring units,
+ * the gathered-parameter and gradient pools, prefetch). */
+#ifndef ZS_SHARD_ENGINE_INTERNAL_H
+#define ZS_SHARD_ENGINE_INTERNAL_H
+
+#include "shard/engine.h"
+
+typedef struct unit_state {
+    float *param;          /* full params, persistent (ddp, 1, 2) or NULL */
+    float *grad;           /* full grads, persistent (ddp, 1) or NULL */
+    float *gshard;         /* fp32 gradient shard (2, 3) or NULL */
+    float *master;         /* fp32 master: full (ddp), slice of param (1, 2), own (3) */
+    int master_owned;
+    float *m, *v;          /* Adam moments over [opt_base, opt_base + opt_n) of the unit */
+    int64_t opt_base, opt_n;
+    zs_comm_work_t *work;  /* pending reduction (ddp, 1) or post-step gather (1, 2) */
+    int uses_done;         /* backward uses seen in this micro-batch */
+    int pslot, gslot;      /* pool slots holding the unit's gathered params / full grads */
+} unit_state;
+
+typedef enum slot_state { SLOT_EMPTY = 0, SLOT_PENDING, SLOT_READY, SLOT_ACTIVE, SLOT_REDUCING } slot_state;
+
+typedef struct slot {
+    float *buf;
+    int64_t cap;           /* elements */
+    int unit;              /* -1 when empty */
+    slot_state state;
+    int in_use;            /* params: between begin and end */
+    int accumulate;        /* grads: add into the shard (later micro-batch) instead of copy */
+    uint64_t tick;         /* last use (params) or reduction issue (grads) */
+    zs_comm_work_t *work;
+} slot;
+
+struct zs_engine {
+    const zs_layout *layout;
+    const zs_ops *ops;
+    zs_stream_t *stream;
+    zs_engine_config cfg;
+    zs_comm_t *comm;       /* NULL for a world of one */
+    int rank, world;
+    int persist_params, persist_grads;
+    unit_state *units;
+    slot *pslots, *gslots;
+    int n_pslots, n_gslots;
+    int micro_k, micro_K;
+    uint64_t tick;
+    /* Order of unit acquisitions recorded during the first training step (unit*2 + phase,
+     * phase 0 forward, 1 backward); ZeRO-3 prefetches along it afterwards. */
+    int *order, n_order, cap_order, recording, recorded, cursor;
+};
+
+zs_status zs_engine_pools_create(zs_engine_t *e);
+void zs_engine_pools_destroy(zs_engine_t *e);
+/* Wait for every outstanding collective and fold finished gradient reductions into the
+ * shards. Leaves no work in flight. */
+zs_status zs_engine_drain(zs_engine_t *e);
+/* all-gather count elements per rank (async; a copy when world is one). */
+zs_status zs_engine_gather(zs_engine_t *e, const float *send, float *recv, size_t count,
+                           const char *tag, zs_comm_work_t **work);
+zs_status zs_engine_wait(zs_comm_work_t **work);
+
+#endif
