@@ -171,6 +171,9 @@ zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens,
 /* FNV-1a 64 hash of all fp32 master parameters in unit layout order (padding excluded).
  * Collective across ranks (sharded stages gather the shards); every rank gets the hash. */
 zs_status zs_trainer_param_hash(zs_trainer_t *t, uint64_t *hash);
+/* Write all fp32 master parameters, layout order, raw little-endian floats, to path (rank 0
+ * writes; collective). A debugging and testing aid: compare runs element by element. */
+zs_status zs_trainer_dump_params(zs_trainer_t *t, const char *path);
 /* This process's rank and the world size (1 and 0 without a launcher). */
 int zs_trainer_rank(const zs_trainer_t *t);
 int zs_trainer_world_size(const zs_trainer_t *t);

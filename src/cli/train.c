@@ -18,6 +18,7 @@ typedef struct train_opts {
     zs_train_config cfg;
     const char *model_name;
     const char *log_path;
+    const char *dump_path;
     const char *prompt;
     int val_every, val_batches, sample_every, sample_len, print_every;
     float temperature;
@@ -61,6 +62,7 @@ static void usage(FILE *f) {
             "  --temperature F     sampling temperature, 0 = greedy [0.8]\n"
             "  --print-every N     plain progress line every N steps when not a terminal [10]\n"
             "  --log FILE          JSONL log: one record per step and a final summary\n"
+            "  --dump-params FILE  at the end, write all fp32 parameters (layout order, raw)\n"
             "  --device-mem SIZE   per-rank memory cap, e.g. 4G; over it fails at startup\n"
             "  --quiet             no progress output, only errors and the summary\n",
             zs_model_preset_names());
@@ -114,6 +116,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--temperature")) rc = zs_arg_float(a, v, &o->temperature);
         else if (!strcmp(a, "--print-every")) rc = zs_arg_int(a, v, &o->print_every);
         else if (!strcmp(a, "--log")) o->log_path = v;
+        else if (!strcmp(a, "--dump-params")) o->dump_path = v;
         else if (!strcmp(a, "--nproc")) rc = zs_arg_int(a, v, &o->nproc);
         else if (!strcmp(a, "--prefetch")) rc = zs_arg_int(a, v, &o->cfg.prefetch);
         else if (!strcmp(a, "--comm")) o->cfg.comm = v;
@@ -330,6 +333,7 @@ int zs_cli_train(int argc, char **argv) {
         goto fail;
     }
     if ((st = zs_trainer_param_hash(t, &hash)) != ZS_OK ||
+        (o.dump_path && (st = zs_trainer_dump_params(t, o.dump_path)) != ZS_OK) ||
         (st = zs_trainer_gather_mem(t, all)) != ZS_OK) {
         free(all);
         fprintf(stderr, "zshard: %s\n", zs_last_error());

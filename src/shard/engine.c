@@ -283,27 +283,16 @@ fail:
 
 /* ---- parameter hash ----------------------------------------------------------------------- */
 
-static void fnv(uint64_t *h, const void *data, size_t n) {
-    const unsigned char *b = data;
-    uint64_t x = *h;
-    for (size_t i = 0; i < n; i++) {
-        x ^= b[i];
-        x *= 0x100000001b3ull;
-    }
-    *h = x;
-}
-
-zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash) {
+zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx) {
     zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
     float *full = NULL;
-    uint64_t h = 0xcbf29ce484222325ull;
     ZS_CHECK(zs_engine_drain(e));
     int64_t maxp = 0;
     for (int u = 0; u < l->n_units; u++)
         if (l->units[u].padded > maxp) maxp = l->units[u].padded;
     if (!e->persist_params)
-        ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, (size_t)maxp * 4, "hash gather", (void **)&full));
+        ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, (size_t)maxp * 4, "parameter gather", (void **)&full));
     for (int u = 0; u < l->n_units; u++) {
         unit_state *us = &e->units[u];
         const float *p = us->param;
@@ -317,11 +306,29 @@ zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash) {
         const zs_unit_desc *ud = &l->units[u];
         for (int i = 0; i < ud->n_tensors; i++) {
             const zs_tensor_desc *td = &l->tensors[ud->first_tensor + i];
-            fnv(&h, p + td->offset, (size_t)td->count * 4);
+            ZS_CHECK(fn(td, p + td->offset, ctx));
         }
     }
-    *hash = h;
 fail:
     zs_free(full);
+    return st;
+}
+
+static zs_status hash_tensor(const zs_tensor_desc *td, const float *data, void *ctx) {
+    const unsigned char *b = (const unsigned char *)data;
+    uint64_t x = *(uint64_t *)ctx;
+    size_t n = (size_t)td->count * 4;
+    for (size_t i = 0; i < n; i++) {
+        x ^= b[i];
+        x *= 0x100000001b3ull;
+    }
+    *(uint64_t *)ctx = x;
+    return ZS_OK;
+}
+
+zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    zs_status st = zs_engine_visit_params(e, hash_tensor, &h);
+    *hash = h;
     return st;
 }

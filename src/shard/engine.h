@@ -67,6 +67,11 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
  * Collective: every rank must call it (sharded stages gather each unit's master shards). */
 zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash);
 
+/* Visit every tensor's full fp32 master values in layout order. Collective: sharded stages
+ * gather each unit (into one workspace buffer) before visiting its tensors. */
+typedef zs_status (*zs_param_visitor)(const zs_tensor_desc *t, const float *data, void *ctx);
+zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx);
+
 /* Read-only access to the full parameters of a unit for inference (sampling) without a
  * gradient pass. Same as forward_begin/forward_end. */
 const zs_layout *zs_engine_layout(const zs_engine_t *e);
