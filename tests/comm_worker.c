@@ -234,9 +234,11 @@ static int run_failure(const char *mode, int victim) {
         else
             st = zs_comm_all_reduce(g_c, x, x, 256, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, tag);
         if (st != ZS_OK) {
-            /* the second call must fail fast with the same (sticky) error */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", zs_last_error());
+            /* a later call must fail at once with the same (sticky) error */
             zs_status again = zs_comm_barrier(g_c, NULL, "after");
-            printf("rank %d: %s: %s | again: %s\n", g_rank, zs_status_string(st), zs_last_error(),
+            printf("rank %d: FAILED %s: %s | again: %s\n", g_rank, zs_status_string(st), msg,
                    zs_status_string(again));
             fflush(stdout);
             return 3;
