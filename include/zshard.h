@@ -110,6 +110,23 @@ const char *zs_model_preset_names(void);
 /* Number of real (unpadded) parameters. */
 int64_t zs_model_num_params(const zs_model_config *cfg);
 
+/* ---- memory estimate ------------------------------------------------------------------ */
+
+/* Predicted per-rank peak bytes by category for a training configuration, from the same unit
+ * layout the engine uses and the model's activation formulas (DESIGN.md §4, §8). */
+typedef struct zs_mem_estimate {
+    uint64_t bytes[ZS_MEM_NCAT];
+    uint64_t model_states; /* param + param_shard + grad + grad_shard + optim_state */
+    uint64_t total;
+    int64_t params;        /* real parameters (Ψ) */
+    int64_t padded;        /* Ψ plus alignment and shard padding */
+} zs_mem_estimate;
+
+/* batch is the global batch; it must divide by world_size x grad_accum. */
+zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world_size, int stage,
+                                  int batch, int seq, int grad_accum, int prefetch,
+                                  zs_mem_estimate *out);
+
 /* ---- training ------------------------------------------------------------------------ */
 
 typedef enum zs_stage {

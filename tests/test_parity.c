@@ -24,7 +24,8 @@ typedef struct run_result {
     char loss[MAX_STEPS][32];
     double lossv[MAX_STEPS];
     char hash[17];
-    uint64_t peak[8][ZS_MEM_NCAT]; /* per rank */
+    uint64_t peak[8][ZS_MEM_NCAT + 1]; /* per rank; [NCAT] = total */
+    uint64_t est[ZS_MEM_NCAT + 1];
     int world;
 } run_result;
 
@@ -39,9 +40,10 @@ static void parse_log(const char *path, run_result *r) {
             char *h = strstr(line, "\"param_hash\":\"");
             if (h) snprintf(r->hash, sizeof r->hash, "%.16s", h + 14);
             char *pr = strstr(line, "\"peak_bytes_per_rank\":[");
+            char *pr_end = pr ? strchr(pr, ']') : NULL;
             for (int k = 0; pr && k < 8; k++) {
                 pr = strchr(pr, '{');
-                if (!pr) break;
+                if (!pr || pr > pr_end) break;
                 char *end = strchr(pr, '}');
                 for (int c = 0; c < ZS_MEM_NCAT; c++) {
                     char key[64];
@@ -49,8 +51,17 @@ static void parse_log(const char *path, run_result *r) {
                     char *v = strstr(pr, key);
                     if (v && v < end) r->peak[k][c] = strtoull(v + strlen(key), NULL, 10);
                 }
+                char *tot = strstr(pr, "\"total\":");
+                if (tot && tot < end) r->peak[k][ZS_MEM_NCAT] = strtoull(tot + 8, NULL, 10);
                 r->world = k + 1;
                 pr = end;
+            }
+            char *es = strstr(line, "\"estimate_bytes\":{");
+            for (int c = 0; es && c <= ZS_MEM_NCAT; c++) {
+                char key[64];
+                snprintf(key, sizeof key, "\"%s\":", c < ZS_MEM_NCAT ? cat_names[c] : "total");
+                char *v = strstr(es, key);
+                if (v) r->est[c] = strtoull(v + strlen(key), NULL, 10);
             }
             r->ok = 1;
         } else if (strstr(line, "\"step\":") && r->n_steps < MAX_STEPS) {
@@ -204,6 +215,14 @@ static void test_memory(void) {
                              "N=%d stage %s rank %d %s: measured %llu, formula %llu", n,
                              STAGES[s], k, cat_names[cat], (unsigned long long)r.peak[k][cat],
                              (unsigned long long)want[cat]);
+                /* The estimator (zshard mem) against what the allocator measured: within 5% per
+                 * category and in total (the issue's bound; in practice exact). */
+                for (int cat = 0; cat <= ZS_MEM_NCAT; cat++) {
+                    double m = (double)r.peak[k][cat], e = (double)r.est[cat];
+                    ZT_CHECK(fabs(m - e) <= 0.05 * fmax(e, 1.0),
+                             "N=%d stage %s rank %d %s: measured %.0f vs estimate %.0f", n,
+                             STAGES[s], k, cat < ZS_MEM_NCAT ? cat_names[cat] : "total", m, e);
+                }
                 ZT_CHECK(r.peak[k][ZS_MEM_GATHERED] <= bound,
                          "N=%d stage %s rank %d gathered %llu > bound %llu", n, STAGES[s], k,
                          (unsigned long long)r.peak[k][ZS_MEM_GATHERED],

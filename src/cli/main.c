@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train     train a model on a text file or llm.c token shards\n"
             "  run       launch N local ranks of a command (torchrun equivalent)\n"
+            "  mem       predict per-rank memory by category for a model, world size and stage\n"
             "  bench     benchmarks: bench step (training step vs sgemm), bench comm\n"
             "  help      this text; `zshard <command> --help` for a command's flags\n",
             ZS_VERSION_MAJOR, ZS_VERSION_MINOR, ZS_VERSION_PATCH);
@@ -39,6 +40,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return zs_cli_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return zs_cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return zs_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mem")) return zs_cli_mem(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -24,6 +24,7 @@ typedef struct train_opts {
     float temperature;
     int quiet;
     int nproc;
+    int mem_report;
 } train_opts;
 
 static void usage(FILE *f) {
@@ -64,6 +65,8 @@ static void usage(FILE *f) {
             "  --log FILE          JSONL log: one record per step and a final summary\n"
             "  --dump-params FILE  at the end, write all fp32 parameters (layout order, raw)\n"
             "  --device-mem SIZE   per-rank memory cap, e.g. 4G; over it fails at startup\n"
+            "  --mem-report        at the end, per-rank measured peak bytes by category next to\n"
+            "                      the estimate (zshard mem)\n"
             "  --quiet             no progress output, only errors and the summary\n",
             zs_model_preset_names());
 }
@@ -87,6 +90,10 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--mem-report")) {
+            o->mem_report = 1;
             continue;
         }
         if (strncmp(a, "--", 2)) return zs_cli_fail(2, "train: unexpected argument '%s'", a);
@@ -238,6 +245,24 @@ static int relaunch(int argc, char **argv, int nproc) {
     return zs_cli_fail(1, "train: relaunch through %s failed: %s", self, strerror(errno));
 }
 
+static void mem_report(const train_opts *o, const zs_model_config *mc, int world,
+                       const zs_mem_stats *all, const zs_mem_estimate *est) {
+    printf("memory per rank (MiB): measured peak by rank vs estimate\n| category |");
+    for (int r = 0; r < world; r++) printf(" rank %d |", r);
+    printf(" estimate |\n|---|");
+    for (int r = 0; r <= world; r++) printf("---:|");
+    printf("\n");
+    for (int c = 0; c <= ZS_MEM_NCAT; c++) {
+        printf("| %s |", c < ZS_MEM_NCAT ? zs_mem_category_name((zs_mem_category)c) : "total");
+        for (int r = 0; r < world; r++)
+            printf(" %.2f |", (double)(c < ZS_MEM_NCAT ? all[r].peak[c] : all[r].total_peak) /
+                                  1048576.0);
+        printf(" %.2f |\n", (double)(c < ZS_MEM_NCAT ? est->bytes[c] : est->total) / 1048576.0);
+    }
+    (void)o;
+    (void)mc;
+}
+
 int zs_cli_train(int argc, char **argv) {
     train_opts o;
     int rc = parse(argc, argv, &o);
@@ -339,16 +364,21 @@ int zs_cli_train(int argc, char **argv) {
         fprintf(stderr, "zshard: %s\n", zs_last_error());
         goto fail;
     }
+    zs_mem_estimate est;
+    memset(&est, 0, sizeof est);
+    zs_mem_estimate_compute(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,
+                            o.cfg.grad_accum, o.cfg.prefetch, &est);
+    if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est);
     zs_mem_stats ms;
     zs_mem_get_stats(&ms);
     char peak[32], brk[512];
     zs_format_bytes(ms.total_peak, peak, sizeof peak);
     zs_mem_format_breakdown(&ms, 1, brk, sizeof brk);
-    printf("summary: %d steps in %.1f s (%.0f tokens/s) | final train loss %.4f | val loss "
+    if (rank == 0) printf("summary: %d steps in %.1f s (%.0f tokens/s) | final train loss %.4f | val loss "
            "%.4f | param_hash %016llx\n",
            o.cfg.steps, train_s, (double)o.cfg.steps * o.cfg.batch * o.cfg.seq / train_s,
            last_loss, last_val, (unsigned long long)hash);
-    printf("memory: peak %s (%s)\n", peak, brk);
+    if (rank == 0) printf("memory: peak %s (%s)\n", peak, brk);
     if (log) {
         fprintf(log,
                 "{\"final\":true,\"steps\":%d,\"train_loss\":%.6f,\"val_loss\":%.6f,"
@@ -370,7 +400,11 @@ int zs_cli_train(int argc, char **argv) {
                         (unsigned long long)all[r].peak[c]);
             fprintf(log, ",\"total\":%llu}", (unsigned long long)all[r].total_peak);
         }
-        fprintf(log, "]}\n");
+        fprintf(log, "],\"estimate_bytes\":{");
+        for (int c = 0; c < ZS_MEM_NCAT; c++)
+            fprintf(log, "%s\"%s\":%llu", c ? "," : "", zs_mem_category_name((zs_mem_category)c),
+                    (unsigned long long)est.bytes[c]);
+        fprintf(log, ",\"total\":%llu}}\n", (unsigned long long)est.total);
         if (fclose(log) != 0) {
             log = NULL;
             fprintf(stderr, "zshard: --log %s: write failed\n", o.log_path);

@@ -286,13 +286,10 @@ fail:
 zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx) {
     zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
-    float *full = NULL;
     ZS_CHECK(zs_engine_drain(e));
-    int64_t maxp = 0;
-    for (int u = 0; u < l->n_units; u++)
-        if (l->units[u].padded > maxp) maxp = l->units[u].padded;
-    if (!e->persist_params)
-        ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, (size_t)maxp * 4, "parameter gather", (void **)&full));
+    /* ZeRO-3 gathers each unit into the largest pool slot, which the drain left empty: no
+     * extra memory, so a run that fits its cap also fits while hashing or saving. */
+    float *full = e->persist_params ? NULL : e->pslots[0].buf;
     for (int u = 0; u < l->n_units; u++) {
         unit_state *us = &e->units[u];
         const float *p = us->param;
@@ -310,7 +307,6 @@ zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx)
         }
     }
 fail:
-    zs_free(full);
     return st;
 }
 

@@ -78,6 +78,58 @@ fail:
     return st;
 }
 
+static const char *stage_flag(int s) {
+    static const char *names[] = {"ddp", "1", "2", "3"};
+    return names[s];
+}
+
+/* Refuse a configuration that cannot fit under --device-mem before allocating anything, and
+ * say which categories dominate and which stage or world size would fit. */
+static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
+    zs_mem_estimate est;
+    zs_status st = zs_mem_estimate_compute(&t->model_cfg, t->world, c->stage, c->batch, c->seq,
+                                           c->grad_accum, c->prefetch, &est);
+    if (st != ZS_OK || est.total <= c->device_mem) return st;
+    zs_mem_stats fake;
+    memset(&fake, 0, sizeof fake);
+    memcpy(fake.current, est.bytes, sizeof est.bytes);
+    char need[32], cap[32], brk[400], hint[256] = "";
+    zs_format_bytes(est.total, need, sizeof need);
+    zs_format_bytes(c->device_mem, cap, sizeof cap);
+    zs_mem_format_breakdown(&fake, 0, brk, sizeof brk);
+    for (int s = 0; s <= 3 && !hint[0]; s++) {
+        zs_mem_estimate e2;
+        if (zs_mem_estimate_compute(&t->model_cfg, t->world, s, c->batch, c->seq, c->grad_accum,
+                                    c->prefetch, &e2) == ZS_OK &&
+            e2.total <= c->device_mem) {
+            char b2[32];
+            zs_format_bytes(e2.total, b2, sizeof b2);
+            snprintf(hint, sizeof hint, "--stage %s fits on %d rank%s (%s per rank)",
+                     stage_flag(s), t->world, t->world > 1 ? "s" : "", b2);
+        }
+    }
+    for (int w = t->world * 2; w <= 1024 && !hint[0]; w *= 2) {
+        zs_mem_estimate e2;
+        int batch = c->batch % (w * c->grad_accum) ? w * c->grad_accum : c->batch;
+        if (zs_mem_estimate_compute(&t->model_cfg, w, 3, batch, c->seq, c->grad_accum,
+                                    c->prefetch, &e2) == ZS_OK &&
+            e2.total <= c->device_mem) {
+            char b2[32];
+            zs_format_bytes(e2.total, b2, sizeof b2);
+            snprintf(hint, sizeof hint,
+                     "no stage fits on %d rank%s; --stage 3 --nproc %d would (%s per rank%s)",
+                     t->world, t->world > 1 ? "s" : "", w, b2,
+                     batch != c->batch ? ", with a batch divisible by the ranks" : "");
+        }
+    }
+    if (!hint[0]) snprintf(hint, sizeof hint, "no stage fits even on 1024 ranks");
+    return zs_error(ZS_ERR_OOM,
+                    "%s at stage %s on %d rank%s needs about %s per rank (%s), over --device-mem "
+                    "%s; %s",
+                    t->model_cfg.name, stage_flag(c->stage), t->world, t->world > 1 ? "s" : "",
+                    need, brk, cap, hint);
+}
+
 zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     zs_status st = ZS_OK;
     zs_trainer_t *t = NULL;
@@ -107,6 +159,7 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
     ZS_CHECK(zs_model_layout(&t->model_cfg, t->world, &t->layout));
+    if (cfg->device_mem) ZS_CHECK(check_fit(t, cfg));
 
     zs_engine_config ec = zs_engine_config_default();
     ec.stage = cfg->stage;

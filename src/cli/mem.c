@@ -1,0 +1,100 @@
+/* `zshard mem`: predicted per-rank memory by category for a model, world size and stage,
+ * from the same unit layout the engine uses; `--compare` puts ddp/1/2/3 side by side with
+ * DESIGN.md §4's model-state formula for each. Nothing is allocated. */
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "core/alloc.h"
+#include "zshard.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *STAGE_NAME[] = {"ddp", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+static const char *FORMULA[] = {"16Ψ", "8Ψ + 8Ψ/N", "4Ψ + 12Ψ/N", "16Ψ/N"};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
+            "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V] [--compare]\n"
+            "Predicts per-rank peak memory by category (fp32 training) before a run.\n"
+            "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
+            "  to GPT-2's 50257 (use 256 for byte-level text).\n");
+}
+
+static double gib(uint64_t b) {
+    return (double)b / 1073741824.0;
+}
+
+int zs_cli_mem(int argc, char **argv) {
+    const char *model = NULL;
+    int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = 50257;
+    int compare = 0, rc = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--compare")) {
+            compare = 1;
+            continue;
+        }
+        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--nproc")) rc = zs_arg_int(a, v, &nproc);
+        else if (!strcmp(a, "--batch")) rc = zs_arg_int(a, v, &batch);
+        else if (!strcmp(a, "--seq")) rc = zs_arg_int(a, v, &seq);
+        else if (!strcmp(a, "--grad-accum")) rc = zs_arg_int(a, v, &accum);
+        else if (!strcmp(a, "--prefetch")) rc = zs_arg_int(a, v, &prefetch);
+        else if (!strcmp(a, "--vocab")) rc = zs_arg_int(a, v, &vocab);
+        else if (!strcmp(a, "--stage")) {
+            if (!strcmp(v, "ddp")) stage = 0;
+            else if (strlen(v) == 1 && v[0] >= '1' && v[0] <= '3') stage = v[0] - '0';
+            else return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+        } else return zs_cli_fail(2, "mem: unknown flag '%s' (see zshard mem --help)", a);
+        if (rc) return rc;
+    }
+    if (!model) return zs_cli_fail(2, "mem: --model NAME is required");
+    if (nproc < 1 || seq < 1 || accum < 1 || prefetch < 0 || vocab < 1 || batch < 0)
+        return zs_cli_fail(2, "mem: sizes must be positive");
+    if (!batch) batch = nproc * accum;
+    zs_model_config cfg;
+    if (zs_model_preset(model, &cfg) != ZS_OK) return zs_cli_fail(2, "mem: %s", zs_last_error());
+    zs_model_config_set_vocab(&cfg, vocab);
+
+    zs_mem_estimate est[4];
+    int first = compare ? 0 : stage, last = compare ? 3 : stage;
+    for (int s = first; s <= last; s++)
+        if (zs_mem_estimate_compute(&cfg, nproc, s, batch, seq, accum, prefetch, &est[s]) !=
+            ZS_OK)
+            return zs_cli_fail(2, "mem: %s", zs_last_error());
+    const zs_mem_estimate *e0 = &est[first];
+    printf("zshard mem: %s, %d rank%s, fp32, global batch %d x seq %d (%d per rank per "
+           "micro-batch), prefetch %d\n",
+           model, nproc, nproc > 1 ? "s" : "", batch, seq, batch / (nproc * accum), prefetch);
+    printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
+           "%d\n\n",
+           (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);
+    printf("| per rank, GiB |");
+    for (int s = first; s <= last; s++) printf(" %s |", STAGE_NAME[s]);
+    printf("\n|---|");
+    for (int s = first; s <= last; s++) printf("---:|");
+    printf("\n");
+    for (int c = 0; c < ZS_MEM_NCAT; c++) {
+        printf("| %s |", zs_mem_category_name((zs_mem_category)c));
+        for (int s = first; s <= last; s++) printf(" %.3f |", gib(est[s].bytes[c]));
+        printf("\n");
+    }
+    printf("| **model states** |");
+    for (int s = first; s <= last; s++) printf(" **%.3f** |", gib(est[s].model_states));
+    printf("\n| formula (Ψ padded, N=%d) |", nproc);
+    for (int s = first; s <= last; s++) printf(" %s = %.3f |", FORMULA[s], gib(est[s].model_states));
+    printf("\n| **total** |");
+    for (int s = first; s <= last; s++) printf(" **%.3f** |", gib(est[s].total));
+    printf("\n");
+    if (compare)
+        printf("\nZeRO-3 model states are %.1f%% of DDP's; total %.1f%%.\n",
+               100.0 * (double)est[3].model_states / (double)est[0].model_states,
+               100.0 * (double)est[3].total / (double)est[0].total);
+    return 0;
+}

@@ -1,0 +1,72 @@
+/* Memory estimator: per-rank bytes by category predicted from the unit layout (model states
+ * and the engine's pools, exact) and the model's activation/workspace formulas, without
+ * allocating anything. The trainer checks --device-mem against it before training, and
+ * `zshard mem` prints it. */
+#include "zshard.h"
+
+#include "core/status.h"
+#include "models/model.h"
+#include "shard/layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world, int stage, int batch,
+                                  int seq, int grad_accum, int prefetch, zs_mem_estimate *out) {
+    zs_status st = ZS_OK;
+    zs_layout l;
+    int64_t *sizes = NULL;
+    zs_layout_init(&l);
+    memset(out, 0, sizeof *out);
+    ZS_REQUIRE(world >= 1 && stage >= 0 && stage <= 3 && batch > 0 && seq > 0 &&
+                   grad_accum > 0 && prefetch >= 0,
+               ZS_ERR_INVALID, "memory estimate: sizes must be positive");
+    ZS_REQUIRE(batch % (world * grad_accum) == 0, ZS_ERR_INVALID,
+               "--batch %d must divide evenly into %d rank(s) x %d micro-batch(es)", batch, world,
+               grad_accum);
+    ZS_REQUIRE(seq <= cfg->max_seq, ZS_ERR_INVALID,
+               "--seq %d is longer than model %s's %d positions", seq, cfg->name, cfg->max_seq);
+    ZS_CHECK(zs_model_layout(cfg, world, &l));
+    uint64_t P = (uint64_t)l.total_padded * 4, S = P / (uint64_t)world;
+    uint64_t *b = out->bytes;
+    /* Model states, DESIGN.md §4 (fp32): exactly what the engine allocates. */
+    b[ZS_MEM_PARAM] = stage == 3 ? 0 : P;
+    b[ZS_MEM_PARAM_SHARD] = stage == 3 ? S : 0;
+    b[ZS_MEM_GRAD] = stage <= 1 ? P : 0;
+    b[ZS_MEM_GRAD_SHARD] = stage >= 2 ? S : 0;
+    b[ZS_MEM_OPTIM_STATE] = stage == 0 ? 2 * P : 2 * S;
+    /* Pools: ZeRO-3 gathers (prefetch + 1) units; ZeRO-2/3 hold 2 unit gradients plus one per
+     * tied unit; slots are sized by the largest units in decreasing order. */
+    sizes = malloc((size_t)l.n_units * sizeof *sizes);
+    ZS_REQUIRE(sizes, ZS_ERR_OOM, "memory estimate: out of memory");
+    int tied = 0;
+    for (int u = 0; u < l.n_units; u++) {
+        sizes[u] = l.units[u].padded;
+        tied += l.units[u].n_uses > 1;
+    }
+    qsort(sizes, (size_t)l.n_units, sizeof *sizes, cmp_desc);
+    if (stage == 3)
+        for (int i = 0; i <= prefetch; i++)
+            b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 4;
+    if (stage >= 2)
+        for (int i = 0; i < 2 + tied; i++)
+            b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 4;
+    int micro = batch / (world * grad_accum);
+    b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, micro, seq);
+    /* Logits and activation gradients, and the batch's tokens. */
+    b[ZS_MEM_WORKSPACE] = zs_model_workspace_bytes(cfg, micro, seq) +
+                          2 * (uint64_t)micro * seq * sizeof(int32_t);
+    for (int c = ZS_MEM_PARAM; c <= ZS_MEM_OPTIM_STATE; c++) out->model_states += b[c];
+    for (int c = 0; c < ZS_MEM_NCAT; c++) out->total += b[c];
+    out->params = l.total_params;
+    out->padded = l.total_padded;
+fail:
+    free(sizes);
+    zs_layout_free(&l);
+    return st;
+}
