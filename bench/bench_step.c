@@ -1,6 +1,7 @@
 /* `zshard bench step`: time training steps of a model and compare the achieved model FLOP/s
  * with the OpenBLAS sgemm rate measured in the same run on the step's own GEMM shapes (the
  * ceiling: a step cannot beat its GEMMs run back to back with nothing else). */
+#include "bench/bench_util.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
@@ -111,23 +112,11 @@ int zs_bench_step(int argc, char **argv) {
         return zs_cli_fail(2, "bench step: %s", zs_last_error());
 
     char tmp[] = "/tmp/zshard-bench-XXXXXX";
-    uint16_t *tok = NULL;
     if (!data) {
-        /* Random tokens over the GPT-2 vocabulary: the step's cost does not depend on text. */
         int fd = mkstemp(tmp);
         if (fd < 0) return zs_cli_fail(1, "bench step: cannot create a temporary file");
         close(fd);
-        int64_t n = (int64_t)cfg.batch * cfg.seq * 64 + 4096;
-        tok = malloc((size_t)n * 2);
-        if (!tok) return zs_cli_fail(1, "bench step: out of memory");
-        uint64_t x = 88172645463325252ull;
-        for (int64_t i = 0; i < n; i++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            tok[i] = (uint16_t)(x % ZS_GPT2_VOCAB);
-        }
-        zs_status st = zs_llmc_shard_write(tmp, tok, n);
-        free(tok);
-        if (st != ZS_OK) {
+        if (zs_bench_token_file(tmp, (int64_t)cfg.batch * cfg.seq * 64 + 4096)) {
             unlink(tmp);
             return zs_cli_fail(1, "bench step: %s", zs_last_error());
         }

@@ -11,6 +11,7 @@ int zs_cli_mem(int argc, char **argv);
 /* Benchmarks (bench/): `zshard bench step ...` and `zshard bench comm ...`. */
 int zs_bench_step(int argc, char **argv);
 int zs_bench_comm(int argc, char **argv);
+int zs_bench_memory(int argc, char **argv);
 
 /* Print "zshard: <msg>" to stderr; returns 1 or 2 for the caller to exit with. */
 int zs_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
