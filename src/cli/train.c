@@ -9,6 +9,7 @@
 #include "zshard.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,9 +312,16 @@ int zs_cli_train(int argc, char **argv) {
         fflush(stdout);
     }
 
+    /* Fault injection for tests: ZS_FAULT_KILL=R:S makes rank R kill itself (SIGKILL) at the
+     * start of step S, as a crashed or OOM-killed process would die. */
+    int kill_rank = -1, kill_step = -1;
+    const char *fault = getenv("ZS_FAULT_KILL");
+    if (fault && sscanf(fault, "%d:%d", &kill_rank, &kill_step) != 2) kill_rank = -1;
+
     double t_start = zs_now_s(), train_s = 0.0, last_val = -1.0, last_loss = 0.0;
     for (int step = 1; step <= o.cfg.steps; step++) {
         zs_step_stats s;
+        if (rank == kill_rank && step == kill_step) raise(SIGKILL);
         if ((st = zs_trainer_step(t, &s)) != ZS_OK) {
             if (tty && !o.quiet) fputc('\n', stderr);
             fprintf(stderr, "zshard: step %d: %s\n", step, zs_last_error());
