@@ -3,13 +3,8 @@
 #ifndef ZS_BACKEND_CPU_H
 #define ZS_BACKEND_CPU_H
 
-/* Every CPU backend file includes this header first. With trapping math (the ISO default)
- * GCC will not if-convert a float comparison, so no loop with a clamp or a max in it (exp,
- * tanh, the softmax max) vectorises. We never read FP exception flags, so drop them here
- * for the CPU backend only; values are unchanged (no reassociation, no contraction). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
-#endif
+/* Vectorising the loops here relies on -fno-trapping-math, set for the library in
+ * CMakeLists.txt (with trapping math GCC will not if-convert a float comparison). */
 
 #include "backend/ops.h"
 
