@@ -281,6 +281,39 @@ fail:
     return st;
 }
 
+/* ---- state access for checkpoints ------------------------------------------------------ */
+
+zs_status zs_engine_state(zs_engine_t *e, int unit, float **master, float **m, float **v,
+                          int64_t *lo, int64_t *n) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(unit >= 0 && unit < e->layout->n_units, ZS_ERR_INTERNAL,
+               "engine: unit %d out of range", unit);
+    ZS_CHECK(zs_engine_drain(e));
+    unit_state *us = &e->units[unit];
+    *master = us->master;
+    *m = us->m;
+    *v = us->v;
+    *lo = us->opt_base;
+    *n = us->opt_n;
+fail:
+    return st;
+}
+
+zs_status zs_engine_state_changed(zs_engine_t *e) {
+    zs_status st = ZS_OK;
+    const zs_layout *l = e->layout;
+    ZS_CHECK(zs_engine_drain(e));
+    if (e->persist_params && e->cfg.stage != ZS_STAGE_DDP)
+        for (int u = 0; u < l->n_units; u++) {
+            unit_state *us = &e->units[u];
+            ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
+                                      l->units[u].name, &us->work));
+            ZS_CHECK(zs_engine_wait(&us->work));
+        }
+fail:
+    return st;
+}
+
 /* ---- parameter hash ----------------------------------------------------------------------- */
 
 zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx) {

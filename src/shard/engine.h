@@ -72,6 +72,18 @@ zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash);
 typedef zs_status (*zs_param_visitor)(const zs_tensor_desc *t, const float *data, void *ctx);
 zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx);
 
+/* This rank's optimizer state of unit u: fp32 master values, Adam m and v, covering the
+ * unit's flat elements [*lo, *lo + *n). DDP holds the whole padded unit; the sharded stages
+ * hold [rank*S, (rank+1)*S). Pointers stay valid for the engine's life. Drains pending work
+ * first, so the values are the post-step ones. For checkpoints. */
+zs_status zs_engine_state(zs_engine_t *e, int unit, float **master, float **m, float **v,
+                          int64_t *lo, int64_t *n);
+
+/* Call on every rank after overwriting master values through zs_engine_state (checkpoint
+ * load): rebuilds the full parameters of ZeRO-1/2 and drops ZeRO-3's gathered copies.
+ * Collective. */
+zs_status zs_engine_state_changed(zs_engine_t *e);
+
 /* Read-only access to the full parameters of a unit for inference (sampling) without a
  * gradient pass. Same as forward_begin/forward_end. */
 const zs_layout *zs_engine_layout(const zs_engine_t *e);

@@ -11,6 +11,7 @@
 #include "data/data.h"
 #include "models/model.h"
 #include "shard/engine.h"
+#include "train/trainer_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,22 +20,6 @@
 
 #define STREAM_SAMPLE 0x73616d70ull /* "samp" */
 
-struct zs_trainer {
-    zs_train_config cfg;
-    zs_model_config model_cfg;
-    const zs_ops *ops;
-    zs_stream_t *stream;
-    zs_dataset data;
-    zs_layout layout;
-    zs_engine_t *engine;
-    zs_model_t *model;
-    zs_comm_t *comm; /* NULL for a world of one */
-    int rank, world;
-    int micro;        /* sequences per micro-batch on this rank */
-    int32_t *inputs;  /* [micro, seq] */
-    int32_t *targets;
-    int step;         /* optimizer steps taken */
-};
 
 zs_train_config zs_train_config_default(void) {
     zs_train_config c;

@@ -1,0 +1,29 @@
+/* The trainer's state, shared by trainer.c and the other files of src/train (checkpoint
+ * glue, estimator) that need to reach the engine, the layout or the step counter. */
+#ifndef ZS_TRAIN_TRAINER_INTERNAL_H
+#define ZS_TRAIN_TRAINER_INTERNAL_H
+
+#include "backend/ops.h"
+#include "data/data.h"
+#include "models/model.h"
+#include "shard/engine.h"
+#include "zshard.h"
+
+struct zs_trainer {
+    zs_train_config cfg;
+    zs_model_config model_cfg;
+    const zs_ops *ops;
+    zs_stream_t *stream;
+    zs_dataset data;
+    zs_layout layout;
+    zs_engine_t *engine;
+    zs_model_t *model;
+    zs_comm_t *comm; /* NULL for a world of one */
+    int rank, world;
+    int micro;        /* sequences per micro-batch on this rank */
+    int32_t *inputs;  /* [micro, seq] */
+    int32_t *targets;
+    int step;         /* optimizer steps taken */
+};
+
+#endif
