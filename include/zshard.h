@@ -87,6 +87,7 @@ zs_status zs_parse_bytes(const char *text, uint64_t *out);
 
 typedef enum zs_arch {
     ZS_ARCH_GPT2 = 0,
+    ZS_ARCH_LLAMA,
 } zs_arch;
 
 typedef struct zs_model_config {
@@ -97,6 +98,10 @@ typedef struct zs_model_config {
     int max_seq;      /* positions */
     int vocab;        /* real vocabulary size */
     int padded_vocab; /* vocab rounded up to a multiple of 64, for the GEMMs */
+    int n_kv_head;    /* LLaMA grouped-query attention (divides n_head); GPT-2: n_head */
+    int ffn_hidden;   /* MLP inner width; GPT-2: 4 * n_embd */
+    float rope_theta; /* LLaMA rotary base (e.g. 10000) */
+    float norm_eps;   /* LLaMA RMSNorm epsilon (e.g. 1e-5) */
     char name[32];
 } zs_model_config;
 

@@ -2,7 +2,7 @@
  * head is tied to the token embedding) and forward/backward over the zs_ops table. Each unit
  * is acquired through the shard engine right before it is used, so the same code serves
  * every stage. */
-#include "models/model.h"
+#include "models/gpt2.h"
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -30,7 +30,7 @@ typedef struct layer_acts {
     float *res3;                      /* [BT,C] block output */
 } layer_acts;
 
-struct zs_model {
+struct zs_gpt2 {
     zs_model_config cfg;
     const zs_ops *ops;
     zs_stream_t *s;
@@ -57,7 +57,7 @@ static int unit_final(const zs_model_config *c) {
     return c->n_layer + 1;
 }
 
-zs_status zs_model_layout(const zs_model_config *c, int world_size, zs_layout *out) {
+zs_status zs_gpt2_layout(const zs_model_config *c, int world_size, zs_layout *out) {
     zs_status st = ZS_OK;
     char name[ZS_MAX_NAME];
     int64_t C = c->n_embd, L = c->n_layer;
@@ -119,7 +119,7 @@ static float *take(float *base, uint64_t *total, uint64_t n) {
 
 /* Activation buffers, in the order the arena is carved. With m->arena NULL this only counts
  * (the memory estimator uses that); layers may then point at a single reused record. */
-static uint64_t carve_arena(const zs_model_config *c, int B, int T, zs_model_t *m) {
+static uint64_t carve_arena(const zs_model_config *c, int B, int T, zs_gpt2_t *m) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
     uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
     float *base = m->arena;
@@ -148,7 +148,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, zs_model_t *
 }
 
 /* Workspace: logits plus the per-layer activation gradients reused across layers. */
-static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_model_t *m) {
+static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_gpt2_t *m) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
     uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
     float *base = m->scratch;
@@ -162,26 +162,26 @@ static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_model_t
     return n;
 }
 
-uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, int B, int T) {
-    zs_model_t tmp;
+uint64_t zs_gpt2_workspace_bytes(const zs_model_config *cfg, int B, int T) {
+    zs_gpt2_t tmp;
     layer_acts one;
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
     return carve_scratch(cfg, B, T, &tmp) * sizeof(float);
 }
 
-uint64_t zs_model_activation_bytes(const zs_model_config *cfg, int B, int T) {
-    zs_model_t tmp;
+uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, int B, int T) {
+    zs_gpt2_t tmp;
     layer_acts one;
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
     return carve_arena(cfg, B, T, &tmp) * sizeof(float);
 }
 
-zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
-                          zs_engine_t *engine, int max_batch, int max_seq, zs_model_t **out) {
+zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
+                          zs_engine_t *engine, int max_batch, int max_seq, zs_gpt2_t **out) {
     zs_status st = ZS_OK;
-    zs_model_t *m = NULL;
+    zs_gpt2_t *m = NULL;
     *out = NULL;
     ZS_CHECK(zs_model_config_validate(cfg));
     ZS_REQUIRE(max_batch > 0 && max_seq > 0, ZS_ERR_INVALID,
@@ -211,21 +211,21 @@ zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stre
 
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
-    uint64_t na = zs_model_activation_bytes(cfg, max_batch, max_seq);
+    uint64_t na = zs_gpt2_activation_bytes(cfg, max_batch, max_seq);
     ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
     carve_arena(cfg, max_batch, max_seq, m);
-    uint64_t ns = zs_model_workspace_bytes(cfg, max_batch, max_seq);
+    uint64_t ns = zs_gpt2_workspace_bytes(cfg, max_batch, max_seq);
     ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients",
                       (void **)&m->scratch));
     carve_scratch(cfg, max_batch, max_seq, m);
     *out = m;
     return ZS_OK;
 fail:
-    zs_model_destroy(m);
+    zs_gpt2_destroy(m);
     return st;
 }
 
-void zs_model_destroy(zs_model_t *m) {
+void zs_gpt2_destroy(zs_gpt2_t *m) {
     if (!m) return;
     zs_free(m->arena);
     zs_free(m->scratch);
@@ -234,7 +234,7 @@ void zs_model_destroy(zs_model_t *m) {
 }
 
 /* Forward through embeddings, blocks and final norm into m->logits. */
-static zs_status forward(zs_model_t *m, const int32_t *in, int B, int T) {
+static zs_status forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
@@ -280,7 +280,7 @@ fail:
     return st;
 }
 
-static zs_status backward(zs_model_t *m, const int32_t *in, int B, int T) {
+static zs_status backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
@@ -339,14 +339,14 @@ fail:
     return st;
 }
 
-static zs_status check_shape(const zs_model_t *m, int B, int T) {
+static zs_status check_shape(const zs_gpt2_t *m, int B, int T) {
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
         return zs_error(ZS_ERR_INTERNAL, "model: batch %dx%d exceeds allocated %dx%d", B, T,
                         m->max_B, m->max_T);
     return ZS_OK;
 }
 
-zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
+zs_status zs_gpt2_forward_backward(zs_gpt2_t *m, const int32_t *inputs, const int32_t *targets,
                                     int B, int T, float dloss, int do_backward,
                                     double *loss_sum) {
     zs_status st = ZS_OK;
@@ -364,7 +364,7 @@ fail:
     return st;
 }
 
-zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T,
+zs_status zs_gpt2_infer(zs_gpt2_t *m, const int32_t *inputs, int B, int T,
                          const float **logits) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_shape(m, B, T));

@@ -41,6 +41,8 @@ zs_status zs_model_preset(const char *name, zs_model_config *cfg) {
         cfg->n_head = p->n_head;
         cfg->n_embd = p->n_embd;
         cfg->max_seq = p->max_seq;
+        cfg->n_kv_head = p->n_head;
+        cfg->ffn_hidden = 4 * p->n_embd;
         snprintf(cfg->name, sizeof cfg->name, "%s", p->name);
         zs_model_config_set_vocab(cfg, 256);
         return ZS_OK;
