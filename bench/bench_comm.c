@@ -149,8 +149,7 @@ int zs_bench_comm(int argc, char **argv) {
         }
         int rank = zs_comm_rank(c), n = zs_comm_world_size(c);
         is_rank0 = rank == 0;
-        ran = 1;
-        if (mc < 0) {
+        if (!ran) { /* every rank: the barrier below is collective */
             /* Measured alone: the other ranks wait in the barrier, off the cores. */
             if (rank == 0) mc = memcpy_gbps(maxb < (64u << 20) ? maxb : (64u << 20));
             zs_comm_barrier(c, NULL, "memcpy");
@@ -160,6 +159,7 @@ int zs_bench_comm(int argc, char **argv) {
                 printf("memcpy (1 thread): %.2f GB/s   ranks: %d\n\n%-5s %-15s %12s %10s %10s "
                        "%10s %9s\n",
                        mc, n, "comm", "op", "bytes", "ms", "algbw", "busbw", "%memcpy");
+            ran = 1;
         }
         for (int op = 0; op < NOPS && code == 0; op++) {
             for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
