@@ -66,15 +66,8 @@ void zs_mem_format_breakdown(const zs_mem_stats *s, int use_peak, char *buf, siz
     if (!len) snprintf(buf, cap, "nothing allocated");
 }
 
-zs_status zs_alloc(zs_mem_category cat, size_t nbytes, const char *what, void **out) {
-    *out = NULL;
-    if ((unsigned)cat >= ZS_MEM_NCAT)
-        return zs_error(ZS_ERR_INTERNAL, "zs_alloc: bad category %d for %s", (int)cat, what);
-    if (nbytes == 0) return ZS_OK;
-    size_t padded = (nbytes + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
-    if (padded < nbytes || padded > SIZE_MAX - ZS_ALIGN)
-        return zs_error(ZS_ERR_OOM, "cannot allocate %s: size %zu overflows", what, nbytes);
-
+/* Count nbytes against category cat, failing (and changing nothing) over the cap. */
+static zs_status reserve(zs_mem_category cat, size_t nbytes, const char *what) {
     pthread_mutex_lock(&g_lock);
     if (g_stats.cap && g_stats.total_current + nbytes > g_stats.cap) {
         zs_mem_stats snap = g_stats;
@@ -95,6 +88,20 @@ zs_status zs_alloc(zs_mem_category cat, size_t nbytes, const char *what, void **
     if (g_stats.current[cat] > g_stats.peak[cat]) g_stats.peak[cat] = g_stats.current[cat];
     if (g_stats.total_current > g_stats.total_peak) g_stats.total_peak = g_stats.total_current;
     pthread_mutex_unlock(&g_lock);
+    return ZS_OK;
+}
+
+zs_status zs_alloc(zs_mem_category cat, size_t nbytes, const char *what, void **out) {
+    *out = NULL;
+    if ((unsigned)cat >= ZS_MEM_NCAT)
+        return zs_error(ZS_ERR_INTERNAL, "zs_alloc: bad category %d for %s", (int)cat, what);
+    if (nbytes == 0) return ZS_OK;
+    size_t padded = (nbytes + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
+    if (padded < nbytes || padded > SIZE_MAX - ZS_ALIGN)
+        return zs_error(ZS_ERR_OOM, "cannot allocate %s: size %zu overflows", what, nbytes);
+
+    zs_status st = reserve(cat, nbytes, what);
+    if (st != ZS_OK) return st;
 
     char *base = aligned_alloc(ZS_ALIGN, padded + ZS_ALIGN);
     if (!base) {
@@ -157,6 +164,17 @@ void zs_mem_reset_peaks(void) {
     for (int i = 0; i < ZS_MEM_NCAT; i++) g_stats.peak[i] = g_stats.current[i];
     g_stats.total_peak = g_stats.total_current;
     pthread_mutex_unlock(&g_lock);
+}
+
+zs_status zs_mem_account(zs_mem_category cat, int64_t nbytes, const char *what) {
+    if ((unsigned)cat >= ZS_MEM_NCAT)
+        return zs_error(ZS_ERR_INTERNAL, "zs_mem_account: bad category %d for %s", (int)cat, what);
+    if (nbytes >= 0) return reserve(cat, (size_t)nbytes, what);
+    pthread_mutex_lock(&g_lock);
+    g_stats.current[cat] -= (uint64_t)(-nbytes);
+    g_stats.total_current -= (uint64_t)(-nbytes);
+    pthread_mutex_unlock(&g_lock);
+    return ZS_OK;
 }
 
 zs_status zs_parse_bytes(const char *text, uint64_t *out) {

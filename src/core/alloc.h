@@ -15,6 +15,10 @@
 zs_status zs_alloc(zs_mem_category cat, size_t nbytes, const char *what, void **out);
 /* Release a buffer from zs_alloc. NULL is accepted. */
 void zs_free(void *ptr);
+/* Account memory obtained elsewhere (e.g. shared-memory buffers the comm layer maps):
+ * nbytes > 0 reserves under the cap exactly as zs_alloc does (failing with the breakdown),
+ * nbytes < 0 releases. `what` names the buffer in errors. */
+zs_status zs_mem_account(zs_mem_category cat, int64_t nbytes, const char *what);
 /* Bytes zs_alloc accounted for this buffer (0 for NULL). */
 size_t zs_alloc_size(const void *ptr);
 /* Write "param 1.2 GiB, optim_state 2.4 GiB, ..." (non-zero categories, largest first). */
