@@ -319,6 +319,22 @@ zs_status zs_comm_work_wait(zs_comm_work_t *work);
  * status if the work failed; the handle stays owned by the caller. */
 zs_status zs_comm_work_test(zs_comm_work_t *work, int *done);
 
+/* ---- checkpoints (docs/checkpoint.md) -------------------------------------------------- */
+
+/* Save the trainer's state (fp32 master parameters, Adam m and v, step, seed, settings) as
+ * save_dir/step_NNNNNNNN: every rank writes its own zstd file in parallel, rank 0 writes
+ * manifest.json, publishes the directory by an atomic rename after fsync, points
+ * save_dir/latest at it and keeps the newest `keep` checkpoints (keep <= 0: all). A crash at
+ * any instant leaves the previous checkpoint loadable. Collective: every rank calls it. */
+zs_status zs_trainer_save(zs_trainer_t *t, const char *save_dir, int keep);
+/* Load a checkpoint into a freshly created trainer: path is a checkpoint directory or a save
+ * dir (its `latest`). Any saved world size and stage loads at this run's world size and stage;
+ * the model config must match. Continues bitwise-identically at the same world size and
+ * stage. Collective. */
+zs_status zs_trainer_resume(zs_trainer_t *t, const char *path);
+/* Optimizer steps taken so far (the checkpoint's step after a resume). */
+int zs_trainer_steps_done(const zs_trainer_t *t);
+
 #ifdef __cplusplus
 }
 #endif

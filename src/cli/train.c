@@ -26,6 +26,8 @@ typedef struct train_opts {
     int quiet;
     int nproc;
     int mem_report;
+    const char *save_dir, *resume;
+    int save_every, keep;
 } train_opts;
 
 static void usage(FILE *f) {
@@ -68,7 +70,13 @@ static void usage(FILE *f) {
             "  --device-mem SIZE   per-rank memory cap, e.g. 4G; over it fails at startup\n"
             "  --mem-report        at the end, per-rank measured peak bytes by category next to\n"
             "                      the estimate (zshard mem)\n"
-            "  --quiet             no progress output, only errors and the summary\n",
+            "  --quiet             no progress output, only errors and the summary\n"
+            "checkpoints (docs/checkpoint.md):\n"
+            "  --save-dir D        save checkpoints as D/step_NNNNNNNN (and at the end)\n"
+            "  --save-every K      also save every K steps [0 = only at the end]\n"
+            "  --keep N            keep the newest N checkpoints in --save-dir [0 = all]\n"
+            "  --resume D|latest   continue from a checkpoint dir, a save dir's latest, or\n"
+            "                      `latest` in --save-dir (any world size and stage)\n",
             zs_model_preset_names());
 }
 
@@ -125,6 +133,10 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--print-every")) rc = zs_arg_int(a, v, &o->print_every);
         else if (!strcmp(a, "--log")) o->log_path = v;
         else if (!strcmp(a, "--dump-params")) o->dump_path = v;
+        else if (!strcmp(a, "--save-dir")) o->save_dir = v;
+        else if (!strcmp(a, "--save-every")) rc = zs_arg_int(a, v, &o->save_every);
+        else if (!strcmp(a, "--keep")) rc = zs_arg_int(a, v, &o->keep);
+        else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--nproc")) rc = zs_arg_int(a, v, &o->nproc);
         else if (!strcmp(a, "--prefetch")) rc = zs_arg_int(a, v, &o->cfg.prefetch);
         else if (!strcmp(a, "--comm")) o->cfg.comm = v;
@@ -150,6 +162,14 @@ static int parse(int argc, char **argv, train_opts *o) {
     if (o->val_every < 0 || o->sample_every < 0 || o->print_every < 0)
         return zs_cli_fail(2, "train: --val-every, --sample-every, --print-every must be >= 0");
     if (o->val_batches < 1) return zs_cli_fail(2, "train: --val-batches must be positive");
+    if (o->save_every < 0 || o->keep < 0)
+        return zs_cli_fail(2, "train: --save-every and --keep must be >= 0");
+    if ((o->save_every || o->keep) && !o->save_dir)
+        return zs_cli_fail(2, "train: --save-every and --keep need --save-dir");
+    if (o->resume && !strcmp(o->resume, "latest")) {
+        if (!o->save_dir) return zs_cli_fail(2, "train: --resume latest needs --save-dir");
+        o->resume = o->save_dir;
+    }
     if (o->sample_len < 0) return zs_cli_fail(2, "train: --sample-len must be >= 0");
     if (o->nproc < 0 || o->nproc > 256) return zs_cli_fail(2, "train: --nproc must be in [1, 256]");
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
@@ -318,8 +338,24 @@ int zs_cli_train(int argc, char **argv) {
     const char *fault = getenv("ZS_FAULT_KILL");
     if (fault && sscanf(fault, "%d:%d", &kill_rank, &kill_step) != 2) kill_rank = -1;
 
+    int first = 1;
+    if (o.resume) {
+        if ((st = zs_trainer_resume(t, o.resume)) != ZS_OK) {
+            fprintf(stderr, "zshard: --resume: %s\n", zs_last_error());
+            goto fail;
+        }
+        first = zs_trainer_steps_done(t) + 1;
+        if (first > o.cfg.steps) {
+            st = zs_error(ZS_ERR_INVALID, "--resume: the checkpoint is at step %d, not before "
+                          "--steps %d: nothing to train", first - 1, o.cfg.steps);
+            fprintf(stderr, "zshard: %s\n", zs_last_error());
+            goto fail;
+        }
+        if (!o.quiet) printf("  resumed from %s at step %d\n", o.resume, first - 1);
+    }
+
     double t_start = zs_now_s(), train_s = 0.0, last_val = -1.0, last_loss = 0.0;
-    for (int step = 1; step <= o.cfg.steps; step++) {
+    for (int step = first; step <= o.cfg.steps; step++) {
         zs_step_stats s;
         if (rank == kill_rank && step == kill_step) raise(SIGKILL);
         if ((st = zs_trainer_step(t, &s)) != ZS_OK) {
@@ -356,6 +392,13 @@ int zs_cli_train(int argc, char **argv) {
         }
         if (o.sample_every && step % o.sample_every == 0 && step != o.cfg.steps)
             print_sample(&o, t, step);
+        if (o.save_dir && ((o.save_every && step % o.save_every == 0) || step == o.cfg.steps)) {
+            if ((st = zs_trainer_save(t, o.save_dir, o.keep)) != ZS_OK) {
+                fprintf(stderr, "zshard: save at step %d: %s\n", step, zs_last_error());
+                goto fail;
+            }
+            if (!o.quiet) printf("step %d: saved checkpoint in %s\n", step, o.save_dir);
+        }
     }
     if (o.sample_len > 0) print_sample(&o, t, o.cfg.steps);
 
