@@ -34,7 +34,8 @@ typedef struct zs_ops {
     zs_status (*bias_bwd)(zs_stream_t *s, float *dbias, const float *dout, int N, int OC);
 
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens in [0, V) are the caller's
-     * responsibility (validated by the data layer). */
+     * responsibility (validated by the data layer). wpe may be NULL (no position table,
+     * e.g. LLaMA): out[b,t,:] = wte[tokens[b,t],:]. */
     zs_status (*embedding_fwd)(zs_stream_t *s, float *out, const int32_t *tokens,
                                const float *wte, const float *wpe, int B, int T, int C);
     /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (accumulates). Either
@@ -105,6 +106,49 @@ typedef struct zs_ops {
                              uint64_t stream_id, uint64_t index0, float std);
     /* Wait until all work queued on s has finished. */
     zs_status (*sync)(zs_stream_t *s);
+
+    /* ---- LLaMA-family ops (docs/models.md) ---- */
+
+    /* RMSNorm over the last dim C of N rows: out = x * rstd * w with rstd = 1 / sqrt(mean(x^2)
+     * + eps), Hugging Face's order. Saves rstd[N] for backward. */
+    zs_status (*rmsnorm_fwd)(zs_stream_t *s, float *out, float *rstd, const float *inp,
+                             const float *w, int N, int C, float eps);
+    /* Accumulates dinp[N,C] and dw[C]. */
+    zs_status (*rmsnorm_bwd)(zs_stream_t *s, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C);
+
+    /* Rotary position embedding of x[B,T,NH,hs] (hs even, at most 1024), Hugging Face's
+     * rotate_half layout: in each head, elements i and i + hs/2 are rotated by the angle
+     * t * theta^(-2i/hs), t the row's position 0..T-1. Overwrites out; out MAY alias inp. */
+    zs_status (*rope_fwd)(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH,
+                          int hs, float theta);
+    /* Backward of rope_fwd: dinp = R^T dout, the rotation by the negative angle. Overwrites
+     * dinp (it does NOT accumulate); dinp MAY alias dout. */
+    zs_status (*rope_bwd)(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
+                          int hs, float theta);
+
+    /* SwiGLU gate, elementwise over n: out = silu(gate) * up, silu(x) = x sigmoid(x). out may
+     * alias gate or up. */
+    zs_status (*swiglu_fwd)(zs_stream_t *s, float *out, const float *gate, const float *up,
+                            size_t n);
+    /* Accumulates dgate += dout * up * silu'(gate) and dup += dout * silu(gate). */
+    zs_status (*swiglu_bwd)(zs_stream_t *s, float *dgate, float *dup, const float *dout,
+                            const float *gate, const float *up, size_t n);
+
+    /* Causal self-attention with grouped-query heads: q[B,T,NH*hs], k and v [B,T,NKV*hs]
+     * (separate buffers, head-major within a row), NKV divides NH, query head h attends with
+     * key/value head h / (NH/NKV) (Hugging Face's repeat_kv). out[B,T,NH*hs]; att[B,NH,T,T]
+     * receives the softmax probabilities (0 above the diagonal) for backward. Scale
+     * 1/sqrt(hs). With NKV == NH it computes what attention_fwd does on q | k | v. */
+    zs_status (*attention_gqa_fwd)(zs_stream_t *s, float *out, float *att, const float *q,
+                                   const float *k, const float *v, int B, int T, int NH,
+                                   int NKV, int hs);
+    /* Accumulates dq, dk, dv (shapes of q, k, v). datt[B,NH,T,T] is scratch owned by the
+     * caller. */
+    zs_status (*attention_gqa_bwd)(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *att, int B, int T, int NH,
+                                   int NKV, int hs);
 } zs_ops;
 
 /* The CPU backend: OpenBLAS sgemm + OpenMP loops. Always available. */

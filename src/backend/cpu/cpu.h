@@ -31,4 +31,25 @@ zs_status zs_cpu_attention_fwd(zs_stream_t *s, float *out, float *att, const flo
 zs_status zs_cpu_attention_bwd(zs_stream_t *s, float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T, int C, int NH);
 
+/* LLaMA-family ops: llama_cpu.c and attention_gqa_cpu.c. */
+zs_status zs_cpu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
+                             const float *w, int N, int C, float eps);
+zs_status zs_cpu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C);
+zs_status zs_cpu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH,
+                          int hs, float theta);
+zs_status zs_cpu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
+                          int hs, float theta);
+zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
+                            size_t n);
+zs_status zs_cpu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
+                            const float *gate, const float *up, size_t n);
+zs_status zs_cpu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const float *q,
+                                   const float *k, const float *v, int B, int T, int NH,
+                                   int NKV, int hs);
+zs_status zs_cpu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *att, int B, int T, int NH,
+                                   int NKV, int hs);
+
 #endif

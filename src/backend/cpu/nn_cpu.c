@@ -21,8 +21,12 @@ zs_status zs_cpu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens
 #pragma omp parallel for schedule(static) if ((size_t)B * T * C >= ZS_CPU_PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
         const float *te = wte + (size_t)tokens[bt] * C;
-        const float *pe = wpe + (size_t)(bt % T) * C;
         float *o = out + (size_t)bt * C;
+        if (!wpe) {
+            memcpy(o, te, (size_t)C * sizeof *o);
+            continue;
+        }
+        const float *pe = wpe + (size_t)(bt % T) * C;
         for (int c = 0; c < C; c++)
             o[c] = te[c] + pe[c];
     }

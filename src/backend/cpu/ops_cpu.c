@@ -222,6 +222,14 @@ static const zs_ops cpu_ops = {
     .copy = cpu_copy,
     .init_normal = cpu_init_normal,
     .sync = cpu_sync,
+    .rmsnorm_fwd = zs_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = zs_cpu_rmsnorm_bwd,
+    .rope_fwd = zs_cpu_rope_fwd,
+    .rope_bwd = zs_cpu_rope_bwd,
+    .swiglu_fwd = zs_cpu_swiglu_fwd,
+    .swiglu_bwd = zs_cpu_swiglu_bwd,
+    .attention_gqa_fwd = zs_cpu_attention_gqa_fwd,
+    .attention_gqa_bwd = zs_cpu_attention_gqa_bwd,
 };
 
 const zs_ops *zs_ops_cpu(void) {

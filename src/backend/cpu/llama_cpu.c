@@ -1,0 +1,115 @@
+/* CPU ops for LLaMA-family models: RMSNorm, rotary position embedding and the SwiGLU gate,
+ * as OpenMP loops over the shared per-row and per-element math in backend/kernels. Rows run
+ * in parallel; the RMSNorm weight gradient is split by columns, each column summed in row
+ * order, so results are bitwise the same for any thread count. */
+#include "backend/cpu/cpu.h"
+#include "backend/kernels/rmsnorm.h"
+#include "backend/kernels/rope.h"
+#include "backend/kernels/swiglu.h"
+#include "core/status.h"
+
+/* Columns per task of the weight-gradient reduction. */
+#define RMS_COL_BLOCK 64
+
+/* Largest head size RoPE accepts: the per-position cos/sin tables live on the stack. */
+#define ROPE_MAX_HALF 512
+
+zs_status zs_cpu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
+                             const float *w, int N, int C, float eps) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && C >= 1 && eps >= 0.0f, ZS_ERR_INVALID,
+               "rmsnorm_fwd: bad shape N=%d C=%d or eps %g", N, C, (double)eps);
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= ZS_CPU_PAR_MIN)
+    for (int r = 0; r < N; r++)
+        rstd[r] = zs_rmsnorm_row_fwd(out + (size_t)r * C, inp + (size_t)r * C, w, C, eps);
+fail:
+    return st;
+}
+
+zs_status zs_cpu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "rmsnorm_bwd: bad shape N=%d C=%d", N, C);
+    int par = (size_t)N * C >= ZS_CPU_PAR_MIN;
+    int nblk = (C + RMS_COL_BLOCK - 1) / RMS_COL_BLOCK;
+#pragma omp parallel if (par)
+    {
+#pragma omp for schedule(static) nowait
+        for (int r = 0; r < N; r++)
+            zs_rmsnorm_row_bwd(dinp + (size_t)r * C, dout + (size_t)r * C, inp + (size_t)r * C, w,
+                               rstd[r], C);
+#pragma omp for schedule(static)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * RMS_COL_BLOCK;
+            int nc = C - c0 < RMS_COL_BLOCK ? C - c0 : RMS_COL_BLOCK;
+            float aw[RMS_COL_BLOCK] = {0};
+            for (int r = 0; r < N; r++) {
+                const float *d = dout + (size_t)r * C + c0;
+                const float *x = inp + (size_t)r * C + c0;
+                float rs = rstd[r];
+                for (int c = 0; c < nc; c++)
+                    aw[c] += d[c] * (x[c] * rs);
+            }
+            zs_axpy_row(dw + c0, 1.0f, aw, nc);
+        }
+    }
+fail:
+    return st;
+}
+
+/* Forward (inverse 0) and backward (inverse 1) share one loop: the backward of a rotation is
+ * the rotation by the negative angle. Positions are parallel; each computes its cos/sin
+ * table once and applies it to every batch row and head at that position. */
+static zs_status rope(const char *op, float *out, const float *inp, int B, int T, int NH, int hs,
+                      float theta, int inverse) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && hs >= 2 && hs % 2 == 0 && hs / 2 <= ROPE_MAX_HALF &&
+                   theta > 0.0f,
+               ZS_ERR_INVALID,
+               "%s: bad shape B=%d T=%d NH=%d hs=%d (hs even, at most %d) or theta %g", op, B, T,
+               NH, hs, 2 * ROPE_MAX_HALF, (double)theta);
+    int half = hs / 2;
+    size_t D = (size_t)NH * hs;
+#pragma omp parallel for schedule(static) if ((size_t)B * T * D >= ZS_CPU_PAR_MIN)
+    for (int t = 0; t < T; t++) {
+        float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+        for (int i = 0; i < half; i++)
+            zs_rope_cos_sin(&cs[i], &sn[i], t, i, hs, theta);
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                size_t off = ((size_t)b * T + t) * D + (size_t)h * hs;
+                zs_rope_head(out + off, inp + off, cs, sn, half, inverse);
+            }
+    }
+fail:
+    return st;
+}
+
+zs_status zs_cpu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH,
+                          int hs, float theta) {
+    return rope("rope_fwd", out, inp, B, T, NH, hs, theta, 0);
+}
+
+zs_status zs_cpu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
+                          int hs, float theta) {
+    return rope("rope_bwd", dinp, dout, B, T, NH, hs, theta, 1);
+}
+
+zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
+                            size_t n) {
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        out[i] = zs_silu(gate[i]) * up[i];
+    return ZS_OK;
+}
+
+zs_status zs_cpu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
+                            const float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], d = dout[i];
+        dgate[i] += d * up[i] * zs_silu_grad(g);
+        dup[i] += d * zs_silu(g);
+    }
+    return ZS_OK;
+}
