@@ -105,10 +105,17 @@ typedef struct zs_model_config {
     char name[32];
 } zs_model_config;
 
-/* Fill *cfg from a preset name: gpt2-tiny, gpt2-mini, gpt2-124m, gpt2-355m, gpt2-774m,
- * gpt2-1558m. vocab is set by the caller (it comes from the data); padded_vocab is derived
- * by zs_model_config_set_vocab. */
+/* Fill *cfg from a preset name (gpt2-tiny, gpt2-mini, gpt2-small6, gpt2-124m, gpt2-355m,
+ * gpt2-774m, gpt2-1558m, llama-tiny, llama-60m, llama-1b, llama-7b), or, for a name ending in
+ * ".json", from that model config file (zs_model_config_load). vocab is set by the caller
+ * (it comes from the data); padded_vocab is derived by zs_model_config_set_vocab. */
 zs_status zs_model_preset(const char *name, zs_model_config *cfg);
+/* Read a model config file: one flat JSON object (docs/models.md), e.g.
+ * {"arch": "llama", "n_layer": 4, "n_head": 8, "n_kv_head": 2, "n_embd": 256,
+ *  "ffn_hidden": 688, "max_seq": 512, "rope_theta": 10000, "norm_eps": 1e-5}.
+ * ZS_ERR_IO if unreadable, ZS_ERR_FORMAT if not such an object, ZS_ERR_INVALID for an
+ * unknown, missing or inconsistent field; zs_last_error() names the file and the field. */
+zs_status zs_model_config_load(const char *path, zs_model_config *cfg);
 void zs_model_config_set_vocab(zs_model_config *cfg, int vocab);
 /* Comma-separated list of preset names, for help texts. */
 const char *zs_model_preset_names(void);

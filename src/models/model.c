@@ -4,6 +4,7 @@
 
 #include "core/status.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 #include <stdlib.h>
 
@@ -15,6 +16,7 @@ struct zs_model {
 zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout *out) {
     switch (cfg->arch) {
     case ZS_ARCH_GPT2: return zs_gpt2_layout(cfg, world_size, out);
+    case ZS_ARCH_LLAMA: return zs_llama_layout(cfg, world_size, out);
     default: break;
     }
     zs_layout_init(out);
@@ -35,6 +37,10 @@ zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stre
         ZS_CHECK(zs_gpt2_create(cfg, ops, s, engine, max_batch, max_seq,
                                 (zs_gpt2_t **)&m->impl));
         break;
+    case ZS_ARCH_LLAMA:
+        ZS_CHECK(zs_llama_create(cfg, ops, s, engine, max_batch, max_seq,
+                                 (zs_llama_t **)&m->impl));
+        break;
     default:
         ZS_REQUIRE(0, ZS_ERR_UNSUPPORTED, "model %s: architecture %d is not built in",
                    cfg->name, (int)cfg->arch);
@@ -50,6 +56,7 @@ void zs_model_destroy(zs_model_t *m) {
     if (!m) return;
     switch (m->arch) {
     case ZS_ARCH_GPT2: zs_gpt2_destroy(m->impl); break;
+    case ZS_ARCH_LLAMA: zs_llama_destroy(m->impl); break;
     default: break;
     }
     free(m);
@@ -61,6 +68,9 @@ zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const 
     case ZS_ARCH_GPT2:
         return zs_gpt2_forward_backward(m->impl, inputs, targets, B, T, dloss, backward,
                                         loss_sum);
+    case ZS_ARCH_LLAMA:
+        return zs_llama_forward_backward(m->impl, inputs, targets, B, T, dloss, backward,
+                                         loss_sum);
     default: break;
     }
     return zs_error(ZS_ERR_INTERNAL, "model: unknown architecture");
@@ -70,6 +80,7 @@ zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T,
                          const float **logits) {
     switch (m->arch) {
     case ZS_ARCH_GPT2: return zs_gpt2_infer(m->impl, inputs, B, T, logits);
+    case ZS_ARCH_LLAMA: return zs_llama_infer(m->impl, inputs, B, T, logits);
     default: break;
     }
     return zs_error(ZS_ERR_INTERNAL, "model: unknown architecture");
@@ -78,6 +89,7 @@ zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T,
 uint64_t zs_model_activation_bytes(const zs_model_config *cfg, int B, int T) {
     switch (cfg->arch) {
     case ZS_ARCH_GPT2: return zs_gpt2_activation_bytes(cfg, B, T);
+    case ZS_ARCH_LLAMA: return zs_llama_activation_bytes(cfg, B, T);
     default: break;
     }
     return 0;
@@ -86,6 +98,7 @@ uint64_t zs_model_activation_bytes(const zs_model_config *cfg, int B, int T) {
 uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, int B, int T) {
     switch (cfg->arch) {
     case ZS_ARCH_GPT2: return zs_gpt2_workspace_bytes(cfg, B, T);
+    case ZS_ARCH_LLAMA: return zs_llama_workspace_bytes(cfg, B, T);
     default: break;
     }
     return 0;

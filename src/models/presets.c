@@ -1,7 +1,9 @@
-/* Model presets and config helpers: the released GPT-2 shapes plus tiny ones for tests. */
+/* Model presets and config helpers: the released GPT-2 shapes, LLaMA shapes (TinyLlama,
+ * LLaMA-2-7B) and tiny ones for tests; a name ending in .json is a model config file. */
 #include "models/model.h"
 
 #include "core/status.h"
+#include "models/llama.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -21,8 +23,22 @@ static const preset g_presets[] = {
     {"gpt2-1558m", 48, 25, 1600, 1024},
 };
 
+typedef struct llama_preset {
+    const char *name;
+    int n_layer, n_head, n_kv_head, n_embd, ffn_hidden, max_seq;
+} llama_preset;
+
+/* rope_theta 10000 and norm_eps 1e-5 for all of them. */
+static const llama_preset g_llama_presets[] = {
+    {"llama-tiny", 2, 4, 2, 64, 176, 256},       /* tests: grouped-query, seconds on one core */
+    {"llama-60m", 8, 8, 8, 512, 1376, 1024},     /* GaLore's LLaMA-60M shape */
+    {"llama-1b", 22, 32, 4, 2048, 5632, 2048},   /* TinyLlama-1.1B */
+    {"llama-7b", 32, 32, 32, 4096, 11008, 4096}, /* LLaMA-2-7B */
+};
+
 const char *zs_model_preset_names(void) {
-    return "gpt2-tiny, gpt2-mini, gpt2-small6, gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1558m";
+    return "gpt2-tiny, gpt2-mini, gpt2-small6, gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1558m, "
+           "llama-tiny, llama-60m, llama-1b, llama-7b, or a config file NAME.json";
 }
 
 void zs_model_config_set_vocab(zs_model_config *cfg, int vocab) {
@@ -32,6 +48,25 @@ void zs_model_config_set_vocab(zs_model_config *cfg, int vocab) {
 }
 
 zs_status zs_model_preset(const char *name, zs_model_config *cfg) {
+    size_t len = strlen(name);
+    if (len > 5 && !strcmp(name + len - 5, ".json")) return zs_model_config_load(name, cfg);
+    for (size_t i = 0; i < sizeof g_llama_presets / sizeof *g_llama_presets; i++) {
+        const llama_preset *p = &g_llama_presets[i];
+        if (strcmp(p->name, name)) continue;
+        memset(cfg, 0, sizeof *cfg);
+        cfg->arch = ZS_ARCH_LLAMA;
+        cfg->n_layer = p->n_layer;
+        cfg->n_head = p->n_head;
+        cfg->n_kv_head = p->n_kv_head;
+        cfg->n_embd = p->n_embd;
+        cfg->ffn_hidden = p->ffn_hidden;
+        cfg->max_seq = p->max_seq;
+        cfg->rope_theta = 10000.0f;
+        cfg->norm_eps = 1e-5f;
+        snprintf(cfg->name, sizeof cfg->name, "%s", p->name);
+        zs_model_config_set_vocab(cfg, 256);
+        return ZS_OK;
+    }
     for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++) {
         const preset *p = &g_presets[i];
         if (strcmp(p->name, name)) continue;
@@ -60,11 +95,28 @@ zs_status zs_model_config_validate(const zs_model_config *c) {
                "model %s: %d heads do not divide width %d", c->name, c->n_head, c->n_embd);
     ZS_REQUIRE(c->vocab > 0 && c->padded_vocab >= c->vocab, ZS_ERR_INVALID,
                "model %s: vocabulary size %d is not set", c->name, c->vocab);
+    if (c->arch == ZS_ARCH_LLAMA) {
+        ZS_REQUIRE(c->n_kv_head > 0 && c->n_head % c->n_kv_head == 0, ZS_ERR_INVALID,
+                   "model %s: %d key/value heads do not divide %d heads", c->name,
+                   c->n_kv_head, c->n_head);
+        ZS_REQUIRE((c->n_embd / c->n_head) % 2 == 0 && c->n_embd / c->n_head <= 1024,
+                   ZS_ERR_INVALID,
+                   "model %s: head size %d must be even and at most 1024 (rotary pairs)",
+                   c->name, c->n_embd / c->n_head);
+        ZS_REQUIRE(c->ffn_hidden > 0, ZS_ERR_INVALID, "model %s: ffn_hidden must be positive",
+                   c->name);
+        ZS_REQUIRE(c->rope_theta > 0.0f && c->norm_eps > 0.0f, ZS_ERR_INVALID,
+                   "model %s: rope_theta and norm_eps must be positive", c->name);
+    } else {
+        ZS_REQUIRE(c->arch == ZS_ARCH_GPT2, ZS_ERR_INVALID, "model %s: unknown architecture %d",
+                   c->name, (int)c->arch);
+    }
 fail:
     return st;
 }
 
 int64_t zs_model_num_params(const zs_model_config *c) {
+    if (c->arch == ZS_ARCH_LLAMA) return zs_llama_num_params(c);
     int64_t C = c->n_embd, L = c->n_layer;
     int64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
                     4 * C * C + C;

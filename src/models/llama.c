@@ -1,0 +1,418 @@
+/* LLaMA: parameter layout as units (untied token embedding; one unit per block; final
+ * RMSNorm and output head together) and forward/backward over the zs_ops table: RMSNorm,
+ * rotary position embedding, grouped-query attention, SwiGLU MLP, no biases. Tensor names
+ * and [out, in] shapes are Hugging Face's, so safetensors import/export is a renaming-free
+ * copy (docs/models.md). Each unit is acquired through the shard engine right before use. */
+#include "models/llama.h"
+
+#include "core/alloc.h"
+#include "core/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tensor order inside a block unit; the layout declares them in exactly this order. */
+enum { L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_GATE, L_UP, L_DOWN, L_NT };
+
+/* Activations saved for backward, per layer, for one micro-batch. The block's input is the
+ * previous layer's res3 (or the embedding); block_forward recomputes all of these from it. */
+typedef struct layer_acts {
+    float *ln1, *ln1_rstd; /* [BT,C], [BT] */
+    float *q, *k, *v;      /* [BT,QD], [BT,KD], [BT,KD]; q and k after RoPE */
+    float *att;            /* [B,NH,T,T] */
+    float *atty;           /* [BT,QD] */
+    float *res2;           /* [BT,C] residual after attention */
+    float *ln2, *ln2_rstd;
+    float *gate, *up, *h; /* [BT,F]: pre-activation gate and up, h = silu(gate) * up */
+    float *res3;          /* [BT,C] block output */
+} layer_acts;
+
+struct zs_llama {
+    zs_model_config cfg;
+    const zs_ops *ops;
+    zs_stream_t *s;
+    zs_engine_t *engine;
+    int max_B, max_T;
+    int hs, QD, KD;     /* head size, query width NH*hs, key/value width NKV*hs */
+    int64_t toff[L_NT]; /* element offsets of block tensors within a block unit */
+    int64_t off_embed, off_norm, off_head;
+    float *arena;   /* one activation allocation, carved into the fields below */
+    float *encoded; /* [BT,C] */
+    layer_acts *layers;
+    float *lnf, *lnf_rstd;
+    float *losses;  /* [BT] */
+    float *scratch; /* workspace: logits and activation gradients, reused per layer */
+    float *logits;  /* [BT,Vp]; backward overwrites it with dlogits in place */
+    float *dres, *dC, *dq, *dk, *dv, *datt, *dh, *dgate, *dup;
+};
+
+static int unit_block(int l) {
+    return 1 + l;
+}
+
+static int unit_head(const zs_model_config *c) {
+    return c->n_layer + 1;
+}
+
+int64_t zs_llama_num_params(const zs_model_config *c) {
+    int64_t C = c->n_embd, hs = C / c->n_head, QD = hs * c->n_head, KD = hs * c->n_kv_head;
+    int64_t F = c->ffn_hidden;
+    int64_t block = 2 * C + 2 * QD * C + 2 * KD * C + 3 * F * C;
+    return 2 * (int64_t)c->padded_vocab * C + (int64_t)c->n_layer * block + C;
+}
+
+zs_status zs_llama_layout(const zs_model_config *c, int world_size, zs_layout *out) {
+    zs_status st = ZS_OK;
+    char name[ZS_MAX_NAME];
+    int64_t C = c->n_embd, L = c->n_layer, F = c->ffn_hidden, Vp = c->padded_vocab;
+    int64_t QD = C, KD = C / c->n_head * c->n_kv_head;
+    float std = 0.02f;
+    /* As GPT-2: projections that write into the residual stream (o_proj, down_proj) start at
+     * 0.02/sqrt(2L), so the residual's variance does not grow with depth. */
+    float proj_std = 0.02f / sqrtf(2.0f * (float)L);
+    zs_layout_init(out);
+    ZS_CHECK(zs_model_config_validate(c));
+
+    /* Untied: the input embedding is used once per pass (the head is its own tensor). */
+    ZS_CHECK(zs_layout_add_unit(out, "embed", 1));
+    ZS_CHECK(zs_layout_add_tensor(out, "model.embed_tokens.weight", 2, (int64_t[]){Vp, C}, 1,
+                                  ZS_INIT_NORMAL, std));
+    /* Padded vocabulary rows never receive gradient; start them at zero so they stay zero. */
+    out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+    for (int l = 0; l < L; l++) {
+        snprintf(name, sizeof name, "model.layers.%d", l);
+        ZS_CHECK(zs_layout_add_unit(out, name, 1));
+#define T1(suffix)                                                                                 \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                                  \
+    ZS_CHECK(zs_layout_add_tensor(out, name, 1, (int64_t[]){C}, 0, ZS_INIT_ONES, 0))
+#define T2(suffix, n0, n1, sd)                                                                     \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                                  \
+    ZS_CHECK(zs_layout_add_tensor(out, name, 2, (int64_t[]){n0, n1}, 1, ZS_INIT_NORMAL, sd))
+        T1("input_layernorm.weight");
+        T2("self_attn.q_proj.weight", QD, C, std);
+        T2("self_attn.k_proj.weight", KD, C, std);
+        T2("self_attn.v_proj.weight", KD, C, std);
+        T2("self_attn.o_proj.weight", C, QD, proj_std);
+        T1("post_attention_layernorm.weight");
+        T2("mlp.gate_proj.weight", F, C, std);
+        T2("mlp.up_proj.weight", F, C, std);
+        T2("mlp.down_proj.weight", C, F, proj_std);
+#undef T1
+#undef T2
+    }
+    /* The final norm rides with the head: it is C floats, and one unit means one gather. */
+    ZS_CHECK(zs_layout_add_unit(out, "lm_head", 1));
+    ZS_CHECK(zs_layout_add_tensor(out, "model.norm.weight", 1, (int64_t[]){C}, 0, ZS_INIT_ONES, 0));
+    ZS_CHECK(
+        zs_layout_add_tensor(out, "lm_head.weight", 2, (int64_t[]){Vp, C}, 1, ZS_INIT_NORMAL, std));
+    out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+    ZS_CHECK(zs_layout_finalize(out, world_size));
+    return ZS_OK;
+fail:
+    zs_layout_free(out);
+    return st;
+}
+
+/* Carve n floats (rounded up to 64 bytes) from base at *total; with base NULL only counts. */
+static float *take(float *base, uint64_t *total, uint64_t n) {
+    float *p = base ? base + *total : NULL;
+    *total += (n + 15) / 16 * 16;
+    return p;
+}
+
+/* Activation buffers, in the order the arena is carved. With m->arena NULL this only counts
+ * (the memory estimator uses that); layers may then point at a single reused record. */
+static uint64_t carve_arena(const zs_model_config *c, int B, int T, zs_llama_t *m) {
+    uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, F = (uint64_t)c->ffn_hidden;
+    uint64_t KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
+    uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
+    float *base = m->arena;
+    m->encoded = take(base, &n, BT * C);
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_acts *a = base ? &m->layers[l] : &m->layers[0];
+        a->ln1 = take(base, &n, BT * C);
+        a->ln1_rstd = take(base, &n, BT);
+        a->q = take(base, &n, BT * C);
+        a->k = take(base, &n, BT * KD);
+        a->v = take(base, &n, BT * KD);
+        a->att = take(base, &n, att);
+        a->atty = take(base, &n, BT * C);
+        a->res2 = take(base, &n, BT * C);
+        a->ln2 = take(base, &n, BT * C);
+        a->ln2_rstd = take(base, &n, BT);
+        a->gate = take(base, &n, BT * F);
+        a->up = take(base, &n, BT * F);
+        a->h = take(base, &n, BT * F);
+        a->res3 = take(base, &n, BT * C);
+    }
+    m->lnf = take(base, &n, BT * C);
+    m->lnf_rstd = take(base, &n, BT);
+    m->losses = take(base, &n, BT);
+    return n;
+}
+
+/* Workspace: logits plus the per-layer activation gradients reused across layers. */
+static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_llama_t *m) {
+    uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, F = (uint64_t)c->ffn_hidden;
+    uint64_t KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
+    uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
+    float *base = m->scratch;
+    m->logits = take(base, &n, BT * (uint64_t)c->padded_vocab);
+    m->dres = take(base, &n, BT * C);
+    m->dC = take(base, &n, BT * C);
+    m->dq = take(base, &n, BT * C);
+    m->dk = take(base, &n, BT * KD);
+    m->dv = take(base, &n, BT * KD);
+    m->datt = take(base, &n, att);
+    m->dh = take(base, &n, BT * F);
+    m->dgate = take(base, &n, BT * F);
+    m->dup = take(base, &n, BT * F);
+    return n;
+}
+
+uint64_t zs_llama_workspace_bytes(const zs_model_config *cfg, int B, int T) {
+    zs_llama_t tmp;
+    memset(&tmp, 0, sizeof tmp);
+    return carve_scratch(cfg, B, T, &tmp) * sizeof(float);
+}
+
+uint64_t zs_llama_activation_bytes(const zs_model_config *cfg, int B, int T) {
+    zs_llama_t tmp;
+    layer_acts one;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.layers = &one;
+    return carve_arena(cfg, B, T, &tmp) * sizeof(float);
+}
+
+zs_status zs_llama_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
+                          zs_engine_t *engine, int max_batch, int max_seq, zs_llama_t **out) {
+    zs_status st = ZS_OK;
+    zs_llama_t *m = NULL;
+    *out = NULL;
+    ZS_CHECK(zs_model_config_validate(cfg));
+    ZS_REQUIRE(max_batch > 0 && max_seq > 0, ZS_ERR_INVALID,
+               "model: batch and sequence length must be positive");
+    ZS_REQUIRE(max_seq <= cfg->max_seq, ZS_ERR_INVALID,
+               "sequence length %d exceeds model %s's %d positions", max_seq, cfg->name,
+               cfg->max_seq);
+    m = calloc(1, sizeof *m);
+    ZS_REQUIRE(m, ZS_ERR_OOM, "model: out of memory");
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->s = s;
+    m->engine = engine;
+    m->max_B = max_batch;
+    m->max_T = max_seq;
+    m->hs = cfg->n_embd / cfg->n_head;
+    m->QD = m->hs * cfg->n_head;
+    m->KD = m->hs * cfg->n_kv_head;
+    const zs_layout *l = zs_engine_layout(engine);
+    ZS_REQUIRE(l->n_units == cfg->n_layer + 2 && l->n_tensors == L_NT * cfg->n_layer + 3,
+               ZS_ERR_INTERNAL, "model: layout has %d units, %d tensors", l->n_units, l->n_tensors);
+    m->off_embed = l->tensors[0].offset;
+    for (int i = 0; i < L_NT; i++)
+        m->toff[i] = l->tensors[l->units[unit_block(0)].first_tensor + i].offset;
+    const zs_unit_desc *hu = &l->units[unit_head(cfg)];
+    m->off_norm = l->tensors[hu->first_tensor].offset;
+    m->off_head = l->tensors[hu->first_tensor + 1].offset;
+
+    m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
+    ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
+    uint64_t na = zs_llama_activation_bytes(cfg, max_batch, max_seq);
+    ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
+    carve_arena(cfg, max_batch, max_seq, m);
+    uint64_t ns = zs_llama_workspace_bytes(cfg, max_batch, max_seq);
+    ZS_CHECK(
+        zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients", (void **)&m->scratch));
+    carve_scratch(cfg, max_batch, max_seq, m);
+    *out = m;
+    return ZS_OK;
+fail:
+    zs_llama_destroy(m);
+    return st;
+}
+
+void zs_llama_destroy(zs_llama_t *m) {
+    if (!m) return;
+    zs_free(m->arena);
+    zs_free(m->scratch);
+    free(m->layers);
+    free(m);
+}
+
+/* One block's forward from its input x and full parameters p, writing every activation its
+ * backward reads into a. It reads nothing else that backward changes (m->dC is only a
+ * temporary here), so backward may re-run it to recompute a block's activations. */
+static zs_status block_forward(zs_llama_t *m, const float *p, const float *x, layer_acts *a, int B,
+                               int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = m->ops;
+    zs_stream_t *s = m->s;
+    const zs_model_config *c = &m->cfg;
+    const int C = c->n_embd, F = c->ffn_hidden, BT = B * T, QD = m->QD, KD = m->KD;
+    const int64_t *t = m->toff;
+    ZS_CHECK(o->rmsnorm_fwd(s, a->ln1, a->ln1_rstd, x, p + t[L_NORM1], BT, C, c->norm_eps));
+    ZS_CHECK(zs_linear_fwd(o, s, a->q, a->ln1, p + t[L_Q], NULL, BT, C, QD));
+    ZS_CHECK(zs_linear_fwd(o, s, a->k, a->ln1, p + t[L_K], NULL, BT, C, KD));
+    ZS_CHECK(zs_linear_fwd(o, s, a->v, a->ln1, p + t[L_V], NULL, BT, C, KD));
+    ZS_CHECK(o->rope_fwd(s, a->q, a->q, B, T, c->n_head, m->hs, c->rope_theta));
+    ZS_CHECK(o->rope_fwd(s, a->k, a->k, B, T, c->n_kv_head, m->hs, c->rope_theta));
+    ZS_CHECK(o->attention_gqa_fwd(s, a->atty, a->att, a->q, a->k, a->v, B, T, c->n_head,
+                                  c->n_kv_head, m->hs));
+    ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->atty, p + t[L_O], NULL, BT, QD, C));
+    ZS_CHECK(o->residual_fwd(s, a->res2, x, m->dC, (size_t)BT * C));
+    ZS_CHECK(o->rmsnorm_fwd(s, a->ln2, a->ln2_rstd, a->res2, p + t[L_NORM2], BT, C, c->norm_eps));
+    ZS_CHECK(zs_linear_fwd(o, s, a->gate, a->ln2, p + t[L_GATE], NULL, BT, C, F));
+    ZS_CHECK(zs_linear_fwd(o, s, a->up, a->ln2, p + t[L_UP], NULL, BT, C, F));
+    ZS_CHECK(o->swiglu_fwd(s, a->h, a->gate, a->up, (size_t)BT * F));
+    ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->h, p + t[L_DOWN], NULL, BT, F, C));
+    ZS_CHECK(o->residual_fwd(s, a->res3, a->res2, m->dC, (size_t)BT * C));
+fail:
+    return st;
+}
+
+/* One block's backward: m->dres holds d loss / d res3 on entry and d loss / d x on exit;
+ * parameter gradients accumulate into g. */
+static zs_status block_backward(zs_llama_t *m, const float *p, float *g, const float *x,
+                                const layer_acts *a, int B, int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = m->ops;
+    zs_stream_t *s = m->s;
+    const zs_model_config *c = &m->cfg;
+    const int C = c->n_embd, F = c->ffn_hidden, BT = B * T, QD = m->QD, KD = m->KD;
+    const size_t nC = (size_t)BT * C, nF = (size_t)BT * F;
+    const int64_t *t = m->toff;
+    /* res3 = res2 + down(silu(gate) * up): dres flows unchanged into res2 and into the MLP. */
+    ZS_CHECK(o->fill(s, m->dh, 0.0f, nF));
+    ZS_CHECK(
+        zs_linear_bwd(o, s, m->dh, g + t[L_DOWN], NULL, m->dres, a->h, p + t[L_DOWN], BT, F, C));
+    ZS_CHECK(o->fill(s, m->dgate, 0.0f, nF));
+    ZS_CHECK(o->fill(s, m->dup, 0.0f, nF));
+    ZS_CHECK(o->swiglu_bwd(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF));
+    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    ZS_CHECK(
+        zs_linear_bwd(o, s, m->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, p + t[L_GATE], BT, C, F));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_UP], NULL, m->dup, a->ln2, p + t[L_UP], BT, C, F));
+    ZS_CHECK(o->rmsnorm_bwd(s, m->dres, g + t[L_NORM2], m->dC, a->res2, p + t[L_NORM2], a->ln2_rstd,
+                            BT, C));
+    /* res2 = x + o_proj(atty). */
+    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_O], NULL, m->dres, a->atty, p + t[L_O], BT, QD, C));
+    ZS_CHECK(o->fill(s, m->dq, 0.0f, (size_t)BT * QD));
+    ZS_CHECK(o->fill(s, m->dk, 0.0f, (size_t)BT * KD));
+    ZS_CHECK(o->fill(s, m->dv, 0.0f, (size_t)BT * KD));
+    ZS_CHECK(o->attention_gqa_bwd(s, m->dq, m->dk, m->dv, m->datt, m->dC, a->q, a->k, a->v, a->att,
+                                  B, T, c->n_head, c->n_kv_head, m->hs));
+    /* The saved q and k are post-RoPE; their gradients go back through the inverse rotation
+     * to the projections' outputs. */
+    ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, m->hs, c->rope_theta));
+    ZS_CHECK(o->rope_bwd(s, m->dk, m->dk, B, T, c->n_kv_head, m->hs, c->rope_theta));
+    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_Q], NULL, m->dq, a->ln1, p + t[L_Q], BT, C, QD));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_K], NULL, m->dk, a->ln1, p + t[L_K], BT, C, KD));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_V], NULL, m->dv, a->ln1, p + t[L_V], BT, C, KD));
+    ZS_CHECK(
+        o->rmsnorm_bwd(s, m->dres, g + t[L_NORM1], m->dC, x, p + t[L_NORM1], a->ln1_rstd, BT, C));
+fail:
+    return st;
+}
+
+/* Forward through embedding, blocks, final norm and head into m->logits. */
+static zs_status forward(zs_llama_t *m, const int32_t *in, int B, int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = m->ops;
+    zs_stream_t *s = m->s;
+    const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
+    const int uh = unit_head(&m->cfg);
+    float *p = NULL;
+
+    ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
+    ZS_CHECK(o->embedding_fwd(s, m->encoded, in, p + m->off_embed, NULL, B, T, C));
+    ZS_CHECK(zs_engine_forward_end(m->engine, 0));
+
+    const float *x = m->encoded;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        ZS_CHECK(zs_engine_forward_begin(m->engine, unit_block(l), &p));
+        ZS_CHECK(block_forward(m, p, x, &m->layers[l], B, T));
+        ZS_CHECK(zs_engine_forward_end(m->engine, unit_block(l)));
+        x = m->layers[l].res3;
+    }
+
+    ZS_CHECK(zs_engine_forward_begin(m->engine, uh, &p));
+    ZS_CHECK(o->rmsnorm_fwd(s, m->lnf, m->lnf_rstd, x, p + m->off_norm, BT, C, m->cfg.norm_eps));
+    ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_head, NULL, BT, C, Vp));
+    ZS_CHECK(zs_engine_forward_end(m->engine, uh));
+fail:
+    return st;
+}
+
+static zs_status backward(zs_llama_t *m, const int32_t *in, int B, int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = m->ops;
+    zs_stream_t *s = m->s;
+    const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
+    const int uh = unit_head(&m->cfg);
+    const size_t nC = (size_t)BT * C;
+    float *p = NULL, *g = NULL;
+
+    /* Head and final norm: m->logits already holds dlogits (softmax_xent wrote in place). */
+    const float *xlast = m->cfg.n_layer ? m->layers[m->cfg.n_layer - 1].res3 : m->encoded;
+    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
+    ZS_CHECK(zs_engine_backward_begin(m->engine, uh, &p, &g));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf, p + m->off_head,
+                           BT, C, Vp));
+    ZS_CHECK(o->rmsnorm_bwd(s, m->dres, g + m->off_norm, m->dC, xlast, p + m->off_norm, m->lnf_rstd,
+                            BT, C));
+    ZS_CHECK(zs_engine_backward_end(m->engine, uh));
+
+    for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
+        const float *x = l ? m->layers[l - 1].res3 : m->encoded;
+        ZS_CHECK(zs_engine_backward_begin(m->engine, unit_block(l), &p, &g));
+        ZS_CHECK(block_backward(m, p, g, x, &m->layers[l], B, T));
+        ZS_CHECK(zs_engine_backward_end(m->engine, unit_block(l)));
+    }
+
+    ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
+    ZS_CHECK(o->embedding_bwd(s, g + m->off_embed, NULL, m->dres, in, B, T, C));
+    ZS_CHECK(zs_engine_backward_end(m->engine, 0));
+fail:
+    return st;
+}
+
+static zs_status check_shape(const zs_llama_t *m, int B, int T) {
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
+        return zs_error(ZS_ERR_INTERNAL, "model: batch %dx%d exceeds allocated %dx%d", B, T,
+                        m->max_B, m->max_T);
+    return ZS_OK;
+}
+
+zs_status zs_llama_forward_backward(zs_llama_t *m, const int32_t *inputs, const int32_t *targets,
+                                    int B, int T, float dloss, int do_backward, double *loss_sum) {
+    zs_status st = ZS_OK;
+    const int BT = B * T;
+    ZS_CHECK(check_shape(m, B, T));
+    ZS_CHECK(forward(m, inputs, B, T));
+    ZS_CHECK(m->ops->softmax_xent(m->s, m->losses, do_backward ? m->logits : NULL, m->logits,
+                                  targets, BT, m->cfg.vocab, m->cfg.padded_vocab, dloss));
+    ZS_CHECK(m->ops->sync(m->s));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++)
+        sum += m->losses[i];
+    *loss_sum = sum;
+    if (do_backward) ZS_CHECK(backward(m, inputs, B, T));
+fail:
+    return st;
+}
+
+zs_status zs_llama_infer(zs_llama_t *m, const int32_t *inputs, int B, int T, const float **logits) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(check_shape(m, B, T));
+    ZS_CHECK(forward(m, inputs, B, T));
+    ZS_CHECK(m->ops->sync(m->s));
+    *logits = m->logits;
+fail:
+    return st;
+}
