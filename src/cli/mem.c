@@ -18,7 +18,7 @@ static void usage(FILE *f) {
             "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V] [--compare]\n"
             "Predicts per-rank peak memory by category (fp32 training) before a run.\n"
             "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
-            "  to GPT-2's 50257 (use 256 for byte-level text).\n");
+            "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
 }
 
 static double gib(uint64_t b) {
@@ -27,7 +27,7 @@ static double gib(uint64_t b) {
 
 int zs_cli_mem(int argc, char **argv) {
     const char *model = NULL;
-    int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = 50257;
+    int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = -1;
     int compare = 0, rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -55,11 +55,13 @@ int zs_cli_mem(int argc, char **argv) {
         if (rc) return rc;
     }
     if (!model) return zs_cli_fail(2, "mem: --model NAME is required");
-    if (nproc < 1 || seq < 1 || accum < 1 || prefetch < 0 || vocab < 1 || batch < 0)
+    if (nproc < 1 || seq < 1 || accum < 1 || prefetch < 0 || (vocab < 1 && vocab != -1) ||
+        batch < 0)
         return zs_cli_fail(2, "mem: sizes must be positive");
     if (!batch) batch = nproc * accum;
     zs_model_config cfg;
     if (zs_model_preset(model, &cfg) != ZS_OK) return zs_cli_fail(2, "mem: %s", zs_last_error());
+    if (vocab == -1) vocab = cfg.arch == ZS_ARCH_LLAMA ? 32000 : 50257;
     zs_model_config_set_vocab(&cfg, vocab);
 
     zs_mem_estimate est[4];

@@ -193,7 +193,7 @@ zs_status zs_model_config_load(const char *path, zs_model_config *cfg) {
     if ((st = zs_model_config_validate(cfg)) != ZS_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", zs_last_error());
-        st = zs_error(st, "model config %s", msg);
+        st = zs_error(st, "%s: %s", path, msg);
         goto fail;
     }
     st = ZS_OK;
