@@ -1,0 +1,394 @@
+/* safetensors: parsing and validating a file's header (8-byte little-endian length, JSON
+ * header, data section), and importing a GPT-2 in Hugging Face layout as a step-0 zshard
+ * checkpoint. The header is untrusted: dtypes, shapes and offsets are checked against the
+ * data section before any tensor is read. */
+#include "ckpt/convert.h"
+
+#include "ckpt/json.h"
+#include "core/bf16.h"
+#include "core/status.h"
+#include "models/model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct {
+    const char *name;
+    int size;
+} DTYPES[] = {{"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+              {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U8", 1},      {"U16", 2},
+              {"U32", 4}, {"U64", 8}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+void zs_st_header_free(zs_st_header *h) {
+    if (!h) return;
+    free(h->e);
+    memset(h, 0, sizeof *h);
+}
+
+static int cmp_begin(const void *a, const void *b) {
+    const zs_st_entry *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
+}
+
+static zs_status parse_meta(const zs_json *m, const char *what, zs_st_header *h) {
+    if (m->type != ZS_JSON_OBJECT)
+        return zs_error(ZS_ERR_FORMAT, "%s: __metadata__ is not an object", what);
+    for (const zs_json *c = m->child; c; c = c->next) {
+        if (c->type != ZS_JSON_STRING)
+            return zs_error(ZS_ERR_FORMAT, "%s: __metadata__ value '%s' is not a string", what,
+                            c->key);
+        int *dst = !strcmp(c->key, "zshard.n_head")  ? &h->meta_n_head
+                   : !strcmp(c->key, "zshard.vocab") ? &h->meta_vocab
+                                                     : NULL;
+        if (dst) {
+            char *end = NULL;
+            long v = strtol(c->str, &end, 10);
+            if (*end || v <= 0 || v > (1 << 24))
+                return zs_error(ZS_ERR_FORMAT, "%s: __metadata__ %s = '%s' is not a count", what,
+                                c->key, c->str);
+            *dst = (int)v;
+        }
+    }
+    return ZS_OK;
+}
+
+static zs_status parse_entry(const zs_json *v, const char *what, uint64_t data_size,
+                             zs_st_entry *e) {
+    zs_status st = ZS_OK;
+    const char *dt;
+    ZS_REQUIRE(strlen(v->key) < sizeof e->name, ZS_ERR_FORMAT, "%s: tensor name too long", what);
+    snprintf(e->name, sizeof e->name, "%s", v->key);
+    ZS_REQUIRE(v->type == ZS_JSON_OBJECT, ZS_ERR_FORMAT, "%s: tensor %s: not an object", what,
+               e->name);
+    ZS_CHECK(zs_json_get_str(v, "dtype", what, &dt));
+    for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES && !e->elem_size; i++)
+        if (!strcmp(dt, DTYPES[i].name)) {
+            snprintf(e->dtype, sizeof e->dtype, "%s", dt);
+            e->elem_size = DTYPES[i].size;
+        }
+    ZS_REQUIRE(e->elem_size, ZS_ERR_FORMAT, "%s: tensor %s: unknown dtype '%.16s'", what, e->name,
+               dt);
+    const zs_json *sh = zs_json_get(v, "shape"), *off = zs_json_get(v, "data_offsets");
+    ZS_REQUIRE(sh && sh->type == ZS_JSON_ARRAY && sh->n <= ZS_ST_MAX_DIMS, ZS_ERR_FORMAT,
+               "%s: tensor %s: shape is not an array of at most %d sizes", what, e->name,
+               ZS_ST_MAX_DIMS);
+    uint64_t numel = 1;
+    e->ndim = sh->n;
+    int d = 0;
+    for (const zs_json *x = sh->child; x; x = x->next, d++) {
+        ZS_REQUIRE(x->type == ZS_JSON_NUMBER && x->is_int && x->ival >= 0, ZS_ERR_FORMAT,
+                   "%s: tensor %s: shape has a non-integer or negative size", what, e->name);
+        e->shape[d] = x->ival;
+        ZS_REQUIRE(x->ival == 0 || numel <= UINT64_MAX / (uint64_t)x->ival / 8, ZS_ERR_FORMAT,
+                   "%s: tensor %s: shape overflows", what, e->name);
+        numel *= (uint64_t)x->ival;
+    }
+    ZS_REQUIRE(off && off->type == ZS_JSON_ARRAY && off->n == 2, ZS_ERR_FORMAT,
+               "%s: tensor %s: data_offsets is not [begin, end]", what, e->name);
+    const zs_json *b = off->child, *en = b->next;
+    ZS_REQUIRE(b->type == ZS_JSON_NUMBER && b->is_int && b->ival >= 0 &&
+                   en->type == ZS_JSON_NUMBER && en->is_int && en->ival >= b->ival,
+               ZS_ERR_FORMAT, "%s: tensor %s: data_offsets are not 0 <= begin <= end", what,
+               e->name);
+    e->begin = (uint64_t)b->ival;
+    e->end = (uint64_t)en->ival;
+    ZS_REQUIRE(e->end <= data_size, ZS_ERR_FORMAT,
+               "%s: tensor %s: data_offsets [%llu, %llu] lie outside the file's %llu data bytes",
+               what, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+               (unsigned long long)data_size);
+    ZS_REQUIRE(e->end - e->begin == numel * (uint64_t)e->elem_size, ZS_ERR_FORMAT,
+               "%s: tensor %s: %llu bytes for %llu %s values", what, e->name,
+               (unsigned long long)(e->end - e->begin), (unsigned long long)numel, e->dtype);
+fail:
+    return st;
+}
+
+zs_status zs_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, const char *what,
+                      zs_st_header *out) {
+    zs_status st = ZS_OK;
+    zs_json *root = NULL;
+    memset(out, 0, sizeof *out);
+    ZS_REQUIRE(len >= 8 && file_size >= 8, ZS_ERR_FORMAT, "%s: truncated: no 8-byte header length",
+               what);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | buf[i];
+    ZS_REQUIRE(hlen >= 2 && hlen <= ZS_ST_MAX_HEADER, ZS_ERR_FORMAT,
+               "%s: header length %llu is not a safetensors header", what,
+               (unsigned long long)hlen);
+    ZS_REQUIRE(hlen <= file_size - 8 && hlen <= len - 8, ZS_ERR_FORMAT,
+               "%s: truncated: header of %llu bytes, file has %llu", what, (unsigned long long)hlen,
+               (unsigned long long)file_size);
+    out->data_start = 8 + hlen;
+    uint64_t data_size = file_size - out->data_start;
+    /* Writers pad the header with spaces; the JSON parser skips trailing whitespace. */
+    st = zs_json_parse((const char *)buf + 8, (size_t)hlen, &root);
+    if (st != ZS_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zs_last_error());
+        st = zs_error(st, "%s: bad JSON header: %s", what, msg);
+        goto fail;
+    }
+    ZS_REQUIRE(root->type == ZS_JSON_OBJECT, ZS_ERR_FORMAT, "%s: header is not a JSON object",
+               what);
+    out->e = calloc((size_t)(root->n ? root->n : 1), sizeof *out->e);
+    ZS_REQUIRE(out->e, ZS_ERR_OOM, "%s: out of memory", what);
+    for (const zs_json *v = root->child; v; v = v->next) {
+        if (!strcmp(v->key, "__metadata__")) {
+            ZS_CHECK(parse_meta(v, what, out));
+            continue;
+        }
+        ZS_CHECK(parse_entry(v, what, data_size, &out->e[out->n]));
+        for (int i = 0; i < out->n; i++)
+            ZS_REQUIRE(strcmp(out->e[i].name, out->e[out->n].name), ZS_ERR_FORMAT,
+                       "%s: tensor %s appears twice", what, out->e[i].name);
+        out->n++;
+    }
+    /* Tensors must not share bytes (the format forbids it; an overlap means a bad file). */
+    zs_st_entry *sorted = malloc((size_t)(out->n ? out->n : 1) * sizeof *sorted);
+    ZS_REQUIRE(sorted, ZS_ERR_OOM, "%s: out of memory", what);
+    memcpy(sorted, out->e, (size_t)out->n * sizeof *sorted);
+    qsort(sorted, (size_t)out->n, sizeof *sorted, cmp_begin);
+    int overlap = -1;
+    for (int i = 1; i < out->n && overlap < 0; i++)
+        if (sorted[i].begin < sorted[i - 1].end && sorted[i].end > sorted[i].begin) overlap = i;
+    char a[128] = "", b2[128] = "";
+    if (overlap > 0) {
+        snprintf(a, sizeof a, "%s", sorted[overlap - 1].name);
+        snprintf(b2, sizeof b2, "%s", sorted[overlap].name);
+    }
+    free(sorted);
+    ZS_REQUIRE(overlap < 0, ZS_ERR_FORMAT, "%s: tensors %s and %s overlap", what, a, b2);
+    zs_json_free(root);
+    return ZS_OK;
+fail:
+    zs_json_free(root);
+    zs_st_header_free(out);
+    return st;
+}
+
+/* ---- import -------------------------------------------------------------------------- */
+
+typedef struct st_import {
+    const char *path;
+    int fd;
+    zs_st_header h;
+    zs_layout layout;
+    zs_ext_tensor *map;
+    const zs_st_entry **src; /* per layout tensor */
+    int unit;                /* unit held in `full` */
+    float *full;
+    void *raw;
+} st_import;
+
+static const zs_st_entry *find(const zs_st_header *h, const char *hf_name) {
+    /* Accept both GPT2LMHeadModel ("transformer.h.0...") and GPT2Model ("h.0...") names. */
+    const char *bare = strchr(hf_name, '.') ? strchr(hf_name, '.') + 1 : hf_name;
+    for (int i = 0; i < h->n; i++)
+        if (!strcmp(h->e[i].name, hf_name) || !strcmp(h->e[i].name, bare)) return &h->e[i];
+    return NULL;
+}
+
+static zs_status pread_all(int fd, const char *path, void *buf, size_t n, uint64_t at) {
+    char *p = buf;
+    while (n) {
+        ssize_t k = pread(fd, p, n, (off_t)at);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return zs_error(ZS_ERR_IO, "%s: read failed at byte %llu: %s", path,
+                            (unsigned long long)at, k < 0 ? strerror(errno) : "truncated");
+        p += k;
+        n -= (size_t)k;
+        at += (uint64_t)k;
+    }
+    return ZS_OK;
+}
+
+/* Decode n values of dtype F32 or BF16 from raw into dst. */
+static void decode(const void *raw, int bf16, size_t n, float *dst) {
+    if (!bf16) {
+        memcpy(dst, raw, n * 4);
+        return;
+    }
+    const uint16_t *s = raw;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = zs_bits_f32((uint32_t)s[i] << 16);
+}
+
+static zs_status load_unit(st_import *im, int u) {
+    zs_status st = ZS_OK;
+    const zs_unit_desc *ud = &im->layout.units[u];
+    memset(im->full, 0, (size_t)ud->padded * sizeof *im->full);
+    for (int i = 0; i < ud->n_tensors; i++) {
+        int ti = ud->first_tensor + i;
+        const zs_tensor_desc *t = &im->layout.tensors[ti];
+        const zs_ext_tensor *x = &im->map[ti];
+        const zs_st_entry *e = im->src[ti];
+        int64_t n = x->rows * (t->ndim == 2 ? t->shape[1] : 1);
+        ZS_CHECK(pread_all(im->fd, im->path, im->raw, (size_t)(e->end - e->begin),
+                           im->h.data_start + e->begin));
+        float *dst = im->full + t->offset;
+        int bf16 = !strcmp(e->dtype, "BF16");
+        if (!x->transpose) {
+            decode(im->raw, bf16, (size_t)n, dst);
+            continue;
+        }
+        /* HF Conv1D [in, out] -> zshard [out, in]. */
+        int64_t O = t->shape[0], I = t->shape[1];
+        float *tmp = dst + 0; /* decode row by row of the source into the transposed place */
+        for (int64_t r = 0; r < I; r++) {
+            float row[4096];
+            for (int64_t c0 = 0; c0 < O; c0 += 4096) {
+                int64_t cn = O - c0 < 4096 ? O - c0 : 4096;
+                decode((const char *)im->raw + (size_t)(r * O + c0) * (size_t)e->elem_size, bf16,
+                       (size_t)cn, row);
+                for (int64_t c = 0; c < cn; c++)
+                    tmp[(c0 + c) * I + r] = row[c];
+            }
+        }
+    }
+    im->unit = u;
+fail:
+    return st;
+}
+
+static zs_status import_source(void *ctx, int unit, int kind, int64_t lo, int64_t n, float *dst) {
+    st_import *im = ctx;
+    if (kind != ZS_CKPT_MASTER) {
+        memset(dst, 0, (size_t)n * sizeof *dst); /* Adam state starts at zero */
+        return ZS_OK;
+    }
+    if (im->unit != unit) {
+        zs_status st = load_unit(im, unit);
+        if (st != ZS_OK) return st;
+    }
+    memcpy(dst, im->full + lo, (size_t)n * sizeof *dst);
+    return ZS_OK;
+}
+
+/* The model config from the tensors present: shapes give all but the head count. */
+static zs_status infer_config(const st_import *im, int n_head, zs_model_config *c) {
+    zs_status st = ZS_OK;
+    const zs_st_header *h = &im->h;
+    const zs_st_entry *wte = find(h, "transformer.wte.weight"),
+                      *wpe = find(h, "transformer.wpe.weight");
+    ZS_REQUIRE(wte && wpe && wte->ndim == 2 && wpe->ndim == 2 && wte->shape[1] == wpe->shape[1],
+               ZS_ERR_FORMAT, "%s: not a GPT-2: no 2-D wte.weight and wpe.weight of equal width",
+               im->path);
+    int layers = 0;
+    for (int i = 0; i < h->n; i++) {
+        const char *nm = h->e[i].name;
+        int l;
+        if (!strncmp(nm, "transformer.", 12)) nm += 12;
+        if (sscanf(nm, "h.%d.", &l) == 1 && l >= 0 && l < 1024 && l + 1 > layers) layers = l + 1;
+    }
+    memset(c, 0, sizeof *c);
+    c->arch = ZS_ARCH_GPT2;
+    c->n_layer = layers;
+    c->n_embd = (int)wte->shape[1];
+    c->max_seq = (int)wpe->shape[0];
+    int vocab = h->meta_vocab ? h->meta_vocab : (int)wte->shape[0];
+    ZS_REQUIRE(layers > 0 && wte->shape[0] > 0 && wte->shape[0] < (1 << 24) &&
+                   wte->shape[1] < 65536 && wpe->shape[0] < (1 << 20) && vocab <= wte->shape[0],
+               ZS_ERR_FORMAT, "%s: implausible GPT-2 shapes (wte [%lld, %lld], %d layers)",
+               im->path, (long long)wte->shape[0], (long long)wte->shape[1], layers);
+    zs_model_config_set_vocab(c, vocab);
+    c->n_head = h->meta_n_head ? h->meta_n_head : n_head;
+    ZS_REQUIRE(c->n_head > 0, ZS_ERR_INVALID,
+               "%s: the number of attention heads is not in the file: pass --model NAME or "
+               "--heads N",
+               im->path);
+    zs_model_name_for(c);
+    ZS_CHECK(zs_model_config_validate(c));
+fail:
+    return st;
+}
+
+static zs_status check_tensors(st_import *im) {
+    zs_status st = ZS_OK;
+    for (int i = 0; i < im->layout.n_tensors; i++) {
+        const zs_ext_tensor *x = &im->map[i];
+        const zs_st_entry *e = find(&im->h, x->hf_name);
+        ZS_REQUIRE(e, ZS_ERR_FORMAT, "%s: tensor %s is missing", im->path, x->hf_name);
+        ZS_REQUIRE(!strcmp(e->dtype, "F32") || !strcmp(e->dtype, "BF16"), ZS_ERR_FORMAT,
+                   "%s: tensor %s has dtype %s (F32 or BF16 expected)", im->path, e->name,
+                   e->dtype);
+        int ok = e->ndim == x->ndim;
+        for (int d = 0; ok && d < x->ndim; d++)
+            ok = e->shape[d] == x->hf_shape[d];
+        ZS_REQUIRE(ok, ZS_ERR_FORMAT, "%s: tensor %s has shape [%lld%s%lld], expected [%lld%s%lld]",
+                   im->path, e->name, (long long)e->shape[0], e->ndim > 1 ? "," : "",
+                   e->ndim > 1 ? (long long)e->shape[1] : 0LL, (long long)x->hf_shape[0],
+                   x->ndim > 1 ? "," : "", x->ndim > 1 ? (long long)x->hf_shape[1] : 0LL);
+        im->src[i] = e;
+    }
+    for (int j = 0; j < im->h.n; j++) {
+        int used = zs_ext_ignored(im->h.e[j].name);
+        for (int i = 0; i < im->layout.n_tensors && !used; i++)
+            used = im->src[i] == &im->h.e[j];
+        ZS_REQUIRE(used, ZS_ERR_FORMAT, "%s: unexpected tensor %s for a GPT-2", im->path,
+                   im->h.e[j].name);
+    }
+fail:
+    return st;
+}
+
+zs_status zs_st_import(const char *file, const char *out, int n_head_hint) {
+    zs_status st = ZS_OK;
+    st_import im;
+    uint8_t *hdr = NULL;
+    struct stat sb;
+    memset(&im, 0, sizeof im);
+    im.path = file;
+    im.unit = -1;
+    im.fd = open(file, O_RDONLY | O_CLOEXEC);
+    ZS_REQUIRE(im.fd >= 0, ZS_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    ZS_REQUIRE(fstat(im.fd, &sb) == 0, ZS_ERR_IO, "%s: stat failed", file);
+    uint8_t len8[8];
+    ZS_REQUIRE(sb.st_size >= 8, ZS_ERR_FORMAT, "%s: truncated: %lld bytes", file,
+               (long long)sb.st_size);
+    ZS_CHECK(pread_all(im.fd, file, len8, 8, 0));
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | len8[i];
+    size_t want = 8 + (size_t)(hlen < ZS_ST_MAX_HEADER ? hlen : 0);
+    if (want > (uint64_t)sb.st_size) want = (size_t)sb.st_size;
+    hdr = malloc(want);
+    ZS_REQUIRE(hdr, ZS_ERR_OOM, "%s: out of memory", file);
+    ZS_CHECK(pread_all(im.fd, file, hdr, want, 0));
+    ZS_CHECK(zs_st_parse(hdr, want, (uint64_t)sb.st_size, file, &im.h));
+    zs_model_config c;
+    ZS_CHECK(infer_config(&im, n_head_hint, &c));
+    ZS_CHECK(zs_model_layout(&c, 1, &im.layout));
+    im.map = calloc((size_t)im.layout.n_tensors, sizeof *im.map);
+    im.src = calloc((size_t)im.layout.n_tensors, sizeof *im.src);
+    ZS_REQUIRE(im.map && im.src, ZS_ERR_OOM, "%s: out of memory", file);
+    ZS_CHECK(zs_ext_map(&im.layout, &c, im.map));
+    ZS_CHECK(check_tensors(&im));
+    int64_t biggest_unit = 0, biggest_raw = 1;
+    for (int u = 0; u < im.layout.n_units; u++)
+        if (im.layout.units[u].padded > biggest_unit) biggest_unit = im.layout.units[u].padded;
+    for (int i = 0; i < im.layout.n_tensors; i++)
+        if ((int64_t)(im.src[i]->end - im.src[i]->begin) > biggest_raw)
+            biggest_raw = (int64_t)(im.src[i]->end - im.src[i]->begin);
+    im.full = malloc((size_t)biggest_unit * sizeof *im.full);
+    im.raw = malloc((size_t)biggest_raw);
+    ZS_REQUIRE(im.full && im.raw, ZS_ERR_OOM, "%s: out of memory", file);
+    zs_ckpt_info info;
+    zs_ckpt_info_import(&info, &c);
+    ZS_CHECK(zs_ckpt_build(out, &info, import_source, &im));
+fail:
+    if (im.fd >= 0) close(im.fd);
+    free(hdr);
+    free(im.full);
+    free(im.raw);
+    free(im.map);
+    free(im.src);
+    zs_layout_free(&im.layout);
+    zs_st_header_free(&im.h);
+    return st;
+}

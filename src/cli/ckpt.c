@@ -1,0 +1,178 @@
+/* `zshard ckpt`: inspect, export, import and reshard checkpoints (docs/checkpoint.md). Every
+ * error is one line naming the file and the problem, with exit status 1 (2 for usage); the
+ * library writes outputs under a temporary name, so a failure leaves none behind. */
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "ckpt/convert.h"
+#include "core/alloc.h"
+#include "zshard.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: zshard ckpt <command> ...\n"
+        "  inspect DIR                      step, model, world size, stage, sizes; verifies\n"
+        "                                   every checksum and prints the param_hash\n"
+        "  export DIR --format safetensors|llmc [--dtype f32|bf16] OUT\n"
+        "                                   Hugging Face GPT-2 safetensors or an llm.c model\n"
+        "                                   file, streamed tensor by tensor\n"
+        "  import FILE --format safetensors|llmc [--model NAME | --heads N] OUT\n"
+        "                                   a step-0 checkpoint for `zshard train --resume OUT`\n"
+        "  reshard DIR --nproc M [--stage ddp|1|2|3] OUT\n"
+        "                                   rewrite for M ranks, one shard in memory at a time\n"
+        "DIR may be a checkpoint directory or a --save-dir (its latest checkpoint).\n");
+}
+
+static int inspect(const char *dir) {
+    zs_ckpt_reader *r = NULL;
+    uint64_t hash = 0, total = 0, raw = 0;
+    zs_status st = zs_ckpt_reader_open(dir, &r);
+    if (st == ZS_OK) st = zs_ckpt_verify(r);
+    if (st == ZS_OK) st = zs_ckpt_param_hash(r, &hash);
+    if (st != ZS_OK) {
+        zs_ckpt_reader_close(r);
+        return zs_cli_fail(1, "ckpt inspect: %s", zs_last_error());
+    }
+    const zs_manifest *m = zs_ckpt_reader_manifest(r);
+    const zs_ckpt_info *in = &m->info;
+    const zs_model_config *c = &in->model;
+    int frames = 0;
+    for (int i = 0; i < m->n_files; i++) {
+        total += m->files[i].size;
+        frames += m->files[i].n_frames;
+    }
+    raw = (uint64_t)m->layout.total_padded * 4 * ZS_CKPT_NKINDS;
+    char tb[32], rb[32];
+    zs_format_bytes(total, tb, sizeof tb);
+    zs_format_bytes(raw, rb, sizeof rb);
+    printf("checkpoint %s\n", zs_ckpt_reader_dir(r));
+    printf("  format      %s version %d (%s)\n", ZS_CKPT_FORMAT, ZS_CKPT_VERSION, in->source);
+    printf("  step        %lld (data position %lld, seed %llu, next lr %.6g)\n",
+           (long long)in->step, (long long)in->data_position, (unsigned long long)in->seed,
+           in->next_lr);
+    printf("  model       %s: %d layers, %d heads, width %d, %d positions, vocab %d (padded "
+           "%d), %lld params\n",
+           c->name, c->n_layer, c->n_head, c->n_embd, c->max_seq, c->vocab, c->padded_vocab,
+           (long long)m->layout.total_params);
+    printf("  saved by    %d rank%s, stage %s; master, adam_m, adam_v in f32\n", in->world_size,
+           in->world_size > 1 ? "s" : "", zs_ckpt_stage_name(in->stage));
+    printf("  files       %d (%d zstd frames of up to %lld values), %s for %s of state\n",
+           m->n_files, frames, (long long)in->block_elems, tb, rb);
+    for (int i = 0; i < m->n_files; i++)
+        printf("    %s  %12llu bytes  crc32c %08x  ok\n", m->files[i].name,
+               (unsigned long long)m->files[i].size, m->files[i].crc);
+    printf("  checksums   ok\n  param_hash  %016llx\n", (unsigned long long)hash);
+    zs_ckpt_reader_close(r);
+    return 0;
+}
+
+typedef struct ckpt_args {
+    const char *pos[2];
+    int npos;
+    const char *format, *dtype, *model, *stage;
+    int heads, nproc;
+} ckpt_args;
+
+static int parse(int argc, char **argv, ckpt_args *a) {
+    memset(a, 0, sizeof *a);
+    for (int i = 2; i < argc; i++) {
+        const char *s = argv[i], *v;
+        int rc = 0;
+        if (strncmp(s, "--", 2)) {
+            if (a->npos == 2) return zs_cli_fail(2, "ckpt: unexpected argument '%s'", s);
+            a->pos[a->npos++] = s;
+            continue;
+        }
+        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(s, "--format"))
+            a->format = v;
+        else if (!strcmp(s, "--dtype"))
+            a->dtype = v;
+        else if (!strcmp(s, "--model"))
+            a->model = v;
+        else if (!strcmp(s, "--stage"))
+            a->stage = v;
+        else if (!strcmp(s, "--heads"))
+            rc = zs_arg_int(s, v, &a->heads);
+        else if (!strcmp(s, "--nproc"))
+            rc = zs_arg_int(s, v, &a->nproc);
+        else
+            return zs_cli_fail(2, "ckpt: unknown flag '%s' (see zshard ckpt --help)", s);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int format_of(const char *cmd, const char *f, int *llmc) {
+    if (!f) return zs_cli_fail(2, "ckpt %s: --format safetensors|llmc is required", cmd);
+    if (!strcmp(f, "safetensors"))
+        *llmc = 0;
+    else if (!strcmp(f, "llmc"))
+        *llmc = 1;
+    else
+        return zs_cli_fail(2, "ckpt %s: --format '%s' is not safetensors or llmc", cmd, f);
+    return 0;
+}
+
+int zs_cli_ckpt(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    ckpt_args a;
+    int rc = parse(argc, argv, &a), llmc = 0;
+    if (rc) return rc;
+    zs_status st = ZS_OK;
+    if (!strcmp(cmd, "inspect")) {
+        if (a.npos != 1) return zs_cli_fail(2, "usage: zshard ckpt inspect DIR");
+        return inspect(a.pos[0]);
+    }
+    if (a.npos != 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(cmd, "export")) {
+        if ((rc = format_of(cmd, a.format, &llmc))) return rc;
+        zs_dtype dt = ZS_DTYPE_F32;
+        if (a.dtype && !strcmp(a.dtype, "bf16"))
+            dt = ZS_DTYPE_BF16;
+        else if (a.dtype && strcmp(a.dtype, "f32"))
+            return zs_cli_fail(2, "ckpt export: --dtype '%s' is not f32 or bf16", a.dtype);
+        zs_ckpt_reader *r = NULL;
+        st = zs_ckpt_reader_open(a.pos[0], &r);
+        if (st == ZS_OK)
+            st = llmc ? zs_llmc_export(r, a.pos[1], dt) : zs_st_export(r, a.pos[1], dt);
+        zs_ckpt_reader_close(r);
+    } else if (!strcmp(cmd, "import")) {
+        if ((rc = format_of(cmd, a.format, &llmc))) return rc;
+        int heads = a.heads;
+        if (a.model) {
+            zs_model_config c;
+            if (zs_model_preset(a.model, &c) != ZS_OK)
+                return zs_cli_fail(2, "ckpt import: %s", zs_last_error());
+            heads = c.n_head;
+        }
+        st = llmc ? zs_llmc_import(a.pos[0], a.pos[1]) : zs_st_import(a.pos[0], a.pos[1], heads);
+    } else if (!strcmp(cmd, "reshard")) {
+        if (a.nproc < 1) return zs_cli_fail(2, "ckpt reshard: --nproc M (>= 1) is required");
+        zs_ckpt_reader *r = NULL;
+        zs_stage stage = ZS_STAGE_DDP;
+        if (a.stage) {
+            if (zs_ckpt_stage_parse(a.stage, &stage) != ZS_OK)
+                return zs_cli_fail(2, "ckpt reshard: --stage: %s", zs_last_error());
+        } else if ((st = zs_ckpt_reader_open(a.pos[0], &r)) == ZS_OK) {
+            stage = zs_ckpt_reader_manifest(r)->info.stage;
+        }
+        zs_ckpt_reader_close(r);
+        if (st == ZS_OK) st = zs_ckpt_reshard(a.pos[0], a.pos[1], a.nproc, stage);
+    } else {
+        return zs_cli_fail(2, "ckpt: unknown command '%s' (inspect, export, import, reshard)", cmd);
+    }
+    if (st != ZS_OK) return zs_cli_fail(1, "ckpt %s: %s", cmd, zs_last_error());
+    return 0;
+}
