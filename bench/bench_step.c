@@ -147,12 +147,21 @@ int zs_bench_step(int argc, char **argv) {
 
     const zs_model_config *mc = zs_trainer_model(t);
     int N = cfg.batch * cfg.seq, C = mc->n_embd, L = mc->n_layer;
-    gemm_shape g[16];
+    gemm_shape g[24];
     int ng = 0;
-    ng = add_linear(g, ng, N, C, 3 * C, L);
-    ng = add_linear(g, ng, N, C, C, L);
-    ng = add_linear(g, ng, N, C, 4 * C, L);
-    ng = add_linear(g, ng, N, 4 * C, C, L);
+    if (mc->arch == ZS_ARCH_LLAMA) {
+        /* q, k and v (k, v as wide as the key/value heads), o; gate and up, down. */
+        int KD = C / mc->n_head * mc->n_kv_head, F = mc->ffn_hidden;
+        ng = add_linear(g, ng, N, C, C, 2 * L);
+        ng = add_linear(g, ng, N, C, KD, 2 * L);
+        ng = add_linear(g, ng, N, C, F, 2 * L);
+        ng = add_linear(g, ng, N, F, C, L);
+    } else {
+        ng = add_linear(g, ng, N, C, 3 * C, L);
+        ng = add_linear(g, ng, N, C, C, L);
+        ng = add_linear(g, ng, N, C, 4 * C, L);
+        ng = add_linear(g, ng, N, 4 * C, C, L);
+    }
     ng = add_linear(g, ng, N, C, mc->padded_vocab, 1);
     double gemm_flops = 0;
     double gemm_s = time_gemms(g, ng, 5, &gemm_flops);
