@@ -160,6 +160,23 @@ fail:
     return st;
 }
 
+/* ZeRO-1/2 keep full params: (re)assemble them from every rank's master shard, one
+ * asynchronous all-gather per unit (in place: each rank's shard is already in its slice).
+ * With wait == 0 each unit's gather is waited for at its next acquisition. */
+static zs_status regather_params(zs_engine_t *e, int wait) {
+    zs_status st = ZS_OK;
+    const zs_layout *l = e->layout;
+    if (!e->persist_params || e->cfg.stage == ZS_STAGE_DDP) return ZS_OK;
+    for (int u = 0; u < l->n_units; u++) {
+        unit_state *us = &e->units[u];
+        ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
+                                  l->units[u].name, &us->work));
+        if (wait) ZS_CHECK(zs_engine_wait(&us->work));
+    }
+fail:
+    return st;
+}
+
 /* ---- initialisation ------------------------------------------------------------------- */
 
 zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
@@ -192,14 +209,7 @@ zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
         }
     }
     ZS_CHECK(e->ops->sync(e->stream));
-    /* ZeRO-1/2 keep full params: assemble them from every rank's shard once. */
-    if (e->persist_params && e->cfg.stage != ZS_STAGE_DDP)
-        for (int u = 0; u < l->n_units; u++) {
-            unit_state *us = &e->units[u];
-            ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
-                                      l->units[u].name, &us->work));
-            ZS_CHECK(zs_engine_wait(&us->work));
-        }
+    ZS_CHECK(regather_params(e, 1));
 fail:
     return st;
 }
@@ -271,12 +281,7 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
     ZS_CHECK(e->ops->sync(e->stream));
     /* ZeRO-1/2: bring every rank's updated shard back into the full params, asynchronously;
      * the next forward_begin of each unit waits for its own gather only. */
-    if (e->persist_params && e->cfg.stage != ZS_STAGE_DDP)
-        for (int u = 0; u < l->n_units; u++) {
-            unit_state *us = &e->units[u];
-            ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
-                                      l->units[u].name, &us->work));
-        }
+    ZS_CHECK(regather_params(e, 0));
 fail:
     return st;
 }
@@ -301,15 +306,8 @@ fail:
 
 zs_status zs_engine_state_changed(zs_engine_t *e) {
     zs_status st = ZS_OK;
-    const zs_layout *l = e->layout;
     ZS_CHECK(zs_engine_drain(e));
-    if (e->persist_params && e->cfg.stage != ZS_STAGE_DDP)
-        for (int u = 0; u < l->n_units; u++) {
-            unit_state *us = &e->units[u];
-            ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
-                                      l->units[u].name, &us->work));
-            ZS_CHECK(zs_engine_wait(&us->work));
-        }
+    ZS_CHECK(regather_params(e, 1));
 fail:
     return st;
 }
