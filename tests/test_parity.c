@@ -75,17 +75,23 @@ static void parse_log(const char *path, run_result *r) {
     fclose(f);
 }
 
+static run_result train_cmd(const char *launch, int nproc, const char *stage, const char *extra);
+
 static run_result train(int nproc, const char *stage, const char *extra) {
+    return train_cmd("", nproc, stage, extra);
+}
+
+static run_result train_cmd(const char *launch, int nproc, const char *stage, const char *extra) {
     static int id = 0;
     run_result r;
     memset(&r, 0, sizeof r);
     char log[512], cmd[4096];
     snprintf(log, sizeof log, "%s/run%d.jsonl", g_dir, id++);
     snprintf(cmd, sizeof cmd,
-             "timeout 180 %s train --data %s/corpus.txt --model gpt2-tiny --batch 12 --seq 32 "
+             "timeout 180 %s %s train --data %s/corpus.txt --model gpt2-tiny --batch 12 --seq 32 "
              "--steps 6 --lr 3e-3 --warmup 2 --val-every 0 --val-batches 1 --sample-len 0 "
              "--nproc %d --stage %s --comm-timeout 30 --log %s %s",
-             zt_zshard_exe(), g_dir, nproc, stage, log, extra);
+             launch, zt_zshard_exe(), g_dir, *launch ? 1 : nproc, stage, log, extra);
     int rc = zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(rc == 0, "exit %d for: %s\n%s", rc, cmd, g_out);
     if (rc == 0) parse_log(log, &r);
@@ -232,6 +238,27 @@ static void test_memory(void) {
         }
 }
 
+/* The same job started by mpirun (ranks from OMPI_COMM_WORLD_*, shm backend found through
+ * the job id) and by hand with torchrun's variables gives the same bits as --nproc. */
+static void test_launchers(void) {
+    run_result ref = train(2, "3", "");
+    char launch[512];
+    if (system("command -v mpirun >/dev/null 2>&1") == 0) {
+        snprintf(launch, sizeof launch,
+                 "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+                 "--oversubscribe -np 2");
+        run_result r = train_cmd(launch, 2, "3", "");
+        same(&r, &ref, "mpirun -np 2 vs --nproc 2");
+    } else {
+        printf("parity: mpirun not installed, mpirun launch not checked\n");
+    }
+    /* torchrun's contract: RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/PORT. */
+    snprintf(launch, sizeof launch,
+             "%s run -n 2 --no-prefix -- env", zt_zshard_exe());
+    run_result r2 = train_cmd(launch, 2, "3", "");
+    same(&r2, &ref, "zshard run -n 2 -- (torchrun variables) vs --nproc 2");
+}
+
 int main(void) {
     zt_init("parity");
     for (int c = 0; c < ZS_MEM_NCAT; c++) cat_names[c] = zs_mem_category_name((zs_mem_category)c);
@@ -248,6 +275,7 @@ int main(void) {
     test_stage_parity();
     test_accumulation();
     test_world_size_parity();
+    test_launchers();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");
