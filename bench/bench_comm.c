@@ -3,8 +3,9 @@
  * to the memcpy bandwidth measured in the same run (the ceiling for shm). Sizes and bus
  * bandwidth follow nccl-tests: size is the larger buffer (count*N for reduce_scatter's send
  * and all_gather's recv), algbw = size / time, busbw = algbw * 2(n-1)/n for all_reduce and
- * algbw * (n-1)/n for reduce_scatter and all_gather. Run it under `zshard run -n N` or
- * `mpirun -np N`; rank 0 prints. */
+ * algbw * (n-1)/n for reduce_scatter and all_gather. Buffers come from zs_comm_mem_alloc
+ * (registered: shm reads peers' buffers in place); "shm-staged" rows repeat shm on plain
+ * buffers (the staged path). Run it under `zshard run -n N` or `mpirun -np N`; rank 0 prints. */
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "core/timer.h"
@@ -17,6 +18,7 @@
 typedef struct bench_opts {
     uint64_t min_bytes, max_bytes;
     int json;
+    int no_staged;    /* leave out the shm-staged rows */
     int iters;        /* 0 = by size */
     const char *comm; /* comma list or NULL = every available */
     double timeout_s;
@@ -28,13 +30,17 @@ static const char *g_op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gath
 static void usage(FILE *f) {
     fprintf(f, "usage: zshard bench comm [--max-size 256M] [--min-size 4K] [--iters N]\n"
                "                        [--comm shm,mpi,nccl] [--comm-timeout S] [--json]\n"
-               "Run under `zshard run -n N --` or `mpirun -np N`; rank 0 prints the table.\n");
+               "                        [--no-staged]\n"
+               "Run under `zshard run -n N --` or `mpirun -np N`; rank 0 prints the table.\n"
+               "shm rows use registered buffers (zs_comm_mem_alloc); shm-staged rows plain\n"
+               "ones (the staged path), unless --no-staged.\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
     o->min_bytes = 4096;
     o->max_bytes = 256ull << 20;
     o->json = 0;
+    o->no_staged = 0;
     o->iters = 0;
     o->comm = NULL;
     o->timeout_s = 300;
@@ -42,6 +48,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
             o->json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-staged")) {
+            o->no_staged = 1;
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -120,23 +130,82 @@ static int usable(zs_comm_backend b) {
     return b != ZS_COMM_NCCL; /* nccl needs device buffers: bench it with nccl-tests */
 }
 
+/* Buffers for one pass: registered (zs_comm_mem_alloc; plain memory on mpi) or plain
+ * (zs_alloc, so shm takes its staged path). Filled and first-touched here. */
+static zs_status bench_buffers(zs_comm_t *c, int registered, size_t nbytes, char **send,
+                               char **recv) {
+    zs_status st = ZS_OK;
+    *send = *recv = NULL;
+    if (registered) {
+        st = zs_comm_mem_alloc(c, ZS_MEM_COMM, nbytes, "bench send", (void **)send);
+        if (st == ZS_OK)
+            st = zs_comm_mem_alloc(c, ZS_MEM_COMM, nbytes, "bench recv", (void **)recv);
+    } else {
+        st = zs_alloc(ZS_MEM_COMM, nbytes, "bench send", (void **)send);
+        if (st == ZS_OK) st = zs_alloc(ZS_MEM_COMM, nbytes, "bench recv", (void **)recv);
+    }
+    if (st == ZS_OK)
+        for (size_t i = 0; i < nbytes / sizeof(float); i++)
+            ((float *)*send)[i] = (float)(i & 7);
+    return st;
+}
+
+static void free_buffers(zs_comm_t *c, int registered, char *send, char *recv) {
+    if (registered) {
+        zs_comm_mem_free(c, send);
+        zs_comm_mem_free(c, recv);
+    } else {
+        zs_free(send);
+        zs_free(recv);
+    }
+}
+
+/* Time every op and size on buffers send/recv; rank 0 prints rows labelled `label`. */
+static int bench_pass(zs_comm_t *c, const bench_opts *o, const char *label, char *send, char *recv,
+                      double mc, int *first_row) {
+    int rank = zs_comm_rank(c), n = zs_comm_world_size(c);
+    for (int op = 0; op < NOPS; op++) {
+        for (uint64_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 4) {
+            size_t per = (size_t)n * sizeof(float);
+            size_t sz = (size_t)bytes / per * per; /* divisible by the world, as nccl-tests */
+            if (sz == 0) continue;
+            int iters = o->iters > 0 ? o->iters : (int)((64u << 20) / sz);
+            iters = iters < 3 ? 3 : iters > 50 ? 50 : iters;
+            zs_status st = run_op(c, op, send, recv, sz); /* warm-up */
+            if (st == ZS_OK) st = zs_comm_barrier(c, NULL, "bench");
+            double t0 = zs_now_s();
+            for (int it = 0; it < iters && st == ZS_OK; it++)
+                st = run_op(c, op, send, recv, sz);
+            if (st == ZS_OK) st = zs_comm_barrier(c, NULL, "bench");
+            double ms = (zs_now_s() - t0) * 1e3 / iters;
+            if (st != ZS_OK) return zs_cli_fail(1, "bench comm: %s", zs_last_error());
+            double alg = (double)sz / (ms * 1e-3) / 1e9;
+            double factor = op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+            double bus = n > 1 ? alg * factor : alg;
+            if (rank != 0) continue;
+            if (o->json)
+                printf("%s\n  {\"backend\": \"%s\", \"op\": \"%s\", \"bytes\": %zu, \"ranks\": "
+                       "%d, \"ms\": %.4f, \"busbw_gbps\": %.3f}",
+                       *first_row ? "" : ",", label, g_op_names[op], sz, n, ms, bus);
+            else
+                printf("%-10s %-15s %12zu %10.4f %10.3f %10.3f %8.1f%%\n", label, g_op_names[op],
+                       sz, ms, alg, bus, mc > 0 ? 100.0 * bus / mc : 0.0);
+            *first_row = 0;
+            fflush(stdout);
+        }
+    }
+    return 0;
+}
+
 int zs_bench_comm(int argc, char **argv) {
     bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     zs_comm_backend list[] = {ZS_COMM_SHM, ZS_COMM_MPI};
-    char *send = NULL, *recv = NULL;
     int code = 0, first_row = 1, is_rank0 = 0, ran = 0;
     size_t maxb = (size_t)o.max_bytes;
-    if (zs_alloc(ZS_MEM_COMM, maxb, "bench send", (void **)&send) != ZS_OK ||
-        zs_alloc(ZS_MEM_COMM, maxb, "bench recv", (void **)&recv) != ZS_OK) {
-        zs_free(send);
-        return zs_cli_fail(1, "bench comm: %s", zs_last_error());
-    }
-    for (size_t i = 0; i < maxb / sizeof(float); i++)
-        ((float *)send)[i] = (float)(i & 7);
     double mc = -1;
-    for (int bi = 0; bi < 2; bi++) {
+    for (int bi = 0; bi < 2 && code == 0; bi++) {
         zs_comm_backend b = list[bi];
         if (!wanted(&o, zs_comm_backend_name(b)) || !usable(b)) continue;
         zs_comm_config cfg = zs_comm_config_default();
@@ -156,52 +225,26 @@ int zs_bench_comm(int argc, char **argv) {
             if (rank == 0 && o.json)
                 printf("{\"memcpy_gbps\": %.3f, \"ranks\": %d, \"results\": [", mc, n);
             else if (rank == 0)
-                printf("memcpy (1 thread): %.2f GB/s   ranks: %d\n\n%-5s %-15s %12s %10s %10s "
+                printf("memcpy (1 thread): %.2f GB/s   ranks: %d\n\n%-10s %-15s %12s %10s %10s "
                        "%10s %9s\n",
                        mc, n, "comm", "op", "bytes", "ms", "algbw", "busbw", "%memcpy");
             ran = 1;
         }
-        for (int op = 0; op < NOPS && code == 0; op++) {
-            for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
-                size_t per = (size_t)n * sizeof(float);
-                size_t sz = (size_t)bytes / per * per; /* divisible by the world, as nccl-tests */
-                if (sz == 0) continue;
-                int iters = o.iters > 0 ? o.iters : (int)((64u << 20) / sz);
-                iters = iters < 3 ? 3 : iters > 50 ? 50 : iters;
-                zs_status st = run_op(c, op, send, recv, sz); /* warm-up */
-                if (st == ZS_OK) st = zs_comm_barrier(c, NULL, "bench");
-                double t0 = zs_now_s();
-                for (int it = 0; it < iters && st == ZS_OK; it++)
-                    st = run_op(c, op, send, recv, sz);
-                if (st == ZS_OK) st = zs_comm_barrier(c, NULL, "bench");
-                double ms = (zs_now_s() - t0) * 1e3 / iters;
-                if (st != ZS_OK) {
-                    code = zs_cli_fail(1, "bench comm: %s", zs_last_error());
-                    break;
-                }
-                double alg = (double)sz / (ms * 1e-3) / 1e9;
-                double factor = op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
-                double bus = n > 1 ? alg * factor : alg;
-                if (rank != 0) continue;
-                if (o.json)
-                    printf("%s\n  {\"backend\": \"%s\", \"op\": \"%s\", \"bytes\": %zu, \"ranks\": "
-                           "%d, \"ms\": %.4f, \"busbw_gbps\": %.3f}",
-                           first_row ? "" : ",", zs_comm_backend_name(b), g_op_names[op], sz, n, ms,
-                           bus);
-                else
-                    printf("%-5s %-15s %12zu %10.4f %10.3f %10.3f %8.1f%%\n",
-                           zs_comm_backend_name(b), g_op_names[op], sz, ms, alg, bus,
-                           mc > 0 ? 100.0 * bus / mc : 0.0);
-                first_row = 0;
-                fflush(stdout);
-            }
+        /* shm: registered buffers (the direct path), then plain ones (the staged path) as
+         * "shm-staged"; mpi has no registration, one pass. */
+        int passes = b == ZS_COMM_SHM && n > 1 && !o.no_staged ? 2 : 1;
+        for (int pass = 0; pass < passes && code == 0; pass++) {
+            char *send = NULL, *recv = NULL, label[32];
+            snprintf(label, sizeof label, "%s%s", zs_comm_backend_name(b), pass ? "-staged" : "");
+            if (bench_buffers(c, pass == 0, maxb, &send, &recv) != ZS_OK)
+                code = zs_cli_fail(1, "bench comm: %s", zs_last_error());
+            else
+                code = bench_pass(c, &o, label, send, recv, mc, &first_row);
+            free_buffers(c, pass == 0, send, recv);
         }
         zs_comm_destroy(c);
-        if (code) break;
     }
     if (!ran && code == 0) code = zs_cli_fail(1, "bench comm: no usable comm backend");
     if (ran && o.json && is_rank0 && code == 0) printf("\n]}\n");
-    zs_free(send);
-    zs_free(recv);
     return code;
 }

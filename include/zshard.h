@@ -319,6 +319,33 @@ zs_status zs_comm_broadcast_async(zs_comm_t *c, const void *send, void *recv, si
                                   zs_dtype dt, int root, zs_stream_t *stream, const char *tag,
                                   zs_comm_work_t **work);
 
+/* Registered buffers (like NCCL's ncclMemAlloc + buffer registration). With the shm backend,
+ * a collective whose buffers all come from zs_comm_mem_alloc on every rank reads the peers'
+ * buffers in place instead of staging them through the shared segment: reduce_scatter,
+ * all_gather and broadcast need every rank's send buffer registered (the root's for
+ * broadcast), all_reduce every rank's send and recv. Otherwise (any rank's buffer is plain
+ * memory) the collective takes the staged path; every rank takes the same path, and both give
+ * the same bits. A pointer anywhere inside an allocation counts, if the whole buffer is in it.
+ *
+ * zs_comm_mem_alloc is COLLECTIVE: every rank calls it, in the same order relative to its
+ * collectives (it is queued behind this rank's outstanding async work). Sizes may differ per
+ * rank; 0 gives *ptr = NULL. The memory is zero-filled, page-aligned, resident (/dev/shm must
+ * have room) and accounted in category cat under `what` exactly like zs_alloc, so the
+ * --device-mem cap applies. If any rank cannot allocate (cap, /dev/shm full), every rank
+ * returns that error (ZS_ERR_OOM, naming the rank) and the communicator stays usable; a dead
+ * or stuck peer fails it like any collective. Nothing is left in /dev/shm: the objects are
+ * unlinked as soon as every rank has mapped them. With mpi, nccl or a world of one this is
+ * zs_alloc (no collective).
+ *
+ * zs_comm_mem_free waits for this rank's outstanding work, then unmaps; it does not wait for
+ * peers. Every rank frees its buffer of an allocation at the same point of its sequence of
+ * collectives (a rank that frees early makes a later collective on the peers' buffers of that
+ * allocation fail with ZS_ERR_INVALID). NULL is accepted, and so is a zs_alloc pointer. Free
+ * registered buffers before zs_comm_destroy, which unmaps any that are left. */
+zs_status zs_comm_mem_alloc(zs_comm_t *c, zs_mem_category cat, size_t nbytes, const char *what,
+                            void **ptr);
+void zs_comm_mem_free(zs_comm_t *c, void *ptr);
+
 /* Block until the work is done (bounded by the comm timeout), then release the handle.
  * Returns the collective's status. */
 zs_status zs_comm_work_wait(zs_comm_work_t *work);

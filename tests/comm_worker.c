@@ -1,6 +1,9 @@
 /* Rank program for the multi-rank comm tests, started by `zshard run` or mpirun:
  *   comm_worker collectives [--comm B] [--async]  every collective against exact expectations
- *   comm_worker die --victim V                    V kills itself mid-job; others must report it
+ *               [--registered | --mixed]          ... on zs_comm_mem_alloc buffers (every rank,
+ *                                                 or even ranks only: the staged path)
+ *   comm_worker die --victim V [--registered]     V kills itself mid-job; others must report it
+ *   comm_worker die-alloc --victim V              V dies instead of joining a zs_comm_mem_alloc
  *   comm_worker stuck --victim V                  V stops calling collectives (timeout path)
  *   comm_worker mismatch                          rank 1 calls a different collective
  * Data are small integers in floats, so every sum is exact and results are checked bit for
@@ -14,6 +17,14 @@
 
 static int g_rank, g_n;
 static zs_comm_t *g_c;
+/* 0: plain buffers; 1: registered on every rank; 2: registered on even ranks only */
+static int g_reg;
+static char *g_arena[2]; /* registered, ARENA bytes each */
+enum { ARENA = 2 << 20 };
+
+static int reg_here(void) {
+    return g_reg == 1 || (g_reg == 2 && g_rank % 2 == 0);
+}
 
 static float val(int rank, size_t i) {
     return (float)((int)((i * 7 + (size_t)rank * 3) % 11) - 5);
@@ -80,7 +91,17 @@ static void check_one(int kind, size_t count, zs_dtype dt, int avg, int inplace,
     size_t in_elems = kind == 1 ? count * n : count;
     size_t out_elems = kind == 2 ? count * n : count;
     size_t big = (in_elems > out_elems ? in_elems : out_elems) + 1;
-    char *a = zt_malloc(big * esz), *b = zt_malloc(big * esz);
+    char *a, *b;
+    if (reg_here()) {
+        /* anywhere inside a registered allocation counts: vary the offset */
+        size_t off = (size_t)((zt_checks + g_rank) % 4) * 64;
+        ZT_REQUIRE(big * esz + off <= ARENA, "arena too small for count %zu", count);
+        a = g_arena[0] + off;
+        b = g_arena[1] + off;
+    } else {
+        a = zt_malloc(big * esz);
+        b = zt_malloc(big * esz);
+    }
     poison(a, big * esz);
     poison(b, big * esz);
     /* Logical input element j of this rank (for RS: block q's element i is j = q*count + i;
@@ -131,16 +152,33 @@ static void check_one(int kind, size_t count, zs_dtype dt, int avg, int inplace,
         }
     }
     zt_checks++;
-    free(a);
-    free(b);
+    if (!reg_here()) {
+        free(a);
+        free(b);
+    }
 }
 
-/* all_reduce == reduce_scatter then all_gather, bit for bit, on random non-integer data. */
+/* all_reduce == reduce_scatter then all_gather, bit for bit, on random non-integer data; with
+ * registered buffers (on every rank) also equal to the same collectives on plain buffers, i.e.
+ * the direct path gives the staged path's bits. */
 static void check_ar_equals_rs_ag(size_t count_per_rank, zs_dtype dt) {
     size_t n = (size_t)g_n, total = count_per_rank * n, esz = zs_dtype_size(dt);
     float *x = zt_malloc(total * sizeof(float));
     char *in = zt_malloc(total * esz), *ar = zt_malloc(total * esz), *rs = zt_malloc(total * esz),
          *ag = zt_malloc(total * esz);
+    char *rin = NULL, *rar = NULL, *rrs = NULL, *rag = NULL;
+    if (reg_here()) {
+        ZT_REQUIRE(4 * total * esz <= ARENA, "arena too small");
+        rin = g_arena[0];
+        rrs = g_arena[0] + total * esz;
+        rar = g_arena[1];
+        rag = g_arena[1] + total * esz;
+    } else if (g_reg) { /* --mixed, odd rank: same calls on plain memory */
+        rin = zt_malloc(total * esz);
+        rrs = zt_malloc(total * esz);
+        rar = zt_malloc(total * esz);
+        rag = zt_malloc(total * esz);
+    }
     zt_fill_normal(x, total, 1.0f);
     for (size_t i = 0; i < total; i++) {
         if (dt == ZS_DTYPE_F32)
@@ -153,6 +191,26 @@ static void check_ar_equals_rs_ag(size_t count_per_rank, zs_dtype dt) {
     ZT_OK(zs_comm_all_gather(g_c, rs, ag, count_per_rank, dt, NULL, "ag"));
     ZT_CHECK(memcmp(ar, ag, total * esz) == 0, "all_reduce != reduce_scatter+all_gather (%zu %s)",
              count_per_rank, zs_dtype_name(dt));
+    if (rin) {
+        memcpy(rin, in, total * esz);
+        ZT_OK(zs_comm_all_reduce(g_c, rin, rar, total, dt, ZS_REDUCE_AVG, NULL, "reg ar"));
+        ZT_OK(zs_comm_reduce_scatter(g_c, rin, rrs, count_per_rank, dt, ZS_REDUCE_AVG, NULL, "rs"));
+        ZT_OK(zs_comm_all_gather(g_c, rrs, rag, count_per_rank, dt, NULL, "reg ag"));
+        ZT_CHECK(memcmp(rar, ar, total * esz) == 0 && memcmp(rrs, rs, count_per_rank * esz) == 0,
+                 "registered (direct) results differ from plain (staged) ones (%zu %s)",
+                 count_per_rank, zs_dtype_name(dt));
+        ZT_CHECK(memcmp(rag, ag, total * esz) == 0, "registered all_gather differs (%zu %s)",
+                 count_per_rank, zs_dtype_name(dt));
+        /* in place on registered memory: the same bits again */
+        ZT_OK(zs_comm_all_reduce(g_c, rin, rin, total, dt, ZS_REDUCE_AVG, NULL, "reg ar ip"));
+        ZT_CHECK(memcmp(rin, ar, total * esz) == 0, "registered in-place all_reduce differs");
+        if (!reg_here()) {
+            free(rin);
+            free(rrs);
+            free(rar);
+            free(rag);
+        }
+    }
     free(x);
     free(in);
     free(ar);
@@ -167,8 +225,8 @@ static void check_async_pipeline(void) {
     float *in[K], *out[K];
     zs_comm_work_t *w[K];
     for (int k = 0; k < K; k++) {
-        in[k] = zt_malloc(C * sizeof(float));
-        out[k] = zt_malloc(C * sizeof(float));
+        in[k] = reg_here() ? (float *)g_arena[0] + k * C : zt_malloc(C * sizeof(float));
+        out[k] = reg_here() ? (float *)g_arena[1] + k * C : zt_malloc(C * sizeof(float));
         for (size_t i = 0; i < C; i++)
             in[k][i] = val(g_rank, i) + (float)k;
         poison(out[k], C * sizeof(float));
@@ -189,14 +247,87 @@ static void check_async_pipeline(void) {
                 break;
             }
         }
-        free(in[k]);
-        free(out[k]);
+        if (!reg_here()) {
+            free(in[k]);
+            free(out[k]);
+        }
     }
+}
+
+/* zs_comm_mem_alloc itself: per-rank sizes (one rank asks for none), accounting in the
+ * category, zero fill, collectives on buffers allocated after a free. Any backend (mpi and a
+ * world of one get zs_alloc memory, with the same contract). */
+static void check_alloc_cycle(void) {
+    size_t nb = g_rank == 1 ? 0 : 4096 * (size_t)(g_rank + 1) + 12, C = 1000, n = (size_t)g_n;
+    zs_mem_stats m0, m1;
+    char *p = NULL;
+    float *q = NULL, *r = NULL;
+    zs_mem_get_stats(&m0);
+    ZT_OK(zs_comm_mem_alloc(g_c, ZS_MEM_GRAD, nb, "cycle p", (void **)&p));
+    zs_mem_get_stats(&m1);
+    ZT_CHECK(m1.current[ZS_MEM_GRAD] - m0.current[ZS_MEM_GRAD] == nb, "accounted %llu, not %zu",
+             (unsigned long long)(m1.current[ZS_MEM_GRAD] - m0.current[ZS_MEM_GRAD]), nb);
+    ZT_CHECK((p == NULL) == (nb == 0), "size %zu gave %p", nb, (void *)p);
+    for (size_t i = 0; i < nb; i++)
+        if (p[i]) {
+            ZT_CHECK(0, "registered memory not zero-filled at %zu", i);
+            break;
+        }
+    ZT_OK(zs_comm_mem_alloc(g_c, ZS_MEM_COMM, C * n * sizeof(float), "cycle q", (void **)&q));
+    zs_comm_mem_free(g_c, p);
+    zs_mem_get_stats(&m1);
+    ZT_CHECK(m1.current[ZS_MEM_GRAD] == m0.current[ZS_MEM_GRAD], "free did not release");
+    ZT_OK(zs_comm_mem_alloc(g_c, ZS_MEM_COMM, C * sizeof(float), "cycle r", (void **)&r));
+    for (size_t i = 0; i < C; i++)
+        r[i] = val(g_rank, i);
+    poison(q, C * n * sizeof(float));
+    ZT_OK(zs_comm_all_gather(g_c, r, q, C, ZS_DTYPE_F32, NULL, "cycle ag"));
+    ZT_OK(zs_comm_all_reduce(g_c, r, r, C, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, "cycle ar"));
+    for (size_t i = 0; i < C * n; i++) {
+        float want = val((int)(i / C), i % C);
+        if (memcmp(&q[i], &want, 4)) {
+            ZT_CHECK(0, "all_gather after free/alloc: elem %zu", i);
+            break;
+        }
+    }
+    for (size_t i = 0; i < C; i++) {
+        float want = reduced(i, 0);
+        if (memcmp(&r[i], &want, 4)) {
+            ZT_CHECK(0, "all_reduce after free/alloc: elem %zu", i);
+            break;
+        }
+    }
+    zs_comm_mem_free(g_c, q);
+    zs_comm_mem_free(g_c, r);
+    zs_mem_get_stats(&m1);
+    ZT_CHECK(m1.current[ZS_MEM_COMM] == m0.current[ZS_MEM_COMM], "comm bytes not released");
+}
+
+/* One rank over its memory cap: every rank gets ZS_ERR_OOM naming it, and the communicator
+ * stays usable (shm, world > 1: elsewhere the allocation is local). */
+static void check_alloc_over_cap(void) {
+    zs_mem_stats m;
+    void *p = (void *)1;
+    zs_mem_get_stats(&m);
+    if (g_rank == g_n - 1) zs_mem_set_cap(m.total_current + 4096);
+    zs_status st = zs_comm_mem_alloc(g_c, ZS_MEM_COMM, 1 << 20, "too big", &p);
+    if (g_rank == g_n - 1) zs_mem_set_cap(m.cap);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d: device memory cap", g_n - 1);
+    ZT_CHECK(st == ZS_ERR_OOM && p == NULL && strstr(zs_last_error(), want),
+             "over-cap allocation: %s: %s", zs_status_string(st), zs_last_error());
+    zs_mem_stats m1;
+    zs_mem_get_stats(&m1);
+    ZT_CHECK(m1.current[ZS_MEM_COMM] == m.current[ZS_MEM_COMM], "failed allocation leaked");
+    check_one(0, 1000, ZS_DTYPE_F32, 0, 1, 0);
 }
 
 static int run_collectives(int async_only) {
     size_t counts[] = {0, 1, 3, (size_t)g_n, 7, 1000, 4099, 70001};
     zs_dtype dts[] = {ZS_DTYPE_F32, ZS_DTYPE_BF16};
+    if (g_reg) /* collective: every rank allocates, even those that then use plain memory */
+        for (int i = 0; i < 2; i++)
+            ZT_OK(zs_comm_mem_alloc(g_c, ZS_MEM_COMM, ARENA, "arena", (void **)&g_arena[i]));
     for (int d = 0; d < 2; d++)
         for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
             for (int kind = 0; kind < 4; kind++)
@@ -213,23 +344,33 @@ static int run_collectives(int async_only) {
         check_ar_equals_rs_ag(12345, ZS_DTYPE_BF16);
     }
     check_async_pipeline();
+    if (g_reg) {
+        check_alloc_cycle();
+        if (zs_comm_get_backend(g_c) == ZS_COMM_SHM && g_n > 1) check_alloc_over_cap();
+        for (int i = 0; i < 2; i++)
+            zs_comm_mem_free(g_c, g_arena[i]);
+    }
     return 0;
 }
 
 /* Failure modes: every rank loops over tagged all_reduces; the victim misbehaves. */
 static int run_failure(const char *mode, int victim) {
-    float x[256];
+    float xs[256], *x = xs;
+    if (g_reg) ZT_OK(zs_comm_mem_alloc(g_c, ZS_MEM_COMM, sizeof xs, "x", (void **)&x));
     for (int it = 0;; it++) {
         char tag[32];
         snprintf(tag, sizeof tag, "unit.%d", it % 12);
         for (int i = 0; i < 256; i++)
             x[i] = (float)g_rank;
         if (g_rank == victim && it == 20) {
-            if (!strcmp(mode, "die")) raise(SIGKILL);
+            if (!strcmp(mode, "die") || !strcmp(mode, "die-alloc")) raise(SIGKILL);
             if (!strcmp(mode, "stuck")) sleep(600);
         }
         zs_status st;
-        if (!strcmp(mode, "mismatch") && g_rank == 1 && it == 5)
+        if (!strcmp(mode, "die-alloc") && it == 20) {
+            void *p = NULL;
+            st = zs_comm_mem_alloc(g_c, ZS_MEM_COMM, 1024, tag, &p);
+        } else if (!strcmp(mode, "mismatch") && g_rank == 1 && it == 5)
             st = zs_comm_all_gather(g_c, x + g_rank, x, 1, ZS_DTYPE_F32, NULL, tag);
         else
             st = zs_comm_all_reduce(g_c, x, x, 256, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, tag);
@@ -258,6 +399,10 @@ int main(int argc, char **argv) {
             victim = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--async"))
             async_only = 1;
+        else if (!strcmp(argv[i], "--registered"))
+            g_reg = 1;
+        else if (!strcmp(argv[i], "--mixed"))
+            g_reg = 2;
     }
     zt_init("comm_worker");
     ZT_OK(zs_comm_create(&cfg, &g_c));

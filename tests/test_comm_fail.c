@@ -1,7 +1,8 @@
-/* Failure handling, as a user sees it through `zshard run`: a killed rank, a stuck rank and
- * a mismatched collective (check mode) each end the job quickly with messages naming the
- * peer rank, the collective, its sequence number and the tag; the launcher's summary names
- * the rank that failed; nothing is left in /dev/shm. */
+/* Failure handling, as a user sees it through `zshard run`: a killed rank (in a collective on
+ * plain or registered buffers, or in a registration), a stuck rank and a mismatched
+ * collective (check mode) each end the job quickly with messages naming the peer rank, the
+ * collective, its sequence number and the tag; the launcher's summary names the rank that
+ * failed; nothing is left in /dev/shm. */
 #include "commtest.h"
 #include "core/timer.h"
 
@@ -18,10 +19,11 @@ static int run(const char *env, int n, const char *mode, double *secs) {
     return rc;
 }
 
-static void test_killed_rank(void) {
+/* mode: the worker's mode and flags; what: the collective the survivors must name. */
+static void test_killed_rank(const char *mode, const char *what) {
     double s;
     /* A long timeout: the dead peer must be noticed by liveness checks, not the timeout. */
-    int rc = run("ZS_COMM_TIMEOUT=60", 4, "die", &s);
+    int rc = run("ZS_COMM_TIMEOUT=60", 4, mode, &s);
     ZT_CHECK(rc != 0, "job with a killed rank exited 0:\n%s", g_out);
     ZT_CHECK(s < 8.0, "took %.1f s to notice a dead rank (timeout was 60 s)", s);
     ZT_CHECK(strstr(g_out, "zshard run: rank 2 (pid ") && strstr(g_out, "killed by signal 9"),
@@ -29,12 +31,12 @@ static void test_killed_rank(void) {
     ZT_CHECK(ct_count(g_out, "FAILED ZS_ERR_COMM") == 3, "every survivor must fail:\n%s", g_out);
     for (int r = 0; r < 4; r++) {
         if (r == 2) continue;
-        char want[64];
-        snprintf(want, sizeof want, "all_reduce #21 (tag 'unit.8', 256 x f32) on rank %d", r);
+        char want[96];
+        snprintf(want, sizeof want, "%s on rank %d", what, r);
         ZT_CHECK(strstr(g_out, want), "rank %d: no message with '%s':\n%s", r, want, g_out);
     }
     ZT_CHECK(ct_count(g_out, "peer rank 2") >= 3, "messages must name peer rank 2:\n%s", g_out);
-    ZT_CHECK(strstr(g_out, "last 21 collectives of rank 0"), "no ring printed:\n%s", g_out);
+    ZT_CHECK(strstr(g_out, "collectives of rank 0"), "no ring printed:\n%s", g_out);
     ZT_CHECK(ct_shm_leftovers() == 0, "segment left in /dev/shm");
 }
 
@@ -63,7 +65,11 @@ static void test_mismatch(void) {
 
 int main(void) {
     zt_init("comm_fail");
-    test_killed_rank();
+    test_killed_rank("die", "all_reduce #21 (tag 'unit.8', 256 x f32)");
+    /* on registered buffers (the direct path), and inside zs_comm_mem_alloc, whose shm
+     * objects the survivors must unlink */
+    test_killed_rank("die --registered", "all_reduce #22 (tag 'unit.8', 256 x f32)");
+    test_killed_rank("die-alloc", "mem_alloc #21 (tag 'unit.8', 1024 bytes)");
     test_stuck_rank();
     test_mismatch();
     return zt_finish();

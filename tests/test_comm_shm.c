@@ -2,7 +2,8 @@
  * even/uneven/tiny/zero counts, in place and out of place, sync and async, exact results;
  * all_reduce == reduce_scatter + all_gather bit for bit; small pipeline chunks so large
  * messages take many windows; an injected delay before each collective to flush out
- * missing waits. No segment may be left in /dev/shm. */
+ * missing waits. The same on registered buffers (direct path, bitwise equal to the staged
+ * one) and on buffers registered by some ranks only. No segment may be left in /dev/shm. */
 #include "commtest.h"
 
 static char g_out[1 << 20];
@@ -27,5 +28,12 @@ int main(void) {
     run_world(4, "ZS_SHM_CHUNK=16K ZS_COMM_DELAY_MS=1", "--async");
     /* check mode on correct programs must stay silent */
     run_world(2, "ZS_COMM_CHECK=1", "");
+    /* registered buffers (zs_comm_mem_alloc): the direct path, bitwise equal to the staged
+     * one; then registered on even ranks only, which must take the staged path everywhere */
+    for (int n = 1; n <= 4; n++)
+        run_world(n, "ZS_SHM_CHUNK=8K", "--registered");
+    run_world(4, "ZS_SHM_CHUNK=16K ZS_COMM_DELAY_MS=1", "--registered --async");
+    run_world(3, "ZS_SHM_CHUNK=8K", "--mixed");
+    run_world(2, "ZS_COMM_CHECK=1", "--registered");
     return zt_finish();
 }

@@ -79,6 +79,8 @@ const char *zs_coll_name(zs_coll_kind k) {
         return "barrier";
     case ZS_COLL_CHECK:
         return "check";
+    case ZS_COLL_MEM_ALLOC:
+        return "mem_alloc";
     }
     return "unknown";
 }
@@ -218,9 +220,11 @@ zs_status zs_comm_execute(zs_comm_t *c, const zs_coll *op, char *msg, size_t msg
         zs_ring_end(c, op, st);
         if (st != ZS_OK) {
             char full[1024];
-            snprintf(full, sizeof full, "%s #%llu (tag '%s', %zu x %s) on rank %d: %s",
+            snprintf(full, sizeof full, "%s #%llu (tag '%s', %zu %s%s) on rank %d: %s",
                      zs_coll_name(op->kind), (unsigned long long)op->seq, op->tag, op->count,
-                     zs_dtype_name(op->dt), c->env.rank, zs_last_error());
+                     op->kind == ZS_COLL_MEM_ALLOC ? "" : "x ",
+                     op->kind == ZS_COLL_MEM_ALLOC ? "bytes" : zs_dtype_name(op->dt), c->env.rank,
+                     zs_last_error());
             zs_comm_fail(c, st, full);
             zs_error(st, "%s", full);
         }

@@ -17,7 +17,8 @@ typedef enum zs_coll_kind {
     ZS_COLL_ALL_REDUCE,
     ZS_COLL_BROADCAST,
     ZS_COLL_BARRIER,
-    ZS_COLL_CHECK, /* internal: exchange of descriptors in check mode */
+    ZS_COLL_CHECK,     /* internal: exchange of descriptors in check mode */
+    ZS_COLL_MEM_ALLOC, /* internal: zs_comm_mem_alloc's collective half (ext: zs_mem_request) */
 } zs_coll_kind;
 
 #define ZS_COMM_TAG_LEN 48
@@ -35,7 +36,18 @@ typedef struct zs_coll {
     zs_stream_t *stream;
     uint64_t seq; /* 1-based sequence number on this communicator */
     char tag[ZS_COMM_TAG_LEN];
+    void *ext; /* internal kinds' arguments */
 } zs_coll;
+
+/* zs_comm_mem_alloc's request. A failure every rank agrees on (over the memory cap, no room
+ * in /dev/shm) comes back in st/msg with the communicator still usable. */
+typedef struct zs_mem_request {
+    zs_mem_category cat;
+    size_t nbytes;
+    void *ptr; /* out */
+    zs_status st;
+    char msg[512];
+} zs_mem_request;
 
 /* A backend runs one collective to completion on the calling thread (CPU backends) or
  * enqueues it on the stream (nccl). Errors are recorded with zs_error and returned. */
@@ -50,6 +62,10 @@ typedef struct zs_comm_backend_ops {
      * non-blocking question "has it?". */
     zs_status (*sync)(zs_comm_t *c, const zs_coll *op);
     zs_status (*query)(zs_comm_t *c, const zs_coll *op, int *done);
+    /* Optional, registered buffers: the backend runs ZS_COLL_MEM_ALLOC, and mem_free
+     * releases one of its allocations (1) or says ptr is not one (0). Without it
+     * zs_comm_mem_alloc is zs_alloc. */
+    int (*mem_free)(zs_comm_t *c, void *ptr);
     int needs_thread; /* CPU backends: async work runs on the comm thread */
 } zs_comm_backend_ops;
 
@@ -125,6 +141,9 @@ void zs_queue_destroy(zs_comm_queue *q);
 /* Enqueue a copy of *op (seq assigned here). If work is NULL, waits for it (sync form);
  * runs it inline when nothing is queued. */
 zs_status zs_queue_submit(zs_comm_t *c, zs_coll *op, zs_comm_work_t **work);
+/* Wait until every submitted work has run (the comm thread is then idle until the caller
+ * submits again). */
+void zs_queue_drain(zs_comm_queue *q);
 
 /* reduction helpers shared by backends (reduce.c) */
 /* Deterministic rank-order reduction of n inputs into out (which may alias one input). */

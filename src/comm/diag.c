@@ -57,8 +57,9 @@ void zs_ring_print(zs_comm_t *c) {
         else
             snprintf(end, sizeof end, "%.6f", e->t_end);
         ZS_LOG_E("  #%-6llu %-14s count %-10zu %-4s tag '%s' start %.6f end %s %s",
-                 (unsigned long long)e->seq, zs_coll_name(e->kind), e->count, zs_dtype_name(e->dt),
-                 e->tag, e->t_start, end, e->t_end < 0 ? "" : zs_status_string(e->st));
+                 (unsigned long long)e->seq, zs_coll_name(e->kind), e->count,
+                 e->kind == ZS_COLL_MEM_ALLOC ? "B" : zs_dtype_name(e->dt), e->tag, e->t_start, end,
+                 e->t_end < 0 ? "" : zs_status_string(e->st));
     }
     pthread_mutex_unlock(&c->ring_lock);
 }
@@ -93,7 +94,8 @@ static void describe(const check_desc *d, char *buf, size_t cap) {
 
 static int same(const check_desc *a, const check_desc *b) {
     if (a->kind != b->kind || a->seq != b->seq) return 0;
-    if (a->kind == ZS_COLL_BARRIER) return 1;
+    /* sizes of a registered allocation may differ per rank */
+    if (a->kind == ZS_COLL_BARRIER || a->kind == ZS_COLL_MEM_ALLOC) return 1;
     if (a->count != b->count || a->dt != b->dt) return 0;
     if ((a->kind == ZS_COLL_ALL_REDUCE || a->kind == ZS_COLL_REDUCE_SCATTER) && a->op != b->op)
         return 0;

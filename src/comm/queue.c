@@ -142,6 +142,7 @@ zs_status zs_queue_submit(zs_comm_t *c, zs_coll *op, zs_comm_work_t **work) {
         pthread_mutex_lock(&q->lock);
         q->busy = 0;
         pthread_cond_broadcast(&q->cv_work);
+        pthread_cond_broadcast(&q->cv_done); /* zs_queue_drain */
         pthread_mutex_unlock(&q->lock);
         return st;
     }
@@ -167,6 +168,14 @@ zs_status zs_queue_submit(zs_comm_t *c, zs_coll *op, zs_comm_work_t **work) {
         return ZS_OK;
     }
     return zs_comm_work_wait(w);
+}
+
+void zs_queue_drain(zs_comm_queue *q) {
+    pthread_mutex_lock(&q->lock);
+    /* Each collective is bounded by its deadline (failed ones return at once), so this ends. */
+    while (q->head || q->busy)
+        pthread_cond_wait(&q->cv_done, &q->lock);
+    pthread_mutex_unlock(&q->lock);
 }
 
 zs_status zs_comm_work_wait(zs_comm_work_t *w) {

@@ -278,6 +278,7 @@ fail:
 static void shm_fini(zs_comm_t *c) {
     shm_ctx *s = c->impl;
     if (!s) return;
+    shm_reg_free_all(s); /* buffers the caller did not free: their pointers die here */
     if (s->hdr) {
         shm_rank *me = &s->hdr->ranks[s->rank];
         atomic_store(&me->state, SHM_STATE_LEFT);
@@ -308,6 +309,11 @@ static void shm_abort(zs_comm_t *c, const char *why) {
         futex(&h->ranks[p].progress, FUTEX_WAKE, INT_MAX, NULL);
 }
 
+static int shm_mem_free(zs_comm_t *c, void *ptr) {
+    shm_ctx *s = c->impl;
+    return s && s->hdr ? shm_reg_free(s, ptr) : 0;
+}
+
 const zs_comm_backend_ops zs_comm_shm_ops = {
     .name = "shm",
     .init = shm_init,
@@ -315,5 +321,6 @@ const zs_comm_backend_ops zs_comm_shm_ops = {
     .run = shm_run,
     .abort = shm_abort,
     .sync = NULL,
+    .mem_free = shm_mem_free,
     .needs_thread = 1,
 };

@@ -20,6 +20,19 @@ typedef struct shm_rank {
     _Atomic int32_t pid;
     _Atomic uint32_t state;
     char pad1[56];
+    /* Registered buffers (shm_reg.c, shm_direct.c). Plain fields: written before a signal,
+     * read by peers after waiting for it. mem_alloc phase 1 (reg_*) and phase 2 (map_*) use
+     * separate fields, and a collective's buffer descriptor alternates between two entries,
+     * so a rank that has moved on never overwrites what a slower peer has yet to read. */
+    uint64_t reg_bytes; /* mem_alloc: size of this rank's new region (0: none) */
+    int32_t reg_status; /* mem_alloc phase 1: ZS_OK or why this rank could not allocate */
+    int32_t map_status; /* mem_alloc phase 2: ZS_OK or why it could not map a peer's */
+    char reg_msg[240];  /* phase 1 failure's message */
+    char map_msg[240];  /* phase 2 failure's message */
+    struct shm_desc {
+        uint32_t send_id, recv_id; /* allocation number of the region (0: not registered) */
+        uint64_t send_off, recv_off;
+    } desc[2];
 } shm_rank;
 
 typedef struct shm_header {
@@ -39,6 +52,16 @@ typedef struct shm_header {
     shm_rank ranks[]; /* world entries */
 } shm_header;
 
+/* One registered allocation (zs_comm_mem_alloc) as this process sees it: every rank's
+ * region of the same allocation number, mapped here. */
+typedef struct shm_region {
+    uint32_t id;   /* allocation number, the same on every rank */
+    size_t nbytes; /* this rank's accounted bytes */
+    zs_mem_category cat;
+    char **view;        /* [world] each rank's region mapped here (NULL when it is empty) */
+    size_t *view_bytes; /* [world] mapped sizes */
+} shm_region;
+
 typedef struct shm_ctx {
     int rank, world;
     shm_header *hdr; /* NULL for a world of one */
@@ -50,6 +73,11 @@ typedef struct shm_ctx {
     double timeout_s;
     int spin;    /* busy-poll iterations before sleeping */
     int culprit; /* peer named by the last failed wait, for abort() */
+    /* registered buffers: collectives publish their buffers once an allocation was made */
+    shm_region *regs;
+    int nregs, cap_regs;
+    uint32_t reg_seq; /* allocations made on this communicator (the same on every rank) */
+    uint32_t pub_n;   /* buffer descriptors published (selects desc[pub_n & 1]) */
 } shm_ctx;
 
 /* Slot of rank p, parity b. */
@@ -67,5 +95,25 @@ zs_status shm_wait_all(shm_ctx *s, uint32_t target);
 
 /* shm_coll.c */
 zs_status shm_run(zs_comm_t *c, const zs_coll *op);
+
+/* shm_reg.c: registered buffers. */
+/* The collective half of zs_comm_mem_alloc (op->ext is a zs_mem_request). A failure every
+ * rank agrees on (cap, /dev/shm space) is returned in the request and leaves the
+ * communicator usable; a dead or stuck peer is the returned status. */
+zs_status shm_reg_alloc(shm_ctx *s, const zs_coll *op);
+/* Unmap the allocation whose region here starts at ptr. 0 if ptr is not one of them. */
+int shm_reg_free(shm_ctx *s, void *ptr);
+void shm_reg_free_all(shm_ctx *s);
+/* The allocation (or NULL) holding [p, p + nbytes) of this rank; *off its offset. */
+const shm_region *shm_reg_find(const shm_ctx *s, const void *p, size_t nbytes, size_t *off);
+const shm_region *shm_reg_by_id(const shm_ctx *s, uint32_t id);
+/* "/zshard-...-r<rank>-m<id>": the name of rank's region of allocation id. */
+void shm_reg_name(const shm_ctx *s, int rank, uint32_t id, char *buf, size_t cap);
+
+/* shm_direct.c: collectives reading peers' registered buffers in place. Publishes this
+ * rank's buffers and, when every rank's needed buffers are registered, runs the collective
+ * directly (*done = 1); otherwise *done = 0 and the caller runs the staged path. Every rank
+ * reaches the same decision. */
+zs_status shm_direct(shm_ctx *s, const zs_coll *op, int *done);
 
 #endif

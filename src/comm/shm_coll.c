@@ -158,6 +158,12 @@ zs_status shm_run(zs_comm_t *c, const zs_coll *op) {
     zs_status st;
     if (s->world == 1) return run_local(op);
     if (s->world > 1024) return zs_error(ZS_ERR_UNSUPPORTED, "shm: more than 1024 ranks");
+    if (op->kind == ZS_COLL_MEM_ALLOC) return shm_reg_alloc(s, op);
+    if (op->kind != ZS_COLL_BARRIER && op->kind != ZS_COLL_CHECK) {
+        int done = 0;
+        st = shm_direct(s, op, &done); /* registered buffers, when every rank's are */
+        if (st != ZS_OK || done) return st;
+    }
     switch (op->kind) {
     case ZS_COLL_ALL_REDUCE:
         st = all_reduce(s, op);

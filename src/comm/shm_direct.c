@@ -1,0 +1,180 @@
+/* Direct collectives on registered buffers (zs_comm_mem_alloc). Once a communicator has made
+ * an allocation, every collective starts with a publish phase: each rank writes where its
+ * send and recv buffers lie in its registered allocations (allocation number and offset, or
+ * none), then a barrier. When the buffers the collective reads are registered on every rank,
+ * each rank reads its peers' buffers in place through its own mappings, with no staging copy:
+ *   reduce_scatter  reduce block r of every rank's send, in rank order, into my recv
+ *   all_gather      copy every rank's send into my recv
+ *   all_reduce      reduce slice r of every rank's send into my recv (only rank r reads or
+ *                   writes slice r anywhere, so in place is safe); barrier; copy every other
+ *                   slice from its owner's recv
+ *   broadcast       copy the root's send
+ * A closing barrier keeps every buffer untouched by its owner until all peers have read it.
+ * Otherwise every rank takes the staged path (shm_coll.c): the decision reads the same
+ * published descriptors everywhere. Reductions use the same zs_reduce_* in rank order as the
+ * staged path, element by element, so both paths give the same bits. */
+#include "comm/shm.h"
+#include "core/status.h"
+
+#include <string.h>
+
+#define ALIGN_ELEMS 32 /* slice boundaries on 64/128-byte multiples: no shared cache lines */
+#define MAX_WORLD 1024
+
+static size_t slice_bound(size_t len, int q, int n) {
+    if (q >= n) return len;
+    return (len * (size_t)q / (size_t)n) / ALIGN_ELEMS * ALIGN_ELEMS;
+}
+
+static void copy(void *dst, const void *src, size_t nbytes) {
+    if (dst != src && nbytes) memcpy(dst, src, nbytes);
+}
+
+/* zs_reduce_* sums block by block (a stack accumulator of a few KiB), so the N input streams
+ * and the output stay in L1/L2 however long the slice is. */
+static void reduce(const zs_coll *op, int n, char *out, char *const *in, size_t count) {
+    const int avg = op->op == ZS_REDUCE_AVG;
+    if (op->dt == ZS_DTYPE_F32)
+        zs_reduce_f32((float *)out, (const float *const *)in, n, count, avg, n);
+    else
+        zs_reduce_bf16((uint16_t *)out, (const uint16_t *const *)in, n, count, avg, n);
+}
+
+/* Windows of the vector (one staging slot's worth, ZS_SHM_CHUNK): rank r reduces its slice
+ * of window k, signals, then copies each peer's slice of window k as soon as that peer has
+ * signalled it, while the reduced data is still in the last-level cache. */
+static zs_status all_reduce(shm_ctx *s, const zs_coll *op, char *const *src, char *const *dst,
+                            uint32_t base) {
+    zs_status st = ZS_OK;
+    const int n = s->world, r = s->rank;
+    const size_t esz = zs_dtype_size(op->dt), count = op->count;
+    const size_t W = s->slot_bytes / esz / ALIGN_ELEMS * ALIGN_ELEMS;
+    char *recv = op->recv, *in[MAX_WORLD];
+    for (size_t k = 0, w0 = 0; w0 < count; k++, w0 += W) {
+        const size_t len = count - w0 < W ? count - w0 : W;
+        const size_t lo = slice_bound(len, r, n), hi = slice_bound(len, r + 1, n);
+        for (int p = 0; p < n; p++)
+            in[p] = src[p] + (w0 + lo) * esz;
+        reduce(op, n, recv + (w0 + lo) * esz, in, hi - lo);
+        shm_signal(s);
+        for (int i = 1; i < n; i++) {
+            const int q = (r + i) % n;
+            const size_t qlo = slice_bound(len, q, n), qhi = slice_bound(len, q + 1, n);
+            ZS_CHECK(shm_wait_peer(s, q, base + 1 + (uint32_t)k));
+            copy(recv + (w0 + qlo) * esz, dst[q] + (w0 + qlo) * esz, (qhi - qlo) * esz);
+        }
+    }
+fail:
+    return st;
+}
+
+/* Windows of each rank's block, every rank in step (a barrier per window), so each block's
+ * window is read from memory once and by the other ranks from the last-level cache. */
+static zs_status all_gather(shm_ctx *s, const zs_coll *op, char *const *src, uint32_t base) {
+    zs_status st = ZS_OK;
+    const int n = s->world, r = s->rank;
+    const size_t esz = zs_dtype_size(op->dt), count = op->count;
+    const size_t W = s->slot_bytes / esz / ALIGN_ELEMS * ALIGN_ELEMS;
+    char *recv = op->recv;
+    for (size_t k = 0, j0 = 0; j0 < count; k++, j0 += W) {
+        const size_t len = count - j0 < W ? count - j0 : W;
+        if (k > 0) ZS_CHECK(shm_wait_all(s, base + (uint32_t)k));
+        for (int q = 0; q < n; q++) {
+            const char *from = q == r ? (const char *)op->send : src[q];
+            copy(recv + ((size_t)q * count + j0) * esz, from + j0 * esz, len * esz);
+        }
+        shm_signal(s);
+    }
+fail:
+    return st;
+}
+
+/* Bytes of send and recv that the collective touches on each rank. */
+static void extents(const zs_coll *op, int n, size_t *sbytes, size_t *rbytes) {
+    size_t b = op->count * zs_dtype_size(op->dt);
+    *sbytes = op->kind == ZS_COLL_REDUCE_SCATTER ? b * (size_t)n : b;
+    *rbytes = op->kind == ZS_COLL_ALL_GATHER ? b * (size_t)n : b;
+}
+
+/* Peer p's buffer (allocation id, offset off, nbytes long) as mapped here. */
+static zs_status resolve(shm_ctx *s, int p, uint32_t id, uint64_t off, size_t nbytes,
+                         const char *which, char **out) {
+    zs_status st = ZS_OK;
+    const shm_region *g = shm_reg_by_id(s, id);
+    ZS_REQUIRE(g && g->view[p], ZS_ERR_INVALID,
+               "rank %d's %s buffer lies in registered allocation #%u, which this rank has "
+               "freed (zs_comm_mem_free must be called in the same order on every rank)",
+               p, which, id);
+    ZS_REQUIRE(off <= g->view_bytes[p] && nbytes <= g->view_bytes[p] - off, ZS_ERR_INTERNAL,
+               "rank %d's %s buffer runs past its registered allocation #%u", p, which, id);
+    *out = g->view[p] + off;
+fail:
+    return st;
+}
+
+static void publish(shm_ctx *s, const zs_coll *op, struct shm_desc *d) {
+    size_t sb, rb, off = 0;
+    const shm_region *g;
+    extents(op, s->world, &sb, &rb);
+    int src = op->kind != ZS_COLL_BROADCAST || op->root == s->rank;
+    g = src ? shm_reg_find(s, op->send, sb, &off) : NULL;
+    d->send_id = g ? g->id : 0;
+    d->send_off = off;
+    g = shm_reg_find(s, op->recv, rb, &off);
+    d->recv_id = g ? g->id : 0;
+    d->recv_off = off;
+}
+
+zs_status shm_direct(shm_ctx *s, const zs_coll *op, int *done) {
+    zs_status st = ZS_OK;
+    const int n = s->world, r = s->rank, root = op->kind == ZS_COLL_BROADCAST ? op->root : -1;
+    const size_t esz = zs_dtype_size(op->dt), count = op->count;
+    const uint32_t base = s->progress;
+    char *src[MAX_WORLD], *dst[MAX_WORLD], *in[MAX_WORLD];
+    char *recv = op->recv;
+    size_t sb, rb;
+    int direct = 1;
+    *done = 0;
+    /* Phases depend only on the collective (allocations are collective), never on buffers. */
+    if (s->reg_seq == 0 || count == 0) return ZS_OK;
+    extents(op, n, &sb, &rb);
+    const int parity = (int)(s->pub_n++ & 1);
+    publish(s, op, &s->hdr->ranks[r].desc[parity]);
+    shm_signal(s);
+    ZS_CHECK(shm_wait_all(s, base + 1));
+    for (int p = 0; p < n && direct; p++) {
+        const struct shm_desc *d = &s->hdr->ranks[p].desc[parity];
+        int need_send = root < 0 || p == root, need_recv = op->kind == ZS_COLL_ALL_REDUCE;
+        if ((need_send && !d->send_id) || (need_recv && !d->recv_id)) direct = 0;
+        if (direct && need_send)
+            ZS_CHECK(resolve(s, p, d->send_id, d->send_off, sb, "send", &src[p]));
+        if (direct && need_recv)
+            ZS_CHECK(resolve(s, p, d->recv_id, d->recv_off, rb, "recv", &dst[p]));
+    }
+    if (!direct) return ZS_OK;
+    *done = 1;
+    switch (op->kind) {
+    case ZS_COLL_REDUCE_SCATTER:
+        for (int p = 0; p < n; p++)
+            in[p] = src[p] + (size_t)r * count * esz;
+        reduce(op, n, recv, in, count);
+        shm_signal(s);
+        break;
+    case ZS_COLL_BROADCAST:
+        copy(recv, src[root], count * esz);
+        shm_signal(s);
+        break;
+    case ZS_COLL_ALL_GATHER:
+        ZS_CHECK(all_gather(s, op, src, base + 1));
+        break;
+    default:
+        ZS_CHECK(all_reduce(s, op, src, dst, base + 1));
+        shm_signal(s); /* done copying from the peers */
+        break;
+    }
+    /* Closing barrier (all_gather's last window ends with one): no rank returns, letting its
+     * caller reuse its buffers, while a peer may still read them. */
+    ZS_CHECK(shm_wait_all(s, s->progress));
+fail:
+    return st;
+}
