@@ -115,5 +115,11 @@ void shm_reg_name(const shm_ctx *s, int rank, uint32_t id, char *buf, size_t cap
  * directly (*done = 1); otherwise *done = 0 and the caller runs the staged path. Every rank
  * reaches the same decision. */
 zs_status shm_direct(shm_ctx *s, const zs_coll *op, int *done);
+/* Copy with streaming (non-temporal) stores where the CPU has them: the output of a large
+ * collective goes to memory without first being read into the cache (half the traffic of a
+ * plain memcpy) and without evicting what peers are about to read. For results of messages
+ * of at least SHM_STREAM_MIN bytes, which the caller does not read back at once. */
+#define SHM_STREAM_MIN (256u << 10)
+void shm_copy_stream(void *dst, const void *src, size_t nbytes);
 
 #endif

@@ -50,6 +50,8 @@ static zs_status all_reduce(shm_ctx *s, const zs_coll *op) {
     const char *send = op->send;
     char *recv = op->recv;
     const void *in[1024];
+    void (*mv)(void *, const void *, size_t) =
+        op->count * esz >= SHM_STREAM_MIN ? shm_copy_stream : copy;
     for (size_t k = 0; k < nwin; k++) {
         const size_t w0 = k * W, len = op->count - w0 < W ? op->count - w0 : W;
         const int b = (int)(k & 1);
@@ -70,7 +72,7 @@ static zs_status all_reduce(shm_ctx *s, const zs_coll *op) {
         ZS_CHECK(shm_wait_all(s, base + (uint32_t)(3 * k + 2)));
         for (int q = 0; q < n; q++) {
             size_t qlo = ar_bound(len, q, n), qhi = ar_bound(len, q + 1, n);
-            copy(recv + (w0 + qlo) * esz, shm_slot(s, q, b) + qlo * esz, (qhi - qlo) * esz);
+            mv(recv + (w0 + qlo) * esz, shm_slot(s, q, b) + qlo * esz, (qhi - qlo) * esz);
         }
         shm_signal(s);
     }
@@ -118,6 +120,8 @@ static zs_status gather_like(shm_ctx *s, const zs_coll *op) {
     const uint32_t base = s->progress;
     const char *send = op->send;
     char *recv = op->recv;
+    void (*mv)(void *, const void *, size_t) =
+        count * esz * (bcast ? 1 : (size_t)n) >= SHM_STREAM_MIN ? shm_copy_stream : copy;
     for (size_t k = 0; k < nwin; k++) {
         const size_t j0 = k * w, len = count - j0 < w ? count - j0 : w;
         const int b = (int)(k & 1);
@@ -132,13 +136,12 @@ static zs_status gather_like(shm_ctx *s, const zs_coll *op) {
         if (bcast) {
             if (r != op->root) {
                 ZS_CHECK(shm_wait_peer(s, op->root, base + (uint32_t)(2 * k + 1)));
-                copy(recv + j0 * esz, shm_slot(s, op->root, b), len * esz);
+                mv(recv + j0 * esz, shm_slot(s, op->root, b), len * esz);
             }
         } else {
             ZS_CHECK(shm_wait_all(s, base + (uint32_t)(2 * k + 1)));
             for (int q = 0; q < n; q++)
-                if (q != r)
-                    copy(recv + ((size_t)q * count + j0) * esz, shm_slot(s, q, b), len * esz);
+                if (q != r) mv(recv + ((size_t)q * count + j0) * esz, shm_slot(s, q, b), len * esz);
         }
         shm_signal(s);
     }

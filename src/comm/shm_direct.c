@@ -16,7 +16,11 @@
 #include "comm/shm.h"
 #include "core/status.h"
 
+#include <stdint.h>
 #include <string.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #define ALIGN_ELEMS 32 /* slice boundaries on 64/128-byte multiples: no shared cache lines */
 #define MAX_WORLD 1024
@@ -28,6 +32,27 @@ static size_t slice_bound(size_t len, int q, int n) {
 
 static void copy(void *dst, const void *src, size_t nbytes) {
     if (dst != src && nbytes) memcpy(dst, src, nbytes);
+}
+
+void shm_copy_stream(void *dst, const void *src, size_t nbytes) {
+#if defined(__AVX__)
+    char *d = dst;
+    const char *p = src;
+    size_t head = (32 - ((uintptr_t)d & 31)) & 31;
+    if (dst == src || nbytes < 4096) {
+        copy(dst, src, nbytes);
+        return;
+    }
+    memcpy(d, p, head);
+    size_t i = head;
+    for (; i + 32 <= nbytes; i += 32)
+        _mm256_stream_si256((__m256i *)(void *)(d + i),
+                            _mm256_loadu_si256((const __m256i *)(const void *)(p + i)));
+    memcpy(d + i, p + i, nbytes - i);
+    _mm_sfence(); /* order the streaming stores before the signal that publishes them */
+#else
+    copy(dst, src, nbytes);
+#endif
 }
 
 /* zs_reduce_* sums block by block (a stack accumulator of a few KiB), so the N input streams
@@ -50,6 +75,8 @@ static zs_status all_reduce(shm_ctx *s, const zs_coll *op, char *const *src, cha
     const size_t esz = zs_dtype_size(op->dt), count = op->count;
     const size_t W = s->slot_bytes / esz / ALIGN_ELEMS * ALIGN_ELEMS;
     char *recv = op->recv, *in[MAX_WORLD];
+    void (*mv)(void *, const void *, size_t) =
+        count * esz >= SHM_STREAM_MIN ? shm_copy_stream : copy;
     for (size_t k = 0, w0 = 0; w0 < count; k++, w0 += W) {
         const size_t len = count - w0 < W ? count - w0 : W;
         const size_t lo = slice_bound(len, r, n), hi = slice_bound(len, r + 1, n);
@@ -61,7 +88,7 @@ static zs_status all_reduce(shm_ctx *s, const zs_coll *op, char *const *src, cha
             const int q = (r + i) % n;
             const size_t qlo = slice_bound(len, q, n), qhi = slice_bound(len, q + 1, n);
             ZS_CHECK(shm_wait_peer(s, q, base + 1 + (uint32_t)k));
-            copy(recv + (w0 + qlo) * esz, dst[q] + (w0 + qlo) * esz, (qhi - qlo) * esz);
+            mv(recv + (w0 + qlo) * esz, dst[q] + (w0 + qlo) * esz, (qhi - qlo) * esz);
         }
     }
 fail:
@@ -76,12 +103,14 @@ static zs_status all_gather(shm_ctx *s, const zs_coll *op, char *const *src, uin
     const size_t esz = zs_dtype_size(op->dt), count = op->count;
     const size_t W = s->slot_bytes / esz / ALIGN_ELEMS * ALIGN_ELEMS;
     char *recv = op->recv;
+    void (*mv)(void *, const void *, size_t) =
+        count * esz * (size_t)n >= SHM_STREAM_MIN ? shm_copy_stream : copy;
     for (size_t k = 0, j0 = 0; j0 < count; k++, j0 += W) {
         const size_t len = count - j0 < W ? count - j0 : W;
         if (k > 0) ZS_CHECK(shm_wait_all(s, base + (uint32_t)k));
         for (int q = 0; q < n; q++) {
             const char *from = q == r ? (const char *)op->send : src[q];
-            copy(recv + ((size_t)q * count + j0) * esz, from + j0 * esz, len * esz);
+            mv(recv + ((size_t)q * count + j0) * esz, from + j0 * esz, len * esz);
         }
         shm_signal(s);
     }
