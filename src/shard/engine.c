@@ -19,6 +19,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+zs_status zs_engine_buf_alloc(zs_engine_t *e, zs_mem_category cat, size_t nbytes, const char *what,
+                              float **out) {
+    if (e->comm) return zs_comm_mem_alloc(e->comm, cat, nbytes, what, (void **)out);
+    return zs_alloc(cat, nbytes, what, (void **)out);
+}
+
+void zs_engine_buf_free(zs_engine_t *e, float *p) {
+    if (e->comm)
+        zs_comm_mem_free(e->comm, p);
+    else
+        zs_free(p);
+}
+
 zs_engine_config zs_engine_config_default(void) {
     zs_engine_config c;
     memset(&c, 0, sizeof c);
@@ -67,10 +80,12 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
         unit_state *us = &e->units[u];
         size_t P = (size_t)ud->padded, S = (size_t)ud->shard;
         us->pslot = us->gslot = -1;
+        /* Allocation order is the layout's on every rank, as the collective
+         * zs_comm_mem_alloc requires. */
         if (e->persist_params)
-            ZS_CHECK(zs_alloc(ZS_MEM_PARAM, P * 4, ud->name, (void **)&us->param));
+            ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM, P * 4, ud->name, &us->param));
         if (e->persist_grads)
-            ZS_CHECK(zs_alloc(ZS_MEM_GRAD, P * 4, ud->name, (void **)&us->grad));
+            ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GRAD, P * 4, ud->name, &us->grad));
         else
             ZS_CHECK(zs_alloc(ZS_MEM_GRAD_SHARD, S * 4, ud->name, (void **)&us->gshard));
         if (cfg->stage == ZS_STAGE_DDP) {
@@ -81,9 +96,10 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
         } else {
             us->opt_base = (int64_t)e->rank * ud->shard;
             us->opt_n = ud->shard;
-            if (e->persist_params) us->master = us->param + us->opt_base; /* fp32: a slice */
+            if (e->persist_params)
+                us->master = us->param + us->opt_base; /* fp32: a slice */
             else {
-                ZS_CHECK(zs_alloc(ZS_MEM_PARAM_SHARD, S * 4, ud->name, (void **)&us->master));
+                ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, S * 4, ud->name, &us->master));
                 us->master_owned = 1;
             }
         }
@@ -104,10 +120,10 @@ void zs_engine_destroy(zs_engine_t *e) {
     if (e->units)
         for (int u = 0; u < e->layout->n_units; u++) {
             unit_state *us = &e->units[u];
-            zs_free(us->param);
-            zs_free(us->grad);
+            zs_engine_buf_free(e, us->param);
+            zs_engine_buf_free(e, us->grad);
             zs_free(us->gshard);
-            if (us->master_owned) zs_free(us->master);
+            if (us->master_owned) zs_engine_buf_free(e, us->master);
             zs_free(us->m);
             zs_free(us->v);
         }
@@ -123,8 +139,7 @@ zs_status zs_engine_gather(zs_engine_t *e, const float *send, float *recv, size_
                            const char *tag, zs_comm_work_t **work) {
     *work = NULL;
     if (!e->comm) return send == recv ? ZS_OK : e->ops->copy(e->stream, recv, send, count * 4);
-    return zs_comm_all_gather_async(e->comm, send, recv, count, ZS_DTYPE_F32, e->stream, tag,
-                                    work);
+    return zs_comm_all_gather_async(e->comm, send, recv, count, ZS_DTYPE_F32, e->stream, tag, work);
 }
 
 zs_status zs_engine_wait(zs_comm_work_t **work) {
@@ -134,8 +149,7 @@ zs_status zs_engine_wait(zs_comm_work_t **work) {
     return st;
 }
 
-zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv,
-                                     size_t nbytes) {
+zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv, size_t nbytes) {
     if (nbytes % 4)
         return zs_error(ZS_ERR_INTERNAL, "engine: all_gather_bytes of %zu bytes", nbytes);
     if (!e->comm) {
@@ -153,7 +167,8 @@ zs_status zs_engine_allsum(zs_engine_t *e, double local, double *global) {
     if (!all) return zs_error(ZS_ERR_OOM, "engine: out of memory");
     ZS_CHECK(zs_engine_all_gather_bytes(e, &local, all, sizeof local));
     double sum = 0.0;
-    for (int r = 0; r < e->world; r++) sum += all[r]; /* rank order: identical everywhere */
+    for (int r = 0; r < e->world; r++)
+        sum += all[r]; /* rank order: identical everywhere */
     *global = sum;
 fail:
     free(all);
@@ -194,8 +209,12 @@ zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
         size_t n = (size_t)(hi - lo);
         int64_t i0 = lo - t->offset; /* element index inside the tensor */
         switch (t->init) {
-        case ZS_INIT_ZEROS: ZS_CHECK(e->ops->fill(e->stream, p, 0.0f, n)); break;
-        case ZS_INIT_ONES: ZS_CHECK(e->ops->fill(e->stream, p, 1.0f, n)); break;
+        case ZS_INIT_ZEROS:
+            ZS_CHECK(e->ops->fill(e->stream, p, 0.0f, n));
+            break;
+        case ZS_INIT_ONES:
+            ZS_CHECK(e->ops->fill(e->stream, p, 1.0f, n));
+            break;
         case ZS_INIT_NORMAL:
             /* Philox stream = tensor index, counter = element index: the value of element i
              * does not depend on which rank, world size or stage computes it. */
@@ -203,7 +222,8 @@ zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
                                          t->init_std));
             if (t->zero_from < i0 + (int64_t)n) {
                 int64_t z = t->zero_from > i0 ? t->zero_from : i0;
-                ZS_CHECK(e->ops->fill(e->stream, p + (z - i0), 0.0f, (size_t)(i0 + (int64_t)n - z)));
+                ZS_CHECK(
+                    e->ops->fill(e->stream, p + (z - i0), 0.0f, (size_t)(i0 + (int64_t)n - z)));
             }
             break;
         }

@@ -6,28 +6,34 @@
 #include "shard/engine.h"
 
 typedef struct unit_state {
-    float *param;          /* full params, persistent (ddp, 1, 2) or NULL */
-    float *grad;           /* full grads, persistent (ddp, 1) or NULL */
-    float *gshard;         /* fp32 gradient shard (2, 3) or NULL */
-    float *master;         /* fp32 master: full (ddp), slice of param (1, 2), own (3) */
+    float *param;  /* full params, persistent (ddp, 1, 2) or NULL */
+    float *grad;   /* full grads, persistent (ddp, 1) or NULL */
+    float *gshard; /* fp32 gradient shard (2, 3) or NULL */
+    float *master; /* fp32 master: full (ddp), slice of param (1, 2), own (3) */
     int master_owned;
-    float *m, *v;          /* Adam moments over [opt_base, opt_base + opt_n) of the unit */
+    float *m, *v; /* Adam moments over [opt_base, opt_base + opt_n) of the unit */
     int64_t opt_base, opt_n;
-    zs_comm_work_t *work;  /* pending reduction (ddp, 1) or post-step gather (1, 2) */
-    int uses_done;         /* backward uses seen in this micro-batch */
-    int pslot, gslot;      /* pool slots holding the unit's gathered params / full grads */
+    zs_comm_work_t *work; /* pending reduction (ddp, 1) or post-step gather (1, 2) */
+    int uses_done;        /* backward uses seen in this micro-batch */
+    int pslot, gslot;     /* pool slots holding the unit's gathered params / full grads */
 } unit_state;
 
-typedef enum slot_state { SLOT_EMPTY = 0, SLOT_PENDING, SLOT_READY, SLOT_ACTIVE, SLOT_REDUCING } slot_state;
+typedef enum slot_state {
+    SLOT_EMPTY = 0,
+    SLOT_PENDING,
+    SLOT_READY,
+    SLOT_ACTIVE,
+    SLOT_REDUCING
+} slot_state;
 
 typedef struct slot {
     float *buf;
-    int64_t cap;           /* elements */
-    int unit;              /* -1 when empty */
+    int64_t cap; /* elements */
+    int unit;    /* -1 when empty */
     slot_state state;
-    int in_use;            /* params: between begin and end */
-    int accumulate;        /* grads: add into the shard (later micro-batch) instead of copy */
-    uint64_t tick;         /* last use (params) or reduction issue (grads) */
+    int in_use;     /* params: between begin and end */
+    int accumulate; /* grads: add into the shard (later micro-batch) instead of copy */
+    uint64_t tick;  /* last use (params) or reduction issue (grads) */
     zs_comm_work_t *work;
 } slot;
 
@@ -36,7 +42,7 @@ struct zs_engine {
     const zs_ops *ops;
     zs_stream_t *stream;
     zs_engine_config cfg;
-    zs_comm_t *comm;       /* NULL for a world of one */
+    zs_comm_t *comm; /* NULL for a world of one */
     int rank, world;
     int persist_params, persist_grads;
     unit_state *units;
@@ -48,6 +54,12 @@ struct zs_engine {
      * phase 0 forward, 1 backward); ZeRO-3 prefetches along it afterwards. */
     int *order, n_order, cap_order, recording, recorded, cursor;
 };
+
+/* Buffers that collectives read or write: registered with the communicator (peers read them
+ * in place, no staging copy) when there is one, plain accounted memory otherwise. */
+zs_status zs_engine_buf_alloc(zs_engine_t *e, zs_mem_category cat, size_t nbytes, const char *what,
+                              float **out);
+void zs_engine_buf_free(zs_engine_t *e, float *p);
 
 zs_status zs_engine_pools_create(zs_engine_t *e);
 void zs_engine_pools_destroy(zs_engine_t *e);

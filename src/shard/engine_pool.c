@@ -24,7 +24,8 @@ static zs_status make_slots(zs_engine_t *e, slot **out, int n, const char *what)
     const zs_layout *l = e->layout;
     int64_t *sizes = malloc((size_t)l->n_units * sizeof *sizes);
     ZS_REQUIRE(sizes, ZS_ERR_OOM, "engine: out of memory");
-    for (int u = 0; u < l->n_units; u++) sizes[u] = l->units[u].padded;
+    for (int u = 0; u < l->n_units; u++)
+        sizes[u] = l->units[u].padded;
     qsort(sizes, (size_t)l->n_units, sizeof *sizes, cmp_desc);
     *out = calloc((size_t)n, sizeof **out);
     ZS_REQUIRE(*out, ZS_ERR_OOM, "engine: out of memory");
@@ -32,7 +33,7 @@ static zs_status make_slots(zs_engine_t *e, slot **out, int n, const char *what)
         slot *s = &(*out)[i];
         s->cap = sizes[i < l->n_units ? i : l->n_units - 1];
         s->unit = -1;
-        ZS_CHECK(zs_alloc(ZS_MEM_GATHERED, (size_t)s->cap * 4, what, (void **)&s->buf));
+        ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GATHERED, (size_t)s->cap * 4, what, &s->buf));
     }
 fail:
     free(sizes);
@@ -47,7 +48,8 @@ zs_status zs_engine_pools_create(zs_engine_t *e) {
     }
     if (!e->persist_grads) {
         int tied = 0;
-        for (int u = 0; u < e->layout->n_units; u++) tied += e->layout->units[u].n_uses > 1;
+        for (int u = 0; u < e->layout->n_units; u++)
+            tied += e->layout->units[u].n_uses > 1;
         e->n_gslots = 2 + tied;
         ZS_CHECK(make_slots(e, &e->gslots, e->n_gslots, "unit gradients"));
     }
@@ -56,8 +58,10 @@ fail:
 }
 
 void zs_engine_pools_destroy(zs_engine_t *e) {
-    for (int i = 0; e->pslots && i < e->n_pslots; i++) zs_free(e->pslots[i].buf);
-    for (int i = 0; e->gslots && i < e->n_gslots; i++) zs_free(e->gslots[i].buf);
+    for (int i = 0; e->pslots && i < e->n_pslots; i++)
+        zs_engine_buf_free(e, e->pslots[i].buf);
+    for (int i = 0; e->gslots && i < e->n_gslots; i++)
+        zs_engine_buf_free(e, e->gslots[i].buf);
     free(e->pslots);
     free(e->gslots);
     e->pslots = e->gslots = NULL;
@@ -154,8 +158,8 @@ static zs_status evict_and_gather(zs_engine_t *e, int k, int unit) {
     s->state = SLOT_PENDING;
     s->tick = ++e->tick;
     e->units[unit].pslot = k;
-    ZS_CHECK(zs_engine_gather(e, e->units[unit].master, s->buf, (size_t)ud->shard, ud->name,
-                              &s->work));
+    ZS_CHECK(
+        zs_engine_gather(e, e->units[unit].master, s->buf, (size_t)ud->shard, ud->name, &s->work));
 fail:
     return st;
 }
@@ -211,8 +215,10 @@ static zs_status finalize_gslot(zs_engine_t *e, int k) {
     const zs_unit_desc *ud = &e->layout->units[s->unit];
     const float *mine = s->buf + (int64_t)e->rank * ud->shard;
     float *dst = e->units[s->unit].gshard;
-    if (s->accumulate) ZS_CHECK(e->ops->axpy(e->stream, dst, 1.0f, mine, (size_t)ud->shard));
-    else ZS_CHECK(e->ops->copy(e->stream, dst, mine, (size_t)ud->shard * 4));
+    if (s->accumulate)
+        ZS_CHECK(e->ops->axpy(e->stream, dst, 1.0f, mine, (size_t)ud->shard));
+    else
+        ZS_CHECK(e->ops->copy(e->stream, dst, mine, (size_t)ud->shard * 4));
     s->unit = -1;
     s->state = SLOT_EMPTY;
 fail:
@@ -287,8 +293,8 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
                                               &us->work));
         else
             ZS_CHECK(zs_comm_reduce_scatter_async(e->comm, us->grad, us->grad + mine, S,
-                                                  ZS_DTYPE_F32, ZS_REDUCE_SUM, e->stream,
-                                                  ud->name, &us->work));
+                                                  ZS_DTYPE_F32, ZS_REDUCE_SUM, e->stream, ud->name,
+                                                  &us->work));
         return ZS_OK;
     }
     slot *s = &e->gslots[us->gslot];
@@ -343,9 +349,11 @@ fail:
 zs_status zs_engine_drain(zs_engine_t *e) {
     zs_status st = ZS_OK;
     if (!e->units) return ZS_OK;
-    for (int u = 0; u < e->layout->n_units; u++) ZS_CHECK(zs_engine_wait(&e->units[u].work));
+    for (int u = 0; u < e->layout->n_units; u++)
+        ZS_CHECK(zs_engine_wait(&e->units[u].work));
     int r;
-    while ((r = oldest_reducing(e, 0)) >= 0) ZS_CHECK(finalize_gslot(e, r));
+    while ((r = oldest_reducing(e, 0)) >= 0)
+        ZS_CHECK(finalize_gslot(e, r));
     for (int i = 0; i < e->n_gslots; i++)
         ZS_REQUIRE(e->gslots[i].state == SLOT_EMPTY, ZS_ERR_INTERNAL,
                    "engine: unit %s's backward did not end before the step",
