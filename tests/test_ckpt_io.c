@@ -359,6 +359,35 @@ static void test_bad_foreign(const char *st, const char *llmc) {
     expect_fail(rc, "import onto an existing checkpoint", "imp_st", "already exists");
 }
 
+/* LLaMA: HF names as they are (no transposes), untied head; llm.c has no LLaMA format. */
+static void test_llama(void) {
+    char h1[17], h2[17], st[1200], out[1200];
+    int rc = sh("%s train %s --model llama-tiny --steps 2 --save-dir %s/llama", zt_zshard_exe(),
+                train_args(), g_dir);
+    ZT_CHECK(rc == 0, "llama training: %s", g_out);
+    snprintf(out, sizeof out, "%s/llama", g_dir);
+    hash_of(out, h1);
+    snprintf(st, sizeof st, "%s/llama.safetensors", g_dir);
+    rc = sh("%s ckpt export %s/llama --format safetensors %s", zt_zshard_exe(), g_dir, st);
+    ZT_CHECK(rc == 0, "llama export: %s", g_out);
+    snprintf(out, sizeof out, "%s/llama_imp", g_dir);
+    rc = sh("%s ckpt import %s --format safetensors %s", zt_zshard_exe(), st, out);
+    ZT_CHECK(rc == 0, "llama import: %s", g_out);
+    hash_of(out, h2);
+    ZT_CHECK(h1[0] && !strcmp(h1, h2), "llama round trip: param_hash %s vs %s", h2, h1);
+    size_t n;
+    unsigned char *b = slurp(st, &n);
+    ZT_CHECK(strstr((char *)b + 8, "\"model.layers.1.self_attn.k_proj.weight\":{\"dtype\":\"F32\","
+                                   "\"shape\":[32,64]") &&
+                 strstr((char *)b + 8, "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[256,64]"),
+             "llama safetensors names and shapes");
+    free(b);
+    snprintf(out, sizeof out, "%s/llama.bin", g_dir);
+    rc = sh("%s ckpt export %s/llama --format llmc %s", zt_zshard_exe(), g_dir, out);
+    expect_fail(rc, "llama to llm.c", "llama-tiny", "GPT-2 models only");
+    no_output(out, "llama to llm.c");
+}
+
 int main(void) {
     zt_init("ckpt_io");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
@@ -412,6 +441,7 @@ int main(void) {
             zt_zshard_exe(), train_args(), g_dir);
     ZT_CHECK(rc == 0 && strstr(g_out, "summary: 2 steps"), "fine-tune from import: %s", g_out);
 
+    test_llama();
     test_bad_checkpoints(ck);
     test_bad_foreign(st, llmc);
     snprintf(p, sizeof p, "rm -rf %s", g_dir);

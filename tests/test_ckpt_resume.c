@@ -6,7 +6,8 @@
  *    offline `zshard ckpt reshard` gives the same bits as resharding on load;
  *  - a rank, or every rank, SIGKILLed in the middle of a save (and rank 0 just before the
  *    rename): the job fails, `latest` still names the previous checkpoint, no incomplete
- *    checkpoint is ever picked up, and resuming from latest finishes with the same bits. */
+ *    checkpoint is ever picked up, and resuming from latest finishes with the same bits;
+ *  - a LLaMA model resumes bitwise across stages and reshards 2->4. */
 #include "testutil.h"
 #include "zshard.h"
 
@@ -207,6 +208,17 @@ static void test_crash(void) {
     crash_case("commit", "2", &ref);
 }
 
+/* LLaMA (untied head, grouped-query attention): the same guarantees. */
+static void test_llama(void) {
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--model llama-tiny --save-dir %s/llama --save-every 3", g_dir);
+    run full = train_ok(2, "3", extra);
+    snprintf(extra, sizeof extra, "--model llama-tiny --resume %s/llama/step_00000003", g_dir);
+    run same = train_ok(2, "1", extra);
+    same_tail(&full, &same, "llama: stage 3 -> 1 at N=2");
+    close_tail(&full, (run[]){train_ok(4, "2", extra)}, "llama: reshard 2->4");
+}
+
 int main(void) {
     zt_init("ckpt_resume");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
@@ -220,6 +232,7 @@ int main(void) {
     test_parity();
     test_reshard();
     test_crash();
+    test_llama();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (!zt_failures) ZT_CHECK(system(cmd) == 0, "cleanup");

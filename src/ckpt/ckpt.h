@@ -29,6 +29,8 @@ typedef enum zs_ckpt_kind {
 
 /* "master", "adam_m", "adam_v". */
 const char *zs_ckpt_kind_name(int kind);
+/* "gpt2", "llama". */
+const char *zs_ckpt_arch_name(zs_arch arch);
 /* "ddp", "1", "2", "3" and back. */
 const char *zs_ckpt_stage_name(int stage);
 zs_status zs_ckpt_stage_parse(const char *s, zs_stage *out);

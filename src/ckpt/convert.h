@@ -53,8 +53,10 @@ typedef struct zs_st_header {
     uint64_t data_start; /* 8 + header length */
     int n;
     zs_st_entry *e;
-    int meta_n_head; /* from __metadata__ "zshard.n_head", 0 if absent */
-    int meta_vocab;  /* "zshard.vocab", 0 if absent */
+    /* From zshard's __metadata__ ("zshard.n_head", ...); 0 / "" where absent. */
+    char meta_arch[16];
+    int meta_n_head, meta_n_kv_head, meta_ffn_hidden, meta_max_seq, meta_vocab;
+    double meta_rope_theta, meta_norm_eps;
 } zs_st_header;
 
 /* Parse a safetensors header: buf holds the file's first len bytes (at least the 8-byte length
@@ -66,9 +68,11 @@ void zs_st_header_free(zs_st_header *h);
 /* Export a checkpoint's master parameters as one safetensors file (dt: F32 or BF16),
  * streamed tensor by tensor. */
 zs_status zs_st_export(zs_ckpt_reader *r, const char *out, zs_dtype dt);
-/* Import a safetensors file as a step-0 checkpoint at out (Adam state zero). n_head_hint (or
- * the file's zshard metadata) gives the head count, which shapes do not carry. */
-zs_status zs_st_import(const char *file, const char *out, int n_head_hint);
+/* Import a safetensors file (GPT-2 or LLaMA in HF layout) as a step-0 checkpoint at out (Adam
+ * state zero). Shapes do not carry everything (heads; for LLaMA also positions, rope_theta,
+ * norm_eps): the file's zshard metadata, else hint (a preset's config; fields <= 0 unset;
+ * NULL = none) supplies the rest. */
+zs_status zs_st_import(const char *file, const char *out, const zs_model_config *hint);
 
 /* ---- llm.c model file (llmc.c) -------------------------------------------------------- */
 

@@ -101,12 +101,19 @@ zs_status zs_st_export(zs_ckpt_reader *r, const char *out, zs_dtype dt) {
     /* The header first: every shape is known, so offsets are too. */
     FILE *f = open_memstream(&hdr, &hlen);
     ZS_REQUIRE(f, ZS_ERR_OOM, "%s: out of memory", out);
-    fprintf(f, "{\"__metadata__\":{\"format\":\"pt\",\"zshard.arch\":\"gpt2\",\"zshard.model\":");
+    fprintf(f, "{\"__metadata__\":{\"format\":\"pt\",\"zshard.arch\":\"%s\",\"zshard.model\":",
+            zs_ckpt_arch_name(c->arch));
     zs_json_write_string(f, c->name);
     fprintf(f,
-            ",\"zshard.n_layer\":\"%d\",\"zshard.n_head\":\"%d\",\"zshard.n_embd\":\"%d\","
-            "\"zshard.max_seq\":\"%d\",\"zshard.vocab\":\"%d\",\"zshard.step\":\"%lld\"}",
-            c->n_layer, c->n_head, c->n_embd, c->max_seq, c->vocab, (long long)m->info.step);
+            ",\"zshard.n_layer\":\"%d\",\"zshard.n_head\":\"%d\",\"zshard.n_kv_head\":\"%d\","
+            "\"zshard.n_embd\":\"%d\",\"zshard.ffn_hidden\":\"%d\",\"zshard.max_seq\":\"%d\","
+            "\"zshard.vocab\":\"%d\",\"zshard.step\":\"%lld\"",
+            c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden, c->max_seq, c->vocab,
+            (long long)m->info.step);
+    if (c->arch == ZS_ARCH_LLAMA)
+        fprintf(f, ",\"zshard.rope_theta\":\"%.9g\",\"zshard.norm_eps\":\"%.9g\"",
+                (double)c->rope_theta, (double)c->norm_eps);
+    fputc('}', f);
     uint64_t at = 0, es = dt == ZS_DTYPE_F32 ? 4 : 2;
     for (int i = 0; i < l->n_tensors; i++) {
         const zs_ext_tensor *x = &map[i];

@@ -48,6 +48,8 @@ zs_status zs_llmc_parse(const uint8_t *buf, size_t len, uint64_t file_size, cons
                ZS_ERR_FORMAT,
                "%s: implausible model sizes (seq %d, vocab %d, layers %d, heads %d, width %d)",
                what, h[2], h[3], h[4], h[5], h[6]);
+    c->n_kv_head = c->n_head;
+    c->ffn_hidden = 4 * c->n_embd;
     zs_model_config_set_vocab(c, h[3]);
     ZS_REQUIRE(h[7] == c->padded_vocab, ZS_ERR_UNSUPPORTED,
                "%s: padded vocabulary %d: zshard pads %d to %d (a multiple of 64)", what, h[7],

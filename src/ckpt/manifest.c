@@ -21,6 +21,10 @@ const char *zs_ckpt_kind_name(int kind) {
     return kind >= 0 && kind < ZS_CKPT_NKINDS ? KIND_NAMES[kind] : "?";
 }
 
+const char *zs_ckpt_arch_name(zs_arch arch) {
+    return arch == ZS_ARCH_LLAMA ? "llama" : "gpt2";
+}
+
 const char *zs_ckpt_stage_name(int stage) {
     return stage >= 0 && stage < 4 ? STAGE_NAMES[stage] : "?";
 }
@@ -104,12 +108,14 @@ static void write_info(FILE *f, const zs_manifest *m) {
     fprintf(f, "\"world_size\":%d,\n\"stage\":\"%s\",\n", in->world_size,
             zs_ckpt_stage_name(in->stage));
     fprintf(f, "\"dtypes\":{\"master\":\"f32\",\"adam_m\":\"f32\",\"adam_v\":\"f32\"},\n");
-    fprintf(f, "\"model\":{\"arch\":\"gpt2\",\"name\":");
+    fprintf(f, "\"model\":{\"arch\":\"%s\",\"name\":", zs_ckpt_arch_name(c->arch));
     zs_json_write_string(f, c->name);
     fprintf(f,
-            ",\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d,\"max_seq\":%d,\"vocab\":%d,"
-            "\"padded_vocab\":%d},\n",
-            c->n_layer, c->n_head, c->n_embd, c->max_seq, c->vocab, c->padded_vocab);
+            ",\"n_layer\":%d,\"n_head\":%d,\"n_kv_head\":%d,\"n_embd\":%d,\"ffn_hidden\":%d,"
+            "\"max_seq\":%d,\"vocab\":%d,\"padded_vocab\":%d,\"rope_theta\":%.9g,"
+            "\"norm_eps\":%.9g},\n",
+            c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden, c->max_seq, c->vocab,
+            c->padded_vocab, (double)c->rope_theta, (double)c->norm_eps);
     fprintf(f,
             "\"training\":{\"batch\":%d,\"seq\":%d,\"grad_accum\":%d,\"total_steps\":%d,"
             "\"warmup\":%d,\"lr\":%.9g,\"min_lr_frac\":%.9g,\"next_lr\":%.9g,\"beta1\":%.9g,"

@@ -7,6 +7,7 @@
 #include "ckpt/crc32c.h"
 #include "ckpt/json.h"
 #include "core/status.h"
+#include "models/model.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -77,15 +78,22 @@ static zs_status parse_model(const zs_json *root, const char *what, zs_model_con
     ZS_REQUIRE(m && m->type == ZS_JSON_OBJECT, ZS_ERR_FORMAT, "%s: missing \"model\" object", what);
     memset(c, 0, sizeof *c);
     ZS_CHECK(zs_json_get_str(m, "arch", what, &s));
-    ZS_REQUIRE(!strcmp(s, "gpt2"), ZS_ERR_FORMAT, "%s: model arch '%s' is not supported (gpt2)",
-               what, s);
-    c->arch = ZS_ARCH_GPT2;
+    ZS_REQUIRE(!strcmp(s, "gpt2") || !strcmp(s, "llama"), ZS_ERR_FORMAT,
+               "%s: model arch '%s' is not supported (gpt2, llama)", what, s);
+    c->arch = !strcmp(s, "llama") ? ZS_ARCH_LLAMA : ZS_ARCH_GPT2;
     ZS_CHECK(zs_json_get_str(m, "name", what, &s));
     ZS_REQUIRE(strlen(s) < sizeof c->name, ZS_ERR_FORMAT, "%s: model name too long", what);
     snprintf(c->name, sizeof c->name, "%s", s);
     GETI(m, "n_layer", 1, 1024, c->n_layer);
     GETI(m, "n_head", 1, 4096, c->n_head);
+    GETI(m, "n_kv_head", 1, 4096, c->n_kv_head);
     GETI(m, "n_embd", 1, 65536, c->n_embd);
+    GETI(m, "ffn_hidden", 1, 1 << 20, c->ffn_hidden);
+    double theta, eps;
+    GETD(m, "rope_theta", theta);
+    GETD(m, "norm_eps", eps);
+    c->rope_theta = (float)theta;
+    c->norm_eps = (float)eps;
     GETI(m, "max_seq", 1, 1 << 20, c->max_seq);
     GETI(m, "vocab", 1, 1 << 24, c->vocab);
     int padded = 0;
@@ -96,6 +104,12 @@ static zs_status parse_model(const zs_json *root, const char *what, zs_model_con
                c->padded_vocab);
     ZS_REQUIRE(c->n_embd % c->n_head == 0, ZS_ERR_FORMAT, "%s: %d heads do not divide width %d",
                what, c->n_head, c->n_embd);
+    if (zs_model_config_validate(c) != ZS_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zs_last_error());
+        st = zs_error(ZS_ERR_FORMAT, "%s: %s", what, msg);
+        goto fail;
+    }
 fail:
     return st;
 }

@@ -17,11 +17,13 @@ typedef struct name_rule {
 
 typedef struct arch_names {
     zs_arch arch;
-    const char *prefix; /* prepended to layout names to form HF names */
+    const char *prefix;    /* prepended to layout names to form HF names */
+    const char *block_fmt; /* layout name of a block tensor: block_fmt, then a block suffix */
     const name_rule *global;
     int n_global;
     const name_rule *block;
     int n_block;
+    const char *vocab_rows[2]; /* tensors with padded vocabulary rows (HF keeps the real ones) */
 } arch_names;
 
 static const name_rule GPT2_GLOBAL[] = {
@@ -38,8 +40,32 @@ static const name_rule GPT2_BLOCK[] = {
     {"mlp.c_fc.bias", 0, 11},   {"mlp.c_proj.weight", 1, 12}, {"mlp.c_proj.bias", 0, 13},
 };
 
+/* LLaMA's layout already uses the HF names; nn.Linear keeps [out, in] like zshard, and the
+ * rotary layout is HF's rotate_half, so nothing is permuted. No llm.c slots (-1). */
+static const name_rule LLAMA_GLOBAL[] = {
+    {"model.embed_tokens.weight", 0, -1},
+    {"model.norm.weight", 0, -1},
+    {"lm_head.weight", 0, -1},
+};
+
+static const name_rule LLAMA_BLOCK[] = {
+    {"input_layernorm.weight", 0, -1},  {"self_attn.q_proj.weight", 0, -1},
+    {"self_attn.k_proj.weight", 0, -1}, {"self_attn.v_proj.weight", 0, -1},
+    {"self_attn.o_proj.weight", 0, -1}, {"post_attention_layernorm.weight", 0, -1},
+    {"mlp.gate_proj.weight", 0, -1},    {"mlp.up_proj.weight", 0, -1},
+    {"mlp.down_proj.weight", 0, -1},
+};
+
 static const arch_names ARCHES[] = {
-    {ZS_ARCH_GPT2, "transformer.", GPT2_GLOBAL, 4, GPT2_BLOCK, 12},
+    {ZS_ARCH_GPT2, "transformer.", "h.%d.%n", GPT2_GLOBAL, 4, GPT2_BLOCK, 12, {"wte.weight", ""}},
+    {ZS_ARCH_LLAMA,
+     "",
+     "model.layers.%d.%n",
+     LLAMA_GLOBAL,
+     3,
+     LLAMA_BLOCK,
+     9,
+     {"model.embed_tokens.weight", "lm_head.weight"}},
 };
 
 static const arch_names *find_arch(zs_arch a) {
@@ -56,7 +82,7 @@ static const name_rule *find_rule(const arch_names *an, const char *name, int *l
             return &an->global[i];
         }
     int l, n = 0;
-    if (sscanf(name, "h.%d.%n", &l, &n) == 1 && n > 0)
+    if (sscanf(name, an->block_fmt, &l, &n) == 1 && n > 0)
         for (int i = 0; i < an->n_block; i++)
             if (!strcmp(name + n, an->block[i].suffix)) {
                 *layer = l;
@@ -81,7 +107,8 @@ zs_status zs_ext_map(const zs_layout *l, const zs_model_config *c, zs_ext_tensor
         e->transpose = r->transpose && t->ndim == 2;
         e->rows = t->shape[0];
         /* The padded vocabulary rows exist for the GEMMs only; HF files hold the real ones. */
-        if (!strcmp(t->name, "wte.weight")) e->rows = c->vocab;
+        for (int k = 0; k < 2; k++)
+            if (!strcmp(t->name, an->vocab_rows[k])) e->rows = c->vocab;
         e->hf_shape[0] = e->transpose ? t->shape[1] : e->rows;
         if (t->ndim == 2) e->hf_shape[1] = e->transpose ? t->shape[0] : t->shape[1];
         e->llmc_slot = r->llmc_slot;
@@ -118,7 +145,8 @@ void zs_model_name_for(zs_model_config *c) {
         if (len > 5 && !strcmp(tok + len - 5, ".json")) continue;
         if (zs_model_preset(tok, &p) != ZS_OK) continue;
         if (p.arch == c->arch && p.n_layer == c->n_layer && p.n_head == c->n_head &&
-            p.n_embd == c->n_embd && p.max_seq == c->max_seq) {
+            p.n_embd == c->n_embd && p.max_seq == c->max_seq && p.n_kv_head == c->n_kv_head &&
+            p.ffn_hidden == c->ffn_hidden) {
             snprintf(c->name, sizeof c->name, "%s", tok);
             return;
         }
@@ -128,7 +156,9 @@ void zs_model_name_for(zs_model_config *c) {
 
 int zs_ext_ignored(const char *name) {
     size_t n = strlen(name);
-    /* The output head is tied to wte; attention masks are buffers, not parameters. */
+    /* GPT-2's output head is tied to wte (LLaMA's lm_head is matched as a tensor first);
+     * attention masks and rotary frequencies are buffers, not parameters. */
     return !strcmp(name, "lm_head.weight") || (n > 10 && !strcmp(name + n - 10, ".attn.bias")) ||
-           (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
+           (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias")) ||
+           (n > 20 && !strcmp(name + n - 20, ".rotary_emb.inv_freq"));
 }

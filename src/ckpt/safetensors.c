@@ -35,22 +35,36 @@ static int cmp_begin(const void *a, const void *b) {
 }
 
 static zs_status parse_meta(const zs_json *m, const char *what, zs_st_header *h) {
+    static const char *ikeys[] = {"zshard.n_head", "zshard.n_kv_head", "zshard.ffn_hidden",
+                                  "zshard.max_seq", "zshard.vocab"};
     if (m->type != ZS_JSON_OBJECT)
         return zs_error(ZS_ERR_FORMAT, "%s: __metadata__ is not an object", what);
+    int *idst[] = {&h->meta_n_head, &h->meta_n_kv_head, &h->meta_ffn_hidden, &h->meta_max_seq,
+                   &h->meta_vocab};
     for (const zs_json *c = m->child; c; c = c->next) {
         if (c->type != ZS_JSON_STRING)
             return zs_error(ZS_ERR_FORMAT, "%s: __metadata__ value '%s' is not a string", what,
                             c->key);
-        int *dst = !strcmp(c->key, "zshard.n_head")  ? &h->meta_n_head
-                   : !strcmp(c->key, "zshard.vocab") ? &h->meta_vocab
-                                                     : NULL;
-        if (dst) {
-            char *end = NULL;
+        char *end = NULL;
+        if (!strcmp(c->key, "zshard.arch"))
+            snprintf(h->meta_arch, sizeof h->meta_arch, "%s", c->str);
+        for (int k = 0; k < 5; k++) {
+            if (strcmp(c->key, ikeys[k])) continue;
             long v = strtol(c->str, &end, 10);
             if (*end || v <= 0 || v > (1 << 24))
                 return zs_error(ZS_ERR_FORMAT, "%s: __metadata__ %s = '%s' is not a count", what,
                                 c->key, c->str);
-            *dst = (int)v;
+            *idst[k] = (int)v;
+        }
+        int theta = !strcmp(c->key, "zshard.rope_theta"), eps = !strcmp(c->key, "zshard.norm_eps");
+        if (theta || eps) {
+            double v = strtod(c->str, &end);
+            if (*end || !(v > 0) || v > 1e12)
+                return zs_error(ZS_ERR_FORMAT,
+                                "%s: __metadata__ %s = '%s' is not a positive "
+                                "number",
+                                what, c->key, c->str);
+            *(theta ? &h->meta_rope_theta : &h->meta_norm_eps) = v;
         }
     }
     return ZS_OK;
@@ -178,6 +192,7 @@ typedef struct st_import {
     int fd;
     zs_st_header h;
     zs_layout layout;
+    zs_arch layout_arch;
     zs_ext_tensor *map;
     const zs_st_entry **src; /* per layout tensor */
     int unit;                /* unit held in `full` */
@@ -270,40 +285,89 @@ static zs_status import_source(void *ctx, int unit, int kind, int64_t lo, int64_
     return ZS_OK;
 }
 
-/* The model config from the tensors present: shapes give all but the head count. */
-static zs_status infer_config(const st_import *im, int n_head, zs_model_config *c) {
-    zs_status st = ZS_OK;
-    const zs_st_header *h = &im->h;
-    const zs_st_entry *wte = find(h, "transformer.wte.weight"),
-                      *wpe = find(h, "transformer.wpe.weight");
-    ZS_REQUIRE(wte && wpe && wte->ndim == 2 && wpe->ndim == 2 && wte->shape[1] == wpe->shape[1],
-               ZS_ERR_FORMAT, "%s: not a GPT-2: no 2-D wte.weight and wpe.weight of equal width",
-               im->path);
+static int count_layers(const zs_st_header *h, const char *fmt) {
     int layers = 0;
     for (int i = 0; i < h->n; i++) {
         const char *nm = h->e[i].name;
         int l;
         if (!strncmp(nm, "transformer.", 12)) nm += 12;
-        if (sscanf(nm, "h.%d.", &l) == 1 && l >= 0 && l < 1024 && l + 1 > layers) layers = l + 1;
+        if (sscanf(nm, fmt, &l) == 1 && l >= 0 && l < 1024 && l + 1 > layers) layers = l + 1;
     }
+    return layers;
+}
+
+/* Metadata first, then the hint; 0 if neither has it. */
+static int pick(int meta, const zs_model_config *hint, int hint_value) {
+    return meta > 0 ? meta : hint && hint_value > 0 ? hint_value : 0;
+}
+
+/* The model config from the tensors present: shapes give most of it; the heads (and for
+ * LLaMA the positions, rope_theta and norm_eps) come from zshard metadata or the hint. */
+static zs_status infer_config(const st_import *im, const zs_model_config *hint,
+                              zs_model_config *c) {
+    zs_status st = ZS_OK;
+    const zs_st_header *h = &im->h;
+    const zs_st_entry *emb = find(h, "model.embed_tokens.weight"), *wpe = NULL, *kp = NULL,
+                      *gp = NULL;
     memset(c, 0, sizeof *c);
-    c->arch = ZS_ARCH_GPT2;
-    c->n_layer = layers;
-    c->n_embd = (int)wte->shape[1];
-    c->max_seq = (int)wpe->shape[0];
-    int vocab = h->meta_vocab ? h->meta_vocab : (int)wte->shape[0];
-    ZS_REQUIRE(layers > 0 && wte->shape[0] > 0 && wte->shape[0] < (1 << 24) &&
-                   wte->shape[1] < 65536 && wpe->shape[0] < (1 << 20) && vocab <= wte->shape[0],
-               ZS_ERR_FORMAT, "%s: implausible GPT-2 shapes (wte [%lld, %lld], %d layers)",
-               im->path, (long long)wte->shape[0], (long long)wte->shape[1], layers);
+    if (emb) {
+        c->arch = ZS_ARCH_LLAMA;
+        c->n_layer = count_layers(h, "model.layers.%d.");
+        kp = find(h, "model.layers.0.self_attn.k_proj.weight");
+        gp = find(h, "model.layers.0.mlp.gate_proj.weight");
+        ZS_REQUIRE(emb->ndim == 2 && kp && gp && kp->ndim == 2 && gp->ndim == 2, ZS_ERR_FORMAT,
+                   "%s: not a LLaMA: no 2-D embed_tokens, k_proj and gate_proj of layer 0",
+                   im->path);
+        c->ffn_hidden = (int)(gp->shape[0] < (1 << 20) ? gp->shape[0] : 0);
+        c->max_seq = pick(h->meta_max_seq, hint, hint ? hint->max_seq : 0);
+        c->rope_theta = (float)(h->meta_rope_theta > 0 ? h->meta_rope_theta
+                                : hint                 ? (double)hint->rope_theta
+                                                       : 0.0);
+        c->norm_eps = (float)(h->meta_norm_eps > 0 ? h->meta_norm_eps
+                              : hint               ? (double)hint->norm_eps
+                                                   : 0.0);
+    } else {
+        emb = find(h, "transformer.wte.weight");
+        wpe = find(h, "transformer.wpe.weight");
+        ZS_REQUIRE(emb && wpe && emb->ndim == 2 && wpe->ndim == 2 && emb->shape[1] == wpe->shape[1],
+                   ZS_ERR_FORMAT,
+                   "%s: neither a GPT-2 (2-D wte.weight and wpe.weight of equal width) nor a "
+                   "LLaMA (model.embed_tokens.weight)",
+                   im->path);
+        c->arch = ZS_ARCH_GPT2;
+        c->n_layer = count_layers(h, "h.%d.");
+        c->max_seq = (int)(wpe->shape[0] < (1 << 20) ? wpe->shape[0] : 0);
+    }
+    c->n_embd = (int)(emb->shape[1] < 65536 ? emb->shape[1] : 0);
+    int vocab =
+        h->meta_vocab ? h->meta_vocab : (int)(emb->shape[0] < (1 << 24) ? emb->shape[0] : 0);
+    ZS_REQUIRE(c->n_layer > 0 && c->n_embd > 0 && vocab > 0 && vocab <= emb->shape[0],
+               ZS_ERR_FORMAT, "%s: implausible shapes (embedding [%lld, %lld], %d layers)",
+               im->path, (long long)emb->shape[0], (long long)emb->shape[1], c->n_layer);
     zs_model_config_set_vocab(c, vocab);
-    c->n_head = h->meta_n_head ? h->meta_n_head : n_head;
-    ZS_REQUIRE(c->n_head > 0, ZS_ERR_INVALID,
-               "%s: the number of attention heads is not in the file: pass --model NAME or "
-               "--heads N",
-               im->path);
+    c->n_head = pick(h->meta_n_head, hint, hint ? hint->n_head : 0);
+    ZS_REQUIRE(c->n_head > 0 && (c->arch == ZS_ARCH_GPT2 ||
+                                 (c->max_seq > 0 && c->rope_theta > 0 && c->norm_eps > 0)),
+               ZS_ERR_INVALID,
+               "%s: the %s is not in the file: pass --model NAME (a preset or config .json)%s",
+               im->path,
+               c->arch == ZS_ARCH_GPT2 ? "number of attention heads"
+                                       : "number of heads, positions, rope_theta or norm_eps",
+               c->arch == ZS_ARCH_GPT2 ? " or --heads N" : "");
+    if (c->arch == ZS_ARCH_GPT2) {
+        c->n_kv_head = c->n_head;
+        c->ffn_hidden = 4 * c->n_embd;
+    } else {
+        int64_t head_dim = c->n_embd / c->n_head;
+        c->n_kv_head =
+            head_dim > 0 && kp && kp->shape[0] % head_dim == 0 ? (int)(kp->shape[0] / head_dim) : 0;
+    }
     zs_model_name_for(c);
-    ZS_CHECK(zs_model_config_validate(c));
+    if (zs_model_config_validate(c) != ZS_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zs_last_error());
+        st = zs_error(ZS_ERR_FORMAT, "%s: %s", im->path, msg);
+    }
 fail:
     return st;
 }
@@ -330,14 +394,14 @@ static zs_status check_tensors(st_import *im) {
         int used = zs_ext_ignored(im->h.e[j].name);
         for (int i = 0; i < im->layout.n_tensors && !used; i++)
             used = im->src[i] == &im->h.e[j];
-        ZS_REQUIRE(used, ZS_ERR_FORMAT, "%s: unexpected tensor %s for a GPT-2", im->path,
-                   im->h.e[j].name);
+        ZS_REQUIRE(used, ZS_ERR_FORMAT, "%s: unexpected tensor %s for a %s", im->path,
+                   im->h.e[j].name, zs_ckpt_arch_name(im->layout_arch));
     }
 fail:
     return st;
 }
 
-zs_status zs_st_import(const char *file, const char *out, int n_head_hint) {
+zs_status zs_st_import(const char *file, const char *out, const zs_model_config *hint) {
     zs_status st = ZS_OK;
     st_import im;
     uint8_t *hdr = NULL;
@@ -362,8 +426,9 @@ zs_status zs_st_import(const char *file, const char *out, int n_head_hint) {
     ZS_CHECK(pread_all(im.fd, file, hdr, want, 0));
     ZS_CHECK(zs_st_parse(hdr, want, (uint64_t)sb.st_size, file, &im.h));
     zs_model_config c;
-    ZS_CHECK(infer_config(&im, n_head_hint, &c));
+    ZS_CHECK(infer_config(&im, hint, &c));
     ZS_CHECK(zs_model_layout(&c, 1, &im.layout));
+    im.layout_arch = c.arch;
     im.map = calloc((size_t)im.layout.n_tensors, sizeof *im.map);
     im.src = calloc((size_t)im.layout.n_tensors, sizeof *im.src);
     ZS_REQUIRE(im.map && im.src, ZS_ERR_OOM, "%s: out of memory", file);

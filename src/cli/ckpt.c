@@ -17,7 +17,8 @@ static void usage(FILE *f) {
         "  inspect DIR                      step, model, world size, stage, sizes; verifies\n"
         "                                   every checksum and prints the param_hash\n"
         "  export DIR --format safetensors|llmc [--dtype f32|bf16] OUT\n"
-        "                                   Hugging Face GPT-2 safetensors or an llm.c model\n"
+        "                                   Hugging Face safetensors (GPT-2, LLaMA) or an llm.c\n"
+        "                                   model file (GPT-2)\n"
         "                                   file, streamed tensor by tensor\n"
         "  import FILE --format safetensors|llmc [--model NAME | --heads N] OUT\n"
         "                                   a step-0 checkpoint for `zshard train --resume OUT`\n"
@@ -150,14 +151,13 @@ int zs_cli_ckpt(int argc, char **argv) {
         zs_ckpt_reader_close(r);
     } else if (!strcmp(cmd, "import")) {
         if ((rc = format_of(cmd, a.format, &llmc))) return rc;
-        int heads = a.heads;
-        if (a.model) {
-            zs_model_config c;
-            if (zs_model_preset(a.model, &c) != ZS_OK)
-                return zs_cli_fail(2, "ckpt import: %s", zs_last_error());
-            heads = c.n_head;
-        }
-        st = llmc ? zs_llmc_import(a.pos[0], a.pos[1]) : zs_st_import(a.pos[0], a.pos[1], heads);
+        zs_model_config hint;
+        memset(&hint, 0, sizeof hint);
+        if (a.model && zs_model_preset(a.model, &hint) != ZS_OK)
+            return zs_cli_fail(2, "ckpt import: %s", zs_last_error());
+        if (a.heads > 0) hint.n_head = a.heads;
+        st = llmc ? zs_llmc_import(a.pos[0], a.pos[1])
+                  : zs_st_import(a.pos[0], a.pos[1], a.model || a.heads ? &hint : NULL);
     } else if (!strcmp(cmd, "reshard")) {
         if (a.nproc < 1) return zs_cli_fail(2, "ckpt reshard: --nproc M (>= 1) is required");
         zs_ckpt_reader *r = NULL;

@@ -427,7 +427,8 @@ int zs_cli_train(int argc, char **argv) {
     zs_mem_format_breakdown(&ms, 1, brk, sizeof brk);
     if (rank == 0) printf("summary: %d steps in %.1f s (%.0f tokens/s) | final train loss %.4f | val loss "
            "%.4f | param_hash %016llx\n",
-           o.cfg.steps, train_s, (double)o.cfg.steps * o.cfg.batch * o.cfg.seq / train_s,
+           o.cfg.steps - first + 1, train_s,
+           (double)(o.cfg.steps - first + 1) * o.cfg.batch * o.cfg.seq / train_s,
            last_loss, last_val, (unsigned long long)hash);
     if (rank == 0) printf("memory: peak %s (%s)\n", peak, brk);
     if (log) {

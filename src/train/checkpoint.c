@@ -117,9 +117,7 @@ zs_status zs_trainer_save(zs_trainer_t *t, const char *save_dir, int keep) {
     if (zs_path_join(final, sizeof final, save_dir, name) != ZS_OK) return ZS_ERR_INVALID;
     snprintf(what, sizeof what, "checkpoint %.4200s", final);
     snprintf(tmp, sizeof tmp, "%.4200s.tmp", final);
-    if (t->model_cfg.arch != ZS_ARCH_GPT2)
-        local = zs_error(ZS_ERR_UNSUPPORTED, "%s: only GPT-2 models can be saved so far", what);
-    if (local == ZS_OK) local = zs_manifest_init(&m, &info);
+    local = zs_manifest_init(&m, &info);
     /* Rank 0 prepares the staging directory before anyone writes into it. */
     if (local == ZS_OK && t->rank == 0) local = zs_ckpt_stage(final, 1, tmp, sizeof tmp);
     ZS_CHECK(agree(t, local, what));
@@ -181,13 +179,17 @@ static zs_status check_model(const zs_trainer_t *t, const zs_manifest *m, const 
     zs_status st = ZS_OK;
     const zs_model_config *a = &m->info.model, *b = &t->model_cfg;
     ZS_REQUIRE(a->arch == b->arch && a->n_layer == b->n_layer && a->n_head == b->n_head &&
-                   a->n_embd == b->n_embd && a->max_seq == b->max_seq && a->vocab == b->vocab,
+                   a->n_embd == b->n_embd && a->max_seq == b->max_seq && a->vocab == b->vocab &&
+                   a->n_kv_head == b->n_kv_head && a->ffn_hidden == b->ffn_hidden &&
+                   a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps,
                ZS_ERR_INVALID,
                "checkpoint %s: %s: its model layout disagrees with the model flags: it holds %s "
-               "(%d layers, %d heads, width %d, %d positions, vocab %d), this run is %s (%d "
-               "layers, %d heads, width %d, %d positions, vocab %d from the data)",
-               dir, ZS_CKPT_MANIFEST, a->name, a->n_layer, a->n_head, a->n_embd, a->max_seq,
-               a->vocab, b->name, b->n_layer, b->n_head, b->n_embd, b->max_seq, b->vocab);
+               "(%s, %d layers, %d heads, width %d, mlp %d, %d positions, vocab %d), this run is "
+               "%s (%s, %d layers, %d heads, width %d, mlp %d, %d positions, vocab %d from the "
+               "data)",
+               dir, ZS_CKPT_MANIFEST, a->name, zs_ckpt_arch_name(a->arch), a->n_layer, a->n_head,
+               a->n_embd, a->ffn_hidden, a->max_seq, a->vocab, b->name, zs_ckpt_arch_name(b->arch),
+               b->n_layer, b->n_head, b->n_embd, b->ffn_hidden, b->max_seq, b->vocab);
     const zs_layout *x = &m->layout, *y = &t->layout;
     ZS_REQUIRE(x->n_units == y->n_units && x->n_tensors == y->n_tensors, ZS_ERR_INVALID,
                "checkpoint %s: unit layout differs from this run's", dir);
