@@ -139,6 +139,26 @@ zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world_size, in
                                   int batch, int seq, int grad_accum, int prefetch,
                                   zs_mem_estimate *out);
 
+/* Activation checkpointing (docs/sharding.md): NONE keeps every activation backward reads;
+ * BLOCK keeps only each transformer block's input and recomputes the block's forward inside
+ * its backward (with the parameters its backward acquires anyway). */
+typedef enum zs_recompute {
+    ZS_RECOMPUTE_NONE = 0,
+    ZS_RECOMPUTE_BLOCK,
+} zs_recompute;
+
+/* Training settings that change memory but not the model. All-zero = fp32, no recompute. */
+typedef struct zs_mem_options {
+    zs_recompute recompute;
+    zs_dtype dtype;        /* compute copy of parameters and activations: F32 or BF16 */
+    zs_dtype reduce_dtype; /* gradients (storage and reduction): F32 or BF16 */
+} zs_mem_options;
+
+/* zs_mem_estimate_compute with options; opts NULL = all defaults. */
+zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world_size, int stage,
+                                       int batch, int seq, int grad_accum, int prefetch,
+                                       const zs_mem_options *opts, zs_mem_estimate *out);
+
 /* ---- training ------------------------------------------------------------------------ */
 
 typedef enum zs_stage {
@@ -169,6 +189,7 @@ typedef struct zs_train_config {
     int prefetch;            /* ZeRO-3 units gathered ahead of the current one */
     const char *comm;        /* "auto", "shm", "mpi", "nccl" (NULL = auto / ZS_COMM) */
     double comm_timeout_s;   /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */
+    zs_recompute recompute;  /* activation checkpointing (ZS_RECOMPUTE_NONE) */
 } zs_train_config;
 
 zs_train_config zs_train_config_default(void);

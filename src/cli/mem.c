@@ -15,7 +15,8 @@ static const char *FORMULA[] = {"16Ψ", "8Ψ + 8Ψ/N", "4Ψ + 12Ψ/N", "16Ψ/N"}
 static void usage(FILE *f) {
     fprintf(f,
             "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
-            "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V] [--compare]\n"
+            "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
+            "                  [--recompute none|block] [--compare]\n"
             "Predicts per-rank peak memory by category (fp32 training) before a run.\n"
             "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
             "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
@@ -29,6 +30,7 @@ int zs_cli_mem(int argc, char **argv) {
     const char *model = NULL;
     int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = -1;
     int compare = 0, rc = 0;
+    zs_mem_options mo = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -47,7 +49,11 @@ int zs_cli_mem(int argc, char **argv) {
         else if (!strcmp(a, "--grad-accum")) rc = zs_arg_int(a, v, &accum);
         else if (!strcmp(a, "--prefetch")) rc = zs_arg_int(a, v, &prefetch);
         else if (!strcmp(a, "--vocab")) rc = zs_arg_int(a, v, &vocab);
-        else if (!strcmp(a, "--stage")) {
+        else if (!strcmp(a, "--recompute")) {
+            if (!strcmp(v, "none")) mo.recompute = ZS_RECOMPUTE_NONE;
+            else if (!strcmp(v, "block")) mo.recompute = ZS_RECOMPUTE_BLOCK;
+            else return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+        } else if (!strcmp(a, "--stage")) {
             if (!strcmp(v, "ddp")) stage = 0;
             else if (strlen(v) == 1 && v[0] >= '1' && v[0] <= '3') stage = v[0] - '0';
             else return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
@@ -67,13 +73,14 @@ int zs_cli_mem(int argc, char **argv) {
     zs_mem_estimate est[4];
     int first = compare ? 0 : stage, last = compare ? 3 : stage;
     for (int s = first; s <= last; s++)
-        if (zs_mem_estimate_compute(&cfg, nproc, s, batch, seq, accum, prefetch, &est[s]) !=
-            ZS_OK)
+        if (zs_mem_estimate_compute_opts(&cfg, nproc, s, batch, seq, accum, prefetch, &mo,
+                                         &est[s]) != ZS_OK)
             return zs_cli_fail(2, "mem: %s", zs_last_error());
     const zs_mem_estimate *e0 = &est[first];
     printf("zshard mem: %s, %d rank%s, fp32, global batch %d x seq %d (%d per rank per "
-           "micro-batch), prefetch %d\n",
-           model, nproc, nproc > 1 ? "s" : "", batch, seq, batch / (nproc * accum), prefetch);
+           "micro-batch), prefetch %d, recompute %s\n",
+           model, nproc, nproc > 1 ? "s" : "", batch, seq, batch / (nproc * accum), prefetch,
+           mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);

@@ -55,6 +55,8 @@ static void usage(FILE *f) {
             "  --stage S           ddp|1|2|3 [ddp]\n"
             "  --nproc N           start N local ranks through the launcher (zshard run) [1]\n"
             "  --prefetch N        ZeRO-3 units gathered ahead of the current one [1]\n"
+            "  --recompute M       none|block: block keeps only each block's input and\n"
+            "                      recomputes the block in its backward [none]\n"
             "  --comm NAME         auto|shm|mpi|nccl [auto, or $ZS_COMM]\n"
             "  --comm-timeout S    seconds before a stuck collective fails [300]\n"
             "evaluation and output:\n"
@@ -149,6 +151,10 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--device-mem")) {
             if (zs_parse_bytes(v, &o->cfg.device_mem) != ZS_OK)
                 return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
+        } else if (!strcmp(a, "--recompute")) {
+            if (!strcmp(v, "none")) o->cfg.recompute = ZS_RECOMPUTE_NONE;
+            else if (!strcmp(v, "block")) o->cfg.recompute = ZS_RECOMPUTE_BLOCK;
+            else return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
         } else if (!strcmp(a, "--stage")) {
             if (!strcmp(v, "ddp")) o->cfg.stage = ZS_STAGE_DDP;
             else if (!strcmp(v, "1")) o->cfg.stage = ZS_STAGE_1;
@@ -417,8 +423,9 @@ int zs_cli_train(int argc, char **argv) {
     }
     zs_mem_estimate est;
     memset(&est, 0, sizeof est);
-    zs_mem_estimate_compute(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,
-                            o.cfg.grad_accum, o.cfg.prefetch, &est);
+    zs_mem_options mo = {.recompute = o.cfg.recompute};
+    zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,
+                                 o.cfg.grad_accum, o.cfg.prefetch, &mo, &est);
     if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est);
     zs_mem_stats ms;
     zs_mem_get_stats(&ms);

@@ -14,11 +14,25 @@
 
 /* Tensor order inside a block unit; the layout declares them in exactly this order. */
 enum {
-    B_LN1W, B_LN1B, B_QKVW, B_QKVB, B_PROJW, B_PROJB,
-    B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPW, B_FCPB, B_NT
+    B_LN1W,
+    B_LN1B,
+    B_QKVW,
+    B_QKVB,
+    B_PROJW,
+    B_PROJB,
+    B_LN2W,
+    B_LN2B,
+    B_FCW,
+    B_FCB,
+    B_FCPW,
+    B_FCPB,
+    B_NT
 };
 
-/* Activations saved for backward, per layer, for one micro-batch. */
+/* Activations saved for backward, per layer, for one micro-batch. The block's input is the
+ * previous layer's res3 (or the embedding output); block_forward recomputes the rest from it.
+ * With --recompute block every layer's record points at one shared set of these buffers,
+ * except res3, which each layer keeps (it is the next block's input). */
 typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [BT,C], [BT], [BT] */
     float *qkv;                       /* [BT,3C] */
@@ -26,8 +40,8 @@ typedef struct layer_acts {
     float *att;                       /* [B,NH,T,T] */
     float *res2;                      /* [BT,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;            /* [BT,4C] */
-    float *res3;                      /* [BT,C] block output */
+    float *fch, *fch_gelu; /* [BT,4C] */
+    float *res3;           /* [BT,C] block output */
 } layer_acts;
 
 struct zs_gpt2 {
@@ -37,15 +51,16 @@ struct zs_gpt2 {
     zs_engine_t *engine;
     const zs_layout *layout;
     int max_B, max_T;
-    int64_t toff[B_NT];    /* element offsets of block tensors within a block unit */
+    int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
+    int64_t toff[B_NT]; /* element offsets of block tensors within a block unit */
     int64_t off_wte, off_wpe, off_lnfw, off_lnfb;
-    float *arena;          /* one activation allocation, carved into the fields below */
-    float *encoded;        /* [BT,C] */
+    float *arena;   /* one activation allocation, carved into the fields below */
+    float *encoded; /* [BT,C] */
     layer_acts *layers;
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;         /* [BT,Vp]; backward overwrites it with dlogits in place */
-    float *losses;         /* [BT] */
-    float *scratch;        /* workspace: gradients of activations, reused per layer */
+    float *logits;  /* [BT,Vp]; backward overwrites it with dlogits in place */
+    float *losses;  /* [BT] */
+    float *scratch; /* workspace: gradients of activations, reused per layer */
     float *dres, *dtmp4, *dtmp4b, *dqkv, *datt, *dC;
 };
 
@@ -79,11 +94,11 @@ zs_status zs_gpt2_layout(const zs_model_config *c, int world_size, zs_layout *ou
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "h.%d", l);
         ZS_CHECK(zs_layout_add_unit(out, name, 1));
-#define T1(suffix, n0, decay, init, sd)                                                    \
-    snprintf(name, sizeof name, "h.%d.%s", l, suffix);                                     \
+#define T1(suffix, n0, decay, init, sd)                                                            \
+    snprintf(name, sizeof name, "h.%d.%s", l, suffix);                                             \
     ZS_CHECK(zs_layout_add_tensor(out, name, 1, (int64_t[]){n0}, decay, init, sd))
-#define T2(suffix, n0, n1, decay, init, sd)                                                \
-    snprintf(name, sizeof name, "h.%d.%s", l, suffix);                                     \
+#define T2(suffix, n0, n1, decay, init, sd)                                                        \
+    snprintf(name, sizeof name, "h.%d.%s", l, suffix);                                             \
     ZS_CHECK(zs_layout_add_tensor(out, name, 2, (int64_t[]){n0, n1}, decay, init, sd))
         T1("ln_1.weight", C, 0, ZS_INIT_ONES, 0);
         T1("ln_1.bias", C, 0, ZS_INIT_ZEROS, 0);
@@ -117,27 +132,43 @@ static float *take(float *base, uint64_t *total, uint64_t n) {
     return p;
 }
 
-/* Activation buffers, in the order the arena is carved. With m->arena NULL this only counts
- * (the memory estimator uses that); layers may then point at a single reused record. */
-static uint64_t carve_arena(const zs_model_config *c, int B, int T, zs_gpt2_t *m) {
+/* One block's activations except its output res3, carved at *n. */
+static void carve_block(const zs_model_config *c, int B, int T, float *base, uint64_t *total,
+                        layer_acts *a) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
-    uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
+    uint64_t att = (uint64_t)B * c->n_head * T * T;
+    uint64_t n = *total;
+    a->ln1 = take(base, &n, BT * C);
+    a->ln1_mean = take(base, &n, BT);
+    a->ln1_rstd = take(base, &n, BT);
+    a->qkv = take(base, &n, BT * 3 * C);
+    a->atty = take(base, &n, BT * C);
+    a->att = take(base, &n, att);
+    a->res2 = take(base, &n, BT * C);
+    a->ln2 = take(base, &n, BT * C);
+    a->ln2_mean = take(base, &n, BT);
+    a->ln2_rstd = take(base, &n, BT);
+    a->fch = take(base, &n, BT * 4 * C);
+    a->fch_gelu = take(base, &n, BT * 4 * C);
+    *total = n;
+}
+
+/* Activation buffers, in the order the arena is carved. With m->arena NULL this only counts
+ * (the memory estimator uses that); layers may then point at a single reused record. Without
+ * recompute each layer gets its own set; with it, one shared set serves every layer and only
+ * the block outputs (the next blocks' inputs) are kept per layer. */
+static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recompute, zs_gpt2_t *m) {
+    uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, n = 0;
     float *base = m->arena;
+    layer_acts shared;
     m->encoded = take(base, &n, BT * C);
+    if (recompute) carve_block(c, B, T, base, &n, &shared);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *a = base ? &m->layers[l] : &m->layers[0];
-        a->ln1 = take(base, &n, BT * C);
-        a->ln1_mean = take(base, &n, BT);
-        a->ln1_rstd = take(base, &n, BT);
-        a->qkv = take(base, &n, BT * 3 * C);
-        a->atty = take(base, &n, BT * C);
-        a->att = take(base, &n, att);
-        a->res2 = take(base, &n, BT * C);
-        a->ln2 = take(base, &n, BT * C);
-        a->ln2_mean = take(base, &n, BT);
-        a->ln2_rstd = take(base, &n, BT);
-        a->fch = take(base, &n, BT * 4 * C);
-        a->fch_gelu = take(base, &n, BT * 4 * C);
+        if (recompute)
+            *a = shared;
+        else
+            carve_block(c, B, T, base, &n, a);
         a->res3 = take(base, &n, BT * C);
     }
     m->lnf = take(base, &n, BT * C);
@@ -170,16 +201,18 @@ uint64_t zs_gpt2_workspace_bytes(const zs_model_config *cfg, int B, int T) {
     return carve_scratch(cfg, B, T, &tmp) * sizeof(float);
 }
 
-uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, int B, int T) {
+uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                  int T) {
     zs_gpt2_t tmp;
     layer_acts one;
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
-    return carve_arena(cfg, B, T, &tmp) * sizeof(float);
+    return carve_arena(cfg, B, T, opts->recompute == ZS_RECOMPUTE_BLOCK, &tmp) * sizeof(float);
 }
 
-zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
-                          zs_engine_t *engine, int max_batch, int max_seq, zs_gpt2_t **out) {
+zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opts,
+                         const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine, int max_batch,
+                         int max_seq, zs_gpt2_t **out) {
     zs_status st = ZS_OK;
     zs_gpt2_t *m = NULL;
     *out = NULL;
@@ -198,6 +231,9 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_ops *ops, zs_strea
     m->layout = zs_engine_layout(engine);
     m->max_B = max_batch;
     m->max_T = max_seq;
+    ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
+               ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
+    m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
     const zs_layout *l = m->layout;
     ZS_REQUIRE(l->n_units == cfg->n_layer + 2, ZS_ERR_INTERNAL, "model: layout has %d units",
                l->n_units);
@@ -211,12 +247,12 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_ops *ops, zs_strea
 
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
-    uint64_t na = zs_gpt2_activation_bytes(cfg, max_batch, max_seq);
+    uint64_t na = zs_gpt2_activation_bytes(cfg, opts, max_batch, max_seq);
     ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
-    carve_arena(cfg, max_batch, max_seq, m);
+    carve_arena(cfg, max_batch, max_seq, m->recompute, m);
     uint64_t ns = zs_gpt2_workspace_bytes(cfg, max_batch, max_seq);
-    ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients",
-                      (void **)&m->scratch));
+    ZS_CHECK(
+        zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients", (void **)&m->scratch));
     carve_scratch(cfg, max_batch, max_seq, m);
     *out = m;
     return ZS_OK;
@@ -233,12 +269,74 @@ void zs_gpt2_destroy(zs_gpt2_t *m) {
     free(m);
 }
 
+/* One block's forward from its input x and full parameters p, writing every activation its
+ * backward reads into a (and the block output into a->res3). It reads nothing that backward
+ * changes (m->dC is only a temporary here), so backward re-runs it to recompute a block. */
+static zs_status block_forward(zs_gpt2_t *m, const float *p, const float *x, layer_acts *a, int B,
+                               int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = m->ops;
+    zs_stream_t *s = m->s;
+    const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
+    const int64_t *t = m->toff;
+    ZS_CHECK(o->layernorm_fwd(s, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + t[B_LN1W], p + t[B_LN1B],
+                              BT, C));
+    ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
+    ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH));
+    ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->atty, p + t[B_PROJW], p + t[B_PROJB], BT, C, C));
+    ZS_CHECK(o->residual_fwd(s, a->res2, x, m->dC, (size_t)BT * C));
+    ZS_CHECK(o->layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W],
+                              p + t[B_LN2B], BT, C));
+    ZS_CHECK(zs_linear_fwd(o, s, a->fch, a->ln2, p + t[B_FCW], p + t[B_FCB], BT, C, 4 * C));
+    ZS_CHECK(o->gelu_fwd(s, a->fch_gelu, a->fch, (size_t)BT * 4 * C));
+    ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->fch_gelu, p + t[B_FCPW], p + t[B_FCPB], BT, 4 * C, C));
+    ZS_CHECK(o->residual_fwd(s, a->res3, a->res2, m->dC, (size_t)BT * C));
+fail:
+    return st;
+}
+
+/* One block's backward: m->dres holds d loss / d res3 on entry and d loss / d x on exit;
+ * parameter gradients accumulate into g. */
+static zs_status block_backward(zs_gpt2_t *m, const float *p, float *g, const float *x,
+                                const layer_acts *a, int B, int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = m->ops;
+    zs_stream_t *s = m->s;
+    const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
+    const size_t nC = (size_t)BT * C;
+    const int64_t *t = m->toff;
+    /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
+    ZS_CHECK(o->fill(s, m->dtmp4, 0.0f, 4 * nC));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], m->dres, a->fch_gelu,
+                           p + t[B_FCPW], BT, 4 * C, C));
+    ZS_CHECK(o->fill(s, m->dtmp4b, 0.0f, 4 * nC));
+    ZS_CHECK(o->gelu_bwd(s, m->dtmp4b, a->fch, m->dtmp4, 4 * nC));
+    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4b, a->ln2, p + t[B_FCW],
+                           BT, C, 4 * C));
+    ZS_CHECK(o->layernorm_bwd(s, m->dres, g + t[B_LN2W], g + t[B_LN2B], m->dC, a->res2,
+                              p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
+    /* res2 = x + attn_proj(atty). */
+    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_PROJW], g + t[B_PROJB], m->dres, a->atty,
+                           p + t[B_PROJW], BT, C, C));
+    ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
+    ZS_CHECK(o->attention_bwd(s, m->dqkv, m->datt, m->dC, a->qkv, a->att, B, T, C, NH));
+    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1,
+                           p + t[B_QKVW], BT, C, 3 * C));
+    ZS_CHECK(o->layernorm_bwd(s, m->dres, g + t[B_LN1W], g + t[B_LN1B], m->dC, x, p + t[B_LN1W],
+                              a->ln1_mean, a->ln1_rstd, BT, C));
+fail:
+    return st;
+}
+
 /* Forward through embeddings, blocks and final norm into m->logits. */
 static zs_status forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
-    const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T, Vp = m->cfg.padded_vocab;
+    const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
     float *p = NULL;
 
     ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
@@ -247,24 +345,10 @@ static zs_status forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
 
     const float *x = m->encoded;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        layer_acts *a = &m->layers[l];
-        const int64_t *t = m->toff;
         ZS_CHECK(zs_engine_forward_begin(m->engine, unit_block(l), &p));
-        ZS_CHECK(o->layernorm_fwd(s, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + t[B_LN1W],
-                                  p + t[B_LN1B], BT, C));
-        ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
-        ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH));
-        ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->atty, p + t[B_PROJW], p + t[B_PROJB], BT, C, C));
-        ZS_CHECK(o->residual_fwd(s, a->res2, x, m->dC, (size_t)BT * C));
-        ZS_CHECK(o->layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W],
-                                  p + t[B_LN2B], BT, C));
-        ZS_CHECK(zs_linear_fwd(o, s, a->fch, a->ln2, p + t[B_FCW], p + t[B_FCB], BT, C, 4 * C));
-        ZS_CHECK(o->gelu_fwd(s, a->fch_gelu, a->fch, (size_t)BT * 4 * C));
-        ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->fch_gelu, p + t[B_FCPW], p + t[B_FCPB], BT, 4 * C,
-                               C));
-        ZS_CHECK(o->residual_fwd(s, a->res3, a->res2, m->dC, (size_t)BT * C));
+        ZS_CHECK(block_forward(m, p, x, &m->layers[l], B, T));
         ZS_CHECK(zs_engine_forward_end(m->engine, unit_block(l)));
-        x = a->res3;
+        x = m->layers[l].res3;
     }
 
     ZS_CHECK(zs_engine_forward_begin(m->engine, unit_final(&m->cfg), &p));
@@ -284,15 +368,15 @@ static zs_status backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
-    const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T, Vp = m->cfg.padded_vocab;
+    const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
     const size_t nC = (size_t)BT * C;
     float *p = NULL, *g = NULL;
 
     /* Head: m->logits already holds dlogits (written in place by softmax_xent). */
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_wte, NULL, m->logits, m->lnf, p + m->off_wte,
-                           BT, C, Vp));
+    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_wte, NULL, m->logits, m->lnf, p + m->off_wte, BT,
+                           C, Vp));
     ZS_CHECK(zs_engine_backward_end(m->engine, 0));
 
     const float *xlast = m->cfg.n_layer ? m->layers[m->cfg.n_layer - 1].res3 : m->encoded;
@@ -303,32 +387,13 @@ static zs_status backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_engine_backward_end(m->engine, unit_final(&m->cfg)));
 
     for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
-        layer_acts *a = &m->layers[l];
         const float *x = l ? m->layers[l - 1].res3 : m->encoded;
-        const int64_t *t = m->toff;
         ZS_CHECK(zs_engine_backward_begin(m->engine, unit_block(l), &p, &g));
-        /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
-        ZS_CHECK(o->fill(s, m->dtmp4, 0.0f, 4 * nC));
-        ZS_CHECK(zs_linear_bwd(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], m->dres,
-                               a->fch_gelu, p + t[B_FCPW], BT, 4 * C, C));
-        ZS_CHECK(o->fill(s, m->dtmp4b, 0.0f, 4 * nC));
-        ZS_CHECK(o->gelu_bwd(s, m->dtmp4b, a->fch, m->dtmp4, 4 * nC));
-        ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4b, a->ln2,
-                               p + t[B_FCW], BT, C, 4 * C));
-        ZS_CHECK(o->layernorm_bwd(s, m->dres, g + t[B_LN2W], g + t[B_LN2B], m->dC, a->res2,
-                                  p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
-        /* res2 = x + attn_proj(atty). */
-        ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_PROJW], g + t[B_PROJB], m->dres, a->atty,
-                               p + t[B_PROJW], BT, C, C));
-        ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
-        ZS_CHECK(o->attention_bwd(s, m->dqkv, m->datt, m->dC, a->qkv, a->att, B, T, C, NH));
-        ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1,
-                               p + t[B_QKVW], BT, C, 3 * C));
-        ZS_CHECK(o->layernorm_bwd(s, m->dres, g + t[B_LN1W], g + t[B_LN1B], m->dC, x,
-                                  p + t[B_LN1W], a->ln1_mean, a->ln1_rstd, BT, C));
+        /* Activation checkpointing: rebuild this block's activations from its kept input with
+         * the parameters backward_begin just acquired (in ZeRO-3, the backward gather itself;
+         * no extra one). The same ops on the same inputs give the same bits as the forward. */
+        if (m->recompute) ZS_CHECK(block_forward(m, p, x, &m->layers[l], B, T));
+        ZS_CHECK(block_backward(m, p, g, x, &m->layers[l], B, T));
         ZS_CHECK(zs_engine_backward_end(m->engine, unit_block(l)));
     }
 
@@ -347,8 +412,7 @@ static zs_status check_shape(const zs_gpt2_t *m, int B, int T) {
 }
 
 zs_status zs_gpt2_forward_backward(zs_gpt2_t *m, const int32_t *inputs, const int32_t *targets,
-                                    int B, int T, float dloss, int do_backward,
-                                    double *loss_sum) {
+                                   int B, int T, float dloss, int do_backward, double *loss_sum) {
     zs_status st = ZS_OK;
     const int BT = B * T;
     ZS_CHECK(check_shape(m, B, T));
@@ -357,15 +421,15 @@ zs_status zs_gpt2_forward_backward(zs_gpt2_t *m, const int32_t *inputs, const in
                                   targets, BT, m->cfg.vocab, m->cfg.padded_vocab, dloss));
     ZS_CHECK(m->ops->sync(m->s));
     double sum = 0.0;
-    for (int i = 0; i < BT; i++) sum += m->losses[i];
+    for (int i = 0; i < BT; i++)
+        sum += m->losses[i];
     *loss_sum = sum;
     if (do_backward) ZS_CHECK(backward(m, inputs, B, T));
 fail:
     return st;
 }
 
-zs_status zs_gpt2_infer(zs_gpt2_t *m, const int32_t *inputs, int B, int T,
-                         const float **logits) {
+zs_status zs_gpt2_infer(zs_gpt2_t *m, const int32_t *inputs, int B, int T, const float **logits) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_shape(m, B, T));
     ZS_CHECK(forward(m, inputs, B, T));

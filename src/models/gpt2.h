@@ -7,13 +7,15 @@
 typedef struct zs_gpt2 zs_gpt2_t;
 
 zs_status zs_gpt2_layout(const zs_model_config *cfg, int world_size, zs_layout *out);
-zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
-                         zs_engine_t *engine, int max_batch, int max_seq, zs_gpt2_t **out);
+zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opts,
+                         const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine, int max_batch,
+                         int max_seq, zs_gpt2_t **out);
 void zs_gpt2_destroy(zs_gpt2_t *m);
 zs_status zs_gpt2_forward_backward(zs_gpt2_t *m, const int32_t *inputs, const int32_t *targets,
                                    int B, int T, float dloss, int backward, double *loss_sum);
 zs_status zs_gpt2_infer(zs_gpt2_t *m, const int32_t *inputs, int B, int T, const float **logits);
-uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, int B, int T);
+uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                  int T);
 uint64_t zs_gpt2_workspace_bytes(const zs_model_config *cfg, int B, int T);
 
 #endif

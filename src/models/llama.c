@@ -17,7 +17,9 @@
 enum { L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_GATE, L_UP, L_DOWN, L_NT };
 
 /* Activations saved for backward, per layer, for one micro-batch. The block's input is the
- * previous layer's res3 (or the embedding); block_forward recomputes all of these from it. */
+ * previous layer's res3 (or the embedding); block_forward recomputes all of these from it.
+ * With --recompute block every layer's record points at one shared set of these buffers,
+ * except res3, which each layer keeps (it is the next block's input). */
 typedef struct layer_acts {
     float *ln1, *ln1_rstd; /* [BT,C], [BT] */
     float *q, *k, *v;      /* [BT,QD], [BT,KD], [BT,KD]; q and k after RoPE */
@@ -35,6 +37,7 @@ struct zs_llama {
     zs_stream_t *s;
     zs_engine_t *engine;
     int max_B, max_T;
+    int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
     int hs, QD, KD;     /* head size, query width NH*hs, key/value width NKV*hs */
     int64_t toff[L_NT]; /* element offsets of block tensors within a block unit */
     int64_t off_embed, off_norm, off_head;
@@ -122,29 +125,44 @@ static float *take(float *base, uint64_t *total, uint64_t n) {
     return p;
 }
 
-/* Activation buffers, in the order the arena is carved. With m->arena NULL this only counts
- * (the memory estimator uses that); layers may then point at a single reused record. */
-static uint64_t carve_arena(const zs_model_config *c, int B, int T, zs_llama_t *m) {
+/* One block's activations except its output res3, carved at *total. */
+static void carve_block(const zs_model_config *c, int B, int T, float *base, uint64_t *total,
+                        layer_acts *a) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, F = (uint64_t)c->ffn_hidden;
     uint64_t KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
-    uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
+    uint64_t att = (uint64_t)B * c->n_head * T * T, n = *total;
+    a->ln1 = take(base, &n, BT * C);
+    a->ln1_rstd = take(base, &n, BT);
+    a->q = take(base, &n, BT * C);
+    a->k = take(base, &n, BT * KD);
+    a->v = take(base, &n, BT * KD);
+    a->att = take(base, &n, att);
+    a->atty = take(base, &n, BT * C);
+    a->res2 = take(base, &n, BT * C);
+    a->ln2 = take(base, &n, BT * C);
+    a->ln2_rstd = take(base, &n, BT);
+    a->gate = take(base, &n, BT * F);
+    a->up = take(base, &n, BT * F);
+    a->h = take(base, &n, BT * F);
+    *total = n;
+}
+
+/* Activation buffers, in the order the arena is carved. With m->arena NULL this only counts
+ * (the memory estimator uses that); layers may then point at a single reused record. Without
+ * recompute each layer gets its own set; with it, one shared set serves every layer and only
+ * the block outputs (the next blocks' inputs) are kept per layer. */
+static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recompute, zs_llama_t *m) {
+    uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, n = 0;
     float *base = m->arena;
+    layer_acts shared;
     m->encoded = take(base, &n, BT * C);
+    if (recompute) carve_block(c, B, T, base, &n, &shared);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *a = base ? &m->layers[l] : &m->layers[0];
-        a->ln1 = take(base, &n, BT * C);
-        a->ln1_rstd = take(base, &n, BT);
-        a->q = take(base, &n, BT * C);
-        a->k = take(base, &n, BT * KD);
-        a->v = take(base, &n, BT * KD);
-        a->att = take(base, &n, att);
-        a->atty = take(base, &n, BT * C);
-        a->res2 = take(base, &n, BT * C);
-        a->ln2 = take(base, &n, BT * C);
-        a->ln2_rstd = take(base, &n, BT);
-        a->gate = take(base, &n, BT * F);
-        a->up = take(base, &n, BT * F);
-        a->h = take(base, &n, BT * F);
+        if (recompute)
+            *a = shared;
+        else
+            carve_block(c, B, T, base, &n, a);
         a->res3 = take(base, &n, BT * C);
     }
     m->lnf = take(base, &n, BT * C);
@@ -178,16 +196,18 @@ uint64_t zs_llama_workspace_bytes(const zs_model_config *cfg, int B, int T) {
     return carve_scratch(cfg, B, T, &tmp) * sizeof(float);
 }
 
-uint64_t zs_llama_activation_bytes(const zs_model_config *cfg, int B, int T) {
+uint64_t zs_llama_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                   int T) {
     zs_llama_t tmp;
     layer_acts one;
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
-    return carve_arena(cfg, B, T, &tmp) * sizeof(float);
+    return carve_arena(cfg, B, T, opts->recompute == ZS_RECOMPUTE_BLOCK, &tmp) * sizeof(float);
 }
 
-zs_status zs_llama_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
-                          zs_engine_t *engine, int max_batch, int max_seq, zs_llama_t **out) {
+zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *opts,
+                          const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine, int max_batch,
+                          int max_seq, zs_llama_t **out) {
     zs_status st = ZS_OK;
     zs_llama_t *m = NULL;
     *out = NULL;
@@ -205,6 +225,9 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_ops *ops, zs_stre
     m->engine = engine;
     m->max_B = max_batch;
     m->max_T = max_seq;
+    ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
+               ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
+    m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
     m->hs = cfg->n_embd / cfg->n_head;
     m->QD = m->hs * cfg->n_head;
     m->KD = m->hs * cfg->n_kv_head;
@@ -220,9 +243,9 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_ops *ops, zs_stre
 
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
-    uint64_t na = zs_llama_activation_bytes(cfg, max_batch, max_seq);
+    uint64_t na = zs_llama_activation_bytes(cfg, opts, max_batch, max_seq);
     ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
-    carve_arena(cfg, max_batch, max_seq, m);
+    carve_arena(cfg, max_batch, max_seq, m->recompute, m);
     uint64_t ns = zs_llama_workspace_bytes(cfg, max_batch, max_seq);
     ZS_CHECK(
         zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients", (void **)&m->scratch));
@@ -371,6 +394,10 @@ static zs_status backward(zs_llama_t *m, const int32_t *in, int B, int T) {
     for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
         const float *x = l ? m->layers[l - 1].res3 : m->encoded;
         ZS_CHECK(zs_engine_backward_begin(m->engine, unit_block(l), &p, &g));
+        /* Activation checkpointing: rebuild this block's activations from its kept input with
+         * the parameters backward_begin just acquired (in ZeRO-3, the backward gather itself;
+         * no extra one). The same ops on the same inputs give the same bits as the forward. */
+        if (m->recompute) ZS_CHECK(block_forward(m, p, x, &m->layers[l], B, T));
         ZS_CHECK(block_backward(m, p, g, x, &m->layers[l], B, T));
         ZS_CHECK(zs_engine_backward_end(m->engine, unit_block(l)));
     }

@@ -16,9 +16,18 @@ zs_status zs_model_config_validate(const zs_model_config *cfg);
 /* The unit layout of cfg for world_size ranks (zs_layout_finalize already applied). */
 zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout *out);
 
+/* How a model keeps its activations. All-zero = keep everything (no recompute). */
+typedef struct zs_model_options {
+    zs_recompute recompute; /* BLOCK: keep each block's input, recompute it in backward */
+} zs_model_options;
+
 /* Activation and scratch buffers for micro-batches of up to max_batch x max_seq tokens. */
 zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
                           zs_engine_t *engine, int max_batch, int max_seq, zs_model_t **out);
+/* The same with options (NULL = defaults). */
+zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_options *opts,
+                               const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine,
+                               int max_batch, int max_seq, zs_model_t **out);
 void zs_model_destroy(zs_model_t *m);
 
 /* Forward over inputs[B*T] with next-token targets[B*T]; *loss_sum receives the sum of the
@@ -29,11 +38,12 @@ zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const 
                                     int B, int T, float dloss, int backward, double *loss_sum);
 
 /* Forward only; *logits points at [B*T, padded_vocab] logits valid until the next call. */
-zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T,
-                         const float **logits);
+zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits);
 
-/* Activation bytes the model allocates for (B, T): used by the memory estimator. */
-uint64_t zs_model_activation_bytes(const zs_model_config *cfg, int B, int T);
+/* Activation bytes the model allocates for (B, T) with opts (NULL = defaults): used by the
+ * memory estimator. */
+uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                   int T);
 /* Workspace bytes (logits, activation gradients) for (B, T). */
 uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, int B, int T);
 

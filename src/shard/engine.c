@@ -45,6 +45,10 @@ const zs_layout *zs_engine_layout(const zs_engine_t *e) {
     return e->layout;
 }
 
+uint64_t zs_engine_param_gathers(const zs_engine_t *e) {
+    return e->n_param_gathers;
+}
+
 zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream_t *stream,
                            const zs_engine_config *cfg, zs_engine_t **out) {
     zs_status st = ZS_OK;

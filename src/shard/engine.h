@@ -84,6 +84,10 @@ zs_status zs_engine_state(zs_engine_t *e, int unit, float **master, float **m, f
  * Collective. */
 zs_status zs_engine_state_changed(zs_engine_t *e);
 
+/* Number of ZeRO-3 unit all-gathers issued so far (prefetches included; 0 for other stages).
+ * Tests use it to show that activation checkpointing adds no gather. */
+uint64_t zs_engine_param_gathers(const zs_engine_t *e);
+
 /* Read-only access to the full parameters of a unit for inference (sampling) without a
  * gradient pass. Same as forward_begin/forward_end. */
 const zs_layout *zs_engine_layout(const zs_engine_t *e);

@@ -53,6 +53,7 @@ struct zs_engine {
     /* Order of unit acquisitions recorded during the first training step (unit*2 + phase,
      * phase 0 forward, 1 backward); ZeRO-3 prefetches along it afterwards. */
     int *order, n_order, cap_order, recording, recorded, cursor;
+    uint64_t n_param_gathers; /* ZeRO-3 unit gathers issued (prefetches included) */
 };
 
 /* Buffers that collectives read or write: registered with the communicator (peers read them

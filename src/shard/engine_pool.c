@@ -158,6 +158,7 @@ static zs_status evict_and_gather(zs_engine_t *e, int k, int unit) {
     s->state = SLOT_PENDING;
     s->tick = ++e->tick;
     e->units[unit].pslot = k;
+    e->n_param_gathers++;
     ZS_CHECK(
         zs_engine_gather(e, e->units[unit].master, s->buf, (size_t)ud->shard, ud->name, &s->work));
 fail:

@@ -18,13 +18,22 @@ static int cmp_desc(const void *a, const void *b) {
 
 zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world, int stage, int batch,
                                   int seq, int grad_accum, int prefetch, zs_mem_estimate *out) {
+    return zs_mem_estimate_compute_opts(cfg, world, stage, batch, seq, grad_accum, prefetch, NULL,
+                                        out);
+}
+
+zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, int stage, int batch,
+                                       int seq, int grad_accum, int prefetch,
+                                       const zs_mem_options *opts, zs_mem_estimate *out) {
     zs_status st = ZS_OK;
+    zs_mem_options defaults = {0};
+    if (!opts) opts = &defaults;
     zs_layout l;
     int64_t *sizes = NULL;
     zs_layout_init(&l);
     memset(out, 0, sizeof *out);
-    ZS_REQUIRE(world >= 1 && stage >= 0 && stage <= 3 && batch > 0 && seq > 0 &&
-                   grad_accum > 0 && prefetch >= 0,
+    ZS_REQUIRE(world >= 1 && stage >= 0 && stage <= 3 && batch > 0 && seq > 0 && grad_accum > 0 &&
+                   prefetch >= 0,
                ZS_ERR_INVALID, "memory estimate: sizes must be positive");
     ZS_REQUIRE(batch % (world * grad_accum) == 0, ZS_ERR_INVALID,
                "--batch %d must divide evenly into %d rank(s) x %d micro-batch(es)", batch, world,
@@ -57,12 +66,15 @@ zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world, int sta
         for (int i = 0; i < 2 + tied; i++)
             b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 4;
     int micro = batch / (world * grad_accum);
-    b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, micro, seq);
+    zs_model_options mo = {.recompute = opts->recompute};
+    b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, &mo, micro, seq);
     /* Logits and activation gradients, and the batch's tokens. */
-    b[ZS_MEM_WORKSPACE] = zs_model_workspace_bytes(cfg, micro, seq) +
-                          2 * (uint64_t)micro * seq * sizeof(int32_t);
-    for (int c = ZS_MEM_PARAM; c <= ZS_MEM_OPTIM_STATE; c++) out->model_states += b[c];
-    for (int c = 0; c < ZS_MEM_NCAT; c++) out->total += b[c];
+    b[ZS_MEM_WORKSPACE] =
+        zs_model_workspace_bytes(cfg, micro, seq) + 2 * (uint64_t)micro * seq * sizeof(int32_t);
+    for (int c = ZS_MEM_PARAM; c <= ZS_MEM_OPTIM_STATE; c++)
+        out->model_states += b[c];
+    for (int c = 0; c < ZS_MEM_NCAT; c++)
+        out->total += b[c];
     out->params = l.total_params;
     out->padded = l.total_padded;
 fail:

@@ -56,6 +56,8 @@ static zs_status validate(const zs_train_config *c, int world) {
     ZS_REQUIRE(c->batch % (world * c->grad_accum) == 0, ZS_ERR_INVALID,
                "--batch %d must divide evenly into %d rank(s) x %d micro-batch(es)", c->batch,
                world, c->grad_accum);
+    ZS_REQUIRE(c->recompute == ZS_RECOMPUTE_NONE || c->recompute == ZS_RECOMPUTE_BLOCK,
+               ZS_ERR_INVALID, "recompute mode %d is not none or block", (int)c->recompute);
     ZS_REQUIRE(c->seq <= c->model.max_seq, ZS_ERR_INVALID,
                "--seq %d is longer than model %s's %d positions", c->seq, c->model.name,
                c->model.max_seq);
@@ -72,8 +74,9 @@ static const char *stage_flag(int s) {
  * say which categories dominate and which stage or world size would fit. */
 static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_mem_estimate est;
-    zs_status st = zs_mem_estimate_compute(&t->model_cfg, t->world, c->stage, c->batch, c->seq,
-                                           c->grad_accum, c->prefetch, &est);
+    zs_mem_options mo = {.recompute = c->recompute};
+    zs_status st = zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->stage, c->batch,
+                                                c->seq, c->grad_accum, c->prefetch, &mo, &est);
     if (st != ZS_OK || est.total <= c->device_mem) return st;
     zs_mem_stats fake;
     memset(&fake, 0, sizeof fake);
@@ -84,8 +87,8 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_mem_format_breakdown(&fake, 0, brk, sizeof brk);
     for (int s = 0; s <= 3 && !hint[0]; s++) {
         zs_mem_estimate e2;
-        if (zs_mem_estimate_compute(&t->model_cfg, t->world, s, c->batch, c->seq, c->grad_accum,
-                                    c->prefetch, &e2) == ZS_OK &&
+        if (zs_mem_estimate_compute_opts(&t->model_cfg, t->world, s, c->batch, c->seq,
+                                         c->grad_accum, c->prefetch, &mo, &e2) == ZS_OK &&
             e2.total <= c->device_mem) {
             char b2[32];
             zs_format_bytes(e2.total, b2, sizeof b2);
@@ -96,8 +99,8 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     for (int w = t->world * 2; w <= 1024 && !hint[0]; w *= 2) {
         zs_mem_estimate e2;
         int batch = c->batch % (w * c->grad_accum) ? w * c->grad_accum : c->batch;
-        if (zs_mem_estimate_compute(&t->model_cfg, w, 3, batch, c->seq, c->grad_accum,
-                                    c->prefetch, &e2) == ZS_OK &&
+        if (zs_mem_estimate_compute_opts(&t->model_cfg, w, 3, batch, c->seq, c->grad_accum,
+                                         c->prefetch, &mo, &e2) == ZS_OK &&
             e2.total <= c->device_mem) {
             char b2[32];
             zs_format_bytes(e2.total, b2, sizeof b2);
@@ -154,8 +157,9 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     ec.comm = t->comm;
     ZS_CHECK(zs_engine_create(&t->layout, t->ops, t->stream, &ec, &t->engine));
     ZS_CHECK(zs_engine_init_params(t->engine, cfg->seed));
-    ZS_CHECK(zs_model_create(&t->model_cfg, t->ops, t->stream, t->engine, t->micro, cfg->seq,
-                             &t->model));
+    zs_model_options mo = {.recompute = cfg->recompute};
+    ZS_CHECK(zs_model_create_opts(&t->model_cfg, &mo, t->ops, t->stream, t->engine, t->micro,
+                                  cfg->seq, &t->model));
     size_t nb = (size_t)t->micro * (size_t)cfg->seq * sizeof(int32_t);
     ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, nb, "input tokens", (void **)&t->inputs));
     ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, nb, "target tokens", (void **)&t->targets));

@@ -1,0 +1,235 @@
+/* Activation checkpointing (--recompute block), end to end through `zshard train --nproc 2`
+ * for GPT-2 and LLaMA and every stage:
+ *  - losses and param_hash are bitwise equal with and without recompute (the recomputed
+ *    forward is the same computation on the same inputs and parameters);
+ *  - measured activation bytes equal the estimate (zshard mem --recompute block) exactly,
+ *    and that estimate is the input-per-block bound: no recompute minus (L - 1) blocks'
+ *    worth of intermediate activations, the sizes written out here from docs/models.md;
+ *  - ZeRO-3 issues exactly as many unit gathers with recompute as without (the recompute
+ *    runs on the parameters backward_begin already gathered);
+ *  - a bad --recompute value is a usage error. */
+#include "backend/ops.h"
+#include "core/status.h"
+#include "models/model.h"
+#include "shard/engine.h"
+#include "testutil.h"
+
+#include <string.h>
+
+#define MAX_STEPS 8
+
+static char g_dir[] = "/tmp/zshard-test-recompute-XXXXXX";
+static char g_out[1 << 16];
+static const char *STAGES[] = {"ddp", "1", "2", "3"};
+
+typedef struct run_result {
+    int ok, n_steps, world;
+    char loss[MAX_STEPS][32];
+    char hash[17];
+    uint64_t act[4], est_act;
+} run_result;
+
+static uint64_t field(const char *from, const char *key) {
+    const char *v = strstr(from, key);
+    return v ? strtoull(v + strlen(key), NULL, 10) : 0;
+}
+
+static void parse_log(const char *path, run_result *r) {
+    FILE *f = fopen(path, "r");
+    ZT_REQUIRE(f, "open %s", path);
+    static char line[1 << 16];
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "\"final\":true")) {
+            char *h = strstr(line, "\"param_hash\":\"");
+            if (h) snprintf(r->hash, sizeof r->hash, "%.16s", h + 14);
+            char *pr = strstr(line, "\"peak_bytes_per_rank\":[");
+            for (int k = 0; pr && k < 4; k++) {
+                pr = strchr(pr + 1, '{');
+                if (!pr || pr > strchr(line, ']')) break;
+                r->act[k] = field(pr, "\"activation\":");
+                r->world = k + 1;
+            }
+            char *es = strstr(line, "\"estimate_bytes\":{");
+            if (es) r->est_act = field(es, "\"activation\":");
+            r->ok = 1;
+        } else if (strstr(line, "\"step\":") && r->n_steps < MAX_STEPS) {
+            char *l = strstr(line, "\"loss\":") + 7;
+            snprintf(r->loss[r->n_steps], sizeof r->loss[0], "%.*s", (int)strcspn(l, ",}"), l);
+            r->n_steps++;
+        }
+    }
+    fclose(f);
+}
+
+static run_result train(const char *model, const char *stage, const char *recompute) {
+    static int id = 0;
+    run_result r;
+    memset(&r, 0, sizeof r);
+    char log[512], cmd[4096];
+    snprintf(log, sizeof log, "%s/run%d.jsonl", g_dir, id++);
+    snprintf(cmd, sizeof cmd,
+             "timeout 180 %s train --data %s/corpus.txt --model %s --batch 8 --seq 32 "
+             "--steps 4 --lr 3e-3 --warmup 1 --val-every 2 --val-batches 1 --sample-len 0 "
+             "--nproc 2 --stage %s --recompute %s --comm-timeout 30 --log %s",
+             zt_zshard_exe(), g_dir, model, stage, recompute, log);
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0, "exit %d for: %s\n%s", rc, cmd, g_out);
+    if (rc == 0) parse_log(log, &r);
+    ZT_CHECK(r.ok && r.n_steps == 4 && r.world == 2, "complete log for %s stage %s recompute %s",
+             model, stage, recompute);
+    return r;
+}
+
+static uint64_t r16(uint64_t n) {
+    return (n + 15) / 16 * 16;
+}
+
+/* Bytes of one block's intermediate activations (everything but its output), as listed in
+ * docs/models.md, for a micro-batch of B x T. */
+static uint64_t block_set_bytes(const zs_model_config *c, uint64_t B, uint64_t T) {
+    uint64_t BT = B * T, C = (uint64_t)c->n_embd, att = B * (uint64_t)c->n_head * T * T;
+    if (c->arch == ZS_ARCH_GPT2)
+        return 4 *
+               (r16(BT * C) * 4 + r16(BT) * 4 + r16(3 * BT * C) + r16(att) + 2 * r16(4 * BT * C));
+    uint64_t F = (uint64_t)c->ffn_hidden, KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
+    return 4 * (r16(BT * C) * 5 + r16(BT) * 2 + 2 * r16(BT * KD) + r16(att) + 3 * r16(BT * F));
+}
+
+static void test_model(const char *name) {
+    zs_model_config c;
+    ZT_OK(zs_model_preset(name, &c));
+    zs_model_config_set_vocab(&c, 256);
+    /* Global batch 8 on 2 ranks: 4 sequences of 32 per rank. */
+    zs_model_options none = {ZS_RECOMPUTE_NONE}, block = {ZS_RECOMPUTE_BLOCK};
+    uint64_t a_none = zs_model_activation_bytes(&c, &none, 4, 32);
+    uint64_t a_block = zs_model_activation_bytes(&c, &block, 4, 32);
+    uint64_t want = a_none - (uint64_t)(c.n_layer - 1) * block_set_bytes(&c, 4, 32);
+    ZT_CHECK(a_block == want && a_block < a_none,
+             "%s: recompute activations %llu, want the input-per-block bound %llu (none %llu)",
+             name, (unsigned long long)a_block, (unsigned long long)want,
+             (unsigned long long)a_none);
+    for (int s = 0; s < 4; s++) {
+        run_result rn = train(name, STAGES[s], "none");
+        run_result rb = train(name, STAGES[s], "block");
+        int eq = rn.n_steps == rb.n_steps && !strcmp(rn.hash, rb.hash);
+        for (int i = 0; eq && i < rn.n_steps; i++)
+            eq = !strcmp(rn.loss[i], rb.loss[i]);
+        ZT_CHECK(eq, "%s stage %s: recompute not bitwise equal (hash %s vs %s, loss %s vs %s)",
+                 name, STAGES[s], rb.hash, rn.hash, rb.loss[0], rn.loss[0]);
+        ZT_CHECK(rn.est_act == a_none && rb.est_act == a_block,
+                 "%s stage %s: logged estimates %llu / %llu, model formula %llu / %llu", name,
+                 STAGES[s], (unsigned long long)rn.est_act, (unsigned long long)rb.est_act,
+                 (unsigned long long)a_none, (unsigned long long)a_block);
+        for (int k = 0; k < 2; k++)
+            ZT_CHECK(rn.act[k] == a_none && rb.act[k] == a_block,
+                     "%s stage %s rank %d: measured activations %llu (none) / %llu (block), "
+                     "estimates %llu / %llu",
+                     name, STAGES[s], k, (unsigned long long)rn.act[k],
+                     (unsigned long long)rb.act[k], (unsigned long long)a_none,
+                     (unsigned long long)a_block);
+    }
+    printf("%s: activations per rank %llu bytes without recompute, %llu with (%.1f%%)\n", name,
+           (unsigned long long)a_none, (unsigned long long)a_block,
+           100.0 * (double)a_block / (double)a_none);
+}
+
+/* One ZeRO-3 engine (world of one: gathers are copies, counted the same) runs two training
+ * micro-steps per mode; the second step prefetches along the recorded order. */
+static uint64_t zero3_gathers(const char *name, zs_recompute rc, char hash[17]) {
+    zs_model_config c;
+    zs_layout l;
+    zs_engine_t *e = NULL;
+    zs_model_t *m = NULL;
+    ZT_OK(zs_model_preset(name, &c));
+    zs_model_config_set_vocab(&c, 256);
+    ZT_OK(zs_model_layout(&c, 1, &l));
+    zs_engine_config ec = zs_engine_config_default();
+    ec.stage = ZS_STAGE_3;
+    ZT_OK(zs_engine_create(&l, zs_ops_cpu(), NULL, &ec, &e));
+    ZT_OK(zs_engine_init_params(e, 5));
+    zs_model_options mo = {rc};
+    ZT_OK(zs_model_create_opts(&c, &mo, zs_ops_cpu(), NULL, e, 2, 16, &m));
+    int32_t in[32], tg[32];
+    for (int i = 0; i < 32; i++)
+        in[i] = (i * 7) % 256, tg[i] = (i * 11 + 3) % 256;
+    zs_adamw_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
+    for (int step = 1; step <= 2; step++) {
+        double loss = 0;
+        float norm = 0;
+        ZT_OK(zs_engine_zero_grad(e));
+        ZT_OK(zs_model_forward_backward(m, in, tg, 2, 16, 1.0f / 32, 1, &loss));
+        ZT_OK(zs_engine_step(e, &h, 1.0f, step, &norm));
+    }
+    uint64_t n = zs_engine_param_gathers(e), hv = 0;
+    ZT_OK(zs_engine_param_hash(e, &hv));
+    snprintf(hash, 17, "%016llx", (unsigned long long)hv);
+    zs_model_destroy(m);
+    zs_engine_destroy(e);
+    zs_layout_free(&l);
+    return n;
+}
+
+static void test_no_extra_gather(void) {
+    const char *names[] = {"gpt2-tiny", "llama-tiny"};
+    for (int i = 0; i < 2; i++) {
+        char hn[17], hb[17];
+        uint64_t gn = zero3_gathers(names[i], ZS_RECOMPUTE_NONE, hn);
+        uint64_t gb = zero3_gathers(names[i], ZS_RECOMPUTE_BLOCK, hb);
+        ZT_CHECK(gn > 0 && gb == gn, "%s ZeRO-3: %llu gathers with recompute, %llu without",
+                 names[i], (unsigned long long)gb, (unsigned long long)gn);
+        ZT_CHECK(!strcmp(hn, hb), "%s ZeRO-3 world 1: hash %s with recompute, %s without", names[i],
+                 hb, hn);
+    }
+}
+
+static void test_cli(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s/corpus.txt --model gpt2-tiny --steps 1 --recompute layer 2>&1",
+             zt_zshard_exe(), g_dir);
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 2 && strstr(g_out, "--recompute: 'layer' is not one of none, block"),
+             "bad --recompute: exit %d: %s", rc, g_out);
+    /* zshard mem predicts the drop before a run. */
+    zs_model_config c;
+    ZT_OK(zs_model_preset("llama-60m", &c));
+    zs_model_config_set_vocab(&c, 32000);
+    zs_mem_estimate en, eb;
+    zs_mem_options on = {0}, ob = {.recompute = ZS_RECOMPUTE_BLOCK};
+    ZT_OK(zs_mem_estimate_compute_opts(&c, 2, 3, 8, 256, 1, 1, &on, &en));
+    ZT_OK(zs_mem_estimate_compute_opts(&c, 2, 3, 8, 256, 1, 1, &ob, &eb));
+    ZT_CHECK(eb.bytes[ZS_MEM_ACTIVATION] < en.bytes[ZS_MEM_ACTIVATION] &&
+                 eb.model_states == en.model_states,
+             "llama-60m estimate: activations %llu with recompute, %llu without",
+             (unsigned long long)eb.bytes[ZS_MEM_ACTIVATION],
+             (unsigned long long)en.bytes[ZS_MEM_ACTIVATION]);
+    snprintf(cmd, sizeof cmd,
+             "%s mem --model llama-60m --nproc 2 --stage 3 --batch 8 --seq 256 --recompute block",
+             zt_zshard_exe());
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    char want[64];
+    snprintf(want, sizeof want, "| activation | %.3f |",
+             (double)eb.bytes[ZS_MEM_ACTIVATION] / 1073741824.0);
+    ZT_CHECK(rc == 0 && strstr(g_out, "recompute block") && strstr(g_out, want),
+             "zshard mem --recompute block: exit %d, want '%s':\n%s", rc, want, g_out);
+}
+
+int main(void) {
+    zt_init("recompute");
+    ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
+    char path[600];
+    snprintf(path, sizeof path, "%s/corpus.txt", g_dir);
+    FILE *f = fopen(path, "w");
+    ZT_REQUIRE(f, "corpus");
+    for (int i = 0; i < 3000; i++)
+        fprintf(f, "%s the %s of %d. ", i % 3 ? "and so" : "Then", i % 5 ? "king" : "sea", i % 17);
+    fclose(f);
+    test_cli();
+    test_no_extra_gather();
+    test_model("gpt2-tiny");
+    test_model("llama-tiny");
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    ZT_CHECK(system(cmd) == 0, "cleanup");
+    return zt_finish();
+}
