@@ -116,7 +116,12 @@ static zs_status llmc_source(void *ctx, int unit, int kind, int64_t lo, int64_t 
         memset(im->full, 0, (size_t)ud->padded * sizeof *im->full);
         for (int i = 0; i < ud->n_tensors; i++) {
             int ti = ud->first_tensor + i;
-            ZS_CHECK(read_tensor(im, ti, im->full + im->layout.tensors[ti].offset));
+            const zs_tensor_desc *t = &im->layout.tensors[ti];
+            ZS_CHECK(read_tensor(im, ti, im->full + t->offset));
+            /* Padded vocabulary rows are zero in zshard (they never get a gradient); llm.c
+             * writes zeros there too, but do not trust a file to. */
+            memset(im->full + t->offset + t->zero_from, 0,
+                   (size_t)(t->count - t->zero_from) * sizeof(float));
         }
         im->unit = unit;
     }
