@@ -310,7 +310,12 @@ int zs_cli_train(int argc, char **argv) {
 
     zs_status st = zs_trainer_create(&o.cfg, &t);
     if (st != ZS_OK) {
-        fprintf(stderr, "zshard: %s\n", zs_last_error());
+        /* A configuration error (bad flags or data, a cap the configuration cannot fit) is
+         * the same on every rank: rank 0 says it once, the launcher names who exited. */
+        const char *r = getenv("RANK");
+        int quiet_rank = r && atoi(r) > 0 && (st == ZS_ERR_INVALID || st == ZS_ERR_OOM ||
+                                              st == ZS_ERR_FORMAT || st == ZS_ERR_IO);
+        if (!quiet_rank) fprintf(stderr, "zshard: %s\n", zs_last_error());
         goto fail;
     }
     const zs_model_config *mc = zs_trainer_model(t);
