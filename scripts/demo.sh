@@ -15,6 +15,8 @@ if [ ! -s "$corpus" ]; then
 fi
 echo "demo: corpus $corpus ($(wc -c < "$corpus") bytes)"
 
-./build/zshard train --model gpt2-small6 --data "$corpus" --batch 16 --seq 128 \
-    --steps "${ZS_DEMO_STEPS:-600}" --lr 2e-3 --warmup 30 --val-every 100 --sample-every 200 \
+# About 4 minutes on 2 cores. The corpus's byte entropies are 3.30 nats (unigram) and 2.61
+# (bigram); validation loss ends near 2.07.
+./build/zshard train --model gpt2-mini --data "$corpus" --batch 16 --seq 128 \
+    --steps "${ZS_DEMO_STEPS:-800}" --lr 3e-3 --warmup 30 --val-every 200 --sample-every 400 \
     --prompt "The " --log data/demo.jsonl "$@"

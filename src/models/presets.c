@@ -15,8 +15,8 @@ typedef struct preset {
 
 static const preset g_presets[] = {
     {"gpt2-tiny", 2, 4, 64, 256},     /* tests: seconds on one core */
-    {"gpt2-mini", 4, 4, 128, 256},    /* quick demo runs */
-    {"gpt2-small6", 6, 6, 192, 256},  /* the README's main job */
+    {"gpt2-mini", 4, 4, 128, 256},    /* the README demo */
+    {"gpt2-small6", 6, 6, 192, 256},  /* a slightly larger quick model */
     {"gpt2-124m", 12, 12, 768, 1024},
     {"gpt2-355m", 24, 16, 1024, 1024},
     {"gpt2-774m", 36, 20, 1280, 1024},
