@@ -214,6 +214,14 @@ zs_status zs_ckpt_resolve(const char *path, char *out, size_t cap) {
     zs_status st = ZS_OK;
     char p[4200], name[256] = "";
     DIR *d = NULL;
+    /* SAVE_DIR/latest names the save dir's newest checkpoint, as users naturally type it. */
+    size_t len = strlen(path);
+    if (len >= 6 && !strcmp(path + len - 6, "latest") && (len == 6 || path[len - 7] == '/') &&
+        !is_dir(path) && exists(path) && len < sizeof p) {
+        snprintf(p, sizeof p, "%.*s", len == 6 ? 1 : (int)(len - 7), len == 6 ? "." : path);
+        if (!p[0]) snprintf(p, sizeof p, "/");
+        return zs_ckpt_resolve(p, out, cap);
+    }
     ZS_REQUIRE(is_dir(path), ZS_ERR_IO, "checkpoint %s: %s", path,
                exists(path) ? "not a directory" : "no such directory");
     if (has_manifest(path)) {
