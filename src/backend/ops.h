@@ -153,6 +153,12 @@ typedef struct zs_ops {
 
 /* The CPU backend: OpenBLAS sgemm + OpenMP loops. Always available. */
 const zs_ops *zs_ops_cpu(void);
+/* The CUDA backend: cuBLAS gemm + kernels over the same backend/kernels math (docs/cuda.md).
+ * NULL when the build has no CUDA backend; with one, the table is returned whether or not a
+ * GPU is visible (check zs_cuda_device_count(), backend/cuda_device.h, which also has the
+ * device memory and stream helpers). Pointers passed to its ops are device pointers, except
+ * sumsq's result, which is host memory. */
+const zs_ops *zs_ops_cuda(void);
 
 /* Row-major linear layer through the column-major gemm (DESIGN.md §12): a row-major X[r,c]
  * is the column-major X^T with ld c, so out = inp W^T becomes out^T = W inp^T, i.e.

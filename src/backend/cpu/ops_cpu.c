@@ -5,6 +5,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/kernels/adamw.h"
 #include "backend/kernels/common.h"
+#include "backend/kernels/sumsq.h"
 #include "core/bf16.h"
 #include "core/philox.h"
 #include "core/status.h"
@@ -12,10 +13,6 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* sumsq sums fixed chunks of this many elements in double, then the chunk sums in index
- * order, so the result is the same for any thread count. */
-#define ZS_SUMSQ_CHUNK 4096
 
 /* Columns per task in the column-parallel reductions: each task owns its columns outright and
  * sums rows in index order, so no atomics and no dependence on scheduling. */
@@ -137,25 +134,13 @@ static zs_status cpu_scale(zs_stream_t *s, float *x, float a, size_t n) {
     return ZS_OK;
 }
 
-/* Sum of squares of one chunk, in double with fixed lanes (vectorisable, deterministic). */
-static double sumsq_chunk(const float *x, size_t n) {
-    double acc[ZS_LANES] = {0};
-    size_t i = 0;
-    for (; i + ZS_LANES <= n; i += ZS_LANES)
-        for (int j = 0; j < ZS_LANES; j++)
-            acc[j] += (double)x[i + j] * (double)x[i + j];
-    for (; i < n; i++)
-        acc[i % ZS_LANES] += (double)x[i] * (double)x[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 static zs_status cpu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n) {
     zs_status st = ZS_OK;
     double *part = NULL;
     size_t nchunk = (n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
     ZS_REQUIRE(out != NULL, ZS_ERR_INVALID, "sumsq: NULL output");
     if (nchunk <= 1) {
-        *out = sumsq_chunk(x, n);
+        *out = zs_sumsq_chunk(x, n);
         return ZS_OK;
     }
     part = malloc(nchunk * sizeof *part);
@@ -163,7 +148,7 @@ static zs_status cpu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n
 #pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * ZS_SUMSQ_CHUNK;
-        part[c] = sumsq_chunk(x + i0, n - i0 < ZS_SUMSQ_CHUNK ? n - i0 : ZS_SUMSQ_CHUNK);
+        part[c] = zs_sumsq_chunk(x + i0, n - i0 < ZS_SUMSQ_CHUNK ? n - i0 : ZS_SUMSQ_CHUNK);
     }
     double total = 0.0;
     for (size_t c = 0; c < nchunk; c++)

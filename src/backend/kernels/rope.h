@@ -20,16 +20,20 @@ static ZS_HD void zs_rope_cos_sin(float *c, float *s, int pos, int i, int hs, fl
     *s = sinf(ang);
 }
 
+/* Rotate one pair (x1, x2) = (x[i], x[i + hs/2]) by the angle with cosine c and sine s (s
+ * already negated for the inverse rotation). The CUDA kernels call this per pair. */
+static ZS_HD void zs_rope_pair(float *o1, float *o2, float x1, float x2, float c, float s) {
+    *o1 = x1 * c - x2 * s;
+    *o2 = x2 * c + x1 * s;
+}
+
 /* Rotate one head (hs = 2 * half values) by the per-pair cos/sin; inverse != 0 rotates by
  * the negative angle (the transpose, which is the backward). out may equal x. */
 static ZS_HD void zs_rope_head(float *out, const float *x, const float *cs, const float *sn,
                                int half, int inverse) {
     float sg = inverse ? -1.0f : 1.0f;
-    for (int i = 0; i < half; i++) {
-        float x1 = x[i], x2 = x[i + half], s = sg * sn[i];
-        out[i] = x1 * cs[i] - x2 * s;
-        out[i + half] = x2 * cs[i] + x1 * s;
-    }
+    for (int i = 0; i < half; i++)
+        zs_rope_pair(&out[i], &out[i + half], x[i], x[i + half], cs[i], sg * sn[i]);
 }
 
 #endif

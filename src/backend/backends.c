@@ -1,0 +1,60 @@
+/* Entry points of the CUDA backend when this build leaves it out (ZS_CUDA=OFF, or AUTO without
+ * a CUDA toolkit), so callers ask "is it there?" (zs_ops_cuda() == NULL,
+ * zs_cuda_device_count() == 0) instead of sprinkling #ifdefs. */
+#include "backend/cuda_device.h"
+#include "backend/ops.h"
+#include "core/status.h"
+
+#ifndef ZS_HAVE_CUDA
+static zs_status not_built(const char *what) {
+    return zs_error(ZS_ERR_UNSUPPORTED,
+                    "%s: this build has no CUDA backend (configure with "
+                    "-DZS_CUDA=ON and a CUDA toolkit)",
+                    what);
+}
+
+const zs_ops *zs_ops_cuda(void) {
+    return NULL;
+}
+int zs_cuda_built(void) {
+    return 0;
+}
+int zs_cuda_device_count(void) {
+    return 0;
+}
+zs_status zs_cuda_set_device(int device) {
+    (void)device;
+    return not_built("zs_cuda_set_device");
+}
+zs_status zs_cuda_alloc(zs_mem_category cat, size_t nbytes, const char *what, void **out) {
+    (void)cat;
+    (void)nbytes;
+    *out = NULL;
+    return not_built(what ? what : "zs_cuda_alloc");
+}
+void zs_cuda_free(void *ptr) {
+    (void)ptr;
+}
+zs_status zs_cuda_stream_create(zs_stream_t **out) {
+    *out = NULL;
+    return not_built("zs_cuda_stream_create");
+}
+void zs_cuda_stream_destroy(zs_stream_t *s) {
+    (void)s;
+}
+zs_status zs_cuda_memcpy_h2d(void *dst_dev, const void *src_host, size_t nbytes) {
+    (void)dst_dev;
+    (void)src_host;
+    (void)nbytes;
+    return not_built("zs_cuda_memcpy_h2d");
+}
+zs_status zs_cuda_memcpy_d2h(void *dst_host, const void *src_dev, size_t nbytes) {
+    (void)dst_host;
+    (void)src_dev;
+    (void)nbytes;
+    return not_built("zs_cuda_memcpy_d2h");
+}
+#else
+/* ISO C forbids an empty translation unit. */
+typedef int zs_backend_backends_unused;
+#endif

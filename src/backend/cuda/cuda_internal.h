@@ -1,0 +1,133 @@
+/* Internal to the CUDA backend (CUDA C++ only): the check macros, the stream handle, launch
+ * geometry and the ops each .cu file contributes to the table in ops_cuda.cu. Project C
+ * headers are included with C linkage; system headers come first so that libstdc++'s math.h
+ * wrapper is never opened inside extern "C". */
+#ifndef ZS_BACKEND_CUDA_INTERNAL_H
+#define ZS_BACKEND_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backend/cuda_device.h"
+#include "backend/ops.h"
+#include "core/alloc.h"
+#include "core/status.h"
+}
+
+/* A failed CUDA runtime call: record its text, the CUDA error and file:line, jump to fail.
+ * (In C++ a goto may not skip an initialised declaration: functions using these declare
+ * their locals before the first check.) */
+#define ZS_CUDA_CHECK(call)                                                                        \
+    do {                                                                                           \
+        cudaError_t zs_cu_rc_ = (call);                                                            \
+        if (zs_cu_rc_ != cudaSuccess) {                                                            \
+            st = zs_error(ZS_ERR_CUDA, "%s failed: %s (at %s:%d)", #call,                          \
+                          cudaGetErrorString(zs_cu_rc_), __FILE__, __LINE__);                      \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* A failed cuBLAS call, likewise. */
+#define ZS_CUBLAS_CHECK(call)                                                                      \
+    do {                                                                                           \
+        cublasStatus_t zs_cb_rc_ = (call);                                                         \
+        if (zs_cb_rc_ != CUBLAS_STATUS_SUCCESS) {                                                  \
+            st = zs_error(ZS_ERR_CUDA, "%s failed: %s (at %s:%d)", #call,                          \
+                          cublasGetStatusString(zs_cb_rc_), __FILE__, __LINE__);                   \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* Check the kernel launch just made (configuration errors, no device, ...). Errors raised
+ * while the kernel runs surface at the next synchronising call (sync, sumsq, copies). */
+#define ZS_CUDA_CHECK_LAUNCH(kernel)                                                               \
+    do {                                                                                           \
+        cudaError_t zs_cu_rc_ = cudaGetLastError();                                                \
+        if (zs_cu_rc_ != cudaSuccess) {                                                            \
+            st = zs_error(ZS_ERR_CUDA, "launch of %s failed: %s (at %s:%d)", #kernel,              \
+                          cudaGetErrorString(zs_cu_rc_), __FILE__, __LINE__);                      \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* The opaque zs_stream_t of ops.h. */
+struct zs_stream {
+    cudaStream_t stream;
+};
+
+/* NULL is CUDA's default stream. */
+static inline cudaStream_t zs_cu_stream(zs_stream_t *s) {
+    return s ? s->stream : (cudaStream_t)0;
+}
+
+/* Threads per block of every kernel here: simple kernels, one thread per element, row or
+ * column. */
+#define ZS_CU_THREADS 256
+/* Grid-stride loops cover any n; the grid is capped so its size fits every device. */
+#define ZS_CU_MAX_BLOCKS 65535u
+
+/* Blocks for n work items (n > 0). */
+static inline unsigned zs_cu_blocks(size_t n) {
+    size_t b = (n + ZS_CU_THREADS - 1) / ZS_CU_THREADS;
+    return b > ZS_CU_MAX_BLOCKS ? ZS_CU_MAX_BLOCKS : (unsigned)b;
+}
+
+/* Grid-stride loop over [0, n) with a size_t index. */
+#define ZS_CU_FOR(i, n)                                                                            \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* The process's cuBLAS handle (created on first use for the current device) and the lock
+ * that serialises setting its stream and enqueuing on it. device.cu. */
+zs_status zs_cu_blas_lock(cublasHandle_t *out);
+void zs_cu_blas_unlock(void);
+
+/* Network ops (nn_cuda.cu). */
+zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C);
+zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
+                              const int32_t *tokens, int B, int T, int C);
+zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C);
+zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, const float *mean,
+                              const float *rstd, int N, int C);
+zs_status zs_cu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n);
+zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
+                         size_t n);
+zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int N, int V, int Vp, float dloss);
+zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps);
+zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, const float *rstd, int N, int C);
+zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH, int hs,
+                         float theta);
+zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
+                         int hs, float theta);
+zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
+                           size_t n);
+zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
+                           const float *gate, const float *up, size_t n);
+
+/* Attention (attention_cuda.cu). */
+zs_status zs_cu_attention_fwd(zs_stream_t *s, float *out, float *att, const float *qkv, int B,
+                              int T, int C, int NH);
+zs_status zs_cu_attention_bwd(zs_stream_t *s, float *dqkv, float *datt, const float *dout,
+                              const float *qkv, const float *att, int B, int T, int C, int NH);
+zs_status zs_cu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const float *q,
+                                  const float *k, const float *v, int B, int T, int NH, int NKV,
+                                  int hs);
+zs_status zs_cu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
+                                  const float *dout, const float *q, const float *k, const float *v,
+                                  const float *att, int B, int T, int NH, int NKV, int hs);
+
+#endif

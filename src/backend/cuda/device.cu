@@ -1,0 +1,183 @@
+/* CUDA device bookkeeping: accounted device allocations (a host-side table maps each pointer
+ * to its category and size, since cudaFree does not tell), streams, synchronous copies, and
+ * the process's cuBLAS handle. The C API is backend/cuda_device.h. */
+#include "backend/cuda/cuda_internal.h"
+
+#include <pthread.h>
+
+/* ---- allocation table: pointer -> (category, nbytes), chained hash ------------------- */
+
+#define ALLOC_BUCKETS 1024
+
+typedef struct alloc_rec {
+    void *ptr;
+    size_t nbytes;
+    zs_mem_category cat;
+    struct alloc_rec *next;
+} alloc_rec;
+
+static pthread_mutex_t g_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static alloc_rec *g_alloc_tab[ALLOC_BUCKETS];
+
+static size_t bucket_of(const void *p) {
+    /* cudaMalloc returns 256-byte aligned pointers: drop the always-zero bits. */
+    return ((uintptr_t)p >> 8) % ALLOC_BUCKETS;
+}
+
+extern "C" int zs_cuda_built(void) {
+    return 1;
+}
+
+extern "C" int zs_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky "no device" error for later calls */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" zs_status zs_cuda_set_device(int device) {
+    zs_status st = ZS_OK;
+    int n = zs_cuda_device_count();
+    ZS_REQUIRE(device >= 0 && device < n, ZS_ERR_INVALID,
+               "cuda: device %d does not exist (%d visible)", device, n);
+    ZS_CUDA_CHECK(cudaSetDevice(device));
+fail:
+    return st;
+}
+
+extern "C" zs_status zs_cuda_alloc(zs_mem_category cat, size_t nbytes, const char *what,
+                                   void **out) {
+    zs_status st = ZS_OK;
+    void *p = NULL;
+    alloc_rec *rec = NULL;
+    int accounted = 0;
+    cudaError_t rc;
+    size_t b;
+    *out = NULL;
+    if (nbytes == 0) return ZS_OK;
+    ZS_REQUIRE(nbytes <= (size_t)INT64_MAX, ZS_ERR_OOM, "cannot allocate %s: size %zu overflows",
+               what, nbytes);
+    /* Reserve under the cap first, so concurrent callers cannot both pass it. */
+    ZS_CHECK(zs_mem_account(cat, (int64_t)nbytes, what));
+    accounted = 1;
+    rec = (alloc_rec *)malloc(sizeof *rec);
+    ZS_REQUIRE(rec, ZS_ERR_OOM, "out of host memory recording device buffer %s", what);
+    rc = cudaMalloc(&p, nbytes);
+    if (rc != cudaSuccess) {
+        char need[32];
+        (void)cudaGetLastError();
+        zs_format_bytes(nbytes, need, sizeof need);
+        st = zs_error(rc == cudaErrorMemoryAllocation ? ZS_ERR_OOM : ZS_ERR_CUDA,
+                      "cudaMalloc of %s for %s failed: %s", need, what, cudaGetErrorString(rc));
+        p = NULL;
+        goto fail;
+    }
+    /* Zero-filled like zs_alloc (padding of flat buffers must read 0). cudaMemset is ordered
+     * on the default stream; waiting here makes the buffer ready for every stream. */
+    ZS_CUDA_CHECK(cudaMemset(p, 0, nbytes));
+    ZS_CUDA_CHECK(cudaStreamSynchronize(0));
+    rec->ptr = p;
+    rec->nbytes = nbytes;
+    rec->cat = cat;
+    b = bucket_of(p);
+    pthread_mutex_lock(&g_alloc_lock);
+    rec->next = g_alloc_tab[b];
+    g_alloc_tab[b] = rec;
+    pthread_mutex_unlock(&g_alloc_lock);
+    *out = p;
+    return ZS_OK;
+fail:
+    if (p) cudaFree(p);
+    free(rec);
+    if (accounted) zs_mem_account(cat, -(int64_t)nbytes, what);
+    return st;
+}
+
+extern "C" void zs_cuda_free(void *ptr) {
+    if (!ptr) return;
+    alloc_rec *rec = NULL;
+    size_t b = bucket_of(ptr);
+    pthread_mutex_lock(&g_alloc_lock);
+    for (alloc_rec **pp = &g_alloc_tab[b]; *pp; pp = &(*pp)->next)
+        if ((*pp)->ptr == ptr) {
+            rec = *pp;
+            *pp = rec->next;
+            break;
+        }
+    pthread_mutex_unlock(&g_alloc_lock);
+    /* A pointer we never handed out is a caller bug; freeing it unaccounted is the least bad
+     * thing a void function can do. */
+    cudaFree(ptr);
+    if (rec) {
+        zs_mem_account(rec->cat, -(int64_t)rec->nbytes, "device buffer");
+        free(rec);
+    }
+}
+
+/* ---- streams and copies ------------------------------------------------------------- */
+
+extern "C" zs_status zs_cuda_stream_create(zs_stream_t **out) {
+    zs_status st = ZS_OK;
+    zs_stream_t *s = (zs_stream_t *)calloc(1, sizeof *s);
+    *out = NULL;
+    ZS_REQUIRE(s, ZS_ERR_OOM, "cuda: out of host memory creating a stream");
+    ZS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault));
+    *out = s;
+    return ZS_OK;
+fail:
+    free(s);
+    return st;
+}
+
+extern "C" void zs_cuda_stream_destroy(zs_stream_t *s) {
+    if (!s) return;
+    cudaStreamSynchronize(s->stream);
+    cudaStreamDestroy(s->stream);
+    free(s);
+}
+
+extern "C" zs_status zs_cuda_memcpy_h2d(void *dst_dev, const void *src_host, size_t nbytes) {
+    zs_status st = ZS_OK;
+    if (nbytes) ZS_CUDA_CHECK(cudaMemcpy(dst_dev, src_host, nbytes, cudaMemcpyHostToDevice));
+fail:
+    return st;
+}
+
+extern "C" zs_status zs_cuda_memcpy_d2h(void *dst_host, const void *src_dev, size_t nbytes) {
+    zs_status st = ZS_OK;
+    if (nbytes) ZS_CUDA_CHECK(cudaMemcpy(dst_host, src_dev, nbytes, cudaMemcpyDeviceToHost));
+fail:
+    return st;
+}
+
+/* ---- cuBLAS ------------------------------------------------------------------------- */
+
+/* One handle for the process (one GPU per rank). A handle's stream is state, so setting it
+ * and enqueuing the gemm happen under one lock; the gemm itself runs asynchronously after the
+ * lock is released. */
+static pthread_mutex_t g_blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static cublasHandle_t g_blas;
+
+zs_status zs_cu_blas_lock(cublasHandle_t *out) {
+    zs_status st = ZS_OK;
+    pthread_mutex_lock(&g_blas_lock);
+    if (!g_blas) {
+        ZS_CUBLAS_CHECK(cublasCreate(&g_blas));
+        /* Plain fp32: no TF32 tensor-core rounding, so gemm agrees with the CPU's sgemm to
+         * fp32 accuracy (CUBLAS_COMPUTE_32F in the call says the same). */
+        ZS_CUBLAS_CHECK(cublasSetMathMode(g_blas, CUBLAS_DEFAULT_MATH));
+    }
+    *out = g_blas;
+    return ZS_OK;
+fail:
+    if (g_blas) cublasDestroy(g_blas);
+    g_blas = NULL;
+    pthread_mutex_unlock(&g_blas_lock);
+    return st;
+}
+
+void zs_cu_blas_unlock(void) {
+    pthread_mutex_unlock(&g_blas_lock);
+}

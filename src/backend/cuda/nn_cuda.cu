@@ -1,0 +1,455 @@
+/* CUDA network ops: token+position embedding, layer norm, GELU, fused softmax +
+ * cross-entropy, and the LLaMA ops (RMSNorm, RoPE, SwiGLU). Kernels are one thread per
+ * element, row or column and call the same backend/kernels functions as the CPU twins in
+ * cpu/nn_cpu.c and cpu/llama_cpu.c. Reductions over rows (weight, bias and embedding
+ * gradients) give each thread a column and sum rows in index order, as the CPU does: no
+ * atomics, and the same bits. Row kernels (norms, softmax) are simple rather than fast: a
+ * thread walks its whole row. */
+#include "backend/cuda/cuda_internal.h"
+#include "backend/kernels/gelu.h"
+#include "backend/kernels/layernorm.h"
+#include "backend/kernels/rmsnorm.h"
+#include "backend/kernels/rope.h"
+#include "backend/kernels/softmax_xent.h"
+#include "backend/kernels/swiglu.h"
+
+/* Largest head size RoPE accepts, the CPU backend's limit (ops.h: hs at most 1024). */
+#define ROPE_MAX_HALF 512
+
+/* ---- embedding ---------------------------------------------------------------------- */
+
+static __global__ void embedding_fwd_kernel(float *out, const int32_t *tokens, const float *wte,
+                                            const float *wpe, int T, int C, size_t total) {
+    ZS_CU_FOR(i, total) {
+        size_t bt = i / (size_t)C, c = i % (size_t)C;
+        float te = wte[(size_t)tokens[bt] * C + c];
+        out[i] = wpe ? te + wpe[(bt % (size_t)T) * C + c] : te;
+    }
+}
+
+/* A token repeated in the batch adds into the same row: a thread owns a column of dwte and
+ * walks the rows b*T+t in order. */
+static __global__ void embedding_bwd_wte_kernel(float *dwte, const float *dout,
+                                                const int32_t *tokens, int BT, int C) {
+    ZS_CU_FOR(c, (size_t)C) {
+        for (int bt = 0; bt < BT; bt++)
+            dwte[(size_t)tokens[bt] * C + c] += dout[(size_t)bt * C + c];
+    }
+}
+
+/* dwpe[t, c] sums the batch rows b in order. */
+static __global__ void embedding_bwd_wpe_kernel(float *dwpe, const float *dout, int B, int T,
+                                                int C) {
+    ZS_CU_FOR(i, (size_t)T * C) {
+        for (int b = 0; b < B; b++)
+            dwpe[i] += dout[(size_t)b * T * C + i];
+    }
+}
+
+static zs_status launch_embedding_fwd(cudaStream_t cs, float *out, const int32_t *tokens,
+                                      const float *wte, const float *wpe, int B, int T, int C) {
+    zs_status st = ZS_OK;
+    size_t total = (size_t)B * T * C;
+    if (total == 0) return ZS_OK;
+    ZS_REQUIRE(out && tokens && wte, ZS_ERR_INVALID, "embedding_fwd: NULL buffer");
+    embedding_fwd_kernel<<<zs_cu_blocks(total), ZS_CU_THREADS, 0, cs>>>(out, tokens, wte, wpe, T, C,
+                                                                        total);
+    ZS_CUDA_CHECK_LAUNCH(embedding_fwd_kernel);
+fail:
+    return st;
+}
+
+static zs_status launch_embedding_bwd(cudaStream_t cs, float *dwte, float *dwpe, const float *dout,
+                                      const int32_t *tokens, int B, int T, int C) {
+    zs_status st = ZS_OK;
+    if ((size_t)B * T * C == 0) return ZS_OK;
+    ZS_REQUIRE(dout && (tokens || !dwte), ZS_ERR_INVALID, "embedding_bwd: NULL buffer");
+    if (dwte) {
+        embedding_bwd_wte_kernel<<<zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs>>>(
+            dwte, dout, tokens, B * T, C);
+        ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wte_kernel);
+    }
+    if (dwpe) {
+        embedding_bwd_wpe_kernel<<<zs_cu_blocks((size_t)T * C), ZS_CU_THREADS, 0, cs>>>(dwpe, dout,
+                                                                                        B, T, C);
+        ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wpe_kernel);
+    }
+fail:
+    return st;
+}
+
+zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
+               "embedding_fwd: negative shape B=%d T=%d C=%d", B, T, C);
+    ZS_CHECK(launch_embedding_fwd(zs_cu_stream(s), out, tokens, wte, wpe, B, T, C));
+fail:
+    return st;
+}
+
+zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
+                              const int32_t *tokens, int B, int T, int C) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
+               "embedding_bwd: negative shape B=%d T=%d C=%d", B, T, C);
+    ZS_CHECK(launch_embedding_bwd(zs_cu_stream(s), dwte, dwpe, dout, tokens, B, T, C));
+fail:
+    return st;
+}
+
+/* ---- layer norm --------------------------------------------------------------------- */
+
+static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                            const float *w, const float *b, int N, int C) {
+    ZS_CU_FOR(r, (size_t)N) {
+        zs_layernorm_row_fwd(out + r * C, &mean[r], &rstd[r], inp + r * C, w, b, C);
+    }
+}
+
+static __global__ void layernorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
+                                                 const float *w, const float *mean,
+                                                 const float *rstd, int N, int C) {
+    ZS_CU_FOR(r, (size_t)N) {
+        zs_layernorm_row_bwd(dinp + r * C, dout + r * C, inp + r * C, w, mean[r], rstd[r], C);
+    }
+}
+
+/* dw and db: a thread per column, rows in order into zero-started sums, then added. */
+static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const float *dout,
+                                                 const float *inp, const float *mean,
+                                                 const float *rstd, int N, int C) {
+    ZS_CU_FOR(c, (size_t)C) {
+        float aw = 0.0f, ab = 0.0f;
+        for (int r = 0; r < N; r++) {
+            float d = dout[(size_t)r * C + c];
+            aw += d * zs_layernorm_xhat(inp[(size_t)r * C + c], mean[r], rstd[r]);
+            ab += d;
+        }
+        dw[c] += aw;
+        db[c] += ab;
+    }
+}
+
+static zs_status launch_layernorm_fwd(cudaStream_t cs, float *out, float *mean, float *rstd,
+                                      const float *inp, const float *w, const float *b, int N,
+                                      int C) {
+    zs_status st = ZS_OK;
+    if (N == 0) return ZS_OK;
+    ZS_REQUIRE(out && mean && rstd && inp && w && b, ZS_ERR_INVALID, "layernorm_fwd: NULL buffer");
+    layernorm_fwd_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(out, mean, rstd, inp, w,
+                                                                            b, N, C);
+    ZS_CUDA_CHECK_LAUNCH(layernorm_fwd_kernel);
+fail:
+    return st;
+}
+
+static zs_status launch_layernorm_bwd(cudaStream_t cs, float *dinp, float *dw, float *db,
+                                      const float *dout, const float *inp, const float *w,
+                                      const float *mean, const float *rstd, int N, int C) {
+    zs_status st = ZS_OK;
+    if (N == 0) return ZS_OK;
+    ZS_REQUIRE(dinp && dw && db && dout && inp && w && mean && rstd, ZS_ERR_INVALID,
+               "layernorm_bwd: NULL buffer");
+    layernorm_bwd_rows_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(dinp, dout, inp, w,
+                                                                                 mean, rstd, N, C);
+    ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_rows_kernel);
+    layernorm_bwd_cols_kernel<<<zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs>>>(dw, db, dout, inp,
+                                                                                 mean, rstd, N, C);
+    ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_cols_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_fwd: bad shape N=%d C=%d", N, C);
+    ZS_CHECK(launch_layernorm_fwd(zs_cu_stream(s), out, mean, rstd, inp, w, b, N, C));
+fail:
+    return st;
+}
+
+zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, const float *mean,
+                              const float *rstd, int N, int C) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_bwd: bad shape N=%d C=%d", N, C);
+    ZS_CHECK(launch_layernorm_bwd(zs_cu_stream(s), dinp, dw, db, dout, inp, w, mean, rstd, N, C));
+fail:
+    return st;
+}
+
+/* ---- GELU --------------------------------------------------------------------------- */
+
+/* out may alias inp: each thread reads its element before writing it. */
+static __global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
+    ZS_CU_FOR(i, n) {
+        out[i] = zs_gelu(inp[i]);
+    }
+}
+
+static __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+    ZS_CU_FOR(i, n) {
+        dinp[i] += zs_gelu_grad(inp[i]) * dout[i];
+    }
+}
+
+static zs_status launch_gelu_fwd(cudaStream_t cs, float *out, const float *inp, size_t n) {
+    zs_status st = ZS_OK;
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "gelu_fwd: NULL buffer");
+    gelu_fwd_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(out, inp, n);
+    ZS_CUDA_CHECK_LAUNCH(gelu_fwd_kernel);
+fail:
+    return st;
+}
+
+static zs_status launch_gelu_bwd(cudaStream_t cs, float *dinp, const float *inp, const float *dout,
+                                 size_t n) {
+    zs_status st = ZS_OK;
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(dinp && inp && dout, ZS_ERR_INVALID, "gelu_bwd: NULL buffer");
+    gelu_bwd_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(dinp, inp, dout, n);
+    ZS_CUDA_CHECK_LAUNCH(gelu_bwd_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n) {
+    return launch_gelu_fwd(zs_cu_stream(s), out, inp, n);
+}
+
+zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
+                         size_t n) {
+    return launch_gelu_bwd(zs_cu_stream(s), dinp, inp, dout, n);
+}
+
+/* ---- softmax + cross-entropy -------------------------------------------------------- */
+
+/* A thread per row. The CPU validates targets before computing; here they are device memory,
+ * so a target outside [-1, V) cannot stop the op: its row gets a NaN loss and NaN gradient
+ * (never an out-of-bounds read), which the loss check in training reports. */
+static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
+                                           const int32_t *targets, int N, int V, int Vp,
+                                           float dloss) {
+    ZS_CU_FOR(r, (size_t)N) {
+        size_t off = r * Vp;
+        int tg = targets[r];
+        if (tg < -1 || tg >= V) {
+            losses[r] = __int_as_float(0x7fc00000);
+            if (dlogits)
+                for (int i = 0; i < Vp; i++)
+                    dlogits[off + i] = __int_as_float(0x7fc00000);
+            continue;
+        }
+        losses[r] =
+            zs_softmax_xent_row(dlogits ? dlogits + off : NULL, logits + off, tg, V, Vp, dloss);
+    }
+}
+
+static zs_status launch_softmax_xent(cudaStream_t cs, float *losses, float *dlogits,
+                                     const float *logits, const int32_t *targets, int N, int V,
+                                     int Vp, float dloss) {
+    zs_status st = ZS_OK;
+    if (N == 0) return ZS_OK;
+    ZS_REQUIRE(losses && logits && targets, ZS_ERR_INVALID, "softmax_xent: NULL buffer");
+    softmax_xent_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(
+        losses, dlogits, logits, targets, N, V, Vp, dloss);
+    ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int N, int V, int Vp, float dloss) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && V >= 1 && Vp >= V, ZS_ERR_INVALID,
+               "softmax_xent: bad shape N=%d V=%d Vp=%d", N, V, Vp);
+    ZS_CHECK(
+        launch_softmax_xent(zs_cu_stream(s), losses, dlogits, logits, targets, N, V, Vp, dloss));
+fail:
+    return st;
+}
+
+/* ---- RMSNorm ------------------------------------------------------------------------ */
+
+static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp, const float *w,
+                                          int N, int C, float eps) {
+    ZS_CU_FOR(r, (size_t)N) {
+        rstd[r] = zs_rmsnorm_row_fwd(out + r * C, inp + r * C, w, C, eps);
+    }
+}
+
+static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *w, const float *rstd, int N, int C) {
+    ZS_CU_FOR(r, (size_t)N) {
+        zs_rmsnorm_row_bwd(dinp + r * C, dout + r * C, inp + r * C, w, rstd[r], C);
+    }
+}
+
+static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, const float *inp,
+                                               const float *rstd, int N, int C) {
+    ZS_CU_FOR(c, (size_t)C) {
+        float aw = 0.0f;
+        for (int r = 0; r < N; r++)
+            aw += dout[(size_t)r * C + c] * (inp[(size_t)r * C + c] * rstd[r]);
+        dw[c] += aw;
+    }
+}
+
+static zs_status launch_rmsnorm_fwd(cudaStream_t cs, float *out, float *rstd, const float *inp,
+                                    const float *w, int N, int C, float eps) {
+    zs_status st = ZS_OK;
+    if (N == 0) return ZS_OK;
+    ZS_REQUIRE(out && rstd && inp && w, ZS_ERR_INVALID, "rmsnorm_fwd: NULL buffer");
+    rmsnorm_fwd_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(out, rstd, inp, w, N, C,
+                                                                          eps);
+    ZS_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel);
+fail:
+    return st;
+}
+
+static zs_status launch_rmsnorm_bwd(cudaStream_t cs, float *dinp, float *dw, const float *dout,
+                                    const float *inp, const float *w, const float *rstd, int N,
+                                    int C) {
+    zs_status st = ZS_OK;
+    if (N == 0) return ZS_OK;
+    ZS_REQUIRE(dinp && dw && dout && inp && w && rstd, ZS_ERR_INVALID, "rmsnorm_bwd: NULL buffer");
+    rmsnorm_bwd_rows_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(dinp, dout, inp, w,
+                                                                               rstd, N, C);
+    ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_rows_kernel);
+    rmsnorm_bwd_cols_kernel<<<zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs>>>(dw, dout, inp, rstd,
+                                                                               N, C);
+    ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_cols_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && C >= 1 && eps >= 0.0f, ZS_ERR_INVALID,
+               "rmsnorm_fwd: bad shape N=%d C=%d or eps %g", N, C, (double)eps);
+    ZS_CHECK(launch_rmsnorm_fwd(zs_cu_stream(s), out, rstd, inp, w, N, C, eps));
+fail:
+    return st;
+}
+
+zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, const float *rstd, int N, int C) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "rmsnorm_bwd: bad shape N=%d C=%d", N, C);
+    ZS_CHECK(launch_rmsnorm_bwd(zs_cu_stream(s), dinp, dw, dout, inp, w, rstd, N, C));
+fail:
+    return st;
+}
+
+/* ---- RoPE --------------------------------------------------------------------------- */
+
+/* A thread per rotated pair (b, t, h, i): it computes its own cos/sin (the CPU shares one
+ * table per position; the values are the same function of (t, i)) and rotates x[i] with
+ * x[i + hs/2]. In place is safe: a pair is read whole before it is written. */
+static __global__ void rope_kernel(float *out, const float *inp, int T, int NH, int hs, float theta,
+                                   int inverse, size_t npairs) {
+    ZS_CU_FOR(p, npairs) {
+        int half = hs / 2;
+        int i = (int)(p % (size_t)half);
+        size_t rest = p / (size_t)half; /* (b*T + t)*NH + h */
+        int h = (int)(rest % (size_t)NH);
+        size_t bt = rest / (size_t)NH;
+        int t = (int)(bt % (size_t)T);
+        size_t off = bt * (size_t)NH * hs + (size_t)h * hs;
+        float c, sn;
+        zs_rope_cos_sin(&c, &sn, t, i, hs, theta);
+        float sg = inverse ? -1.0f : 1.0f;
+        zs_rope_pair(&out[off + i], &out[off + i + half], inp[off + i], inp[off + i + half], c,
+                     sg * sn);
+    }
+}
+
+static zs_status launch_rope(cudaStream_t cs, const char *op, float *out, const float *inp, int B,
+                             int T, int NH, int hs, float theta, int inverse) {
+    zs_status st = ZS_OK;
+    size_t npairs = (size_t)B * T * NH * (hs / 2);
+    if (npairs == 0) return ZS_OK;
+    ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "%s: NULL buffer", op);
+    rope_kernel<<<zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs>>>(out, inp, T, NH, hs, theta, inverse,
+                                                                npairs);
+    ZS_CUDA_CHECK_LAUNCH(rope_kernel);
+fail:
+    return st;
+}
+
+static zs_status rope(zs_stream_t *s, const char *op, float *out, const float *inp, int B, int T,
+                      int NH, int hs, float theta, int inverse) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && hs >= 2 && hs % 2 == 0 && hs / 2 <= ROPE_MAX_HALF &&
+                   theta > 0.0f,
+               ZS_ERR_INVALID,
+               "%s: bad shape B=%d T=%d NH=%d hs=%d (hs even, at most %d) or theta %g", op, B, T,
+               NH, hs, 2 * ROPE_MAX_HALF, (double)theta);
+    ZS_CHECK(launch_rope(zs_cu_stream(s), op, out, inp, B, T, NH, hs, theta, inverse));
+fail:
+    return st;
+}
+
+zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH, int hs,
+                         float theta) {
+    return rope(s, "rope_fwd", out, inp, B, T, NH, hs, theta, 0);
+}
+
+zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
+                         int hs, float theta) {
+    return rope(s, "rope_bwd", dinp, dout, B, T, NH, hs, theta, 1);
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------------- */
+
+/* out may alias gate or up: each thread reads its elements before writing. */
+static __global__ void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n) {
+    ZS_CU_FOR(i, n) {
+        out[i] = zs_silu(gate[i]) * up[i];
+    }
+}
+
+static __global__ void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
+                                         const float *gate, const float *up, size_t n) {
+    ZS_CU_FOR(i, n) {
+        float g = gate[i], d = dout[i];
+        dgate[i] += d * up[i] * zs_silu_grad(g);
+        dup[i] += d * zs_silu(g);
+    }
+}
+
+static zs_status launch_swiglu_fwd(cudaStream_t cs, float *out, const float *gate, const float *up,
+                                   size_t n) {
+    zs_status st = ZS_OK;
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(out && gate && up, ZS_ERR_INVALID, "swiglu_fwd: NULL buffer");
+    swiglu_fwd_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(out, gate, up, n);
+    ZS_CUDA_CHECK_LAUNCH(swiglu_fwd_kernel);
+fail:
+    return st;
+}
+
+static zs_status launch_swiglu_bwd(cudaStream_t cs, float *dgate, float *dup, const float *dout,
+                                   const float *gate, const float *up, size_t n) {
+    zs_status st = ZS_OK;
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(dgate && dup && dout && gate && up, ZS_ERR_INVALID, "swiglu_bwd: NULL buffer");
+    swiglu_bwd_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(dgate, dup, dout, gate, up, n);
+    ZS_CUDA_CHECK_LAUNCH(swiglu_bwd_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
+                           size_t n) {
+    return launch_swiglu_fwd(zs_cu_stream(s), out, gate, up, n);
+}
+
+zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
+                           const float *gate, const float *up, size_t n) {
+    return launch_swiglu_bwd(zs_cu_stream(s), dgate, dup, dout, gate, up, n);
+}

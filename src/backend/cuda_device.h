@@ -1,0 +1,47 @@
+/* CUDA device memory, streams and host<->device copies, in plain C (no CUDA header), for the
+ * code that drives the CUDA backend's ops table (zs_ops_cuda() in ops.h): trainer, tests,
+ * benchmarks. Implemented in src/backend/cuda/device.cu; when the build has no CUDA backend
+ * (ZS_CUDA=OFF, or AUTO without a toolkit) src/backend/backends.c supplies these entry points,
+ * which report 0 devices and fail with ZS_ERR_UNSUPPORTED, so callers link either way.
+ *
+ * One process drives one GPU (the current device of the calling thread, DESIGN.md §6: one
+ * rank per GPU). All functions are thread-safe. */
+#ifndef ZS_BACKEND_CUDA_DEVICE_H
+#define ZS_BACKEND_CUDA_DEVICE_H
+
+#include "backend/ops.h"
+#include "zshard.h"
+
+#include <stddef.h>
+
+/* 1 when this library was built with the CUDA backend, else 0. */
+int zs_cuda_built(void);
+/* Number of visible CUDA devices; 0 when none, when the driver cannot be loaded or when the
+ * build has no CUDA backend. Never fails. */
+int zs_cuda_device_count(void);
+/* Make `device` (0 <= device < zs_cuda_device_count()) current for the calling thread. */
+zs_status zs_cuda_set_device(int device);
+
+/* nbytes of device memory, zero-filled (the flat buffers rely on zero padding), accounted in
+ * category cat exactly as zs_alloc accounts host memory (so the --device-mem cap and the
+ * breakdown in errors cover it). nbytes 0 yields *out = NULL and ZS_OK. On failure *out is
+ * NULL and the message names `what`. Synchronous: the memory is ready on every stream. */
+zs_status zs_cuda_alloc(zs_mem_category cat, size_t nbytes, const char *what, void **out);
+/* Release a buffer from zs_cuda_alloc and its accounting. NULL is accepted. Synchronous
+ * (cudaFree waits for the device), so keep it out of the step's hot path. */
+void zs_cuda_free(void *ptr);
+
+/* A new CUDA stream behind the opaque zs_stream_t (the ops' stream argument); NULL, the other
+ * valid stream argument, is CUDA's default stream. Created streams are blocking with respect
+ * to the default stream (cudaStreamDefault), so work on NULL orders against them. */
+zs_status zs_cuda_stream_create(zs_stream_t **out);
+/* Destroy a stream from zs_cuda_stream_create after its queued work completes. NULL is
+ * accepted. */
+void zs_cuda_stream_destroy(zs_stream_t *s);
+
+/* Synchronous copies of nbytes between pageable host memory and device memory (they wait
+ * for the device to finish earlier work on the default stream). */
+zs_status zs_cuda_memcpy_h2d(void *dst_dev, const void *src_host, size_t nbytes);
+zs_status zs_cuda_memcpy_d2h(void *dst_host, const void *src_dev, size_t nbytes);
+
+#endif

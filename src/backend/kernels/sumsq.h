@@ -1,0 +1,27 @@
+/* Sum of squares of one fixed-size chunk in double, shared by the CPU loop and the CUDA
+ * kernel: both split x into ZS_SUMSQ_CHUNK-element chunks, sum each with this function and
+ * add the chunk sums in index order, so the result is the same bits on either backend and
+ * for any thread count (the global gradient norm depends on it). */
+#ifndef ZS_BACKEND_KERNELS_SUMSQ_H
+#define ZS_BACKEND_KERNELS_SUMSQ_H
+
+#include "backend/kernels/common.h"
+
+#include <stddef.h>
+
+#define ZS_SUMSQ_CHUNK 4096
+
+/* sum_i x[i]^2 over n <= ZS_SUMSQ_CHUNK elements, in double with fixed lanes
+ * (vectorisable, deterministic). */
+static ZS_HD double zs_sumsq_chunk(const float *x, size_t n) {
+    double acc[ZS_LANES] = {0};
+    size_t i = 0;
+    for (; i + ZS_LANES <= n; i += ZS_LANES)
+        for (int j = 0; j < ZS_LANES; j++)
+            acc[j] += (double)x[i + j] * (double)x[i + j];
+    for (; i < n; i++)
+        acc[i % ZS_LANES] += (double)x[i] * (double)x[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+#endif

@@ -1,0 +1,818 @@
+/* The CUDA backend against its oracle, the CPU backend (ctest label gpu): every op of the
+ * zs_ops table on fresh random inputs, outputs poisoned (NaN) before the call so an unwritten
+ * element fails, accumulating outputs started from the same random values on both sides.
+ *
+ * Comparisons are bitwise wherever both backends run the same shared backend/kernels math in
+ * the same order (elementwise ops, norms, attention, the column-owned weight and bias
+ * gradients, AdamW, casts, sumsq): the CUDA build uses --fmad=false and IEEE division and
+ * square root, so the arithmetic is the same operations with the same roundings. Tolerances,
+ * with their reasons, remain where a library function differs between the host libm and
+ * CUDA's (logf in the loss, cosf/sinf/powf in RoPE, logf/cosf in Philox init) and for gemm
+ * (cuBLAS and OpenBLAS sum in different orders: the standard dot-product error bound).
+ *
+ * Exits 77 (skipped) without a visible CUDA device. ZS_TEST_CUDA_FAKE=1 runs the same harness
+ * with the CPU table on host memory in the CUDA backend's place: it exercises this file's
+ * indexing and bookkeeping on machines without a GPU and says nothing about the CUDA kernels. */
+#include "backend/cuda_device.h"
+#include "backend/ops.h"
+#include "core/bf16.h"
+#include "testutil.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* fp32 unit roundoff. */
+#define U32 (1.0 / 16777216.0)
+
+static const zs_ops *cpu, *gpu;
+static int fake;
+
+/* ---- buffers: every allocation of a check is released by release() at its end ----------- */
+
+#define MAX_BUFS 256
+static void *g_dev[MAX_BUFS], *g_host[MAX_BUFS];
+static int g_ndev, g_nhost;
+
+static void *hbuf(size_t nbytes) {
+    ZT_REQUIRE(g_nhost < MAX_BUFS, "too many host buffers in one check");
+    return g_host[g_nhost++] = zt_malloc(nbytes);
+}
+
+static float *hf(size_t n) {
+    return hbuf(n * sizeof(float));
+}
+
+static void *dbuf(size_t nbytes) {
+    void *p = NULL;
+    ZT_REQUIRE(g_ndev < MAX_BUFS, "too many device buffers in one check");
+    if (fake)
+        p = zt_malloc(nbytes ? nbytes : 1);
+    else
+        ZT_OK(zs_cuda_alloc(ZS_MEM_WORKSPACE, nbytes ? nbytes : 1, "test buffer", &p));
+    return g_dev[g_ndev++] = p;
+}
+
+static void h2d(void *d, const void *h, size_t nbytes) {
+    if (fake)
+        memcpy(d, h, nbytes);
+    else
+        ZT_OK(zs_cuda_memcpy_h2d(d, h, nbytes));
+}
+
+static void d2h(void *h, const void *d, size_t nbytes) {
+    if (fake)
+        memcpy(h, d, nbytes);
+    else
+        ZT_OK(zs_cuda_memcpy_d2h(h, d, nbytes));
+}
+
+static void release(void) {
+    for (int i = 0; i < g_ndev; i++)
+        if (fake)
+            free(g_dev[i]);
+        else
+            zs_cuda_free(g_dev[i]);
+    for (int i = 0; i < g_nhost; i++)
+        free(g_host[i]);
+    g_ndev = g_nhost = 0;
+}
+
+/* Device copy of n host floats (or int32s). */
+static float *up(const float *h, size_t n) {
+    float *d = dbuf(n * sizeof(float));
+    h2d(d, h, n * sizeof(float));
+    return d;
+}
+
+static int32_t *upi(const int32_t *h, size_t n) {
+    int32_t *d = dbuf(n * sizeof(int32_t));
+    h2d(d, h, n * sizeof(int32_t));
+    return d;
+}
+
+/* Host copy of n device floats, after the default stream's work is done. */
+static float *down(const float *d, size_t n) {
+    float *h = hf(n);
+    ZT_OK(gpu->sync(NULL));
+    d2h(h, d, n * sizeof(float));
+    return h;
+}
+
+static float *randn(size_t n, float std) {
+    float *x = hf(n);
+    zt_fill_normal(x, n, std);
+    return x;
+}
+
+static float *poisoned(size_t n) {
+    float *x = hf(n);
+    zt_poison(x, n);
+    return x;
+}
+
+static float *clone(const float *x, size_t n) {
+    float *y = hf(n);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+/* ---- comparisons -------------------------------------------------------------------- */
+
+/* The device result d must equal the CPU's want bit for bit. */
+static void expect_bits(const char *what, const float *d, const float *want, size_t n) {
+    float *got = down(d, n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+            if (!bad) first = i;
+            bad++;
+        }
+    ZT_CHECK(bad == 0, "%s: %zu of %zu elements differ from the CPU, first at %zu: %.9g vs %.9g",
+             what, bad, n, first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
+}
+
+/* Mixed error |got - want| / max(1, |want|) at most tol (NaN fails). */
+static void expect_close(const char *what, const float *d, const float *want, size_t n,
+                         double tol) {
+    float *got = down(d, n);
+    double err = zt_max_err_ff(got, want, n);
+    ZT_CHECK(err <= tol, "%s: max error %.3g > %.3g", what, err, tol);
+}
+
+/* |got[i] - want[i]| <= bound[i] for every i (NaN fails); a bound of 0 asks for the same
+ * bits (elements that must be left untouched, possibly NaN poison). */
+static void expect_bounded(const char *what, const float *d, const float *want, const double *bound,
+                           size_t n) {
+    float *got = down(d, n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (bound[i] == 0 ? memcmp(&got[i], &want[i], sizeof(float)) != 0
+                          : !(fabs((double)got[i] - (double)want[i]) <= bound[i])) {
+            if (!bad) first = i;
+            bad++;
+        }
+    ZT_CHECK(bad == 0,
+             "%s: %zu of %zu elements outside their bound, first at %zu: %.9g vs %.9g "
+             "(bound %.3g)",
+             what, bad, n, first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0,
+             bad ? bound[first] : 0.0);
+}
+
+/* ---- the table, memory, streams ----------------------------------------------------- */
+
+/* Every slot of the table is set (zs_ops is a name and function pointers only, so scanning it
+ * by pointer-sized words also covers ops added after this test was written). */
+static void check_table(void) {
+    const unsigned char *p = (const unsigned char *)gpu;
+    static const unsigned char zero[sizeof(void *)];
+    for (size_t off = 0; off + sizeof(void *) <= sizeof(zs_ops); off += sizeof(void *))
+        ZT_CHECK(memcmp(p + off, zero, sizeof(void *)) != 0, "zs_ops slot at byte %zu is NULL",
+                 off);
+    ZT_CHECK(strcmp(gpu->name, fake ? "cpu" : "cuda") == 0, "table name %s", gpu->name);
+}
+
+static void check_memory(void) {
+    if (fake) return;
+    zs_mem_stats s0, s1, s2;
+    size_t nbytes = ((size_t)1 << 20) + 3;
+    void *p = NULL;
+    zs_mem_get_stats(&s0);
+    ZT_OK(zs_cuda_alloc(ZS_MEM_ACTIVATION, nbytes, "test activation", &p));
+    zs_mem_get_stats(&s1);
+    ZT_CHECK(s1.current[ZS_MEM_ACTIVATION] - s0.current[ZS_MEM_ACTIVATION] == nbytes,
+             "alloc accounted %llu bytes, expected %zu",
+             (unsigned long long)(s1.current[ZS_MEM_ACTIVATION] - s0.current[ZS_MEM_ACTIVATION]),
+             nbytes);
+    unsigned char *h = hbuf(nbytes);
+    memset(h, 0xab, nbytes);
+    ZT_OK(zs_cuda_memcpy_d2h(h, p, nbytes));
+    size_t nonzero = 0;
+    for (size_t i = 0; i < nbytes; i++)
+        nonzero += h[i] != 0;
+    ZT_CHECK(nonzero == 0, "zs_cuda_alloc: %zu bytes not zero-filled", nonzero);
+    zs_cuda_free(p);
+    zs_mem_get_stats(&s2);
+    ZT_CHECK(s2.current[ZS_MEM_ACTIVATION] == s0.current[ZS_MEM_ACTIVATION],
+             "free did not release the accounting");
+    /* Over the cap: a clean ZS_ERR_OOM, nothing allocated or accounted. */
+    zs_mem_set_cap(s2.total_current + 4096);
+    p = (void *)1;
+    zs_status st = zs_cuda_alloc(ZS_MEM_PARAM, (size_t)1 << 20, "over the cap", &p);
+    ZT_CHECK(st == ZS_ERR_OOM && p == NULL, "over-cap alloc gave %s", zs_status_string(st));
+    zs_mem_set_cap(0);
+    zs_mem_get_stats(&s1);
+    ZT_CHECK(s1.total_current == s2.total_current, "failed alloc left accounting behind");
+    p = (void *)1;
+    ZT_OK(zs_cuda_alloc(ZS_MEM_PARAM, 0, "empty", &p));
+    ZT_CHECK(p == NULL, "zero-byte alloc returns NULL");
+    zs_cuda_free(NULL);
+    release();
+}
+
+/* An op queued on a created stream, then that stream synchronised. */
+static void check_stream(void) {
+    if (fake) return;
+    size_t n = 300000;
+    zs_stream_t *s = NULL;
+    ZT_OK(zs_cuda_stream_create(&s));
+    float *x = randn(n, 1.0f), *y = randn(n, 1.0f), *ref = clone(y, n);
+    ZT_OK(cpu->axpy(NULL, ref, 0.75f, x, n));
+    float *dx = up(x, n), *dy = up(y, n);
+    ZT_OK(gpu->axpy(s, dy, 0.75f, dx, n));
+    ZT_OK(gpu->sync(s));
+    float *got = hf(n);
+    ZT_OK(zs_cuda_memcpy_d2h(got, dy, n * sizeof(float)));
+    ZT_CHECK(memcmp(got, ref, n * sizeof(float)) == 0, "axpy on a created stream");
+    zs_cuda_stream_destroy(s);
+    zs_cuda_stream_destroy(NULL);
+    release();
+}
+
+/* ---- gemm and the linear layer ------------------------------------------------------ */
+
+/* All four transpose combinations with padded leading dimensions, against a double reference
+ * and the standard dot-product bound |err| <= gamma_k sum|a b| (any order, any FMA use), with
+ * a factor 2 margin; rows between m and ldc must be untouched. beta = 0 must not read C. */
+static void check_gemm(int ta, int tb, float alpha, float beta) {
+    int m = 37, n = 29, k = 53;
+    int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 5, ldc = m + 7;
+    size_t na = (size_t)lda * (ta ? m : k), nb = (size_t)ldb * (tb ? k : n), nc = (size_t)ldc * n;
+    float *A = randn(na, 1.0f), *B = randn(nb, 1.0f), *C0 = randn(nc, 1.0f);
+    if (beta == 0.0f) zt_poison(C0, nc);
+    float *want = hf(nc);
+    double *bound = hbuf(nc * sizeof(double));
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < ldc; i++) {
+            size_t ci = i + (size_t)j * ldc;
+            if (i >= m) {
+                want[ci] = C0[ci];
+                bound[ci] = 0;
+                continue;
+            }
+            double s = 0, sa = 0;
+            for (int p = 0; p < k; p++) {
+                double a = ta ? A[p + (size_t)i * lda] : A[i + (size_t)p * lda];
+                double b = tb ? B[j + (size_t)p * ldb] : B[p + (size_t)j * ldb];
+                s += a * b;
+                sa += fabs(a * b);
+            }
+            double c0 = beta == 0.0f ? 0.0 : C0[ci];
+            want[ci] = (float)(alpha * s + beta * c0);
+            bound[ci] = 2.0 * ((k + 2) * U32 * fabs(alpha) * sa + 2 * U32 * fabs(beta * c0)) +
+                        U32 * fabs(alpha * s + beta * c0);
+        }
+    float *dA = up(A, na), *dB = up(B, nb), *dC = up(C0, nc);
+    ZT_OK(gpu->gemm(NULL, ta, tb, m, n, k, alpha, dA, lda, dB, ldb, beta, dC, ldc));
+    char what[64];
+    snprintf(what, sizeof what, "gemm ta=%d tb=%d beta=%g", ta, tb, (double)beta);
+    expect_bounded(what, dC, want, bound, nc);
+    release();
+}
+
+/* Row-major linear forward and backward through zs_linear_* (the shared mapping onto the
+ * column-major gemm), CUDA against CPU. Each element's tolerance scales with the same
+ * computation on absolute values (sum |a b| over its dot products, plus |initial value| for
+ * accumulating outputs): gamma_(k+2) of that for each side, times 2 for two sides. */
+static void check_linear(void) {
+    int N = 70, IC = 96, OC = 80;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *bias = randn(OC, 1.0f);
+    float *dout = randn(no, 1.0f), *dinp0 = randn(ni, 1.0f), *dW0 = randn(nw, 1.0f),
+          *db0 = randn(OC, 1.0f);
+    float *ainp = hf(ni), *aW = hf(nw), *ab = hf(OC), *adout = hf(no), *adinp = hf(ni),
+          *adW = hf(nw), *adb = hf(OC);
+#define ABS_OF(dst, src, n)                                                                        \
+    for (size_t i = 0; i < (n); i++)                                                               \
+    (dst)[i] = fabsf((src)[i])
+    ABS_OF(ainp, inp, ni);
+    ABS_OF(aW, W, nw);
+    ABS_OF(ab, bias, (size_t)OC);
+    ABS_OF(adout, dout, no);
+    ABS_OF(adinp, dinp0, ni);
+    ABS_OF(adW, dW0, nw);
+    ABS_OF(adb, db0, (size_t)OC);
+#undef ABS_OF
+    /* CPU results and the absolute-value scales. */
+    float *out = hf(no), *scale_o = hf(no);
+    float *dinp = clone(dinp0, ni), *dW = clone(dW0, nw), *db = clone(db0, OC);
+    ZT_OK(zs_linear_fwd(cpu, NULL, out, inp, W, bias, N, IC, OC));
+    ZT_OK(zs_linear_fwd(cpu, NULL, scale_o, ainp, aW, ab, N, IC, OC));
+    ZT_OK(zs_linear_bwd(cpu, NULL, dinp, dW, db, dout, inp, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd(cpu, NULL, adinp, adW, adb, adout, ainp, aW, N, IC, OC));
+    /* CUDA. */
+    float *d_inp = up(inp, ni), *d_W = up(W, nw), *d_b = up(bias, OC), *d_dout = up(dout, no);
+    float *d_out = up(poisoned(no), no);
+    float *d_dinp = up(dinp0, ni), *d_dW = up(dW0, nw), *d_db = up(db0, OC);
+    ZT_OK(zs_linear_fwd(gpu, NULL, d_out, d_inp, d_W, d_b, N, IC, OC));
+    ZT_OK(zs_linear_bwd(gpu, NULL, d_dinp, d_dW, d_db, d_dout, d_inp, d_W, N, IC, OC));
+    double *bo = hbuf(no * sizeof(double)), *bi = hbuf(ni * sizeof(double)),
+           *bw = hbuf(nw * sizeof(double));
+    for (size_t i = 0; i < no; i++)
+        bo[i] = 2.0 * 2.0 * (IC + 2) * U32 * scale_o[i];
+    for (size_t i = 0; i < ni; i++)
+        bi[i] = 2.0 * 2.0 * (OC + 2) * U32 * adinp[i];
+    for (size_t i = 0; i < nw; i++)
+        bw[i] = 2.0 * 2.0 * (N + 2) * U32 * adW[i];
+    expect_bounded("linear_fwd out", d_out, out, bo, no);
+    expect_bounded("linear_bwd dinp", d_dinp, dinp, bi, ni);
+    expect_bounded("linear_bwd dW", d_dW, dW, bw, nw);
+    expect_bits("linear_bwd dbias (bias_bwd, column-owned)", d_db, db, OC);
+    release();
+}
+
+/* ---- bias, embedding, norms, GELU --------------------------------------------------- */
+
+static void check_bias(void) {
+    int N = 33, OC = 300; /* OC over one block of threads */
+    size_t no = (size_t)N * OC;
+    float *out0 = randn(no, 1.0f), *bias = randn(OC, 1.0f), *dout = randn(no, 1.0f),
+          *db0 = randn(OC, 1.0f);
+    float *out = clone(out0, no), *db = clone(db0, OC);
+    ZT_OK(cpu->bias_fwd(NULL, out, bias, N, OC));
+    ZT_OK(cpu->bias_bwd(NULL, db, dout, N, OC));
+    float *d_out = up(out0, no), *d_db = up(db0, OC);
+    ZT_OK(gpu->bias_fwd(NULL, d_out, up(bias, OC), N, OC));
+    ZT_OK(gpu->bias_bwd(NULL, d_db, up(dout, no), N, OC));
+    expect_bits("bias_fwd (accumulates)", d_out, out, no);
+    expect_bits("bias_bwd (accumulates)", d_db, db, OC);
+    release();
+}
+
+static void check_embedding(int with_wpe, int grads) {
+    int B = 3, T = 7, C = 70, V = 11; /* V small: tokens repeat */
+    size_t nbt = (size_t)B * T, no = nbt * C;
+    int32_t *tok = hbuf(nbt * sizeof(int32_t));
+    for (size_t i = 0; i < nbt; i++)
+        tok[i] = (int32_t)zt_uniform(0, V);
+    float *wte = randn((size_t)V * C, 1.0f), *wpe = with_wpe ? randn((size_t)T * C, 1.0f) : NULL;
+    float *out = poisoned(no), *d_out = up(out, no);
+    int32_t *d_tok = upi(tok, nbt);
+    ZT_OK(cpu->embedding_fwd(NULL, out, tok, wte, wpe, B, T, C));
+    ZT_OK(gpu->embedding_fwd(NULL, d_out, d_tok, up(wte, (size_t)V * C),
+                             wpe ? up(wpe, (size_t)T * C) : NULL, B, T, C));
+    expect_bits(with_wpe ? "embedding_fwd" : "embedding_fwd (no wpe)", d_out, out, no);
+    /* grads: 1 dwte only, 2 dwpe only, 3 both. */
+    float *dout = randn(no, 1.0f);
+    float *dwte0 = randn((size_t)V * C, 1.0f), *dwpe0 = randn((size_t)T * C, 1.0f);
+    float *dwte = clone(dwte0, (size_t)V * C), *dwpe = clone(dwpe0, (size_t)T * C);
+    float *d_dwte = up(dwte0, (size_t)V * C), *d_dwpe = up(dwpe0, (size_t)T * C);
+    ZT_OK(cpu->embedding_bwd(NULL, grads & 1 ? dwte : NULL, grads & 2 ? dwpe : NULL, dout, tok, B,
+                             T, C));
+    ZT_OK(gpu->embedding_bwd(NULL, grads & 1 ? d_dwte : NULL, grads & 2 ? d_dwpe : NULL,
+                             up(dout, no), d_tok, B, T, C));
+    expect_bits("embedding_bwd dwte", d_dwte, dwte, (size_t)V * C);
+    expect_bits("embedding_bwd dwpe", d_dwpe, dwpe, (size_t)T * C);
+    release();
+}
+
+static void check_layernorm(void) {
+    int N = 37, C = 203; /* C not a multiple of the 8 lanes */
+    size_t n = (size_t)N * C;
+    float *x = randn(n, 2.0f), *w = randn(C, 1.0f), *b = randn(C, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        x[i] += 3.0f;
+    float *out = poisoned(n), *mean = poisoned(N), *rstd = poisoned(N);
+    float *d_out = up(out, n), *d_mean = up(mean, N), *d_rstd = up(rstd, N);
+    float *d_x = up(x, n), *d_w = up(w, C);
+    ZT_OK(cpu->layernorm_fwd(NULL, out, mean, rstd, x, w, b, N, C));
+    ZT_OK(gpu->layernorm_fwd(NULL, d_out, d_mean, d_rstd, d_x, d_w, up(b, C), N, C));
+    expect_bits("layernorm_fwd out", d_out, out, n);
+    expect_bits("layernorm_fwd mean", d_mean, mean, N);
+    expect_bits("layernorm_fwd rstd", d_rstd, rstd, N);
+    float *dout = randn(n, 1.0f), *dinp0 = randn(n, 1.0f), *dw0 = randn(C, 1.0f),
+          *db0 = randn(C, 1.0f);
+    float *dinp = clone(dinp0, n), *dw = clone(dw0, C), *db = clone(db0, C);
+    float *d_dinp = up(dinp0, n), *d_dw = up(dw0, C), *d_db = up(db0, C);
+    ZT_OK(cpu->layernorm_bwd(NULL, dinp, dw, db, dout, x, w, mean, rstd, N, C));
+    ZT_OK(gpu->layernorm_bwd(NULL, d_dinp, d_dw, d_db, up(dout, n), d_x, d_w, up(mean, N),
+                             up(rstd, N), N, C));
+    expect_bits("layernorm_bwd dinp", d_dinp, dinp, n);
+    expect_bits("layernorm_bwd dw", d_dw, dw, C);
+    expect_bits("layernorm_bwd db", d_db, db, C);
+    release();
+}
+
+static void check_rmsnorm(void) {
+    int N = 29, C = 203;
+    size_t n = (size_t)N * C;
+    float eps = 1e-6f;
+    float *x = randn(n, 2.0f), *w = randn(C, 1.0f);
+    float *out = poisoned(n), *rstd = poisoned(N);
+    float *d_out = up(out, n), *d_rstd = up(rstd, N), *d_x = up(x, n), *d_w = up(w, C);
+    ZT_OK(cpu->rmsnorm_fwd(NULL, out, rstd, x, w, N, C, eps));
+    ZT_OK(gpu->rmsnorm_fwd(NULL, d_out, d_rstd, d_x, d_w, N, C, eps));
+    expect_bits("rmsnorm_fwd out", d_out, out, n);
+    expect_bits("rmsnorm_fwd rstd", d_rstd, rstd, N);
+    float *dout = randn(n, 1.0f), *dinp0 = randn(n, 1.0f), *dw0 = randn(C, 1.0f);
+    float *dinp = clone(dinp0, n), *dw = clone(dw0, C);
+    float *d_dinp = up(dinp0, n), *d_dw = up(dw0, C);
+    ZT_OK(cpu->rmsnorm_bwd(NULL, dinp, dw, dout, x, w, rstd, N, C));
+    ZT_OK(gpu->rmsnorm_bwd(NULL, d_dinp, d_dw, up(dout, n), d_x, d_w, up(rstd, N), N, C));
+    expect_bits("rmsnorm_bwd dinp", d_dinp, dinp, n);
+    expect_bits("rmsnorm_bwd dw", d_dw, dw, C);
+    release();
+}
+
+/* Inputs over GELU's whole range, tails and zero included. */
+static float *gelu_inputs(size_t n) {
+    float *x = randn(n, 3.0f);
+    static const float special[] = {0.0f, -0.0f, 20.0f, -20.0f, 100.0f, -100.0f, 1e-30f, 5.5f};
+    for (size_t i = 0; i < sizeof special / sizeof *special && i < n; i++)
+        x[i * 7 % n] = special[i];
+    return x;
+}
+
+static void check_gelu(void) {
+    size_t n = 10007;
+    float *x = gelu_inputs(n), *out = poisoned(n), *d_x = up(x, n), *d_out = up(out, n);
+    ZT_OK(cpu->gelu_fwd(NULL, out, x, n));
+    ZT_OK(gpu->gelu_fwd(NULL, d_out, d_x, n));
+    expect_bits("gelu_fwd", d_out, out, n);
+    float *d_y = up(x, n);
+    ZT_OK(gpu->gelu_fwd(NULL, d_y, d_y, n));
+    expect_bits("gelu_fwd in place", d_y, out, n);
+    float *dout = randn(n, 1.0f), *dinp0 = randn(n, 1.0f), *dinp = clone(dinp0, n);
+    float *d_dinp = up(dinp0, n);
+    ZT_OK(cpu->gelu_bwd(NULL, dinp, x, dout, n));
+    ZT_OK(gpu->gelu_bwd(NULL, d_dinp, d_x, up(dout, n), n));
+    expect_bits("gelu_bwd (accumulates)", d_dinp, dinp, n);
+    release();
+}
+
+static void check_swiglu(void) {
+    size_t n = 5003;
+    float *g = gelu_inputs(n), *u = randn(n, 1.0f), *out = poisoned(n);
+    float *d_g = up(g, n), *d_u = up(u, n), *d_out = up(out, n);
+    ZT_OK(cpu->swiglu_fwd(NULL, out, g, u, n));
+    ZT_OK(gpu->swiglu_fwd(NULL, d_out, d_g, d_u, n));
+    expect_bits("swiglu_fwd", d_out, out, n);
+    float *d_g2 = up(g, n), *d_u2 = up(u, n);
+    ZT_OK(gpu->swiglu_fwd(NULL, d_g2, d_g2, d_u, n));
+    ZT_OK(gpu->swiglu_fwd(NULL, d_u2, d_g, d_u2, n));
+    expect_bits("swiglu_fwd out = gate", d_g2, out, n);
+    expect_bits("swiglu_fwd out = up", d_u2, out, n);
+    float *dout = randn(n, 1.0f), *dg0 = randn(n, 1.0f), *du0 = randn(n, 1.0f);
+    float *dg = clone(dg0, n), *du = clone(du0, n), *d_dg = up(dg0, n), *d_du = up(du0, n);
+    ZT_OK(cpu->swiglu_bwd(NULL, dg, du, dout, g, u, n));
+    ZT_OK(gpu->swiglu_bwd(NULL, d_dg, d_du, up(dout, n), d_g, d_u, n));
+    expect_bits("swiglu_bwd dgate", d_dg, dg, n);
+    expect_bits("swiglu_bwd dup", d_du, du, n);
+    release();
+}
+
+/* ---- attention ---------------------------------------------------------------------- */
+
+static void check_attention(void) {
+    int B = 2, T = 13, C = 48, NH = 4; /* hs = 12: lane tails */
+    size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = randn(nqkv, 1.0f), *out = poisoned(no), *att = poisoned(na);
+    float *d_qkv = up(qkv, nqkv), *d_out = up(out, no), *d_att = up(att, na);
+    ZT_OK(cpu->attention_fwd(NULL, out, att, qkv, B, T, C, NH));
+    ZT_OK(gpu->attention_fwd(NULL, d_out, d_att, d_qkv, B, T, C, NH));
+    expect_bits("attention_fwd out", d_out, out, no);
+    expect_bits("attention_fwd att", d_att, att, na);
+    float *dout = randn(no, 1.0f), *dqkv0 = randn(nqkv, 1.0f), *dqkv = clone(dqkv0, nqkv);
+    float *d_dqkv = up(dqkv0, nqkv);
+    ZT_OK(cpu->attention_bwd(NULL, dqkv, poisoned(na), dout, qkv, att, B, T, C, NH));
+    ZT_OK(gpu->attention_bwd(NULL, d_dqkv, up(poisoned(na), na), up(dout, no), d_qkv, up(att, na),
+                             B, T, C, NH));
+    expect_bits("attention_bwd dqkv (accumulates)", d_dqkv, dqkv, nqkv);
+    release();
+}
+
+static void check_attention_gqa(int NH, int NKV) {
+    int B = 2, T = 11, hs = 10;
+    size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, na = (size_t)B * NH * T * T;
+    float *q = randn(nq, 1.0f), *k = randn(nk, 1.0f), *v = randn(nk, 1.0f);
+    float *out = poisoned(nq), *att = poisoned(na);
+    float *d_q = up(q, nq), *d_k = up(k, nk), *d_v = up(v, nk), *d_out = up(out, nq),
+          *d_att = up(att, na);
+    char what[96];
+    ZT_OK(cpu->attention_gqa_fwd(NULL, out, att, q, k, v, B, T, NH, NKV, hs));
+    ZT_OK(gpu->attention_gqa_fwd(NULL, d_out, d_att, d_q, d_k, d_v, B, T, NH, NKV, hs));
+    snprintf(what, sizeof what, "attention_gqa_fwd NH=%d NKV=%d out", NH, NKV);
+    expect_bits(what, d_out, out, nq);
+    snprintf(what, sizeof what, "attention_gqa_fwd NH=%d NKV=%d att", NH, NKV);
+    expect_bits(what, d_att, att, na);
+    float *dout = randn(nq, 1.0f), *dq0 = randn(nq, 1.0f), *dk0 = randn(nk, 1.0f),
+          *dv0 = randn(nk, 1.0f);
+    float *dq = clone(dq0, nq), *dk = clone(dk0, nk), *dv = clone(dv0, nk);
+    float *d_dq = up(dq0, nq), *d_dk = up(dk0, nk), *d_dv = up(dv0, nk);
+    ZT_OK(cpu->attention_gqa_bwd(NULL, dq, dk, dv, poisoned(na), dout, q, k, v, att, B, T, NH, NKV,
+                                 hs));
+    ZT_OK(gpu->attention_gqa_bwd(NULL, d_dq, d_dk, d_dv, up(poisoned(na), na), up(dout, nq), d_q,
+                                 d_k, d_v, up(att, na), B, T, NH, NKV, hs));
+    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dq", NH, NKV);
+    expect_bits(what, d_dq, dq, nq);
+    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dk", NH, NKV);
+    expect_bits(what, d_dk, dk, nk);
+    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dv", NH, NKV);
+    expect_bits(what, d_dv, dv, nk);
+    release();
+}
+
+/* RoPE's angles come from powf, cosf and sinf, which differ between libm and CUDA by a few
+ * ulp: inv_freq by up to ~4 ulp, so the angle pos*inv_freq by ~5e-7 relative (at most
+ * T * 5e-7 absolute), and cos/sin by ~2 ulp more. An output x1 c - x2 s then moves by at most
+ * (|x1| + |x2|) times that; the bound below doubles it. A wrong pairing or position is O(1). */
+static void check_rope(void) {
+    int B = 2, T = 9, NH = 3, hs = 16, half = hs / 2;
+    float theta = 10000.0f;
+    size_t n = (size_t)B * T * NH * hs;
+    float *x = randn(n, 1.0f), *out = poisoned(n), *d_x = up(x, n), *d_out = up(out, n);
+    double *bound = hbuf(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        size_t head = i / hs, j = i % hs, pj = j < (size_t)half ? j + half : j - half;
+        double pair = fabs(x[i]) + fabs(x[head * hs + pj]);
+        bound[i] = 2.0 * pair * (T * 5e-7 + 4 * U32) + 4 * U32;
+    }
+    ZT_OK(cpu->rope_fwd(NULL, out, x, B, T, NH, hs, theta));
+    ZT_OK(gpu->rope_fwd(NULL, d_out, d_x, B, T, NH, hs, theta));
+    expect_bounded("rope_fwd", d_out, out, bound, n);
+    float *gpu_out = down(d_out, n);
+    float *d_y = up(x, n);
+    ZT_OK(gpu->rope_fwd(NULL, d_y, d_y, B, T, NH, hs, theta));
+    expect_bits("rope_fwd in place (against out of place)", d_y, gpu_out, n);
+    float *din = poisoned(n), *d_din = up(din, n);
+    ZT_OK(cpu->rope_bwd(NULL, din, x, B, T, NH, hs, theta));
+    ZT_OK(gpu->rope_bwd(NULL, d_din, d_x, B, T, NH, hs, theta));
+    expect_bounded("rope_bwd", d_din, din, bound, n);
+    /* bwd(fwd(x)) = x up to rounding: the rotation is orthogonal. */
+    ZT_OK(gpu->rope_bwd(NULL, d_y, d_y, B, T, NH, hs, theta));
+    expect_close("rope_bwd(rope_fwd(x)) in place", d_y, x, n, 1e-5);
+    release();
+}
+
+/* ---- loss --------------------------------------------------------------------------- */
+
+/* Gradients are bitwise (exp, sums and divisions are shared); the loss adds logf(sum), where
+ * CUDA's logf (1 ulp) and libm's (< 1 ulp) may differ by 2 ulp of a value near log(V) < 8. */
+static void check_softmax_xent(int V, int Vp) {
+    int N = 9;
+    size_t nl = (size_t)N * Vp;
+    float *logits = randn(nl, 2.0f);
+    int32_t *tg = hbuf(N * sizeof(int32_t));
+    for (int r = 0; r < N; r++)
+        tg[r] = (int32_t)zt_uniform(0, V);
+    tg[3] = -1; /* masked row */
+    float dloss = 1.0f / N;
+    float *loss = poisoned(N), *dl = poisoned(nl);
+    float *d_logits = up(logits, nl), *d_loss = up(loss, N), *d_dl = up(dl, nl);
+    int32_t *d_tg = upi(tg, N);
+    char what[64];
+    ZT_OK(cpu->softmax_xent(NULL, loss, dl, logits, tg, N, V, Vp, dloss));
+    ZT_OK(gpu->softmax_xent(NULL, d_loss, d_dl, d_logits, d_tg, N, V, Vp, dloss));
+    snprintf(what, sizeof what, "softmax_xent V=%d Vp=%d losses", V, Vp);
+    expect_close(what, d_loss, loss, N, 8 * U32);
+    snprintf(what, sizeof what, "softmax_xent V=%d Vp=%d dlogits", V, Vp);
+    expect_bits(what, d_dl, dl, nl);
+    /* In place over the logits, and loss only. */
+    float *d_inplace = up(logits, nl), *d_loss2 = up(poisoned(N), N), *d_loss3 = up(poisoned(N), N);
+    ZT_OK(gpu->softmax_xent(NULL, d_loss2, d_inplace, d_inplace, d_tg, N, V, Vp, dloss));
+    expect_bits("softmax_xent dlogits in place", d_inplace, dl, nl);
+    ZT_OK(gpu->softmax_xent(NULL, d_loss3, NULL, d_logits, d_tg, N, V, Vp, dloss));
+    expect_close("softmax_xent losses without gradient", d_loss3, loss, N, 8 * U32);
+    expect_bits("softmax_xent logits untouched without gradient", d_logits, logits, nl);
+    if (!fake) {
+        /* A target outside [-1, V) cannot be refused on the device: its row turns NaN. */
+        int32_t bad = V;
+        h2d(d_tg + 5, &bad, sizeof bad);
+        ZT_OK(gpu->softmax_xent(NULL, d_loss, d_dl, d_logits, d_tg, N, V, Vp, dloss));
+        float *l = down(d_loss, N), *g = down(d_dl, nl);
+        ZT_CHECK(isnan(l[5]) && isnan(g[(size_t)5 * Vp]) && !isnan(l[4]),
+                 "out-of-range target gives a NaN row, others unaffected");
+    }
+    release();
+}
+
+/* ---- optimizer, casts, reductions, init --------------------------------------------- */
+
+static void check_adamw(void) {
+    size_t n = 3001;
+    float *p = randn(n, 1.0f), *m = randn(n, 0.1f), *v = hf(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)zt_uniform(0, 0.01);
+    float *d_p = up(p, n), *d_m = up(m, n), *d_v = up(v, n);
+    for (int t = 1; t <= 3; t++) {
+        float *g = randn(n, 1.0f);
+        ZT_OK(cpu->adamw(NULL, p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t));
+        ZT_OK(
+            gpu->adamw(NULL, d_p, up(g, n), d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t));
+    }
+    expect_bits("adamw param (3 steps)", d_p, p, n);
+    expect_bits("adamw m", d_m, m, n);
+    expect_bits("adamw v", d_v, v, n);
+    release();
+}
+
+static void check_cast(void) {
+    size_t n = 4099;
+    float *x = randn(n, 100.0f);
+    static const uint32_t special[] = {
+        0x7fc00000u, 0xffc00001u, 0x7f800000u, 0xff800000u,
+        0x80000000u, 0x00000001u, 0x3f808000u, /* tie, even: rounds down */
+        0x3f818000u,                           /* tie, odd: rounds up */
+        0x7f7fffffu,                           /* rounds to infinity */
+        0x7f800001u,                           /* signalling NaN stays NaN */
+    };
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++) {
+        float f;
+        memcpy(&f, &special[i], sizeof f);
+        x[i * 13] = f;
+    }
+    zs_bf16 *h16 = hbuf(n * sizeof(zs_bf16)), *g16 = hbuf(n * sizeof(zs_bf16));
+    memset(g16, 0xff, n * sizeof(zs_bf16));
+    zs_bf16 *d16 = dbuf(n * sizeof(zs_bf16));
+    h2d(d16, g16, n * sizeof(zs_bf16));
+    float *d_x = up(x, n);
+    ZT_OK(cpu->cast(NULL, h16, ZS_DTYPE_BF16, x, ZS_DTYPE_F32, n));
+    ZT_OK(gpu->cast(NULL, d16, ZS_DTYPE_BF16, d_x, ZS_DTYPE_F32, n));
+    ZT_OK(gpu->sync(NULL));
+    d2h(g16, d16, n * sizeof(zs_bf16));
+    ZT_CHECK(memcmp(g16, h16, n * sizeof(zs_bf16)) == 0, "cast f32 -> bf16 bitwise");
+    float *back = poisoned(n), *d_back = up(back, n);
+    ZT_OK(cpu->cast(NULL, back, ZS_DTYPE_F32, h16, ZS_DTYPE_BF16, n));
+    ZT_OK(gpu->cast(NULL, d_back, ZS_DTYPE_F32, d16, ZS_DTYPE_BF16, n));
+    expect_bits("cast bf16 -> f32", d_back, back, n);
+    float *d_same = up(poisoned(n), n);
+    ZT_OK(gpu->cast(NULL, d_same, ZS_DTYPE_F32, d_x, ZS_DTYPE_F32, n));
+    expect_bits("cast f32 -> f32 (copy)", d_same, x, n);
+    zs_status st = gpu->cast(NULL, d_same, ZS_DTYPE_I32, d_x, ZS_DTYPE_F32, n);
+    ZT_CHECK(st == ZS_ERR_UNSUPPORTED, "cast f32 -> i32 refused (got %s)", zs_status_string(st));
+    release();
+}
+
+static void check_scale_fill_residual(void) {
+    size_t n = 70001;
+    float *a = randn(n, 1.0f), *b = randn(n, 1.0f), *y0 = randn(n, 1.0f);
+    float *d_a = up(a, n), *d_b = up(b, n);
+    /* residual: out of place, out = a, out = b */
+    float *r = poisoned(n), *d_r = up(r, n);
+    ZT_OK(cpu->residual_fwd(NULL, r, a, b, n));
+    ZT_OK(gpu->residual_fwd(NULL, d_r, d_a, d_b, n));
+    expect_bits("residual_fwd", d_r, r, n);
+    float *d_a2 = up(a, n), *d_b2 = up(b, n);
+    ZT_OK(gpu->residual_fwd(NULL, d_a2, d_a2, d_b, n));
+    ZT_OK(gpu->residual_fwd(NULL, d_b2, d_a, d_b2, n));
+    expect_bits("residual_fwd out = a", d_a2, r, n);
+    expect_bits("residual_fwd out = b", d_b2, r, n);
+    /* axpy accumulates */
+    float *y = clone(y0, n), *d_y = up(y0, n);
+    ZT_OK(cpu->axpy(NULL, y, -0.37f, a, n));
+    ZT_OK(gpu->axpy(NULL, d_y, -0.37f, d_a, n));
+    expect_bits("axpy", d_y, y, n);
+    /* scale, fill */
+    float *s = clone(a, n), *d_s = up(a, n);
+    ZT_OK(cpu->scale(NULL, s, 1.0f / 3.0f, n));
+    ZT_OK(gpu->scale(NULL, d_s, 1.0f / 3.0f, n));
+    expect_bits("scale", d_s, s, n);
+    float *f = poisoned(n), *d_f = up(f, n);
+    ZT_OK(cpu->fill(NULL, f, -2.5f, n));
+    ZT_OK(gpu->fill(NULL, d_f, -2.5f, n));
+    expect_bits("fill", d_f, f, n);
+    /* zero-length ops are no-ops, even with NULL buffers */
+    ZT_OK(gpu->axpy(NULL, NULL, 1.0f, NULL, 0));
+    ZT_OK(gpu->fill(NULL, NULL, 0.0f, 0));
+    release();
+}
+
+/* The same chunk decomposition and order as the CPU: equal doubles, for sizes around the
+ * chunk boundary. */
+static void check_sumsq(void) {
+    static const size_t sizes[] = {0, 1, 7, 4095, 4096, 4097, 3 * 4096 + 17, 250001};
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        size_t n = sizes[si];
+        float *x = randn(n ? n : 1, 3.0f), *d_x = up(x, n ? n : 1);
+        double want = -1.0, got = -2.0;
+        ZT_OK(cpu->sumsq(NULL, &want, x, n));
+        ZT_OK(gpu->sumsq(NULL, &got, d_x, n));
+        ZT_CHECK(memcmp(&got, &want, sizeof got) == 0, "sumsq n=%zu: %.17g vs CPU %.17g", n, got,
+                 want);
+    }
+    release();
+}
+
+static void check_copy(void) {
+    size_t nbytes = 1001;
+    unsigned char *src = hbuf(nbytes), *got = hbuf(nbytes), *junk = hbuf(nbytes);
+    for (size_t i = 0; i < nbytes; i++) {
+        src[i] = (unsigned char)zt_uniform(0, 256);
+        junk[i] = 0xa5;
+    }
+    void *d_src = dbuf(nbytes), *d_dst = dbuf(nbytes);
+    h2d(d_src, src, nbytes);
+    h2d(d_dst, junk, nbytes);
+    ZT_OK(gpu->copy(NULL, d_dst, d_src, nbytes));
+    ZT_OK(gpu->copy(NULL, d_src, d_src, nbytes)); /* dst == src: no-op */
+    ZT_OK(gpu->sync(NULL));
+    d2h(got, d_dst, nbytes);
+    ZT_CHECK(memcmp(got, src, nbytes) == 0, "copy of %zu bytes", nbytes);
+    if (!fake) {
+        zs_status st = gpu->copy(NULL, (char *)d_dst + 1, d_dst, 100);
+        ZT_CHECK(st == ZS_ERR_INVALID, "overlapping copy refused (got %s)", zs_status_string(st));
+    }
+    release();
+}
+
+/* Box-Muller through logf and cosf, which differ between libm and CUDA by ~1-2 ulp: with
+ * r = sqrt(-2 log u1) <= 5.8 the value moves by about r * 2 ulp(1) + |value| * 1 ulp, under
+ * 2e-6 * std; the bound is 1e-5 * std. The shard property (element i is the same value
+ * whatever index0 a piece starts at) holds bitwise on the device. */
+static void check_init_normal(void) {
+    size_t n = 10000;
+    uint64_t seed = 1234567, sid = 42, index0 = 98765;
+    float std = 0.02f;
+    float *want = poisoned(n), *d_x = up(want, n);
+    ZT_OK(cpu->init_normal(NULL, want, n, seed, sid, index0, std));
+    ZT_OK(gpu->init_normal(NULL, d_x, n, seed, sid, index0, std));
+    float *got = down(d_x, n);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+    }
+    ZT_CHECK(worst <= 1e-5 * std, "init_normal: max |diff| %.3g > %.3g", worst, 1e-5 * std);
+    float *d_y = up(poisoned(n), n);
+    size_t cut = 3333;
+    ZT_OK(gpu->init_normal(NULL, d_y, cut, seed, sid, index0, std));
+    ZT_OK(gpu->init_normal(NULL, d_y + cut, n - cut, seed, sid, index0 + cut, std));
+    expect_bits("init_normal in two shards", d_y, got, n);
+    release();
+}
+
+/* ---- argument validation ------------------------------------------------------------ */
+
+static void check_errors(void) {
+    float *d = dbuf(64 * sizeof(float));
+    ZT_CHECK(gpu->gemm(NULL, 2, 0, 4, 4, 4, 1.0f, d, 4, d, 4, 0.0f, d, 4) == ZS_ERR_INVALID,
+             "gemm: bad trans flag");
+    ZT_CHECK(gpu->gemm(NULL, 0, 0, 4, 4, 4, 1.0f, d, 3, d, 4, 0.0f, d, 4) == ZS_ERR_INVALID,
+             "gemm: lda < m");
+    ZT_CHECK(gpu->layernorm_fwd(NULL, d, d, d, d, d, d, 4, 0) == ZS_ERR_INVALID,
+             "layernorm: C = 0");
+    ZT_CHECK(gpu->attention_fwd(NULL, d, d, d, 1, 2, 6, 4) == ZS_ERR_INVALID,
+             "attention: C not a multiple of NH");
+    ZT_CHECK(gpu->attention_gqa_fwd(NULL, d, d, d, d, d, 1, 2, 4, 3, 2) == ZS_ERR_INVALID,
+             "attention_gqa: NKV does not divide NH");
+    ZT_CHECK(gpu->rope_fwd(NULL, d, d, 1, 2, 1, 3, 10000.0f) == ZS_ERR_INVALID, "rope: odd hs");
+    ZT_CHECK(gpu->adamw(NULL, d, d, d, d, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 0) ==
+                 ZS_ERR_INVALID,
+             "adamw: t = 0");
+    ZT_CHECK(gpu->softmax_xent(NULL, d, d, d, (const int32_t *)d, 2, 5, 4, 1.0f) == ZS_ERR_INVALID,
+             "softmax_xent: Vp < V");
+    double r;
+    ZT_CHECK(gpu->sumsq(NULL, NULL, d, 4) == ZS_ERR_INVALID, "sumsq: NULL result");
+    ZT_OK(gpu->sumsq(NULL, &r, d, 0));
+    ZT_CHECK(r == 0.0, "sumsq of nothing is 0");
+    release();
+}
+
+int main(void) {
+    zt_init("cuda_ops");
+    cpu = zs_ops_cpu();
+    const char *f = getenv("ZS_TEST_CUDA_FAKE");
+    fake = f && *f && strcmp(f, "0") != 0;
+    if (fake) {
+        printf("cuda_ops: ZS_TEST_CUDA_FAKE: CPU table stands in for CUDA (harness check only)\n");
+        gpu = zs_ops_cpu();
+    } else {
+        if (!zs_cuda_built()) zt_skip("built without the CUDA backend");
+        if (zs_cuda_device_count() == 0) zt_skip("no CUDA device");
+        gpu = zs_ops_cuda();
+        ZT_REQUIRE(gpu != NULL, "zs_ops_cuda() is NULL in a CUDA build");
+        ZT_OK(zs_cuda_set_device(0));
+    }
+    check_table();
+    check_memory();
+    check_stream();
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_gemm(ta, tb, 0.7f, 0.0f);
+            check_gemm(ta, tb, -1.3f, 0.5f);
+        }
+    check_linear();
+    check_bias();
+    for (int grads = 1; grads <= 3; grads++) {
+        check_embedding(1, grads);
+        check_embedding(0, grads);
+    }
+    check_layernorm();
+    check_rmsnorm();
+    check_gelu();
+    check_swiglu();
+    check_attention();
+    check_attention_gqa(6, 2);
+    check_attention_gqa(4, 4);
+    check_attention_gqa(3, 1);
+    check_rope();
+    check_softmax_xent(37, 40);
+    check_softmax_xent(3001, 3072);
+    check_adamw();
+    check_cast();
+    check_scale_fill_residual();
+    check_sumsq();
+    check_copy();
+    check_init_normal();
+    check_errors();
+    return zt_finish();
+}
