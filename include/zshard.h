@@ -150,8 +150,8 @@ typedef enum zs_recompute {
 /* Training settings that change memory but not the model. All-zero = fp32, no recompute. */
 typedef struct zs_mem_options {
     zs_recompute recompute;
-    zs_dtype dtype;        /* compute copy of parameters and activations: F32 or BF16 */
-    zs_dtype reduce_dtype; /* gradients (storage and reduction): F32 or BF16 */
+    zs_dtype dtype;        /* compute copy of the parameters: F32 or BF16 */
+    zs_dtype reduce_dtype; /* gradients (storage and reduction): F32 (BF16 not built yet) */
 } zs_mem_options;
 
 /* zs_mem_estimate_compute with options; opts NULL = all defaults. */
@@ -190,6 +190,8 @@ typedef struct zs_train_config {
     const char *comm;        /* "auto", "shm", "mpi", "nccl" (NULL = auto / ZS_COMM) */
     double comm_timeout_s;   /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */
     zs_recompute recompute;  /* activation checkpointing (ZS_RECOMPUTE_NONE) */
+    zs_dtype dtype;          /* compute copy of the parameters: F32 (default) or BF16 */
+    zs_dtype reduce_dtype;   /* gradient storage and reduction: F32 (BF16 is not built yet) */
 } zs_train_config;
 
 zs_train_config zs_train_config_default(void);

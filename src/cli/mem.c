@@ -11,13 +11,16 @@
 
 static const char *STAGE_NAME[] = {"ddp", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
 static const char *FORMULA[] = {"16Ψ", "8Ψ + 8Ψ/N", "4Ψ + 12Ψ/N", "16Ψ/N"};
+/* bf16 compute copy with fp32 gradients and fp32 master + Adam (DESIGN.md §4's "18Ψ with
+ * fp32 grads" for DDP; the all-bf16-gradient column needs --reduce-dtype bf16). */
+static const char *FORMULA_BF16[] = {"18Ψ", "6Ψ + 12Ψ/N", "2Ψ + 16Ψ/N", "18Ψ/N"};
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
             "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
-            "                  [--recompute none|block] [--compare]\n"
-            "Predicts per-rank peak memory by category (fp32 training) before a run.\n"
+            "                  [--recompute none|block] [--dtype fp32|bf16] [--compare]\n"
+            "Predicts per-rank peak memory by category (fp32, or a bf16 compute copy) before a run.\n"
             "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
             "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
 }
@@ -49,7 +52,11 @@ int zs_cli_mem(int argc, char **argv) {
         else if (!strcmp(a, "--grad-accum")) rc = zs_arg_int(a, v, &accum);
         else if (!strcmp(a, "--prefetch")) rc = zs_arg_int(a, v, &prefetch);
         else if (!strcmp(a, "--vocab")) rc = zs_arg_int(a, v, &vocab);
-        else if (!strcmp(a, "--recompute")) {
+        else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "fp32")) mo.dtype = ZS_DTYPE_F32;
+            else if (!strcmp(v, "bf16")) mo.dtype = ZS_DTYPE_BF16;
+            else return zs_cli_fail(2, "--dtype: '%s' is not one of fp32, bf16", v);
+        } else if (!strcmp(a, "--recompute")) {
             if (!strcmp(v, "none")) mo.recompute = ZS_RECOMPUTE_NONE;
             else if (!strcmp(v, "block")) mo.recompute = ZS_RECOMPUTE_BLOCK;
             else return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
@@ -77,9 +84,11 @@ int zs_cli_mem(int argc, char **argv) {
                                          &est[s]) != ZS_OK)
             return zs_cli_fail(2, "mem: %s", zs_last_error());
     const zs_mem_estimate *e0 = &est[first];
-    printf("zshard mem: %s, %d rank%s, fp32, global batch %d x seq %d (%d per rank per "
+    printf("zshard mem: %s, %d rank%s, %s, global batch %d x seq %d (%d per rank per "
            "micro-batch), prefetch %d, recompute %s\n",
-           model, nproc, nproc > 1 ? "s" : "", batch, seq, batch / (nproc * accum), prefetch,
+           model, nproc, nproc > 1 ? "s" : "",
+           mo.dtype == ZS_DTYPE_BF16 ? "bf16 params, fp32 grads, fp32 master + Adam" : "fp32",
+           batch, seq, batch / (nproc * accum), prefetch,
            mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n\n",
@@ -97,7 +106,9 @@ int zs_cli_mem(int argc, char **argv) {
     printf("| **model states** |");
     for (int s = first; s <= last; s++) printf(" **%.3f** |", gib(est[s].model_states));
     printf("\n| formula (Ψ padded, N=%d) |", nproc);
-    for (int s = first; s <= last; s++) printf(" %s = %.3f |", FORMULA[s], gib(est[s].model_states));
+    for (int s = first; s <= last; s++)
+        printf(" %s = %.3f |", (mo.dtype == ZS_DTYPE_BF16 ? FORMULA_BF16 : FORMULA)[s],
+               gib(est[s].model_states));
     printf("\n| **total** |");
     for (int s = first; s <= last; s++) printf(" **%.3f** |", gib(est[s].total));
     printf("\n");

@@ -38,6 +38,7 @@ zs_engine_config zs_engine_config_default(void) {
     c.stage = ZS_STAGE_DDP;
     c.world_size = 1;
     c.prefetch = 1;
+    c.param_dtype = ZS_DTYPE_F32;
     return c;
 }
 
@@ -65,6 +66,9 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
                "--prefetch %d must be in [0, 8]", cfg->prefetch);
     ZS_REQUIRE(cfg->stage >= ZS_STAGE_DDP && cfg->stage <= ZS_STAGE_3, ZS_ERR_INVALID,
                "engine: unknown stage %d", (int)cfg->stage);
+    ZS_REQUIRE(cfg->param_dtype == ZS_DTYPE_F32 || cfg->param_dtype == ZS_DTYPE_BF16,
+               ZS_ERR_INVALID, "engine: compute dtype %s is not fp32 or bf16",
+               zs_dtype_name(cfg->param_dtype));
     e = calloc(1, sizeof *e);
     ZS_REQUIRE(e, ZS_ERR_OOM, "engine: out of memory");
     e->layout = layout;
@@ -77,6 +81,8 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
     e->micro_K = 1;
     e->persist_params = cfg->stage != ZS_STAGE_3;
     e->persist_grads = cfg->stage == ZS_STAGE_DDP || cfg->stage == ZS_STAGE_1;
+    e->bf16 = cfg->param_dtype == ZS_DTYPE_BF16;
+    e->cunit = -1;
     e->units = calloc((size_t)layout->n_units, sizeof *e->units);
     ZS_REQUIRE(e->units, ZS_ERR_OOM, "engine: out of memory");
     for (int u = 0; u < layout->n_units; u++) {
@@ -86,13 +92,27 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
         us->pslot = us->gslot = -1;
         /* Allocation order is the layout's on every rank, as the collective
          * zs_comm_mem_alloc requires. */
-        if (e->persist_params)
+        if (e->persist_params && e->bf16)
+            ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM, P * 2, ud->name, (float **)&us->p16));
+        else if (e->persist_params)
             ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM, P * 4, ud->name, &us->param));
         if (e->persist_grads)
             ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GRAD, P * 4, ud->name, &us->grad));
         else
             ZS_CHECK(zs_alloc(ZS_MEM_GRAD_SHARD, S * 4, ud->name, (void **)&us->gshard));
-        if (cfg->stage == ZS_STAGE_DDP) {
+        if (e->bf16) {
+            /* bf16 compute copy: the fp32 master is its own buffer at every stage (full for
+             * DDP, the shard otherwise); ZeRO-3 also keeps the bf16 shard it gathers. */
+            int full = cfg->stage == ZS_STAGE_DDP;
+            us->opt_base = full ? 0 : (int64_t)e->rank * ud->shard;
+            us->opt_n = full ? (int64_t)P : ud->shard;
+            ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, (size_t)us->opt_n * 4, ud->name,
+                                         &us->master));
+            us->master_owned = 1;
+            if (!e->persist_params)
+                ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, S * 2, ud->name,
+                                             (float **)&us->p16));
+        } else if (cfg->stage == ZS_STAGE_DDP) {
             /* DDP: every rank updates the full unit; its master copy is the full params. */
             us->master = us->param;
             us->opt_base = 0;
@@ -125,6 +145,7 @@ void zs_engine_destroy(zs_engine_t *e) {
         for (int u = 0; u < e->layout->n_units; u++) {
             unit_state *us = &e->units[u];
             zs_engine_buf_free(e, us->param);
+            zs_engine_buf_free(e, (float *)us->p16);
             zs_engine_buf_free(e, us->grad);
             zs_free(us->gshard);
             if (us->master_owned) zs_engine_buf_free(e, us->master);
@@ -139,11 +160,12 @@ void zs_engine_destroy(zs_engine_t *e) {
 
 /* ---- collectives, with the world of one handled here so callers need not branch ------- */
 
-zs_status zs_engine_gather(zs_engine_t *e, const float *send, float *recv, size_t count,
-                           const char *tag, zs_comm_work_t **work) {
+zs_status zs_engine_gather(zs_engine_t *e, const void *send, void *recv, size_t count,
+                           zs_dtype dt, const char *tag, zs_comm_work_t **work) {
     *work = NULL;
-    if (!e->comm) return send == recv ? ZS_OK : e->ops->copy(e->stream, recv, send, count * 4);
-    return zs_comm_all_gather_async(e->comm, send, recv, count, ZS_DTYPE_F32, e->stream, tag, work);
+    if (!e->comm)
+        return send == recv ? ZS_OK : e->ops->copy(e->stream, recv, send, count * zs_dtype_size(dt));
+    return zs_comm_all_gather_async(e->comm, send, recv, count, dt, e->stream, tag, work);
 }
 
 zs_status zs_engine_wait(zs_comm_work_t **work) {
@@ -185,11 +207,12 @@ fail:
 static zs_status regather_params(zs_engine_t *e, int wait) {
     zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
+    if (e->bf16) return zs_engine_round_params(e, wait);
     if (!e->persist_params || e->cfg.stage == ZS_STAGE_DDP) return ZS_OK;
     for (int u = 0; u < l->n_units; u++) {
         unit_state *us = &e->units[u];
         ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
-                                  l->units[u].name, &us->work));
+                                  ZS_DTYPE_F32, l->units[u].name, &us->work));
         if (wait) ZS_CHECK(zs_engine_wait(&us->work));
     }
 fail:
@@ -343,15 +366,18 @@ zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx)
     const zs_layout *l = e->layout;
     ZS_CHECK(zs_engine_drain(e));
     /* ZeRO-3 gathers each unit into the largest pool slot, which the drain left empty: no
-     * extra memory, so a run that fits its cap also fits while hashing or saving. */
-    float *full = e->persist_params ? NULL : e->pslots[0].buf;
+     * extra memory, so a run that fits its cap also fits while hashing or saving. With a bf16
+     * compute copy the fp32 masters are gathered into the (fp32) compute buffer instead. */
+    int gather = e->bf16 ? e->cfg.stage != ZS_STAGE_DDP : !e->persist_params;
+    float *full = !gather ? NULL : e->bf16 ? e->cbuf : e->pslots[0].buf;
+    e->cunit = -1;
     for (int u = 0; u < l->n_units; u++) {
         unit_state *us = &e->units[u];
-        const float *p = us->param;
-        if (!e->persist_params) {
+        const float *p = e->bf16 ? us->master : us->param;
+        if (gather) {
             zs_comm_work_t *w = NULL;
             ZS_CHECK(zs_engine_gather(e, us->master, full, (size_t)l->units[u].shard,
-                                      l->units[u].name, &w));
+                                      ZS_DTYPE_F32, l->units[u].name, &w));
             ZS_CHECK(zs_engine_wait(&w));
             p = full;
         }

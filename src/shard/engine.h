@@ -23,6 +23,11 @@ typedef struct zs_engine_config {
     int world_size;
     int prefetch;    /* gathered units in flight ahead of the current one (ZeRO-3), >= 0 */
     zs_comm_t *comm; /* NULL when world_size == 1 */
+    /* Compute copy of the parameters: ZS_DTYPE_F32 (the master itself) or ZS_DTYPE_BF16 (a
+     * bf16 copy rounded from the fp32 master after every step and all-gathered as bf16; each
+     * acquired unit is widened into one fp32 buffer, so begin still returns fp32 and only one
+     * unit may be acquired at a time). Gradients stay fp32. */
+    zs_dtype param_dtype;
 } zs_engine_config;
 
 zs_engine_config zs_engine_config_default(void);

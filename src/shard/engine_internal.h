@@ -3,13 +3,15 @@
 #ifndef ZS_SHARD_ENGINE_INTERNAL_H
 #define ZS_SHARD_ENGINE_INTERNAL_H
 
+#include "core/bf16.h"
 #include "shard/engine.h"
 
 typedef struct unit_state {
     float *param;  /* full params, persistent (ddp, 1, 2) or NULL */
     float *grad;   /* full grads, persistent (ddp, 1) or NULL */
     float *gshard; /* fp32 gradient shard (2, 3) or NULL */
-    float *master; /* fp32 master: full (ddp), slice of param (1, 2), own (3) */
+    float *master; /* fp32 master: full (ddp), slice of param (1, 2), own (3 and bf16) */
+    zs_bf16 *p16;  /* bf16 compute copy: full (ddp, 1, 2) or this rank's shard (3); fp32: NULL */
     int master_owned;
     float *m, *v; /* Adam moments over [opt_base, opt_base + opt_n) of the unit */
     int64_t opt_base, opt_n;
@@ -54,6 +56,10 @@ struct zs_engine {
      * phase 0 forward, 1 backward); ZeRO-3 prefetches along it afterwards. */
     int *order, n_order, cap_order, recording, recorded, cursor;
     uint64_t n_param_gathers; /* ZeRO-3 unit gathers issued (prefetches included) */
+    /* bf16 compute copy: the acquired unit widened to fp32 (the largest unit's size). */
+    int bf16;
+    float *cbuf;
+    int cunit, c_in_use; /* unit whose values cbuf holds (-1: none); acquired now */
 };
 
 /* Buffers that collectives read or write: registered with the communicator (peers read them
@@ -67,9 +73,17 @@ void zs_engine_pools_destroy(zs_engine_t *e);
 /* Wait for every outstanding collective and fold finished gradient reductions into the
  * shards. Leaves no work in flight. */
 zs_status zs_engine_drain(zs_engine_t *e);
-/* all-gather count elements per rank (async; a copy when world is one). */
-zs_status zs_engine_gather(zs_engine_t *e, const float *send, float *recv, size_t count,
-                           const char *tag, zs_comm_work_t **work);
+/* all-gather count elements of dtype dt per rank (async; a copy when world is one). */
+zs_status zs_engine_gather(zs_engine_t *e, const void *send, void *recv, size_t count,
+                           zs_dtype dt, const char *tag, zs_comm_work_t **work);
 zs_status zs_engine_wait(zs_comm_work_t **work);
+
+/* bf16 compute copy (engine_bf16.c): the fp32 widening buffer; rounding the masters into the
+ * bf16 copy and gathering it (with wait == 0 each unit's gather is waited at its next
+ * acquisition); widening an acquired unit's bf16 values (src) into the buffer. */
+zs_status zs_engine_bf16_create(zs_engine_t *e);
+void zs_engine_bf16_destroy(zs_engine_t *e);
+zs_status zs_engine_round_params(zs_engine_t *e, int wait);
+zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **params);
 
 #endif

@@ -19,7 +19,7 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static zs_status make_slots(zs_engine_t *e, slot **out, int n, const char *what) {
+static zs_status make_slots(zs_engine_t *e, slot **out, int n, size_t elem, const char *what) {
     zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
     int64_t *sizes = malloc((size_t)l->n_units * sizeof *sizes);
@@ -33,7 +33,7 @@ static zs_status make_slots(zs_engine_t *e, slot **out, int n, const char *what)
         slot *s = &(*out)[i];
         s->cap = sizes[i < l->n_units ? i : l->n_units - 1];
         s->unit = -1;
-        ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GATHERED, (size_t)s->cap * 4, what, &s->buf));
+        ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GATHERED, (size_t)s->cap * elem, what, &s->buf));
     }
 fail:
     free(sizes);
@@ -44,15 +44,17 @@ zs_status zs_engine_pools_create(zs_engine_t *e) {
     zs_status st = ZS_OK;
     if (!e->persist_params) {
         e->n_pslots = e->cfg.prefetch + 1;
-        ZS_CHECK(make_slots(e, &e->pslots, e->n_pslots, "gathered params"));
+        /* bf16: ZeRO-3 gathers the bf16 copy, so its slots hold 2-byte elements. */
+        ZS_CHECK(make_slots(e, &e->pslots, e->n_pslots, e->bf16 ? 2 : 4, "gathered params"));
     }
     if (!e->persist_grads) {
         int tied = 0;
         for (int u = 0; u < e->layout->n_units; u++)
             tied += e->layout->units[u].n_uses > 1;
         e->n_gslots = 2 + tied;
-        ZS_CHECK(make_slots(e, &e->gslots, e->n_gslots, "unit gradients"));
+        ZS_CHECK(make_slots(e, &e->gslots, e->n_gslots, 4, "unit gradients"));
     }
+    ZS_CHECK(zs_engine_bf16_create(e));
 fail:
     return st;
 }
@@ -62,6 +64,7 @@ void zs_engine_pools_destroy(zs_engine_t *e) {
         zs_engine_buf_free(e, e->pslots[i].buf);
     for (int i = 0; e->gslots && i < e->n_gslots; i++)
         zs_engine_buf_free(e, e->gslots[i].buf);
+    zs_engine_bf16_destroy(e);
     free(e->pslots);
     free(e->gslots);
     e->pslots = e->gslots = NULL;
@@ -159,8 +162,12 @@ static zs_status evict_and_gather(zs_engine_t *e, int k, int unit) {
     s->tick = ++e->tick;
     e->units[unit].pslot = k;
     e->n_param_gathers++;
-    ZS_CHECK(
-        zs_engine_gather(e, e->units[unit].master, s->buf, (size_t)ud->shard, ud->name, &s->work));
+    if (e->bf16)
+        ZS_CHECK(zs_engine_gather(e, e->units[unit].p16, s->buf, (size_t)ud->shard, ZS_DTYPE_BF16,
+                                  ud->name, &s->work));
+    else
+        ZS_CHECK(zs_engine_gather(e, e->units[unit].master, s->buf, (size_t)ud->shard,
+                                  ZS_DTYPE_F32, ud->name, &s->work));
 fail:
     return st;
 }
@@ -170,6 +177,7 @@ static zs_status acquire_params(zs_engine_t *e, int unit, int phase, float **par
     unit_state *us = &e->units[unit];
     if (e->persist_params) {
         ZS_CHECK(zs_engine_wait(&us->work)); /* the post-step gather of this unit */
+        if (e->bf16) return zs_engine_widen(e, unit, us->p16, params);
         *params = us->param;
         return ZS_OK;
     }
@@ -189,6 +197,7 @@ static zs_status acquire_params(zs_engine_t *e, int unit, int phase, float **par
     s->in_use = 1;
     s->tick = ++e->tick;
     *params = s->buf;
+    if (e->bf16) ZS_CHECK(zs_engine_widen(e, unit, (const zs_bf16 *)s->buf, params));
     /* Prefetch the next units along the recorded order while this one computes. */
     for (int j = 1; j <= e->cfg.prefetch && e->cursor >= 0 && e->cursor + j < e->n_order; j++) {
         int v = e->order[e->cursor + j] / 2;
@@ -203,6 +212,7 @@ fail:
 
 static void release_params(zs_engine_t *e, int unit) {
     int k = e->units[unit].pslot;
+    if (e->bf16 && e->cunit == unit) e->c_in_use = 0;
     if (!e->persist_params && k >= 0) e->pslots[k].in_use = 0;
 }
 
@@ -360,6 +370,8 @@ zs_status zs_engine_drain(zs_engine_t *e) {
                    "engine: unit %s's backward did not end before the step",
                    e->layout->units[e->gslots[i].unit].name);
     /* The step changes the master shards, so gathered copies become stale: drop them. */
+    e->cunit = -1;
+    e->c_in_use = 0;
     for (int i = 0; i < e->n_pslots; i++) {
         slot *s = &e->pslots[i];
         ZS_CHECK(zs_engine_wait(&s->work));

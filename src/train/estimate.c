@@ -41,11 +41,23 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     ZS_REQUIRE(seq <= cfg->max_seq, ZS_ERR_INVALID,
                "--seq %d is longer than model %s's %d positions", seq, cfg->name, cfg->max_seq);
     ZS_CHECK(zs_model_layout(cfg, world, &l));
+    ZS_REQUIRE(opts->dtype == ZS_DTYPE_F32 || opts->dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
+               "memory estimate: compute dtype %s is not fp32 or bf16", zs_dtype_name(opts->dtype));
+    ZS_REQUIRE(opts->reduce_dtype == ZS_DTYPE_F32, ZS_ERR_UNSUPPORTED,
+               "memory estimate: --reduce-dtype %s is not built yet",
+               zs_dtype_name(opts->reduce_dtype));
+    int bf16 = opts->dtype == ZS_DTYPE_BF16;
     uint64_t P = (uint64_t)l.total_padded * 4, S = P / (uint64_t)world;
     uint64_t *b = out->bytes;
-    /* Model states, DESIGN.md §4 (fp32): exactly what the engine allocates. */
-    b[ZS_MEM_PARAM] = stage == 3 ? 0 : P;
-    b[ZS_MEM_PARAM_SHARD] = stage == 3 ? S : 0;
+    /* Model states, DESIGN.md §4: exactly what the engine allocates. fp32: one fp32 copy of
+     * the parameters serves as master. bf16 compute copy: bf16 params (full, or ZeRO-3's
+     * gathered shard) plus an fp32 master of their own (full for DDP, the shard otherwise);
+     * gradients stay fp32. */
+    b[ZS_MEM_PARAM] = stage == 3 ? 0 : bf16 ? P / 2 : P;
+    if (bf16)
+        b[ZS_MEM_PARAM_SHARD] = stage == 0 ? P : stage == 3 ? S + S / 2 : S;
+    else
+        b[ZS_MEM_PARAM_SHARD] = stage == 3 ? S : 0;
     b[ZS_MEM_GRAD] = stage <= 1 ? P : 0;
     b[ZS_MEM_GRAD_SHARD] = stage >= 2 ? S : 0;
     b[ZS_MEM_OPTIM_STATE] = stage == 0 ? 2 * P : 2 * S;
@@ -59,9 +71,11 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
         tied += l.units[u].n_uses > 1;
     }
     qsort(sizes, (size_t)l.n_units, sizeof *sizes, cmp_desc);
-    if (stage == 3)
+    if (stage == 3) /* ZeRO-3 gathers compute-dtype elements */
         for (int i = 0; i <= prefetch; i++)
-            b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 4;
+            b[ZS_MEM_GATHERED] +=
+                (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * (bf16 ? 2 : 4);
+    if (bf16) b[ZS_MEM_GATHERED] += (uint64_t)sizes[0] * 4; /* the unit widened to fp32 */
     if (stage >= 2)
         for (int i = 0; i < 2 + tied; i++)
             b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 4;
