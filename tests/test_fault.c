@@ -9,19 +9,24 @@
 
 static char g_out[1 << 17];
 
-static int count_segments(void) {
-    char buf[4096];
-    zt_run("ls /dev/shm 2>/dev/null | grep -c '^zshard-' || true", buf, sizeof buf);
+/* Shared-memory objects of one job: their names carry the launcher's pid as the job key
+ * ("zshard-job<pid>-..."), so other jobs running on the machine do not count. */
+static int count_segments(long launcher_pid) {
+    char buf[4096], cmd[256];
+    snprintf(cmd, sizeof cmd, "ls /dev/shm 2>/dev/null | grep -c '^zshard-job%ld-' || true",
+             launcher_pid);
+    zt_run(cmd, buf, sizeof buf);
     return atoi(buf);
 }
 
 static void kill_case(const char *corpus, int nproc, const char *stage, int victim, int step) {
     char cmd[2048];
-    int before = count_segments();
+    /* `exec` keeps the shell's pid, and --nproc re-executes in place as the launcher, so
+     * the printed pid is the launcher's: the job key of every segment this job creates. */
     snprintf(cmd, sizeof cmd,
-             "ZS_FAULT_KILL=%d:%d timeout 120 %s train --data %s --model gpt2-tiny --nproc %d "
-             "--stage %s --batch 12 --seq 32 --steps 20 --comm-timeout 30 --sample-len 0 "
-             "--val-every 0",
+             "ZS_FAULT_KILL=%d:%d timeout 120 sh -c 'echo launcher=$$; exec %s train --data %s "
+             "--model gpt2-tiny --nproc %d --stage %s --batch 12 --seq 32 --steps 20 "
+             "--comm-timeout 30 --sample-len 0 --val-every 0'",
              victim, step, zt_zshard_exe(), corpus, nproc, stage);
     double t0 = zs_now_s();
     int rc = zt_run(cmd, g_out, sizeof g_out);
@@ -38,8 +43,11 @@ static void kill_case(const char *corpus, int nproc, const char *stage, int vict
     ZT_CHECK(strstr(g_out, want) != NULL, "survivor names the dead peer: %s", g_out);
     ZT_CHECK(strstr(g_out, "tag '") != NULL, "error names the collective's tag (unit)");
     ZT_CHECK(strstr(g_out, "summary:") == NULL, "no run summary is printed for a failed job");
-    ZT_CHECK(count_segments() <= before, "shared-memory segment left behind (%d before, %d after)",
-             before, count_segments());
+    const char *lp = strstr(g_out, "launcher=");
+    long pid = lp ? atol(lp + 9) : 0;
+    ZT_CHECK(pid > 0, "launcher pid printed");
+    ZT_CHECK(count_segments(pid) == 0, "shared-memory objects of job %ld left behind: %d", pid,
+             count_segments(pid));
 }
 
 int main(void) {
