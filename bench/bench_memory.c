@@ -20,10 +20,10 @@ static const char *STAGE_NAME[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
 
 typedef struct cell {
     int ok;
-    double ms;             /* median ms/step after the first step */
-    uint64_t states;       /* max over ranks of param+param_shard+grad+grad_shard+optim */
-    uint64_t total;        /* max over ranks of the total peak */
-    uint64_t formula;      /* model-state bytes by the formula for the padded layout */
+    double ms;        /* median ms/step after the first step */
+    uint64_t states;  /* max over ranks of param+param_shard+grad+grad_shard+optim */
+    uint64_t total;   /* max over ranks of the total peak */
+    uint64_t formula; /* model-state bytes by the formula for the padded layout */
 } cell;
 
 static uint64_t field(const char *s, const char *end, const char *key) {
@@ -93,7 +93,8 @@ static void usage(void) {
            "seq 64, 3 steps, out bench-memory/.\n");
 }
 
-static void write_chart(const char *dir, const char *model, const int *ws, int nw, cell (*cells)[4]) {
+static void write_chart(const char *dir, const char *model, const int *ws, int nw,
+                        cell (*cells)[4]) {
     char dat[600], cmd[1400];
     snprintf(dat, sizeof dat, "%s/memory.dat", dir);
     FILE *f = fopen(dat, "w");
@@ -101,7 +102,8 @@ static void write_chart(const char *dir, const char *model, const int *ws, int n
     fprintf(f, "ranks DDP ZeRO-1 ZeRO-2 ZeRO-3\n");
     for (int i = 0; i < nw; i++) {
         fprintf(f, "%d", ws[i]);
-        for (int s = 0; s < 4; s++) fprintf(f, " %.4f", (double)cells[i][s].total / 1073741824.0);
+        for (int s = 0; s < 4; s++)
+            fprintf(f, " %.4f", (double)cells[i][s].total / 1073741824.0);
         fprintf(f, "\n");
     }
     fclose(f);
@@ -134,14 +136,20 @@ int zs_bench_memory(int argc, char **argv) {
             return 0;
         }
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) model = v;
+        if (!strcmp(a, "--model"))
+            model = v;
         else if (!strcmp(a, "--nproc-list")) {
             if ((nw = parse_list(a, v, ws, 8)) <= 0) return 2;
-        } else if (!strcmp(a, "--batch")) rc = zs_arg_int(a, v, &batch);
-        else if (!strcmp(a, "--seq")) rc = zs_arg_int(a, v, &seq);
-        else if (!strcmp(a, "--steps")) rc = zs_arg_int(a, v, &steps);
-        else if (!strcmp(a, "--out")) out = v;
-        else return zs_cli_fail(2, "bench memory: unknown flag '%s'", a);
+        } else if (!strcmp(a, "--batch"))
+            rc = zs_arg_int(a, v, &batch);
+        else if (!strcmp(a, "--seq"))
+            rc = zs_arg_int(a, v, &seq);
+        else if (!strcmp(a, "--steps"))
+            rc = zs_arg_int(a, v, &steps);
+        else if (!strcmp(a, "--out"))
+            out = v;
+        else
+            return zs_cli_fail(2, "bench memory: unknown flag '%s'", a);
         if (rc) return rc;
     }
     if (steps < 2) return zs_cli_fail(2, "bench memory: --steps must be >= 2");
@@ -228,6 +236,7 @@ int zs_bench_memory(int argc, char **argv) {
     printf("\nwrote %s, %s and %s/memory.svg\n", md, csv, out);
     int failed = 0;
     for (int i = 0; i < nw; i++)
-        for (int s = 0; s < 4; s++) failed += !cells[i][s].ok;
+        for (int s = 0; s < 4; s++)
+            failed += !cells[i][s].ok;
     return failed ? 1 : 0;
 }

@@ -49,8 +49,10 @@ static double time_gemms(const gemm_shape *g, int ng, int reps, double *flops) {
     float *A = calloc(maxa, 4), *B = calloc(maxb, 4), *C = calloc(maxc, 4);
     double *t = calloc((size_t)reps, sizeof *t), med = -1;
     if (!A || !B || !C || !t) goto done;
-    for (size_t i = 0; i < maxa; i++) A[i] = (float)(i % 7) * 0.01f;
-    for (size_t i = 0; i < maxb; i++) B[i] = (float)(i % 5) * 0.01f;
+    for (size_t i = 0; i < maxa; i++)
+        A[i] = (float)(i % 7) * 0.01f;
+    for (size_t i = 0; i < maxb; i++)
+        B[i] = (float)(i % 5) * 0.01f;
     for (int r = -1; r < reps; r++) { /* r = -1 warms up */
         double t0 = zs_now_s();
         for (int i = 0; i < ng; i++) {
@@ -58,8 +60,8 @@ static double time_gemms(const gemm_shape *g, int ng, int reps, double *flops) {
             int lda = s->ta ? s->k : s->m, ldb = s->tb ? s->n : s->k;
             for (int c = 0; c < s->count; c++)
                 cblas_sgemm(CblasColMajor, s->ta ? CblasTrans : CblasNoTrans,
-                            s->tb ? CblasTrans : CblasNoTrans, s->m, s->n, s->k, 1.0f, A, lda,
-                            B, ldb, 1.0f, C, s->m);
+                            s->tb ? CblasTrans : CblasNoTrans, s->m, s->n, s->k, 1.0f, A, lda, B,
+                            ldb, 1.0f, C, s->m);
         }
         if (r >= 0) t[r] = zs_now_s() - t0;
     }
@@ -98,13 +100,20 @@ int zs_bench_step(int argc, char **argv) {
             continue;
         }
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--batch")) rc = zs_arg_int(a, v, &cfg.batch);
-        else if (!strcmp(a, "--seq")) rc = zs_arg_int(a, v, &cfg.seq);
-        else if (!strcmp(a, "--steps")) rc = zs_arg_int(a, v, &steps);
-        else if (!strcmp(a, "--warmup-steps")) rc = zs_arg_int(a, v, &warm);
-        else if (!strcmp(a, "--data")) data = v;
-        else return zs_cli_fail(2, "bench step: unknown flag '%s'", a);
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--batch"))
+            rc = zs_arg_int(a, v, &cfg.batch);
+        else if (!strcmp(a, "--seq"))
+            rc = zs_arg_int(a, v, &cfg.seq);
+        else if (!strcmp(a, "--steps"))
+            rc = zs_arg_int(a, v, &steps);
+        else if (!strcmp(a, "--warmup-steps"))
+            rc = zs_arg_int(a, v, &warm);
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else
+            return zs_cli_fail(2, "bench step: unknown flag '%s'", a);
         if (rc) return rc;
     }
     if (steps < 1 || warm < 0) return zs_cli_fail(2, "bench step: --steps must be >= 1");
@@ -186,9 +195,8 @@ int zs_bench_step(int argc, char **argv) {
                "\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops\":%.3f,"
                "\"ratio\":%.4f,\"param_hash\":\"%016llx\",\"peak_bytes\":%llu,"
                "\"blas_threads\":%d,\"blas_parallel\":\"%s\"}\n",
-               mc->name, cfg.batch, cfg.seq, steps, med_ms, tps, model_gflops, sgemm_gflops,
-               ratio, (unsigned long long)hash,
-               (unsigned long long)mem.total_peak, threads, pname);
+               mc->name, cfg.batch, cfg.seq, steps, med_ms, tps, model_gflops, sgemm_gflops, ratio,
+               (unsigned long long)hash, (unsigned long long)mem.total_peak, threads, pname);
     } else {
         char peak[32];
         zs_format_bytes(mem.total_peak, peak, sizeof peak);

@@ -130,14 +130,13 @@ typedef struct zs_mem_estimate {
     uint64_t bytes[ZS_MEM_NCAT];
     uint64_t model_states; /* param + param_shard + grad + grad_shard + optim_state */
     uint64_t total;
-    int64_t params;        /* real parameters (Ψ) */
-    int64_t padded;        /* Ψ plus alignment and shard padding */
+    int64_t params; /* real parameters (Ψ) */
+    int64_t padded; /* Ψ plus alignment and shard padding */
 } zs_mem_estimate;
 
 /* batch is the global batch; it must divide by world_size x grad_accum. */
-zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world_size, int stage,
-                                  int batch, int seq, int grad_accum, int prefetch,
-                                  zs_mem_estimate *out);
+zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world_size, int stage, int batch,
+                                  int seq, int grad_accum, int prefetch, zs_mem_estimate *out);
 
 /* Activation checkpointing (docs/sharding.md): NONE keeps every activation backward reads;
  * BLOCK keeps only each transformer block's input and recomputes the block's forward inside
@@ -185,13 +184,13 @@ typedef struct zs_train_config {
     float grad_clip;         /* global-norm clip; <= 0 disables */
     uint64_t seed;
     zs_stage stage;
-    uint64_t device_mem;     /* per-rank cap in bytes; 0 = none */
-    int prefetch;            /* ZeRO-3 units gathered ahead of the current one */
-    const char *comm;        /* "auto", "shm", "mpi", "nccl" (NULL = auto / ZS_COMM) */
-    double comm_timeout_s;   /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */
-    zs_recompute recompute;  /* activation checkpointing (ZS_RECOMPUTE_NONE) */
-    zs_dtype dtype;          /* compute copy of the parameters: F32 (default) or BF16 */
-    zs_dtype reduce_dtype;   /* gradient storage and reduction: F32 (BF16 is not built yet) */
+    uint64_t device_mem;    /* per-rank cap in bytes; 0 = none */
+    int prefetch;           /* ZeRO-3 units gathered ahead of the current one */
+    const char *comm;       /* "auto", "shm", "mpi", "nccl" (NULL = auto / ZS_COMM) */
+    double comm_timeout_s;  /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */
+    zs_recompute recompute; /* activation checkpointing (ZS_RECOMPUTE_NONE) */
+    zs_dtype dtype;         /* compute copy of the parameters: F32 (default) or BF16 */
+    zs_dtype reduce_dtype;  /* gradient storage and reduction: F32 (BF16 is not built yet) */
 } zs_train_config;
 
 zs_train_config zs_train_config_default(void);
@@ -199,11 +198,11 @@ zs_train_config zs_train_config_default(void);
 typedef struct zs_trainer zs_trainer_t;
 
 typedef struct zs_step_stats {
-    int step;         /* 1-based index of the step just taken */
-    float loss;       /* mean training loss of the step's global batch */
+    int step;   /* 1-based index of the step just taken */
+    float loss; /* mean training loss of the step's global batch */
     float lr;
-    float grad_norm;  /* global norm before clipping */
-    double ms;        /* wall time of the step */
+    float grad_norm; /* global norm before clipping */
+    double ms;       /* wall time of the step */
     double tokens_per_s;
 } zs_step_stats;
 
@@ -218,8 +217,8 @@ zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss);
 /* Generate n_tokens after prompt (byte text for byte-level data), greedy if temperature<=0.
  * Writes a NUL-terminated string of at most cap bytes to out (raw bytes for byte models,
  * token ids as text otherwise). */
-zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens,
-                            float temperature, uint64_t seed, char *out, size_t cap);
+zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens, float temperature,
+                            uint64_t seed, char *out, size_t cap);
 /* FNV-1a 64 hash of all fp32 master parameters in unit layout order (padding excluded).
  * Collective across ranks (sharded stages gather the shards); every rank gets the hash. */
 zs_status zs_trainer_param_hash(zs_trainer_t *t, uint64_t *hash);
@@ -313,16 +312,15 @@ zs_comm_backend zs_comm_get_backend(const zs_comm_t *c);
 
 /* Blocking collectives: return when recv holds the result (CPU) or, for nccl, when the
  * collective is enqueued on the stream. Issue order is kept with earlier async work. */
-zs_status zs_comm_all_gather(zs_comm_t *c, const void *send, void *recv, size_t count,
-                             zs_dtype dt, zs_stream_t *stream, const char *tag);
+zs_status zs_comm_all_gather(zs_comm_t *c, const void *send, void *recv, size_t count, zs_dtype dt,
+                             zs_stream_t *stream, const char *tag);
 zs_status zs_comm_reduce_scatter(zs_comm_t *c, const void *send, void *recv, size_t count,
                                  zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
                                  const char *tag);
-zs_status zs_comm_all_reduce(zs_comm_t *c, const void *send, void *recv, size_t count,
-                             zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
-                             const char *tag);
-zs_status zs_comm_broadcast(zs_comm_t *c, const void *send, void *recv, size_t count,
-                            zs_dtype dt, int root, zs_stream_t *stream, const char *tag);
+zs_status zs_comm_all_reduce(zs_comm_t *c, const void *send, void *recv, size_t count, zs_dtype dt,
+                             zs_reduce_op op, zs_stream_t *stream, const char *tag);
+zs_status zs_comm_broadcast(zs_comm_t *c, const void *send, void *recv, size_t count, zs_dtype dt,
+                            int root, zs_stream_t *stream, const char *tag);
 zs_status zs_comm_barrier(zs_comm_t *c, zs_stream_t *stream, const char *tag);
 
 /* Asynchronous forms: enqueue and return at once with *work set. On CPU the rank's comm
@@ -331,10 +329,9 @@ zs_status zs_comm_barrier(zs_comm_t *c, zs_stream_t *stream, const char *tag);
 zs_status zs_comm_all_gather_async(zs_comm_t *c, const void *send, void *recv, size_t count,
                                    zs_dtype dt, zs_stream_t *stream, const char *tag,
                                    zs_comm_work_t **work);
-zs_status zs_comm_reduce_scatter_async(zs_comm_t *c, const void *send, void *recv,
-                                       size_t count, zs_dtype dt, zs_reduce_op op,
-                                       zs_stream_t *stream, const char *tag,
-                                       zs_comm_work_t **work);
+zs_status zs_comm_reduce_scatter_async(zs_comm_t *c, const void *send, void *recv, size_t count,
+                                       zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
+                                       const char *tag, zs_comm_work_t **work);
 zs_status zs_comm_all_reduce_async(zs_comm_t *c, const void *send, void *recv, size_t count,
                                    zs_dtype dt, zs_reduce_op op, zs_stream_t *stream,
                                    const char *tag, zs_comm_work_t **work);

@@ -20,8 +20,8 @@ static const char *path(const char *name) {
 
 static void write_text(const char *p, size_t n) {
     /* Word salad from a fixed vocabulary: enough structure to learn from, no fixtures. */
-    static const char *words[] = {"the", "king", "and", "queen", "of", "a", "castle", "went",
-                                  "to", "sea", "with", "bread", "wine", "night", "day"};
+    static const char *words[] = {"the", "king", "and",  "queen", "of",   "a",     "castle", "went",
+                                  "to",  "sea",  "with", "bread", "wine", "night", "day"};
     FILE *f = fopen(p, "w");
     ZT_REQUIRE(f, "open %s", p);
     size_t len = 0;
@@ -47,7 +47,8 @@ static void expect_fail(const char *args, const char *needle) {
              g_out);
     /* One clear line: the error is a single line on stderr. */
     int lines = 0;
-    for (const char *c = g_out; *c; c++) lines += *c == '\n';
+    for (const char *c = g_out; *c; c++)
+        lines += *c == '\n';
     ZT_CHECK(lines == 1, "`zshard %s` printed %d lines: %s", args, lines, g_out);
 }
 
@@ -72,7 +73,8 @@ static void test_bad_input(void) {
 
     /* Token shards: wrong magic, wrong version, truncated body. */
     uint16_t tok[4000];
-    for (int i = 0; i < 4000; i++) tok[i] = (uint16_t)(i % 1000);
+    for (int i = 0; i < 4000; i++)
+        tok[i] = (uint16_t)(i % 1000);
     ZT_OK(zs_llmc_shard_write(path("good.bin"), tok, 4000));
     FILE *in = fopen(path("good.bin"), "rb");
     static unsigned char buf[1024 + 8000];
@@ -176,8 +178,8 @@ static void test_train_runs(void) {
     int s, fin;
     run_train(path("a.jsonl"), "");
     read_hash(path("a.jsonl"), h1, &s, &fin);
-    ZT_CHECK(s == 12 && fin == 1 && strlen(h1) == 16, "12 step records + final: %d %d '%s'", s,
-             fin, h1);
+    ZT_CHECK(s == 12 && fin == 1 && strlen(h1) == 16, "12 step records + final: %d %d '%s'", s, fin,
+             h1);
     run_train(path("b.jsonl"), "");
     read_hash(path("b.jsonl"), h2, &s, &fin);
     ZT_CHECK(!strcmp(h1, h2), "identical runs give the same param_hash: %s vs %s", h1, h2);

@@ -35,7 +35,8 @@ static void test_alloc(void) {
     ZT_OK(zs_alloc(ZS_MEM_OPTIM_STATE, 3000, "b", (void **)&b));
     ZT_CHECK(((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0, "64-byte alignment");
     int zero = 1;
-    for (int i = 0; i < 1000; i++) zero &= a[i] == 0.0f;
+    for (int i = 0; i < 1000; i++)
+        zero &= a[i] == 0.0f;
     ZT_CHECK(zero, "zs_alloc zero-fills");
     zs_mem_get_stats(&s1);
     ZT_CHECK(s1.current[ZS_MEM_PARAM] - s0.current[ZS_MEM_PARAM] == 4000, "param +4000");

@@ -25,7 +25,8 @@ static void write_bytes(const char *p, const void *b, size_t n) {
 
 static void test_text(void) {
     char text[5000];
-    for (size_t i = 0; i < sizeof text; i++) text[i] = (char)('a' + (i * 7) % 26);
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = (char)('a' + (i * 7) % 26);
     write_bytes(path("t.txt"), text, sizeof text);
     zs_dataset d;
     ZT_OK(zs_dataset_open(path("t.txt"), NULL, 0.1, &d));
@@ -45,7 +46,8 @@ static void test_text(void) {
     ZT_CHECK(!memcmp(in, in2, sizeof in) && !memcmp(tg, tg2, sizeof tg), "deterministic");
     int shifted = 1;
     for (int i = 0; i < B; i++)
-        for (int j = 0; j + 1 < T; j++) shifted &= tg[i * T + j] == in[i * T + j + 1];
+        for (int j = 0; j + 1 < T; j++)
+            shifted &= tg[i * T + j] == in[i * T + j + 1];
     ZT_CHECK(shifted, "targets are inputs shifted by one");
     for (int world = 2; world <= 4; world *= 2) {
         int per = B / world;
@@ -62,7 +64,8 @@ static void test_text(void) {
 
 static void test_shards(void) {
     uint16_t tok[3000];
-    for (int i = 0; i < 3000; i++) tok[i] = (uint16_t)((i * 131) % ZS_GPT2_VOCAB);
+    for (int i = 0; i < 3000; i++)
+        tok[i] = (uint16_t)((i * 131) % ZS_GPT2_VOCAB);
     ZT_OK(zs_llmc_shard_write(path("ok.bin"), tok, 3000));
     zs_dataset d;
     ZT_OK(zs_dataset_open(path("ok.bin"), NULL, 0.1, &d));

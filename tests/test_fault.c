@@ -57,7 +57,8 @@ int main(void) {
     snprintf(corpus, sizeof corpus, "%s/c.txt", dir);
     FILE *f = fopen(corpus, "w");
     ZT_REQUIRE(f, "corpus");
-    for (int i = 0; i < 4000; i++) fprintf(f, "line %d of a plain text. ", i);
+    for (int i = 0; i < 4000; i++)
+        fprintf(f, "line %d of a plain text. ", i);
     fclose(f);
     kill_case(corpus, 3, "ddp", 1, 3);
     kill_case(corpus, 4, "3", 2, 2);

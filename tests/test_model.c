@@ -76,7 +76,8 @@ static void test_finite_differences(void) {
         ZT_OK(zs_engine_backward_begin(f.engine, u, &p, &g));
         for (int i = 0; i < f.layout.units[u].n_tensors; i++) {
             const zs_tensor_desc *t = &f.layout.tensors[f.layout.units[u].first_tensor + i];
-            for (int64_t j = 0; j < t->zero_from; j++) p[t->offset + j] += (float)(0.3 * zt_normal());
+            for (int64_t j = 0; j < t->zero_from; j++)
+                p[t->offset + j] += (float)(0.3 * zt_normal());
         }
     }
     mean_loss(&f, 1);
@@ -126,8 +127,8 @@ static void test_init_loss(void) {
     double loss = mean_loss(&f, 0);
     /* With 0.02-std weights the logits are near zero, so the softmax is near uniform: the
      * loss is ln(vocab) up to the logits' small spread (the issue's 1% bound). */
-    ZT_CHECK(fabs(loss - log(256.0)) < 0.01 * log(256.0), "init loss %.5f vs ln(256) %.5f",
-             loss, log(256.0));
+    ZT_CHECK(fabs(loss - log(256.0)) < 0.01 * log(256.0), "init loss %.5f vs ln(256) %.5f", loss,
+             log(256.0));
     teardown(&f);
 }
 
@@ -163,8 +164,8 @@ static void test_layout(void) {
         for (int u = 0; u < l.n_units; u++) {
             const zs_unit_desc *ud = &l.units[u];
             ZT_CHECK(ud->padded % ((int64_t)world * ZS_LAYOUT_ALIGN) == 0, "padded multiple");
-            ZT_CHECK(ud->padded >= ud->used && ud->padded - ud->used <
-                                                   (int64_t)world * ZS_LAYOUT_ALIGN,
+            ZT_CHECK(ud->padded >= ud->used &&
+                         ud->padded - ud->used < (int64_t)world * ZS_LAYOUT_ALIGN,
                      "minimal padding");
             ZT_CHECK(ud->shard * world == ud->padded, "equal shards");
         }

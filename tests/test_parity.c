@@ -102,7 +102,8 @@ static run_result train_cmd(const char *launch, int nproc, const char *stage, co
 
 static void same(const run_result *a, const run_result *b, const char *what) {
     int eq = a->n_steps == b->n_steps && !strcmp(a->hash, b->hash);
-    for (int s = 0; eq && s < a->n_steps; s++) eq = !strcmp(a->loss[s], b->loss[s]);
+    for (int s = 0; eq && s < a->n_steps; s++)
+        eq = !strcmp(a->loss[s], b->loss[s]);
     ZT_CHECK(eq, "%s: not bitwise equal (hash %s vs %s, step-1 loss %s vs %s)", what, a->hash,
              b->hash, a->loss[0], b->loss[0]);
 }
@@ -203,7 +204,8 @@ static void test_memory(void) {
              * gradients for ZeRO-2/3, sized by the largest units. */
             uint64_t sizes[64];
             int nu = l.n_units;
-            for (int u = 0; u < nu; u++) sizes[u] = (uint64_t)l.units[u].padded * 4;
+            for (int u = 0; u < nu; u++)
+                sizes[u] = (uint64_t)l.units[u].padded * 4;
             for (int i = 0; i < nu; i++)
                 for (int j = i + 1; j < nu; j++)
                     if (sizes[j] > sizes[i]) {
@@ -218,8 +220,8 @@ static void test_memory(void) {
             for (int k = 0; k < r.world; k++) {
                 for (int cat = ZS_MEM_PARAM; cat <= ZS_MEM_OPTIM_STATE; cat++)
                     ZT_CHECK(r.peak[k][cat] == want[cat],
-                             "N=%d stage %s rank %d %s: measured %llu, formula %llu", n,
-                             STAGES[s], k, cat_names[cat], (unsigned long long)r.peak[k][cat],
+                             "N=%d stage %s rank %d %s: measured %llu, formula %llu", n, STAGES[s],
+                             k, cat_names[cat], (unsigned long long)r.peak[k][cat],
                              (unsigned long long)want[cat]);
                 /* The estimator (zshard mem) against what the allocator measured: within 5% per
                  * category and in total (the issue's bound; in practice exact). */
@@ -231,8 +233,7 @@ static void test_memory(void) {
                 }
                 ZT_CHECK(r.peak[k][ZS_MEM_GATHERED] <= bound,
                          "N=%d stage %s rank %d gathered %llu > bound %llu", n, STAGES[s], k,
-                         (unsigned long long)r.peak[k][ZS_MEM_GATHERED],
-                         (unsigned long long)bound);
+                         (unsigned long long)r.peak[k][ZS_MEM_GATHERED], (unsigned long long)bound);
             }
             zs_layout_free(&l);
         }
@@ -253,15 +254,15 @@ static void test_launchers(void) {
         printf("parity: mpirun not installed, mpirun launch not checked\n");
     }
     /* torchrun's contract: RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/PORT. */
-    snprintf(launch, sizeof launch,
-             "%s run -n 2 --no-prefix -- env", zt_zshard_exe());
+    snprintf(launch, sizeof launch, "%s run -n 2 --no-prefix -- env", zt_zshard_exe());
     run_result r2 = train_cmd(launch, 2, "3", "");
     same(&r2, &ref, "zshard run -n 2 -- (torchrun variables) vs --nproc 2");
 }
 
 int main(void) {
     zt_init("parity");
-    for (int c = 0; c < ZS_MEM_NCAT; c++) cat_names[c] = zs_mem_category_name((zs_mem_category)c);
+    for (int c = 0; c < ZS_MEM_NCAT; c++)
+        cat_names[c] = zs_mem_category_name((zs_mem_category)c);
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
     /* A text with real structure so losses move: repeated English-like phrases. */
     char path[600];

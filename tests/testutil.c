@@ -51,15 +51,18 @@ double zt_normal(void) {
 }
 
 void zt_fill_uniform(float *x, size_t n, float lo, float hi) {
-    for (size_t i = 0; i < n; i++) x[i] = (float)zt_uniform(lo, hi);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)zt_uniform(lo, hi);
 }
 
 void zt_fill_normal(float *x, size_t n, float std) {
-    for (size_t i = 0; i < n; i++) x[i] = (float)(std * zt_normal());
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(std * zt_normal());
 }
 
 void zt_poison(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
 }
 
 double zt_max_err(const float *a, const double *b, size_t n) {

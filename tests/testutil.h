@@ -13,33 +13,33 @@
 extern int zt_failures;
 extern int zt_checks;
 
-#define ZT_CHECK(cond, ...)                                                                \
-    do {                                                                                   \
-        zt_checks++;                                                                       \
-        if (!(cond)) {                                                                     \
-            zt_failures++;                                                                 \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-        }                                                                                  \
+#define ZT_CHECK(cond, ...)                                                                        \
+    do {                                                                                           \
+        zt_checks++;                                                                               \
+        if (!(cond)) {                                                                             \
+            zt_failures++;                                                                         \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
     } while (0)
 
 /* Fatal: stop the test now (e.g. a setup call failed). */
-#define ZT_REQUIRE(cond, ...)                                                              \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FATAL %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-            exit(1);                                                                       \
-        }                                                                                  \
+#define ZT_REQUIRE(cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FATAL %s:%d: %s: ", __FILE__, __LINE__, #cond);                       \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
-#define ZT_OK(expr)                                                                        \
-    do {                                                                                   \
-        zs_status zt_s_ = (expr);                                                          \
-        ZT_REQUIRE(zt_s_ == ZS_OK, "%s -> %s: %s", #expr, zs_status_string(zt_s_),         \
-                   zs_last_error());                                                       \
+#define ZT_OK(expr)                                                                                \
+    do {                                                                                           \
+        zs_status zt_s_ = (expr);                                                                  \
+        ZT_REQUIRE(zt_s_ == ZS_OK, "%s -> %s: %s", #expr, zs_status_string(zt_s_),                 \
+                   zs_last_error());                                                               \
     } while (0)
 
 /* Seed the test RNG (from ZS_TEST_SEED or the clock) and print it. */

@@ -36,8 +36,8 @@ typedef struct zs_ops {
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens in [0, V) are the caller's
      * responsibility (validated by the data layer). wpe may be NULL (no position table,
      * e.g. LLaMA): out[b,t,:] = wte[tokens[b,t],:]. */
-    zs_status (*embedding_fwd)(zs_stream_t *s, float *out, const int32_t *tokens,
-                               const float *wte, const float *wpe, int B, int T, int C);
+    zs_status (*embedding_fwd)(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
+                               const float *wpe, int B, int T, int C);
     /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (accumulates). Either
      * gradient pointer may be NULL to skip it. */
     zs_status (*embedding_bwd)(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
@@ -48,9 +48,9 @@ typedef struct zs_ops {
     zs_status (*layernorm_fwd)(zs_stream_t *s, float *out, float *mean, float *rstd,
                                const float *inp, const float *w, const float *b, int N, int C);
     /* Accumulates dinp[N,C], dw[C], db[C]. */
-    zs_status (*layernorm_bwd)(zs_stream_t *s, float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C);
+    zs_status (*layernorm_bwd)(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
 
     /* GPT-2's tanh GELU, elementwise over n. out may alias inp. */
     zs_status (*gelu_fwd)(zs_stream_t *s, float *out, const float *inp, size_t n);
@@ -68,8 +68,7 @@ typedef struct zs_ops {
                                const float *qkv, const float *att, int B, int T, int C, int NH);
 
     /* out = a + b elementwise (out may alias a or b). */
-    zs_status (*residual_fwd)(zs_stream_t *s, float *out, const float *a, const float *b,
-                              size_t n);
+    zs_status (*residual_fwd)(zs_stream_t *s, float *out, const float *a, const float *b, size_t n);
     /* y += alpha * x. Serves residual backward (alpha 1) and gradient accumulation. */
     zs_status (*axpy)(zs_stream_t *s, float *y, float alpha, const float *x, size_t n);
 
@@ -89,8 +88,8 @@ typedef struct zs_ops {
                        float grad_scale, int t);
 
     /* Convert n elements between f32 and bf16 (round to nearest even); same dtype copies. */
-    zs_status (*cast)(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in,
-                      zs_dtype in_dt, size_t n);
+    zs_status (*cast)(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,
+                      size_t n);
     /* x *= a. */
     zs_status (*scale)(zs_stream_t *s, float *x, float a, size_t n);
     /* *out = sum of x[i]^2, accumulated in double in a fixed order (deterministic). The
@@ -102,8 +101,8 @@ typedef struct zs_ops {
     zs_status (*copy)(zs_stream_t *s, void *dst, const void *src, size_t nbytes);
     /* x[i] = std * N(0,1) drawn by Philox for (seed, stream_id, index0 + i): element i of a
      * tensor is the same whichever rank or shard initialises it. */
-    zs_status (*init_normal)(zs_stream_t *s, float *x, size_t n, uint64_t seed,
-                             uint64_t stream_id, uint64_t index0, float std);
+    zs_status (*init_normal)(zs_stream_t *s, float *x, size_t n, uint64_t seed, uint64_t stream_id,
+                             uint64_t index0, float std);
     /* Wait until all work queued on s has finished. */
     zs_status (*sync)(zs_stream_t *s);
 
@@ -141,14 +140,14 @@ typedef struct zs_ops {
      * receives the softmax probabilities (0 above the diagonal) for backward. Scale
      * 1/sqrt(hs). With NKV == NH it computes what attention_fwd does on q | k | v. */
     zs_status (*attention_gqa_fwd)(zs_stream_t *s, float *out, float *att, const float *q,
-                                   const float *k, const float *v, int B, int T, int NH,
-                                   int NKV, int hs);
+                                   const float *k, const float *v, int B, int T, int NH, int NKV,
+                                   int hs);
     /* Accumulates dq, dk, dv (shapes of q, k, v). datt[B,NH,T,T] is scratch owned by the
      * caller. */
     zs_status (*attention_gqa_bwd)(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
                                    const float *dout, const float *q, const float *k,
-                                   const float *v, const float *att, int B, int T, int NH,
-                                   int NKV, int hs);
+                                   const float *v, const float *att, int B, int T, int NH, int NKV,
+                                   int hs);
 } zs_ops;
 
 /* The CPU backend: OpenBLAS sgemm + OpenMP loops. Always available. */
@@ -170,7 +169,6 @@ zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const flo
 /* Backward of zs_linear_fwd, all accumulating: dinp[N,IC] += dout @ W; dW[OC,IC] +=
  * dout^T @ inp; dbias[OC] += colsum(dout). dinp, dW or dbias may be NULL to skip. */
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                        const float *dout, const float *inp, const float *W, int N, int IC,
-                        int OC);
+                        const float *dout, const float *inp, const float *W, int N, int IC, int OC);
 
 #endif

@@ -16,13 +16,14 @@ static const char *FORMULA[] = {"16Ψ", "8Ψ + 8Ψ/N", "4Ψ + 12Ψ/N", "16Ψ/N"}
 static const char *FORMULA_BF16[] = {"18Ψ", "6Ψ + 12Ψ/N", "2Ψ + 16Ψ/N", "18Ψ/N"};
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
-            "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
-            "                  [--recompute none|block] [--dtype fp32|bf16] [--compare]\n"
-            "Predicts per-rank peak memory by category (fp32, or a bf16 compute copy) before a run.\n"
-            "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
-            "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
+    fprintf(
+        f,
+        "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
+        "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
+        "                  [--recompute none|block] [--dtype fp32|bf16] [--compare]\n"
+        "Predicts per-rank peak memory by category (fp32, or a bf16 compute copy) before a run.\n"
+        "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
+        "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
 }
 
 static double gib(uint64_t b) {
@@ -45,26 +46,43 @@ int zs_cli_mem(int argc, char **argv) {
             continue;
         }
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--nproc")) rc = zs_arg_int(a, v, &nproc);
-        else if (!strcmp(a, "--batch")) rc = zs_arg_int(a, v, &batch);
-        else if (!strcmp(a, "--seq")) rc = zs_arg_int(a, v, &seq);
-        else if (!strcmp(a, "--grad-accum")) rc = zs_arg_int(a, v, &accum);
-        else if (!strcmp(a, "--prefetch")) rc = zs_arg_int(a, v, &prefetch);
-        else if (!strcmp(a, "--vocab")) rc = zs_arg_int(a, v, &vocab);
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--nproc"))
+            rc = zs_arg_int(a, v, &nproc);
+        else if (!strcmp(a, "--batch"))
+            rc = zs_arg_int(a, v, &batch);
+        else if (!strcmp(a, "--seq"))
+            rc = zs_arg_int(a, v, &seq);
+        else if (!strcmp(a, "--grad-accum"))
+            rc = zs_arg_int(a, v, &accum);
+        else if (!strcmp(a, "--prefetch"))
+            rc = zs_arg_int(a, v, &prefetch);
+        else if (!strcmp(a, "--vocab"))
+            rc = zs_arg_int(a, v, &vocab);
         else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "fp32")) mo.dtype = ZS_DTYPE_F32;
-            else if (!strcmp(v, "bf16")) mo.dtype = ZS_DTYPE_BF16;
-            else return zs_cli_fail(2, "--dtype: '%s' is not one of fp32, bf16", v);
+            if (!strcmp(v, "fp32"))
+                mo.dtype = ZS_DTYPE_F32;
+            else if (!strcmp(v, "bf16"))
+                mo.dtype = ZS_DTYPE_BF16;
+            else
+                return zs_cli_fail(2, "--dtype: '%s' is not one of fp32, bf16", v);
         } else if (!strcmp(a, "--recompute")) {
-            if (!strcmp(v, "none")) mo.recompute = ZS_RECOMPUTE_NONE;
-            else if (!strcmp(v, "block")) mo.recompute = ZS_RECOMPUTE_BLOCK;
-            else return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+            if (!strcmp(v, "none"))
+                mo.recompute = ZS_RECOMPUTE_NONE;
+            else if (!strcmp(v, "block"))
+                mo.recompute = ZS_RECOMPUTE_BLOCK;
+            else
+                return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
         } else if (!strcmp(a, "--stage")) {
-            if (!strcmp(v, "ddp")) stage = 0;
-            else if (strlen(v) == 1 && v[0] >= '1' && v[0] <= '3') stage = v[0] - '0';
-            else return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
-        } else return zs_cli_fail(2, "mem: unknown flag '%s' (see zshard mem --help)", a);
+            if (!strcmp(v, "ddp"))
+                stage = 0;
+            else if (strlen(v) == 1 && v[0] >= '1' && v[0] <= '3')
+                stage = v[0] - '0';
+            else
+                return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+        } else
+            return zs_cli_fail(2, "mem: unknown flag '%s' (see zshard mem --help)", a);
         if (rc) return rc;
     }
     if (!model) return zs_cli_fail(2, "mem: --model NAME is required");
@@ -94,23 +112,28 @@ int zs_cli_mem(int argc, char **argv) {
            "%d\n\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);
     printf("| per rank, GiB |");
-    for (int s = first; s <= last; s++) printf(" %s |", STAGE_NAME[s]);
+    for (int s = first; s <= last; s++)
+        printf(" %s |", STAGE_NAME[s]);
     printf("\n|---|");
-    for (int s = first; s <= last; s++) printf("---:|");
+    for (int s = first; s <= last; s++)
+        printf("---:|");
     printf("\n");
     for (int c = 0; c < ZS_MEM_NCAT; c++) {
         printf("| %s |", zs_mem_category_name((zs_mem_category)c));
-        for (int s = first; s <= last; s++) printf(" %.3f |", gib(est[s].bytes[c]));
+        for (int s = first; s <= last; s++)
+            printf(" %.3f |", gib(est[s].bytes[c]));
         printf("\n");
     }
     printf("| **model states** |");
-    for (int s = first; s <= last; s++) printf(" **%.3f** |", gib(est[s].model_states));
+    for (int s = first; s <= last; s++)
+        printf(" **%.3f** |", gib(est[s].model_states));
     printf("\n| formula (Ψ padded, N=%d) |", nproc);
     for (int s = first; s <= last; s++)
         printf(" %s = %.3f |", (mo.dtype == ZS_DTYPE_BF16 ? FORMULA_BF16 : FORMULA)[s],
                gib(est[s].model_states));
     printf("\n| **total** |");
-    for (int s = first; s <= last; s++) printf(" **%.3f** |", gib(est[s].total));
+    for (int s = first; s <= last; s++)
+        printf(" **%.3f** |", gib(est[s].total));
     printf("\n");
     if (compare)
         printf("\nZeRO-3 model states are %.1f%% of DDP's; total %.1f%%.\n",

@@ -112,64 +112,104 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         if (strncmp(a, "--", 2)) return zs_cli_fail(2, "train: unexpected argument '%s'", a);
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) o->model_name = v;
-        else if (!strcmp(a, "--data")) o->cfg.data_path = v;
-        else if (!strcmp(a, "--val-data")) o->cfg.val_path = v;
+        if (!strcmp(a, "--model"))
+            o->model_name = v;
+        else if (!strcmp(a, "--data"))
+            o->cfg.data_path = v;
+        else if (!strcmp(a, "--val-data"))
+            o->cfg.val_path = v;
         else if (!strcmp(a, "--val-frac")) {
             float f;
             rc = zs_arg_float(a, v, &f);
             o->cfg.val_fraction = f;
-        } else if (!strcmp(a, "--batch")) rc = zs_arg_int(a, v, &o->cfg.batch);
-        else if (!strcmp(a, "--seq")) rc = zs_arg_int(a, v, &o->cfg.seq);
-        else if (!strcmp(a, "--steps")) rc = zs_arg_int(a, v, &o->cfg.steps);
-        else if (!strcmp(a, "--grad-accum")) rc = zs_arg_int(a, v, &o->cfg.grad_accum);
-        else if (!strcmp(a, "--lr")) rc = zs_arg_float(a, v, &o->cfg.lr);
-        else if (!strcmp(a, "--min-lr-frac")) rc = zs_arg_float(a, v, &o->cfg.min_lr_frac);
-        else if (!strcmp(a, "--warmup")) rc = zs_arg_int(a, v, &o->cfg.warmup);
-        else if (!strcmp(a, "--weight-decay")) rc = zs_arg_float(a, v, &o->cfg.weight_decay);
-        else if (!strcmp(a, "--grad-clip")) rc = zs_arg_float(a, v, &o->cfg.grad_clip);
-        else if (!strcmp(a, "--seed")) rc = zs_arg_u64(a, v, &o->cfg.seed);
-        else if (!strcmp(a, "--val-every")) rc = zs_arg_int(a, v, &o->val_every);
-        else if (!strcmp(a, "--val-batches")) rc = zs_arg_int(a, v, &o->val_batches);
-        else if (!strcmp(a, "--sample-every")) rc = zs_arg_int(a, v, &o->sample_every);
-        else if (!strcmp(a, "--sample-len")) rc = zs_arg_int(a, v, &o->sample_len);
-        else if (!strcmp(a, "--prompt")) o->prompt = v;
-        else if (!strcmp(a, "--temperature")) rc = zs_arg_float(a, v, &o->temperature);
-        else if (!strcmp(a, "--print-every")) rc = zs_arg_int(a, v, &o->print_every);
-        else if (!strcmp(a, "--log")) o->log_path = v;
-        else if (!strcmp(a, "--dump-params")) o->dump_path = v;
-        else if (!strcmp(a, "--save-dir")) o->save_dir = v;
-        else if (!strcmp(a, "--save-every")) rc = zs_arg_int(a, v, &o->save_every);
-        else if (!strcmp(a, "--keep")) rc = zs_arg_int(a, v, &o->keep);
-        else if (!strcmp(a, "--resume")) o->resume = v;
-        else if (!strcmp(a, "--nproc")) rc = zs_arg_int(a, v, &o->nproc);
-        else if (!strcmp(a, "--prefetch")) rc = zs_arg_int(a, v, &o->cfg.prefetch);
-        else if (!strcmp(a, "--comm")) o->cfg.comm = v;
+        } else if (!strcmp(a, "--batch"))
+            rc = zs_arg_int(a, v, &o->cfg.batch);
+        else if (!strcmp(a, "--seq"))
+            rc = zs_arg_int(a, v, &o->cfg.seq);
+        else if (!strcmp(a, "--steps"))
+            rc = zs_arg_int(a, v, &o->cfg.steps);
+        else if (!strcmp(a, "--grad-accum"))
+            rc = zs_arg_int(a, v, &o->cfg.grad_accum);
+        else if (!strcmp(a, "--lr"))
+            rc = zs_arg_float(a, v, &o->cfg.lr);
+        else if (!strcmp(a, "--min-lr-frac"))
+            rc = zs_arg_float(a, v, &o->cfg.min_lr_frac);
+        else if (!strcmp(a, "--warmup"))
+            rc = zs_arg_int(a, v, &o->cfg.warmup);
+        else if (!strcmp(a, "--weight-decay"))
+            rc = zs_arg_float(a, v, &o->cfg.weight_decay);
+        else if (!strcmp(a, "--grad-clip"))
+            rc = zs_arg_float(a, v, &o->cfg.grad_clip);
+        else if (!strcmp(a, "--seed"))
+            rc = zs_arg_u64(a, v, &o->cfg.seed);
+        else if (!strcmp(a, "--val-every"))
+            rc = zs_arg_int(a, v, &o->val_every);
+        else if (!strcmp(a, "--val-batches"))
+            rc = zs_arg_int(a, v, &o->val_batches);
+        else if (!strcmp(a, "--sample-every"))
+            rc = zs_arg_int(a, v, &o->sample_every);
+        else if (!strcmp(a, "--sample-len"))
+            rc = zs_arg_int(a, v, &o->sample_len);
+        else if (!strcmp(a, "--prompt"))
+            o->prompt = v;
+        else if (!strcmp(a, "--temperature"))
+            rc = zs_arg_float(a, v, &o->temperature);
+        else if (!strcmp(a, "--print-every"))
+            rc = zs_arg_int(a, v, &o->print_every);
+        else if (!strcmp(a, "--log"))
+            o->log_path = v;
+        else if (!strcmp(a, "--dump-params"))
+            o->dump_path = v;
+        else if (!strcmp(a, "--save-dir"))
+            o->save_dir = v;
+        else if (!strcmp(a, "--save-every"))
+            rc = zs_arg_int(a, v, &o->save_every);
+        else if (!strcmp(a, "--keep"))
+            rc = zs_arg_int(a, v, &o->keep);
+        else if (!strcmp(a, "--resume"))
+            o->resume = v;
+        else if (!strcmp(a, "--nproc"))
+            rc = zs_arg_int(a, v, &o->nproc);
+        else if (!strcmp(a, "--prefetch"))
+            rc = zs_arg_int(a, v, &o->cfg.prefetch);
+        else if (!strcmp(a, "--comm"))
+            o->cfg.comm = v;
         else if (!strcmp(a, "--comm-timeout")) {
             float f;
             rc = zs_arg_float(a, v, &f);
             if (!rc && f <= 0) return zs_cli_fail(2, "--comm-timeout must be positive");
             o->cfg.comm_timeout_s = f;
-        }
-        else if (!strcmp(a, "--device-mem")) {
+        } else if (!strcmp(a, "--device-mem")) {
             if (zs_parse_bytes(v, &o->cfg.device_mem) != ZS_OK)
                 return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
         } else if (!strcmp(a, "--dtype") || !strcmp(a, "--reduce-dtype")) {
             zs_dtype *dt = a[2] == 'd' ? &o->cfg.dtype : &o->cfg.reduce_dtype;
-            if (!strcmp(v, "fp32")) *dt = ZS_DTYPE_F32;
-            else if (!strcmp(v, "bf16")) *dt = ZS_DTYPE_BF16;
-            else return zs_cli_fail(2, "%s: '%s' is not one of fp32, bf16", a, v);
+            if (!strcmp(v, "fp32"))
+                *dt = ZS_DTYPE_F32;
+            else if (!strcmp(v, "bf16"))
+                *dt = ZS_DTYPE_BF16;
+            else
+                return zs_cli_fail(2, "%s: '%s' is not one of fp32, bf16", a, v);
         } else if (!strcmp(a, "--recompute")) {
-            if (!strcmp(v, "none")) o->cfg.recompute = ZS_RECOMPUTE_NONE;
-            else if (!strcmp(v, "block")) o->cfg.recompute = ZS_RECOMPUTE_BLOCK;
-            else return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+            if (!strcmp(v, "none"))
+                o->cfg.recompute = ZS_RECOMPUTE_NONE;
+            else if (!strcmp(v, "block"))
+                o->cfg.recompute = ZS_RECOMPUTE_BLOCK;
+            else
+                return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
         } else if (!strcmp(a, "--stage")) {
-            if (!strcmp(v, "ddp")) o->cfg.stage = ZS_STAGE_DDP;
-            else if (!strcmp(v, "1")) o->cfg.stage = ZS_STAGE_1;
-            else if (!strcmp(v, "2")) o->cfg.stage = ZS_STAGE_2;
-            else if (!strcmp(v, "3")) o->cfg.stage = ZS_STAGE_3;
-            else return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
-        } else return zs_cli_fail(2, "train: unknown flag '%s' (see zshard train --help)", a);
+            if (!strcmp(v, "ddp"))
+                o->cfg.stage = ZS_STAGE_DDP;
+            else if (!strcmp(v, "1"))
+                o->cfg.stage = ZS_STAGE_1;
+            else if (!strcmp(v, "2"))
+                o->cfg.stage = ZS_STAGE_2;
+            else if (!strcmp(v, "3"))
+                o->cfg.stage = ZS_STAGE_3;
+            else
+                return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+        } else
+            return zs_cli_fail(2, "train: unknown flag '%s' (see zshard train --help)", a);
         if (rc) return rc;
     }
     if (!o->cfg.data_path) return zs_cli_fail(2, "train: --data FILE is required");
@@ -198,10 +238,14 @@ static void json_string(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20 || c >= 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
 }
@@ -242,8 +286,8 @@ static void progress(const train_opts *o, const zs_step_stats *s, int tty, doubl
                 "ETA %4.0fs | peak %s   ",
                 s->step, o->cfg.steps, s->loss, s->lr, s->tokens_per_s, s->ms, eta, mem);
         if (s->step == o->cfg.steps) fputc('\n', stderr);
-    } else if (o->print_every && (s->step % o->print_every == 0 || s->step == 1 ||
-                                  s->step == o->cfg.steps)) {
+    } else if (o->print_every &&
+               (s->step % o->print_every == 0 || s->step == 1 || s->step == o->cfg.steps)) {
         printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms/step | "
                "ETA %.0fs | peak %s\n",
                s->step, o->cfg.steps, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, eta,
@@ -286,15 +330,17 @@ static int relaunch(int argc, char **argv, int nproc) {
 static void mem_report(const train_opts *o, const zs_model_config *mc, int world,
                        const zs_mem_stats *all, const zs_mem_estimate *est) {
     printf("memory per rank (MiB): measured peak by rank vs estimate\n| category |");
-    for (int r = 0; r < world; r++) printf(" rank %d |", r);
+    for (int r = 0; r < world; r++)
+        printf(" rank %d |", r);
     printf(" estimate |\n|---|");
-    for (int r = 0; r <= world; r++) printf("---:|");
+    for (int r = 0; r <= world; r++)
+        printf("---:|");
     printf("\n");
     for (int c = 0; c <= ZS_MEM_NCAT; c++) {
         printf("| %s |", c < ZS_MEM_NCAT ? zs_mem_category_name((zs_mem_category)c) : "total");
         for (int r = 0; r < world; r++)
-            printf(" %.2f |", (double)(c < ZS_MEM_NCAT ? all[r].peak[c] : all[r].total_peak) /
-                                  1048576.0);
+            printf(" %.2f |",
+                   (double)(c < ZS_MEM_NCAT ? all[r].peak[c] : all[r].total_peak) / 1048576.0);
         printf(" %.2f |\n", (double)(c < ZS_MEM_NCAT ? est->bytes[c] : est->total) / 1048576.0);
     }
     (void)o;
@@ -324,8 +370,9 @@ int zs_cli_train(int argc, char **argv) {
         /* A configuration error (bad flags or data, a cap the configuration cannot fit) is
          * the same on every rank: rank 0 says it once, the launcher names who exited. */
         const char *r = getenv("RANK");
-        int quiet_rank = r && atoi(r) > 0 && (st == ZS_ERR_INVALID || st == ZS_ERR_OOM ||
-                                              st == ZS_ERR_FORMAT || st == ZS_ERR_IO);
+        int quiet_rank =
+            r && atoi(r) > 0 &&
+            (st == ZS_ERR_INVALID || st == ZS_ERR_OOM || st == ZS_ERR_FORMAT || st == ZS_ERR_IO);
         if (!quiet_rank) fprintf(stderr, "zshard: %s\n", zs_last_error());
         goto fail;
     }
@@ -368,8 +415,10 @@ int zs_cli_train(int argc, char **argv) {
         }
         first = zs_trainer_steps_done(t) + 1;
         if (first > o.cfg.steps) {
-            st = zs_error(ZS_ERR_INVALID, "--resume: the checkpoint is at step %d, not before "
-                          "--steps %d: nothing to train", first - 1, o.cfg.steps);
+            st = zs_error(ZS_ERR_INVALID,
+                          "--resume: the checkpoint is at step %d, not before "
+                          "--steps %d: nothing to train",
+                          first - 1, o.cfg.steps);
             fprintf(stderr, "zshard: %s\n", zs_last_error());
             goto fail;
         }
@@ -448,11 +497,12 @@ int zs_cli_train(int argc, char **argv) {
     char peak[32], brk[512];
     zs_format_bytes(ms.total_peak, peak, sizeof peak);
     zs_mem_format_breakdown(&ms, 1, brk, sizeof brk);
-    if (rank == 0) printf("summary: %d steps in %.1f s (%.0f tokens/s) | final train loss %.4f | val loss "
-           "%.4f | param_hash %016llx\n",
-           o.cfg.steps - first + 1, train_s,
-           (double)(o.cfg.steps - first + 1) * o.cfg.batch * o.cfg.seq / train_s,
-           last_loss, last_val, (unsigned long long)hash);
+    if (rank == 0)
+        printf("summary: %d steps in %.1f s (%.0f tokens/s) | final train loss %.4f | val loss "
+               "%.4f | param_hash %016llx\n",
+               o.cfg.steps - first + 1, train_s,
+               (double)(o.cfg.steps - first + 1) * o.cfg.batch * o.cfg.seq / train_s, last_loss,
+               last_val, (unsigned long long)hash);
     if (rank == 0) printf("memory: peak %s (%s)\n", peak, brk);
     if (log) {
         fprintf(log,
@@ -463,7 +513,8 @@ int zs_cli_train(int argc, char **argv) {
         fprintf(log, "\"model\":");
         json_string(log, mc->name);
         fprintf(log, ",\"stage\":\"%s\",\"world_size\":%d,",
-                o.cfg.stage == ZS_STAGE_DDP ? "ddp" : (const char *[]){"", "1", "2", "3"}[o.cfg.stage],
+                o.cfg.stage == ZS_STAGE_DDP ? "ddp"
+                                            : (const char *[]){"", "1", "2", "3"}[o.cfg.stage],
                 world);
         json_mem(log);
         fprintf(log, ",\"peak_bytes_per_rank\":[");

@@ -23,8 +23,8 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static zs_mem_stats g_stats;
 
 static const char *g_cat_names[ZS_MEM_NCAT] = {
-    "param", "param_shard", "grad", "grad_shard", "optim_state",
-    "gathered", "activation", "workspace", "comm",
+    "param",    "param_shard", "grad",      "grad_shard", "optim_state",
+    "gathered", "activation",  "workspace", "comm",
 };
 
 const char *zs_mem_category_name(zs_mem_category cat) {
@@ -39,14 +39,17 @@ void zs_format_bytes(uint64_t n, char *buf, size_t cap) {
         v /= 1024.0;
         i++;
     }
-    if (i == 0) snprintf(buf, cap, "%llu B", (unsigned long long)n);
-    else snprintf(buf, cap, "%.2f %s", v, u[i]);
+    if (i == 0)
+        snprintf(buf, cap, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, cap, "%.2f %s", v, u[i]);
 }
 
 void zs_mem_format_breakdown(const zs_mem_stats *s, int use_peak, char *buf, size_t cap) {
     int order[ZS_MEM_NCAT];
     const uint64_t *v = use_peak ? s->peak : s->current;
-    for (int i = 0; i < ZS_MEM_NCAT; i++) order[i] = i;
+    for (int i = 0; i < ZS_MEM_NCAT; i++)
+        order[i] = i;
     for (int i = 0; i < ZS_MEM_NCAT; i++)
         for (int j = i + 1; j < ZS_MEM_NCAT; j++)
             if (v[order[j]] > v[order[i]]) {
@@ -161,7 +164,8 @@ void zs_mem_set_cap(uint64_t nbytes) {
 
 void zs_mem_reset_peaks(void) {
     pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < ZS_MEM_NCAT; i++) g_stats.peak[i] = g_stats.current[i];
+    for (int i = 0; i < ZS_MEM_NCAT; i++)
+        g_stats.peak[i] = g_stats.current[i];
     g_stats.total_peak = g_stats.total_current;
     pthread_mutex_unlock(&g_lock);
 }
@@ -185,11 +189,16 @@ zs_status zs_parse_bytes(const char *text, uint64_t *out) {
         return zs_error(ZS_ERR_INVALID, "bad memory size '%s' (expected e.g. 4G, 512M)", text);
     double mul = 1;
     char u = (char)toupper((unsigned char)*end);
-    if (u == 'K') mul = 1024.0;
-    else if (u == 'M') mul = 1048576.0;
-    else if (u == 'G') mul = 1073741824.0;
-    else if (u == 'T') mul = 1099511627776.0;
-    else if (u == 'B') mul = 1;
+    if (u == 'K')
+        mul = 1024.0;
+    else if (u == 'M')
+        mul = 1048576.0;
+    else if (u == 'G')
+        mul = 1073741824.0;
+    else if (u == 'T')
+        mul = 1099511627776.0;
+    else if (u == 'B')
+        mul = 1;
     else if (u != '\0')
         return zs_error(ZS_ERR_INVALID, "bad memory size '%s' (expected e.g. 4G, 512M)", text);
     if (u != '\0') {
@@ -197,8 +206,7 @@ zs_status zs_parse_bytes(const char *text, uint64_t *out) {
         if (*end == 'i' || *end == 'I') end++;
         if (*end == 'B' || *end == 'b') end++;
         if (*end)
-            return zs_error(ZS_ERR_INVALID, "bad memory size '%s' (expected e.g. 4G, 512M)",
-                            text);
+            return zs_error(ZS_ERR_INVALID, "bad memory size '%s' (expected e.g. 4G, 512M)", text);
     }
     double b = v * mul;
     if (b > 1.8e19) return zs_error(ZS_ERR_INVALID, "memory size '%s' is too large", text);

@@ -26,9 +26,12 @@ zs_log_level zs_log_get_level(void) {
         const char *e = getenv("ZS_LOG_LEVEL");
         g_level = ZS_LOG_INFO;
         if (e) {
-            if (!strcmp(e, "error")) g_level = ZS_LOG_ERROR;
-            else if (!strcmp(e, "warn")) g_level = ZS_LOG_WARN;
-            else if (!strcmp(e, "debug")) g_level = ZS_LOG_DEBUG;
+            if (!strcmp(e, "error"))
+                g_level = ZS_LOG_ERROR;
+            else if (!strcmp(e, "warn"))
+                g_level = ZS_LOG_WARN;
+            else if (!strcmp(e, "debug"))
+                g_level = ZS_LOG_DEBUG;
         }
     }
     return (zs_log_level)g_level;

@@ -8,16 +8,26 @@ static _Thread_local char g_msg[1024];
 
 const char *zs_status_string(zs_status st) {
     switch (st) {
-    case ZS_OK: return "ZS_OK";
-    case ZS_ERR_INVALID: return "ZS_ERR_INVALID";
-    case ZS_ERR_OOM: return "ZS_ERR_OOM";
-    case ZS_ERR_IO: return "ZS_ERR_IO";
-    case ZS_ERR_FORMAT: return "ZS_ERR_FORMAT";
-    case ZS_ERR_COMM: return "ZS_ERR_COMM";
-    case ZS_ERR_TIMEOUT: return "ZS_ERR_TIMEOUT";
-    case ZS_ERR_CUDA: return "ZS_ERR_CUDA";
-    case ZS_ERR_UNSUPPORTED: return "ZS_ERR_UNSUPPORTED";
-    case ZS_ERR_INTERNAL: return "ZS_ERR_INTERNAL";
+    case ZS_OK:
+        return "ZS_OK";
+    case ZS_ERR_INVALID:
+        return "ZS_ERR_INVALID";
+    case ZS_ERR_OOM:
+        return "ZS_ERR_OOM";
+    case ZS_ERR_IO:
+        return "ZS_ERR_IO";
+    case ZS_ERR_FORMAT:
+        return "ZS_ERR_FORMAT";
+    case ZS_ERR_COMM:
+        return "ZS_ERR_COMM";
+    case ZS_ERR_TIMEOUT:
+        return "ZS_ERR_TIMEOUT";
+    case ZS_ERR_CUDA:
+        return "ZS_ERR_CUDA";
+    case ZS_ERR_UNSUPPORTED:
+        return "ZS_ERR_UNSUPPORTED";
+    case ZS_ERR_INTERNAL:
+        return "ZS_ERR_INTERNAL";
     }
     return "ZS_ERR_UNKNOWN";
 }

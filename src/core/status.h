@@ -16,33 +16,33 @@ void zs_error_trace(const char *expr, const char *file, int line);
 void zs_error_clear(void);
 
 /* Evaluate a zs_status expression; on failure keep its status in `st` and jump to fail. */
-#define ZS_CHECK(expr)                                                                     \
-    do {                                                                                   \
-        zs_status zs_check_s_ = (expr);                                                    \
-        if (zs_check_s_ != ZS_OK) {                                                        \
-            st = zs_check_s_;                                                              \
-            goto fail;                                                                     \
-        }                                                                                  \
+#define ZS_CHECK(expr)                                                                             \
+    do {                                                                                           \
+        zs_status zs_check_s_ = (expr);                                                            \
+        if (zs_check_s_ != ZS_OK) {                                                                \
+            st = zs_check_s_;                                                                      \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
 /* Validate user input: if cond is false, record the message with status code and jump. */
-#define ZS_REQUIRE(cond, code, ...)                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            st = zs_error((code), __VA_ARGS__);                                            \
-            goto fail;                                                                     \
-        }                                                                                  \
+#define ZS_REQUIRE(cond, code, ...)                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            st = zs_error((code), __VA_ARGS__);                                                    \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
 /* Internal invariants: a failure is a bug in zshard, never a user error. Reports and
  * returns ZS_ERR_INTERNAL through the same cleanup path. */
-#define ZS_ASSERT(cond)                                                                    \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            st = zs_error(ZS_ERR_INTERNAL, "internal error: assertion '%s' failed at %s:%d", \
-                          #cond, __FILE__, __LINE__);                                      \
-            goto fail;                                                                     \
-        }                                                                                  \
+#define ZS_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            st = zs_error(ZS_ERR_INTERNAL, "internal error: assertion '%s' failed at %s:%d",       \
+                          #cond, __FILE__, __LINE__);                                              \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -95,8 +95,7 @@ zs_status zs_llmc_shard_write(const char *path, const uint16_t *tok, int64_t n) 
     int32_t hdr[256] = {ZS_LLMC_SHARD_MAGIC, ZS_LLMC_SHARD_VERSION, (int32_t)n};
     FILE *f = fopen(path, "wb");
     ZS_REQUIRE(f, ZS_ERR_IO, "token shard %s: %s", path, strerror(errno));
-    ZS_REQUIRE(fwrite(hdr, sizeof hdr, 1, f) == 1 &&
-                   fwrite(tok, 2, (size_t)n, f) == (size_t)n,
+    ZS_REQUIRE(fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(tok, 2, (size_t)n, f) == (size_t)n,
                ZS_ERR_IO, "token shard %s: write failed", path);
     ZS_REQUIRE(fclose(f) == 0, ZS_ERR_IO, "token shard %s: close failed", path);
     return ZS_OK;
@@ -118,7 +117,8 @@ static zs_status load_tokens(const char *path, zs_tokens *out, int *vocab, int *
         /* Byte-level tokenizer: every byte is its own token, vocabulary 256. */
         out->tok = malloc((size_t)len * 2);
         ZS_REQUIRE(out->tok, ZS_ERR_OOM, "data file %s: out of memory", path);
-        for (int64_t i = 0; i < len; i++) out->tok[i] = b[i];
+        for (int64_t i = 0; i < len; i++)
+            out->tok[i] = b[i];
         out->n = len;
         *vocab = 256;
         *is_text = 1;
@@ -139,8 +139,8 @@ zs_status zs_dataset_open(const char *path, const char *val_path, double val_fra
         int v2 = 0, t2 = 0;
         ZS_CHECK(load_tokens(val_path, &d->val, &v2, &t2));
         ZS_REQUIRE(v2 == d->vocab, ZS_ERR_INVALID,
-                   "validation file %s has vocabulary %d but training data %s has %d", val_path,
-                   v2, path, d->vocab);
+                   "validation file %s has vocabulary %d but training data %s has %d", val_path, v2,
+                   path, d->vocab);
     } else {
         ZS_REQUIRE(val_fraction > 0 && val_fraction < 1, ZS_ERR_INVALID,
                    "validation fraction %g must be in (0, 1)", val_fraction);

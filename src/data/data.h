@@ -19,8 +19,8 @@ typedef struct zs_tokens {
 
 typedef struct zs_dataset {
     zs_tokens train, val;
-    int vocab;        /* 256 for text, 50257 for GPT-2 token shards */
-    int is_text;      /* 1: byte-level text, tokens are the bytes */
+    int vocab;   /* 256 for text, 50257 for GPT-2 token shards */
+    int is_text; /* 1: byte-level text, tokens are the bytes */
     char path[512];
 } zs_dataset;
 

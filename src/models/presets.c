@@ -14,13 +14,11 @@ typedef struct preset {
 } preset;
 
 static const preset g_presets[] = {
-    {"gpt2-tiny", 2, 4, 64, 256},     /* tests: seconds on one core */
-    {"gpt2-mini", 4, 4, 128, 256},    /* the README demo */
-    {"gpt2-small6", 6, 6, 192, 256},  /* a slightly larger quick model */
-    {"gpt2-124m", 12, 12, 768, 1024},
-    {"gpt2-355m", 24, 16, 1024, 1024},
-    {"gpt2-774m", 36, 20, 1280, 1024},
-    {"gpt2-1558m", 48, 25, 1600, 1024},
+    {"gpt2-tiny", 2, 4, 64, 256},    /* tests: seconds on one core */
+    {"gpt2-mini", 4, 4, 128, 256},   /* the README demo */
+    {"gpt2-small6", 6, 6, 192, 256}, /* a slightly larger quick model */
+    {"gpt2-124m", 12, 12, 768, 1024},  {"gpt2-355m", 24, 16, 1024, 1024},
+    {"gpt2-774m", 36, 20, 1280, 1024}, {"gpt2-1558m", 48, 25, 1600, 1024},
 };
 
 typedef struct llama_preset {
@@ -88,21 +86,20 @@ zs_status zs_model_preset(const char *name, zs_model_config *cfg) {
 
 zs_status zs_model_config_validate(const zs_model_config *c) {
     zs_status st = ZS_OK;
-    ZS_REQUIRE(c->n_layer > 0 && c->n_head > 0 && c->n_embd > 0 && c->max_seq > 0,
-               ZS_ERR_INVALID, "model %s: layers, heads, width and positions must be positive",
-               c->name);
+    ZS_REQUIRE(c->n_layer > 0 && c->n_head > 0 && c->n_embd > 0 && c->max_seq > 0, ZS_ERR_INVALID,
+               "model %s: layers, heads, width and positions must be positive", c->name);
     ZS_REQUIRE(c->n_embd % c->n_head == 0, ZS_ERR_INVALID,
                "model %s: %d heads do not divide width %d", c->name, c->n_head, c->n_embd);
     ZS_REQUIRE(c->vocab > 0 && c->padded_vocab >= c->vocab, ZS_ERR_INVALID,
                "model %s: vocabulary size %d is not set", c->name, c->vocab);
     if (c->arch == ZS_ARCH_LLAMA) {
         ZS_REQUIRE(c->n_kv_head > 0 && c->n_head % c->n_kv_head == 0, ZS_ERR_INVALID,
-                   "model %s: %d key/value heads do not divide %d heads", c->name,
-                   c->n_kv_head, c->n_head);
+                   "model %s: %d key/value heads do not divide %d heads", c->name, c->n_kv_head,
+                   c->n_head);
         ZS_REQUIRE((c->n_embd / c->n_head) % 2 == 0 && c->n_embd / c->n_head <= 1024,
                    ZS_ERR_INVALID,
-                   "model %s: head size %d must be even and at most 1024 (rotary pairs)",
-                   c->name, c->n_embd / c->n_head);
+                   "model %s: head size %d must be even and at most 1024 (rotary pairs)", c->name,
+                   c->n_embd / c->n_head);
         ZS_REQUIRE(c->ffn_hidden > 0, ZS_ERR_INVALID, "model %s: ffn_hidden must be positive",
                    c->name);
         ZS_REQUIRE(c->rope_theta > 0.0f && c->norm_eps > 0.0f, ZS_ERR_INVALID,
@@ -118,7 +115,7 @@ fail:
 int64_t zs_model_num_params(const zs_model_config *c) {
     if (c->arch == ZS_ARCH_LLAMA) return zs_llama_num_params(c);
     int64_t C = c->n_embd, L = c->n_layer;
-    int64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                    4 * C * C + C;
+    int64_t block =
+        2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
     return (int64_t)c->padded_vocab * C + (int64_t)c->max_seq * C + L * block + 2 * C;
 }

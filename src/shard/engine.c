@@ -160,11 +160,12 @@ void zs_engine_destroy(zs_engine_t *e) {
 
 /* ---- collectives, with the world of one handled here so callers need not branch ------- */
 
-zs_status zs_engine_gather(zs_engine_t *e, const void *send, void *recv, size_t count,
-                           zs_dtype dt, const char *tag, zs_comm_work_t **work) {
+zs_status zs_engine_gather(zs_engine_t *e, const void *send, void *recv, size_t count, zs_dtype dt,
+                           const char *tag, zs_comm_work_t **work) {
     *work = NULL;
     if (!e->comm)
-        return send == recv ? ZS_OK : e->ops->copy(e->stream, recv, send, count * zs_dtype_size(dt));
+        return send == recv ? ZS_OK
+                            : e->ops->copy(e->stream, recv, send, count * zs_dtype_size(dt));
     return zs_comm_all_gather_async(e->comm, send, recv, count, dt, e->stream, tag, work);
 }
 
@@ -211,8 +212,8 @@ static zs_status regather_params(zs_engine_t *e, int wait) {
     if (!e->persist_params || e->cfg.stage == ZS_STAGE_DDP) return ZS_OK;
     for (int u = 0; u < l->n_units; u++) {
         unit_state *us = &e->units[u];
-        ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard,
-                                  ZS_DTYPE_F32, l->units[u].name, &us->work));
+        ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard, ZS_DTYPE_F32,
+                                  l->units[u].name, &us->work));
         if (wait) ZS_CHECK(zs_engine_wait(&us->work));
     }
 fail:
@@ -376,8 +377,8 @@ zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx)
         const float *p = e->bf16 ? us->master : us->param;
         if (gather) {
             zs_comm_work_t *w = NULL;
-            ZS_CHECK(zs_engine_gather(e, us->master, full, (size_t)l->units[u].shard,
-                                      ZS_DTYPE_F32, l->units[u].name, &w));
+            ZS_CHECK(zs_engine_gather(e, us->master, full, (size_t)l->units[u].shard, ZS_DTYPE_F32,
+                                      l->units[u].name, &w));
             ZS_CHECK(zs_engine_wait(&w));
             p = full;
         }

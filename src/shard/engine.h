@@ -59,8 +59,7 @@ void zs_engine_micro_begin(zs_engine_t *e, int k, int K);
 zs_status zs_engine_allsum(zs_engine_t *e, double local, double *global);
 
 /* Gather nbytes (a multiple of 4) from every rank into recv[world * nbytes], rank order. */
-zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv,
-                                     size_t nbytes);
+zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv, size_t nbytes);
 
 /* Optimizer step on this rank's shard: global gradient norm through the shard
  * decomposition (returned in *grad_norm, before clipping), clipping by clip (<= 0: off),

@@ -74,8 +74,8 @@ void zs_engine_pools_destroy(zs_engine_t *e);
  * shards. Leaves no work in flight. */
 zs_status zs_engine_drain(zs_engine_t *e);
 /* all-gather count elements of dtype dt per rank (async; a copy when world is one). */
-zs_status zs_engine_gather(zs_engine_t *e, const void *send, void *recv, size_t count,
-                           zs_dtype dt, const char *tag, zs_comm_work_t **work);
+zs_status zs_engine_gather(zs_engine_t *e, const void *send, void *recv, size_t count, zs_dtype dt,
+                           const char *tag, zs_comm_work_t **work);
 zs_status zs_engine_wait(zs_comm_work_t **work);
 
 /* bf16 compute copy (engine_bf16.c): the fp32 widening buffer; rounding the masters into the

@@ -53,8 +53,8 @@ zs_status zs_layout_add_tensor(zs_layout *l, const char *name, int ndim, const i
     t->count = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] <= 0)
-            return zs_error(ZS_ERR_INVALID, "layout: tensor %s has dimension %d of size %lld",
-                            name, d, (long long)shape[d]);
+            return zs_error(ZS_ERR_INVALID, "layout: tensor %s has dimension %d of size %lld", name,
+                            d, (long long)shape[d]);
         t->shape[d] = shape[d];
         t->count *= shape[d];
     }

@@ -24,10 +24,10 @@ typedef struct zs_tensor_desc {
     char name[ZS_MAX_NAME];
     int ndim;
     int64_t shape[ZS_MAX_DIMS];
-    int64_t count;     /* elements */
-    int64_t offset;    /* element offset inside its unit's flat buffer */
-    int unit;          /* owning unit */
-    int decay;         /* 1: weight decay applies (matrices) */
+    int64_t count;  /* elements */
+    int64_t offset; /* element offset inside its unit's flat buffer */
+    int unit;       /* owning unit */
+    int decay;      /* 1: weight decay applies (matrices) */
     zs_init_kind init;
     float init_std;
     int64_t zero_from; /* elements at index >= zero_from init to 0 (e.g. padded vocab rows) */
@@ -37,10 +37,10 @@ typedef struct zs_unit_desc {
     char name[ZS_MAX_NAME];
     int first_tensor; /* index into tensors[] */
     int n_tensors;
-    int64_t used;     /* elements up to the end of the last tensor (alignment gaps included) */
-    int64_t padded;   /* flat length: used rounded up to world_size * ZS_LAYOUT_ALIGN */
-    int64_t shard;    /* padded / world_size: each rank's contiguous slice */
-    int n_uses;       /* times the unit is acquired per forward (2 for a tied embedding) */
+    int64_t used;   /* elements up to the end of the last tensor (alignment gaps included) */
+    int64_t padded; /* flat length: used rounded up to world_size * ZS_LAYOUT_ALIGN */
+    int64_t shard;  /* padded / world_size: each rank's contiguous slice */
+    int n_uses;     /* times the unit is acquired per forward (2 for a tied embedding) */
 } zs_unit_desc;
 
 typedef struct zs_layout {

@@ -20,7 +20,6 @@
 
 #define STREAM_SAMPLE 0x73616d70ull /* "samp" */
 
-
 zs_train_config zs_train_config_default(void) {
     zs_train_config c;
     memset(&c, 0, sizeof c);
@@ -80,8 +79,8 @@ static const char *stage_flag(int s) {
 static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_mem_estimate est;
     zs_mem_options mo = {.recompute = c->recompute, .dtype = c->dtype};
-    zs_status st = zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->stage, c->batch,
-                                                c->seq, c->grad_accum, c->prefetch, &mo, &est);
+    zs_status st = zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->stage, c->batch, c->seq,
+                                                c->grad_accum, c->prefetch, &mo, &est);
     if (st != ZS_OK || est.total <= c->device_mem) return st;
     zs_mem_stats fake;
     memset(&fake, 0, sizeof fake);
@@ -97,8 +96,8 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
             e2.total <= c->device_mem) {
             char b2[32];
             zs_format_bytes(e2.total, b2, sizeof b2);
-            snprintf(hint, sizeof hint, "--stage %s fits on %d rank%s (%s per rank)",
-                     stage_flag(s), t->world, t->world > 1 ? "s" : "", b2);
+            snprintf(hint, sizeof hint, "--stage %s fits on %d rank%s (%s per rank)", stage_flag(s),
+                     t->world, t->world > 1 ? "s" : "", b2);
         }
     }
     for (int w = t->world * 2; w <= 1024 && !hint[0]; w *= 2) {
@@ -205,8 +204,8 @@ zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats) {
         zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, t->inputs,
                        t->targets);
         double part = 0.0;
-        ZS_CHECK(zs_model_forward_backward(t->model, t->inputs, t->targets, t->micro, c->seq,
-                                           dloss, 1, &part));
+        ZS_CHECK(zs_model_forward_backward(t->model, t->inputs, t->targets, t->micro, c->seq, dloss,
+                                           1, &part));
         loss_sum += part;
     }
     zs_adamw_hparams h = {
@@ -253,8 +252,7 @@ fail:
     return st;
 }
 
-static int sample_row(const float *logits, int V, float temperature, uint64_t seed,
-                      uint64_t idx) {
+static int sample_row(const float *logits, int V, float temperature, uint64_t seed, uint64_t idx) {
     if (temperature <= 0.0f) {
         int best = 0;
         for (int i = 1; i < V; i++)
@@ -264,7 +262,8 @@ static int sample_row(const float *logits, int V, float temperature, uint64_t se
     double mx = logits[0], sum = 0.0;
     for (int i = 1; i < V; i++)
         if (logits[i] > mx) mx = logits[i];
-    for (int i = 0; i < V; i++) sum += exp((logits[i] - mx) / temperature);
+    for (int i = 0; i < V; i++)
+        sum += exp((logits[i] - mx) / temperature);
     double u = (double)(zs_philox_u64(seed, STREAM_SAMPLE, idx) >> 11) * 0x1p-53 * sum;
     double acc = 0.0;
     for (int i = 0; i < V; i++) {
@@ -274,8 +273,8 @@ static int sample_row(const float *logits, int V, float temperature, uint64_t se
     return V - 1;
 }
 
-zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens,
-                            float temperature, uint64_t seed, char *out, size_t cap) {
+zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens, float temperature,
+                            uint64_t seed, char *out, size_t cap) {
     zs_status st = ZS_OK;
     const int T = t->cfg.seq, V = t->model_cfg.vocab, Vp = t->model_cfg.padded_vocab;
     int32_t *ctx = NULL;
@@ -288,7 +287,8 @@ zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens,
     ZS_REQUIRE(ctx, ZS_ERR_OOM, "sample: out of memory");
     int n = 0;
     if (t->data.is_text && n_prompt)
-        for (; n < n_prompt; n++) ctx[n] = (unsigned char)prompt[n];
+        for (; n < n_prompt; n++)
+            ctx[n] = (unsigned char)prompt[n];
     else
         ctx[n++] = t->data.is_text ? '\n' : 50256; /* GPT-2's <|endoftext|> */
     for (int i = 0; i < n_tokens; i++) {

@@ -20,10 +20,10 @@ struct zs_trainer {
     zs_model_t *model;
     zs_comm_t *comm; /* NULL for a world of one */
     int rank, world;
-    int micro;        /* sequences per micro-batch on this rank */
-    int32_t *inputs;  /* [micro, seq] */
+    int micro;       /* sequences per micro-batch on this rank */
+    int32_t *inputs; /* [micro, seq] */
     int32_t *targets;
-    int step;         /* optimizer steps taken */
+    int step; /* optimizer steps taken */
 };
 
 #endif

@@ -45,11 +45,11 @@ zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const
 zs_status zs_cpu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, size_t n);
 zs_status zs_cpu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const float *q,
-                                   const float *k, const float *v, int B, int T, int NH,
-                                   int NKV, int hs);
+                                   const float *k, const float *v, int B, int T, int NH, int NKV,
+                                   int hs);
 zs_status zs_cpu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
                                    const float *dout, const float *q, const float *k,
-                                   const float *v, const float *att, int B, int T, int NH,
-                                   int NKV, int hs);
+                                   const float *v, const float *att, int B, int T, int NH, int NKV,
+                                   int hs);
 
 #endif
