@@ -87,14 +87,15 @@ static int parse_list(const char *flag, const char *text, int *out, int max) {
 
 static void usage(void) {
     printf("usage: zshard bench memory [--model NAME] [--nproc-list 1,2,4] [--batch B] [--seq T]\n"
-           "                           [--steps N] [--out DIR]\n"
+           "                           [--steps N] [--dtype fp32|bf16] [--recompute none|block]\n"
+           "                           [--out DIR]\n"
            "Runs every stage at every world size (random GPT-2 tokens) and writes DIR/memory.md,\n"
            "DIR/memory.csv and DIR/memory.svg (gnuplot). Default model gpt2-124m, batch 4,\n"
            "seq 64, 3 steps, out bench-memory/.\n");
 }
 
-static void write_chart(const char *dir, const char *model, const int *ws, int nw,
-                        cell (*cells)[4]) {
+static void write_chart(const char *dir, const char *model, const char *dtype, const int *ws,
+                        int nw, cell (*cells)[4]) {
     char dat[600], cmd[1400];
     snprintf(dat, sizeof dat, "%s/memory.dat", dir);
     FILE *f = fopen(dat, "w");
@@ -113,7 +114,7 @@ static void write_chart(const char *dir, const char *model, const int *ws, int n
     fprintf(g,
             "set terminal svg size 800,480 dynamic font 'sans,12'\n"
             "set output '%s/memory.svg'\n"
-            "set title 'zshard: measured peak memory per rank, %s (fp32)'\n"
+            "set title 'zshard: measured peak memory per rank, %s (%s)'\n"
             "set style data histogram\nset style histogram clustered gap 1\n"
             "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
             "set ylabel 'GiB per rank'\nset xlabel 'ranks'\nset yrange [0:*]\n"
@@ -122,12 +123,13 @@ static void write_chart(const char *dir, const char *model, const int *ws, int n
             "'' using 3 title columnheader(3) lc rgb '#55a868', "
             "'' using 4 title columnheader(4) lc rgb '#c44e52', "
             "'' using 5 title columnheader(5) lc rgb '#8172b2'\n",
-            dir, model, dat);
+            dir, model, dtype, dat);
     pclose(g);
 }
 
 int zs_bench_memory(int argc, char **argv) {
     const char *model = "gpt2-124m", *out = "bench-memory";
+    const char *dtype = "fp32", *recompute = "none";
     int ws[8] = {1, 2, 4}, nw = 3, batch = 4, seq = 64, steps = 3, rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -148,11 +150,27 @@ int zs_bench_memory(int argc, char **argv) {
             rc = zs_arg_int(a, v, &steps);
         else if (!strcmp(a, "--out"))
             out = v;
+        else if (!strcmp(a, "--dtype"))
+            dtype = v;
+        else if (!strcmp(a, "--recompute"))
+            recompute = v;
         else
             return zs_cli_fail(2, "bench memory: unknown flag '%s'", a);
         if (rc) return rc;
     }
     if (steps < 2) return zs_cli_fail(2, "bench memory: --steps must be >= 2");
+    zs_mem_options mo;
+    memset(&mo, 0, sizeof mo);
+    mo.dtype = ZS_DTYPE_F32;
+    mo.reduce_dtype = ZS_DTYPE_F32;
+    if (!strcmp(dtype, "bf16"))
+        mo.dtype = ZS_DTYPE_BF16;
+    else if (strcmp(dtype, "fp32"))
+        return zs_cli_fail(2, "bench memory: --dtype '%s' is not fp32 or bf16", dtype);
+    if (!strcmp(recompute, "block"))
+        mo.recompute = ZS_RECOMPUTE_BLOCK;
+    else if (strcmp(recompute, "none"))
+        return zs_cli_fail(2, "bench memory: --recompute '%s' is not none or block", recompute);
     zs_model_config cfg;
     if (zs_model_preset(model, &cfg) != ZS_OK)
         return zs_cli_fail(2, "bench memory: %s", zs_last_error());
@@ -178,13 +196,14 @@ int zs_bench_memory(int argc, char **argv) {
             snprintf(cmd, sizeof cmd,
                      "'%s' train --model %s --data '%s' --nproc %d --stage %s --batch %d --seq %d"
                      " --steps %d --warmup 1 --val-every 0 --val-batches 1 --sample-len 0"
-                     " --quiet --log '%s' > '%s.out' 2>&1",
-                     self, model, data, ws[i], STAGE_FLAG[s], batch, seq, steps, log, log);
+                     " --dtype %s --recompute %s --quiet --log '%s' > '%s.out' 2>&1",
+                     self, model, data, ws[i], STAGE_FLAG[s], batch, seq, steps, dtype, recompute,
+                     log, log);
             fprintf(stderr, "bench memory: %d rank%s, %s ...\n", ws[i], ws[i] > 1 ? "s" : "",
                     STAGE_NAME[s]);
             int r = system(cmd);
             zs_mem_estimate est;
-            if (zs_mem_estimate_compute(&cfg, ws[i], s, batch, seq, 1, 1, &est) == ZS_OK)
+            if (zs_mem_estimate_compute_opts(&cfg, ws[i], s, batch, seq, 1, 1, &mo, &est) == ZS_OK)
                 cells[i][s].formula = est.model_states;
             if (r != 0 || parse_run(log, &cells[i][s]))
                 fprintf(stderr, "bench memory: run failed, see %s.out\n", log);
@@ -204,11 +223,11 @@ int zs_bench_memory(int argc, char **argv) {
     FILE *outs[2] = {stdout, fm};
     for (int o = 0; o < 2; o++) {
         fprintf(outs[o],
-                "%s, fp32, global batch %d x seq %d; per-rank peak memory (max over ranks) and "
-                "median ms/step after the first step\n\n"
+                "%s, --dtype %s, --recompute %s, global batch %d x seq %d; per-rank peak memory "
+                "(max over ranks) and median ms/step after the first step\n\n"
                 "| ranks | stage | model states (GiB) | formula (GiB) | total peak (GiB) | "
                 "vs DDP | ms/step |\n|---:|---|---:|---:|---:|---:|---:|\n",
-                model, batch, seq);
+                model, dtype, recompute, batch, seq);
         for (int i = 0; i < nw; i++)
             for (int s = 0; s < 4; s++) {
                 cell *c = &cells[i][s];
@@ -232,7 +251,7 @@ int zs_bench_memory(int argc, char **argv) {
                         (unsigned long long)cells[i][s].total, cells[i][s].ms);
     fclose(fm);
     fclose(fc);
-    write_chart(out, model, ws, nw, cells);
+    write_chart(out, model, dtype, ws, nw, cells);
     printf("\nwrote %s, %s and %s/memory.svg\n", md, csv, out);
     int failed = 0;
     for (int i = 0; i < nw; i++)
