@@ -192,7 +192,7 @@ void zs_comm_fail(zs_comm_t *c, zs_status st, const char *msg) {
     if (!first) return;
     ZS_LOG_E("%s", msg);
     zs_ring_print(c);
-    if (c->ops && c->ops->abort) c->ops->abort(c, msg);
+    if (c->ops && c->ops->mark_failed) c->ops->mark_failed(c, msg);
 }
 
 zs_status zs_comm_check_failed(zs_comm_t *c) {

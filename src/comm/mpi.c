@@ -230,7 +230,7 @@ static const zs_comm_backend_ops g_mpi_ops = {
     .init = mpi_init,
     .fini = mpi_fini,
     .run = mpi_run,
-    .abort = NULL,
+    .mark_failed = NULL,
     .sync = NULL,
     .needs_thread = 1,
 };

@@ -292,7 +292,7 @@ static void shm_fini(zs_comm_t *c) {
     c->impl = NULL;
 }
 
-static void shm_abort(zs_comm_t *c, const char *why) {
+static void shm_mark_failed(zs_comm_t *c, const char *why) {
     shm_ctx *s = c->impl;
     if (!s || !s->hdr) return;
     shm_header *h = s->hdr;
@@ -319,7 +319,7 @@ const zs_comm_backend_ops zs_comm_shm_ops = {
     .init = shm_init,
     .fini = shm_fini,
     .run = shm_run,
-    .abort = shm_abort,
+    .mark_failed = shm_mark_failed,
     .sync = NULL,
     .mem_free = shm_mem_free,
     .needs_thread = 1,

@@ -72,7 +72,7 @@ typedef struct shm_ctx {
     size_t slot_bytes;
     double timeout_s;
     int spin;    /* busy-poll iterations before sleeping */
-    int culprit; /* peer named by the last failed wait, for abort() */
+    int culprit; /* peer named by the last failed wait, for mark_failed */
     /* registered buffers: collectives publish their buffers once an allocation was made */
     shm_region *regs;
     int nregs, cap_regs;
