@@ -268,6 +268,8 @@ static void print_sample(const train_opts *o, zs_trainer_t *t, int step) {
         fprintf(stderr, "zshard: sample failed: %s\n", zs_last_error());
         return;
     }
+    /* Every rank generates (ZeRO-3 gathers are collective); rank 0 prints. */
+    if (zs_trainer_rank(t) != 0) return;
     printf("---- sample at step %d ----\n%s%s\n---------------------------\n", step,
            o->prompt ? o->prompt : "", buf);
     fflush(stdout);
