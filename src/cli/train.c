@@ -3,6 +3,7 @@
  * log: one record per step and a final record carrying param_hash and peak memory. */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "ckpt/json.h"
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -232,22 +233,6 @@ static int parse(int argc, char **argv, train_opts *o) {
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
         return zs_cli_fail(2, "train: %s", zs_last_error());
     return 0;
-}
-
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c >= 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 static void json_mem(FILE *f) {
@@ -513,7 +498,7 @@ int zs_cli_train(int argc, char **argv) {
                 o.cfg.steps, last_loss, last_val, (unsigned long long)hash, train_s,
                 zs_now_s() - t_start);
         fprintf(log, "\"model\":");
-        json_string(log, mc->name);
+        zs_json_write_string(log, mc->name);
         fprintf(log, ",\"stage\":\"%s\",\"world_size\":%d,",
                 o.cfg.stage == ZS_STAGE_DDP ? "ddp"
                                             : (const char *[]){"", "1", "2", "3"}[o.cfg.stage],
@@ -551,7 +536,7 @@ fail:
      * mistaken for a complete one. */
     if (log) {
         fprintf(log, "{\"error\":");
-        json_string(log, zs_last_error());
+        zs_json_write_string(log, zs_last_error());
         fprintf(log, ",\"status\":\"%s\"}\n", zs_status_string(st));
         fclose(log);
     }

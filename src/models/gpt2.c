@@ -3,6 +3,7 @@
  * is acquired through the shard engine right before it is used, so the same code serves
  * every stage. */
 #include "models/gpt2.h"
+#include "models/carve.h"
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -50,7 +51,6 @@ struct zs_gpt2 {
     zs_stream_t *s;
     zs_engine_t *engine;
     const zs_layout *layout;
-    int max_B, max_T;
     int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
     int64_t toff[B_NT]; /* element offsets of block tensors within a block unit */
     int64_t off_wte, off_wpe, off_lnfw, off_lnfb;
@@ -125,31 +125,24 @@ fail:
     return st;
 }
 
-/* Carve n floats (rounded up to 64 bytes) from base at *total; with base NULL only counts. */
-static float *take(float *base, uint64_t *total, uint64_t n) {
-    float *p = base ? base + *total : NULL;
-    *total += (n + 15) / 16 * 16;
-    return p;
-}
-
 /* One block's activations except its output res3, carved at *n. */
 static void carve_block(const zs_model_config *c, int B, int T, float *base, uint64_t *total,
                         layer_acts *a) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
     uint64_t att = (uint64_t)B * c->n_head * T * T;
     uint64_t n = *total;
-    a->ln1 = take(base, &n, BT * C);
-    a->ln1_mean = take(base, &n, BT);
-    a->ln1_rstd = take(base, &n, BT);
-    a->qkv = take(base, &n, BT * 3 * C);
-    a->atty = take(base, &n, BT * C);
-    a->att = take(base, &n, att);
-    a->res2 = take(base, &n, BT * C);
-    a->ln2 = take(base, &n, BT * C);
-    a->ln2_mean = take(base, &n, BT);
-    a->ln2_rstd = take(base, &n, BT);
-    a->fch = take(base, &n, BT * 4 * C);
-    a->fch_gelu = take(base, &n, BT * 4 * C);
+    a->ln1 = zs_carve(base, &n, BT * C);
+    a->ln1_mean = zs_carve(base, &n, BT);
+    a->ln1_rstd = zs_carve(base, &n, BT);
+    a->qkv = zs_carve(base, &n, BT * 3 * C);
+    a->atty = zs_carve(base, &n, BT * C);
+    a->att = zs_carve(base, &n, att);
+    a->res2 = zs_carve(base, &n, BT * C);
+    a->ln2 = zs_carve(base, &n, BT * C);
+    a->ln2_mean = zs_carve(base, &n, BT);
+    a->ln2_rstd = zs_carve(base, &n, BT);
+    a->fch = zs_carve(base, &n, BT * 4 * C);
+    a->fch_gelu = zs_carve(base, &n, BT * 4 * C);
     *total = n;
 }
 
@@ -161,7 +154,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, n = 0;
     float *base = m->arena;
     layer_acts shared;
-    m->encoded = take(base, &n, BT * C);
+    m->encoded = zs_carve(base, &n, BT * C);
     if (recompute) carve_block(c, B, T, base, &n, &shared);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *a = base ? &m->layers[l] : &m->layers[0];
@@ -169,12 +162,12 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
             *a = shared;
         else
             carve_block(c, B, T, base, &n, a);
-        a->res3 = take(base, &n, BT * C);
+        a->res3 = zs_carve(base, &n, BT * C);
     }
-    m->lnf = take(base, &n, BT * C);
-    m->lnf_mean = take(base, &n, BT);
-    m->lnf_rstd = take(base, &n, BT);
-    m->losses = take(base, &n, BT);
+    m->lnf = zs_carve(base, &n, BT * C);
+    m->lnf_mean = zs_carve(base, &n, BT);
+    m->lnf_rstd = zs_carve(base, &n, BT);
+    m->losses = zs_carve(base, &n, BT);
     return n;
 }
 
@@ -183,13 +176,13 @@ static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_gpt2_t 
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
     uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
     float *base = m->scratch;
-    m->logits = take(base, &n, BT * (uint64_t)c->padded_vocab);
-    m->dres = take(base, &n, BT * C);
-    m->dC = take(base, &n, BT * C);
-    m->dtmp4 = take(base, &n, BT * 4 * C);
-    m->dtmp4b = take(base, &n, BT * 4 * C);
-    m->dqkv = take(base, &n, BT * 3 * C);
-    m->datt = take(base, &n, att);
+    m->logits = zs_carve(base, &n, BT * (uint64_t)c->padded_vocab);
+    m->dres = zs_carve(base, &n, BT * C);
+    m->dC = zs_carve(base, &n, BT * C);
+    m->dtmp4 = zs_carve(base, &n, BT * 4 * C);
+    m->dtmp4b = zs_carve(base, &n, BT * 4 * C);
+    m->dqkv = zs_carve(base, &n, BT * 3 * C);
+    m->datt = zs_carve(base, &n, att);
     return n;
 }
 
@@ -229,8 +222,6 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     m->s = s;
     m->engine = engine;
     m->layout = zs_engine_layout(engine);
-    m->max_B = max_batch;
-    m->max_T = max_seq;
     ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
                ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
@@ -332,7 +323,7 @@ fail:
 }
 
 /* Forward through embeddings, blocks and final norm into m->logits. */
-static zs_status forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
+zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
@@ -364,7 +355,7 @@ fail:
     return st;
 }
 
-static zs_status backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
+zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
@@ -404,37 +395,7 @@ fail:
     return st;
 }
 
-static zs_status check_shape(const zs_gpt2_t *m, int B, int T) {
-    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
-        return zs_error(ZS_ERR_INTERNAL, "model: batch %dx%d exceeds allocated %dx%d", B, T,
-                        m->max_B, m->max_T);
-    return ZS_OK;
-}
-
-zs_status zs_gpt2_forward_backward(zs_gpt2_t *m, const int32_t *inputs, const int32_t *targets,
-                                   int B, int T, float dloss, int do_backward, double *loss_sum) {
-    zs_status st = ZS_OK;
-    const int BT = B * T;
-    ZS_CHECK(check_shape(m, B, T));
-    ZS_CHECK(forward(m, inputs, B, T));
-    ZS_CHECK(m->ops->softmax_xent(m->s, m->losses, do_backward ? m->logits : NULL, m->logits,
-                                  targets, BT, m->cfg.vocab, m->cfg.padded_vocab, dloss));
-    ZS_CHECK(m->ops->sync(m->s));
-    double sum = 0.0;
-    for (int i = 0; i < BT; i++)
-        sum += m->losses[i];
-    *loss_sum = sum;
-    if (do_backward) ZS_CHECK(backward(m, inputs, B, T));
-fail:
-    return st;
-}
-
-zs_status zs_gpt2_infer(zs_gpt2_t *m, const int32_t *inputs, int B, int T, const float **logits) {
-    zs_status st = ZS_OK;
-    ZS_CHECK(check_shape(m, B, T));
-    ZS_CHECK(forward(m, inputs, B, T));
-    ZS_CHECK(m->ops->sync(m->s));
+void zs_gpt2_outputs(zs_gpt2_t *m, float **logits, float **losses) {
     *logits = m->logits;
-fail:
-    return st;
+    *losses = m->losses;
 }

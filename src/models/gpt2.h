@@ -11,9 +11,12 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
                          const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine, int max_batch,
                          int max_seq, zs_gpt2_t **out);
 void zs_gpt2_destroy(zs_gpt2_t *m);
-zs_status zs_gpt2_forward_backward(zs_gpt2_t *m, const int32_t *inputs, const int32_t *targets,
-                                   int B, int T, float dloss, int backward, double *loss_sum);
-zs_status zs_gpt2_infer(zs_gpt2_t *m, const int32_t *inputs, int B, int T, const float **logits);
+/* Forward over inputs[B*T] into the logits buffer; backward from the dlogits that
+ * zs_model_forward_backward leaves in that same buffer. B, T within the allocated sizes. */
+zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *inputs, int B, int T);
+zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *inputs, int B, int T);
+/* The [B*T, padded_vocab] logits buffer (dlogits in place after the loss) and losses[B*T]. */
+void zs_gpt2_outputs(zs_gpt2_t *m, float **logits, float **losses);
 uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
                                   int T);
 uint64_t zs_gpt2_workspace_bytes(const zs_model_config *cfg, int B, int T);

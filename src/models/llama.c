@@ -4,6 +4,7 @@
  * and [out, in] shapes are Hugging Face's, so safetensors import/export is a renaming-free
  * copy (docs/models.md). Each unit is acquired through the shard engine right before use. */
 #include "models/llama.h"
+#include "models/carve.h"
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -36,7 +37,6 @@ struct zs_llama {
     const zs_ops *ops;
     zs_stream_t *s;
     zs_engine_t *engine;
-    int max_B, max_T;
     int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
     int hs, QD, KD;     /* head size, query width NH*hs, key/value width NKV*hs */
     int64_t toff[L_NT]; /* element offsets of block tensors within a block unit */
@@ -118,32 +118,25 @@ fail:
     return st;
 }
 
-/* Carve n floats (rounded up to 64 bytes) from base at *total; with base NULL only counts. */
-static float *take(float *base, uint64_t *total, uint64_t n) {
-    float *p = base ? base + *total : NULL;
-    *total += (n + 15) / 16 * 16;
-    return p;
-}
-
 /* One block's activations except its output res3, carved at *total. */
 static void carve_block(const zs_model_config *c, int B, int T, float *base, uint64_t *total,
                         layer_acts *a) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, F = (uint64_t)c->ffn_hidden;
     uint64_t KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
     uint64_t att = (uint64_t)B * c->n_head * T * T, n = *total;
-    a->ln1 = take(base, &n, BT * C);
-    a->ln1_rstd = take(base, &n, BT);
-    a->q = take(base, &n, BT * C);
-    a->k = take(base, &n, BT * KD);
-    a->v = take(base, &n, BT * KD);
-    a->att = take(base, &n, att);
-    a->atty = take(base, &n, BT * C);
-    a->res2 = take(base, &n, BT * C);
-    a->ln2 = take(base, &n, BT * C);
-    a->ln2_rstd = take(base, &n, BT);
-    a->gate = take(base, &n, BT * F);
-    a->up = take(base, &n, BT * F);
-    a->h = take(base, &n, BT * F);
+    a->ln1 = zs_carve(base, &n, BT * C);
+    a->ln1_rstd = zs_carve(base, &n, BT);
+    a->q = zs_carve(base, &n, BT * C);
+    a->k = zs_carve(base, &n, BT * KD);
+    a->v = zs_carve(base, &n, BT * KD);
+    a->att = zs_carve(base, &n, att);
+    a->atty = zs_carve(base, &n, BT * C);
+    a->res2 = zs_carve(base, &n, BT * C);
+    a->ln2 = zs_carve(base, &n, BT * C);
+    a->ln2_rstd = zs_carve(base, &n, BT);
+    a->gate = zs_carve(base, &n, BT * F);
+    a->up = zs_carve(base, &n, BT * F);
+    a->h = zs_carve(base, &n, BT * F);
     *total = n;
 }
 
@@ -155,7 +148,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, n = 0;
     float *base = m->arena;
     layer_acts shared;
-    m->encoded = take(base, &n, BT * C);
+    m->encoded = zs_carve(base, &n, BT * C);
     if (recompute) carve_block(c, B, T, base, &n, &shared);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *a = base ? &m->layers[l] : &m->layers[0];
@@ -163,11 +156,11 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
             *a = shared;
         else
             carve_block(c, B, T, base, &n, a);
-        a->res3 = take(base, &n, BT * C);
+        a->res3 = zs_carve(base, &n, BT * C);
     }
-    m->lnf = take(base, &n, BT * C);
-    m->lnf_rstd = take(base, &n, BT);
-    m->losses = take(base, &n, BT);
+    m->lnf = zs_carve(base, &n, BT * C);
+    m->lnf_rstd = zs_carve(base, &n, BT);
+    m->losses = zs_carve(base, &n, BT);
     return n;
 }
 
@@ -177,16 +170,16 @@ static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_llama_t
     uint64_t KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
     uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
     float *base = m->scratch;
-    m->logits = take(base, &n, BT * (uint64_t)c->padded_vocab);
-    m->dres = take(base, &n, BT * C);
-    m->dC = take(base, &n, BT * C);
-    m->dq = take(base, &n, BT * C);
-    m->dk = take(base, &n, BT * KD);
-    m->dv = take(base, &n, BT * KD);
-    m->datt = take(base, &n, att);
-    m->dh = take(base, &n, BT * F);
-    m->dgate = take(base, &n, BT * F);
-    m->dup = take(base, &n, BT * F);
+    m->logits = zs_carve(base, &n, BT * (uint64_t)c->padded_vocab);
+    m->dres = zs_carve(base, &n, BT * C);
+    m->dC = zs_carve(base, &n, BT * C);
+    m->dq = zs_carve(base, &n, BT * C);
+    m->dk = zs_carve(base, &n, BT * KD);
+    m->dv = zs_carve(base, &n, BT * KD);
+    m->datt = zs_carve(base, &n, att);
+    m->dh = zs_carve(base, &n, BT * F);
+    m->dgate = zs_carve(base, &n, BT * F);
+    m->dup = zs_carve(base, &n, BT * F);
     return n;
 }
 
@@ -223,8 +216,6 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
     m->ops = ops;
     m->s = s;
     m->engine = engine;
-    m->max_B = max_batch;
-    m->max_T = max_seq;
     ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
                ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
@@ -343,7 +334,7 @@ fail:
 }
 
 /* Forward through embedding, blocks, final norm and head into m->logits. */
-static zs_status forward(zs_llama_t *m, const int32_t *in, int B, int T) {
+zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
@@ -371,7 +362,7 @@ fail:
     return st;
 }
 
-static zs_status backward(zs_llama_t *m, const int32_t *in, int B, int T) {
+zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
@@ -409,37 +400,7 @@ fail:
     return st;
 }
 
-static zs_status check_shape(const zs_llama_t *m, int B, int T) {
-    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
-        return zs_error(ZS_ERR_INTERNAL, "model: batch %dx%d exceeds allocated %dx%d", B, T,
-                        m->max_B, m->max_T);
-    return ZS_OK;
-}
-
-zs_status zs_llama_forward_backward(zs_llama_t *m, const int32_t *inputs, const int32_t *targets,
-                                    int B, int T, float dloss, int do_backward, double *loss_sum) {
-    zs_status st = ZS_OK;
-    const int BT = B * T;
-    ZS_CHECK(check_shape(m, B, T));
-    ZS_CHECK(forward(m, inputs, B, T));
-    ZS_CHECK(m->ops->softmax_xent(m->s, m->losses, do_backward ? m->logits : NULL, m->logits,
-                                  targets, BT, m->cfg.vocab, m->cfg.padded_vocab, dloss));
-    ZS_CHECK(m->ops->sync(m->s));
-    double sum = 0.0;
-    for (int i = 0; i < BT; i++)
-        sum += m->losses[i];
-    *loss_sum = sum;
-    if (do_backward) ZS_CHECK(backward(m, inputs, B, T));
-fail:
-    return st;
-}
-
-zs_status zs_llama_infer(zs_llama_t *m, const int32_t *inputs, int B, int T, const float **logits) {
-    zs_status st = ZS_OK;
-    ZS_CHECK(check_shape(m, B, T));
-    ZS_CHECK(forward(m, inputs, B, T));
-    ZS_CHECK(m->ops->sync(m->s));
+void zs_llama_outputs(zs_llama_t *m, float **logits, float **losses) {
     *logits = m->logits;
-fail:
-    return st;
+    *losses = m->losses;
 }

@@ -11,6 +11,11 @@
 struct zs_model {
     zs_arch arch;
     void *impl;
+    const zs_ops *ops;
+    zs_stream_t *s;
+    int vocab, padded_vocab, max_B, max_T;
+    float *logits; /* the architecture's [B*T, padded_vocab] buffer */
+    float *losses; /* its per-token losses */
 };
 
 zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout *out) {
@@ -43,14 +48,22 @@ zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_option
     m = calloc(1, sizeof *m);
     ZS_REQUIRE(m, ZS_ERR_OOM, "model: out of memory");
     m->arch = cfg->arch;
+    m->ops = ops;
+    m->s = s;
+    m->vocab = cfg->vocab;
+    m->padded_vocab = cfg->padded_vocab;
+    m->max_B = max_batch;
+    m->max_T = max_seq;
     switch (cfg->arch) {
     case ZS_ARCH_GPT2:
         ZS_CHECK(
             zs_gpt2_create(cfg, opts, ops, s, engine, max_batch, max_seq, (zs_gpt2_t **)&m->impl));
+        zs_gpt2_outputs(m->impl, &m->logits, &m->losses);
         break;
     case ZS_ARCH_LLAMA:
         ZS_CHECK(zs_llama_create(cfg, opts, ops, s, engine, max_batch, max_seq,
                                  (zs_llama_t **)&m->impl));
+        zs_llama_outputs(m->impl, &m->logits, &m->losses);
         break;
     default:
         ZS_REQUIRE(0, ZS_ERR_UNSUPPORTED, "model %s: architecture %d is not built in", cfg->name,
@@ -78,29 +91,59 @@ void zs_model_destroy(zs_model_t *m) {
     free(m);
 }
 
-zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
-                                    int B, int T, float dloss, int backward, double *loss_sum) {
+static zs_status arch_forward(zs_model_t *m, const int32_t *in, int B, int T) {
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
+        return zs_error(ZS_ERR_INTERNAL, "model: batch %dx%d exceeds allocated %dx%d", B, T,
+                        m->max_B, m->max_T);
     switch (m->arch) {
     case ZS_ARCH_GPT2:
-        return zs_gpt2_forward_backward(m->impl, inputs, targets, B, T, dloss, backward, loss_sum);
+        return zs_gpt2_forward(m->impl, in, B, T);
     case ZS_ARCH_LLAMA:
-        return zs_llama_forward_backward(m->impl, inputs, targets, B, T, dloss, backward, loss_sum);
+        return zs_llama_forward(m->impl, in, B, T);
     default:
         break;
     }
     return zs_error(ZS_ERR_INTERNAL, "model: unknown architecture");
 }
 
-zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits) {
+static zs_status arch_backward(zs_model_t *m, const int32_t *in, int B, int T) {
     switch (m->arch) {
     case ZS_ARCH_GPT2:
-        return zs_gpt2_infer(m->impl, inputs, B, T, logits);
+        return zs_gpt2_backward(m->impl, in, B, T);
     case ZS_ARCH_LLAMA:
-        return zs_llama_infer(m->impl, inputs, B, T, logits);
+        return zs_llama_backward(m->impl, in, B, T);
     default:
         break;
     }
     return zs_error(ZS_ERR_INTERNAL, "model: unknown architecture");
+}
+
+/* Forward, the fused softmax-cross-entropy (dlogits written in place over the logits), then
+ * backward from them: the same sequence for every architecture. */
+zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
+                                    int B, int T, float dloss, int backward, double *loss_sum) {
+    zs_status st = ZS_OK;
+    const int BT = B * T;
+    ZS_CHECK(arch_forward(m, inputs, B, T));
+    ZS_CHECK(m->ops->softmax_xent(m->s, m->losses, backward ? m->logits : NULL, m->logits, targets,
+                                  BT, m->vocab, m->padded_vocab, dloss));
+    ZS_CHECK(m->ops->sync(m->s));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++)
+        sum += m->losses[i];
+    *loss_sum = sum;
+    if (backward) ZS_CHECK(arch_backward(m, inputs, B, T));
+fail:
+    return st;
+}
+
+zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(arch_forward(m, inputs, B, T));
+    ZS_CHECK(m->ops->sync(m->s));
+    *logits = m->logits;
+fail:
+    return st;
 }
 
 uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
