@@ -87,11 +87,12 @@ static int parse_list(const char *flag, const char *text, int *out, int max) {
 
 static void usage(void) {
     printf("usage: zshard bench memory [--model NAME] [--nproc-list 1,2,4] [--batch B] [--seq T]\n"
-           "                           [--steps N] [--dtype fp32|bf16] [--recompute none|block]\n"
-           "                           [--out DIR]\n"
+           "                           [--steps N] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16]\n"
+           "                           [--recompute none|block] [--out DIR]\n"
            "Runs every stage at every world size (random GPT-2 tokens) and writes DIR/memory.md,\n"
            "DIR/memory.csv and DIR/memory.svg (gnuplot). Default model gpt2-124m, batch 4,\n"
-           "seq 64, 3 steps, out bench-memory/.\n");
+           "seq 64, 3 steps, out bench-memory/; --reduce-dtype defaults to --dtype. Exits 1 if\n"
+           "a run fails or its model states differ from DESIGN.md §4's formula (Ψ padded).\n");
 }
 
 static void write_chart(const char *dir, const char *model, const char *dtype, const int *ws,
@@ -129,7 +130,7 @@ static void write_chart(const char *dir, const char *model, const char *dtype, c
 
 int zs_bench_memory(int argc, char **argv) {
     const char *model = "gpt2-124m", *out = "bench-memory";
-    const char *dtype = "fp32", *recompute = "none";
+    const char *dtype = "fp32", *rdtype = NULL, *recompute = "none";
     int ws[8] = {1, 2, 4}, nw = 3, batch = 4, seq = 64, steps = 3, rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -152,6 +153,8 @@ int zs_bench_memory(int argc, char **argv) {
             out = v;
         else if (!strcmp(a, "--dtype"))
             dtype = v;
+        else if (!strcmp(a, "--reduce-dtype"))
+            rdtype = v;
         else if (!strcmp(a, "--recompute"))
             recompute = v;
         else
@@ -167,6 +170,11 @@ int zs_bench_memory(int argc, char **argv) {
         mo.dtype = ZS_DTYPE_BF16;
     else if (strcmp(dtype, "fp32"))
         return zs_cli_fail(2, "bench memory: --dtype '%s' is not fp32 or bf16", dtype);
+    if (!rdtype) rdtype = dtype;
+    if (!strcmp(rdtype, "bf16"))
+        mo.reduce_dtype = ZS_DTYPE_BF16;
+    else if (strcmp(rdtype, "fp32"))
+        return zs_cli_fail(2, "bench memory: --reduce-dtype '%s' is not fp32 or bf16", rdtype);
     if (!strcmp(recompute, "block"))
         mo.recompute = ZS_RECOMPUTE_BLOCK;
     else if (strcmp(recompute, "none"))
@@ -189,6 +197,7 @@ int zs_bench_memory(int argc, char **argv) {
 
     cell cells[8][4];
     memset(cells, 0, sizeof cells);
+    int64_t psi = 0, psi_padded = 0; /* of the last world size (padding grows with it) */
     for (int i = 0; i < nw; i++)
         for (int s = 0; s < 4; s++) {
             char log[700], cmd[8192];
@@ -196,15 +205,18 @@ int zs_bench_memory(int argc, char **argv) {
             snprintf(cmd, sizeof cmd,
                      "'%s' train --model %s --data '%s' --nproc %d --stage %s --batch %d --seq %d"
                      " --steps %d --warmup 1 --val-every 0 --val-batches 1 --sample-len 0"
-                     " --dtype %s --recompute %s --quiet --log '%s' > '%s.out' 2>&1",
-                     self, model, data, ws[i], STAGE_FLAG[s], batch, seq, steps, dtype, recompute,
-                     log, log);
+                     " --dtype %s --reduce-dtype %s --recompute %s --quiet --log '%s' > '%s.out'"
+                     " 2>&1",
+                     self, model, data, ws[i], STAGE_FLAG[s], batch, seq, steps, dtype, rdtype,
+                     recompute, log, log);
             fprintf(stderr, "bench memory: %d rank%s, %s ...\n", ws[i], ws[i] > 1 ? "s" : "",
                     STAGE_NAME[s]);
             int r = system(cmd);
             zs_mem_estimate est;
             if (zs_mem_estimate_compute_opts(&cfg, ws[i], s, batch, seq, 1, 1, &mo, &est) == ZS_OK)
-                cells[i][s].formula = est.model_states;
+                cells[i][s].formula = zs_cli_formula_bytes(s, &mo, (uint64_t)est.padded, ws[i]);
+            psi = est.params;
+            psi_padded = est.padded;
             if (r != 0 || parse_run(log, &cells[i][s]))
                 fprintf(stderr, "bench memory: run failed, see %s.out\n", log);
         }
@@ -223,22 +235,29 @@ int zs_bench_memory(int argc, char **argv) {
     FILE *outs[2] = {stdout, fm};
     for (int o = 0; o < 2; o++) {
         fprintf(outs[o],
-                "%s, --dtype %s, --recompute %s, global batch %d x seq %d; per-rank peak memory "
-                "(max over ranks) and median ms/step after the first step\n\n"
-                "| ranks | stage | model states (GiB) | formula (GiB) | total peak (GiB) | "
-                "vs DDP | ms/step |\n|---:|---|---:|---:|---:|---:|---:|\n",
-                model, dtype, recompute, batch, seq);
+                "%s (Ψ = %lld, %lld padded at %d ranks), --dtype %s --reduce-dtype %s, "
+                "--recompute %s, global batch %d x seq %d; per-rank peak memory (max over ranks) "
+                "and median ms/step after the first step. Formula: DESIGN.md §4 with Ψ padded; "
+                "measured − formula in bytes.\n\n"
+                "| ranks | stage | model states (GiB) | formula | formula (GiB) | measured − "
+                "formula | total peak (GiB) | vs DDP | ms/step |\n"
+                "|---:|---|---:|---|---:|---:|---:|---:|---:|\n",
+                model, (long long)psi, (long long)psi_padded, ws[nw - 1], dtype, rdtype, recompute,
+                batch, seq);
         for (int i = 0; i < nw; i++)
             for (int s = 0; s < 4; s++) {
                 cell *c = &cells[i][s];
                 if (!c->ok) {
-                    fprintf(outs[o], "| %d | %s | failed | | | | |\n", ws[i], STAGE_NAME[s]);
+                    fprintf(outs[o], "| %d | %s | failed | | | | | | |\n", ws[i], STAGE_NAME[s]);
                     continue;
                 }
                 double ddp = cells[i][0].ok ? (double)cells[i][0].total : 0;
-                fprintf(outs[o], "| %d | %s | %.3f | %.3f | %.3f | %.0f%% | %.0f |\n", ws[i],
-                        STAGE_NAME[s], (double)c->states / 1073741824.0,
-                        (double)c->formula / 1073741824.0, (double)c->total / 1073741824.0,
+                char f[48];
+                fprintf(outs[o], "| %d | %s | %.3f | %s | %.3f | %lld | %.3f | %.0f%% | %.0f |\n",
+                        ws[i], STAGE_NAME[s], (double)c->states / 1073741824.0,
+                        zs_cli_formula_text(s, &mo, f, sizeof f), (double)c->formula / 1073741824.0,
+                        (long long)c->states - (long long)c->formula,
+                        (double)c->total / 1073741824.0,
                         ddp > 0 ? 100.0 * (double)c->total / ddp : 0.0, c->ms);
             }
     }
@@ -256,6 +275,6 @@ int zs_bench_memory(int argc, char **argv) {
     int failed = 0;
     for (int i = 0; i < nw; i++)
         for (int s = 0; s < 4; s++)
-            failed += !cells[i][s].ok;
+            failed += !cells[i][s].ok || cells[i][s].states != cells[i][s].formula;
     return failed ? 1 : 0;
 }

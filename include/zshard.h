@@ -150,8 +150,14 @@ typedef enum zs_recompute {
 typedef struct zs_mem_options {
     zs_recompute recompute;
     zs_dtype dtype;        /* compute copy of the parameters: F32 or BF16 */
-    zs_dtype reduce_dtype; /* gradients (storage and reduction): F32 (BF16 not built yet) */
+    zs_dtype reduce_dtype; /* gradients (storage and reduction): F32 or BF16 */
 } zs_mem_options;
+
+/* DESIGN.md §4's model-state formula for a stage and opts' dtypes (NULL: fp32): per-rank
+ * bytes = a·Ψ + b·Ψ/N, e.g. ZeRO-1 fp32 a = 8, b = 8; ZeRO-2 bf16 params and grads a = 2,
+ * b = 14. Computed from the bytes per parameter of each state, independently of the layout
+ * and the estimator, so tests and benchmarks can hold both to it. */
+void zs_mem_formula(int stage, const zs_mem_options *opts, int *a, int *b);
 
 /* zs_mem_estimate_compute with options; opts NULL = all defaults. */
 zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world_size, int stage,
@@ -190,7 +196,7 @@ typedef struct zs_train_config {
     double comm_timeout_s;  /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */
     zs_recompute recompute; /* activation checkpointing (ZS_RECOMPUTE_NONE) */
     zs_dtype dtype;         /* compute copy of the parameters: F32 (default) or BF16 */
-    zs_dtype reduce_dtype;  /* gradient storage and reduction: F32 (BF16 is not built yet) */
+    zs_dtype reduce_dtype;  /* gradient storage and reduction: F32 (default) or BF16 */
 } zs_train_config;
 
 zs_train_config zs_train_config_default(void);

@@ -3,6 +3,11 @@
 #ifndef ZS_CLI_H
 #define ZS_CLI_H
 
+#include "zshard.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
 int zs_cli_train(int argc, char **argv);
 int zs_cli_run(int argc, char **argv);
 int zs_cli_bench(int argc, char **argv);
@@ -15,6 +20,11 @@ int zs_bench_comm(int argc, char **argv);
 int zs_bench_memory(int argc, char **argv);
 
 /* Print "zshard: <msg>" to stderr; returns 1 or 2 for the caller to exit with. */
+/* DESIGN.md §4's model-state formula of a stage as text ("4Ψ + 12Ψ/N") and in bytes for psi
+ * (padded) parameters on world ranks (zs_mem_formula). */
+const char *zs_cli_formula_text(int stage, const zs_mem_options *mo, char *buf, size_t n);
+uint64_t zs_cli_formula_bytes(int stage, const zs_mem_options *mo, uint64_t psi, int world);
+
 int zs_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

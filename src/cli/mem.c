@@ -10,20 +10,55 @@
 #include <string.h>
 
 static const char *STAGE_NAME[] = {"ddp", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
-static const char *FORMULA[] = {"16Ψ", "8Ψ + 8Ψ/N", "4Ψ + 12Ψ/N", "16Ψ/N"};
-/* bf16 compute copy with fp32 gradients and fp32 master + Adam (DESIGN.md §4's "18Ψ with
- * fp32 grads" for DDP; the all-bf16-gradient column needs --reduce-dtype bf16). */
-static const char *FORMULA_BF16[] = {"18Ψ", "6Ψ + 12Ψ/N", "2Ψ + 16Ψ/N", "18Ψ/N"};
+
+const char *zs_cli_formula_text(int stage, const zs_mem_options *mo, char *buf, size_t n) {
+    int a, b;
+    zs_mem_formula(stage, mo, &a, &b);
+    if (a && b)
+        snprintf(buf, n, "%dΨ + %dΨ/N", a, b);
+    else if (a)
+        snprintf(buf, n, "%dΨ", a);
+    else
+        snprintf(buf, n, "%dΨ/N", b);
+    return buf;
+}
+
+uint64_t zs_cli_formula_bytes(int stage, const zs_mem_options *mo, uint64_t psi, int world) {
+    int a, b;
+    zs_mem_formula(stage, mo, &a, &b);
+    return (uint64_t)a * psi + (uint64_t)b * psi / (uint64_t)world;
+}
+
+static const char *dtype_words(const zs_mem_options *mo) {
+    if (mo->dtype == ZS_DTYPE_F32 && mo->reduce_dtype == ZS_DTYPE_F32) return "fp32";
+    if (mo->dtype == ZS_DTYPE_BF16 && mo->reduce_dtype == ZS_DTYPE_BF16)
+        return "bf16 params and grads, fp32 master + Adam";
+    if (mo->dtype == ZS_DTYPE_BF16) return "bf16 params, fp32 grads, fp32 master + Adam";
+    return "fp32 params, bf16 grads, fp32 Adam";
+}
+
+static int parse_dtype(const char *flag, const char *v, zs_dtype *dt) {
+    if (!strcmp(v, "fp32"))
+        *dt = ZS_DTYPE_F32;
+    else if (!strcmp(v, "bf16"))
+        *dt = ZS_DTYPE_BF16;
+    else
+        return zs_cli_fail(2, "%s: '%s' is not one of fp32, bf16", flag, v);
+    return 0;
+}
 
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
-        "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
-        "                  [--recompute none|block] [--dtype fp32|bf16] [--compare]\n"
-        "Predicts per-rank peak memory by category (fp32, or a bf16 compute copy) before a run.\n"
-        "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
-        "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
+    fprintf(f,
+            "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
+            "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
+            "                  [--recompute none|block] [--dtype fp32|bf16]\n"
+            "                  [--reduce-dtype fp32|bf16] [--device-mem SIZE] [--compare]\n"
+            "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
+            "  copy of the parameters, --reduce-dtype the gradients' (default: --dtype); the\n"
+            "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
+            "  adds a row saying which stages fit on a device of that size.\n"
+            "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
+            "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
 }
 
 static double gib(uint64_t b) {
@@ -33,7 +68,8 @@ static double gib(uint64_t b) {
 int zs_cli_mem(int argc, char **argv) {
     const char *model = NULL;
     int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = -1;
-    int compare = 0, rc = 0;
+    int compare = 0, rc = 0, reduce_set = 0;
+    uint64_t device_mem = 0;
     zs_mem_options mo = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -60,13 +96,14 @@ int zs_cli_mem(int argc, char **argv) {
             rc = zs_arg_int(a, v, &prefetch);
         else if (!strcmp(a, "--vocab"))
             rc = zs_arg_int(a, v, &vocab);
-        else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "fp32"))
-                mo.dtype = ZS_DTYPE_F32;
-            else if (!strcmp(v, "bf16"))
-                mo.dtype = ZS_DTYPE_BF16;
-            else
-                return zs_cli_fail(2, "--dtype: '%s' is not one of fp32, bf16", v);
+        else if (!strcmp(a, "--dtype"))
+            rc = parse_dtype(a, v, &mo.dtype);
+        else if (!strcmp(a, "--device-mem")) {
+            if (zs_parse_bytes(v, &device_mem) != ZS_OK)
+                return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
+        } else if (!strcmp(a, "--reduce-dtype")) {
+            rc = parse_dtype(a, v, &mo.reduce_dtype);
+            reduce_set = 1;
         } else if (!strcmp(a, "--recompute")) {
             if (!strcmp(v, "none"))
                 mo.recompute = ZS_RECOMPUTE_NONE;
@@ -86,6 +123,7 @@ int zs_cli_mem(int argc, char **argv) {
         if (rc) return rc;
     }
     if (!model) return zs_cli_fail(2, "mem: --model NAME is required");
+    if (!reduce_set) mo.reduce_dtype = mo.dtype;
     if (nproc < 1 || seq < 1 || accum < 1 || prefetch < 0 || (vocab < 1 && vocab != -1) ||
         batch < 0)
         return zs_cli_fail(2, "mem: sizes must be positive");
@@ -104,9 +142,8 @@ int zs_cli_mem(int argc, char **argv) {
     const zs_mem_estimate *e0 = &est[first];
     printf("zshard mem: %s, %d rank%s, %s, global batch %d x seq %d (%d per rank per "
            "micro-batch), prefetch %d, recompute %s\n",
-           model, nproc, nproc > 1 ? "s" : "",
-           mo.dtype == ZS_DTYPE_BF16 ? "bf16 params, fp32 grads, fp32 master + Adam" : "fp32",
-           batch, seq, batch / (nproc * accum), prefetch,
+           model, nproc, nproc > 1 ? "s" : "", dtype_words(&mo), batch, seq,
+           batch / (nproc * accum), prefetch,
            mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n\n",
@@ -128,15 +165,27 @@ int zs_cli_mem(int argc, char **argv) {
     for (int s = first; s <= last; s++)
         printf(" **%.3f** |", gib(est[s].model_states));
     printf("\n| formula (Ψ padded, N=%d) |", nproc);
-    for (int s = first; s <= last; s++)
-        printf(" %s = %.3f |", (mo.dtype == ZS_DTYPE_BF16 ? FORMULA_BF16 : FORMULA)[s],
-               gib(est[s].model_states));
+    for (int s = first; s <= last; s++) {
+        char f[48];
+        printf(" %s = %.3f |", zs_cli_formula_text(s, &mo, f, sizeof f),
+               gib(zs_cli_formula_bytes(s, &mo, (uint64_t)e0->padded, nproc)));
+    }
     printf("\n| **total** |");
     for (int s = first; s <= last; s++)
         printf(" **%.3f** |", gib(est[s].total));
     printf("\n");
+    if (device_mem) {
+        char cap[32];
+        zs_format_bytes(device_mem, cap, sizeof cap);
+        printf("| fits in %s |", cap);
+        for (int s = first; s <= last; s++)
+            printf(" %s |", est[s].total <= device_mem ? "yes" : "**no**");
+        printf("\n");
+    }
     if (compare)
-        printf("\nZeRO-3 model states are %.1f%% of DDP's; total %.1f%%.\n",
+        printf("\nModel states per rank: DDP %.1f GB, ZeRO-3 %.1f GB (10^9 bytes); ZeRO-3's are "
+               "%.1f%% of DDP's, total %.1f%%.\n",
+               (double)est[0].model_states / 1e9, (double)est[3].model_states / 1e9,
                100.0 * (double)est[3].model_states / (double)est[0].model_states,
                100.0 * (double)est[3].total / (double)est[0].total);
     return 0;

@@ -27,6 +27,7 @@ typedef struct train_opts {
     int quiet;
     int nproc;
     int mem_report;
+    int reduce_dtype_set; /* --reduce-dtype given; else it follows --dtype */
     const char *save_dir, *resume;
     int save_every, keep;
 } train_opts;
@@ -58,7 +59,7 @@ static void usage(FILE *f) {
             "  --prefetch N        ZeRO-3 units gathered ahead of the current one [1]\n"
             "  --dtype D           fp32|bf16: compute copy of the parameters (fp32 master\n"
             "                      and Adam state either way) [fp32]\n"
-            "  --reduce-dtype D    fp32 gradient storage and reduction (bf16: not built yet)\n"
+            "  --reduce-dtype D    fp32|bf16: gradient storage and reduction [--dtype]\n"
             "  --recompute M       none|block: block keeps only each block's input and\n"
             "                      recomputes the block in its backward [none]\n"
             "  --comm NAME         auto|shm|mpi|nccl [auto, or $ZS_COMM]\n"
@@ -185,6 +186,7 @@ static int parse(int argc, char **argv, train_opts *o) {
                 return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
         } else if (!strcmp(a, "--dtype") || !strcmp(a, "--reduce-dtype")) {
             zs_dtype *dt = a[2] == 'd' ? &o->cfg.dtype : &o->cfg.reduce_dtype;
+            if (a[2] == 'r') o->reduce_dtype_set = 1;
             if (!strcmp(v, "fp32"))
                 *dt = ZS_DTYPE_F32;
             else if (!strcmp(v, "bf16"))
@@ -225,9 +227,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         if (!o->save_dir) return zs_cli_fail(2, "train: --resume latest needs --save-dir");
         o->resume = o->save_dir;
     }
-    if (o->cfg.reduce_dtype != ZS_DTYPE_F32)
-        return zs_cli_fail(2, "--reduce-dtype bf16: not built yet (gradients are stored and "
-                              "reduced in fp32)");
+    /* As FSDP's MixedPrecision: gradients follow the compute dtype unless told otherwise. */
+    if (!o->reduce_dtype_set) o->cfg.reduce_dtype = o->cfg.dtype;
     if (o->sample_len < 0) return zs_cli_fail(2, "train: --sample-len must be >= 0");
     if (o->nproc < 0 || o->nproc > 256) return zs_cli_fail(2, "train: --nproc must be in [1, 256]");
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
@@ -475,7 +476,8 @@ int zs_cli_train(int argc, char **argv) {
     }
     zs_mem_estimate est;
     memset(&est, 0, sizeof est);
-    zs_mem_options mo = {.recompute = o.cfg.recompute, .dtype = o.cfg.dtype};
+    zs_mem_options mo = {
+        .recompute = o.cfg.recompute, .dtype = o.cfg.dtype, .reduce_dtype = o.cfg.reduce_dtype};
     zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,
                                  o.cfg.grad_accum, o.cfg.prefetch, &mo, &est);
     if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est);

@@ -39,6 +39,7 @@ zs_engine_config zs_engine_config_default(void) {
     c.world_size = 1;
     c.prefetch = 1;
     c.param_dtype = ZS_DTYPE_F32;
+    c.grad_dtype = ZS_DTYPE_F32;
     return c;
 }
 
@@ -69,6 +70,8 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
     ZS_REQUIRE(cfg->param_dtype == ZS_DTYPE_F32 || cfg->param_dtype == ZS_DTYPE_BF16,
                ZS_ERR_INVALID, "engine: compute dtype %s is not fp32 or bf16",
                zs_dtype_name(cfg->param_dtype));
+    ZS_REQUIRE(cfg->grad_dtype == ZS_DTYPE_F32 || cfg->grad_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
+               "engine: gradient dtype %s is not fp32 or bf16", zs_dtype_name(cfg->grad_dtype));
     e = calloc(1, sizeof *e);
     ZS_REQUIRE(e, ZS_ERR_OOM, "engine: out of memory");
     e->layout = layout;
@@ -82,6 +85,8 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
     e->persist_params = cfg->stage != ZS_STAGE_3;
     e->persist_grads = cfg->stage == ZS_STAGE_DDP || cfg->stage == ZS_STAGE_1;
     e->bf16 = cfg->param_dtype == ZS_DTYPE_BF16;
+    e->g16 = cfg->grad_dtype == ZS_DTYPE_BF16;
+    e->pool_grads = !e->persist_grads || e->g16;
     e->cunit = -1;
     e->units = calloc((size_t)layout->n_units, sizeof *e->units);
     ZS_REQUIRE(e->units, ZS_ERR_OOM, "engine: out of memory");
@@ -96,8 +101,12 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
             ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM, P * 2, ud->name, (float **)&us->p16));
         else if (e->persist_params)
             ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM, P * 4, ud->name, &us->param));
-        if (e->persist_grads)
+        if (e->persist_grads && e->g16)
+            ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GRAD, P * 2, ud->name, (float **)&us->g16));
+        else if (e->persist_grads)
             ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GRAD, P * 4, ud->name, &us->grad));
+        else if (e->g16)
+            ZS_CHECK(zs_alloc(ZS_MEM_GRAD_SHARD, S * 2, ud->name, (void **)&us->gs16));
         else
             ZS_CHECK(zs_alloc(ZS_MEM_GRAD_SHARD, S * 4, ud->name, (void **)&us->gshard));
         if (e->bf16) {
@@ -147,7 +156,9 @@ void zs_engine_destroy(zs_engine_t *e) {
             zs_engine_buf_free(e, us->param);
             zs_engine_buf_free(e, (float *)us->p16);
             zs_engine_buf_free(e, us->grad);
+            zs_engine_buf_free(e, (float *)us->g16);
             zs_free(us->gshard);
+            zs_free(us->gs16);
             if (us->master_owned) zs_engine_buf_free(e, us->master);
             zs_free(us->m);
             zs_free(us->v);
@@ -270,7 +281,7 @@ zs_status zs_engine_zero_grad(zs_engine_t *e) {
         e->recording = 1;
         e->n_order = 0;
     }
-    if (e->persist_grads)
+    if (e->persist_grads && !e->g16) /* bf16: the first micro-batch overwrites */
         for (int u = 0; u < e->layout->n_units; u++)
             ZS_CHECK(e->ops->fill(e->stream, e->units[u].grad, 0.0f,
                                   (size_t)e->layout->units[u].padded));
@@ -283,11 +294,13 @@ void zs_engine_micro_begin(zs_engine_t *e, int k, int K) {
     e->micro_K = K;
 }
 
-/* This rank's reduced gradient shard of unit u, valid once its reduction has finished. */
-static const float *grad_shard(zs_engine_t *e, int u) {
+/* This rank's reduced gradient shard of unit u (fp32 or, with bf16 gradients, bf16),
+ * valid once its reduction has finished. */
+static const void *grad_shard(zs_engine_t *e, int u) {
     unit_state *us = &e->units[u];
-    if (e->persist_grads) return us->grad + (int64_t)e->rank * e->layout->units[u].shard;
-    return us->gshard;
+    int64_t mine = (int64_t)e->rank * e->layout->units[u].shard;
+    if (e->g16) return e->persist_grads ? (const void *)(us->g16 + mine) : us->gs16;
+    return e->persist_grads ? (const void *)(us->grad + mine) : us->gshard;
 }
 
 zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
@@ -303,7 +316,11 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
      * its all-reduced gradients, so every stage clips by the same bits. */
     double local = 0.0, part = 0.0;
     for (int u = 0; u < l->n_units; u++) {
-        ZS_CHECK(e->ops->sumsq(e->stream, &part, grad_shard(e, u), (size_t)l->units[u].shard));
+        size_t S = (size_t)l->units[u].shard;
+        if (e->g16)
+            ZS_CHECK(zs_engine_sumsq16(e, grad_shard(e, u), S, &part));
+        else
+            ZS_CHECK(e->ops->sumsq(e->stream, &part, grad_shard(e, u), S));
         local += part;
     }
     double sumsq = 0.0;
@@ -322,9 +339,16 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
         if (hi > us->opt_base + us->opt_n) hi = us->opt_base + us->opt_n;
         if (hi <= lo) continue; /* padding and other ranks' elements are never touched */
         int64_t o = lo - us->opt_base;
+        size_t n = (size_t)(hi - lo);
+        if (e->g16) {
+            const zs_bf16 *g = e->persist_grads ? us->g16 + lo : us->gs16 + o;
+            ZS_CHECK(zs_engine_adamw16(e, us->master + o, g, us->m + o, us->v + o, n, h, td->decay,
+                                       scale, t));
+            continue;
+        }
         const float *g = e->persist_grads ? us->grad + lo : us->gshard + o;
-        ZS_CHECK(zs_adamw_update(e->ops, e->stream, us->master + o, g, us->m + o, us->v + o,
-                                 (size_t)(hi - lo), h, td->decay, scale, t));
+        ZS_CHECK(zs_adamw_update(e->ops, e->stream, us->master + o, g, us->m + o, us->v + o, n, h,
+                                 td->decay, scale, t));
     }
     ZS_CHECK(e->ops->sync(e->stream));
     /* ZeRO-1/2: bring every rank's updated shard back into the full params, asynchronously;

@@ -26,9 +26,17 @@ typedef struct zs_engine_config {
     /* Compute copy of the parameters: ZS_DTYPE_F32 (the master itself) or ZS_DTYPE_BF16 (a
      * bf16 copy rounded from the fp32 master after every step and all-gathered as bf16; each
      * acquired unit is widened into one fp32 buffer, so begin still returns fp32 and only one
-     * unit may be acquired at a time). Gradients stay fp32. */
+     * unit may be acquired at a time). */
     zs_dtype param_dtype;
+    /* Gradient storage and reduction: ZS_DTYPE_F32, or ZS_DTYPE_BF16 (full gradients, gradient
+     * shards and collectives in bf16; backward still accumulates each unit in an fp32 pool
+     * buffer, rounded once when the unit's backward ends). */
+    zs_dtype grad_dtype;
 } zs_engine_config;
+
+/* Elements of the fp32 scratch (allocated twice, workspace) through which bf16 gradients are
+ * summed, normed and stepped chunk by chunk. */
+#define ZS_ENGINE_CAST_CHUNK 16384
 
 zs_engine_config zs_engine_config_default(void);
 

@@ -10,6 +10,8 @@ typedef struct unit_state {
     float *param;  /* full params, persistent (ddp, 1, 2) or NULL */
     float *grad;   /* full grads, persistent (ddp, 1) or NULL */
     float *gshard; /* fp32 gradient shard (2, 3) or NULL */
+    zs_bf16 *g16;  /* bf16 gradients: full, persistent (ddp, 1) or NULL */
+    zs_bf16 *gs16; /* bf16 gradients: the gradient shard (2, 3) or NULL */
     float *master; /* fp32 master: full (ddp), slice of param (1, 2), own (3 and bf16) */
     zs_bf16 *p16;  /* bf16 compute copy: full (ddp, 1, 2) or this rank's shard (3); fp32: NULL */
     int master_owned;
@@ -30,8 +32,9 @@ typedef enum slot_state {
 
 typedef struct slot {
     float *buf;
-    int64_t cap; /* elements */
-    int unit;    /* -1 when empty */
+    zs_bf16 *b16; /* bf16 gradients at stage 2/3: buf rounded, the reduce-scatter's input */
+    int64_t cap;  /* elements */
+    int unit;     /* -1 when empty */
     slot_state state;
     int in_use;     /* params: between begin and end */
     int accumulate; /* grads: add into the shard (later micro-batch) instead of copy */
@@ -60,6 +63,11 @@ struct zs_engine {
     int bf16;
     float *cbuf;
     int cunit, c_in_use; /* unit whose values cbuf holds (-1: none); acquired now */
+    /* bf16 gradients: every stage computes each unit's gradients in an fp32 pool slot
+     * (pool_grads) and rounds them once when the unit's backward ends; gscratch is the
+     * 2 * ZS_ENGINE_CAST_CHUNK fp32 scratch for arithmetic on bf16 values. */
+    int g16, pool_grads;
+    float *gscratch;
 };
 
 /* Buffers that collectives read or write: registered with the communicator (peers read them
@@ -85,5 +93,16 @@ zs_status zs_engine_bf16_create(zs_engine_t *e);
 void zs_engine_bf16_destroy(zs_engine_t *e);
 zs_status zs_engine_round_params(zs_engine_t *e, int wait);
 zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **params);
+
+/* bf16 gradients (engine_grad16.c): dst = bf16(dst + src) for src fp32 or bf16; the squared
+ * norm of n bf16 values; AdamW on fp32 master/m/v from bf16 gradients; rounding a finished
+ * pool slot into the persistent bf16 gradients of unit (ddp, 1; frees the slot). */
+zs_status zs_engine_grad16_create(zs_engine_t *e);
+void zs_engine_grad16_destroy(zs_engine_t *e);
+zs_status zs_engine_acc16(zs_engine_t *e, zs_bf16 *dst, const void *src, zs_dtype src_dt, size_t n);
+zs_status zs_engine_sumsq16(zs_engine_t *e, const zs_bf16 *g, size_t n, double *out);
+zs_status zs_engine_adamw16(zs_engine_t *e, float *master, const zs_bf16 *g, float *m, float *v,
+                            size_t n, const zs_adamw_hparams *h, int decay, float scale, int t);
+zs_status zs_engine_fold16(zs_engine_t *e, int unit, int k);
 
 #endif

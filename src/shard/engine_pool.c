@@ -47,14 +47,20 @@ zs_status zs_engine_pools_create(zs_engine_t *e) {
         /* bf16: ZeRO-3 gathers the bf16 copy, so its slots hold 2-byte elements. */
         ZS_CHECK(make_slots(e, &e->pslots, e->n_pslots, e->bf16 ? 2 : 4, "gathered params"));
     }
-    if (!e->persist_grads) {
+    if (e->pool_grads) {
         int tied = 0;
         for (int u = 0; u < e->layout->n_units; u++)
             tied += e->layout->units[u].n_uses > 1;
-        e->n_gslots = 2 + tied;
+        /* ddp/1 with bf16 gradients round a slot as soon as its unit ends: nothing reduces
+         * from the pool, so one computing slot (plus the tied units') is enough. */
+        e->n_gslots = (e->persist_grads ? 1 : 2) + tied;
         ZS_CHECK(make_slots(e, &e->gslots, e->n_gslots, 4, "unit gradients"));
+        for (int i = 0; e->g16 && !e->persist_grads && i < e->n_gslots; i++)
+            ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GATHERED, (size_t)e->gslots[i].cap * 2,
+                                         "unit gradients (bf16)", (float **)&e->gslots[i].b16));
     }
     ZS_CHECK(zs_engine_bf16_create(e));
+    ZS_CHECK(zs_engine_grad16_create(e));
 fail:
     return st;
 }
@@ -62,9 +68,12 @@ fail:
 void zs_engine_pools_destroy(zs_engine_t *e) {
     for (int i = 0; e->pslots && i < e->n_pslots; i++)
         zs_engine_buf_free(e, e->pslots[i].buf);
-    for (int i = 0; e->gslots && i < e->n_gslots; i++)
+    for (int i = 0; e->gslots && i < e->n_gslots; i++) {
         zs_engine_buf_free(e, e->gslots[i].buf);
+        zs_engine_buf_free(e, (float *)e->gslots[i].b16);
+    }
     zs_engine_bf16_destroy(e);
+    zs_engine_grad16_destroy(e);
     free(e->pslots);
     free(e->gslots);
     e->pslots = e->gslots = NULL;
@@ -218,15 +227,22 @@ static void release_params(zs_engine_t *e, int unit) {
 
 /* ---- gradient pool (ZeRO-2/3) ---------------------------------------------------------- */
 
-/* Fold a finished reduce-scatter into the unit's fp32 gradient shard. */
+/* Fold a finished reduce-scatter into the unit's gradient shard. */
 static zs_status finalize_gslot(zs_engine_t *e, int k) {
     zs_status st = ZS_OK;
     slot *s = &e->gslots[k];
     ZS_CHECK(zs_engine_wait(&s->work));
     const zs_unit_desc *ud = &e->layout->units[s->unit];
-    const float *mine = s->buf + (int64_t)e->rank * ud->shard;
+    int64_t off = (int64_t)e->rank * ud->shard;
+    const float *mine = s->buf + off;
     float *dst = e->units[s->unit].gshard;
-    if (s->accumulate)
+    if (e->g16 && s->accumulate)
+        ZS_CHECK(zs_engine_acc16(e, e->units[s->unit].gs16, s->b16 + off, ZS_DTYPE_BF16,
+                                 (size_t)ud->shard));
+    else if (e->g16)
+        ZS_CHECK(
+            e->ops->copy(e->stream, e->units[s->unit].gs16, s->b16 + off, (size_t)ud->shard * 2));
+    else if (s->accumulate)
         ZS_CHECK(e->ops->axpy(e->stream, dst, 1.0f, mine, (size_t)ud->shard));
     else
         ZS_CHECK(e->ops->copy(e->stream, dst, mine, (size_t)ud->shard * 4));
@@ -249,7 +265,7 @@ static int oldest_reducing(const zs_engine_t *e, int64_t need) {
 static zs_status acquire_grads(zs_engine_t *e, int unit, float **grads) {
     zs_status st = ZS_OK;
     unit_state *us = &e->units[unit];
-    if (e->persist_grads) {
+    if (!e->pool_grads) {
         *grads = us->grad;
         return ZS_OK;
     }
@@ -294,28 +310,37 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
     size_t S = (size_t)ud->shard;
     int last = e->micro_k >= e->micro_K - 1;
     int64_t mine = (int64_t)e->rank * ud->shard;
+    zs_dtype dt = e->g16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32;
+    size_t esz = zs_dtype_size(dt);
     if (e->persist_grads) {
+        if (e->g16) ZS_CHECK(zs_engine_fold16(e, unit, us->gslot));
         if (!last) return ZS_OK; /* DDP / ZeRO-1 accumulate locally, reduce once per step */
         ZS_CHECK(e->ops->sync(e->stream));
         if (!e->comm) return ZS_OK;
+        char *g = e->g16 ? (char *)us->g16 : (char *)us->grad;
         if (e->cfg.stage == ZS_STAGE_DDP)
-            ZS_CHECK(zs_comm_all_reduce_async(e->comm, us->grad, us->grad, (size_t)ud->padded,
-                                              ZS_DTYPE_F32, ZS_REDUCE_SUM, e->stream, ud->name,
-                                              &us->work));
+            ZS_CHECK(zs_comm_all_reduce_async(e->comm, g, g, (size_t)ud->padded, dt, ZS_REDUCE_SUM,
+                                              e->stream, ud->name, &us->work));
         else
-            ZS_CHECK(zs_comm_reduce_scatter_async(e->comm, us->grad, us->grad + mine, S,
-                                                  ZS_DTYPE_F32, ZS_REDUCE_SUM, e->stream, ud->name,
-                                                  &us->work));
+            ZS_CHECK(zs_comm_reduce_scatter_async(e->comm, g, g + (size_t)mine * esz, S, dt,
+                                                  ZS_REDUCE_SUM, e->stream, ud->name, &us->work));
         return ZS_OK;
     }
     slot *s = &e->gslots[us->gslot];
     ZS_CHECK(e->ops->sync(e->stream));
+    char *g = (char *)s->buf;
+    if (e->g16) { /* round once; the bf16 copy is what travels and what the shard keeps */
+        ZS_CHECK(e->ops->cast(e->stream, s->b16, ZS_DTYPE_BF16, s->buf, ZS_DTYPE_F32,
+                              (size_t)ud->padded));
+        ZS_CHECK(e->ops->sync(e->stream));
+        g = (char *)s->b16;
+    }
     s->state = SLOT_REDUCING;
     s->accumulate = e->micro_k > 0;
     s->tick = ++e->tick;
     us->gslot = -1;
     if (e->comm)
-        ZS_CHECK(zs_comm_reduce_scatter_async(e->comm, s->buf, s->buf + mine, S, ZS_DTYPE_F32,
+        ZS_CHECK(zs_comm_reduce_scatter_async(e->comm, g, g + (size_t)mine * esz, S, dt,
                                               ZS_REDUCE_SUM, e->stream, ud->name, &s->work));
 fail:
     return st;

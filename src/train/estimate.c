@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "models/model.h"
+#include "shard/engine.h"
 #include "shard/layout.h"
 
 #include <stdlib.h>
@@ -14,6 +15,27 @@
 static int cmp_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x < y) - (x > y);
+}
+
+void zs_mem_formula(int stage, const zs_mem_options *opts, int *a, int *b) {
+    int p = opts && opts->dtype == ZS_DTYPE_BF16 ? 2 : 4;        /* compute params */
+    int g = opts && opts->reduce_dtype == ZS_DTYPE_BF16 ? 2 : 4; /* gradients */
+    int master = p == 4 ? 0 : 4; /* fp32 params are their own master */
+    int adam = 8;                /* m and v, fp32 */
+    switch (stage) {
+    case 0: /* everything full on every rank */
+        *a = p + g + master + adam, *b = 0;
+        break;
+    case 1: /* optimizer states sharded */
+        *a = p + g, *b = master + adam;
+        break;
+    case 2: /* + gradients */
+        *a = p, *b = g + master + adam;
+        break;
+    default: /* + parameters */
+        *a = 0, *b = p + g + master + adam;
+        break;
+    }
 }
 
 zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world, int stage, int batch,
@@ -43,26 +65,28 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     ZS_CHECK(zs_model_layout(cfg, world, &l));
     ZS_REQUIRE(opts->dtype == ZS_DTYPE_F32 || opts->dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
                "memory estimate: compute dtype %s is not fp32 or bf16", zs_dtype_name(opts->dtype));
-    ZS_REQUIRE(opts->reduce_dtype == ZS_DTYPE_F32, ZS_ERR_UNSUPPORTED,
-               "memory estimate: --reduce-dtype %s is not built yet",
+    ZS_REQUIRE(opts->reduce_dtype == ZS_DTYPE_F32 || opts->reduce_dtype == ZS_DTYPE_BF16,
+               ZS_ERR_INVALID, "memory estimate: gradient dtype %s is not fp32 or bf16",
                zs_dtype_name(opts->reduce_dtype));
-    int bf16 = opts->dtype == ZS_DTYPE_BF16;
+    int bf16 = opts->dtype == ZS_DTYPE_BF16, g16 = opts->reduce_dtype == ZS_DTYPE_BF16;
     uint64_t P = (uint64_t)l.total_padded * 4, S = P / (uint64_t)world;
     uint64_t *b = out->bytes;
     /* Model states, DESIGN.md §4: exactly what the engine allocates. fp32: one fp32 copy of
      * the parameters serves as master. bf16 compute copy: bf16 params (full, or ZeRO-3's
-     * gathered shard) plus an fp32 master of their own (full for DDP, the shard otherwise);
-     * gradients stay fp32. */
+     * gathered shard) plus an fp32 master of their own (full for DDP, the shard otherwise).
+     * Gradients (full or shard) are stored in the reduce dtype. */
     b[ZS_MEM_PARAM] = stage == 3 ? 0 : bf16 ? P / 2 : P;
     if (bf16)
         b[ZS_MEM_PARAM_SHARD] = stage == 0 ? P : stage == 3 ? S + S / 2 : S;
     else
         b[ZS_MEM_PARAM_SHARD] = stage == 3 ? S : 0;
-    b[ZS_MEM_GRAD] = stage <= 1 ? P : 0;
-    b[ZS_MEM_GRAD_SHARD] = stage >= 2 ? S : 0;
+    b[ZS_MEM_GRAD] = stage <= 1 ? (g16 ? P / 2 : P) : 0;
+    b[ZS_MEM_GRAD_SHARD] = stage >= 2 ? (g16 ? S / 2 : S) : 0;
     b[ZS_MEM_OPTIM_STATE] = stage == 0 ? 2 * P : 2 * S;
-    /* Pools: ZeRO-3 gathers (prefetch + 1) units; ZeRO-2/3 hold 2 unit gradients plus one per
-     * tied unit; slots are sized by the largest units in decreasing order. */
+    /* Pools: ZeRO-3 gathers (prefetch + 1) units; ZeRO-2/3 hold 2 fp32 unit gradients plus
+     * one per tied unit (with bf16 gradients each also has a bf16 copy to reduce); ddp/1 with
+     * bf16 gradients hold 1 plus one per tied unit. Slots are sized by the largest units in
+     * decreasing order. */
     sizes = malloc((size_t)l.n_units * sizeof *sizes);
     ZS_REQUIRE(sizes, ZS_ERR_OOM, "memory estimate: out of memory");
     int tied = 0;
@@ -76,15 +100,17 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
             b[ZS_MEM_GATHERED] +=
                 (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * (bf16 ? 2 : 4);
     if (bf16) b[ZS_MEM_GATHERED] += (uint64_t)sizes[0] * 4; /* the unit widened to fp32 */
-    if (stage >= 2)
-        for (int i = 0; i < 2 + tied; i++)
-            b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 4;
+    int gslots = stage >= 2 ? 2 + tied : g16 ? 1 + tied : 0;
+    uint64_t gbytes = stage >= 2 && g16 ? 6 : 4;
+    for (int i = 0; i < gslots; i++)
+        b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * gbytes;
     int micro = batch / (world * grad_accum);
     zs_model_options mo = {.recompute = opts->recompute};
     b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, &mo, micro, seq);
     /* Logits and activation gradients, and the batch's tokens. */
     b[ZS_MEM_WORKSPACE] =
         zs_model_workspace_bytes(cfg, micro, seq) + 2 * (uint64_t)micro * seq * sizeof(int32_t);
+    if (g16) b[ZS_MEM_WORKSPACE] += 2 * ZS_ENGINE_CAST_CHUNK * sizeof(float);
     for (int c = ZS_MEM_PARAM; c <= ZS_MEM_OPTIM_STATE; c++)
         out->model_states += b[c];
     for (int c = 0; c < ZS_MEM_NCAT; c++)

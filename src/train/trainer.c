@@ -57,8 +57,8 @@ static zs_status validate(const zs_train_config *c, int world) {
                world, c->grad_accum);
     ZS_REQUIRE(c->dtype == ZS_DTYPE_F32 || c->dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
                "--dtype %s: only fp32 and bf16 are compute dtypes", zs_dtype_name(c->dtype));
-    ZS_REQUIRE(c->reduce_dtype == ZS_DTYPE_F32, ZS_ERR_UNSUPPORTED,
-               "--reduce-dtype %s: not built yet (gradients are stored and reduced in fp32)",
+    ZS_REQUIRE(c->reduce_dtype == ZS_DTYPE_F32 || c->reduce_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
+               "--reduce-dtype %s: only fp32 and bf16 are gradient dtypes",
                zs_dtype_name(c->reduce_dtype));
     ZS_REQUIRE(c->recompute == ZS_RECOMPUTE_NONE || c->recompute == ZS_RECOMPUTE_BLOCK,
                ZS_ERR_INVALID, "recompute mode %d is not none or block", (int)c->recompute);
@@ -78,7 +78,8 @@ static const char *stage_flag(int s) {
  * say which categories dominate and which stage or world size would fit. */
 static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_mem_estimate est;
-    zs_mem_options mo = {.recompute = c->recompute, .dtype = c->dtype};
+    zs_mem_options mo = {
+        .recompute = c->recompute, .dtype = c->dtype, .reduce_dtype = c->reduce_dtype};
     zs_status st = zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->stage, c->batch, c->seq,
                                                 c->grad_accum, c->prefetch, &mo, &est);
     if (st != ZS_OK || est.total <= c->device_mem) return st;
@@ -160,6 +161,7 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     ec.prefetch = cfg->prefetch;
     ec.comm = t->comm;
     ec.param_dtype = cfg->dtype;
+    ec.grad_dtype = cfg->reduce_dtype;
     ZS_CHECK(zs_engine_create(&t->layout, t->ops, t->stream, &ec, &t->engine));
     ZS_CHECK(zs_engine_init_params(t->engine, cfg->seed));
     zs_model_options mo = {.recompute = cfg->recompute};

@@ -1,0 +1,104 @@
+/* bf16 gradients (--reduce-dtype bf16, DESIGN.md §4's mixed-precision column): gradients are
+ * stored and reduced in bf16. Backward still accumulates each unit into an fp32 buffer from
+ * the gradient pool (a tied unit's uses add up there in full precision); when the unit's
+ * backward ends, that buffer is rounded to bf16 once:
+ *   ddp, 1  into the persistent bf16 full gradients (added to them after the first
+ *           micro-batch), all-reduced / reduce-scattered in bf16 after the last one;
+ *   2, 3    into the slot's bf16 copy, reduce-scattered in bf16 as each unit ends, and folded
+ *           into the bf16 gradient shard (added to it after the first micro-batch).
+ * bf16 collectives sum in fp32 and round once, so an all-reduce's slice is the bits of the
+ * matching reduce-scatter and every stage steps on the same gradient bits.
+ *
+ * Arithmetic on bf16 values goes through one small fp32 scratch (ZS_ENGINE_CAST_CHUNK
+ * elements, twice) chunk by chunk: sums, the squared norm and Adam read widened copies, so
+ * nothing of the size of a unit is ever widened. Chunks start at the same offsets on every
+ * stage (multiples of the chunk from the start of the rank's shard), so chunked sums give
+ * the same bits everywhere. */
+#include "shard/engine_internal.h"
+
+#include "core/alloc.h"
+#include "core/status.h"
+
+zs_status zs_engine_grad16_create(zs_engine_t *e) {
+    if (!e->g16) return ZS_OK;
+    return zs_alloc(ZS_MEM_WORKSPACE, 2 * ZS_ENGINE_CAST_CHUNK * sizeof(float),
+                    "bf16 gradient scratch", (void **)&e->gscratch);
+}
+
+void zs_engine_grad16_destroy(zs_engine_t *e) {
+    zs_free(e->gscratch);
+    e->gscratch = NULL;
+}
+
+static size_t chunk_len(size_t n, size_t i) {
+    return n - i < ZS_ENGINE_CAST_CHUNK ? n - i : ZS_ENGINE_CAST_CHUNK;
+}
+
+zs_status zs_engine_acc16(zs_engine_t *e, zs_bf16 *dst, const void *src, zs_dtype src_dt,
+                          size_t n) {
+    zs_status st = ZS_OK;
+    float *a = e->gscratch, *b = e->gscratch + ZS_ENGINE_CAST_CHUNK;
+    for (size_t i = 0; i < n; i += ZS_ENGINE_CAST_CHUNK) {
+        size_t c = chunk_len(n, i);
+        const float *add = b;
+        if (src_dt == ZS_DTYPE_BF16)
+            ZS_CHECK(e->ops->cast(e->stream, b, ZS_DTYPE_F32, (const zs_bf16 *)src + i,
+                                  ZS_DTYPE_BF16, c));
+        else
+            add = (const float *)src + i;
+        ZS_CHECK(e->ops->cast(e->stream, a, ZS_DTYPE_F32, dst + i, ZS_DTYPE_BF16, c));
+        ZS_CHECK(e->ops->axpy(e->stream, a, 1.0f, add, c));
+        ZS_CHECK(e->ops->cast(e->stream, dst + i, ZS_DTYPE_BF16, a, ZS_DTYPE_F32, c));
+    }
+    ZS_CHECK(e->ops->sync(e->stream));
+fail:
+    return st;
+}
+
+zs_status zs_engine_sumsq16(zs_engine_t *e, const zs_bf16 *g, size_t n, double *out) {
+    zs_status st = ZS_OK;
+    double sum = 0.0, part = 0.0;
+    for (size_t i = 0; i < n; i += ZS_ENGINE_CAST_CHUNK) {
+        size_t c = chunk_len(n, i);
+        ZS_CHECK(e->ops->cast(e->stream, e->gscratch, ZS_DTYPE_F32, g + i, ZS_DTYPE_BF16, c));
+        ZS_CHECK(e->ops->sumsq(e->stream, &part, e->gscratch, c));
+        sum += part;
+    }
+fail:
+    *out = sum;
+    return st;
+}
+
+zs_status zs_engine_adamw16(zs_engine_t *e, float *master, const zs_bf16 *g, float *m, float *v,
+                            size_t n, const zs_adamw_hparams *h, int decay, float scale, int t) {
+    zs_status st = ZS_OK;
+    for (size_t i = 0; i < n; i += ZS_ENGINE_CAST_CHUNK) {
+        size_t c = chunk_len(n, i);
+        ZS_CHECK(e->ops->cast(e->stream, e->gscratch, ZS_DTYPE_F32, g + i, ZS_DTYPE_BF16, c));
+        ZS_CHECK(zs_adamw_update(e->ops, e->stream, master + i, e->gscratch, m + i, v + i, c, h,
+                                 decay, scale, t));
+    }
+    ZS_CHECK(e->ops->sync(e->stream));
+fail:
+    return st;
+}
+
+/* The unit's fp32 gradients in pool slot k are complete for this micro-batch (ddp, 1):
+ * round them into the persistent bf16 gradients and free the slot. */
+zs_status zs_engine_fold16(zs_engine_t *e, int unit, int k) {
+    zs_status st = ZS_OK;
+    slot *s = &e->gslots[k];
+    size_t P = (size_t)e->layout->units[unit].padded;
+    ZS_CHECK(e->ops->sync(e->stream));
+    if (e->micro_k > 0)
+        ZS_CHECK(zs_engine_acc16(e, e->units[unit].g16, s->buf, ZS_DTYPE_F32, P));
+    else
+        ZS_CHECK(
+            e->ops->cast(e->stream, e->units[unit].g16, ZS_DTYPE_BF16, s->buf, ZS_DTYPE_F32, P));
+    ZS_CHECK(e->ops->sync(e->stream));
+    s->unit = -1;
+    s->state = SLOT_EMPTY;
+    e->units[unit].gslot = -1;
+fail:
+    return st;
+}
