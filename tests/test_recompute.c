@@ -1,10 +1,13 @@
 /* Activation checkpointing (--recompute block), end to end through `zshard train --nproc 2`
- * for GPT-2 and LLaMA and every stage:
+ * for GPT-2 and LLaMA, every stage, fp32 and bf16:
  *  - losses and param_hash are bitwise equal with and without recompute (the recomputed
- *    forward is the same computation on the same inputs and parameters);
+ *    forward is the same computation on the same inputs and parameters), also with
+ *    --dtype bf16, where the kept residual stream is bf16;
  *  - measured activation bytes equal the estimate (zshard mem --recompute block) exactly,
  *    and that estimate is the input-per-block bound: no recompute minus (L - 1) blocks'
  *    worth of intermediate activations, the sizes written out here from docs/models.md;
+ *  - with --dtype bf16 the kept block inputs take half the bytes: activations drop by
+ *    (L + 1) kept tensors' fp32 bytes, less their bf16 bytes and two fp32 working buffers;
  *  - ZeRO-3 issues exactly as many unit gathers with recompute as without (the recompute
  *    runs on the parameters backward_begin already gathered);
  *  - a bad --recompute value is a usage error. */
@@ -61,7 +64,8 @@ static void parse_log(const char *path, run_result *r) {
     fclose(f);
 }
 
-static run_result train(const char *model, const char *stage, const char *recompute) {
+static run_result train(const char *model, const char *stage, const char *recompute,
+                        const char *dtype) {
     static int id = 0;
     run_result r;
     memset(&r, 0, sizeof r);
@@ -70,8 +74,8 @@ static run_result train(const char *model, const char *stage, const char *recomp
     snprintf(cmd, sizeof cmd,
              "timeout 180 %s train --data %s/corpus.txt --model %s --batch 8 --seq 32 "
              "--steps 4 --lr 3e-3 --warmup 1 --val-every 2 --val-batches 1 --sample-len 0 "
-             "--nproc 2 --stage %s --recompute %s --comm-timeout 30 --log %s",
-             zt_zshard_exe(), g_dir, model, stage, recompute, log);
+             "--nproc 2 --stage %s --recompute %s --dtype %s --comm-timeout 30 --log %s",
+             zt_zshard_exe(), g_dir, model, stage, recompute, dtype, log);
     int rc = zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(rc == 0, "exit %d for: %s\n%s", rc, cmd, g_out);
     if (rc == 0) parse_log(log, &r);
@@ -95,27 +99,47 @@ static uint64_t block_set_bytes(const zs_model_config *c, uint64_t B, uint64_t T
     return 4 * (r16(BT * C) * 5 + r16(BT) * 2 + 2 * r16(BT * KD) + r16(att) + 3 * r16(BT * F));
 }
 
-static void test_model(const char *name) {
+static void test_model(const char *name, const char *dtype) {
     zs_model_config c;
     ZT_OK(zs_model_preset(name, &c));
     zs_model_config_set_vocab(&c, 256);
     /* Global batch 8 on 2 ranks: 4 sequences of 32 per rank. */
-    zs_model_options none = {ZS_RECOMPUTE_NONE}, block = {ZS_RECOMPUTE_BLOCK};
+    zs_dtype dt = strcmp(dtype, "bf16") ? ZS_DTYPE_F32 : ZS_DTYPE_BF16;
+    zs_model_options none = {.recompute = ZS_RECOMPUTE_NONE, .act_dtype = dt};
+    zs_model_options block = {.recompute = ZS_RECOMPUTE_BLOCK, .act_dtype = dt};
     uint64_t a_none = zs_model_activation_bytes(&c, &none, 4, 32);
     uint64_t a_block = zs_model_activation_bytes(&c, &block, 4, 32);
     uint64_t want = a_none - (uint64_t)(c.n_layer - 1) * block_set_bytes(&c, 4, 32);
     ZT_CHECK(a_block == want && a_block < a_none,
-             "%s: recompute activations %llu, want the input-per-block bound %llu (none %llu)",
-             name, (unsigned long long)a_block, (unsigned long long)want,
+             "%s %s: recompute activations %llu, want the input-per-block bound %llu (none %llu)",
+             name, dtype, (unsigned long long)a_block, (unsigned long long)want,
              (unsigned long long)a_none);
+    if (dt == ZS_DTYPE_BF16) {
+        /* The L + 1 kept block inputs in bf16 plus two fp32 working buffers, against the same
+         * tensors in fp32 (docs/models.md). */
+        zs_model_options fn = {.recompute = ZS_RECOMPUTE_NONE};
+        zs_model_options fb = {.recompute = ZS_RECOMPUTE_BLOCK};
+        uint64_t BTC = 4 * 32 * (uint64_t)c.n_embd, K = (uint64_t)c.n_layer + 1;
+        /* Signed: with fewer than 4 layers the working buffers outweigh the saving. */
+        int64_t saved = (int64_t)(K * 4 * r16(BTC)) - (int64_t)(K * 4 * r16((BTC + 1) / 2)) -
+                        (int64_t)(2 * 4 * r16(BTC));
+        uint64_t f_none = zs_model_activation_bytes(&c, &fn, 4, 32);
+        uint64_t f_block = zs_model_activation_bytes(&c, &fb, 4, 32);
+        ZT_CHECK((int64_t)a_none == (int64_t)f_none - saved &&
+                     (int64_t)a_block == (int64_t)f_block - saved,
+                 "%s bf16 activations %llu / %llu (none / block), want fp32's %llu / %llu less "
+                 "%lld",
+                 name, (unsigned long long)a_none, (unsigned long long)a_block,
+                 (unsigned long long)f_none, (unsigned long long)f_block, (long long)saved);
+    }
     for (int s = 0; s < 4; s++) {
-        run_result rn = train(name, STAGES[s], "none");
-        run_result rb = train(name, STAGES[s], "block");
+        run_result rn = train(name, STAGES[s], "none", dtype);
+        run_result rb = train(name, STAGES[s], "block", dtype);
         int eq = rn.n_steps == rb.n_steps && !strcmp(rn.hash, rb.hash);
         for (int i = 0; eq && i < rn.n_steps; i++)
             eq = !strcmp(rn.loss[i], rb.loss[i]);
-        ZT_CHECK(eq, "%s stage %s: recompute not bitwise equal (hash %s vs %s, loss %s vs %s)",
-                 name, STAGES[s], rb.hash, rn.hash, rb.loss[0], rn.loss[0]);
+        ZT_CHECK(eq, "%s %s stage %s: recompute not bitwise equal (hash %s vs %s, loss %s vs %s)",
+                 name, dtype, STAGES[s], rb.hash, rn.hash, rb.loss[0], rn.loss[0]);
         ZT_CHECK(rn.est_act == a_none && rb.est_act == a_block,
                  "%s stage %s: logged estimates %llu / %llu, model formula %llu / %llu", name,
                  STAGES[s], (unsigned long long)rn.est_act, (unsigned long long)rb.est_act,
@@ -128,8 +152,8 @@ static void test_model(const char *name) {
                      (unsigned long long)rb.act[k], (unsigned long long)a_none,
                      (unsigned long long)a_block);
     }
-    printf("%s: activations per rank %llu bytes without recompute, %llu with (%.1f%%)\n", name,
-           (unsigned long long)a_none, (unsigned long long)a_block,
+    printf("%s %s: activations per rank %llu bytes without recompute, %llu with (%.1f%%)\n", name,
+           dtype, (unsigned long long)a_none, (unsigned long long)a_block,
            100.0 * (double)a_block / (double)a_none);
 }
 
@@ -147,7 +171,7 @@ static uint64_t zero3_gathers(const char *name, zs_recompute rc, char hash[17]) 
     ec.stage = ZS_STAGE_3;
     ZT_OK(zs_engine_create(&l, zs_ops_cpu(), NULL, &ec, &e));
     ZT_OK(zs_engine_init_params(e, 5));
-    zs_model_options mo = {rc};
+    zs_model_options mo = {.recompute = rc};
     ZT_OK(zs_model_create_opts(&c, &mo, zs_ops_cpu(), NULL, e, 2, 16, &m));
     int32_t in[32], tg[32];
     for (int i = 0; i < 32; i++)
@@ -226,8 +250,10 @@ int main(void) {
     fclose(f);
     test_cli();
     test_no_extra_gather();
-    test_model("gpt2-tiny");
-    test_model("llama-tiny");
+    test_model("gpt2-tiny", "fp32");
+    test_model("llama-tiny", "fp32");
+    test_model("gpt2-tiny", "bf16");
+    test_model("llama-tiny", "bf16");
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");

@@ -4,6 +4,7 @@
  * every stage. */
 #include "models/gpt2.h"
 #include "models/carve.h"
+#include "models/resid.h"
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -42,7 +43,6 @@ typedef struct layer_acts {
     float *res2;                      /* [BT,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fch_gelu; /* [BT,4C] */
-    float *res3;           /* [BT,C] block output */
 } layer_acts;
 
 struct zs_gpt2 {
@@ -55,7 +55,7 @@ struct zs_gpt2 {
     int64_t toff[B_NT]; /* element offsets of block tensors within a block unit */
     int64_t off_wte, off_wpe, off_lnfw, off_lnfb;
     float *arena;   /* one activation allocation, carved into the fields below */
-    float *encoded; /* [BT,C] */
+    zs_resid resid; /* the kept block inputs: embedding output, then each block's output */
     layer_acts *layers;
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;  /* [BT,Vp]; backward overwrites it with dlogits in place */
@@ -154,7 +154,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, n = 0;
     float *base = m->arena;
     layer_acts shared;
-    m->encoded = zs_carve(base, &n, BT * C);
+    zs_resid_carve(&m->resid, 0, base, &n, BT * C);
     if (recompute) carve_block(c, B, T, base, &n, &shared);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *a = base ? &m->layers[l] : &m->layers[0];
@@ -162,7 +162,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
             *a = shared;
         else
             carve_block(c, B, T, base, &n, a);
-        a->res3 = zs_carve(base, &n, BT * C);
+        zs_resid_carve(&m->resid, l + 1, base, &n, BT * C);
     }
     m->lnf = zs_carve(base, &n, BT * C);
     m->lnf_mean = zs_carve(base, &n, BT);
@@ -200,6 +200,7 @@ uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, const zs_model_opt
     layer_acts one;
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
+    tmp.resid.bf16 = opts->act_dtype == ZS_DTYPE_BF16; /* no pointer arrays: count only */
     return carve_arena(cfg, B, T, opts->recompute == ZS_RECOMPUTE_BLOCK, &tmp) * sizeof(float);
 }
 
@@ -225,6 +226,8 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
                ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
+    ZS_REQUIRE(opts->act_dtype == ZS_DTYPE_F32 || opts->act_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
+               "model: activation dtype %s is not fp32 or bf16", zs_dtype_name(opts->act_dtype));
     const zs_layout *l = m->layout;
     ZS_REQUIRE(l->n_units == cfg->n_layer + 2, ZS_ERR_INTERNAL, "model: layout has %d units",
                l->n_units);
@@ -238,6 +241,7 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
 
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
+    ZS_CHECK(zs_resid_init(&m->resid, cfg->n_layer, opts->act_dtype == ZS_DTYPE_BF16));
     uint64_t na = zs_gpt2_activation_bytes(cfg, opts, max_batch, max_seq);
     ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
     carve_arena(cfg, max_batch, max_seq, m->recompute, m);
@@ -257,14 +261,15 @@ void zs_gpt2_destroy(zs_gpt2_t *m) {
     zs_free(m->arena);
     zs_free(m->scratch);
     free(m->layers);
+    zs_resid_free(&m->resid);
     free(m);
 }
 
 /* One block's forward from its input x and full parameters p, writing every activation its
  * backward reads into a (and the block output into a->res3). It reads nothing that backward
  * changes (m->dC is only a temporary here), so backward re-runs it to recompute a block. */
-static zs_status block_forward(zs_gpt2_t *m, const float *p, const float *x, layer_acts *a, int B,
-                               int T) {
+static zs_status block_forward(zs_gpt2_t *m, const float *p, const float *x, layer_acts *a,
+                               float *out, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
@@ -281,7 +286,7 @@ static zs_status block_forward(zs_gpt2_t *m, const float *p, const float *x, lay
     ZS_CHECK(zs_linear_fwd(o, s, a->fch, a->ln2, p + t[B_FCW], p + t[B_FCB], BT, C, 4 * C));
     ZS_CHECK(o->gelu_fwd(s, a->fch_gelu, a->fch, (size_t)BT * 4 * C));
     ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->fch_gelu, p + t[B_FCPW], p + t[B_FCPB], BT, 4 * C, C));
-    ZS_CHECK(o->residual_fwd(s, a->res3, a->res2, m->dC, (size_t)BT * C));
+    ZS_CHECK(o->residual_fwd(s, out, a->res2, m->dC, (size_t)BT * C));
 fail:
     return st;
 }
@@ -331,15 +336,18 @@ zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     float *p = NULL;
 
     ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
-    ZS_CHECK(o->embedding_fwd(s, m->encoded, in, p + m->off_wte, p + m->off_wpe, B, T, C));
+    ZS_CHECK(o->embedding_fwd(s, zs_resid_out(&m->resid, 0), in, p + m->off_wte, p + m->off_wpe, B,
+                              T, C));
     ZS_CHECK(zs_engine_forward_end(m->engine, 0));
 
-    const float *x = m->encoded;
+    const float *x = NULL;
+    const size_t nC = (size_t)BT * C;
+    ZS_CHECK(zs_resid_keep(&m->resid, o, s, 0, nC, &x));
     for (int l = 0; l < m->cfg.n_layer; l++) {
         ZS_CHECK(zs_engine_forward_begin(m->engine, unit_block(l), &p));
-        ZS_CHECK(block_forward(m, p, x, &m->layers[l], B, T));
+        ZS_CHECK(block_forward(m, p, x, &m->layers[l], zs_resid_out(&m->resid, l + 1), B, T));
         ZS_CHECK(zs_engine_forward_end(m->engine, unit_block(l)));
-        x = m->layers[l].res3;
+        ZS_CHECK(zs_resid_keep(&m->resid, o, s, l + 1, nC, &x));
     }
 
     ZS_CHECK(zs_engine_forward_begin(m->engine, unit_final(&m->cfg), &p));
@@ -370,7 +378,8 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
                            C, Vp));
     ZS_CHECK(zs_engine_backward_end(m->engine, 0));
 
-    const float *xlast = m->cfg.n_layer ? m->layers[m->cfg.n_layer - 1].res3 : m->encoded;
+    const float *xlast = NULL, *x = NULL;
+    ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
     ZS_CHECK(zs_engine_backward_begin(m->engine, unit_final(&m->cfg), &p, &g));
     ZS_CHECK(o->layernorm_bwd(s, m->dres, g + m->off_lnfw, g + m->off_lnfb, m->dC, xlast,
@@ -378,12 +387,13 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_engine_backward_end(m->engine, unit_final(&m->cfg)));
 
     for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
-        const float *x = l ? m->layers[l - 1].res3 : m->encoded;
+        ZS_CHECK(zs_resid_load(&m->resid, o, s, l, nC, &x));
         ZS_CHECK(zs_engine_backward_begin(m->engine, unit_block(l), &p, &g));
         /* Activation checkpointing: rebuild this block's activations from its kept input with
          * the parameters backward_begin just acquired (in ZeRO-3, the backward gather itself;
          * no extra one). The same ops on the same inputs give the same bits as the forward. */
-        if (m->recompute) ZS_CHECK(block_forward(m, p, x, &m->layers[l], B, T));
+        if (m->recompute)
+            ZS_CHECK(block_forward(m, p, x, &m->layers[l], zs_resid_out(&m->resid, l + 1), B, T));
         ZS_CHECK(block_backward(m, p, g, x, &m->layers[l], B, T));
         ZS_CHECK(zs_engine_backward_end(m->engine, unit_block(l)));
     }

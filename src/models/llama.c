@@ -5,6 +5,7 @@
  * copy (docs/models.md). Each unit is acquired through the shard engine right before use. */
 #include "models/llama.h"
 #include "models/carve.h"
+#include "models/resid.h"
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -29,7 +30,6 @@ typedef struct layer_acts {
     float *res2;           /* [BT,C] residual after attention */
     float *ln2, *ln2_rstd;
     float *gate, *up, *h; /* [BT,F]: pre-activation gate and up, h = silu(gate) * up */
-    float *res3;          /* [BT,C] block output */
 } layer_acts;
 
 struct zs_llama {
@@ -42,7 +42,7 @@ struct zs_llama {
     int64_t toff[L_NT]; /* element offsets of block tensors within a block unit */
     int64_t off_embed, off_norm, off_head;
     float *arena;   /* one activation allocation, carved into the fields below */
-    float *encoded; /* [BT,C] */
+    zs_resid resid; /* the kept block inputs: embedding output, then each block's output */
     layer_acts *layers;
     float *lnf, *lnf_rstd;
     float *losses;  /* [BT] */
@@ -148,7 +148,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, n = 0;
     float *base = m->arena;
     layer_acts shared;
-    m->encoded = zs_carve(base, &n, BT * C);
+    zs_resid_carve(&m->resid, 0, base, &n, BT * C);
     if (recompute) carve_block(c, B, T, base, &n, &shared);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *a = base ? &m->layers[l] : &m->layers[0];
@@ -156,7 +156,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
             *a = shared;
         else
             carve_block(c, B, T, base, &n, a);
-        a->res3 = zs_carve(base, &n, BT * C);
+        zs_resid_carve(&m->resid, l + 1, base, &n, BT * C);
     }
     m->lnf = zs_carve(base, &n, BT * C);
     m->lnf_rstd = zs_carve(base, &n, BT);
@@ -195,6 +195,7 @@ uint64_t zs_llama_activation_bytes(const zs_model_config *cfg, const zs_model_op
     layer_acts one;
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
+    tmp.resid.bf16 = opts->act_dtype == ZS_DTYPE_BF16; /* no pointer arrays: count only */
     return carve_arena(cfg, B, T, opts->recompute == ZS_RECOMPUTE_BLOCK, &tmp) * sizeof(float);
 }
 
@@ -219,6 +220,8 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
     ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
                ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
+    ZS_REQUIRE(opts->act_dtype == ZS_DTYPE_F32 || opts->act_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
+               "model: activation dtype %s is not fp32 or bf16", zs_dtype_name(opts->act_dtype));
     m->hs = cfg->n_embd / cfg->n_head;
     m->QD = m->hs * cfg->n_head;
     m->KD = m->hs * cfg->n_kv_head;
@@ -234,6 +237,7 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
 
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
+    ZS_CHECK(zs_resid_init(&m->resid, cfg->n_layer, opts->act_dtype == ZS_DTYPE_BF16));
     uint64_t na = zs_llama_activation_bytes(cfg, opts, max_batch, max_seq);
     ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
     carve_arena(cfg, max_batch, max_seq, m->recompute, m);
@@ -253,14 +257,15 @@ void zs_llama_destroy(zs_llama_t *m) {
     zs_free(m->arena);
     zs_free(m->scratch);
     free(m->layers);
+    zs_resid_free(&m->resid);
     free(m);
 }
 
 /* One block's forward from its input x and full parameters p, writing every activation its
  * backward reads into a. It reads nothing else that backward changes (m->dC is only a
  * temporary here), so backward may re-run it to recompute a block's activations. */
-static zs_status block_forward(zs_llama_t *m, const float *p, const float *x, layer_acts *a, int B,
-                               int T) {
+static zs_status block_forward(zs_llama_t *m, const float *p, const float *x, layer_acts *a,
+                               float *out, int B, int T) {
     zs_status st = ZS_OK;
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
@@ -282,7 +287,7 @@ static zs_status block_forward(zs_llama_t *m, const float *p, const float *x, la
     ZS_CHECK(zs_linear_fwd(o, s, a->up, a->ln2, p + t[L_UP], NULL, BT, C, F));
     ZS_CHECK(o->swiglu_fwd(s, a->h, a->gate, a->up, (size_t)BT * F));
     ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->h, p + t[L_DOWN], NULL, BT, F, C));
-    ZS_CHECK(o->residual_fwd(s, a->res3, a->res2, m->dC, (size_t)BT * C));
+    ZS_CHECK(o->residual_fwd(s, out, a->res2, m->dC, (size_t)BT * C));
 fail:
     return st;
 }
@@ -343,15 +348,17 @@ zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, int B, int T) {
     float *p = NULL;
 
     ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
-    ZS_CHECK(o->embedding_fwd(s, m->encoded, in, p + m->off_embed, NULL, B, T, C));
+    ZS_CHECK(o->embedding_fwd(s, zs_resid_out(&m->resid, 0), in, p + m->off_embed, NULL, B, T, C));
     ZS_CHECK(zs_engine_forward_end(m->engine, 0));
 
-    const float *x = m->encoded;
+    const float *x = NULL;
+    const size_t nC = (size_t)BT * C;
+    ZS_CHECK(zs_resid_keep(&m->resid, o, s, 0, nC, &x));
     for (int l = 0; l < m->cfg.n_layer; l++) {
         ZS_CHECK(zs_engine_forward_begin(m->engine, unit_block(l), &p));
-        ZS_CHECK(block_forward(m, p, x, &m->layers[l], B, T));
+        ZS_CHECK(block_forward(m, p, x, &m->layers[l], zs_resid_out(&m->resid, l + 1), B, T));
         ZS_CHECK(zs_engine_forward_end(m->engine, unit_block(l)));
-        x = m->layers[l].res3;
+        ZS_CHECK(zs_resid_keep(&m->resid, o, s, l + 1, nC, &x));
     }
 
     ZS_CHECK(zs_engine_forward_begin(m->engine, uh, &p));
@@ -372,7 +379,8 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
     float *p = NULL, *g = NULL;
 
     /* Head and final norm: m->logits already holds dlogits (softmax_xent wrote in place). */
-    const float *xlast = m->cfg.n_layer ? m->layers[m->cfg.n_layer - 1].res3 : m->encoded;
+    const float *xlast = NULL, *x = NULL;
+    ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
     ZS_CHECK(zs_engine_backward_begin(m->engine, uh, &p, &g));
@@ -383,12 +391,13 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_engine_backward_end(m->engine, uh));
 
     for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
-        const float *x = l ? m->layers[l - 1].res3 : m->encoded;
+        ZS_CHECK(zs_resid_load(&m->resid, o, s, l, nC, &x));
         ZS_CHECK(zs_engine_backward_begin(m->engine, unit_block(l), &p, &g));
         /* Activation checkpointing: rebuild this block's activations from its kept input with
          * the parameters backward_begin just acquired (in ZeRO-3, the backward gather itself;
          * no extra one). The same ops on the same inputs give the same bits as the forward. */
-        if (m->recompute) ZS_CHECK(block_forward(m, p, x, &m->layers[l], B, T));
+        if (m->recompute)
+            ZS_CHECK(block_forward(m, p, x, &m->layers[l], zs_resid_out(&m->resid, l + 1), B, T));
         ZS_CHECK(block_backward(m, p, g, x, &m->layers[l], B, T));
         ZS_CHECK(zs_engine_backward_end(m->engine, unit_block(l)));
     }

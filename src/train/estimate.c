@@ -105,7 +105,7 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     for (int i = 0; i < gslots; i++)
         b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * gbytes;
     int micro = batch / (world * grad_accum);
-    zs_model_options mo = {.recompute = opts->recompute};
+    zs_model_options mo = {.recompute = opts->recompute, .act_dtype = opts->dtype};
     b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, &mo, micro, seq);
     /* Logits and activation gradients, and the batch's tokens. */
     b[ZS_MEM_WORKSPACE] =

@@ -164,7 +164,7 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     ec.grad_dtype = cfg->reduce_dtype;
     ZS_CHECK(zs_engine_create(&t->layout, t->ops, t->stream, &ec, &t->engine));
     ZS_CHECK(zs_engine_init_params(t->engine, cfg->seed));
-    zs_model_options mo = {.recompute = cfg->recompute};
+    zs_model_options mo = {.recompute = cfg->recompute, .act_dtype = cfg->dtype};
     ZS_CHECK(zs_model_create_opts(&t->model_cfg, &mo, t->ops, t->stream, t->engine, t->micro,
                                   cfg->seq, &t->model));
     size_t nb = (size_t)t->micro * (size_t)cfg->seq * sizeof(int32_t);
