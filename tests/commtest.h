@@ -16,9 +16,17 @@ static inline const char *ct_worker(void) {
     return path;
 }
 
-/* Number of zshard segments in /dev/shm. Segments live only during setup, so a concurrent
- * test's transient one is waited out (three looks over 0.3 s). */
+/* Number of this test's zshard segments in /dev/shm. Every job the test starts inherits
+ * ZS_JOB_ID=ct<pid>t, which names its segments (zshard-jobct<pid>t-..., or under zshard run
+ * zshard-jobct<pid>tx<launcher pid>-...), so tests running in parallel (ctest -j) never see
+ * each other's. Segments live only during setup, so a
+ * transient one of a job still shutting down is waited out (three looks over 0.3 s). */
 static inline int ct_shm_leftovers(void) {
+    static char prefix[64];
+    if (!prefix[0]) {
+        const char *id = getenv("ZS_JOB_ID");
+        snprintf(prefix, sizeof prefix, "zshard-job%s", id ? id : "");
+    }
     int found = 0;
     for (int attempt = 0; attempt < 3; attempt++) {
         found = 0;
@@ -26,12 +34,19 @@ static inline int ct_shm_leftovers(void) {
         if (!d) return 0;
         struct dirent *e;
         while ((e = readdir(d)))
-            if (!strncmp(e->d_name, "zshard-", 7)) found++;
+            if (!strncmp(e->d_name, prefix, strlen(prefix))) found++;
         closedir(d);
         if (!found) return 0;
         usleep(100000);
     }
     return found;
+}
+
+/* Give every job this test starts a job id of its own (see ct_shm_leftovers). */
+static inline void ct_job_scope(void) {
+    char id[32];
+    snprintf(id, sizeof id, "ct%ldt", (long)getpid());
+    setenv("ZS_JOB_ID", id, 1);
 }
 
 /* Count occurrences of needle in hay. */

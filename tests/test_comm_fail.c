@@ -65,6 +65,7 @@ static void test_mismatch(void) {
 
 int main(void) {
     zt_init("comm_fail");
+    ct_job_scope();
     test_killed_rank("die", "all_reduce #21 (tag 'unit.8', 256 x f32)");
     /* on registered buffers (the direct path), and inside zs_comm_mem_alloc, whose shm
      * objects the survivors must unlink */

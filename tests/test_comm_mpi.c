@@ -23,6 +23,7 @@ static void run_mpi(int n, const char *args) {
 
 int main(void) {
     zt_init("comm_mpi");
+    ct_job_scope();
 #ifndef ZS_HAVE_MPI
     zt_skip("built without MPI");
 #else

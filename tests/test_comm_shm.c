@@ -20,6 +20,7 @@ static void run_world(int n, const char *env, const char *args) {
 
 int main(void) {
     zt_init("comm_shm");
+    ct_job_scope();
     for (int n = 1; n <= 4; n++)
         run_world(n, "ZS_SHM_CHUNK=8K", "");
     /* default chunking, a different world shape */

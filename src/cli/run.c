@@ -167,6 +167,20 @@ static void set_env_int(const char *name, int v) {
     setenv(name, buf, 1);
 }
 
+/* The job id every rank of this launch gets (ZS_JOB_ID; it names the job's shared-memory
+ * segments): this launcher's pid, appended to an inherited ZS_JOB_ID so that whoever set that
+ * (a test, an outer tool) still recognises the job's segments by prefix. Set once by
+ * set_job_id() before any rank is forked, so children see the launcher's value. */
+static char g_job_id[96];
+
+static void set_job_id(void) {
+    const char *outer = getenv("ZS_JOB_ID");
+    if (outer && *outer)
+        snprintf(g_job_id, sizeof g_job_id, "%.60sx%d", outer, (int)getpid());
+    else
+        snprintf(g_job_id, sizeof g_job_id, "%d", (int)getpid());
+}
+
 static pid_t spawn(const run_opts *o, int local, int port, int threads, rank_proc *rp) {
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) return -1;
@@ -188,7 +202,7 @@ static pid_t spawn(const run_opts *o, int local, int port, int threads, rank_pro
         set_env_int("MASTER_PORT", port);
         set_env_int("OMP_NUM_THREADS", threads);
         set_env_int("OPENBLAS_NUM_THREADS", threads);
-        set_env_int("ZS_JOB_ID", (int)getppid());
+        setenv("ZS_JOB_ID", g_job_id, 1);
         execvp(o->cmd[0], o->cmd);
         fprintf(stderr, "zshard run: cannot execute '%s': %s\n", o->cmd[0], strerror(errno));
         _exit(127);
@@ -252,8 +266,8 @@ static void describe(int status, char *buf, size_t cap) {
 
 /* Remove any /dev/shm segment of this job that a rank killed mid-setup left behind. */
 static void clean_shm(void) {
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "zshard-job%d-", (int)getpid());
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "zshard-job%s-", g_job_id);
     DIR *d = opendir("/dev/shm");
     if (!d) return;
     struct dirent *e;
@@ -291,6 +305,7 @@ int zs_cli_run(int argc, char **argv) {
     rank_proc *rp = calloc((size_t)o.nproc, sizeof *rp);
     if (!rp) return zs_cli_fail(1, "run: out of memory");
     int nrun = 0;
+    set_job_id();
     for (int i = 0; i < o.nproc; i++) {
         if (spawn(&o, i, port, threads, &rp[i]) < 0) {
             signal_all(rp, i, SIGKILL);
