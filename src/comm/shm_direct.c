@@ -55,14 +55,16 @@ void shm_copy_stream(void *dst, const void *src, size_t nbytes) {
 #endif
 }
 
-/* zs_reduce_* sums block by block (a stack accumulator of a few KiB), so the N input streams
- * and the output stay in L1/L2 however long the slice is. */
-static void reduce(const zs_coll *op, int n, char *out, char *const *in, size_t count) {
+/* The reduction of the N inputs in[] (rank order) into the nout outputs out[]. */
+static void reduce(const zs_coll *op, int n, char *const *out, int nout, char *const *in,
+                   size_t count, int stream) {
     const int avg = op->op == ZS_REDUCE_AVG;
     if (op->dt == ZS_DTYPE_F32)
-        zs_reduce_f32((float *)out, (const float *const *)in, n, count, avg, n);
+        zs_reduce_f32((float *const *)out, nout, (const float *const *)in, n, count, avg, n,
+                      stream);
     else
-        zs_reduce_bf16((uint16_t *)out, (const uint16_t *const *)in, n, count, avg, n);
+        zs_reduce_bf16((uint16_t *const *)out, nout, (const uint16_t *const *)in, n, count, avg, n,
+                       stream);
 }
 
 /* Windows of the vector (one staging slot's worth, ZS_SHM_CHUNK): rank r reduces its slice
@@ -82,7 +84,8 @@ static zs_status all_reduce(shm_ctx *s, const zs_coll *op, char *const *src, cha
         const size_t lo = slice_bound(len, r, n), hi = slice_bound(len, r + 1, n);
         for (int p = 0; p < n; p++)
             in[p] = src[p] + (w0 + lo) * esz;
-        reduce(op, n, recv + (w0 + lo) * esz, in, hi - lo);
+        char *out = recv + (w0 + lo) * esz;
+        reduce(op, n, &out, 1, in, hi - lo, 0); /* through the cache: peers copy it next */
         shm_signal(s);
         for (int i = 1; i < n; i++) {
             const int q = (r + i) % n;
@@ -186,7 +189,7 @@ zs_status shm_direct(shm_ctx *s, const zs_coll *op, int *done) {
     case ZS_COLL_REDUCE_SCATTER:
         for (int p = 0; p < n; p++)
             in[p] = src[p] + (size_t)r * count * esz;
-        reduce(op, n, recv, in, count);
+        reduce(op, n, &recv, 1, in, count, count * esz >= SHM_STREAM_MIN);
         shm_signal(s);
         break;
     case ZS_COLL_BROADCAST:
