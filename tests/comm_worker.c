@@ -20,7 +20,7 @@ static zs_comm_t *g_c;
 /* 0: plain buffers; 1: registered on every rank; 2: registered on even ranks only */
 static int g_reg;
 static char *g_arena[2]; /* registered, ARENA bytes each */
-enum { ARENA = 2 << 20 };
+enum { ARENA = 4 << 20 };
 
 static int reg_here(void) {
     return g_reg == 1 || (g_reg == 2 && g_rank % 2 == 0);
@@ -93,8 +93,9 @@ static void check_one(int kind, size_t count, zs_dtype dt, int avg, int inplace,
     size_t big = (in_elems > out_elems ? in_elems : out_elems) + 1;
     char *a, *b;
     if (reg_here()) {
-        /* anywhere inside a registered allocation counts: vary the offset */
-        size_t off = (size_t)((zt_checks + g_rank) % 4) * 64;
+        /* anywhere inside a registered allocation counts: vary the offset, every other check
+         * with ranks at different offsets within 32 bytes (no common streaming alignment) */
+        size_t off = (size_t)((zt_checks + g_rank) % 4) * 64 + (size_t)(zt_checks % 2) * 4 * r;
         ZT_REQUIRE(big * esz + off <= ARENA, "arena too small for count %zu", count);
         a = g_arena[0] + off;
         b = g_arena[1] + off;
@@ -323,7 +324,8 @@ static void check_alloc_over_cap(void) {
 }
 
 static int run_collectives(int async_only) {
-    size_t counts[] = {0, 1, 3, (size_t)g_n, 7, 1000, 4099, 70001};
+    /* 70001 f32 and 131075 bf16 are over SHM_STREAM_MIN bytes: streaming stores */
+    size_t counts[] = {0, 1, 3, (size_t)g_n, 7, 1000, 4099, 70001, 131075};
     zs_dtype dts[] = {ZS_DTYPE_F32, ZS_DTYPE_BF16};
     if (g_reg) /* collective: every rank allocates, even those that then use plain memory */
         for (int i = 0; i < 2; i++)

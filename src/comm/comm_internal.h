@@ -147,9 +147,12 @@ zs_status zs_queue_submit(zs_comm_t *c, zs_coll *op, zs_comm_work_t **work);
 void zs_queue_drain(zs_comm_queue *q);
 
 /* reduction helpers shared by backends (reduce.c) */
-/* Deterministic rank-order reduction of n inputs into out (which may alias one input). */
-void zs_reduce_f32(float *out, const float *const *in, int n, size_t count, int avg, int world);
-void zs_reduce_bf16(uint16_t *out, const uint16_t *const *in, int n, size_t count, int avg,
-                    int world);
+/* Deterministic rank-order reduction of n inputs, the same result written to each of the nout
+ * outputs (an output may alias an input; outputs must not overlap each other). stream:
+ * non-temporal stores where the CPU has them, for large results not read back at once. */
+void zs_reduce_f32(float *const *out, int nout, const float *const *in, int n, size_t count,
+                   int avg, int world, int stream);
+void zs_reduce_bf16(uint16_t *const *out, int nout, const uint16_t *const *in, int n, size_t count,
+                    int avg, int world, int stream);
 
 #endif

@@ -17,11 +17,13 @@
 #define ALIGN_ELEMS 32 /* slice boundaries on 64/128-byte multiples */
 
 static void reduce(zs_dtype dt, void *out, const void *const *in, int n, size_t count, int avg,
-                   int world) {
+                   int world, int stream) {
     if (dt == ZS_DTYPE_F32)
-        zs_reduce_f32(out, (const float *const *)in, n, count, avg, world);
+        zs_reduce_f32((float *const *)&out, 1, (const float *const *)in, n, count, avg, world,
+                      stream);
     else
-        zs_reduce_bf16(out, (const uint16_t *const *)in, n, count, avg, world);
+        zs_reduce_bf16((uint16_t *const *)&out, 1, (const uint16_t *const *)in, n, count, avg,
+                       world, stream);
 }
 
 static void copy(void *dst, const void *src, size_t nbytes) {
@@ -66,8 +68,9 @@ static zs_status all_reduce(shm_ctx *s, const zs_coll *op) {
         size_t lo = ar_bound(len, r, n), hi = ar_bound(len, r + 1, n);
         for (int p = 0; p < n; p++)
             in[p] = p == r ? send + (w0 + lo) * esz : shm_slot(s, p, b) + lo * esz;
-        /* My own slice's place in my slot held nothing in phase A: the result goes there. */
-        reduce(op->dt, mine + lo * esz, in, n, hi - lo, avg, n);
+        /* My own slice's place in my slot held nothing in phase A: the result goes there,
+         * through the cache, since every peer reads it next. */
+        reduce(op->dt, mine + lo * esz, in, n, hi - lo, avg, n, 0);
         shm_signal(s);
         ZS_CHECK(shm_wait_all(s, base + (uint32_t)(3 * k + 2)));
         for (int q = 0; q < n; q++) {
@@ -90,6 +93,7 @@ static zs_status reduce_scatter(shm_ctx *s, const zs_coll *op) {
     const char *send = op->send;
     char *recv = op->recv;
     const void *in[1024];
+    const int stream = count * esz >= SHM_STREAM_MIN;
     for (size_t k = 0; k < nwin; k++) {
         const size_t j0 = k * w, len = count - j0 < w ? count - j0 : w;
         const int b = (int)(k & 1);
@@ -103,7 +107,7 @@ static zs_status reduce_scatter(shm_ctx *s, const zs_coll *op) {
         for (int p = 0; p < n; p++)
             in[p] = p == r ? send + ((size_t)r * count + j0) * esz
                            : shm_slot(s, p, b) + (size_t)r * w * esz;
-        reduce(op->dt, recv + j0 * esz, in, n, len, avg, n);
+        reduce(op->dt, recv + j0 * esz, in, n, len, avg, n, stream);
         shm_signal(s);
     }
 fail:

@@ -5,9 +5,8 @@
  * each rank reads its peers' buffers in place through its own mappings, with no staging copy:
  *   reduce_scatter  reduce block r of every rank's send, in rank order, into my recv
  *   all_gather      copy every rank's send into my recv
- *   all_reduce      reduce slice r of every rank's send into my recv (only rank r reads or
- *                   writes slice r anywhere, so in place is safe); barrier; copy every other
- *                   slice from its owner's recv
+ *   all_reduce      reduce slice r of every rank's send into slice r of every rank's recv
+ *                   (only rank r reads or writes slice r anywhere, so in place is safe)
  *   broadcast       copy the root's send
  * A closing barrier keeps every buffer untouched by its owner until all peers have read it.
  * Otherwise every rank takes the staged path (shm_coll.c): the decision reads the same
@@ -55,44 +54,34 @@ void shm_copy_stream(void *dst, const void *src, size_t nbytes) {
 #endif
 }
 
-/* zs_reduce_* sums block by block (a stack accumulator of a few KiB), so the N input streams
- * and the output stay in L1/L2 however long the slice is. */
-static void reduce(const zs_coll *op, int n, char *out, char *const *in, size_t count) {
+/* The reduction of the N inputs in[] (rank order) into the nout outputs out[]. */
+static void reduce(const zs_coll *op, int n, char *const *out, int nout, char *const *in,
+                   size_t count, int stream) {
     const int avg = op->op == ZS_REDUCE_AVG;
     if (op->dt == ZS_DTYPE_F32)
-        zs_reduce_f32((float *)out, (const float *const *)in, n, count, avg, n);
+        zs_reduce_f32((float *const *)out, nout, (const float *const *)in, n, count, avg, n,
+                      stream);
     else
-        zs_reduce_bf16((uint16_t *)out, (const uint16_t *const *)in, n, count, avg, n);
+        zs_reduce_bf16((uint16_t *const *)out, nout, (const uint16_t *const *)in, n, count, avg, n,
+                       stream);
 }
 
-/* Windows of the vector (one staging slot's worth, ZS_SHM_CHUNK): rank r reduces its slice
- * of window k, signals, then copies each peer's slice of window k as soon as that peer has
- * signalled it, while the reduced data is still in the last-level cache. */
-static zs_status all_reduce(shm_ctx *s, const zs_coll *op, char *const *src, char *const *dst,
-                            uint32_t base) {
-    zs_status st = ZS_OK;
+/* Push: rank r reduces slice r of every rank's send and writes the result straight into
+ * slice r of every rank's recv. Only rank r reads or writes slice r anywhere, so in place
+ * (send == recv on some or all ranks) is safe, and nothing waits between the publish
+ * barrier and the closing one. Each rank reads its slice of the N inputs once and writes N
+ * copies of the result, with no all-gather read of the other slices (3/4 of the message at
+ * 4 ranks) that reducing into its own recv and then copying would need. */
+static void all_reduce(shm_ctx *s, const zs_coll *op, char *const *src, char *const *dst) {
     const int n = s->world, r = s->rank;
     const size_t esz = zs_dtype_size(op->dt), count = op->count;
-    const size_t W = s->slot_bytes / esz / ALIGN_ELEMS * ALIGN_ELEMS;
-    char *recv = op->recv, *in[MAX_WORLD];
-    void (*mv)(void *, const void *, size_t) =
-        count * esz >= SHM_STREAM_MIN ? shm_copy_stream : copy;
-    for (size_t k = 0, w0 = 0; w0 < count; k++, w0 += W) {
-        const size_t len = count - w0 < W ? count - w0 : W;
-        const size_t lo = slice_bound(len, r, n), hi = slice_bound(len, r + 1, n);
-        for (int p = 0; p < n; p++)
-            in[p] = src[p] + (w0 + lo) * esz;
-        reduce(op, n, recv + (w0 + lo) * esz, in, hi - lo);
-        shm_signal(s);
-        for (int i = 1; i < n; i++) {
-            const int q = (r + i) % n;
-            const size_t qlo = slice_bound(len, q, n), qhi = slice_bound(len, q + 1, n);
-            ZS_CHECK(shm_wait_peer(s, q, base + 1 + (uint32_t)k));
-            mv(recv + (w0 + qlo) * esz, dst[q] + (w0 + qlo) * esz, (qhi - qlo) * esz);
-        }
+    const size_t lo = slice_bound(count, r, n), hi = slice_bound(count, r + 1, n);
+    char *in[MAX_WORLD], *out[MAX_WORLD];
+    for (int p = 0; p < n; p++) {
+        in[p] = src[p] + lo * esz;
+        out[p] = dst[p] + lo * esz;
     }
-fail:
-    return st;
+    reduce(op, n, out, n, in, hi - lo, count * esz >= SHM_STREAM_MIN);
 }
 
 /* Windows of each rank's block, every rank in step (a barrier per window), so each block's
@@ -186,7 +175,7 @@ zs_status shm_direct(shm_ctx *s, const zs_coll *op, int *done) {
     case ZS_COLL_REDUCE_SCATTER:
         for (int p = 0; p < n; p++)
             in[p] = src[p] + (size_t)r * count * esz;
-        reduce(op, n, recv, in, count);
+        reduce(op, n, &recv, 1, in, count, count * esz >= SHM_STREAM_MIN);
         shm_signal(s);
         break;
     case ZS_COLL_BROADCAST:
@@ -197,8 +186,8 @@ zs_status shm_direct(shm_ctx *s, const zs_coll *op, int *done) {
         ZS_CHECK(all_gather(s, op, src, base + 1));
         break;
     default:
-        ZS_CHECK(all_reduce(s, op, src, dst, base + 1));
-        shm_signal(s); /* done copying from the peers */
+        all_reduce(s, op, src, dst);
+        shm_signal(s); /* my slice is in every recv */
         break;
     }
     /* Closing barrier (all_gather's last window ends with one): no rank returns, letting its
