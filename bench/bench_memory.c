@@ -6,6 +6,7 @@
 #include "bench/bench_util.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "data/data.h"
 #include "zshard.h"
 
 #include <errno.h>
@@ -191,9 +192,11 @@ int zs_bench_memory(int argc, char **argv) {
     char self[4096], data[600];
     if (zs_bench_self(self, sizeof self)) return zs_cli_fail(1, "bench memory: no executable path");
     snprintf(data, sizeof data, "%s/tokens.bin", out);
-    if (zs_bench_token_file(data, (int64_t)batch * seq * 64 + 4096))
+    /* Each family's own tokenizer size: GPT-2's 50257, LLaMA-2's 32000. */
+    int vocab = cfg.arch == ZS_ARCH_LLAMA ? 32000 : ZS_GPT2_VOCAB;
+    if (zs_bench_token_file(data, (int64_t)batch * seq * 64 + 4096, vocab))
         return zs_cli_fail(1, "bench memory: %s", zs_last_error());
-    zs_model_config_set_vocab(&cfg, 50257);
+    zs_model_config_set_vocab(&cfg, vocab);
 
     cell cells[8][4];
     memset(cells, 0, sizeof cells);
@@ -203,12 +206,13 @@ int zs_bench_memory(int argc, char **argv) {
             char log[700], cmd[8192];
             snprintf(log, sizeof log, "%s/run-n%d-%s.jsonl", out, ws[i], STAGE_FLAG[s]);
             snprintf(cmd, sizeof cmd,
-                     "'%s' train --model %s --data '%s' --nproc %d --stage %s --batch %d --seq %d"
+                     "'%s' train --model %s --data '%s' --vocab %d --nproc %d --stage %s --batch %d"
+                     " --seq %d"
                      " --steps %d --warmup 1 --val-every 0 --val-batches 1 --sample-len 0"
                      " --dtype %s --reduce-dtype %s --recompute %s --quiet --log '%s' > '%s.out'"
                      " 2>&1",
-                     self, model, data, ws[i], STAGE_FLAG[s], batch, seq, steps, dtype, rdtype,
-                     recompute, log, log);
+                     self, model, data, vocab, ws[i], STAGE_FLAG[s], batch, seq, steps, dtype,
+                     rdtype, recompute, log, log);
             fprintf(stderr, "bench memory: %d rank%s, %s ...\n", ws[i], ws[i] > 1 ? "s" : "",
                     STAGE_NAME[s]);
             int r = system(cmd);

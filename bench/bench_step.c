@@ -125,7 +125,7 @@ int zs_bench_step(int argc, char **argv) {
         int fd = mkstemp(tmp);
         if (fd < 0) return zs_cli_fail(1, "bench step: cannot create a temporary file");
         close(fd);
-        if (zs_bench_token_file(tmp, (int64_t)cfg.batch * cfg.seq * 64 + 4096)) {
+        if (zs_bench_token_file(tmp, (int64_t)cfg.batch * cfg.seq * 64 + 4096, ZS_GPT2_VOCAB)) {
             unlink(tmp);
             return zs_cli_fail(1, "bench step: %s", zs_last_error());
         }

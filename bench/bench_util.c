@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-int zs_bench_token_file(const char *path, int64_t n) {
+int zs_bench_token_file(const char *path, int64_t n, int vocab) {
     uint16_t *tok = malloc((size_t)n * 2);
     if (!tok) return -1;
     uint64_t x = 88172645463325252ull;
     for (int64_t i = 0; i < n; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        tok[i] = (uint16_t)(x % ZS_GPT2_VOCAB);
+        tok[i] = (uint16_t)(x % (uint64_t)vocab);
     }
     zs_status st = zs_llmc_shard_write(path, tok, n);
     free(tok);

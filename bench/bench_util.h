@@ -5,9 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Write an llm.c token shard of n random GPT-2 tokens (fixed xorshift seed: a step's cost does
- * not depend on the text). 0 on success; else zs_last_error() says why. */
-int zs_bench_token_file(const char *path, int64_t n);
+/* Write an llm.c token shard of n random tokens below vocab (fixed xorshift seed: a step's
+ * cost does not depend on the text). 0 on success; else zs_last_error() says why. */
+int zs_bench_token_file(const char *path, int64_t n, int vocab);
 /* Absolute path of the running zshard executable. 0 on success. */
 int zs_bench_self(char *buf, size_t cap);
 

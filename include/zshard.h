@@ -177,6 +177,7 @@ typedef struct zs_train_config {
     zs_model_config model;
     const char *data_path;   /* text file, or llm.c token shard (.bin) */
     const char *val_path;    /* optional separate validation shard; NULL = split data_path */
+    int vocab;               /* token shards: tokenizer vocabulary; 0 = GPT-2's 50257 */
     double val_fraction;     /* tail fraction held out for validation when splitting */
     int batch;               /* global batch: sequences per optimizer step, all ranks */
     int seq;                 /* sequence length */

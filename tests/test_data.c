@@ -102,7 +102,24 @@ static void test_shards(void) {
     tok[17] = 60000;
     ZT_OK(zs_llmc_shard_write(path("range.bin"), tok, 3000));
     ZT_CHECK(zs_dataset_open(path("range.bin"), NULL, 0.1, &d) == ZS_ERR_FORMAT, "range");
-    ZT_CHECK(strstr(zs_last_error(), "outside"), "message '%s'", zs_last_error());
+    ZT_CHECK(strstr(zs_last_error(), "outside the GPT-2 vocabulary") &&
+                 strstr(zs_last_error(), "--vocab"),
+             "message '%s'", zs_last_error());
+    /* --vocab: another tokenizer's size admits the token, a smaller one names itself, a text
+     * file or an impossible size is refused. */
+    ZT_OK(zs_dataset_open_vocab(path("range.bin"), NULL, 0.1, 65000, &d));
+    ZT_CHECK(d.vocab == 65000 && d.train.tok[17] == 60000, "--vocab 65000 admits token 60000");
+    zs_dataset_close(&d);
+    ZT_CHECK(zs_dataset_open_vocab(path("ok.bin"), NULL, 0.1, 32000, &d) == ZS_ERR_FORMAT,
+             "GPT-2 tokens above 32000 refused under --vocab 32000");
+    ZT_CHECK(strstr(zs_last_error(), "outside the --vocab vocabulary of 32000"), "message '%s'",
+             zs_last_error());
+    ZT_CHECK(zs_dataset_open_vocab(path("ok.bin"), NULL, 0.1, 70000, &d) == ZS_ERR_INVALID,
+             "--vocab 70000 does not fit uint16 tokens");
+    write_bytes(path("v.txt"), "some text here", 14);
+    ZT_CHECK(zs_dataset_open_vocab(path("v.txt"), NULL, 0.1, 32000, &d) == ZS_ERR_INVALID &&
+                 strstr(zs_last_error(), "applies to token shards"),
+             "--vocab with text: '%s'", zs_last_error());
 
     ZT_CHECK(zs_dataset_open(path("missing.txt"), NULL, 0.1, &d) == ZS_ERR_IO, "missing");
     ZT_CHECK(strstr(zs_last_error(), "missing.txt"), "names the file: %s", zs_last_error());

@@ -41,6 +41,8 @@ static void usage(FILE *f) {
             "  --data FILE         byte-level text file, or llm.c token shard (.bin)\n"
             "  --val-data FILE     separate validation file [last --val-frac of --data]\n"
             "  --val-frac F        held-out tail fraction when splitting [0.1]\n"
+            "  --vocab N           token shards: the tokenizer's vocabulary, e.g. 32000 for\n"
+            "                      LLaMA-2's [50257, GPT-2's]; text is always 256 bytes\n"
             "batch and schedule:\n"
             "  --batch N           global batch: sequences per optimizer step, summed over all\n"
             "                      ranks and micro-batches [8]\n"
@@ -144,6 +146,8 @@ static int parse(int argc, char **argv, train_opts *o) {
             rc = zs_arg_float(a, v, &o->cfg.grad_clip);
         else if (!strcmp(a, "--seed"))
             rc = zs_arg_u64(a, v, &o->cfg.seed);
+        else if (!strcmp(a, "--vocab"))
+            rc = zs_arg_int(a, v, &o->cfg.vocab);
         else if (!strcmp(a, "--val-every"))
             rc = zs_arg_int(a, v, &o->val_every);
         else if (!strcmp(a, "--val-batches"))

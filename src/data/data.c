@@ -69,10 +69,6 @@ static zs_status parse_shard(const char *path, const unsigned char *b, int64_t l
     ZS_REQUIRE(out->tok, ZS_ERR_OOM, "token shard %s: out of memory", path);
     memcpy(out->tok, b + sizeof hdr, (size_t)hdr[2] * 2);
     out->n = hdr[2];
-    for (int64_t i = 0; i < out->n; i++)
-        ZS_REQUIRE(out->tok[i] < ZS_GPT2_VOCAB, ZS_ERR_FORMAT,
-                   "token shard %s: token %lld = %u is outside the GPT-2 vocabulary", path,
-                   (long long)i, out->tok[i]);
     return ZS_OK;
 fail:
     free(out->tok);
@@ -104,15 +100,23 @@ fail:
     return st;
 }
 
-static zs_status load_tokens(const char *path, zs_tokens *out, int *vocab, int *is_text) {
+/* shard_vocab: the tokenizer's vocabulary for token shards (0: GPT-2's). */
+static zs_status load_tokens(const char *path, int shard_vocab, zs_tokens *out, int *vocab,
+                             int *is_text) {
     zs_status st = ZS_OK;
     unsigned char *b = NULL;
     int64_t len = 0;
     ZS_CHECK(read_file(path, &b, &len));
     if (looks_like_shard(b, len, path)) {
         ZS_CHECK(parse_shard(path, b, len, out));
-        *vocab = ZS_GPT2_VOCAB;
+        *vocab = shard_vocab ? shard_vocab : ZS_GPT2_VOCAB;
         *is_text = 0;
+        for (int64_t i = 0; i < out->n; i++)
+            ZS_REQUIRE(out->tok[i] < *vocab, ZS_ERR_FORMAT,
+                       "token shard %s: token %lld = %u is outside the %s vocabulary of %d "
+                       "tokens%s",
+                       path, (long long)i, out->tok[i], shard_vocab ? "--vocab" : "GPT-2", *vocab,
+                       shard_vocab ? "" : " (--vocab N declares another tokenizer's)");
     } else {
         /* Byte-level tokenizer: every byte is its own token, vocabulary 256. */
         out->tok = malloc((size_t)len * 2);
@@ -130,14 +134,27 @@ fail:
 
 zs_status zs_dataset_open(const char *path, const char *val_path, double val_fraction,
                           zs_dataset *d) {
+    return zs_dataset_open_vocab(path, val_path, val_fraction, 0, d);
+}
+
+zs_status zs_dataset_open_vocab(const char *path, const char *val_path, double val_fraction,
+                                int vocab, zs_dataset *d) {
     zs_status st = ZS_OK;
     memset(d, 0, sizeof *d);
     ZS_REQUIRE(path && *path, ZS_ERR_INVALID, "no data file given (--data FILE)");
+    ZS_REQUIRE(vocab == 0 || (vocab >= 2 && vocab <= 65536), ZS_ERR_INVALID,
+               "--vocab %d: token shards hold uint16 tokens, so the vocabulary must be in "
+               "[2, 65536]",
+               vocab);
     snprintf(d->path, sizeof d->path, "%s", path);
-    ZS_CHECK(load_tokens(path, &d->train, &d->vocab, &d->is_text));
+    ZS_CHECK(load_tokens(path, vocab, &d->train, &d->vocab, &d->is_text));
+    ZS_REQUIRE(!vocab || !d->is_text, ZS_ERR_INVALID,
+               "--vocab %d: %s is text, read byte by byte (vocabulary 256); --vocab applies to "
+               "token shards",
+               vocab, path);
     if (val_path) {
         int v2 = 0, t2 = 0;
-        ZS_CHECK(load_tokens(val_path, &d->val, &v2, &t2));
+        ZS_CHECK(load_tokens(val_path, vocab, &d->val, &v2, &t2));
         ZS_REQUIRE(v2 == d->vocab, ZS_ERR_INVALID,
                    "validation file %s has vocabulary %d but training data %s has %d", val_path, v2,
                    path, d->vocab);

@@ -19,7 +19,7 @@ typedef struct zs_tokens {
 
 typedef struct zs_dataset {
     zs_tokens train, val;
-    int vocab;   /* 256 for text, 50257 for GPT-2 token shards */
+    int vocab;   /* 256 for text; token shards: 50257 (GPT-2) or the one given */
     int is_text; /* 1: byte-level text, tokens are the bytes */
     char path[512];
 } zs_dataset;
@@ -29,6 +29,10 @@ typedef struct zs_dataset {
  * held out for validation. Errors name the file and the problem. */
 zs_status zs_dataset_open(const char *path, const char *val_path, double val_fraction,
                           zs_dataset *out);
+/* The same with the vocabulary of token shards given (vocab 0: GPT-2's 50257; a text file
+ * refuses any other): every token must be below it. */
+zs_status zs_dataset_open_vocab(const char *path, const char *val_path, double val_fraction,
+                                int vocab, zs_dataset *out);
 void zs_dataset_close(zs_dataset *d);
 
 /* Read one llm.c token shard (header of 256 int32: magic, version, count; uint16 tokens). */

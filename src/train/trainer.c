@@ -147,7 +147,8 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     t->micro = cfg->batch / (t->world * cfg->grad_accum);
     if (cfg->device_mem) zs_mem_set_cap(cfg->device_mem);
 
-    ZS_CHECK(zs_dataset_open(cfg->data_path, cfg->val_path, cfg->val_fraction, &t->data));
+    ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
+                                   &t->data));
     ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
