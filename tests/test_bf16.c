@@ -14,81 +14,21 @@
  *  - bad input: unknown dtypes are usage errors. */
 #include "core/status.h"
 #include "models/model.h"
-#include "testutil.h"
+#include "runlog.h"
 
 #include <string.h>
 
-#define MAX_STEPS 64
-
-static char g_dir[] = "/tmp/zshard-test-bf16-XXXXXX";
-static char g_out[1 << 16];
 static const char *STAGES[] = {"ddp", "1", "2", "3"};
 static const char *cat_names[ZS_MEM_NCAT];
 
-typedef struct run_result {
-    int ok, n_steps, world;
-    char loss[MAX_STEPS][32];
-    double lossv[MAX_STEPS];
-    char hash[17];
-    uint64_t peak[4][ZS_MEM_NCAT];
-    uint64_t est[ZS_MEM_NCAT];
-} run_result;
-
-static void read_cats(const char *from, const char *end, uint64_t *out) {
-    for (int c = 0; c < ZS_MEM_NCAT; c++) {
-        char key[64];
-        snprintf(key, sizeof key, "\"%s\":", cat_names[c]);
-        const char *v = strstr(from, key);
-        if (v && (!end || v < end)) out[c] = strtoull(v + strlen(key), NULL, 10);
-    }
-}
-
-static void parse_log(const char *path, run_result *r) {
-    FILE *f = fopen(path, "r");
-    ZT_REQUIRE(f, "open %s", path);
-    static char line[1 << 16];
-    while (fgets(line, sizeof line, f)) {
-        if (strstr(line, "\"final\":true")) {
-            char *h = strstr(line, "\"param_hash\":\"");
-            if (h) snprintf(r->hash, sizeof r->hash, "%.16s", h + 14);
-            char *pr = strstr(line, "\"peak_bytes_per_rank\":[");
-            char *pr_end = pr ? strchr(pr, ']') : NULL;
-            for (int k = 0; pr && k < 4; k++) {
-                pr = strchr(pr, '{');
-                if (!pr || pr > pr_end) break;
-                char *end = strchr(pr, '}');
-                read_cats(pr, end, r->peak[k]);
-                r->world = k + 1;
-                pr = end;
-            }
-            char *es = strstr(line, "\"estimate_bytes\":{");
-            if (es) read_cats(es, NULL, r->est);
-            r->ok = 1;
-        } else if (strstr(line, "\"step\":") && r->n_steps < MAX_STEPS) {
-            char *l = strstr(line, "\"loss\":") + 7;
-            snprintf(r->loss[r->n_steps], sizeof r->loss[0], "%.*s", (int)strcspn(l, ",}"), l);
-            r->lossv[r->n_steps] = atof(r->loss[r->n_steps]);
-            r->n_steps++;
-        }
-    }
-    fclose(f);
-}
-
-static run_result train(const char *model, const char *stage, const char *dtype, int steps,
-                        const char *extra) {
-    static int id = 0;
-    run_result r;
-    memset(&r, 0, sizeof r);
-    char log[512], cmd[4096];
-    snprintf(log, sizeof log, "%s/run%d.jsonl", g_dir, id++);
-    snprintf(cmd, sizeof cmd,
-             "timeout 300 %s train --data %s/corpus.txt --model %s --batch 8 --seq 32 "
-             "--steps %d --lr 3e-3 --warmup 2 --val-every 0 --val-batches 1 --sample-len 0 "
-             "--nproc 2 --stage %s --dtype %s %s --comm-timeout 30 --log %s",
-             zt_zshard_exe(), g_dir, model, steps, stage, dtype, extra, log);
-    int rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 0, "exit %d for: %s\n%s", rc, cmd, g_out);
-    if (rc == 0) parse_log(log, &r);
+static rl_run train(const char *model, const char *stage, const char *dtype, int steps,
+                    const char *extra) {
+    rl_run r = rl_train("timeout 300",
+                        "--model %s --batch 8 --seq 32 --steps %d --lr 3e-3 --warmup 2 "
+                        "--val-every 0 --val-batches 1 --sample-len 0 --nproc 2 --stage %s "
+                        "--dtype %s %s --comm-timeout 30",
+                        model, steps, stage, dtype, extra);
+    rl_check_exit(&r);
     ZT_CHECK(r.ok && r.n_steps == steps && r.world == 2, "complete log for %s stage %s %s", model,
              stage, dtype);
     return r;
@@ -96,7 +36,7 @@ static run_result train(const char *model, const char *stage, const char *dtype,
 
 /* Model states of a bf16 compute copy with bf16 (g16) or fp32 gradients, per category, from
  * the layout. */
-static void check_memory(const char *model, const run_result *r, int s, int g16) {
+static void check_memory(const char *model, const rl_run *r, int s, int g16) {
     const int n = 2;
     zs_model_config c;
     zs_layout l;
@@ -148,22 +88,15 @@ static void check_memory(const char *model, const run_result *r, int s, int g16)
     zs_layout_free(&l);
 }
 
-static int same_run(const run_result *a, const run_result *b) {
-    int eq = a->n_steps == b->n_steps && !strcmp(a->hash, b->hash);
-    for (int i = 0; eq && i < a->n_steps; i++)
-        eq = !strcmp(a->loss[i], b->loss[i]);
-    return eq;
-}
-
 /* g16: bf16 gradients (the default with --dtype bf16), else --reduce-dtype fp32. */
 static void test_parity_and_memory(const char *model, int g16) {
     const char *extra = g16 ? "" : "--reduce-dtype fp32";
-    run_result base = train(model, "ddp", "bf16", 6, extra);
+    rl_run base = train(model, "ddp", "bf16", 6, extra);
     check_memory(model, &base, 0, g16);
     for (int s = 1; s < 4; s++) {
-        run_result r = train(model, STAGES[s], "bf16", 6, extra);
+        rl_run r = train(model, STAGES[s], "bf16", 6, extra);
         check_memory(model, &r, s, g16);
-        ZT_CHECK(same_run(&r, &base),
+        ZT_CHECK(rl_same(&r, &base),
                  "%s bf16 (%s grads) stage %s vs ddp: not bitwise equal (hash %s vs %s, loss %s "
                  "vs %s)",
                  model, g16 ? "bf16" : "fp32", STAGES[s], r.hash, base.hash, r.loss[0],
@@ -177,17 +110,17 @@ static void test_parity_and_memory(const char *model, int g16) {
  * the same global batch in one micro-batch at every step: measured <= 6e-5 on llama-tiny,
  * while dropping the second micro-batch's gradients moves the losses by 3.6e-3. */
 static void test_accumulation(const char *model) {
-    run_result r[4];
+    rl_run r[4];
     for (int s = 0; s < 4; s++)
         r[s] = train(model, STAGES[s], "bf16", 4, "--grad-accum 2");
-    ZT_CHECK(same_run(&r[0], &r[1]), "%s bf16 accumulation: ddp %s vs 1 %s", model, r[0].hash,
+    ZT_CHECK(rl_same(&r[0], &r[1]), "%s bf16 accumulation: ddp %s vs 1 %s", model, r[0].hash,
              r[1].hash);
-    ZT_CHECK(same_run(&r[2], &r[3]), "%s bf16 accumulation: 2 %s vs 3 %s", model, r[2].hash,
+    ZT_CHECK(rl_same(&r[2], &r[3]), "%s bf16 accumulation: 2 %s vs 3 %s", model, r[2].hash,
              r[3].hash);
-    run_result f = train(model, "3", "bf16", 4, "--grad-accum 2 --reduce-dtype fp32");
+    rl_run f = train(model, "3", "bf16", 4, "--grad-accum 2 --reduce-dtype fp32");
     ZT_CHECK(strcmp(f.hash, r[3].hash) != 0, "%s: fp32 and bf16 gradients give the same bits",
              model);
-    run_result one = train(model, "3", "bf16", 4, "");
+    rl_run one = train(model, "3", "bf16", 4, "");
     for (int s = 0; s < 4; s += 3)
         for (int i = 0; i < one.n_steps && i < r[s].n_steps; i++) {
             double d = fabs(r[s].lossv[i] - one.lossv[i]) / one.lossv[i];
@@ -197,8 +130,8 @@ static void test_accumulation(const char *model) {
 }
 
 static void test_accuracy(void) {
-    run_result a = train("gpt2-tiny", "3", "fp32", 50, "");
-    run_result b = train("gpt2-tiny", "3", "bf16", 50, "");
+    rl_run a = train("gpt2-tiny", "3", "fp32", 50, "");
+    rl_run b = train("gpt2-tiny", "3", "bf16", 50, "");
     /* bf16 keeps 8 significant bits (relative rounding <= 2^-9 per parameter); the loss
      * averages many such errors, and the fp32 master keeps them from accumulating over steps.
      * Measured: <= 0.25% relative over these 50 steps with bf16 gradients (0.17% with fp32). 1%
@@ -230,52 +163,44 @@ static void test_bad_input(void) {
     for (int i = 0; i < 2; i++) {
         snprintf(cmd, sizeof cmd,
                  "%s train --data %s/corpus.txt --model gpt2-tiny --steps 1 %s 2>&1",
-                 zt_zshard_exe(), g_dir, cases[i][0]);
-        int rc = zt_run(cmd, g_out, sizeof g_out);
-        ZT_CHECK(rc == 2 && strstr(g_out, cases[i][1]), "%s: exit %d: %s", cases[i][0], rc, g_out);
+                 zt_zshard_exe(), rl_dir(), cases[i][0]);
+        int rc = zt_run(cmd, rl_out, sizeof rl_out);
+        ZT_CHECK(rc == 2 && strstr(rl_out, cases[i][1]), "%s: exit %d: %s", cases[i][0], rc,
+                 rl_out);
     }
     snprintf(cmd, sizeof cmd, "%s mem --model gpt2-tiny --dtype f16 2>&1", zt_zshard_exe());
-    int rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 2 && strstr(g_out, "--dtype: 'f16' is not one of fp32, bf16"),
-             "mem --dtype f16: exit %d: %s", rc, g_out);
+    int rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 2 && strstr(rl_out, "--dtype: 'f16' is not one of fp32, bf16"),
+             "mem --dtype f16: exit %d: %s", rc, rl_out);
     snprintf(cmd, sizeof cmd, "%s mem --model llama-7b --nproc 8 --dtype bf16 --compare 2>&1",
              zt_zshard_exe());
-    rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 0 && strstr(g_out, "| 16Ψ = ") && strstr(g_out, "2Ψ + 14Ψ/N = ") &&
-                 strstr(g_out, "16Ψ/N = "),
-             "mem --dtype bf16: exit %d: %s", rc, g_out);
+    rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 0 && strstr(rl_out, "| 16Ψ = ") && strstr(rl_out, "2Ψ + 14Ψ/N = ") &&
+                 strstr(rl_out, "16Ψ/N = "),
+             "mem --dtype bf16: exit %d: %s", rc, rl_out);
     snprintf(cmd, sizeof cmd,
              "%s mem --model llama-7b --nproc 8 --dtype bf16 --reduce-dtype fp32 --compare 2>&1",
              zt_zshard_exe());
-    rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 0 && strstr(g_out, "| 18Ψ = ") && strstr(g_out, "18Ψ/N = "),
-             "mem --dtype bf16 --reduce-dtype fp32: exit %d: %s", rc, g_out);
+    rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 0 && strstr(rl_out, "| 18Ψ = ") && strstr(rl_out, "18Ψ/N = "),
+             "mem --dtype bf16 --reduce-dtype fp32: exit %d: %s", rc, rl_out);
     snprintf(cmd, sizeof cmd, "%s mem --model gpt2-tiny --reduce-dtype fp16 2>&1", zt_zshard_exe());
-    rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 2 && strstr(g_out, "--reduce-dtype: 'fp16' is not one of fp32, bf16"),
-             "mem --reduce-dtype fp16: exit %d: %s", rc, g_out);
+    rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 2 && strstr(rl_out, "--reduce-dtype: 'fp16' is not one of fp32, bf16"),
+             "mem --reduce-dtype fp16: exit %d: %s", rc, rl_out);
 }
 
 int main(void) {
     zt_init("bf16");
     for (int c = 0; c < ZS_MEM_NCAT; c++)
         cat_names[c] = zs_mem_category_name((zs_mem_category)c);
-    ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
-    char path[600];
-    snprintf(path, sizeof path, "%s/corpus.txt", g_dir);
-    FILE *f = fopen(path, "w");
-    ZT_REQUIRE(f, "corpus");
-    for (int i = 0; i < 3000; i++)
-        fprintf(f, "%s the %s of %d. ", i % 3 ? "and so" : "Then", i % 5 ? "king" : "sea", i % 17);
-    fclose(f);
+    rl_setup("bf16");
     test_bad_input();
     test_parity_and_memory("gpt2-tiny", 1);
     test_parity_and_memory("llama-tiny", 1);
     test_parity_and_memory("gpt2-tiny", 0);
     test_accumulation("llama-tiny");
     test_accuracy();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    ZT_CHECK(system(cmd) == 0, "cleanup");
+    ZT_CHECK(rl_cleanup() == 0, "cleanup");
     return zt_finish();
 }

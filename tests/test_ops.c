@@ -5,7 +5,7 @@
 #include "backend/ops.h"
 #include "core/bf16.h"
 #include "core/philox.h"
-#include "testutil.h"
+#include "opstest.h"
 
 #include <omp.h>
 #include <string.h>
@@ -15,24 +15,12 @@
 
 static const zs_ops *ops;
 
-static float *fbuf(size_t n) {
-    return zt_malloc(n * sizeof(float));
-}
-
-static double *dbuf(size_t n) {
-    return zt_malloc(n * sizeof(double));
-}
-
 /* Number of i with |got[i] - ref[i]| > bound[i] (NaN counts), for per-element error bounds. */
 static size_t count_over(const float *got, const double *ref, const double *bound, size_t n) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
         if (!(fabs((double)got[i] - ref[i]) <= bound[i])) bad++;
     return bad;
-}
-
-static int bits_equal(const void *a, const void *b, size_t nbytes) {
-    return memcmp(a, b, nbytes) == 0;
 }
 
 /* ---- gemm ---------------------------------------------------------------------------- */

@@ -4,67 +4,12 @@
  * op must add into them (got - prefill == FD gradient). Also: NULL gradients are skipped,
  * and the column-split reductions are bitwise independent of the thread count. */
 #include "backend/ops.h"
-#include "testutil.h"
+#include "opstest.h"
 
 #include <omp.h>
 #include <string.h>
 
 static const zs_ops *ops;
-
-static float *fbuf(size_t n) {
-    return zt_malloc((n ? n : 1) * sizeof(float));
-}
-
-static double *dbuf(size_t n) {
-    return zt_malloc((n ? n : 1) * sizeof(double));
-}
-
-static float *fcopy(const float *x, size_t n) {
-    float *y = fbuf(n);
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
-static double *to_double(const float *x, size_t n) {
-    double *y = dbuf(n);
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i];
-    return y;
-}
-
-/* A scalar loss of double inputs, evaluated through ctx. */
-typedef double (*loss_fn)(void *ctx);
-
-/* Central differences d loss / d x[i] for all i. The step is 1e-5 (scaled by |x|): the
- * truncation error h^2 f''' ~ 1e-10 and the rounding error 2^-53 |L| / h ~ 1e-10 are both
- * four orders below the fp32 op errors the comparisons allow. */
-static void fd_grad(loss_fn f, void *ctx, double *x, size_t n, double *g) {
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i], h = 1e-5 * fmax(1.0, fabs(x0));
-        x[i] = x0 + h;
-        double lp = f(ctx);
-        x[i] = x0 - h;
-        double lm = f(ctx);
-        x[i] = x0;
-        g[i] = (lp - lm) / (2 * h);
-    }
-}
-
-/* max |(got - pre) - want| / max(1, |want|): the accumulated part of an accumulating output.
- * The subtraction itself is exact to ~2^-24 |pre|. */
-static double acc_err(const float *got, const float *pre, const double *want, size_t n) {
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs(((double)got[i] - pre[i]) - want[i]) / fmax(1.0, fabs(want[i]));
-        if (isnan(d)) return INFINITY;
-        if (d > worst) worst = d;
-    }
-    return worst;
-}
-
-static int bits_equal(const void *a, const void *b, size_t nbytes) {
-    return memcmp(a, b, nbytes) == 0;
-}
 
 /* ---- bias and linear ----------------------------------------------------------------- */
 
@@ -297,17 +242,8 @@ static double att_loss(void *p) {
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
                 const double *q = c->qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                double mx = -INFINITY, sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const double *k = c->qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    double d = 0;
-                    for (int i = 0; i < hs; i++)
-                        d += q[i] * k[i];
-                    s[t2] = d * scale;
-                    mx = fmax(mx, s[t2]);
-                }
-                for (int t2 = 0; t2 <= t; t2++)
-                    sum += (s[t2] = exp(s[t2] - mx));
+                const double *k = c->qkv + (size_t)b * T * 3 * C + C + h * hs;
+                double sum = causal_scores(q, k, 3 * (size_t)C, hs, t, scale, s);
                 for (int i = 0; i < hs; i++) {
                     double o = 0;
                     for (int t2 = 0; t2 <= t; t2++)

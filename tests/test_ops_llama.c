@@ -5,70 +5,17 @@
  * equal the gradient); in-place and cross-op identities; bitwise independence from the
  * thread count; bad shapes rejected. */
 #include "backend/ops.h"
-#include "testutil.h"
+#include "opstest.h"
 
 #include <omp.h>
 #include <string.h>
 
 static const zs_ops *ops;
 
-static float *fbuf(size_t n) {
-    return zt_malloc((n ? n : 1) * sizeof(float));
-}
-
-static double *dbuf(size_t n) {
-    return zt_malloc((n ? n : 1) * sizeof(double));
-}
-
-static float *fcopy(const float *x, size_t n) {
-    float *y = fbuf(n);
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
-static double *to_double(const float *x, size_t n) {
-    double *y = dbuf(n);
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i];
-    return y;
-}
-
 static float *rnd(size_t n, float std) {
     float *x = fbuf(n);
     zt_fill_normal(x, n, std);
     return x;
-}
-
-typedef double (*loss_fn)(void *ctx);
-
-/* Central differences of a double loss. h = 1e-5 (scaled by |x|): truncation h^2 f''' and
- * rounding 2^-53 |L| / h are both ~1e-10, four orders below the fp32 errors allowed. */
-static void fd_grad(loss_fn f, void *ctx, double *x, size_t n, double *g) {
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i], h = 1e-5 * fmax(1.0, fabs(x0));
-        x[i] = x0 + h;
-        double lp = f(ctx);
-        x[i] = x0 - h;
-        double lm = f(ctx);
-        x[i] = x0;
-        g[i] = (lp - lm) / (2 * h);
-    }
-}
-
-/* max |(got - pre) - want| / max(1, |want|), NaN -> inf; pre NULL for overwritten outputs. */
-static double acc_err(const float *got, const float *pre, const double *want, size_t n) {
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d =
-            fabs(((double)got[i] - (pre ? pre[i] : 0.0)) - want[i]) / fmax(1.0, fabs(want[i]));
-        if (isnan(d)) return INFINITY;
-        if (d > worst) worst = d;
-    }
-    return worst;
-}
-
-static int bits_equal(const void *a, const void *b, size_t nbytes) {
-    return memcmp(a, b, nbytes) == 0;
 }
 
 /* ---- RMSNorm --------------------------------------------------------------------------- */
@@ -287,17 +234,8 @@ static double gqa_loss(void *p) {
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
                 const double *q = c->q + ((size_t)b * T + t) * QD + (size_t)h * hs;
-                double mx = -INFINITY, sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const double *k = c->k + ((size_t)b * T + t2) * KD + (size_t)(h / rep) * hs;
-                    double d = 0;
-                    for (int i = 0; i < hs; i++)
-                        d += q[i] * k[i];
-                    s[t2] = d * scale;
-                    mx = fmax(mx, s[t2]);
-                }
-                for (int t2 = 0; t2 <= t; t2++)
-                    sum += (s[t2] = exp(s[t2] - mx));
+                const double *k = c->k + (size_t)b * T * KD + (size_t)(h / rep) * hs;
+                double sum = causal_scores(q, k, KD, hs, t, scale, s);
                 if (c->att)
                     for (int t2 = 0; t2 < T; t2++)
                         c->att[(((size_t)b * NH + h) * T + t) * T + t2] =

@@ -11,124 +11,38 @@
  *    LLaMA-2-7B count), ZeRO-3's 16 Ψ / 8; a bad config file fails with a clear message. */
 #include "core/status.h"
 #include "models/model.h"
-#include "testutil.h"
+#include "runlog.h"
 
 #include <string.h>
 
-#define MAX_STEPS 16
-
-static char g_dir[] = "/tmp/zshard-test-parity-llama-XXXXXX";
-static char g_out[1 << 16];
 static const char *STAGES[] = {"ddp", "1", "2", "3"};
 static const char *cat_names[ZS_MEM_NCAT];
 
-typedef struct run_result {
-    int ok, n_steps, world;
-    char loss[MAX_STEPS][32];
-    double lossv[MAX_STEPS];
-    char hash[17];
-    uint64_t peak[8][ZS_MEM_NCAT];
-    uint64_t est[ZS_MEM_NCAT];
-} run_result;
-
-/* The final JSONL record: param_hash, per-rank peaks, the estimate; and per-step losses. */
-static void parse_log(const char *path, run_result *r) {
-    FILE *f = fopen(path, "r");
-    ZT_REQUIRE(f, "open %s", path);
-    static char line[1 << 16];
-    while (fgets(line, sizeof line, f)) {
-        if (strstr(line, "\"final\":true")) {
-            char *h = strstr(line, "\"param_hash\":\"");
-            if (h) snprintf(r->hash, sizeof r->hash, "%.16s", h + 14);
-            char *pr = strstr(line, "\"peak_bytes_per_rank\":[");
-            char *pr_end = pr ? strchr(pr, ']') : NULL;
-            for (int k = 0; pr && k < 8; k++) {
-                pr = strchr(pr, '{');
-                if (!pr || pr > pr_end) break;
-                char *end = strchr(pr, '}');
-                for (int c = 0; c < ZS_MEM_NCAT; c++) {
-                    char key[64];
-                    snprintf(key, sizeof key, "\"%s\":", cat_names[c]);
-                    char *v = strstr(pr, key);
-                    if (v && v < end) r->peak[k][c] = strtoull(v + strlen(key), NULL, 10);
-                }
-                r->world = k + 1;
-                pr = end;
-            }
-            char *es = strstr(line, "\"estimate_bytes\":{");
-            for (int c = 0; es && c < ZS_MEM_NCAT; c++) {
-                char key[64];
-                snprintf(key, sizeof key, "\"%s\":", cat_names[c]);
-                char *v = strstr(es, key);
-                if (v) r->est[c] = strtoull(v + strlen(key), NULL, 10);
-            }
-            r->ok = 1;
-        } else if (strstr(line, "\"step\":") && r->n_steps < MAX_STEPS) {
-            char *l = strstr(line, "\"loss\":") + 7;
-            size_t n = strcspn(l, ",}");
-            snprintf(r->loss[r->n_steps], sizeof r->loss[0], "%.*s", (int)n, l);
-            r->lossv[r->n_steps] = atof(r->loss[r->n_steps]);
-            r->n_steps++;
-        }
-    }
-    fclose(f);
-}
-
-static run_result train(const char *model, int nproc, const char *stage, const char *extra) {
-    static int id = 0;
-    run_result r;
-    memset(&r, 0, sizeof r);
-    char log[512], cmd[4096];
-    snprintf(log, sizeof log, "%s/run%d.jsonl", g_dir, id++);
-    snprintf(cmd, sizeof cmd,
-             "timeout 180 %s train --data %s/corpus.txt --model %s --batch 12 --seq 32 "
-             "--steps 6 --lr 3e-3 --warmup 2 --val-every 0 --val-batches 1 --sample-len 0 "
-             "--nproc %d --stage %s --comm-timeout 30 --log %s %s",
-             zt_zshard_exe(), g_dir, model, nproc, stage, log, extra);
-    int rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 0, "exit %d for: %s\n%s", rc, cmd, g_out);
-    if (rc == 0) parse_log(log, &r);
+static rl_run train(const char *model, int nproc, const char *stage, const char *extra) {
+    rl_run r = rl_train("timeout 180",
+                        "--model %s --batch 12 --seq 32 --steps 6 --lr 3e-3 --warmup 2 "
+                        "--val-every 0 --val-batches 1 --sample-len 0 --nproc %d --stage %s "
+                        "--comm-timeout 30 %s",
+                        model, nproc, stage, extra);
+    rl_check_exit(&r);
     ZT_CHECK(r.ok && r.n_steps == 6, "complete log for N=%d stage %s (%d steps)", nproc, stage,
              r.n_steps);
     return r;
 }
 
-static void same(const run_result *a, const run_result *b, const char *what) {
-    int eq = a->n_steps == b->n_steps && !strcmp(a->hash, b->hash);
-    for (int s = 0; eq && s < a->n_steps; s++)
-        eq = !strcmp(a->loss[s], b->loss[s]);
-    ZT_CHECK(eq, "%s: not bitwise equal (hash %s vs %s, step-1 loss %s vs %s)", what, a->hash,
-             b->hash, a->loss[0], b->loss[0]);
-}
-
-static int cmp_desc(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x < y) - (x > y);
-}
-
 /* Model states against DESIGN.md §4 (fp32 column, Ψ = the padded layout), the estimator
  * against the allocator, and the gathered pool against its bound. */
-static void check_memory(const run_result *r, int n, int s) {
+static void check_memory(const rl_run *r, int n, int s) {
     zs_model_config c;
     zs_layout l;
     ZT_OK(zs_model_preset("llama-tiny", &c));
     zs_model_config_set_vocab(&c, 256);
     ZT_OK(zs_model_layout(&c, n, &l));
-    uint64_t P = (uint64_t)l.total_padded * 4, S = P / (uint64_t)n;
-    uint64_t want[ZS_MEM_NCAT] = {0};
-    want[ZS_MEM_PARAM] = s == 3 ? 0 : P;
-    want[ZS_MEM_PARAM_SHARD] = s == 3 ? S : 0;
-    want[ZS_MEM_GRAD] = s <= 1 ? P : 0;
-    want[ZS_MEM_GRAD_SHARD] = s >= 2 ? S : 0;
-    want[ZS_MEM_OPTIM_STATE] = s == 0 ? 2 * P : 2 * S;
+    uint64_t want[ZS_MEM_NCAT], sizes[3];
+    rl_fp32_model_states(&l, n, s, want);
     /* (prefetch + 1) gathered units for ZeRO-3 params and 2 unit gradients for ZeRO-2/3 (no
      * tied unit in LLaMA), sized by the largest units. */
-    uint64_t sizes[64];
-    int nu = l.n_units;
-    ZT_REQUIRE(nu <= 64, "units");
-    for (int u = 0; u < nu; u++)
-        sizes[u] = (uint64_t)l.units[u].padded * 4;
-    qsort(sizes, (size_t)nu, sizeof *sizes, cmp_desc);
+    rl_largest_units(&l, sizes);
     uint64_t bound = (s == 3 ? sizes[0] + sizes[1] : 0) + (s >= 2 ? sizes[0] + sizes[1] : 0);
     ZT_CHECK(r->world == n, "per-rank records: %d", r->world);
     for (int k = 0; k < r->world; k++) {
@@ -159,40 +73,27 @@ static void test_stages_and_memory(void) {
         for (int clip = 0; clip < 2; clip++) {
             /* Clip 0.05 is far below the norms here, so clipping acts on every step. */
             const char *extra = clip ? "--grad-clip 0.05" : "--grad-clip 0";
-            run_result base = train("llama-tiny", n, "ddp", extra);
+            rl_run base = train("llama-tiny", n, "ddp", extra);
             if (!clip) check_memory(&base, n, 0);
             for (int s = 1; s < 4; s++) {
-                run_result r = train("llama-tiny", n, STAGES[s], extra);
+                rl_run r = train("llama-tiny", n, STAGES[s], extra);
                 if (!clip) check_memory(&r, n, s);
                 char what[128];
                 snprintf(what, sizeof what, "llama N=%d %s stage %s vs ddp", n,
                          clip ? "clipped" : "unclipped", STAGES[s]);
-                same(&r, &base, what);
+                rl_check_same(&r, &base, what);
             }
         }
 }
 
-static float *read_params(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    ZT_REQUIRE(f, "open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    float *p = zt_malloc((size_t)len);
-    ZT_REQUIRE(fread(p, 1, (size_t)len, f) == (size_t)len, "read %s", path);
-    fclose(f);
-    *n = (size_t)len / 4;
-    return p;
-}
-
 static void test_world_size_and_config_file(void) {
     char extra[600], p1[512], p2[512], cfg[512];
-    snprintf(p1, sizeof p1, "%s/p1.bin", g_dir);
-    snprintf(p2, sizeof p2, "%s/p2.bin", g_dir);
+    snprintf(p1, sizeof p1, "%s/p1.bin", rl_dir());
+    snprintf(p2, sizeof p2, "%s/p2.bin", rl_dir());
     snprintf(extra, sizeof extra, "--dump-params %s", p1);
-    run_result one = train("llama-tiny", 1, "ddp", extra);
+    rl_run one = train("llama-tiny", 1, "ddp", extra);
     snprintf(extra, sizeof extra, "--dump-params %s", p2);
-    run_result two = train("llama-tiny", 2, "3", extra);
+    rl_run two = train("llama-tiny", 2, "3", extra);
     /* As for GPT-2: summing over ranks regroups fp32 additions (~1e-7 relative per step,
      * carried by Adam); 1e-5 relative over 6 steps leaves two orders of magnitude of room
      * and still catches a wrong slice or scale (1e-2 level). Parameters: Adam moves each by
@@ -201,27 +102,23 @@ static void test_world_size_and_config_file(void) {
         ZT_CHECK(fabs(two.lossv[s] - one.lossv[s]) <= 1e-5 * fabs(one.lossv[s]),
                  "llama N=2 step %d loss %.9g vs N=1 %.9g", s + 1, two.lossv[s], one.lossv[s]);
     size_t n1, n2;
-    float *a = read_params(p1, &n1), *b = read_params(p2, &n2);
+    float *a = rl_read_params(p1, &n1), *b = rl_read_params(p2, &n2);
     ZT_CHECK(n1 == n2, "parameter count %zu vs %zu", n1, n2);
-    double worst = 0;
-    for (size_t i = 0; i < n1 && i < n2; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        worst = isnan(d) ? INFINITY : fmax(worst, d);
-    }
+    double worst = rl_max_abs_diff(a, b, n1 < n2 ? n1 : n2);
     ZT_CHECK(worst <= 1e-4, "llama N=2 parameters differ from N=1 by up to %g", worst);
     free(a), free(b);
 
     /* The preset written as a config file: same model, same bits, also through the
      * relaunch that --nproc does. */
-    snprintf(cfg, sizeof cfg, "%s/tiny.json", g_dir);
+    snprintf(cfg, sizeof cfg, "%s/tiny.json", rl_dir());
     FILE *f = fopen(cfg, "w");
     ZT_REQUIRE(f, "write %s", cfg);
     fprintf(f, "{\"arch\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 2,\n"
                " \"n_embd\": 64, \"ffn_hidden\": 176, \"max_seq\": 256,\n"
                " \"rope_theta\": 10000, \"norm_eps\": 1e-5}\n");
     fclose(f);
-    run_result fromfile = train(cfg, 2, "3", "");
-    same(&fromfile, &two, "config file vs llama-tiny preset (N=2 stage 3)");
+    rl_run fromfile = train(cfg, 2, "3", "");
+    rl_check_same(&fromfile, &two, "config file vs llama-tiny preset (N=2 stage 3)");
 
     /* A bad config file: one clear line, usage exit code. */
     f = fopen(cfg, "w");
@@ -231,11 +128,11 @@ static void test_world_size_and_config_file(void) {
     fclose(f);
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s train --data %s/corpus.txt --model %s --steps 1 2>&1",
-             zt_zshard_exe(), g_dir, cfg);
-    int rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 2 && strstr(g_out, "3 key/value heads do not divide 4 heads") &&
-                 strstr(g_out, "tiny.json"),
-             "bad config: exit %d: %s", rc, g_out);
+             zt_zshard_exe(), rl_dir(), cfg);
+    int rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 2 && strstr(rl_out, "3 key/value heads do not divide 4 heads") &&
+                 strstr(rl_out, "tiny.json"),
+             "bad config: exit %d: %s", rc, rl_out);
 }
 
 static void test_mem_7b(void) {
@@ -257,29 +154,20 @@ static void test_mem_7b(void) {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s mem --model llama-7b --nproc 8 --stage 3 --compare 2>&1",
              zt_zshard_exe());
-    int rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 0 && strstr(g_out, "vocab 32000") && strstr(g_out, "16Ψ = 100.410") &&
-                 strstr(g_out, "16Ψ/N = 12.551"),
-             "zshard mem llama-7b: exit %d\n%s", rc, g_out);
+    int rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 0 && strstr(rl_out, "vocab 32000") && strstr(rl_out, "16Ψ = 100.410") &&
+                 strstr(rl_out, "16Ψ/N = 12.551"),
+             "zshard mem llama-7b: exit %d\n%s", rc, rl_out);
 }
 
 int main(void) {
     zt_init("parity_llama");
     for (int c = 0; c < ZS_MEM_NCAT; c++)
         cat_names[c] = zs_mem_category_name((zs_mem_category)c);
-    ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
-    char path[600];
-    snprintf(path, sizeof path, "%s/corpus.txt", g_dir);
-    FILE *f = fopen(path, "w");
-    ZT_REQUIRE(f, "corpus");
-    for (int i = 0; i < 3000; i++)
-        fprintf(f, "%s the %s of %d. ", i % 3 ? "and so" : "Then", i % 5 ? "king" : "sea", i % 17);
-    fclose(f);
+    rl_setup("parity-llama");
     test_mem_7b();
     test_stages_and_memory();
     test_world_size_and_config_file();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    ZT_CHECK(system(cmd) == 0, "cleanup");
+    ZT_CHECK(rl_cleanup() == 0, "cleanup");
     return zt_finish();
 }

@@ -14,71 +14,21 @@
 #include "backend/ops.h"
 #include "core/status.h"
 #include "models/model.h"
+#include "runlog.h"
 #include "shard/engine.h"
-#include "testutil.h"
 
 #include <string.h>
 
-#define MAX_STEPS 8
-
-static char g_dir[] = "/tmp/zshard-test-recompute-XXXXXX";
-static char g_out[1 << 16];
 static const char *STAGES[] = {"ddp", "1", "2", "3"};
 
-typedef struct run_result {
-    int ok, n_steps, world;
-    char loss[MAX_STEPS][32];
-    char hash[17];
-    uint64_t act[4], est_act;
-} run_result;
-
-static uint64_t field(const char *from, const char *key) {
-    const char *v = strstr(from, key);
-    return v ? strtoull(v + strlen(key), NULL, 10) : 0;
-}
-
-static void parse_log(const char *path, run_result *r) {
-    FILE *f = fopen(path, "r");
-    ZT_REQUIRE(f, "open %s", path);
-    static char line[1 << 16];
-    while (fgets(line, sizeof line, f)) {
-        if (strstr(line, "\"final\":true")) {
-            char *h = strstr(line, "\"param_hash\":\"");
-            if (h) snprintf(r->hash, sizeof r->hash, "%.16s", h + 14);
-            char *pr = strstr(line, "\"peak_bytes_per_rank\":[");
-            for (int k = 0; pr && k < 4; k++) {
-                pr = strchr(pr + 1, '{');
-                if (!pr || pr > strchr(line, ']')) break;
-                r->act[k] = field(pr, "\"activation\":");
-                r->world = k + 1;
-            }
-            char *es = strstr(line, "\"estimate_bytes\":{");
-            if (es) r->est_act = field(es, "\"activation\":");
-            r->ok = 1;
-        } else if (strstr(line, "\"step\":") && r->n_steps < MAX_STEPS) {
-            char *l = strstr(line, "\"loss\":") + 7;
-            snprintf(r->loss[r->n_steps], sizeof r->loss[0], "%.*s", (int)strcspn(l, ",}"), l);
-            r->n_steps++;
-        }
-    }
-    fclose(f);
-}
-
-static run_result train(const char *model, const char *stage, const char *recompute,
-                        const char *dtype) {
-    static int id = 0;
-    run_result r;
-    memset(&r, 0, sizeof r);
-    char log[512], cmd[4096];
-    snprintf(log, sizeof log, "%s/run%d.jsonl", g_dir, id++);
-    snprintf(cmd, sizeof cmd,
-             "timeout 180 %s train --data %s/corpus.txt --model %s --batch 8 --seq 32 "
-             "--steps 4 --lr 3e-3 --warmup 1 --val-every 2 --val-batches 1 --sample-len 0 "
-             "--nproc 2 --stage %s --recompute %s --dtype %s --comm-timeout 30 --log %s",
-             zt_zshard_exe(), g_dir, model, stage, recompute, dtype, log);
-    int rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 0, "exit %d for: %s\n%s", rc, cmd, g_out);
-    if (rc == 0) parse_log(log, &r);
+static rl_run train(const char *model, const char *stage, const char *recompute,
+                    const char *dtype) {
+    rl_run r = rl_train("timeout 180",
+                        "--model %s --batch 8 --seq 32 --steps 4 --lr 3e-3 --warmup 1 "
+                        "--val-every 2 --val-batches 1 --sample-len 0 --nproc 2 --stage %s "
+                        "--recompute %s --dtype %s --comm-timeout 30",
+                        model, stage, recompute, dtype);
+    rl_check_exit(&r);
     ZT_CHECK(r.ok && r.n_steps == 4 && r.world == 2, "complete log for %s stage %s recompute %s",
              model, stage, recompute);
     return r;
@@ -133,23 +83,23 @@ static void test_model(const char *name, const char *dtype) {
                  (unsigned long long)f_none, (unsigned long long)f_block, (long long)saved);
     }
     for (int s = 0; s < 4; s++) {
-        run_result rn = train(name, STAGES[s], "none", dtype);
-        run_result rb = train(name, STAGES[s], "block", dtype);
-        int eq = rn.n_steps == rb.n_steps && !strcmp(rn.hash, rb.hash);
-        for (int i = 0; eq && i < rn.n_steps; i++)
-            eq = !strcmp(rn.loss[i], rb.loss[i]);
-        ZT_CHECK(eq, "%s %s stage %s: recompute not bitwise equal (hash %s vs %s, loss %s vs %s)",
-                 name, dtype, STAGES[s], rb.hash, rn.hash, rb.loss[0], rn.loss[0]);
-        ZT_CHECK(rn.est_act == a_none && rb.est_act == a_block,
+        rl_run rn = train(name, STAGES[s], "none", dtype);
+        rl_run rb = train(name, STAGES[s], "block", dtype);
+        ZT_CHECK(rl_same(&rn, &rb),
+                 "%s %s stage %s: recompute not bitwise equal (hash %s vs %s, loss %s vs %s)", name,
+                 dtype, STAGES[s], rb.hash, rn.hash, rb.loss[0], rn.loss[0]);
+        ZT_CHECK(rn.est[ZS_MEM_ACTIVATION] == a_none && rb.est[ZS_MEM_ACTIVATION] == a_block,
                  "%s stage %s: logged estimates %llu / %llu, model formula %llu / %llu", name,
-                 STAGES[s], (unsigned long long)rn.est_act, (unsigned long long)rb.est_act,
-                 (unsigned long long)a_none, (unsigned long long)a_block);
+                 STAGES[s], (unsigned long long)rn.est[ZS_MEM_ACTIVATION],
+                 (unsigned long long)rb.est[ZS_MEM_ACTIVATION], (unsigned long long)a_none,
+                 (unsigned long long)a_block);
         for (int k = 0; k < 2; k++)
-            ZT_CHECK(rn.act[k] == a_none && rb.act[k] == a_block,
+            ZT_CHECK(rn.peak[k][ZS_MEM_ACTIVATION] == a_none &&
+                         rb.peak[k][ZS_MEM_ACTIVATION] == a_block,
                      "%s stage %s rank %d: measured activations %llu (none) / %llu (block), "
                      "estimates %llu / %llu",
-                     name, STAGES[s], k, (unsigned long long)rn.act[k],
-                     (unsigned long long)rb.act[k], (unsigned long long)a_none,
+                     name, STAGES[s], k, (unsigned long long)rn.peak[k][ZS_MEM_ACTIVATION],
+                     (unsigned long long)rb.peak[k][ZS_MEM_ACTIVATION], (unsigned long long)a_none,
                      (unsigned long long)a_block);
     }
     printf("%s %s: activations per rank %llu bytes without recompute, %llu with (%.1f%%)\n", name,
@@ -210,10 +160,10 @@ static void test_cli(void) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "%s train --data %s/corpus.txt --model gpt2-tiny --steps 1 --recompute layer 2>&1",
-             zt_zshard_exe(), g_dir);
-    int rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc == 2 && strstr(g_out, "--recompute: 'layer' is not one of none, block"),
-             "bad --recompute: exit %d: %s", rc, g_out);
+             zt_zshard_exe(), rl_dir());
+    int rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 2 && strstr(rl_out, "--recompute: 'layer' is not one of none, block"),
+             "bad --recompute: exit %d: %s", rc, rl_out);
     /* zshard mem predicts the drop before a run. */
     zs_model_config c;
     ZT_OK(zs_model_preset("llama-60m", &c));
@@ -230,32 +180,23 @@ static void test_cli(void) {
     snprintf(cmd, sizeof cmd,
              "%s mem --model llama-60m --nproc 2 --stage 3 --batch 8 --seq 256 --recompute block",
              zt_zshard_exe());
-    rc = zt_run(cmd, g_out, sizeof g_out);
+    rc = zt_run(cmd, rl_out, sizeof rl_out);
     char want[64];
     snprintf(want, sizeof want, "| activation | %.3f |",
              (double)eb.bytes[ZS_MEM_ACTIVATION] / 1073741824.0);
-    ZT_CHECK(rc == 0 && strstr(g_out, "recompute block") && strstr(g_out, want),
-             "zshard mem --recompute block: exit %d, want '%s':\n%s", rc, want, g_out);
+    ZT_CHECK(rc == 0 && strstr(rl_out, "recompute block") && strstr(rl_out, want),
+             "zshard mem --recompute block: exit %d, want '%s':\n%s", rc, want, rl_out);
 }
 
 int main(void) {
     zt_init("recompute");
-    ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
-    char path[600];
-    snprintf(path, sizeof path, "%s/corpus.txt", g_dir);
-    FILE *f = fopen(path, "w");
-    ZT_REQUIRE(f, "corpus");
-    for (int i = 0; i < 3000; i++)
-        fprintf(f, "%s the %s of %d. ", i % 3 ? "and so" : "Then", i % 5 ? "king" : "sea", i % 17);
-    fclose(f);
+    rl_setup("recompute");
     test_cli();
     test_no_extra_gather();
     test_model("gpt2-tiny", "fp32");
     test_model("llama-tiny", "fp32");
     test_model("gpt2-tiny", "bf16");
     test_model("llama-tiny", "bf16");
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    ZT_CHECK(system(cmd) == 0, "cleanup");
+    ZT_CHECK(rl_cleanup() == 0, "cleanup");
     return zt_finish();
 }
