@@ -7,7 +7,10 @@
  *  - a rank, or every rank, SIGKILLed in the middle of a save (and rank 0 just before the
  *    rename): the job fails, `latest` still names the previous checkpoint, no incomplete
  *    checkpoint is ever picked up, and resuming from latest finishes with the same bits;
- *  - a LLaMA model resumes bitwise across stages and reshards 2->4. */
+ *  - a LLaMA model resumes bitwise across stages and reshards 2->4;
+ *  - bf16 mixed precision (bf16 params and grads, fp32 master and Adam) resumes bitwise too,
+ *    across stages, and the run differs from fp32's (the checkpoint carries no bf16 state:
+ *    the bf16 copy is rounded again from the restored fp32 master). */
 #include "runlog.h"
 #include "zshard.h"
 
@@ -186,6 +189,18 @@ static void test_llama(void) {
     close_tail(&full, (rl_run[]){train_ok(4, "2", extra)}, "llama: reshard 2->4");
 }
 
+static void test_bf16(void) {
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--dtype bf16 --save-dir %s/bf16 --save-every 3", rl_dir());
+    rl_run full = train_ok(2, "3", extra);
+    snprintf(extra, sizeof extra, "--dtype bf16 --resume %s/bf16/step_00000003", rl_dir());
+    same_tail(&full, (rl_run[]){train_ok(2, "3", extra)}, "bf16: stage 3 -> 3 at N=2");
+    same_tail(&full, (rl_run[]){train_ok(2, "ddp", extra)}, "bf16: stage 3 -> ddp at N=2");
+    rl_run f32 = train_ok(2, "3", "");
+    ZT_CHECK(strcmp(f32.hash, full.hash) != 0, "bf16 and fp32 runs have the same hash %s",
+             full.hash);
+}
+
 int main(void) {
     zt_init("ckpt_resume");
     rl_setup("ckpt-resume");
@@ -193,6 +208,7 @@ int main(void) {
     test_reshard();
     test_crash();
     test_llama();
+    test_bf16();
     /* A failed run's directory is kept for a look at its checkpoints and logs. */
     if (!zt_failures) ZT_CHECK(rl_cleanup() == 0, "cleanup");
     return zt_finish();
