@@ -76,11 +76,13 @@ done:
 }
 
 static void usage(void) {
-    printf("usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
-           "                         [--warmup-steps N] [--data FILE] [--json]\n"
-           "Times N training steps after warm-up (default 5 after 2) on random GPT-2 tokens\n"
-           "(vocab 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
-           "rate of the same GEMM shapes measured in this run.\n");
+    printf(
+        "usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
+        "                         [--warmup-steps N] [--data FILE] [--dtype fp32|bf16] [--json]\n"
+        "Times N training steps after warm-up (default 5 after 2) on random GPT-2 tokens\n"
+        "(vocab 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
+        "rate of the same GEMM shapes measured in this run. --dtype bf16: bf16 params,\n"
+        "grads and kept activations (the GEMMs still run in fp32 on the CPU).\n");
 }
 
 int zs_bench_step(int argc, char **argv) {
@@ -112,7 +114,12 @@ int zs_bench_step(int argc, char **argv) {
             rc = zs_arg_int(a, v, &warm);
         else if (!strcmp(a, "--data"))
             data = v;
-        else
+        else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "bf16"))
+                cfg.dtype = cfg.reduce_dtype = ZS_DTYPE_BF16;
+            else if (strcmp(v, "fp32"))
+                return zs_cli_fail(2, "bench step: --dtype '%s' is not one of fp32, bf16", v);
+        } else
             return zs_cli_fail(2, "bench step: unknown flag '%s'", a);
         if (rc) return rc;
     }
@@ -191,17 +198,20 @@ int zs_bench_step(int argc, char **argv) {
     const char *pname = par == 0 ? "sequential" : par == 1 ? "pthreads" : "openmp";
 
     if (json) {
-        printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,\"ms_per_step\":%.3f,"
+        printf("{\"model\":\"%s\",\"dtype\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,"
+               "\"ms_per_step\":%.3f,"
                "\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops\":%.3f,"
                "\"ratio\":%.4f,\"param_hash\":\"%016llx\",\"peak_bytes\":%llu,"
                "\"blas_threads\":%d,\"blas_parallel\":\"%s\"}\n",
-               mc->name, cfg.batch, cfg.seq, steps, med_ms, tps, model_gflops, sgemm_gflops, ratio,
-               (unsigned long long)hash, (unsigned long long)mem.total_peak, threads, pname);
+               mc->name, zs_dtype_name(cfg.dtype), cfg.batch, cfg.seq, steps, med_ms, tps,
+               model_gflops, sgemm_gflops, ratio, (unsigned long long)hash,
+               (unsigned long long)mem.total_peak, threads, pname);
     } else {
         char peak[32];
         zs_format_bytes(mem.total_peak, peak, sizeof peak);
-        printf("bench step: %s, batch %d x seq %d, vocab %d, %d timed steps after %d warm-up\n",
-               mc->name, cfg.batch, cfg.seq, mc->vocab, steps, warm);
+        printf("bench step: %s, %s, batch %d x seq %d, vocab %d, %d timed steps after %d "
+               "warm-up\n",
+               mc->name, zs_dtype_name(cfg.dtype), cfg.batch, cfg.seq, mc->vocab, steps, warm);
         printf("  OpenBLAS: %d threads (%s)\n", threads, pname);
         printf("| metric | value |\n|---|---|\n");
         printf("| ms/step (median) | %.1f |\n", med_ms);
