@@ -4,6 +4,8 @@
 #ifndef ZS_MODELS_CARVE_H
 #define ZS_MODELS_CARVE_H
 
+#include "core/alloc.h"
+
 #include <stdint.h>
 
 /* n floats (rounded up to 64 bytes) from base at *total; with base NULL only counts. */
@@ -11,6 +13,15 @@ static inline float *zs_carve(float *base, uint64_t *total, uint64_t n) {
     float *p = base ? base + *total : NULL;
     *total += (n + 15) / 16 * 16;
     return p;
+}
+
+/* The two allocations every model carves: activations (na bytes) and workspace (ns). */
+static inline zs_status zs_model_alloc_buffers(uint64_t na, uint64_t ns, float **arena,
+                                               float **scratch) {
+    zs_status st = zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)arena);
+    if (st == ZS_OK)
+        st = zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients", (void **)scratch);
+    return st;
 }
 
 #endif

@@ -210,12 +210,6 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     zs_status st = ZS_OK;
     zs_gpt2_t *m = NULL;
     *out = NULL;
-    ZS_CHECK(zs_model_config_validate(cfg));
-    ZS_REQUIRE(max_batch > 0 && max_seq > 0, ZS_ERR_INVALID,
-               "model: batch and sequence length must be positive");
-    ZS_REQUIRE(max_seq <= cfg->max_seq, ZS_ERR_INVALID,
-               "sequence length %d exceeds model %s's %d positions", max_seq, cfg->name,
-               cfg->max_seq);
     m = calloc(1, sizeof *m);
     ZS_REQUIRE(m, ZS_ERR_OOM, "model: out of memory");
     m->cfg = *cfg;
@@ -223,11 +217,7 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     m->s = s;
     m->engine = engine;
     m->layout = zs_engine_layout(engine);
-    ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
-               ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
-    ZS_REQUIRE(opts->act_dtype == ZS_DTYPE_F32 || opts->act_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
-               "model: activation dtype %s is not fp32 or bf16", zs_dtype_name(opts->act_dtype));
     const zs_layout *l = m->layout;
     ZS_REQUIRE(l->n_units == cfg->n_layer + 2, ZS_ERR_INTERNAL, "model: layout has %d units",
                l->n_units);
@@ -242,12 +232,10 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
     ZS_CHECK(zs_resid_init(&m->resid, cfg->n_layer, opts->act_dtype == ZS_DTYPE_BF16));
-    uint64_t na = zs_gpt2_activation_bytes(cfg, opts, max_batch, max_seq);
-    ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
+    ZS_CHECK(zs_model_alloc_buffers(zs_gpt2_activation_bytes(cfg, opts, max_batch, max_seq),
+                                    zs_gpt2_workspace_bytes(cfg, max_batch, max_seq), &m->arena,
+                                    &m->scratch));
     carve_arena(cfg, max_batch, max_seq, m->recompute, m);
-    uint64_t ns = zs_gpt2_workspace_bytes(cfg, max_batch, max_seq);
-    ZS_CHECK(
-        zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients", (void **)&m->scratch));
     carve_scratch(cfg, max_batch, max_seq, m);
     *out = m;
     return ZS_OK;

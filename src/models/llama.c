@@ -205,23 +205,13 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
     zs_status st = ZS_OK;
     zs_llama_t *m = NULL;
     *out = NULL;
-    ZS_CHECK(zs_model_config_validate(cfg));
-    ZS_REQUIRE(max_batch > 0 && max_seq > 0, ZS_ERR_INVALID,
-               "model: batch and sequence length must be positive");
-    ZS_REQUIRE(max_seq <= cfg->max_seq, ZS_ERR_INVALID,
-               "sequence length %d exceeds model %s's %d positions", max_seq, cfg->name,
-               cfg->max_seq);
     m = calloc(1, sizeof *m);
     ZS_REQUIRE(m, ZS_ERR_OOM, "model: out of memory");
     m->cfg = *cfg;
     m->ops = ops;
     m->s = s;
     m->engine = engine;
-    ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
-               ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
-    ZS_REQUIRE(opts->act_dtype == ZS_DTYPE_F32 || opts->act_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
-               "model: activation dtype %s is not fp32 or bf16", zs_dtype_name(opts->act_dtype));
     m->hs = cfg->n_embd / cfg->n_head;
     m->QD = m->hs * cfg->n_head;
     m->KD = m->hs * cfg->n_kv_head;
@@ -238,12 +228,10 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
     ZS_CHECK(zs_resid_init(&m->resid, cfg->n_layer, opts->act_dtype == ZS_DTYPE_BF16));
-    uint64_t na = zs_llama_activation_bytes(cfg, opts, max_batch, max_seq);
-    ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)&m->arena));
+    ZS_CHECK(zs_model_alloc_buffers(zs_llama_activation_bytes(cfg, opts, max_batch, max_seq),
+                                    zs_llama_workspace_bytes(cfg, max_batch, max_seq), &m->arena,
+                                    &m->scratch));
     carve_arena(cfg, max_batch, max_seq, m->recompute, m);
-    uint64_t ns = zs_llama_workspace_bytes(cfg, max_batch, max_seq);
-    ZS_CHECK(
-        zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients", (void **)&m->scratch));
     carve_scratch(cfg, max_batch, max_seq, m);
     *out = m;
     return ZS_OK;

@@ -45,6 +45,17 @@ zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_option
     zs_model_options defaults = {0};
     if (!opts) opts = &defaults;
     *out = NULL;
+    /* Checked once here for every architecture; their create functions trust these. */
+    ZS_CHECK(zs_model_config_validate(cfg));
+    ZS_REQUIRE(max_batch > 0 && max_seq > 0, ZS_ERR_INVALID,
+               "model: batch and sequence length must be positive");
+    ZS_REQUIRE(max_seq <= cfg->max_seq, ZS_ERR_INVALID,
+               "sequence length %d exceeds model %s's %d positions", max_seq, cfg->name,
+               cfg->max_seq);
+    ZS_REQUIRE(opts->recompute == ZS_RECOMPUTE_NONE || opts->recompute == ZS_RECOMPUTE_BLOCK,
+               ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
+    ZS_REQUIRE(opts->act_dtype == ZS_DTYPE_F32 || opts->act_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
+               "model: activation dtype %s is not fp32 or bf16", zs_dtype_name(opts->act_dtype));
     m = calloc(1, sizeof *m);
     ZS_REQUIRE(m, ZS_ERR_OOM, "model: out of memory");
     m->arch = cfg->arch;
