@@ -151,6 +151,8 @@ typedef struct zs_mem_options {
     zs_recompute recompute;
     zs_dtype dtype;        /* compute copy of the parameters: F32 or BF16 */
     zs_dtype reduce_dtype; /* gradients (storage and reduction): F32 or BF16 */
+    const char *comm;      /* backend as --comm: NULL/"auto" (or $ZS_COMM) means shm on one host,
+                              whose staging slots count in ZS_MEM_COMM; mpi/nccl count none */
 } zs_mem_options;
 
 /* DESIGN.md §4's model-state formula for a stage and opts' dtypes (NULL: fp32): per-rank
@@ -372,6 +374,12 @@ zs_status zs_comm_broadcast_async(zs_comm_t *c, const void *send, void *recv, si
 zs_status zs_comm_mem_alloc(zs_comm_t *c, zs_mem_category cat, size_t nbytes, const char *what,
                             void **ptr);
 void zs_comm_mem_free(zs_comm_t *c, void *ptr);
+
+/* Bytes per rank of the shm backend's staging area (its two pipeline slots in the shared
+ * segment, sized by ZS_SHM_CHUNK, default 2 MiB each) for world_size ranks; 0 for a world of
+ * one. The shm backend accounts exactly this in ZS_MEM_COMM while it is up, and the memory
+ * estimator predicts it. MPI's and NCCL's internal buffers are theirs and not counted. */
+size_t zs_comm_shm_staging_bytes(int world_size);
 
 /* Block until the work is done (bounded by the comm timeout), then release the handle.
  * Returns the collective's status. */

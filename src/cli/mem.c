@@ -52,11 +52,13 @@ static void usage(FILE *f) {
             "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
             "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
             "                  [--recompute none|block] [--dtype fp32|bf16]\n"
-            "                  [--reduce-dtype fp32|bf16] [--device-mem SIZE] [--compare]\n"
+            "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|mpi|nccl]\n"
+            "                  [--device-mem SIZE] [--compare]\n"
             "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
             "  copy of the parameters, --reduce-dtype the gradients' (default: --dtype); the\n"
             "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
-            "  adds a row saying which stages fit on a device of that size.\n"
+            "  adds a row saying which stages fit on a device of that size. comm is the shm\n"
+            "  backend's staging (auto = shm, ranks on one host); mpi and nccl count none.\n"
             "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
             "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
 }
@@ -98,6 +100,8 @@ int zs_cli_mem(int argc, char **argv) {
             rc = zs_arg_int(a, v, &vocab);
         else if (!strcmp(a, "--dtype"))
             rc = parse_dtype(a, v, &mo.dtype);
+        else if (!strcmp(a, "--comm"))
+            mo.comm = v;
         else if (!strcmp(a, "--device-mem")) {
             if (zs_parse_bytes(v, &device_mem) != ZS_OK)
                 return zs_cli_fail(2, "--device-mem: %s", zs_last_error());

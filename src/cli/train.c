@@ -481,8 +481,10 @@ int zs_cli_train(int argc, char **argv) {
     }
     zs_mem_estimate est;
     memset(&est, 0, sizeof est);
-    zs_mem_options mo = {
-        .recompute = o.cfg.recompute, .dtype = o.cfg.dtype, .reduce_dtype = o.cfg.reduce_dtype};
+    zs_mem_options mo = {.recompute = o.cfg.recompute,
+                         .dtype = o.cfg.dtype,
+                         .reduce_dtype = o.cfg.reduce_dtype,
+                         .comm = o.cfg.comm};
     zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,
                                  o.cfg.grad_accum, o.cfg.prefetch, &mo, &est);
     if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est);

@@ -5,6 +5,7 @@
  * job-wide abort flag. The collective algorithms are in shm_coll.c. */
 #include "comm/shm.h"
 #include "comm/store.h"
+#include "core/alloc.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -138,6 +139,19 @@ static size_t round_up(size_t x, size_t a) {
     return (x + a - 1) / a * a;
 }
 
+/* One pipeline slot: the chunk size (ZS_SHM_CHUNK, default 2 MiB), at least one 32-element
+ * slice per rank (reduce_scatter splits the slot), whole pages. */
+static size_t slot_bytes(size_t chunk, int world) {
+    size_t slot = chunk ? chunk : DEFAULT_SLOT;
+    size_t min_slot = (size_t)world * 32 * 4;
+    return round_up(slot < min_slot ? min_slot : slot, 4096);
+}
+
+size_t zs_comm_shm_staging_bytes(int world_size) {
+    if (world_size <= 1) return 0;
+    return 2 * slot_bytes(zs_comm_config_default().chunk_bytes, world_size);
+}
+
 /* Open (rank 0: create) the segment and map it. Non-zero ranks retry until the creator
  * has published a valid header, or the deadline. */
 static zs_status open_segment(shm_ctx *s, size_t total, double deadline) {
@@ -216,10 +230,7 @@ static zs_status shm_init(zs_comm_t *c) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* More ranks than cores: a spinning waiter steals the core its peer needs. */
     s->spin = ncpu > s->world ? 2000 : 50;
-    size_t slot = c->chunk_bytes ? c->chunk_bytes : DEFAULT_SLOT;
-    /* at least one 32-element slice per rank and window (reduce_scatter splits the slot) */
-    size_t min_slot = (size_t)s->world * 32 * 4;
-    s->slot_bytes = round_up(slot < min_slot ? min_slot : slot, 4096);
+    s->slot_bytes = slot_bytes(c->chunk_bytes, s->world);
     size_t data_off = round_up(sizeof(shm_header) + (size_t)s->world * sizeof(shm_rank), 4096);
     size_t total = data_off + (size_t)s->world * 2 * s->slot_bytes;
     double deadline = zs_now_s() + c->timeout_s;
@@ -269,6 +280,9 @@ static zs_status shm_init(zs_comm_t *c) {
     }
     if (store) ZS_CHECK(zs_store_barrier(store, "shm/attached", s->world));
     zs_store_destroy(store);
+    /* This rank's share of the segment: its two slots (the header is a few KiB). */
+    ZS_CHECK(zs_mem_account(ZS_MEM_COMM, (int64_t)(2 * s->slot_bytes), "shm staging"));
+    s->staging_accounted = 1;
     return ZS_OK;
 fail:
     zs_store_destroy(store);
@@ -278,6 +292,8 @@ fail:
 static void shm_fini(zs_comm_t *c) {
     shm_ctx *s = c->impl;
     if (!s) return;
+    if (s->staging_accounted)
+        zs_mem_account(ZS_MEM_COMM, -(int64_t)(2 * s->slot_bytes), "shm staging");
     shm_reg_free_all(s); /* buffers the caller did not free: their pointers die here */
     if (s->hdr) {
         shm_rank *me = &s->hdr->ranks[s->rank];

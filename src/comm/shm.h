@@ -70,6 +70,7 @@ typedef struct shm_ctx {
     int unlinked;
     uint32_t progress; /* my own count, mirrors hdr->ranks[rank].progress */
     size_t slot_bytes;
+    int staging_accounted; /* 2 * slot_bytes counted in ZS_MEM_COMM */
     double timeout_s;
     int spin;    /* busy-poll iterations before sleeping */
     int culprit; /* peer named by the last failed wait, for mark_failed */

@@ -111,6 +111,11 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     b[ZS_MEM_WORKSPACE] =
         zs_model_workspace_bytes(cfg, micro, seq) + 2 * (uint64_t)micro * seq * sizeof(int32_t);
     if (g16) b[ZS_MEM_WORKSPACE] += 2 * ZS_ENGINE_CAST_CHUNK * sizeof(float);
+    /* The shm backend's staging slots; "auto" picks shm when the ranks share a host, which
+     * this estimate assumes. */
+    const char *comm = opts->comm && strcmp(opts->comm, "auto") ? opts->comm : getenv("ZS_COMM");
+    if (!comm || !*comm || !strcmp(comm, "auto") || !strcmp(comm, "shm"))
+        b[ZS_MEM_COMM] = zs_comm_shm_staging_bytes(world);
     for (int c = ZS_MEM_PARAM; c <= ZS_MEM_OPTIM_STATE; c++)
         out->model_states += b[c];
     for (int c = 0; c < ZS_MEM_NCAT; c++)

@@ -78,8 +78,10 @@ static const char *stage_flag(int s) {
  * say which categories dominate and which stage or world size would fit. */
 static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_mem_estimate est;
-    zs_mem_options mo = {
-        .recompute = c->recompute, .dtype = c->dtype, .reduce_dtype = c->reduce_dtype};
+    zs_mem_options mo = {.recompute = c->recompute,
+                         .dtype = c->dtype,
+                         .reduce_dtype = c->reduce_dtype,
+                         .comm = c->comm};
     zs_status st = zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->stage, c->batch, c->seq,
                                                 c->grad_accum, c->prefetch, &mo, &est);
     if (st != ZS_OK || est.total <= c->device_mem) return st;
