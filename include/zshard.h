@@ -54,7 +54,7 @@ typedef enum zs_mem_category {
     ZS_MEM_PARAM = 0,   /* full compute-dtype parameters, persistent */
     ZS_MEM_PARAM_SHARD, /* this rank's fp32 master-parameter shard */
     ZS_MEM_GRAD,        /* full gradients, persistent */
-    ZS_MEM_GRAD_SHARD,  /* this rank's fp32 gradient shard */
+    ZS_MEM_GRAD_SHARD,  /* this rank's gradient shard (fp32, or bf16 with --reduce-dtype bf16) */
     ZS_MEM_OPTIM_STATE, /* Adam m and v */
     ZS_MEM_GATHERED,    /* transient gathered units / per-unit full gradients */
     ZS_MEM_ACTIVATION,  /* activations kept for backward */

@@ -59,7 +59,7 @@ zs_status zs_engine_backward_end(zs_engine_t *e, int unit);
 zs_status zs_engine_zero_grad(zs_engine_t *e);
 
 /* Declare that micro-batch k (0-based) of K is about to run: DDP and ZeRO-1 reduce only
- * after the last one; ZeRO-2/3 reduce-scatter every one into the fp32 gradient shard. */
+ * after the last one; ZeRO-2/3 reduce-scatter every one into the gradient shard. */
 void zs_engine_micro_begin(zs_engine_t *e, int k, int K);
 
 /* Sum of one double per rank, added in rank order: the same bits on every rank and every
