@@ -4,7 +4,7 @@
  * every stage. */
 #include "models/gpt2.h"
 #include "models/carve.h"
-#include "models/resid.h"
+#include "models/stack.h"
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -256,9 +256,11 @@ void zs_gpt2_destroy(zs_gpt2_t *m) {
 /* One block's forward from its input x and full parameters p, writing every activation its
  * backward reads into a (and the block output into a->res3). It reads nothing that backward
  * changes (m->dC is only a temporary here), so backward re-runs it to recompute a block. */
-static zs_status block_forward(zs_gpt2_t *m, const float *p, const float *x, layer_acts *a,
-                               float *out, int B, int T) {
+static zs_status block_forward(void *model, const float *p, const float *x, int l, float *out,
+                               int B, int T) {
     zs_status st = ZS_OK;
+    zs_gpt2_t *m = model;
+    layer_acts *a = &m->layers[l];
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
     const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
@@ -281,9 +283,11 @@ fail:
 
 /* One block's backward: m->dres holds d loss / d res3 on entry and d loss / d x on exit;
  * parameter gradients accumulate into g. */
-static zs_status block_backward(zs_gpt2_t *m, const float *p, float *g, const float *x,
-                                const layer_acts *a, int B, int T) {
+static zs_status block_backward(void *model, const float *p, float *g, const float *x, int l, int B,
+                                int T) {
     zs_status st = ZS_OK;
+    zs_gpt2_t *m = model;
+    const layer_acts *a = &m->layers[l];
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
     const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
@@ -315,6 +319,21 @@ fail:
     return st;
 }
 
+/* The block stack of this micro-batch's pass (stack.h). */
+static zs_stack stack_of(zs_gpt2_t *m) {
+    zs_stack k = {.resid = &m->resid,
+                  .engine = m->engine,
+                  .ops = m->ops,
+                  .s = m->s,
+                  .n_layer = m->cfg.n_layer,
+                  .first_unit = unit_block(0),
+                  .recompute = m->recompute,
+                  .fwd = block_forward,
+                  .bwd = block_backward,
+                  .model = m};
+    return k;
+}
+
 /* Forward through embeddings, blocks and final norm into m->logits. */
 zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
@@ -329,14 +348,8 @@ zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_engine_forward_end(m->engine, 0));
 
     const float *x = NULL;
-    const size_t nC = (size_t)BT * C;
-    ZS_CHECK(zs_resid_keep(&m->resid, o, s, 0, nC, &x));
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        ZS_CHECK(zs_engine_forward_begin(m->engine, unit_block(l), &p));
-        ZS_CHECK(block_forward(m, p, x, &m->layers[l], zs_resid_out(&m->resid, l + 1), B, T));
-        ZS_CHECK(zs_engine_forward_end(m->engine, unit_block(l)));
-        ZS_CHECK(zs_resid_keep(&m->resid, o, s, l + 1, nC, &x));
-    }
+    zs_stack k = stack_of(m);
+    ZS_CHECK(zs_stack_forward(&k, B, T, (size_t)BT * C, &x));
 
     ZS_CHECK(zs_engine_forward_begin(m->engine, unit_final(&m->cfg), &p));
     ZS_CHECK(o->layernorm_fwd(s, m->lnf, m->lnf_mean, m->lnf_rstd, x, p + m->off_lnfw,
@@ -366,7 +379,7 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
                            C, Vp));
     ZS_CHECK(zs_engine_backward_end(m->engine, 0));
 
-    const float *xlast = NULL, *x = NULL;
+    const float *xlast = NULL;
     ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
     ZS_CHECK(zs_engine_backward_begin(m->engine, unit_final(&m->cfg), &p, &g));
@@ -374,17 +387,8 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
                               p + m->off_lnfw, m->lnf_mean, m->lnf_rstd, BT, C));
     ZS_CHECK(zs_engine_backward_end(m->engine, unit_final(&m->cfg)));
 
-    for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
-        ZS_CHECK(zs_resid_load(&m->resid, o, s, l, nC, &x));
-        ZS_CHECK(zs_engine_backward_begin(m->engine, unit_block(l), &p, &g));
-        /* Activation checkpointing: rebuild this block's activations from its kept input with
-         * the parameters backward_begin just acquired (in ZeRO-3, the backward gather itself;
-         * no extra one). The same ops on the same inputs give the same bits as the forward. */
-        if (m->recompute)
-            ZS_CHECK(block_forward(m, p, x, &m->layers[l], zs_resid_out(&m->resid, l + 1), B, T));
-        ZS_CHECK(block_backward(m, p, g, x, &m->layers[l], B, T));
-        ZS_CHECK(zs_engine_backward_end(m->engine, unit_block(l)));
-    }
+    zs_stack k = stack_of(m);
+    ZS_CHECK(zs_stack_backward(&k, B, T, nC));
 
     ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
     ZS_CHECK(o->embedding_bwd(s, g + m->off_wte, g + m->off_wpe, m->dres, in, B, T, C));

@@ -5,7 +5,7 @@
  * copy (docs/models.md). Each unit is acquired through the shard engine right before use. */
 #include "models/llama.h"
 #include "models/carve.h"
-#include "models/resid.h"
+#include "models/stack.h"
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -252,9 +252,11 @@ void zs_llama_destroy(zs_llama_t *m) {
 /* One block's forward from its input x and full parameters p, writing every activation its
  * backward reads into a. It reads nothing else that backward changes (m->dC is only a
  * temporary here), so backward may re-run it to recompute a block's activations. */
-static zs_status block_forward(zs_llama_t *m, const float *p, const float *x, layer_acts *a,
-                               float *out, int B, int T) {
+static zs_status block_forward(void *model, const float *p, const float *x, int l, float *out,
+                               int B, int T) {
     zs_status st = ZS_OK;
+    zs_llama_t *m = model;
+    layer_acts *a = &m->layers[l];
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
     const zs_model_config *c = &m->cfg;
@@ -282,9 +284,11 @@ fail:
 
 /* One block's backward: m->dres holds d loss / d res3 on entry and d loss / d x on exit;
  * parameter gradients accumulate into g. */
-static zs_status block_backward(zs_llama_t *m, const float *p, float *g, const float *x,
-                                const layer_acts *a, int B, int T) {
+static zs_status block_backward(void *model, const float *p, float *g, const float *x, int l, int B,
+                                int T) {
     zs_status st = ZS_OK;
+    zs_llama_t *m = model;
+    const layer_acts *a = &m->layers[l];
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
     const zs_model_config *c = &m->cfg;
@@ -326,6 +330,21 @@ fail:
     return st;
 }
 
+/* The block stack of this micro-batch's pass (stack.h). */
+static zs_stack stack_of(zs_llama_t *m) {
+    zs_stack k = {.resid = &m->resid,
+                  .engine = m->engine,
+                  .ops = m->ops,
+                  .s = m->s,
+                  .n_layer = m->cfg.n_layer,
+                  .first_unit = unit_block(0),
+                  .recompute = m->recompute,
+                  .fwd = block_forward,
+                  .bwd = block_backward,
+                  .model = m};
+    return k;
+}
+
 /* Forward through embedding, blocks, final norm and head into m->logits. */
 zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, int B, int T) {
     zs_status st = ZS_OK;
@@ -340,14 +359,8 @@ zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_engine_forward_end(m->engine, 0));
 
     const float *x = NULL;
-    const size_t nC = (size_t)BT * C;
-    ZS_CHECK(zs_resid_keep(&m->resid, o, s, 0, nC, &x));
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        ZS_CHECK(zs_engine_forward_begin(m->engine, unit_block(l), &p));
-        ZS_CHECK(block_forward(m, p, x, &m->layers[l], zs_resid_out(&m->resid, l + 1), B, T));
-        ZS_CHECK(zs_engine_forward_end(m->engine, unit_block(l)));
-        ZS_CHECK(zs_resid_keep(&m->resid, o, s, l + 1, nC, &x));
-    }
+    zs_stack k = stack_of(m);
+    ZS_CHECK(zs_stack_forward(&k, B, T, (size_t)BT * C, &x));
 
     ZS_CHECK(zs_engine_forward_begin(m->engine, uh, &p));
     ZS_CHECK(o->rmsnorm_fwd(s, m->lnf, m->lnf_rstd, x, p + m->off_norm, BT, C, m->cfg.norm_eps));
@@ -367,7 +380,7 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
     float *p = NULL, *g = NULL;
 
     /* Head and final norm: m->logits already holds dlogits (softmax_xent wrote in place). */
-    const float *xlast = NULL, *x = NULL;
+    const float *xlast = NULL;
     ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
@@ -378,17 +391,8 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
                             BT, C));
     ZS_CHECK(zs_engine_backward_end(m->engine, uh));
 
-    for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
-        ZS_CHECK(zs_resid_load(&m->resid, o, s, l, nC, &x));
-        ZS_CHECK(zs_engine_backward_begin(m->engine, unit_block(l), &p, &g));
-        /* Activation checkpointing: rebuild this block's activations from its kept input with
-         * the parameters backward_begin just acquired (in ZeRO-3, the backward gather itself;
-         * no extra one). The same ops on the same inputs give the same bits as the forward. */
-        if (m->recompute)
-            ZS_CHECK(block_forward(m, p, x, &m->layers[l], zs_resid_out(&m->resid, l + 1), B, T));
-        ZS_CHECK(block_backward(m, p, g, x, &m->layers[l], B, T));
-        ZS_CHECK(zs_engine_backward_end(m->engine, unit_block(l)));
-    }
+    zs_stack k = stack_of(m);
+    ZS_CHECK(zs_stack_backward(&k, B, T, nC));
 
     ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
     ZS_CHECK(o->embedding_bwd(s, g + m->off_embed, NULL, m->dres, in, B, T, C));

@@ -19,7 +19,7 @@ zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout 
 /* How a model keeps its activations. All-zero = keep everything (no recompute). */
 typedef struct zs_model_options {
     zs_recompute recompute; /* BLOCK: keep each block's input, recompute it in backward */
-    zs_dtype act_dtype;     /* kept residual stream between blocks: F32 or BF16 (models/resid.h) */
+    zs_dtype act_dtype;     /* kept residual stream between blocks: F32 or BF16 (models/stack.h) */
 } zs_model_options;
 
 /* Activation and scratch buffers for micro-batches of up to max_batch x max_seq tokens. */

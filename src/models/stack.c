@@ -1,5 +1,6 @@
-/* The residual stream kept between blocks, fp32 or bf16 (see resid.h). */
-#include "models/resid.h"
+/* The stack of blocks: the residual stream kept between them, fp32 or bf16, and the loops
+ * that run them (see stack.h). */
+#include "models/stack.h"
 
 #include "core/status.h"
 #include "models/carve.h"
@@ -62,6 +63,36 @@ zs_status zs_resid_load(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int 
     *x = zs_resid_out(r, l);
     if (!r->bf16) return ZS_OK;
     ZS_CHECK(o->cast(s, r->work[l & 1], ZS_DTYPE_F32, r->b16[l], ZS_DTYPE_BF16, n));
+fail:
+    return st;
+}
+
+zs_status zs_stack_forward(const zs_stack *k, int B, int T, size_t n, const float **x) {
+    zs_status st = ZS_OK;
+    float *p = NULL;
+    ZS_CHECK(zs_resid_keep(k->resid, k->ops, k->s, 0, n, x));
+    for (int l = 0; l < k->n_layer; l++) {
+        ZS_CHECK(zs_engine_forward_begin(k->engine, k->first_unit + l, &p));
+        ZS_CHECK(k->fwd(k->model, p, *x, l, zs_resid_out(k->resid, l + 1), B, T));
+        ZS_CHECK(zs_engine_forward_end(k->engine, k->first_unit + l));
+        ZS_CHECK(zs_resid_keep(k->resid, k->ops, k->s, l + 1, n, x));
+    }
+fail:
+    return st;
+}
+
+zs_status zs_stack_backward(const zs_stack *k, int B, int T, size_t n) {
+    zs_status st = ZS_OK;
+    float *p = NULL, *g = NULL;
+    const float *x = NULL;
+    for (int l = k->n_layer - 1; l >= 0; l--) {
+        ZS_CHECK(zs_resid_load(k->resid, k->ops, k->s, l, n, &x));
+        ZS_CHECK(zs_engine_backward_begin(k->engine, k->first_unit + l, &p, &g));
+        /* The same ops on the same inputs and parameters give the forward's bits. */
+        if (k->recompute) ZS_CHECK(k->fwd(k->model, p, x, l, zs_resid_out(k->resid, l + 1), B, T));
+        ZS_CHECK(k->bwd(k->model, p, g, x, l, B, T));
+        ZS_CHECK(zs_engine_backward_end(k->engine, k->first_unit + l));
+    }
 fail:
     return st;
 }

@@ -1,6 +1,10 @@
-/* The residual stream between blocks: the one activation every block keeps for its backward
+/* The stack of transformer blocks, shared by the architectures: the residual stream kept
+ * between blocks and the loops that run the blocks forward and backward (with activation
+ * checkpointing), so every model keeps its activations and recomputes the same way.
+ *
+ * The residual stream between blocks is the one activation every block keeps for its backward
  * (block l's input is kept tensor l: the embedding output for l = 0, block l-1's output
- * after). Shared by the architectures, so they keep it the same way.
+ * after).
  *
  * fp32 (--dtype fp32): kept tensor l is an fp32 buffer that is written and read in place.
  * bf16 (--dtype bf16): kept tensors are bf16, half the bytes. Each is produced in one of two
@@ -14,6 +18,7 @@
 
 #include "backend/ops.h"
 #include "core/bf16.h"
+#include "shard/engine.h"
 
 typedef struct zs_resid {
     int bf16;
@@ -43,5 +48,34 @@ zs_status zs_resid_keep(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int 
 /* Kept tensor l as fp32 for backward (in bf16, widened into working buffer l & 1). */
 zs_status zs_resid_load(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int l, size_t n,
                         const float **x);
+
+/* A block's forward from input x with full parameters p into the activations of layer l,
+ * its output to out; its backward (d loss / d out in the model's gradient buffer on entry,
+ * d loss / d x on exit), accumulating parameter gradients into g. */
+typedef zs_status (*zs_block_fwd_fn)(void *model, const float *p, const float *x, int l, float *out,
+                                     int B, int T);
+typedef zs_status (*zs_block_bwd_fn)(void *model, const float *p, float *g, const float *x, int l,
+                                     int B, int T);
+
+typedef struct zs_stack {
+    zs_resid *resid;
+    zs_engine_t *engine;
+    const zs_ops *ops;
+    zs_stream_t *s;
+    int n_layer, first_unit; /* block l is engine unit first_unit + l */
+    int recompute;           /* rebuild each block's activations inside its backward */
+    zs_block_fwd_fn fwd;
+    zs_block_bwd_fn bwd;
+    void *model;
+} zs_stack;
+
+/* The embedding output is in zs_resid_out(resid, 0): keep it, run every block, keep each
+ * output. *x is the last block's output, the final norm's input. */
+zs_status zs_stack_forward(const zs_stack *k, int B, int T, size_t n, const float **x);
+
+/* Every block's backward, last to first: acquire the block, rebuild its activations from its
+ * kept input when recomputing (with the parameters backward_begin returned: in ZeRO-3 the
+ * backward's own gather, no extra one), run its backward, release it. */
+zs_status zs_stack_backward(const zs_stack *k, int B, int T, size_t n);
 
 #endif
