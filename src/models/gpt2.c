@@ -31,10 +31,10 @@ enum {
     B_NT
 };
 
-/* Activations saved for backward, per layer, for one micro-batch. The block's input is the
- * previous layer's res3 (or the embedding output); block_forward recomputes the rest from it.
- * With --recompute block every layer's record points at one shared set of these buffers,
- * except res3, which each layer keeps (it is the next block's input). */
+/* Activations saved for backward inside a block, per layer, for one micro-batch. The block's
+ * input and output (res3) are the residual stream, kept by stack.c; block_forward recomputes
+ * everything here from the input. With --recompute block every layer's record points at one
+ * shared set of these buffers. */
 typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [BT,C], [BT], [BT] */
     float *qkv;                       /* [BT,3C] */
@@ -125,7 +125,7 @@ fail:
     return st;
 }
 
-/* One block's activations except its output res3, carved at *n. */
+/* One block's activations (not its input or output, the kept stream), carved at *n. */
 static void carve_block(const zs_model_config *c, int B, int T, float *base, uint64_t *total,
                         layer_acts *a) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
@@ -254,8 +254,9 @@ void zs_gpt2_destroy(zs_gpt2_t *m) {
 }
 
 /* One block's forward from its input x and full parameters p, writing every activation its
- * backward reads into a (and the block output into a->res3). It reads nothing that backward
- * changes (m->dC is only a temporary here), so backward re-runs it to recompute a block. */
+ * backward reads into layer l's record and its output (res3) into out. It reads nothing that
+ * backward changes (m->dC is only a temporary here), so backward re-runs it to recompute a block.
+ */
 static zs_status block_forward(void *model, const float *p, const float *x, int l, float *out,
                                int B, int T) {
     zs_status st = ZS_OK;

@@ -18,10 +18,10 @@
 /* Tensor order inside a block unit; the layout declares them in exactly this order. */
 enum { L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_GATE, L_UP, L_DOWN, L_NT };
 
-/* Activations saved for backward, per layer, for one micro-batch. The block's input is the
- * previous layer's res3 (or the embedding); block_forward recomputes all of these from it.
- * With --recompute block every layer's record points at one shared set of these buffers,
- * except res3, which each layer keeps (it is the next block's input). */
+/* Activations saved for backward inside a block, per layer, for one micro-batch. The block's
+ * input and output (res3) are the residual stream, kept by stack.c; block_forward recomputes
+ * everything here from the input. With --recompute block every layer's record points at one
+ * shared set of these buffers. */
 typedef struct layer_acts {
     float *ln1, *ln1_rstd; /* [BT,C], [BT] */
     float *q, *k, *v;      /* [BT,QD], [BT,KD], [BT,KD]; q and k after RoPE */
@@ -118,7 +118,7 @@ fail:
     return st;
 }
 
-/* One block's activations except its output res3, carved at *total. */
+/* One block's activations (not its input or output, the kept stream), carved at *total. */
 static void carve_block(const zs_model_config *c, int B, int T, float *base, uint64_t *total,
                         layer_acts *a) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, F = (uint64_t)c->ffn_hidden;
