@@ -255,8 +255,7 @@ void zs_gpt2_destroy(zs_gpt2_t *m) {
 
 /* One block's forward from its input x and full parameters p, writing every activation its
  * backward reads into layer l's record and its output (res3) into out. It reads nothing that
- * backward changes (m->dC is only a temporary here), so backward re-runs it to recompute a block.
- */
+ * backward changes (m->dC is only a temporary), so backward re-runs it to recompute a block. */
 static zs_status block_forward(void *model, const float *p, const float *x, int l, float *out,
                                int B, int T) {
     zs_status st = ZS_OK;
