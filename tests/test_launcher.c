@@ -62,6 +62,12 @@ static void test_failures(void) {
              &s);
     ZT_CHECK(rc == 3 && s < 8, "stubborn rank: exit %d after %.1f s:\n%s", rc, s, g_out);
 
+    /* every rank failing the same way by itself (a bad flag each sees): no single culprit */
+    rc = run("-n 3 -- sh -c 'exit 5'", &s);
+    ZT_CHECK(rc == 5 && strstr(g_out, "exited with status 5 first; all 3 local ranks ended that "
+                                      "way on their own"),
+             "same failure on every rank: exit %d:\n%s", rc, g_out);
+
     rc = run("-n 2 -- /nonexistent/program", NULL);
     ZT_CHECK(rc == 127 && strstr(g_out, "cannot execute"), "exec failure: %d:\n%s", rc, g_out);
 }

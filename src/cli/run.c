@@ -27,7 +27,8 @@ typedef struct rank_proc {
     char out_buf[4096], err_buf[4096];
     size_t out_len, err_len;
     int running;
-    int status; /* from waitpid */
+    int status;     /* from waitpid */
+    int on_its_own; /* ended before the launcher signalled it */
 } rank_proc;
 
 typedef struct run_opts {
@@ -347,6 +348,7 @@ int zs_cli_run(int argc, char **argv) {
                 if (rp[i].pid != pid || !rp[i].running) continue;
                 rp[i].running = 0;
                 rp[i].status = status;
+                rp[i].on_its_own = !termed;
                 nrun--;
                 int bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
                 if (bad && failed < 0 && !interrupted) {
@@ -387,15 +389,27 @@ int zs_cli_run(int argc, char **argv) {
     } else if (failed >= 0) {
         char how[128];
         describe(fail_status, how, sizeof how);
-        int others = 0;
-        for (int i = 0; i < o.nproc; i++)
+        int others = 0, same = 0;
+        for (int i = 0; i < o.nproc; i++) {
             if (i != failed && !(WIFEXITED(rp[i].status) && WEXITSTATUS(rp[i].status) == 0))
                 others++;
-        fprintf(stderr,
-                "zshard run: rank %d (pid %d) %s; %d other rank%s failed or %s stopped "
-                "(world of %d)\n",
-                o.node_rank * o.nproc + failed, (int)rp[failed].pid, how, others,
-                others == 1 ? "" : "s", others == 1 ? "was" : "were", o.nnodes * o.nproc);
+            same += rp[i].on_its_own && rp[i].status == fail_status;
+        }
+        /* Every rank stopped by itself the same way (e.g. the same bad flag or file, seen by
+         * each): say so, so that the first one to go is not taken for the only culprit. */
+        if (same == o.nproc && o.nproc > 1)
+            fprintf(stderr,
+                    "zshard run: rank %d (pid %d) %s first; all %d local ranks ended that way on "
+                    "their own, so it is likely the same failure everywhere (see the messages "
+                    "above; world of %d)\n",
+                    o.node_rank * o.nproc + failed, (int)rp[failed].pid, how, o.nproc,
+                    o.nnodes * o.nproc);
+        else
+            fprintf(stderr,
+                    "zshard run: rank %d (pid %d) %s; %d other rank%s failed or %s stopped "
+                    "(world of %d)\n",
+                    o.node_rank * o.nproc + failed, (int)rp[failed].pid, how, others,
+                    others == 1 ? "" : "s", others == 1 ? "was" : "were", o.nnodes * o.nproc);
         code = WIFEXITED(fail_status) ? WEXITSTATUS(fail_status) : 128 + WTERMSIG(fail_status);
         if (code == 0) code = 1;
     }
