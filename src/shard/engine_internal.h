@@ -31,10 +31,9 @@ typedef enum slot_state {
 } slot_state;
 
 typedef struct slot {
-    float *buf;
-    zs_bf16 *b16; /* bf16 gradients at stage 2/3: buf rounded, the reduce-scatter's input */
-    int64_t cap;  /* elements */
-    int unit;     /* -1 when empty */
+    float *buf;  /* elements of the pool's dtype: fp32, or bf16 in the reduction pool */
+    int64_t cap; /* elements */
+    int unit;    /* -1 when empty */
     slot_state state;
     int in_use;     /* params: between begin and end */
     int accumulate; /* grads: add into the shard (later micro-batch) instead of copy */
@@ -51,8 +50,11 @@ struct zs_engine {
     int rank, world;
     int persist_params, persist_grads;
     unit_state *units;
-    slot *pslots, *gslots;
-    int n_pslots, n_gslots;
+    /* pslots: ZeRO-3's gathered parameters. gslots: fp32 unit gradients being computed (and,
+     * with fp32 gradients at ZeRO-2/3, reduced in place). rslots: with bf16 gradients at
+     * ZeRO-2/3, the rounded bf16 copies being reduce-scattered. */
+    slot *pslots, *gslots, *rslots;
+    int n_pslots, n_gslots, n_rslots;
     int micro_k, micro_K;
     uint64_t tick;
     /* Order of unit acquisitions recorded during the first training step (unit*2 + phase,

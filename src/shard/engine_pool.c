@@ -4,8 +4,10 @@
  *
  * Pools are allocated once. Slot capacities are the largest unit sizes in decreasing order,
  * so any set of units that may be alive together fits, and the bound on gathered memory is
- * exactly: params (prefetch + 1) units, grads 2 units (one computing, one reducing) plus
- * one per tied unit, whose gradient accumulates over its uses. */
+ * exactly: params (prefetch + 1) units; fp32 grads 2 units (one computing, one reducing)
+ * plus one per tied unit, whose gradient accumulates over its uses. With bf16 gradients the
+ * fp32 slot is needed only while a unit computes: 1 unit plus one per tied unit, and at
+ * ZeRO-2/3 a separate pool of 2 bf16 slots holds the rounded copies being reduced. */
 #include "shard/engine_internal.h"
 
 #include "core/alloc.h"
@@ -51,13 +53,14 @@ zs_status zs_engine_pools_create(zs_engine_t *e) {
         int tied = 0;
         for (int u = 0; u < e->layout->n_units; u++)
             tied += e->layout->units[u].n_uses > 1;
-        /* ddp/1 with bf16 gradients round a slot as soon as its unit ends: nothing reduces
-         * from the pool, so one computing slot (plus the tied units') is enough. */
-        e->n_gslots = (e->persist_grads ? 1 : 2) + tied;
+        /* With bf16 gradients a unit's fp32 slot is rounded and freed as soon as its backward
+         * ends: one computing slot (plus the tied units') is enough. */
+        e->n_gslots = (e->g16 ? 1 : 2) + tied;
         ZS_CHECK(make_slots(e, &e->gslots, e->n_gslots, 4, "unit gradients"));
-        for (int i = 0; e->g16 && !e->persist_grads && i < e->n_gslots; i++)
-            ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GATHERED, (size_t)e->gslots[i].cap * 2,
-                                         "unit gradients (bf16)", (float **)&e->gslots[i].b16));
+        if (e->g16 && !e->persist_grads) {
+            e->n_rslots = 2;
+            ZS_CHECK(make_slots(e, &e->rslots, e->n_rslots, 2, "unit gradients (bf16)"));
+        }
     }
     ZS_CHECK(zs_engine_bf16_create(e));
     ZS_CHECK(zs_engine_grad16_create(e));
@@ -68,15 +71,16 @@ fail:
 void zs_engine_pools_destroy(zs_engine_t *e) {
     for (int i = 0; e->pslots && i < e->n_pslots; i++)
         zs_engine_buf_free(e, e->pslots[i].buf);
-    for (int i = 0; e->gslots && i < e->n_gslots; i++) {
+    for (int i = 0; e->gslots && i < e->n_gslots; i++)
         zs_engine_buf_free(e, e->gslots[i].buf);
-        zs_engine_buf_free(e, (float *)e->gslots[i].b16);
-    }
+    for (int i = 0; e->rslots && i < e->n_rslots; i++)
+        zs_engine_buf_free(e, e->rslots[i].buf);
     zs_engine_bf16_destroy(e);
     zs_engine_grad16_destroy(e);
     free(e->pslots);
     free(e->gslots);
-    e->pslots = e->gslots = NULL;
+    free(e->rslots);
+    e->pslots = e->gslots = e->rslots = NULL;
 }
 
 static zs_status check_unit(const zs_engine_t *e, int unit) {
@@ -227,39 +231,63 @@ static void release_params(zs_engine_t *e, int unit) {
 
 /* ---- gradient pool (ZeRO-2/3) ---------------------------------------------------------- */
 
-/* Fold a finished reduce-scatter into the unit's gradient shard. */
-static zs_status finalize_gslot(zs_engine_t *e, int k) {
+/* The pool whose slots hold reductions in flight: the bf16 one with bf16 gradients. */
+static slot *reducing_pool(zs_engine_t *e, int *n) {
+    *n = e->g16 ? e->n_rslots : e->n_gslots;
+    return e->g16 ? e->rslots : e->gslots;
+}
+
+/* Fold a finished reduce-scatter into the unit's gradient shard: copy this rank's block
+ * after the first micro-batch's, add it after later ones. */
+static zs_status finalize_slot(zs_engine_t *e, slot *s) {
     zs_status st = ZS_OK;
-    slot *s = &e->gslots[k];
     ZS_CHECK(zs_engine_wait(&s->work));
-    const zs_unit_desc *ud = &e->layout->units[s->unit];
-    int64_t off = (int64_t)e->rank * ud->shard;
-    const float *mine = s->buf + off;
-    float *dst = e->units[s->unit].gshard;
-    if (e->g16 && s->accumulate)
-        ZS_CHECK(zs_engine_acc16(e, e->units[s->unit].gs16, s->b16 + off, ZS_DTYPE_BF16,
-                                 (size_t)ud->shard));
-    else if (e->g16)
-        ZS_CHECK(
-            e->ops->copy(e->stream, e->units[s->unit].gs16, s->b16 + off, (size_t)ud->shard * 2));
-    else if (s->accumulate)
-        ZS_CHECK(e->ops->axpy(e->stream, dst, 1.0f, mine, (size_t)ud->shard));
-    else
-        ZS_CHECK(e->ops->copy(e->stream, dst, mine, (size_t)ud->shard * 4));
+    unit_state *us = &e->units[s->unit];
+    size_t S = (size_t)e->layout->units[s->unit].shard, off = (size_t)e->rank * S;
+    if (e->g16) {
+        const zs_bf16 *mine = (const zs_bf16 *)(void *)s->buf + off;
+        if (s->accumulate)
+            ZS_CHECK(zs_engine_acc16(e, us->gs16, mine, ZS_DTYPE_BF16, S));
+        else
+            ZS_CHECK(e->ops->copy(e->stream, us->gs16, mine, S * 2));
+    } else if (s->accumulate) {
+        ZS_CHECK(e->ops->axpy(e->stream, us->gshard, 1.0f, s->buf + off, S));
+    } else {
+        ZS_CHECK(e->ops->copy(e->stream, us->gshard, s->buf + off, S * 4));
+    }
     s->unit = -1;
     s->state = SLOT_EMPTY;
 fail:
     return st;
 }
 
-static int oldest_reducing(const zs_engine_t *e, int64_t need) {
+static int oldest_reducing(const slot *pool, int n) {
     int best = -1;
-    for (int i = 0; i < e->n_gslots; i++) {
-        const slot *s = &e->gslots[i];
-        if (s->state != SLOT_REDUCING || s->cap < need) continue;
-        if (best < 0 || s->tick < e->gslots[best].tick) best = i;
+    for (int i = 0; i < n; i++) {
+        const slot *s = &pool[i];
+        if (s->state != SLOT_REDUCING) continue;
+        if (best < 0 || s->tick < pool[best].tick) best = i;
     }
     return best;
+}
+
+/* An empty slot of pool for `need` elements (the smallest that fits); if none, fold the
+ * oldest reductions until one is free. Reductions finish in issue order, so folding the
+ * oldest first keeps the accumulation order of every shard element fixed. -1 if none. */
+static zs_status free_slot(zs_engine_t *e, slot *pool, int n, int64_t need, int *out) {
+    zs_status st = ZS_OK;
+    int k = -1, r;
+    for (int i = 0; i < n; i++)
+        if (pool[i].state == SLOT_EMPTY && pool[i].cap >= need &&
+            (k < 0 || pool[i].cap < pool[k].cap))
+            k = i;
+    while (k < 0 && (r = oldest_reducing(pool, n)) >= 0) {
+        ZS_CHECK(finalize_slot(e, &pool[r]));
+        if (pool[r].cap >= need) k = r;
+    }
+fail:
+    *out = k;
+    return st;
 }
 
 static zs_status acquire_grads(zs_engine_t *e, int unit, float **grads) {
@@ -272,23 +300,7 @@ static zs_status acquire_grads(zs_engine_t *e, int unit, float **grads) {
     if (us->gslot < 0) {
         int64_t need = e->layout->units[unit].padded;
         int k = -1;
-        for (int i = 0; i < e->n_gslots; i++) {
-            const slot *s = &e->gslots[i];
-            if (s->state == SLOT_EMPTY && s->cap >= need && (k < 0 || s->cap < e->gslots[k].cap))
-                k = i;
-        }
-        if (k < 0) {
-            /* Reductions finish in issue order, so folding the oldest first keeps the
-             * accumulation order of every shard element fixed. */
-            int r;
-            while ((r = oldest_reducing(e, 0)) >= 0) {
-                ZS_CHECK(finalize_gslot(e, r));
-                if (e->gslots[r].cap >= need) {
-                    k = r;
-                    break;
-                }
-            }
-        }
+        ZS_CHECK(free_slot(e, e->gslots, e->n_gslots, need, &k));
         ZS_REQUIRE(k >= 0, ZS_ERR_INTERNAL, "engine: no gradient slot free for unit %s",
                    e->layout->units[unit].name);
         slot *s = &e->gslots[k];
@@ -328,13 +340,20 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
     }
     slot *s = &e->gslots[us->gslot];
     ZS_CHECK(e->ops->sync(e->stream));
-    char *g = (char *)s->buf;
-    if (e->g16) { /* round once; the bf16 copy is what travels and what the shard keeps */
-        ZS_CHECK(e->ops->cast(e->stream, s->b16, ZS_DTYPE_BF16, s->buf, ZS_DTYPE_F32,
+    if (e->g16) { /* round once into the reduction pool; the bf16 copy travels and is kept */
+        int k = -1;
+        ZS_CHECK(free_slot(e, e->rslots, e->n_rslots, ud->padded, &k));
+        ZS_REQUIRE(k >= 0, ZS_ERR_INTERNAL, "engine: no bf16 gradient slot free for unit %s",
+                   ud->name);
+        ZS_CHECK(e->ops->cast(e->stream, e->rslots[k].buf, ZS_DTYPE_BF16, s->buf, ZS_DTYPE_F32,
                               (size_t)ud->padded));
         ZS_CHECK(e->ops->sync(e->stream));
-        g = (char *)s->b16;
+        s->unit = -1;
+        s->state = SLOT_EMPTY;
+        s = &e->rslots[k];
+        s->unit = unit;
     }
+    char *g = (char *)s->buf;
     s->state = SLOT_REDUCING;
     s->accumulate = e->micro_k > 0;
     s->tick = ++e->tick;
@@ -387,9 +406,10 @@ zs_status zs_engine_drain(zs_engine_t *e) {
     if (!e->units) return ZS_OK;
     for (int u = 0; u < e->layout->n_units; u++)
         ZS_CHECK(zs_engine_wait(&e->units[u].work));
-    int r;
-    while ((r = oldest_reducing(e, 0)) >= 0)
-        ZS_CHECK(finalize_gslot(e, r));
+    int n = 0, r;
+    slot *pool = reducing_pool(e, &n);
+    while ((r = oldest_reducing(pool, n)) >= 0)
+        ZS_CHECK(finalize_slot(e, &pool[r]));
     for (int i = 0; i < e->n_gslots; i++)
         ZS_REQUIRE(e->gslots[i].state == SLOT_EMPTY, ZS_ERR_INTERNAL,
                    "engine: unit %s's backward did not end before the step",

@@ -84,9 +84,9 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     b[ZS_MEM_GRAD_SHARD] = stage >= 2 ? (g16 ? S / 2 : S) : 0;
     b[ZS_MEM_OPTIM_STATE] = stage == 0 ? 2 * P : 2 * S;
     /* Pools: ZeRO-3 gathers (prefetch + 1) units; ZeRO-2/3 hold 2 fp32 unit gradients plus
-     * one per tied unit (with bf16 gradients each also has a bf16 copy to reduce); ddp/1 with
-     * bf16 gradients hold 1 plus one per tied unit. Slots are sized by the largest units in
-     * decreasing order. */
+     * one per tied unit. With bf16 gradients every stage holds 1 fp32 unit gradient plus one
+     * per tied unit, and ZeRO-2/3 2 bf16 copies being reduced. Slots are sized by the largest
+     * units in decreasing order. */
     sizes = malloc((size_t)l.n_units * sizeof *sizes);
     ZS_REQUIRE(sizes, ZS_ERR_OOM, "memory estimate: out of memory");
     int tied = 0;
@@ -100,10 +100,12 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
             b[ZS_MEM_GATHERED] +=
                 (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * (bf16 ? 2 : 4);
     if (bf16) b[ZS_MEM_GATHERED] += (uint64_t)sizes[0] * 4; /* the unit widened to fp32 */
-    int gslots = stage >= 2 ? 2 + tied : g16 ? 1 + tied : 0;
-    uint64_t gbytes = stage >= 2 && g16 ? 6 : 4;
+    int gslots = g16 ? 1 + tied : stage >= 2 ? 2 + tied : 0;
+    int rslots = g16 && stage >= 2 ? 2 : 0;
     for (int i = 0; i < gslots; i++)
-        b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * gbytes;
+        b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 4;
+    for (int i = 0; i < rslots; i++)
+        b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 2;
     int micro = batch / (world * grad_accum);
     zs_model_options mo = {.recompute = opts->recompute, .act_dtype = opts->dtype};
     b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, &mo, micro, seq);
