@@ -4,8 +4,9 @@
  * backward ends, that buffer is rounded to bf16 once:
  *   ddp, 1  into the persistent bf16 full gradients (added to them after the first
  *           micro-batch), all-reduced / reduce-scattered in bf16 after the last one;
- *   2, 3    into the slot's bf16 copy, reduce-scattered in bf16 as each unit ends, and folded
- *           into the bf16 gradient shard (added to it after the first micro-batch).
+ *   2, 3    into a slot of the bf16 reduction pool (the fp32 slot is free again at once),
+ *           reduce-scattered in bf16 as each unit ends, and folded into the bf16 gradient
+ *           shard (added to it after the first micro-batch).
  * bf16 collectives sum in fp32 and round once, so an all-reduce's slice is the bits of the
  * matching reduce-scatter and every stage steps on the same gradient bits.
  *
