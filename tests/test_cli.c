@@ -106,24 +106,21 @@ static void test_bad_input(void) {
     write_text(path("short.txt"), 50);
     snprintf(a, sizeof a, "train --data %s --seq 64", path("short.txt"));
     expect_fail(a, "shorter than one sequence");
-    snprintf(a, sizeof a, "train --data %s --seq 300", txt);
-    expect_fail(a, "longer than model gpt2-tiny's 256 positions");
-    snprintf(a, sizeof a, "train --data %s --batch 0", txt);
-    expect_fail(a, "--batch must be positive");
-    snprintf(a, sizeof a, "train --data %s --steps -3", txt);
-    expect_fail(a, "--steps must be positive");
-    snprintf(a, sizeof a, "train --data %s --lr abc", txt);
-    expect_fail(a, "--lr: 'abc' is not a number");
-    snprintf(a, sizeof a, "train --data %s --batch 12x", txt);
-    expect_fail(a, "--batch: '12x' is not an integer");
-    snprintf(a, sizeof a, "train --data %s --batch 6 --grad-accum 4", txt);
-    expect_fail(a, "must divide evenly");
-    snprintf(a, sizeof a, "train --data %s --seq", txt);
-    expect_fail(a, "--seq needs a value");
-    snprintf(a, sizeof a, "train --data %s --stage 5", txt);
-    expect_fail(a, "--stage: '5'");
-    snprintf(a, sizeof a, "train --data %s --device-mem 12Q", txt);
-    expect_fail(a, "bad memory size");
+    static const char *bad[][2] = {
+        {"--seq 300", "longer than model gpt2-tiny's 256 positions"},
+        {"--batch 0", "--batch must be positive"},
+        {"--steps -3", "--steps must be positive"},
+        {"--lr abc", "--lr: 'abc' is not a number"},
+        {"--batch 12x", "--batch: '12x' is not an integer"},
+        {"--batch 6 --grad-accum 4", "must divide evenly"},
+        {"--seq", "--seq needs a value"},
+        {"--stage 5", "--stage: '5'"},
+        {"--device-mem 12Q", "bad memory size"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(a, sizeof a, "train --data %s %s", txt, bad[i][0]);
+        expect_fail(a, bad[i][1]);
+    }
 
     /* A cap too small fails at startup with the breakdown and a configuration that fits,
      * and the log is not "final". */
