@@ -146,9 +146,20 @@ typedef enum zs_recompute {
     ZS_RECOMPUTE_BLOCK,
 } zs_recompute;
 
-/* Training settings that change memory but not the model. All-zero = fp32, no recompute. */
+/* Causal attention kernel (docs/models.md). FLASH, the default, keeps O(T) per head (each
+ * row's output and log-sum-exp) and recomputes the probabilities block by block in backward;
+ * NAIVE keeps every head's T x T probabilities for backward (the earlier kernel, kept so that
+ * benchmarks can compare the two in one run). */
+typedef enum zs_attention {
+    ZS_ATTENTION_FLASH = 0,
+    ZS_ATTENTION_NAIVE,
+} zs_attention;
+
+/* Training settings that change memory but not the model. All-zero = fp32, no recompute,
+ * flash attention. */
 typedef struct zs_mem_options {
     zs_recompute recompute;
+    zs_attention attention;
     zs_dtype dtype;        /* compute copy of the parameters: F32 or BF16 */
     zs_dtype reduce_dtype; /* gradients (storage and reduction): F32 or BF16 */
     const char *comm;      /* backend as --comm: NULL/"auto" (or $ZS_COMM) means shm on one host,
@@ -198,6 +209,7 @@ typedef struct zs_train_config {
     const char *comm;       /* "auto", "shm", "mpi", "nccl" (NULL = auto / ZS_COMM) */
     double comm_timeout_s;  /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */
     zs_recompute recompute; /* activation checkpointing (ZS_RECOMPUTE_NONE) */
+    zs_attention attention; /* attention kernel (ZS_ATTENTION_FLASH) */
     zs_dtype dtype;         /* compute copy of the parameters: F32 (default) or BF16 */
     zs_dtype reduce_dtype;  /* gradient storage and reduction: F32 (default) or BF16 */
 } zs_train_config;

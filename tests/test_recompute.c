@@ -10,6 +10,7 @@
  *    (L + 1) kept tensors' fp32 bytes, less their bf16 bytes and two fp32 working buffers;
  *  - ZeRO-3 issues exactly as many unit gathers with recompute as without (the recompute
  *    runs on the parameters backward_begin already gathered);
+ *  - with flash attention, activations grow linearly in T, measured at T and 2T;
  *  - a bad --recompute value is a usage error. */
 #include "backend/ops.h"
 #include "core/status.h"
@@ -39,9 +40,11 @@ static uint64_t r16(uint64_t n) {
 }
 
 /* Bytes of one block's intermediate activations (everything but its output), as listed in
- * docs/models.md, for a micro-batch of B x T. */
-static uint64_t block_set_bytes(const zs_model_config *c, uint64_t B, uint64_t T) {
-    uint64_t BT = B * T, C = (uint64_t)c->n_embd, att = B * (uint64_t)c->n_head * T * T;
+ * docs/models.md, for a micro-batch of B x T: attention keeps one log-sum-exp per row (flash)
+ * or the T x T probabilities (naive). */
+static uint64_t block_set_bytes(const zs_model_config *c, uint64_t B, uint64_t T, int naive) {
+    uint64_t BT = B * T, C = (uint64_t)c->n_embd;
+    uint64_t att = B * (uint64_t)c->n_head * T * (naive ? T : 1);
     if (c->arch == ZS_ARCH_GPT2)
         return 4 *
                (r16(BT * C) * 4 + r16(BT) * 4 + r16(3 * BT * C) + r16(att) + 2 * r16(4 * BT * C));
@@ -59,11 +62,18 @@ static void test_model(const char *name, const char *dtype) {
     zs_model_options block = {.recompute = ZS_RECOMPUTE_BLOCK, .act_dtype = dt};
     uint64_t a_none = zs_model_activation_bytes(&c, &none, 4, 32);
     uint64_t a_block = zs_model_activation_bytes(&c, &block, 4, 32);
-    uint64_t want = a_none - (uint64_t)(c.n_layer - 1) * block_set_bytes(&c, 4, 32);
-    ZT_CHECK(a_block == want && a_block < a_none,
-             "%s %s: recompute activations %llu, want the input-per-block bound %llu (none %llu)",
-             name, dtype, (unsigned long long)a_block, (unsigned long long)want,
-             (unsigned long long)a_none);
+    for (int naive = 0; naive < 2; naive++) {
+        zs_model_options n1 = none, b1 = block;
+        n1.attention = b1.attention = naive ? ZS_ATTENTION_NAIVE : ZS_ATTENTION_FLASH;
+        uint64_t an = zs_model_activation_bytes(&c, &n1, 4, 32);
+        uint64_t ab = zs_model_activation_bytes(&c, &b1, 4, 32);
+        uint64_t want = an - (uint64_t)(c.n_layer - 1) * block_set_bytes(&c, 4, 32, naive);
+        ZT_CHECK(ab == want && ab < an,
+                 "%s %s %s: recompute activations %llu, want the input-per-block bound %llu "
+                 "(none %llu)",
+                 name, dtype, naive ? "naive" : "flash", (unsigned long long)ab,
+                 (unsigned long long)want, (unsigned long long)an);
+    }
     if (dt == ZS_DTYPE_BF16) {
         /* The L + 1 kept block inputs in bf16 plus two fp32 working buffers, against the same
          * tensors in fp32 (docs/models.md). */
@@ -105,6 +115,51 @@ static void test_model(const char *name, const char *dtype) {
     printf("%s %s: activations per rank %llu bytes without recompute, %llu with (%.1f%%)\n", name,
            dtype, (unsigned long long)a_none, (unsigned long long)a_block,
            100.0 * (double)a_block / (double)a_none);
+}
+
+/* Long sequences with flash attention (issue 11): every activation, attention's included, is
+ * per token, so the estimate at 2T is exactly twice that at T, where the naive kernel's T x T
+ * share grows fourfold; measured runs at T and 2T (llama-tiny's full 256 positions, ZeRO-3,
+ * 2 ranks) allocate exactly the estimate, with and without recompute, and learn. */
+static void test_long_seq(void) {
+    zs_model_config c;
+    ZT_OK(zs_model_preset("llama-tiny", &c));
+    zs_model_config_set_vocab(&c, 256);
+    zs_model_options fl = {0}, nv = {.attention = ZS_ATTENTION_NAIVE};
+    uint64_t f1 = zs_model_activation_bytes(&c, &fl, 1, 128);
+    uint64_t f2 = zs_model_activation_bytes(&c, &fl, 1, 256);
+    uint64_t n1 = zs_model_activation_bytes(&c, &nv, 1, 128);
+    uint64_t n2 = zs_model_activation_bytes(&c, &nv, 1, 256);
+    ZT_CHECK(f2 == 2 * f1, "flash activations at T=256: %llu, want twice T=128's %llu",
+             (unsigned long long)f2, (unsigned long long)f1);
+    double grow = (double)(n2 - f2) / (double)(n1 - f1);
+    ZT_CHECK(grow > 3.9 && grow < 4.1, "naive's extra T x T bytes grew %.3fx from T to 2T", grow);
+    const char *rc[] = {"none", "block"};
+    for (int k = 0; k < 2; k++) {
+        uint64_t meas[2] = {0, 0};
+        for (int t = 0; t < 2; t++) {
+            int T = 128 << t;
+            rl_run r = rl_train("timeout 180",
+                                "--model llama-tiny --batch 2 --seq %d --steps 6 --lr 3e-3 "
+                                "--warmup 1 --val-every 0 --val-batches 1 --sample-len 0 "
+                                "--nproc 2 --stage 3 --recompute %s --comm-timeout 30",
+                                T, rc[k]);
+            rl_check_exit(&r);
+            zs_model_options mo = {.recompute = k ? ZS_RECOMPUTE_BLOCK : ZS_RECOMPUTE_NONE};
+            uint64_t want = zs_model_activation_bytes(&c, &mo, 1, T);
+            for (int w = 0; w < 2; w++)
+                ZT_CHECK(r.peak[w][ZS_MEM_ACTIVATION] == want,
+                         "T=%d recompute %s rank %d: measured activations %llu, estimate %llu", T,
+                         rc[k], w, (unsigned long long)r.peak[w][ZS_MEM_ACTIVATION],
+                         (unsigned long long)want);
+            ZT_CHECK(r.n_steps == 6 && r.lossv[5] < r.lossv[0],
+                     "T=%d recompute %s: loss %g -> %g over %d steps", T, rc[k], r.lossv[0],
+                     r.lossv[r.n_steps > 0 ? r.n_steps - 1 : 0], r.n_steps);
+            meas[t] = r.peak[0][ZS_MEM_ACTIVATION];
+        }
+        printf("llama-tiny recompute %s: activations %llu bytes at T=128, %llu at T=256\n", rc[k],
+               (unsigned long long)meas[0], (unsigned long long)meas[1]);
+    }
 }
 
 /* One ZeRO-3 engine (world of one: gathers are copies, counted the same) runs two training
@@ -193,6 +248,7 @@ int main(void) {
     rl_setup("recompute");
     test_cli();
     test_no_extra_gather();
+    test_long_seq();
     test_model("gpt2-tiny", "fp32");
     test_model("llama-tiny", "fp32");
     test_model("gpt2-tiny", "bf16");

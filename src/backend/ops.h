@@ -148,6 +148,24 @@ typedef struct zs_ops {
                                    const float *dout, const float *q, const float *k,
                                    const float *v, const float *att, int B, int T, int NH, int NKV,
                                    int hs);
+    /* ---- memory-efficient causal attention (backend/kernels/flash.h, docs/models.md) ---- */
+
+    /* Causal self-attention over strided row views, O(T) memory: q[B,T] rows of stride ldq
+     * hold NH heads of hs, k and v rows of stride ldkv hold NKV heads (NKV divides NH; query
+     * head h reads kv head h / (NH/NKV)); GPT-2's packed qkv[B,T,3C] is q = qkv, k = qkv + C,
+     * v = qkv + 2C with ldq = ldkv = 3C. out[B,T,NH*hs] (overwritten); lse[B,NH,T] receives
+     * each row's log-sum-exp of its scaled scores, the only thing backward needs besides out.
+     * Scale 1/sqrt(hs). Keys are processed in blocks of ZS_FA_BK with an online softmax; the
+     * results are the same bits on every backend and thread count. */
+    zs_status (*flash_attention_fwd)(zs_stream_t *s, float *out, float *lse, const float *q,
+                                     const float *k, const float *v, int B, int T, int NH, int NKV,
+                                     int hs, int ldq, int ldkv);
+    /* Accumulates dq (stride ldq), dk and dv (stride ldkv), which may be views into one packed
+     * buffer as q, k, v are. delta[B,NH,T] is scratch owned by the caller (dO.O per row). */
+    zs_status (*flash_attention_bwd)(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                                     const float *dout, const float *q, const float *k,
+                                     const float *v, const float *out, const float *lse, int B,
+                                     int T, int NH, int NKV, int hs, int ldq, int ldkv);
 } zs_ops;
 
 /* The CPU backend: OpenBLAS sgemm + OpenMP loops. Always available. */

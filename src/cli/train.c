@@ -65,6 +65,8 @@ static void usage(FILE *f) {
             "  --reduce-dtype D    fp32|bf16: gradient storage and reduction [--dtype]\n"
             "  --recompute M       none|block: block keeps only each block's input and\n"
             "                      recomputes the block in its backward [none]\n"
+            "  --attention K       flash|naive: flash keeps O(T) per head and recomputes\n"
+            "                      probabilities in backward; naive keeps T x T [flash]\n"
             "  --comm NAME         auto|shm|mpi|nccl [auto, or $ZS_COMM]\n"
             "  --comm-timeout S    seconds before a stuck collective fails [300]\n"
             "evaluation and output:\n"
@@ -205,6 +207,13 @@ static int parse(int argc, char **argv, train_opts *o) {
                 o->cfg.recompute = ZS_RECOMPUTE_BLOCK;
             else
                 return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+        } else if (!strcmp(a, "--attention")) {
+            if (!strcmp(v, "flash"))
+                o->cfg.attention = ZS_ATTENTION_FLASH;
+            else if (!strcmp(v, "naive"))
+                o->cfg.attention = ZS_ATTENTION_NAIVE;
+            else
+                return zs_cli_fail(2, "--attention: '%s' is not one of flash, naive", v);
         } else if (!strcmp(a, "--stage")) {
             if (!strcmp(v, "ddp"))
                 o->cfg.stage = ZS_STAGE_DDP;
@@ -482,6 +491,7 @@ int zs_cli_train(int argc, char **argv) {
     zs_mem_estimate est;
     memset(&est, 0, sizeof est);
     zs_mem_options mo = {.recompute = o.cfg.recompute,
+                         .attention = o.cfg.attention,
                          .dtype = o.cfg.dtype,
                          .reduce_dtype = o.cfg.reduce_dtype,
                          .comm = o.cfg.comm};

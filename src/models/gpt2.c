@@ -39,7 +39,8 @@ typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [BT,C], [BT], [BT] */
     float *qkv;                       /* [BT,3C] */
     float *atty;                      /* [BT,C] */
-    float *att;                       /* [B,NH,T,T] */
+    float *att;                       /* naive attention: [B,NH,T,T] probabilities */
+    float *lse;                       /* flash attention: [B,NH,T] row log-sum-exps */
     float *res2;                      /* [BT,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fch_gelu; /* [BT,4C] */
@@ -52,6 +53,7 @@ struct zs_gpt2 {
     zs_engine_t *engine;
     const zs_layout *layout;
     int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
+    int naive;          /* ZS_ATTENTION_NAIVE: keep T x T probabilities (else flash) */
     int64_t toff[B_NT]; /* element offsets of block tensors within a block unit */
     int64_t off_wte, off_wpe, off_lnfw, off_lnfb;
     float *arena;   /* one activation allocation, carved into the fields below */
@@ -61,7 +63,8 @@ struct zs_gpt2 {
     float *logits;  /* [BT,Vp]; backward overwrites it with dlogits in place */
     float *losses;  /* [BT] */
     float *scratch; /* workspace: gradients of activations, reused per layer */
-    float *dres, *dtmp4, *dtmp4b, *dqkv, *datt, *dC;
+    float *dres, *dtmp4, *dtmp4b, *dqkv, *dC;
+    float *datt; /* naive: [B,NH,T,T] probability gradients; flash: [B,NH,T] delta rows */
 };
 
 static int unit_block(int l) {
@@ -125,18 +128,20 @@ fail:
     return st;
 }
 
-/* One block's activations (not its input or output, the kept stream), carved at *n. */
-static void carve_block(const zs_model_config *c, int B, int T, float *base, uint64_t *total,
-                        layer_acts *a) {
+/* One block's activations (not its input or output, the kept stream), carved at *n. Attention
+ * keeps [B,NH,T,T] probabilities (naive) or one log-sum-exp per row (flash). */
+static void carve_block(const zs_model_config *c, int B, int T, int naive, float *base,
+                        uint64_t *total, layer_acts *a) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
-    uint64_t att = (uint64_t)B * c->n_head * T * T;
+    uint64_t att = (uint64_t)B * c->n_head * T * (naive ? (uint64_t)T : 1);
     uint64_t n = *total;
     a->ln1 = zs_carve(base, &n, BT * C);
     a->ln1_mean = zs_carve(base, &n, BT);
     a->ln1_rstd = zs_carve(base, &n, BT);
     a->qkv = zs_carve(base, &n, BT * 3 * C);
     a->atty = zs_carve(base, &n, BT * C);
-    a->att = zs_carve(base, &n, att);
+    a->att = naive ? zs_carve(base, &n, att) : NULL;
+    a->lse = naive ? NULL : zs_carve(base, &n, att);
     a->res2 = zs_carve(base, &n, BT * C);
     a->ln2 = zs_carve(base, &n, BT * C);
     a->ln2_mean = zs_carve(base, &n, BT);
@@ -155,13 +160,13 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
     float *base = m->arena;
     layer_acts shared;
     zs_resid_carve(&m->resid, 0, base, &n, BT * C);
-    if (recompute) carve_block(c, B, T, base, &n, &shared);
+    if (recompute) carve_block(c, B, T, m->naive, base, &n, &shared);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *a = base ? &m->layers[l] : &m->layers[0];
         if (recompute)
             *a = shared;
         else
-            carve_block(c, B, T, base, &n, a);
+            carve_block(c, B, T, m->naive, base, &n, a);
         zs_resid_carve(&m->resid, l + 1, base, &n, BT * C);
     }
     m->lnf = zs_carve(base, &n, BT * C);
@@ -174,7 +179,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
 /* Workspace: logits plus the per-layer activation gradients reused across layers. */
 static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_gpt2_t *m) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
-    uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
+    uint64_t att = (uint64_t)B * c->n_head * T * (m->naive ? (uint64_t)T : 1), n = 0;
     float *base = m->scratch;
     m->logits = zs_carve(base, &n, BT * (uint64_t)c->padded_vocab);
     m->dres = zs_carve(base, &n, BT * C);
@@ -186,11 +191,13 @@ static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_gpt2_t 
     return n;
 }
 
-uint64_t zs_gpt2_workspace_bytes(const zs_model_config *cfg, int B, int T) {
+uint64_t zs_gpt2_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                 int T) {
     zs_gpt2_t tmp;
     layer_acts one;
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
+    tmp.naive = opts->attention == ZS_ATTENTION_NAIVE;
     return carve_scratch(cfg, B, T, &tmp) * sizeof(float);
 }
 
@@ -201,6 +208,7 @@ uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, const zs_model_opt
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
     tmp.resid.bf16 = opts->act_dtype == ZS_DTYPE_BF16; /* no pointer arrays: count only */
+    tmp.naive = opts->attention == ZS_ATTENTION_NAIVE;
     return carve_arena(cfg, B, T, opts->recompute == ZS_RECOMPUTE_BLOCK, &tmp) * sizeof(float);
 }
 
@@ -218,6 +226,7 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     m->engine = engine;
     m->layout = zs_engine_layout(engine);
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
+    m->naive = opts->attention == ZS_ATTENTION_NAIVE;
     const zs_layout *l = m->layout;
     ZS_REQUIRE(l->n_units == cfg->n_layer + 2, ZS_ERR_INTERNAL, "model: layout has %d units",
                l->n_units);
@@ -233,8 +242,8 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
     ZS_CHECK(zs_resid_init(&m->resid, cfg->n_layer, opts->act_dtype == ZS_DTYPE_BF16));
     ZS_CHECK(zs_model_alloc_buffers(zs_gpt2_activation_bytes(cfg, opts, max_batch, max_seq),
-                                    zs_gpt2_workspace_bytes(cfg, max_batch, max_seq), &m->arena,
-                                    &m->scratch));
+                                    zs_gpt2_workspace_bytes(cfg, opts, max_batch, max_seq),
+                                    &m->arena, &m->scratch));
     carve_arena(cfg, max_batch, max_seq, m->recompute, m);
     carve_scratch(cfg, max_batch, max_seq, m);
     *out = m;
@@ -268,7 +277,11 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     ZS_CHECK(o->layernorm_fwd(s, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + t[B_LN1W], p + t[B_LN1B],
                               BT, C));
     ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
-    ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH));
+    if (m->naive)
+        ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH));
+    else /* q | k | v packed in each row of qkv: strided views, kv heads = heads */
+        ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, B,
+                                        T, NH, NH, C / NH, 3 * C, 3 * C));
     ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->atty, p + t[B_PROJW], p + t[B_PROJB], BT, C, C));
     ZS_CHECK(o->residual_fwd(s, a->res2, x, m->dC, (size_t)BT * C));
     ZS_CHECK(o->layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W],
@@ -309,7 +322,12 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_PROJW], g + t[B_PROJB], m->dres, a->atty,
                            p + t[B_PROJW], BT, C, C));
     ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
-    ZS_CHECK(o->attention_bwd(s, m->dqkv, m->datt, m->dC, a->qkv, a->att, B, T, C, NH));
+    if (m->naive)
+        ZS_CHECK(o->attention_bwd(s, m->dqkv, m->datt, m->dC, a->qkv, a->att, B, T, C, NH));
+    else
+        ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, m->datt, m->dC,
+                                        a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,
+                                        NH, NH, C / NH, 3 * C, 3 * C));
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1,
                            p + t[B_QKVW], BT, C, 3 * C));

@@ -20,6 +20,7 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *inputs, int B, int T);
 void zs_gpt2_outputs(zs_gpt2_t *m, float **logits, float **losses);
 uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
                                   int T);
-uint64_t zs_gpt2_workspace_bytes(const zs_model_config *cfg, int B, int T);
+uint64_t zs_gpt2_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                 int T);
 
 #endif

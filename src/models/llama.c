@@ -25,7 +25,8 @@ enum { L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_GATE, L_UP, L_DOWN, L_NT };
 typedef struct layer_acts {
     float *ln1, *ln1_rstd; /* [BT,C], [BT] */
     float *q, *k, *v;      /* [BT,QD], [BT,KD], [BT,KD]; q and k after RoPE */
-    float *att;            /* [B,NH,T,T] */
+    float *att;            /* naive attention: [B,NH,T,T] probabilities */
+    float *lse;            /* flash attention: [B,NH,T] row log-sum-exps */
     float *atty;           /* [BT,QD] */
     float *res2;           /* [BT,C] residual after attention */
     float *ln2, *ln2_rstd;
@@ -38,6 +39,7 @@ struct zs_llama {
     zs_stream_t *s;
     zs_engine_t *engine;
     int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
+    int naive;          /* ZS_ATTENTION_NAIVE: keep T x T probabilities (else flash) */
     int hs, QD, KD;     /* head size, query width NH*hs, key/value width NKV*hs */
     int64_t toff[L_NT]; /* element offsets of block tensors within a block unit */
     int64_t off_embed, off_norm, off_head;
@@ -48,7 +50,8 @@ struct zs_llama {
     float *losses;  /* [BT] */
     float *scratch; /* workspace: logits and activation gradients, reused per layer */
     float *logits;  /* [BT,Vp]; backward overwrites it with dlogits in place */
-    float *dres, *dC, *dq, *dk, *dv, *datt, *dh, *dgate, *dup;
+    float *dres, *dC, *dq, *dk, *dv, *dh, *dgate, *dup;
+    float *datt; /* naive: [B,NH,T,T] probability gradients; flash: [B,NH,T] delta rows */
 };
 
 static int unit_block(int l) {
@@ -118,18 +121,20 @@ fail:
     return st;
 }
 
-/* One block's activations (not its input or output, the kept stream), carved at *total. */
-static void carve_block(const zs_model_config *c, int B, int T, float *base, uint64_t *total,
-                        layer_acts *a) {
+/* One block's activations (not its input or output, the kept stream), carved at *total.
+ * Attention keeps [B,NH,T,T] probabilities (naive) or one log-sum-exp per row (flash). */
+static void carve_block(const zs_model_config *c, int B, int T, int naive, float *base,
+                        uint64_t *total, layer_acts *a) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, F = (uint64_t)c->ffn_hidden;
     uint64_t KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
-    uint64_t att = (uint64_t)B * c->n_head * T * T, n = *total;
+    uint64_t att = (uint64_t)B * c->n_head * T * (naive ? (uint64_t)T : 1), n = *total;
     a->ln1 = zs_carve(base, &n, BT * C);
     a->ln1_rstd = zs_carve(base, &n, BT);
     a->q = zs_carve(base, &n, BT * C);
     a->k = zs_carve(base, &n, BT * KD);
     a->v = zs_carve(base, &n, BT * KD);
-    a->att = zs_carve(base, &n, att);
+    a->att = naive ? zs_carve(base, &n, att) : NULL;
+    a->lse = naive ? NULL : zs_carve(base, &n, att);
     a->atty = zs_carve(base, &n, BT * C);
     a->res2 = zs_carve(base, &n, BT * C);
     a->ln2 = zs_carve(base, &n, BT * C);
@@ -149,13 +154,13 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
     float *base = m->arena;
     layer_acts shared;
     zs_resid_carve(&m->resid, 0, base, &n, BT * C);
-    if (recompute) carve_block(c, B, T, base, &n, &shared);
+    if (recompute) carve_block(c, B, T, m->naive, base, &n, &shared);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *a = base ? &m->layers[l] : &m->layers[0];
         if (recompute)
             *a = shared;
         else
-            carve_block(c, B, T, base, &n, a);
+            carve_block(c, B, T, m->naive, base, &n, a);
         zs_resid_carve(&m->resid, l + 1, base, &n, BT * C);
     }
     m->lnf = zs_carve(base, &n, BT * C);
@@ -168,7 +173,7 @@ static uint64_t carve_arena(const zs_model_config *c, int B, int T, int recomput
 static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_llama_t *m) {
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, F = (uint64_t)c->ffn_hidden;
     uint64_t KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
-    uint64_t att = (uint64_t)B * c->n_head * T * T, n = 0;
+    uint64_t att = (uint64_t)B * c->n_head * T * (m->naive ? (uint64_t)T : 1), n = 0;
     float *base = m->scratch;
     m->logits = zs_carve(base, &n, BT * (uint64_t)c->padded_vocab);
     m->dres = zs_carve(base, &n, BT * C);
@@ -183,9 +188,11 @@ static uint64_t carve_scratch(const zs_model_config *c, int B, int T, zs_llama_t
     return n;
 }
 
-uint64_t zs_llama_workspace_bytes(const zs_model_config *cfg, int B, int T) {
+uint64_t zs_llama_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                  int T) {
     zs_llama_t tmp;
     memset(&tmp, 0, sizeof tmp);
+    tmp.naive = opts->attention == ZS_ATTENTION_NAIVE;
     return carve_scratch(cfg, B, T, &tmp) * sizeof(float);
 }
 
@@ -196,6 +203,7 @@ uint64_t zs_llama_activation_bytes(const zs_model_config *cfg, const zs_model_op
     memset(&tmp, 0, sizeof tmp);
     tmp.layers = &one;
     tmp.resid.bf16 = opts->act_dtype == ZS_DTYPE_BF16; /* no pointer arrays: count only */
+    tmp.naive = opts->attention == ZS_ATTENTION_NAIVE;
     return carve_arena(cfg, B, T, opts->recompute == ZS_RECOMPUTE_BLOCK, &tmp) * sizeof(float);
 }
 
@@ -212,6 +220,7 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
     m->s = s;
     m->engine = engine;
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
+    m->naive = opts->attention == ZS_ATTENTION_NAIVE;
     m->hs = cfg->n_embd / cfg->n_head;
     m->QD = m->hs * cfg->n_head;
     m->KD = m->hs * cfg->n_kv_head;
@@ -229,8 +238,8 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
     ZS_CHECK(zs_resid_init(&m->resid, cfg->n_layer, opts->act_dtype == ZS_DTYPE_BF16));
     ZS_CHECK(zs_model_alloc_buffers(zs_llama_activation_bytes(cfg, opts, max_batch, max_seq),
-                                    zs_llama_workspace_bytes(cfg, max_batch, max_seq), &m->arena,
-                                    &m->scratch));
+                                    zs_llama_workspace_bytes(cfg, opts, max_batch, max_seq),
+                                    &m->arena, &m->scratch));
     carve_arena(cfg, max_batch, max_seq, m->recompute, m);
     carve_scratch(cfg, max_batch, max_seq, m);
     *out = m;
@@ -268,8 +277,12 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     ZS_CHECK(zs_linear_fwd(o, s, a->v, a->ln1, p + t[L_V], NULL, BT, C, KD));
     ZS_CHECK(o->rope_fwd(s, a->q, a->q, B, T, c->n_head, m->hs, c->rope_theta));
     ZS_CHECK(o->rope_fwd(s, a->k, a->k, B, T, c->n_kv_head, m->hs, c->rope_theta));
-    ZS_CHECK(o->attention_gqa_fwd(s, a->atty, a->att, a->q, a->k, a->v, B, T, c->n_head,
-                                  c->n_kv_head, m->hs));
+    if (m->naive)
+        ZS_CHECK(o->attention_gqa_fwd(s, a->atty, a->att, a->q, a->k, a->v, B, T, c->n_head,
+                                      c->n_kv_head, m->hs));
+    else
+        ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->q, a->k, a->v, B, T, c->n_head,
+                                        c->n_kv_head, m->hs, QD, KD));
     ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->atty, p + t[L_O], NULL, BT, QD, C));
     ZS_CHECK(o->residual_fwd(s, a->res2, x, m->dC, (size_t)BT * C));
     ZS_CHECK(o->rmsnorm_fwd(s, a->ln2, a->ln2_rstd, a->res2, p + t[L_NORM2], BT, C, c->norm_eps));
@@ -314,8 +327,13 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     ZS_CHECK(o->fill(s, m->dq, 0.0f, (size_t)BT * QD));
     ZS_CHECK(o->fill(s, m->dk, 0.0f, (size_t)BT * KD));
     ZS_CHECK(o->fill(s, m->dv, 0.0f, (size_t)BT * KD));
-    ZS_CHECK(o->attention_gqa_bwd(s, m->dq, m->dk, m->dv, m->datt, m->dC, a->q, a->k, a->v, a->att,
-                                  B, T, c->n_head, c->n_kv_head, m->hs));
+    if (m->naive)
+        ZS_CHECK(o->attention_gqa_bwd(s, m->dq, m->dk, m->dv, m->datt, m->dC, a->q, a->k, a->v,
+                                      a->att, B, T, c->n_head, c->n_kv_head, m->hs));
+    else
+        ZS_CHECK(o->flash_attention_bwd(s, m->dq, m->dk, m->dv, m->datt, m->dC, a->q, a->k, a->v,
+                                        a->atty, a->lse, B, T, c->n_head, c->n_kv_head, m->hs, QD,
+                                        KD));
     /* The saved q and k are post-RoPE; their gradients go back through the inverse rotation
      * to the projections' outputs. */
     ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, m->hs, c->rope_theta));

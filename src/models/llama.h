@@ -20,7 +20,8 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *inputs, int B, int T);
 void zs_llama_outputs(zs_llama_t *m, float **logits, float **losses);
 uint64_t zs_llama_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
                                    int T);
-uint64_t zs_llama_workspace_bytes(const zs_model_config *cfg, int B, int T);
+uint64_t zs_llama_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                  int T);
 /* Real (padded-vocabulary) parameter count of the layout, without building it. */
 int64_t zs_llama_num_params(const zs_model_config *cfg);
 

@@ -56,6 +56,8 @@ zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_option
                ZS_ERR_INVALID, "model: unknown recompute mode %d", (int)opts->recompute);
     ZS_REQUIRE(opts->act_dtype == ZS_DTYPE_F32 || opts->act_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
                "model: activation dtype %s is not fp32 or bf16", zs_dtype_name(opts->act_dtype));
+    ZS_REQUIRE(opts->attention == ZS_ATTENTION_FLASH || opts->attention == ZS_ATTENTION_NAIVE,
+               ZS_ERR_INVALID, "model: unknown attention kernel %d", (int)opts->attention);
     m = calloc(1, sizeof *m);
     ZS_REQUIRE(m, ZS_ERR_OOM, "model: out of memory");
     m->arch = cfg->arch;
@@ -172,12 +174,15 @@ uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_op
     return 0;
 }
 
-uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, int B, int T) {
+uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                  int T) {
+    zs_model_options defaults = {0};
+    if (!opts) opts = &defaults;
     switch (cfg->arch) {
     case ZS_ARCH_GPT2:
-        return zs_gpt2_workspace_bytes(cfg, B, T);
+        return zs_gpt2_workspace_bytes(cfg, opts, B, T);
     case ZS_ARCH_LLAMA:
-        return zs_llama_workspace_bytes(cfg, B, T);
+        return zs_llama_workspace_bytes(cfg, opts, B, T);
     default:
         break;
     }

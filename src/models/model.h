@@ -20,6 +20,7 @@ zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout 
 typedef struct zs_model_options {
     zs_recompute recompute; /* BLOCK: keep each block's input, recompute it in backward */
     zs_dtype act_dtype;     /* kept residual stream between blocks: F32 or BF16 (models/stack.h) */
+    zs_attention attention; /* FLASH: lse[B,NH,T] per layer; NAIVE: att[B,NH,T,T] */
 } zs_model_options;
 
 /* Activation and scratch buffers for micro-batches of up to max_batch x max_seq tokens. */
@@ -45,7 +46,8 @@ zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, con
  * memory estimator. */
 uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
                                    int T);
-/* Workspace bytes (logits, activation gradients) for (B, T). */
-uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, int B, int T);
+/* Workspace bytes (logits, activation gradients) for (B, T) with opts (NULL = defaults). */
+uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                  int T);
 
 #endif

@@ -107,11 +107,12 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     for (int i = 0; i < rslots; i++)
         b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 2;
     int micro = batch / (world * grad_accum);
-    zs_model_options mo = {.recompute = opts->recompute, .act_dtype = opts->dtype};
+    zs_model_options mo = {
+        .recompute = opts->recompute, .act_dtype = opts->dtype, .attention = opts->attention};
     b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, &mo, micro, seq);
     /* Logits and activation gradients, and the batch's tokens. */
-    b[ZS_MEM_WORKSPACE] =
-        zs_model_workspace_bytes(cfg, micro, seq) + 2 * (uint64_t)micro * seq * sizeof(int32_t);
+    b[ZS_MEM_WORKSPACE] = zs_model_workspace_bytes(cfg, &mo, micro, seq) +
+                          2 * (uint64_t)micro * seq * sizeof(int32_t);
     if (g16) b[ZS_MEM_WORKSPACE] += 2 * ZS_ENGINE_CAST_CHUNK * sizeof(float);
     /* The shm backend's staging slots; "auto" picks shm when the ranks share a host, which
      * this estimate assumes. */

@@ -62,6 +62,8 @@ static zs_status validate(const zs_train_config *c, int world) {
                zs_dtype_name(c->reduce_dtype));
     ZS_REQUIRE(c->recompute == ZS_RECOMPUTE_NONE || c->recompute == ZS_RECOMPUTE_BLOCK,
                ZS_ERR_INVALID, "recompute mode %d is not none or block", (int)c->recompute);
+    ZS_REQUIRE(c->attention == ZS_ATTENTION_FLASH || c->attention == ZS_ATTENTION_NAIVE,
+               ZS_ERR_INVALID, "attention kernel %d is not flash or naive", (int)c->attention);
     ZS_REQUIRE(c->seq <= c->model.max_seq, ZS_ERR_INVALID,
                "--seq %d is longer than model %s's %d positions", c->seq, c->model.name,
                c->model.max_seq);
@@ -79,6 +81,7 @@ static const char *stage_flag(int s) {
 static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_mem_estimate est;
     zs_mem_options mo = {.recompute = c->recompute,
+                         .attention = c->attention,
                          .dtype = c->dtype,
                          .reduce_dtype = c->reduce_dtype,
                          .comm = c->comm};
@@ -167,7 +170,8 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     ec.grad_dtype = cfg->reduce_dtype;
     ZS_CHECK(zs_engine_create(&t->layout, t->ops, t->stream, &ec, &t->engine));
     ZS_CHECK(zs_engine_init_params(t->engine, cfg->seed));
-    zs_model_options mo = {.recompute = cfg->recompute, .act_dtype = cfg->dtype};
+    zs_model_options mo = {
+        .recompute = cfg->recompute, .act_dtype = cfg->dtype, .attention = cfg->attention};
     ZS_CHECK(zs_model_create_opts(&t->model_cfg, &mo, t->ops, t->stream, t->engine, t->micro,
                                   cfg->seq, &t->model));
     size_t nb = (size_t)t->micro * (size_t)cfg->seq * sizeof(int32_t);

@@ -52,4 +52,13 @@ zs_status zs_cpu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *
                                    const float *v, const float *att, int B, int T, int NH, int NKV,
                                    int hs);
 
+/* Memory-efficient attention: flash_cpu.c. */
+zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
+                                     const float *k, const float *v, int B, int T, int NH, int NKV,
+                                     int hs, int ldq, int ldkv);
+zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                                     const float *dout, const float *q, const float *k,
+                                     const float *v, const float *out, const float *lse, int B,
+                                     int T, int NH, int NKV, int hs, int ldq, int ldkv);
+
 #endif

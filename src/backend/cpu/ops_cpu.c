@@ -215,6 +215,8 @@ static const zs_ops cpu_ops = {
     .swiglu_bwd = zs_cpu_swiglu_bwd,
     .attention_gqa_fwd = zs_cpu_attention_gqa_fwd,
     .attention_gqa_bwd = zs_cpu_attention_gqa_bwd,
+    .flash_attention_fwd = zs_cpu_flash_attention_fwd,
+    .flash_attention_bwd = zs_cpu_flash_attention_bwd,
 };
 
 const zs_ops *zs_ops_cpu(void) {

@@ -425,6 +425,8 @@ static const zs_ops cuda_ops = {
     .swiglu_bwd = zs_cu_swiglu_bwd,
     .attention_gqa_fwd = zs_cu_attention_gqa_fwd,
     .attention_gqa_bwd = zs_cu_attention_gqa_bwd,
+    .flash_attention_fwd = zs_cu_flash_attention_fwd,
+    .flash_attention_bwd = zs_cu_flash_attention_bwd,
 };
 
 extern "C" const zs_ops *zs_ops_cuda(void) {

@@ -1,0 +1,158 @@
+/* CPU memory-efficient causal attention (backend/kernels/flash.h): O(T) memory per head,
+ * multi-head and grouped-query alike, with q, k and v as strided row views (GPT-2's packed
+ * q | k | v is the case NKV = NH, row stride 3C).
+ *  - Forward: a task per (batch, query head, block of ZS_FA_BQ query rows). Each key block is
+ *    copied transposed into a small per-task buffer (where it stays in L1 for the block's
+ *    rows), then every row takes its online-softmax step against it.
+ *  - Backward: a pass computes delta = dO.O per row; then a task per (batch, kv head) walks
+ *    the key blocks, and for each its group's query heads and every query row at or after
+ *    the block, recomputing probabilities from lse. The task owns its kv head's dk and dv
+ *    and its query heads' dq, so no atomics and no dependence on the thread count.
+ * Per-task buffers (4 * ZS_FA_BK * hs floats at most) come from malloc and are not counted
+ * in the memory categories, as OpenBLAS's own buffers are not. */
+#include "backend/cpu/cpu.h"
+#include "backend/kernels/flash.h"
+#include "core/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static zs_status check_shape(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
+                             int ldkv) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && NKV >= 1 && hs >= 1 && NH % NKV == 0, ZS_ERR_INVALID,
+               "%s: bad shape B=%d T=%d NH=%d NKV=%d hs=%d (NKV must divide NH)", op, B, T, NH, NKV,
+               hs);
+    ZS_REQUIRE(ldq >= NH * hs && ldkv >= NKV * hs, ZS_ERR_INVALID,
+               "%s: row strides ldq=%d ldkv=%d shorter than the heads (%d, %d)", op, ldq, ldkv,
+               NH * hs, NKV * hs);
+fail:
+    return st;
+}
+
+/* Rows j0..j0+n-1 of a [T, ld] view, hs columns from col, into dst[hs][ZS_FA_BK]. */
+static void transpose_block(float *dst, const float *src, size_t ld, int n, int hs) {
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < hs; d++)
+            dst[(size_t)d * ZS_FA_BK + j] = src[(size_t)j * ld + d];
+}
+
+zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
+                                     const float *k, const float *v, int B, int T, int NH, int NKV,
+                                     int hs, int ldq, int ldkv) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(check_shape("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
+    const int rep = NH / NKV, nqb = (T + ZS_FA_BQ - 1) / ZS_FA_BQ;
+    const size_t ldo = (size_t)NH * hs;
+    const float scale = 1.0f / sqrtf((float)hs);
+    int oom = 0;
+#pragma omp parallel for schedule(dynamic, 1)                                                      \
+    reduction(|                                                                                    \
+              : oom) if ((size_t)B * NH * T * T * hs >= ZS_CPU_PAR_MIN)
+    for (long task = 0; task < (long)B * NH * nqb; task++) {
+        int qb = (int)(task % nqb), bh = (int)(task / nqb);
+        int b = bh / NH, h = bh % NH, g = h / rep;
+        int i0 = qb * ZS_FA_BQ, nq = T - i0 < ZS_FA_BQ ? T - i0 : ZS_FA_BQ;
+        const float *kb = k + (size_t)b * T * ldkv + (size_t)g * hs;
+        const float *vb = v + (size_t)b * T * ldkv + (size_t)g * hs;
+        float m[ZS_FA_BQ], l[ZS_FA_BQ], sc[ZS_FA_BK];
+        float *kt = malloc((size_t)hs * ZS_FA_BK * sizeof *kt);
+        if (!kt) {
+            oom = 1;
+            continue;
+        }
+        for (int r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+            memset(out + ((size_t)b * T + i0 + r) * ldo + (size_t)h * hs, 0, (size_t)hs * 4);
+        }
+        for (int j0 = 0; j0 <= i0 + nq - 1; j0 += ZS_FA_BK) {
+            int n = T - j0 < ZS_FA_BK ? T - j0 : ZS_FA_BK;
+            transpose_block(kt, kb + (size_t)j0 * ldkv, (size_t)ldkv, n, hs);
+            for (int r = 0; r < nq; r++) {
+                int i = i0 + r, ni = i - j0 + 1 < n ? i - j0 + 1 : n; /* causal: keys j <= i */
+                if (ni <= 0) continue;
+                const float *qi = q + ((size_t)b * T + i) * ldq + (size_t)h * hs;
+                float *oi = out + ((size_t)b * T + i) * ldo + (size_t)h * hs;
+                zs_fa_dots(sc, qi, kt, 1, ZS_FA_BK, ni, hs, scale);
+                zs_fa_fwd_block(sc, oi, &m[r], &l[r], vb + (size_t)j0 * ldkv, (size_t)ldkv, ni, hs);
+            }
+        }
+        for (int r = 0; r < nq; r++) {
+            float *oi = out + ((size_t)b * T + i0 + r) * ldo + (size_t)h * hs;
+            lse[(size_t)bh * T + i0 + r] = zs_fa_fwd_finish(oi, m[r], l[r], hs);
+        }
+        free(kt);
+    }
+    ZS_REQUIRE(!oom, ZS_ERR_OOM, "flash_attention_fwd: out of memory for a %d x %d block buffer",
+               hs, ZS_FA_BK);
+fail:
+    return st;
+}
+
+zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                                     const float *dout, const float *q, const float *k,
+                                     const float *v, const float *out, const float *lse, int B,
+                                     int T, int NH, int NKV, int hs, int ldq, int ldkv) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(check_shape("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
+    const int rep = NH / NKV;
+    const size_t ldo = (size_t)NH * hs;
+    const float scale = 1.0f / sqrtf((float)hs);
+    int oom = 0;
+    /* delta[b,h,i] = dO_i . O_i, the row term of the softmax backward. */
+#pragma omp parallel for schedule(static) if ((size_t)B * T * NH * hs >= ZS_CPU_PAR_MIN)
+    for (long r = 0; r < (long)B * T; r++) {
+        int b = (int)(r / T), i = (int)(r % T);
+        for (int h = 0; h < NH; h++) {
+            size_t o = (size_t)r * ldo + (size_t)h * hs;
+            delta[((size_t)b * NH + h) * T + i] = zs_dot(dout + o, out + o, hs);
+        }
+    }
+#pragma omp parallel for schedule(dynamic, 1)                                                      \
+    reduction(|                                                                                    \
+              : oom) if ((size_t)B * NH * T * T * hs >= ZS_CPU_PAR_MIN)
+    for (long task = 0; task < (long)B * NKV; task++) {
+        int b = (int)(task / NKV), g = (int)(task % NKV);
+        size_t koff = (size_t)b * T * ldkv + (size_t)g * hs;
+        float sc[ZS_FA_BK], dp[ZS_FA_BK];
+        float *kt = malloc(2 * (size_t)hs * ZS_FA_BK * sizeof *kt);
+        if (!kt) {
+            oom = 1;
+            continue;
+        }
+        float *vt = kt + (size_t)hs * ZS_FA_BK;
+        for (int j0 = 0; j0 < T; j0 += ZS_FA_BK) {
+            int n = T - j0 < ZS_FA_BK ? T - j0 : ZS_FA_BK;
+            const float *kj = k + koff + (size_t)j0 * ldkv;
+            float *dkj = dk + koff + (size_t)j0 * ldkv, *dvj = dv + koff + (size_t)j0 * ldkv;
+            transpose_block(kt, kj, (size_t)ldkv, n, hs);
+            transpose_block(vt, v + koff + (size_t)j0 * ldkv, (size_t)ldkv, n, hs);
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                size_t bh = (size_t)b * NH + h;
+                for (int i = j0; i < T; i++) {
+                    int ni = i - j0 + 1 < n ? i - j0 + 1 : n;
+                    size_t qo = ((size_t)b * T + i) * ldq + (size_t)h * hs;
+                    const float *qi = q + qo;
+                    const float *dOi = dout + ((size_t)b * T + i) * ldo + (size_t)h * hs;
+                    zs_fa_dots(sc, qi, kt, 1, ZS_FA_BK, ni, hs, scale);
+                    zs_fa_dots(dp, dOi, vt, 1, ZS_FA_BK, ni, hs, 1.0f);
+                    zs_fa_bwd_block(sc, dp, lse[bh * T + i], delta[bh * T + i], scale, ni);
+                    float *dqi = dq + qo;
+                    for (int j = 0; j < ni; j++)
+                        zs_axpy_row(dqi, dp[j], kj + (size_t)j * ldkv, hs);
+                    for (int j = 0; j < ni; j++) {
+                        zs_axpy_row(dkj + (size_t)j * ldkv, dp[j], qi, hs);
+                        zs_axpy_row(dvj + (size_t)j * ldkv, sc[j], dOi, hs);
+                    }
+                }
+            }
+        }
+        free(kt);
+    }
+    ZS_REQUIRE(!oom, ZS_ERR_OOM, "flash_attention_bwd: out of memory for a %d x %d block buffer",
+               hs, ZS_FA_BK);
+fail:
+    return st;
+}

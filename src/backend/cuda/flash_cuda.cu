@@ -1,0 +1,182 @@
+/* CUDA memory-efficient causal attention: the twin of cpu/flash_cpu.c over the same per-row
+ * math (backend/kernels/flash.h), so both backends give the same bits. Every kernel walks the
+ * key blocks of ZS_FA_BK from position 0 and sums each output element's terms in the CPU's
+ * order, without atomics:
+ *  - forward: a thread per query row (b, h, i): online softmax over its key blocks, out row
+ *    and lse;
+ *  - delta: a thread per query row, dO.O;
+ *  - backward q: a thread per query row: recomputed probabilities, dq row;
+ *  - backward kv: a thread per key row (b, g, j): dk and dv, over the group's query heads in
+ *    order and, inside each, over query rows i = j..T-1 in order.
+ * This is the correctness-first form (one row per thread, K and V read from global memory);
+ * a tiled tensor-core version can replace the kernels behind the same contract, with the
+ * CPU as its oracle within a stated tolerance. */
+#include "backend/cuda/cuda_internal.h"
+#include "backend/kernels/flash.h"
+
+/* One call's strided views: q rows (stride ldq) hold NH heads of hs, k/v rows (stride ldkv)
+ * NKV heads; out and dout rows are dense NH*hs. */
+typedef struct fa_view {
+    int B, T, NH, NKV, hs;
+    size_t ldq, ldkv;
+    float scale;
+} fa_view;
+
+static __device__ size_t fa_qrow(const fa_view &a, int b, int i, int h) {
+    return ((size_t)b * a.T + i) * a.ldq + (size_t)h * a.hs;
+}
+
+static __device__ size_t fa_kvrow(const fa_view &a, int b, int j, int g) {
+    return ((size_t)b * a.T + j) * a.ldkv + (size_t)g * a.hs;
+}
+
+static __device__ size_t fa_orow(const fa_view &a, int b, int i, int h) {
+    return ((size_t)b * a.T + i) * ((size_t)a.NH * a.hs) + (size_t)h * a.hs;
+}
+
+static __global__ void fa_fwd_kernel(float *out, float *lse, const float *q, const float *k,
+                                     const float *v, fa_view a) {
+    ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
+        int i = (int)(idx % (size_t)a.T);
+        size_t bh = idx / (size_t)a.T;
+        int b = (int)(bh / (size_t)a.NH), h = (int)(bh % (size_t)a.NH);
+        int g = h / (a.NH / a.NKV);
+        const float *qi = q + fa_qrow(a, b, i, h);
+        float *oi = out + fa_orow(a, b, i, h);
+        float sc[ZS_FA_BK], m = -INFINITY, l = 0.0f;
+        for (int e = 0; e < a.hs; e++)
+            oi[e] = 0.0f;
+        for (int j0 = 0; j0 <= i; j0 += ZS_FA_BK) {
+            int n = a.T - j0 < ZS_FA_BK ? a.T - j0 : ZS_FA_BK;
+            int ni = i - j0 + 1 < n ? i - j0 + 1 : n;
+            zs_fa_dots(sc, qi, k + fa_kvrow(a, b, j0, g), a.ldkv, 1, ni, a.hs, a.scale);
+            zs_fa_fwd_block(sc, oi, &m, &l, v + fa_kvrow(a, b, j0, g), a.ldkv, ni, a.hs);
+        }
+        lse[bh * a.T + i] = zs_fa_fwd_finish(oi, m, l, a.hs);
+    }
+}
+
+static __global__ void fa_delta_kernel(float *delta, const float *dout, const float *out,
+                                       fa_view a) {
+    ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
+        int i = (int)(idx % (size_t)a.T);
+        size_t bh = idx / (size_t)a.T;
+        int b = (int)(bh / (size_t)a.NH), h = (int)(bh % (size_t)a.NH);
+        size_t o = fa_orow(a, b, i, h);
+        delta[bh * a.T + i] = zs_dot(dout + o, out + o, a.hs);
+    }
+}
+
+static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float *q, const float *k,
+                                       const float *v, const float *lse, const float *delta,
+                                       fa_view a) {
+    ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
+        int i = (int)(idx % (size_t)a.T);
+        size_t bh = idx / (size_t)a.T;
+        int b = (int)(bh / (size_t)a.NH), h = (int)(bh % (size_t)a.NH);
+        int g = h / (a.NH / a.NKV);
+        const float *qi = q + fa_qrow(a, b, i, h);
+        const float *dOi = dout + fa_orow(a, b, i, h);
+        float *dqi = dq + fa_qrow(a, b, i, h);
+        float sc[ZS_FA_BK], dp[ZS_FA_BK];
+        for (int j0 = 0; j0 <= i; j0 += ZS_FA_BK) {
+            int n = a.T - j0 < ZS_FA_BK ? a.T - j0 : ZS_FA_BK;
+            int ni = i - j0 + 1 < n ? i - j0 + 1 : n;
+            const float *kj = k + fa_kvrow(a, b, j0, g);
+            zs_fa_dots(sc, qi, kj, a.ldkv, 1, ni, a.hs, a.scale);
+            zs_fa_dots(dp, dOi, v + fa_kvrow(a, b, j0, g), a.ldkv, 1, ni, a.hs, 1.0f);
+            zs_fa_bwd_block(sc, dp, lse[bh * a.T + i], delta[bh * a.T + i], a.scale, ni);
+            for (int j = 0; j < ni; j++)
+                zs_axpy_row(dqi, dp[j], kj + (size_t)j * a.ldkv, a.hs);
+        }
+    }
+}
+
+static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout, const float *q,
+                                        const float *k, const float *v, const float *lse,
+                                        const float *delta, fa_view a) {
+    ZS_CU_FOR(idx, (size_t)a.B * a.NKV * a.T) {
+        int j = (int)(idx % (size_t)a.T);
+        size_t bg = idx / (size_t)a.T;
+        int b = (int)(bg / (size_t)a.NKV), g = (int)(bg % (size_t)a.NKV);
+        int rep = a.NH / a.NKV;
+        size_t kr = fa_kvrow(a, b, j, g);
+        for (int h = g * rep; h < (g + 1) * rep; h++) {
+            size_t bh = (size_t)b * a.NH + h;
+            for (int i = j; i < a.T; i++) {
+                const float *qi = q + fa_qrow(a, b, i, h);
+                const float *dOi = dout + fa_orow(a, b, i, h);
+                float s1, dp1;
+                zs_fa_dots(&s1, qi, k + kr, 1, 1, 1, a.hs, a.scale);
+                zs_fa_dots(&dp1, dOi, v + kr, 1, 1, 1, a.hs, 1.0f);
+                zs_fa_bwd_block(&s1, &dp1, lse[bh * a.T + i], delta[bh * a.T + i], a.scale, 1);
+                zs_axpy_row(dk + kr, dp1, qi, a.hs);
+                zs_axpy_row(dv + kr, s1, dOi, a.hs);
+            }
+        }
+    }
+}
+
+static zs_status make_view(const char *op, int B, int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                           fa_view *a) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && NKV >= 1 && hs >= 1 && NH % NKV == 0, ZS_ERR_INVALID,
+               "%s: bad shape B=%d T=%d NH=%d NKV=%d hs=%d (NKV must divide NH)", op, B, T, NH, NKV,
+               hs);
+    ZS_REQUIRE(ldq >= NH * hs && ldkv >= NKV * hs, ZS_ERR_INVALID,
+               "%s: row strides ldq=%d ldkv=%d shorter than the heads (%d, %d)", op, ldq, ldkv,
+               NH * hs, NKV * hs);
+    a->B = B;
+    a->T = T;
+    a->NH = NH;
+    a->NKV = NKV;
+    a->hs = hs;
+    a->ldq = (size_t)ldq;
+    a->ldkv = (size_t)ldkv;
+    a->scale = 1.0f / sqrtf((float)hs);
+fail:
+    return st;
+}
+
+zs_status zs_cu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
+                                    const float *k, const float *v, int B, int T, int NH, int NKV,
+                                    int hs, int ldq, int ldkv) {
+    zs_status st = ZS_OK;
+    fa_view a;
+    size_t rows = 0;
+    ZS_CHECK(make_view("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv, &a));
+    rows = (size_t)B * NH * T;
+    if (rows == 0) return ZS_OK;
+    ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
+    fa_fwd_kernel<<<zs_cu_blocks(rows), ZS_CU_THREADS, 0, zs_cu_stream(s)>>>(out, lse, q, k, v, a);
+    ZS_CUDA_CHECK_LAUNCH(fa_fwd_kernel);
+fail:
+    return st;
+}
+
+/* The q and kv passes read the delta rows the first kernel writes: stream order keeps them in
+ * sequence; they write disjoint buffers. */
+zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                                    const float *dout, const float *q, const float *k,
+                                    const float *v, const float *out, const float *lse, int B,
+                                    int T, int NH, int NKV, int hs, int ldq, int ldkv) {
+    zs_status st = ZS_OK;
+    fa_view a;
+    size_t rows = 0, kvrows = 0;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_CHECK(make_view("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv, &a));
+    rows = (size_t)B * NH * T;
+    kvrows = (size_t)B * NKV * T;
+    if (rows == 0) return ZS_OK;
+    ZS_REQUIRE(dq && dk && dv && delta && dout && q && k && v && out && lse, ZS_ERR_INVALID,
+               "flash_attention_bwd: NULL buffer");
+    fa_delta_kernel<<<zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs>>>(delta, dout, out, a);
+    ZS_CUDA_CHECK_LAUNCH(fa_delta_kernel);
+    fa_bwd_q_kernel<<<zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs>>>(dq, dout, q, k, v, lse, delta, a);
+    ZS_CUDA_CHECK_LAUNCH(fa_bwd_q_kernel);
+    fa_bwd_kv_kernel<<<zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs>>>(dk, dv, dout, q, k, v, lse,
+                                                                     delta, a);
+    ZS_CUDA_CHECK_LAUNCH(fa_bwd_kv_kernel);
+fail:
+    return st;
+}
