@@ -177,6 +177,16 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world_siz
                                        int batch, int seq, int grad_accum, int prefetch,
                                        const zs_mem_options *opts, zs_mem_estimate *out);
 
+/* What would fit under cap bytes per rank when the configuration given does not: each
+ * single change that fits, as the flags a user would add (--recompute block, a larger
+ * --grad-accum, i.e. a smaller micro-batch, a higher --stage, more ranks with --stage 3), with
+ * its per-rank total, separated by "; "; if none does alone, the smallest world size at which
+ * ZeRO-3 with --recompute block and a micro-batch of one fits. Writes a NUL-terminated text of
+ * at most n bytes to out ("" when the configuration already fits). */
+void zs_mem_fit_hint(const zs_model_config *cfg, int world_size, int stage, int batch, int seq,
+                     int grad_accum, int prefetch, const zs_mem_options *opts, uint64_t cap,
+                     char *out, size_t n);
+
 /* ---- training ------------------------------------------------------------------------ */
 
 typedef enum zs_stage {

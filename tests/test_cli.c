@@ -128,8 +128,8 @@ static void test_bad_input(void) {
     expect_fail(a, "over --device-mem 8.00 MiB");
     ZT_CHECK(strstr(g_out, "activation") && strstr(g_out, "optim_state"),
              "breakdown names categories: %s", g_out);
-    ZT_CHECK(strstr(g_out, "no stage fits on 1 rank; --stage 3 --nproc ") &&
-                 strstr(g_out, " would ("),
+    ZT_CHECK(strstr(g_out, "; would fit: ") && strstr(g_out, "--stage 3 --nproc ") &&
+                 strstr(g_out, " per rank)"),
              "suggests what fits: %s", g_out);
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "grep -c '\"final\"' %s", path("cap.jsonl"));

@@ -511,6 +511,45 @@ static void check_attention_gqa(int NH, int NKV) {
     release();
 }
 
+/* Memory-efficient attention: same bits as the CPU (backend/kernels/flash.h runs the same
+ * operations on both), for T past one key block (ZS_FA_BK = 64) with a partial last block,
+ * GQA and GPT-2's packed rows (q, k, v and their gradients as views into one buffer). */
+static void check_flash(int NH, int NKV, int packed) {
+    int B = 2, T = 70, hs = 12;
+    size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs, BT = (size_t)B * T;
+    size_t ldq = packed ? QD + 2 * KD : QD, ldkv = packed ? ldq : KD;
+    size_t nq = BT * ldq, nk = packed ? 0 : BT * KD, no = BT * QD, nl = (size_t)B * NH * T;
+    float *qb = randn(nq, 1.0f), *kb = packed ? qb + QD : randn(nk, 1.0f),
+          *vb = packed ? qb + QD + KD : randn(nk, 1.0f);
+    float *d_qb = up(qb, nq), *d_kb = packed ? d_qb + QD : up(kb, nk),
+          *d_vb = packed ? d_qb + QD + KD : up(vb, nk);
+    float *out = poisoned(no), *lse = poisoned(nl), *d_out = up(out, no), *d_lse = up(lse, nl);
+    char what[96];
+    ZT_OK(cpu->flash_attention_fwd(NULL, out, lse, qb, kb, vb, B, T, NH, NKV, hs, (int)ldq,
+                                   (int)ldkv));
+    ZT_OK(gpu->flash_attention_fwd(NULL, d_out, d_lse, d_qb, d_kb, d_vb, B, T, NH, NKV, hs,
+                                   (int)ldq, (int)ldkv));
+    snprintf(what, sizeof what, "flash_attention_fwd NH=%d NKV=%d%s out", NH, NKV,
+             packed ? " packed" : "");
+    expect_bits(what, d_out, out, no);
+    snprintf(what, sizeof what, "flash_attention_fwd NH=%d NKV=%d%s lse", NH, NKV,
+             packed ? " packed" : "");
+    expect_bits(what, d_lse, lse, nl);
+    /* Gradients accumulate onto random prefills. */
+    size_t ng = packed ? nq : nq + 2 * nk;
+    float *g0 = randn(ng, 1.0f), *g = clone(g0, ng), *d_g = up(g0, ng), *dout = randn(no, 1.0f);
+    size_t ok = packed ? QD : nq, ov = packed ? QD + KD : nq + nk;
+    ZT_OK(cpu->flash_attention_bwd(NULL, g, g + ok, g + ov, poisoned(nl), dout, qb, kb, vb, out,
+                                   lse, B, T, NH, NKV, hs, (int)ldq, (int)ldkv));
+    ZT_OK(gpu->flash_attention_bwd(NULL, d_g, d_g + ok, d_g + ov, up(poisoned(nl), nl),
+                                   up(dout, no), d_qb, d_kb, d_vb, d_out, d_lse, B, T, NH, NKV, hs,
+                                   (int)ldq, (int)ldkv));
+    snprintf(what, sizeof what, "flash_attention_bwd NH=%d NKV=%d%s dq | dk | dv (accumulate)", NH,
+             NKV, packed ? " packed" : "");
+    expect_bits(what, d_g, g, ng);
+    release();
+}
+
 /* RoPE's angles come from powf, cosf and sinf, which differ between libm and CUDA by a few
  * ulp: inv_freq by up to ~4 ulp, so the angle pos*inv_freq by ~5e-7 relative (at most
  * T * 5e-7 absolute), and cos/sin by ~2 ulp more. An output x1 c - x2 s then moves by at most
@@ -804,6 +843,9 @@ int main(void) {
     check_attention_gqa(6, 2);
     check_attention_gqa(4, 4);
     check_attention_gqa(3, 1);
+    check_flash(4, 4, 1);
+    check_flash(6, 2, 0);
+    check_flash(4, 1, 0);
     check_rope();
     check_softmax_xent(37, 40);
     check_softmax_xent(3001, 3072);

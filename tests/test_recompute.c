@@ -241,6 +241,20 @@ static void test_cli(void) {
              (double)eb.bytes[ZS_MEM_ACTIVATION] / 1073741824.0);
     ZT_CHECK(rc == 0 && strstr(rl_out, "recompute block") && strstr(rl_out, want),
              "zshard mem --recompute block: exit %d, want '%s':\n%s", rc, want, rl_out);
+    /* LLaMA-7B at its 4096 positions, ZeRO-3 on 8 ranks of 80 GB (issue 11): flash attention
+     * fits without recompute; the T x T kernel does not, and the message names what would. */
+    const char *l7 = "mem --model llama-7b --nproc 8 --stage 3 --dtype bf16 --seq 4096 --batch 8 "
+                     "--device-mem 80G";
+    snprintf(cmd, sizeof cmd, "%s %s", zt_zshard_exe(), l7);
+    rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 0 && strstr(rl_out, "flash attention") &&
+                 strstr(rl_out, "| fits in 80.00 GiB | yes |") && !strstr(rl_out, "would fit"),
+             "%s: exit %d:\n%s", l7, rc, rl_out);
+    snprintf(cmd, sizeof cmd, "%s %s --attention naive", zt_zshard_exe(), l7);
+    rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 0 && strstr(rl_out, "| fits in 80.00 GiB | **no** |") &&
+                 strstr(rl_out, "ZeRO-3 does not fit in 80.00 GiB; would fit: --recompute block ("),
+             "%s --attention naive: exit %d:\n%s", l7, rc, rl_out);
 }
 
 int main(void) {

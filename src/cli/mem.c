@@ -51,13 +51,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
             "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
-            "                  [--recompute none|block] [--dtype fp32|bf16]\n"
+            "                  [--recompute none|block] [--attention flash|naive]\n"
+            "                  [--dtype fp32|bf16]\n"
             "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|mpi|nccl]\n"
             "                  [--device-mem SIZE] [--compare]\n"
             "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
             "  copy of the parameters, --reduce-dtype the gradients' (default: --dtype); the\n"
             "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
-            "  adds a row saying which stages fit on a device of that size. comm is the shm\n"
+            "  adds a row saying which stages fit on a device of that size, and for those that\n"
+            "  do not, what would (recompute, smaller micro-batches, more ranks). comm is the shm\n"
             "  backend's staging (auto = shm, ranks on one host); mpi and nccl count none.\n"
             "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
             "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
@@ -115,6 +117,13 @@ int zs_cli_mem(int argc, char **argv) {
                 mo.recompute = ZS_RECOMPUTE_BLOCK;
             else
                 return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+        } else if (!strcmp(a, "--attention")) {
+            if (!strcmp(v, "flash"))
+                mo.attention = ZS_ATTENTION_FLASH;
+            else if (!strcmp(v, "naive"))
+                mo.attention = ZS_ATTENTION_NAIVE;
+            else
+                return zs_cli_fail(2, "--attention: '%s' is not one of flash, naive", v);
         } else if (!strcmp(a, "--stage")) {
             if (!strcmp(v, "ddp"))
                 stage = 0;
@@ -145,10 +154,10 @@ int zs_cli_mem(int argc, char **argv) {
             return zs_cli_fail(2, "mem: %s", zs_last_error());
     const zs_mem_estimate *e0 = &est[first];
     printf("zshard mem: %s, %d rank%s, %s, global batch %d x seq %d (%d per rank per "
-           "micro-batch), prefetch %d, recompute %s\n",
+           "micro-batch), prefetch %d, recompute %s, %s attention\n",
            model, nproc, nproc > 1 ? "s" : "", dtype_words(&mo), batch, seq,
-           batch / (nproc * accum), prefetch,
-           mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none");
+           batch / (nproc * accum), prefetch, mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none",
+           mo.attention == ZS_ATTENTION_NAIVE ? "naive (T x T)" : "flash");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);
@@ -185,6 +194,14 @@ int zs_cli_mem(int argc, char **argv) {
         for (int s = first; s <= last; s++)
             printf(" %s |", est[s].total <= device_mem ? "yes" : "**no**");
         printf("\n");
+        for (int s = first; s <= last; s++) {
+            if (est[s].total <= device_mem) continue;
+            char hint[512];
+            zs_mem_fit_hint(&cfg, nproc, s, batch, seq, accum, prefetch, &mo, device_mem, hint,
+                            sizeof hint);
+            printf("%s%s does not fit in %s; would fit: %s\n", s == first ? "\n" : "",
+                   STAGE_NAME[s], cap, hint);
+        }
     }
     if (compare)
         printf("\nModel states per rank: DDP %.1f GB, ZeRO-3 %.1f GB (10^9 bytes); ZeRO-3's are "

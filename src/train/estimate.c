@@ -4,6 +4,7 @@
  * `zshard mem` prints it. */
 #include "zshard.h"
 
+#include "core/alloc.h"
 #include "core/status.h"
 #include "models/model.h"
 #include "shard/engine.h"
@@ -129,4 +130,92 @@ fail:
     free(sizes);
     zs_layout_free(&l);
     return st;
+}
+
+/* Total per rank for one variant, or UINT64_MAX when it is not a valid configuration. */
+static uint64_t variant_total(const zs_model_config *cfg, int world, int stage, int batch, int seq,
+                              int accum, int prefetch, const zs_mem_options *opts) {
+    zs_mem_estimate e;
+    if (batch % (world * accum)) return UINT64_MAX;
+    if (zs_mem_estimate_compute_opts(cfg, world, stage, batch, seq, accum, prefetch, opts, &e) !=
+        ZS_OK)
+        return UINT64_MAX;
+    return e.total;
+}
+
+/* Append "; <flags> (<total> per rank)" (no leading "; " for the first). */
+static void add_hint(char *out, size_t n, const char *flags, uint64_t total) {
+    char b[32];
+    size_t len = strlen(out);
+    zs_format_bytes(total, b, sizeof b);
+    snprintf(out + len, n > len ? n - len : 0, "%s%s (%s per rank)", len ? "; " : "", flags, b);
+}
+
+void zs_mem_fit_hint(const zs_model_config *cfg, int world, int stage, int batch, int seq,
+                     int accum, int prefetch, const zs_mem_options *opts, uint64_t cap, char *out,
+                     size_t n) {
+    zs_mem_options o = opts ? *opts : (zs_mem_options){0};
+    char flags[160];
+    uint64_t t;
+    if (!n) return;
+    out[0] = 0;
+    if (variant_total(cfg, world, stage, batch, seq, accum, prefetch, &o) <= cap) return;
+    if (o.recompute == ZS_RECOMPUTE_NONE) {
+        zs_mem_options r = o;
+        r.recompute = ZS_RECOMPUTE_BLOCK;
+        if ((t = variant_total(cfg, world, stage, batch, seq, accum, prefetch, &r)) <= cap)
+            add_hint(out, n, "--recompute block", t);
+    }
+    /* Smaller micro-batches: the same global batch in more, smaller steps; with recompute too
+     * when neither fits alone. */
+    for (int both = 0; both < 2; both++) {
+        zs_mem_options r = o;
+        if (both) {
+            if (out[0] || o.recompute == ZS_RECOMPUTE_BLOCK) break;
+            r.recompute = ZS_RECOMPUTE_BLOCK;
+        }
+        for (int k = accum * 2; world * k <= batch; k *= 2) {
+            if ((t = variant_total(cfg, world, stage, batch, seq, k, prefetch, &r)) <= cap) {
+                snprintf(flags, sizeof flags, "%s--grad-accum %d (micro-batch %d)",
+                         both ? "--recompute block " : "", k, batch / (world * k));
+                add_hint(out, n, flags, t);
+                break;
+            }
+        }
+    }
+    for (int s = stage + 1; s <= 3; s++) {
+        if ((t = variant_total(cfg, world, s, batch, seq, accum, prefetch, &o)) <= cap) {
+            snprintf(flags, sizeof flags, "--stage %s",
+                     s == 0   ? "ddp"
+                     : s == 1 ? "1"
+                     : s == 2 ? "2"
+                              : "3");
+            add_hint(out, n, flags, t);
+            break;
+        }
+    }
+    /* More ranks at ZeRO-3 (the global batch rounded up to divide, as the user would). */
+    for (int w = world * 2; w <= 4096; w *= 2) {
+        int b = batch % (w * accum) ? w * accum : batch;
+        if ((t = variant_total(cfg, w, 3, b, seq, accum, prefetch, &o)) <= cap) {
+            snprintf(flags, sizeof flags, "--stage 3 --nproc %d%s", w,
+                     b != batch ? " (with --batch a multiple of the ranks)" : "");
+            add_hint(out, n, flags, t);
+            break;
+        }
+    }
+    if (out[0]) return;
+    zs_mem_options r = o;
+    r.recompute = ZS_RECOMPUTE_BLOCK;
+    for (int w = world; w <= 4096; w *= 2) {
+        int b = (batch + w - 1) / w * w; /* one sequence per rank per micro-batch */
+        if ((t = variant_total(cfg, w, 3, b, seq, b / w, prefetch, &r)) <= cap) {
+            snprintf(flags, sizeof flags,
+                     "--stage 3 --recompute block --nproc %d --grad-accum %d (micro-batch 1%s)", w,
+                     b / w, b != batch ? ", --batch rounded up" : "");
+            add_hint(out, n, flags, t);
+            return;
+        }
+    }
+    snprintf(out, n, "nothing (not even ZeRO-3 with --recompute block on 4096 ranks)");
 }

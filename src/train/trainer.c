@@ -91,39 +91,15 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_mem_stats fake;
     memset(&fake, 0, sizeof fake);
     memcpy(fake.current, est.bytes, sizeof est.bytes);
-    char need[32], cap[32], brk[400], hint[256] = "";
+    char need[32], cap[32], brk[400], hint[512] = "";
     zs_format_bytes(est.total, need, sizeof need);
     zs_format_bytes(c->device_mem, cap, sizeof cap);
     zs_mem_format_breakdown(&fake, 0, brk, sizeof brk);
-    for (int s = 0; s <= 3 && !hint[0]; s++) {
-        zs_mem_estimate e2;
-        if (zs_mem_estimate_compute_opts(&t->model_cfg, t->world, s, c->batch, c->seq,
-                                         c->grad_accum, c->prefetch, &mo, &e2) == ZS_OK &&
-            e2.total <= c->device_mem) {
-            char b2[32];
-            zs_format_bytes(e2.total, b2, sizeof b2);
-            snprintf(hint, sizeof hint, "--stage %s fits on %d rank%s (%s per rank)", stage_flag(s),
-                     t->world, t->world > 1 ? "s" : "", b2);
-        }
-    }
-    for (int w = t->world * 2; w <= 1024 && !hint[0]; w *= 2) {
-        zs_mem_estimate e2;
-        int batch = c->batch % (w * c->grad_accum) ? w * c->grad_accum : c->batch;
-        if (zs_mem_estimate_compute_opts(&t->model_cfg, w, 3, batch, c->seq, c->grad_accum,
-                                         c->prefetch, &mo, &e2) == ZS_OK &&
-            e2.total <= c->device_mem) {
-            char b2[32];
-            zs_format_bytes(e2.total, b2, sizeof b2);
-            snprintf(hint, sizeof hint,
-                     "no stage fits on %d rank%s; --stage 3 --nproc %d would (%s per rank%s)",
-                     t->world, t->world > 1 ? "s" : "", w, b2,
-                     batch != c->batch ? ", with a batch divisible by the ranks" : "");
-        }
-    }
-    if (!hint[0]) snprintf(hint, sizeof hint, "no stage fits even on 1024 ranks");
+    zs_mem_fit_hint(&t->model_cfg, t->world, c->stage, c->batch, c->seq, c->grad_accum, c->prefetch,
+                    &mo, c->device_mem, hint, sizeof hint);
     return zs_error(ZS_ERR_OOM,
                     "%s at stage %s on %d rank%s needs about %s per rank (%s), over --device-mem "
-                    "%s; %s",
+                    "%s; would fit: %s",
                     t->model_cfg.name, stage_flag(c->stage), t->world, t->world > 1 ? "s" : "",
                     need, brk, cap, hint);
 }
