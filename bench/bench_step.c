@@ -76,13 +76,13 @@ done:
 }
 
 static void usage(void) {
-    printf(
-        "usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
-        "                         [--warmup-steps N] [--data FILE] [--dtype fp32|bf16] [--json]\n"
-        "Times N training steps after warm-up (default 5 after 2) on random GPT-2 tokens\n"
-        "(vocab 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
-        "rate of the same GEMM shapes measured in this run. --dtype bf16: bf16 params,\n"
-        "grads and kept activations (the GEMMs still run in fp32 on the CPU).\n");
+    printf("usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
+           "                         [--warmup-steps N] [--data FILE] [--dtype fp32|bf16]\n"
+           "                         [--recompute none|block] [--attention flash|naive] [--json]\n"
+           "Times N training steps after warm-up (default 5 after 2) on random GPT-2 tokens\n"
+           "(vocab 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
+           "rate of the same GEMM shapes measured in this run. --dtype bf16: bf16 params,\n"
+           "grads and kept activations (the GEMMs still run in fp32 on the CPU).\n");
 }
 
 int zs_bench_step(int argc, char **argv) {
@@ -119,6 +119,16 @@ int zs_bench_step(int argc, char **argv) {
                 cfg.dtype = cfg.reduce_dtype = ZS_DTYPE_BF16;
             else if (strcmp(v, "fp32"))
                 return zs_cli_fail(2, "bench step: --dtype '%s' is not one of fp32, bf16", v);
+        } else if (!strcmp(a, "--attention")) {
+            if (!strcmp(v, "naive"))
+                cfg.attention = ZS_ATTENTION_NAIVE;
+            else if (strcmp(v, "flash"))
+                return zs_cli_fail(2, "bench step: --attention '%s' is not one of flash, naive", v);
+        } else if (!strcmp(a, "--recompute")) {
+            if (!strcmp(v, "block"))
+                cfg.recompute = ZS_RECOMPUTE_BLOCK;
+            else if (strcmp(v, "none"))
+                return zs_cli_fail(2, "bench step: --recompute '%s' is not one of none, block", v);
         } else
             return zs_cli_fail(2, "bench step: unknown flag '%s'", a);
         if (rc) return rc;
@@ -198,20 +208,24 @@ int zs_bench_step(int argc, char **argv) {
     const char *pname = par == 0 ? "sequential" : par == 1 ? "pthreads" : "openmp";
 
     if (json) {
-        printf("{\"model\":\"%s\",\"dtype\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,"
+        printf("{\"model\":\"%s\",\"dtype\":\"%s\",\"attention\":\"%s\",\"batch\":%d,\"seq\":%d,"
+               "\"steps\":%d,"
                "\"ms_per_step\":%.3f,"
                "\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops\":%.3f,"
                "\"ratio\":%.4f,\"param_hash\":\"%016llx\",\"peak_bytes\":%llu,"
                "\"blas_threads\":%d,\"blas_parallel\":\"%s\"}\n",
-               mc->name, zs_dtype_name(cfg.dtype), cfg.batch, cfg.seq, steps, med_ms, tps,
-               model_gflops, sgemm_gflops, ratio, (unsigned long long)hash,
+               mc->name, zs_dtype_name(cfg.dtype),
+               cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq, steps,
+               med_ms, tps, model_gflops, sgemm_gflops, ratio, (unsigned long long)hash,
                (unsigned long long)mem.total_peak, threads, pname);
     } else {
         char peak[32];
         zs_format_bytes(mem.total_peak, peak, sizeof peak);
-        printf("bench step: %s, %s, batch %d x seq %d, vocab %d, %d timed steps after %d "
-               "warm-up\n",
-               mc->name, zs_dtype_name(cfg.dtype), cfg.batch, cfg.seq, mc->vocab, steps, warm);
+        printf("bench step: %s, %s, %s attention, batch %d x seq %d, vocab %d, %d timed steps "
+               "after %d warm-up\n",
+               mc->name, zs_dtype_name(cfg.dtype),
+               cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq,
+               mc->vocab, steps, warm);
         printf("  OpenBLAS: %d threads (%s)\n", threads, pname);
         printf("| metric | value |\n|---|---|\n");
         printf("| ms/step (median) | %.1f |\n", med_ms);

@@ -18,6 +18,7 @@ int zs_cli_ckpt(int argc, char **argv);
 int zs_bench_step(int argc, char **argv);
 int zs_bench_comm(int argc, char **argv);
 int zs_bench_memory(int argc, char **argv);
+int zs_bench_attention(int argc, char **argv);
 
 /* Print "zshard: <msg>" to stderr; returns 1 or 2 for the caller to exit with. */
 /* DESIGN.md §4's model-state formula of a stage as text ("4Ψ + 12Ψ/N") and in bytes for psi

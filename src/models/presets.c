@@ -29,6 +29,7 @@ typedef struct llama_preset {
 /* rope_theta 10000 and norm_eps 1e-5 for all of them. */
 static const llama_preset g_llama_presets[] = {
     {"llama-tiny", 2, 4, 2, 64, 176, 256},       /* tests: grouped-query, seconds on one core */
+    {"llama-mini", 4, 4, 2, 256, 704, 2048},     /* long sequences on a CPU: 2048 positions */
     {"llama-60m", 8, 8, 8, 512, 1376, 1024},     /* GaLore's LLaMA-60M shape */
     {"llama-1b", 22, 32, 4, 2048, 5632, 2048},   /* TinyLlama-1.1B */
     {"llama-7b", 32, 32, 32, 4096, 11008, 4096}, /* LLaMA-2-7B */
@@ -36,7 +37,7 @@ static const llama_preset g_llama_presets[] = {
 
 const char *zs_model_preset_names(void) {
     return "gpt2-tiny, gpt2-mini, gpt2-small6, gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1558m, "
-           "llama-tiny, llama-60m, llama-1b, llama-7b, or a config file NAME.json";
+           "llama-tiny, llama-mini, llama-60m, llama-1b, llama-7b, or a config file NAME.json";
 }
 
 void zs_model_config_set_vocab(zs_model_config *cfg, int vocab) {
