@@ -50,6 +50,10 @@ static void test_stuck_rank(void) {
     ZT_CHECK(strstr(g_out, "ZS_ERR_TIMEOUT") && strstr(g_out, "waiting for peer rank 2"),
              "timeout must name rank 2:\n%s", g_out);
     ZT_CHECK(ct_count(g_out, "FAILED ZS_ERR_") == 2, "both other ranks must fail:\n%s", g_out);
+    /* The ranks that timed out exit first; the summary must still blame the stuck one. */
+    ZT_CHECK(strstr(g_out, "zshard run: rank 2 (pid ") &&
+                 strstr(g_out, "is the rank the others waited for"),
+             "the summary must name stuck rank 2:\n%s", g_out);
     ZT_CHECK(ct_shm_leftovers() == 0, "segment left in /dev/shm");
 }
 
