@@ -211,6 +211,7 @@ static pid_t spawn(const run_opts *o, int local, int port, const char *threads, 
         set_env_int("TORCHELASTIC_RESTART_COUNT", attempt);
         set_env_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
         setenv("ZS_JOB_ID", g_job_id, 1);
+        set_env_int("ZS_LAUNCHER_PID", (int)getppid());
         execvp(o->cmd[0], o->cmd);
         fprintf(stderr, "zshard run: cannot execute '%s': %s\n", o->cmd[0], strerror(errno));
         _exit(127);

@@ -424,15 +424,8 @@ int zs_cli_train(int argc, char **argv) {
         fflush(stdout);
     }
 
-    /* Fault injection for tests: ZS_FAULT_KILL=R:S makes rank R kill itself (SIGKILL) at the
-     * start of step S, as a crashed or OOM-killed process would die, and ZS_FAULT_STOP=R:S
-     * stops it (SIGSTOP), as a hung one would hang; only in the first attempt of a job, so
-     * that a restarted job can get past step S. */
-    int kill_rank = -1, kill_step = -1, stop_rank = -1, stop_step = -1;
-    const char *fault = getenv("ZS_FAULT_KILL"), *hang = getenv("ZS_FAULT_STOP");
-    if (!fault || restart > 0 || sscanf(fault, "%d:%d", &kill_rank, &kill_step) != 2)
-        kill_rank = -1;
-    if (!hang || restart > 0 || sscanf(hang, "%d:%d", &stop_rank, &stop_step) != 2) stop_rank = -1;
+    zs_train_faults faults;
+    zs_train_faults_read(&faults, restart);
 
     int first = 1;
     if (o.resume) {
@@ -456,8 +449,7 @@ int zs_cli_train(int argc, char **argv) {
     double t_start = zs_now_s(), train_s = 0.0, last_val = -1.0, last_loss = 0.0;
     for (step = first; step <= o.cfg.steps; step++) {
         zs_step_stats s;
-        if (rank == kill_rank && step == kill_step) raise(SIGKILL);
-        if (rank == stop_rank && step == stop_step) raise(SIGSTOP);
+        zs_train_faults_at(&faults, rank, step);
         if ((st = zs_trainer_step(t, &s)) != ZS_OK) {
             if (tty && !o.quiet) fputc('\n', stderr);
             fprintf(stderr, "zshard: step %d: %s\n", step, zs_last_error());

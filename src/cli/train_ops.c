@@ -181,6 +181,27 @@ int zs_train_relaunch(int argc, char **argv, int nproc, int max_restarts) {
     return zs_cli_fail(1, "train: relaunch through %s failed: %s", self, strerror(errno));
 }
 
+/* ---- fault injection (tests) --------------------------------------------------------------- */
+
+static void fault_read(const char *name, int restart, int *rank, int *step) {
+    const char *v = getenv(name);
+    if (!v || restart > 0 || sscanf(v, "%d:%d", rank, step) != 2) *rank = *step = -1;
+}
+
+void zs_train_faults_read(zs_train_faults *f, int restart) {
+    fault_read("ZS_FAULT_KILL", restart, &f->kill_rank, &f->kill_step);
+    fault_read("ZS_FAULT_STOP", restart, &f->stop_rank, &f->stop_step);
+    fault_read("ZS_FAULT_TERM", restart, &f->term_rank, &f->term_step);
+    const char *l = getenv("ZS_LAUNCHER_PID");
+    f->term_pid = l && atoi(l) > 0 ? (pid_t)atoi(l) : getpid();
+}
+
+void zs_train_faults_at(const zs_train_faults *f, int rank, int step) {
+    if (rank == f->kill_rank && step == f->kill_step) raise(SIGKILL);
+    if (rank == f->stop_rank && step == f->stop_step) raise(SIGSTOP);
+    if (rank == f->term_rank && step == f->term_step) kill(f->term_pid, SIGTERM);
+}
+
 /* ---- signals ------------------------------------------------------------------------------ */
 
 static volatile sig_atomic_t g_stop_sig = 0;

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* This process's rank from the launcher's variables (0 without any); on a bad environment
  * prints the error and returns 1. */
@@ -31,6 +32,19 @@ const char *zs_train_resolve_resume(const char *resume, const char *save_dir, in
 /* Re-execute as `zshard run -n nproc [--max-restarts R] -- zshard train ARGS` (without
  * --nproc and --max-restarts); returns only on failure, with the exit status. */
 int zs_train_relaunch(int argc, char **argv, int nproc, int max_restarts);
+/* Fault injection for tests, from the environment, in the first attempt of a job only (so
+ * that a restarted job gets past the step): at the start of step S rank R
+ *   ZS_FAULT_KILL=R:S  kills itself (SIGKILL), as a crashed or OOM-killed process dies;
+ *   ZS_FAULT_STOP=R:S  stops itself (SIGSTOP), as a hung process hangs;
+ *   ZS_FAULT_TERM=R:S  sends SIGTERM to its launcher (ZS_LAUNCHER_PID, set by zshard run),
+ *                      else to itself: a stop request arriving while a step runs. */
+typedef struct zs_train_faults {
+    int kill_rank, kill_step, stop_rank, stop_step, term_rank, term_step;
+    pid_t term_pid;
+} zs_train_faults;
+void zs_train_faults_read(zs_train_faults *f, int restart);
+/* Fire whichever fault is due for this rank at the start of this step. */
+void zs_train_faults_at(const zs_train_faults *f, int rank, int step);
 /* SIGINT/SIGTERM: the first sets a flag (zs_train_stop_signal), the second kills at once. */
 void zs_train_signals_install(void);
 int zs_train_stop_signal(void);
