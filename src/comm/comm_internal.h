@@ -123,8 +123,8 @@ const char *zs_coll_name(zs_coll_kind k);
 /* Run one collective now on this thread: delay, check mode, ring, backend, sticky error.
  * The single path used by the inline (sync) case and by the comm thread. */
 zs_status zs_comm_execute(zs_comm_t *c, const zs_coll *op, char *msg, size_t msg_cap);
-/* Record a failure (first one wins), log it with the ring dumped once, and have the backend mark the job
- * failed so that peers notice at once. */
+/* Record a failure (first one wins), log it with the ring dumped once, and have the backend mark
+ * the job failed so that peers notice at once. */
 void zs_comm_fail(zs_comm_t *c, zs_status st, const char *msg);
 /* Returns the sticky failure (with its message re-recorded on this thread) or ZS_OK. */
 zs_status zs_comm_check_failed(zs_comm_t *c);
