@@ -256,6 +256,10 @@ zs_status zs_trainer_param_hash(zs_trainer_t *t, uint64_t *hash);
 /* Write all fp32 master parameters, layout order, raw little-endian floats, to path (rank 0
  * writes; collective). A debugging and testing aid: compare runs element by element. */
 zs_status zs_trainer_dump_params(zs_trainer_t *t, const char *path);
+/* Collective: *any = 1 on every rank when flag is non-zero on at least one rank, else 0
+ * (e.g. "a rank was asked to stop": all ranks then stop after the same step). One small
+ * all-reduce; no communication in a world of one. */
+zs_status zs_trainer_any(zs_trainer_t *t, int flag, int *any);
 /* This process's rank and the world size (1 and 0 without a launcher). */
 int zs_trainer_rank(const zs_trainer_t *t);
 int zs_trainer_world_size(const zs_trainer_t *t);

@@ -116,6 +116,13 @@ static void test_bad_input(void) {
         {"--seq", "--seq needs a value"},
         {"--stage 5", "--stage: '5'"},
         {"--device-mem 12Q", "bad memory size"},
+        {"--batch 99999999999", "--batch: '99999999999' is out of range"},
+        {"--nproc 0", "--nproc: 0 is out of range [1, 256]"},
+        {"--nproc 300", "--nproc: 300 is out of range [1, 256]"},
+        {"--lr 1e99", "--lr: '1e99' is out of range"},
+        {"--log /nonexistent/dir/run.jsonl", "--log /nonexistent/dir/run.jsonl"},
+        {"--save-dir /proc/zshard-ckpt --steps 3", "--save-dir /proc/zshard-ckpt: cannot create"},
+        {"--resume auto", "--resume auto needs --save-dir"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(a, sizeof a, "train --data %s %s", txt, bad[i][0]);
@@ -135,6 +142,43 @@ static void test_bad_input(void) {
     snprintf(cmd, sizeof cmd, "grep -c '\"final\"' %s", path("cap.jsonl"));
     zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(atoi(g_out) == 0, "failed run's log has no final record");
+}
+
+/* Every subcommand answers --help with its usage on stdout and exit 0. */
+static void test_help(void) {
+    static const char *cmds[] = {"train",       "run",          "mem",          "bench step",
+                                 "bench comm",  "bench memory", "ckpt",         "ckpt inspect",
+                                 "ckpt export", "ckpt import",  "ckpt reshard", "help"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "%s %s --help 2>/dev/null", zt_zshard_exe(), cmds[i]);
+        int rc = zt_run(cmd, g_out, sizeof g_out);
+        ZT_CHECK(rc == 0 && strstr(g_out, "usage"), "`zshard %s --help`: exit %d: %s", cmds[i], rc,
+                 g_out);
+    }
+}
+
+/* A save dir holding another run's checkpoints is refused before training, unless the run
+ * says it continues them. */
+static void test_save_dir_reuse(void) {
+    char a[2048];
+    snprintf(a, sizeof a,
+             "timeout 120 %s train --data %s --steps 2 --batch 4 --seq 32 --sample-len 0 "
+             "--val-every 0 --quiet --save-dir %s",
+             zt_zshard_exe(), path("ok.txt"), path("reuse"));
+    int rc = zt_run(a, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0, "first run into the save dir: %d %s", rc, g_out);
+    snprintf(a, sizeof a, "train --data %s --model llama-tiny --steps 2 --save-dir %s",
+             path("ok.txt"), path("reuse"));
+    expect_fail(a, "already holds checkpoints of another run");
+    ZT_CHECK(strstr(g_out, "model gpt2-tiny, step 2"), "names what it holds: %s", g_out);
+    /* --resume auto continues it */
+    snprintf(a, sizeof a,
+             "timeout 120 %s train --data %s --steps 4 --batch 4 --seq 32 --sample-len 0 "
+             "--val-every 0 --save-dir %s --resume auto",
+             zt_zshard_exe(), path("ok.txt"), path("reuse"));
+    rc = zt_run(a, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0 && strstr(g_out, "at step 2"), "--resume auto: exit %d: %s", rc, g_out);
 }
 
 static void run_train(const char *log, const char *extra) {
@@ -185,12 +229,25 @@ static void test_train_runs(void) {
     run_train(path("c.jsonl"), "--seed 99");
     read_hash(path("c.jsonl"), h3, &s, &fin);
     ZT_CHECK(strcmp(h1, h3) != 0, "another seed gives another param_hash");
+
+    /* --quiet: the summary, no progress and no sample */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "timeout 120 %s train --data %s --batch 4 --seq 32 --steps 3 --sample-len 20 "
+             "--sample-every 1 --quiet",
+             zt_zshard_exe(), path("ok.txt"));
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0 && strstr(g_out, "summary:") && !strstr(g_out, "sample") &&
+                 !strstr(g_out, "step 1"),
+             "--quiet: exit %d: %s", rc, g_out);
 }
 
 int main(void) {
     zt_init("cli");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
     test_bad_input();
+    test_help();
+    test_save_dir_reuse();
     test_train_runs();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -43,6 +43,14 @@ static void kill_case(const char *corpus, int nproc, const char *stage, int vict
     ZT_CHECK(strstr(g_out, want) != NULL, "survivor names the dead peer: %s", g_out);
     ZT_CHECK(strstr(g_out, "tag '") != NULL, "error names the collective's tag (unit)");
     ZT_CHECK(strstr(g_out, "summary:") == NULL, "no run summary is printed for a failed job");
+    /* One error line and one verdict per survivor, not their 64-entry collective rings
+     * (about 200 lines at 4 ranks before the ring went to a file). */
+    int lines = 0;
+    for (const char *c = g_out; *c; c++)
+        lines += *c == '\n';
+    ZT_CHECK(lines <= 12 + 2 * nproc, "N=%d: %d lines of output:\n%s", nproc, lines, g_out);
+    ZT_CHECK(strstr(g_out, "collectives of rank ") && strstr(g_out, " written to "),
+             "the ring's file is named: %s", g_out);
     const char *lp = strstr(g_out, "launcher=");
     long pid = lp ? atol(lp + 9) : 0;
     ZT_CHECK(pid > 0, "launcher pid printed");

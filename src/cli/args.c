@@ -3,16 +3,20 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int zs_arg_int(const char *flag, const char *text, int *out) {
     char *end = NULL;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (end == text || *end || errno || v < INT_MIN || v > INT_MAX)
-        return zs_cli_fail(2, "%s: '%s' is not an integer", flag, text);
+    if (end == text || *end) return zs_cli_fail(2, "%s: '%s' is not an integer", flag, text);
+    /* A number too large for the flag is not a typo of a number: say which it is. */
+    if (errno == ERANGE || v < INT_MIN || v > INT_MAX)
+        return zs_cli_fail(2, "%s: '%s' is out of range [%d, %d]", flag, text, INT_MIN, INT_MAX);
     *out = (int)v;
     return 0;
 }
@@ -21,8 +25,10 @@ int zs_arg_float(const char *flag, const char *text, float *out) {
     char *end = NULL;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || *end || errno || !isfinite(v))
+    if (end == text || *end || (errno && errno != ERANGE) || isnan(v))
         return zs_cli_fail(2, "%s: '%s' is not a number", flag, text);
+    if (errno == ERANGE || !isfinite(v) || fabs(v) > FLT_MAX)
+        return zs_cli_fail(2, "%s: '%s' is out of range", flag, text);
     *out = (float)v;
     return 0;
 }
@@ -32,10 +38,23 @@ int zs_arg_u64(const char *flag, const char *text, uint64_t *out) {
     errno = 0;
     if (text[0] == '-') return zs_cli_fail(2, "%s: '%s' must not be negative", flag, text);
     unsigned long long v = strtoull(text, &end, 0);
-    if (end == text || *end || errno)
+    if (end == text || *end)
         return zs_cli_fail(2, "%s: '%s' is not a non-negative integer", flag, text);
+    if (errno == ERANGE) return zs_cli_fail(2, "%s: '%s' is out of range (64 bits)", flag, text);
     *out = (uint64_t)v;
     return 0;
+}
+
+int zs_arg_int_range(const char *flag, const char *text, int lo, int hi, int *out) {
+    int v = 0, rc = zs_arg_int(flag, text, &v);
+    if (rc) return rc;
+    if (v < lo || v > hi) return zs_cli_fail(2, "%s: %d is out of range [%d, %d]", flag, v, lo, hi);
+    *out = v;
+    return 0;
+}
+
+int zs_arg_is_help(const char *a) {
+    return !strcmp(a, "--help") || !strcmp(a, "-h");
 }
 
 const char *zs_arg_value(int argc, char **argv, int *i) {

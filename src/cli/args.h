@@ -8,6 +8,10 @@
 /* Each returns 0 on success, or prints "zshard: FLAG: ..." and returns 2. */
 int zs_arg_int(const char *flag, const char *text, int *out);
 int zs_arg_float(const char *flag, const char *text, float *out);
+/* zs_arg_int, then "FLAG: V is out of range [lo, hi]" outside [lo, hi]. */
+int zs_arg_int_range(const char *flag, const char *text, int lo, int hi, int *out);
+/* 1 for "--help" and "-h". */
+int zs_arg_is_help(const char *a);
 int zs_arg_u64(const char *flag, const char *text, uint64_t *out);
 /* Value of the flag at argv[*i]: advances *i; NULL (with a message) if it is missing. */
 const char *zs_arg_value(int argc, char **argv, int *i);

@@ -82,6 +82,10 @@ static int parse(int argc, char **argv, ckpt_args *a) {
     for (int i = 2; i < argc; i++) {
         const char *s = argv[i], *v;
         int rc = 0;
+        if (zs_arg_is_help(s)) {
+            usage(stdout);
+            return -1;
+        }
         if (strncmp(s, "--", 2)) {
             if (a->npos == 2) return zs_cli_fail(2, "ckpt: unexpected argument '%s'", s);
             a->pos[a->npos++] = s;
@@ -127,7 +131,7 @@ int zs_cli_ckpt(int argc, char **argv) {
     const char *cmd = argv[1];
     ckpt_args a;
     int rc = parse(argc, argv, &a), llmc = 0;
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     zs_status st = ZS_OK;
     if (!strcmp(cmd, "inspect")) {
         if (a.npos != 1) return zs_cli_fail(2, "usage: zshard ckpt inspect DIR");

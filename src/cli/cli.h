@@ -20,12 +20,27 @@ int zs_bench_comm(int argc, char **argv);
 int zs_bench_memory(int argc, char **argv);
 int zs_bench_attention(int argc, char **argv);
 
-/* Print "zshard: <msg>" to stderr; returns 1 or 2 for the caller to exit with. */
 /* DESIGN.md §4's model-state formula of a stage as text ("4Ψ + 12Ψ/N") and in bytes for psi
  * (padded) parameters on world ranks (zs_mem_formula). */
 const char *zs_cli_formula_text(int stage, const zs_mem_options *mo, char *buf, size_t n);
 uint64_t zs_cli_formula_bytes(int stage, const zs_mem_options *mo, uint64_t psi, int world);
 
+/* Print "zshard: <msg>" to stderr; returns 1 or 2 for the caller to exit with. */
 int zs_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Threads (threads.c). Cores this process may use: its affinity mask, capped by the cgroup
+ * CPU quota. */
+int zs_cli_cores(void);
+/* max(1, cores / local_ranks): the OpenMP threads of one of local_ranks ranks. */
+int zs_cli_thread_share(int local_ranks);
+/* A warning on stderr when threads x local_ranks exceeds the cores; var names the setting. */
+void zs_cli_warn_oversubscribed(const char *var, int threads, int local_ranks);
+/* main's argv, for zs_cli_threads_setup's re-exec. */
+void zs_cli_set_argv(char **argv);
+/* Set OMP_NUM_THREADS, OPENBLAS_NUM_THREADS (the rank's share) and OMP_WAIT_POLICY=passive
+ * where the user left them unset, and re-exec so that the OpenMP runtime reads them; warns
+ * when the user's OMP_NUM_THREADS oversubscribes the cores. Returns only when nothing changed
+ * (or the exec failed). */
+int zs_cli_threads_setup(void);
 
 #endif

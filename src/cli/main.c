@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    zs_cli_set_argv(argv);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "train")) return zs_cli_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return zs_cli_run(argc - 1, argv + 1);

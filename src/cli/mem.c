@@ -60,7 +60,8 @@ static void usage(FILE *f) {
             "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
             "  adds a row saying which stages fit on a device of that size, and for those that\n"
             "  do not, what would (recompute, smaller micro-batches, more ranks). comm is the shm\n"
-            "  backend's staging (auto = shm, ranks on one host); mpi and nccl count none.\n"
+            "  backend's staging (auto = shm, ranks on one host), or mpi's fp32 reduction\n"
+            "  staging; memory MPI and NCCL allocate themselves is not counted.\n"
             "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
             "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
 }

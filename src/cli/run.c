@@ -3,6 +3,7 @@
  * rank fails it gives the others a moment to report, then stops them (SIGTERM, then
  * SIGKILL) and exits non-zero with one line naming the rank and how it failed. */
 #include "cli/cli.h"
+#include "cli/run.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -19,29 +20,22 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_LOCAL 256
+#define MAX_LOCAL ZS_RUN_MAX_LOCAL
 
-typedef struct rank_proc {
-    pid_t pid;
-    int out_fd, err_fd;
-    char out_buf[4096], err_buf[4096];
-    size_t out_len, err_len;
-    int running;
-    int status;     /* from waitpid */
-    int on_its_own; /* ended before the launcher signalled it */
-} rank_proc;
+typedef zs_rank_proc rank_proc;
 
 typedef struct run_opts {
-    int nproc, nnodes, node_rank, port, threads, prefix;
+    int nproc, nnodes, node_rank, port, threads, prefix, max_restarts;
     const char *addr;
-    double drain_s, kill_grace_s;
+    double drain_s, kill_grace_s, backoff_s;
     char **cmd;
 } run_opts;
 
-static volatile sig_atomic_t g_signal = 0;
+static volatile sig_atomic_t g_signal = 0, g_nsignals = 0;
 
 static void on_signal(int sig) {
-    g_signal = sig;
+    if (!g_signal) g_signal = sig;
+    g_nsignals++;
 }
 
 static double now_s(void) {
@@ -55,9 +49,12 @@ static void usage(FILE *f) {
             "usage: zshard run -n N [options] -- COMMAND [ARGS...]\n"
             "\n"
             "Starts N local ranks of COMMAND with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
-            "MASTER_ADDR, MASTER_PORT set (torchrun's variables) and OMP_NUM_THREADS =\n"
-            "OPENBLAS_NUM_THREADS = max(1, cores / N). When a rank fails the others are stopped\n"
-            "and the exit status is non-zero.\n"
+            "MASTER_ADDR, MASTER_PORT set (torchrun's variables) and, unless already set,\n"
+            "OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = max(1, cores / N) and\n"
+            "OMP_WAIT_POLICY=passive. When a rank fails the others are stopped, the summary\n"
+            "names the rank at fault with its message, and the exit status is non-zero.\n"
+            "SIGINT/SIGTERM are passed to every rank (zshard train saves and stops after its\n"
+            "current step); a second one kills them at once.\n"
             "\n"
             "options:\n"
             "  -n, --nproc-per-node N  local ranks (required)\n"
@@ -65,7 +62,12 @@ static void usage(FILE *f) {
             "  --node-rank K           this host's index (default 0)\n"
             "  --master-addr A         rank 0's host (default 127.0.0.1)\n"
             "  --master-port P         rendezvous port (default: a free port; required if M > 1)\n"
-            "  --threads T             threads per rank instead of cores / N\n"
+            "  --threads T             threads per rank instead of cores / N (or\n"
+            "                          $OMP_NUM_THREADS when set)\n"
+            "  --max-restarts R        restart the whole job up to R times after a rank fails\n"
+            "                          (TORCHELASTIC_RESTART_COUNT tells the ranks) [0]\n"
+            "  --restart-backoff S     seconds before the first restart, doubling (at most\n"
+            "                          60) for each next one [1]\n"
             "  --drain S               seconds failed-job ranks get to exit by themselves\n"
             "                          before SIGTERM (default 3)\n"
             "  --kill-grace S          seconds between SIGTERM and SIGKILL (default 5)\n"
@@ -90,6 +92,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     o->addr = NULL;
     o->drain_s = 3.0;
     o->kill_grace_s = 5.0;
+    o->backoff_s = 1.0;
+    o->max_restarts = 0;
     o->cmd = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -116,6 +120,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             bad = parse_int(v, 1, 65535, &o->port);
         else if (!strcmp(a, "--threads"))
             bad = parse_int(v, 1, 4096, &o->threads);
+        else if (!strcmp(a, "--max-restarts"))
+            bad = parse_int(v, 0, 1000, &o->max_restarts);
+        else if (!strcmp(a, "--restart-backoff"))
+            bad = (o->backoff_s = atof(v)) < 0;
         else if (!strcmp(a, "--master-addr"))
             o->addr = v;
         else if (!strcmp(a, "--drain"))
@@ -124,7 +132,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             bad = (o->kill_grace_s = atof(v)) < 0;
         else
             return zs_cli_fail(2, "run: unknown option '%s' (see zshard run --help)", a);
-        if (bad) return zs_cli_fail(2, "run: bad value '%s' for %s", v, a);
+        if (bad) return zs_cli_fail(2, "run: %s: '%s' is not a number in range", a, v);
         i++;
     }
     if (!o->cmd || !o->cmd[0])
@@ -155,13 +163,6 @@ static int free_port(void) {
     return port;
 }
 
-static int num_cores(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 static void set_env_int(const char *name, int v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%d", v);
@@ -182,7 +183,8 @@ static void set_job_id(void) {
         snprintf(g_job_id, sizeof g_job_id, "%d", (int)getpid());
 }
 
-static pid_t spawn(const run_opts *o, int local, int port, int threads, rank_proc *rp) {
+static pid_t spawn(const run_opts *o, int local, int port, const char *threads, int attempt,
+                   rank_proc *rp) {
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) return -1;
     pid_t pid = fork();
@@ -201,9 +203,15 @@ static pid_t spawn(const run_opts *o, int local, int port, int threads, rank_pro
         set_env_int("NODE_RANK", o->node_rank);
         setenv("MASTER_ADDR", o->addr ? o->addr : "127.0.0.1", 1);
         set_env_int("MASTER_PORT", port);
-        set_env_int("OMP_NUM_THREADS", threads);
-        set_env_int("OPENBLAS_NUM_THREADS", threads);
+        /* The user's own thread settings win (--threads, then the environment). */
+        if (threads) setenv("OMP_NUM_THREADS", threads, 1);
+        if (threads || !getenv("OPENBLAS_NUM_THREADS"))
+            setenv("OPENBLAS_NUM_THREADS", getenv("OMP_NUM_THREADS"), 1);
+        setenv("OMP_WAIT_POLICY", "passive", 0);
+        set_env_int("TORCHELASTIC_RESTART_COUNT", attempt);
+        set_env_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
         setenv("ZS_JOB_ID", g_job_id, 1);
+        set_env_int("ZS_LAUNCHER_PID", (int)getppid());
         execvp(o->cmd[0], o->cmd);
         fprintf(stderr, "zshard run: cannot execute '%s': %s\n", o->cmd[0], strerror(errno));
         _exit(127);
@@ -212,39 +220,36 @@ static pid_t spawn(const run_opts *o, int local, int port, int threads, rank_pro
     close(out[1]);
     close(err[1]);
     rp->pid = pid;
+    rp->rank = o->node_rank * o->nproc + local;
     rp->out_fd = out[0];
     rp->err_fd = err[0];
     rp->running = 1;
     return pid;
 }
 
-/* Forward complete lines with the rank prefix; at EOF (final) flush the partial line. */
-static void emit(FILE *f, int rank, int prefix, char *buf, size_t *len, int final) {
+/* Pass complete lines on; at EOF (final) also the partial last line, and a line longer than
+ * the buffer in pieces. */
+static void emit(rank_proc *rp, int prefix, int is_err, char *buf, size_t *len, int final) {
     size_t start = 0;
     for (size_t i = 0; i < *len; i++) {
         if (buf[i] != '\n') continue;
-        if (prefix) fprintf(f, "[%d] ", rank);
-        fwrite(buf + start, 1, i + 1 - start, f);
+        zs_run_line(rp, prefix, is_err, buf + start, i - start);
         start = i + 1;
     }
-    if ((final || start == 0) && start < *len && (final || *len == 4096)) {
-        if (prefix) fprintf(f, "[%d] ", rank);
-        fwrite(buf + start, 1, *len - start, f);
-        fputc('\n', f);
+    if ((final || start == 0) && start < *len && (final || *len == ZS_RUN_LINE)) {
+        zs_run_line(rp, prefix, is_err, buf + start, *len - start);
         start = *len;
     }
     memmove(buf, buf + start, *len - start);
     *len -= start;
-    fflush(f);
 }
 
-static void pump(rank_proc *rp, int rank, int prefix, int which, int final) {
+static void pump(rank_proc *rp, int prefix, int which, int final) {
     int *fd = which ? &rp->err_fd : &rp->out_fd;
     char *buf = which ? rp->err_buf : rp->out_buf;
     size_t *len = which ? &rp->err_len : &rp->out_len;
-    FILE *f = which ? stderr : stdout;
     if (*fd >= 0 && !final) {
-        ssize_t n = read(*fd, buf + *len, 4096 - *len);
+        ssize_t n = read(*fd, buf + *len, ZS_RUN_LINE - *len);
         if (n > 0) *len += (size_t)n;
         if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
             close(*fd);
@@ -252,17 +257,7 @@ static void pump(rank_proc *rp, int rank, int prefix, int which, int final) {
             final = 1;
         }
     }
-    emit(f, rank, prefix, buf, len, final);
-}
-
-static void describe(int status, char *buf, size_t cap) {
-    if (WIFEXITED(status))
-        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
-    else if (WIFSIGNALED(status))
-        snprintf(buf, cap, "was killed by signal %d (%s)", WTERMSIG(status),
-                 strsignal(WTERMSIG(status)));
-    else
-        snprintf(buf, cap, "ended with wait status %d", status);
+    emit(rp, prefix, which, buf, len, final);
 }
 
 /* Remove any /dev/shm segment of this job that a rank killed mid-setup left behind. */
@@ -286,46 +281,38 @@ static void signal_all(rank_proc *rp, int n, int sig) {
         if (rp[i].running) kill(-rp[i].pid, sig);
 }
 
-int zs_cli_run(int argc, char **argv) {
-    run_opts o;
-    int rc = parse_args(argc, argv, &o);
-    if (rc) return rc == 1 ? 0 : rc;
-    int port = o.port ? o.port : free_port();
+/* One attempt of the job: start every local rank, pass their output on, and when one fails
+ * give the others --drain seconds, then SIGTERM, then SIGKILL. On SIGINT/SIGTERM to the
+ * launcher the ranks get SIGTERM and all the time they need to stop cleanly (zshard train
+ * finishes its step and saves); a second signal kills them. */
+static int run_attempt(const run_opts *o, const char *threads, int attempt, zs_run_job *j) {
+    rank_proc *rp = j->rp;
+    memset(rp, 0, (size_t)o->nproc * sizeof *rp);
+    j->failed = -1;
+    j->fail_status = 0;
+    j->interrupted = 0;
+    int port = o->port ? o->port : free_port();
     if (port <= 0) return zs_cli_fail(1, "run: cannot find a free port for the rendezvous");
-    int threads = o.threads ? o.threads : num_cores() / o.nproc;
-    if (threads < 1) threads = 1;
-
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    rank_proc *rp = calloc((size_t)o.nproc, sizeof *rp);
-    if (!rp) return zs_cli_fail(1, "run: out of memory");
     int nrun = 0;
-    set_job_id();
-    for (int i = 0; i < o.nproc; i++) {
-        if (spawn(&o, i, port, threads, &rp[i]) < 0) {
+    for (int i = 0; i < o->nproc; i++) {
+        if (spawn(o, i, port, threads, attempt, &rp[i]) < 0) {
             signal_all(rp, i, SIGKILL);
             return zs_cli_fail(1, "run: cannot start rank %d: %s", i, strerror(errno));
         }
         nrun++;
     }
 
-    int failed = -1, fail_status = 0, interrupted = 0, termed = 0;
+    int termed = 0, killed = 0;
     double fail_t = 0, term_t = 0;
     struct pollfd pfd[2 * MAX_LOCAL];
-    int open_fds = 2 * o.nproc;
+    int open_fds = 2 * o->nproc;
     double all_exited_t = 0;
     while (nrun > 0 || open_fds > 0) {
         /* A rank's own children may hold its pipes open after it exits: do not wait long. */
         if (nrun == 0 && all_exited_t == 0) all_exited_t = now_s();
         if (nrun == 0 && now_s() - all_exited_t > 2.0) break;
         int np = 0, owner[2 * MAX_LOCAL], which[2 * MAX_LOCAL];
-        for (int i = 0; i < o.nproc; i++) {
+        for (int i = 0; i < o->nproc; i++) {
             if (rp[i].out_fd >= 0) {
                 pfd[np] = (struct pollfd){rp[i].out_fd, POLLIN, 0};
                 owner[np] = i, which[np++] = 0;
@@ -338,81 +325,128 @@ int zs_cli_run(int argc, char **argv) {
         open_fds = np;
         int pr = poll(pfd, (nfds_t)np, 50);
         for (int k = 0; pr > 0 && k < np; k++)
-            if (pfd[k].revents)
-                pump(&rp[owner[k]], o.node_rank * o.nproc + owner[k], o.prefix, which[k], 0);
+            if (pfd[k].revents) pump(&rp[owner[k]], o->prefix, which[k], 0);
 
         int status;
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-            for (int i = 0; i < o.nproc; i++) {
+            for (int i = 0; i < o->nproc; i++) {
                 if (rp[i].pid != pid || !rp[i].running) continue;
                 rp[i].running = 0;
                 rp[i].status = status;
                 rp[i].on_its_own = !termed;
                 nrun--;
                 int bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-                if (bad && failed < 0 && !interrupted) {
-                    failed = i;
-                    fail_status = status;
+                if (bad && j->failed < 0 && !j->interrupted) {
+                    j->failed = i;
+                    j->fail_status = status;
                     fail_t = now_s();
                 }
             }
         }
         double t = now_s();
-        if (g_signal && !interrupted) {
-            interrupted = 1;
-            signal_all(rp, o.nproc, SIGTERM);
+        if (g_signal && !j->interrupted) {
+            j->interrupted = (int)g_signal;
+            signal_all(rp, o->nproc, SIGTERM);
+            termed = 1;
+        }
+        if (j->interrupted && g_nsignals > 1 && !killed) {
+            signal_all(rp, o->nproc, SIGKILL);
+            killed = 1;
+        }
+        if (j->failed >= 0 && !termed && nrun > 0 && t - fail_t >= o->drain_s) {
+            signal_all(rp, o->nproc, SIGTERM);
             termed = 1;
             term_t = t;
         }
-        if (failed >= 0 && !termed && nrun > 0 && t - fail_t >= o.drain_s) {
-            signal_all(rp, o.nproc, SIGTERM);
-            termed = 1;
-            term_t = t;
-        }
-        if (termed && nrun > 0 && t - term_t >= o.kill_grace_s) {
-            signal_all(rp, o.nproc, SIGKILL);
-            term_t = t + 1e9; /* once */
+        if (termed && !j->interrupted && !killed && nrun > 0 && t - term_t >= o->kill_grace_s) {
+            signal_all(rp, o->nproc, SIGKILL);
+            killed = 1;
         }
     }
-    for (int i = 0; i < o.nproc; i++) {
-        pump(&rp[i], o.node_rank * o.nproc + i, o.prefix, 0, 1);
-        pump(&rp[i], o.node_rank * o.nproc + i, o.prefix, 1, 1);
+    for (int i = 0; i < o->nproc; i++) {
+        pump(&rp[i], o->prefix, 0, 1);
+        pump(&rp[i], o->prefix, 1, 1);
     }
     clean_shm();
+    return 0;
+}
 
-    int code = 0;
-    if (interrupted) {
-        fprintf(stderr, "zshard run: interrupted by signal %d (%s); stopped all %d ranks\n",
-                (int)g_signal, strsignal((int)g_signal), o.nproc);
-        code = 128 + (int)g_signal;
-    } else if (failed >= 0) {
-        char how[128];
-        describe(fail_status, how, sizeof how);
-        int others = 0, same = 0;
-        for (int i = 0; i < o.nproc; i++) {
-            if (i != failed && !(WIFEXITED(rp[i].status) && WEXITSTATUS(rp[i].status) == 0))
-                others++;
-            same += rp[i].on_its_own && rp[i].status == fail_status;
-        }
-        /* Every rank stopped by itself the same way (e.g. the same bad flag or file, seen by
-         * each): say so, so that the first one to go is not taken for the only culprit. */
-        if (same == o.nproc && o.nproc > 1)
-            fprintf(stderr,
-                    "zshard run: rank %d (pid %d) %s first; all %d local ranks ended that way on "
-                    "their own, so it is likely the same failure everywhere (see the messages "
-                    "above; world of %d)\n",
-                    o.node_rank * o.nproc + failed, (int)rp[failed].pid, how, o.nproc,
-                    o.nnodes * o.nproc);
-        else
-            fprintf(stderr,
-                    "zshard run: rank %d (pid %d) %s; %d other rank%s failed or %s stopped "
-                    "(world of %d)\n",
-                    o.node_rank * o.nproc + failed, (int)rp[failed].pid, how, others,
-                    others == 1 ? "" : "s", others == 1 ? "was" : "were", o.nnodes * o.nproc);
-        code = WIFEXITED(fail_status) ? WEXITSTATUS(fail_status) : 128 + WTERMSIG(fail_status);
-        if (code == 0) code = 1;
+/* Sleep s seconds unless a signal arrives; returns non-zero when one did. */
+static int backoff(double s) {
+    double end = now_s() + s;
+    while (!g_signal && now_s() < end)
+        poll(NULL, 0, 20);
+    return g_signal != 0;
+}
+
+int zs_cli_run(int argc, char **argv) {
+    run_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    /* Threads per rank: --threads, else the user's OMP_NUM_THREADS, else a share of the cores
+     * this launcher may use (affinity mask, cgroup quota). */
+    char threads[16] = "";
+    const char *user = getenv("OMP_NUM_THREADS");
+    if (o.threads) {
+        snprintf(threads, sizeof threads, "%d", o.threads);
+        zs_cli_warn_oversubscribed("--threads", o.threads, o.nproc);
+    } else if (user && atoi(user) > 0) {
+        zs_cli_warn_oversubscribed("OMP_NUM_THREADS", atoi(user), o.nproc);
+    } else {
+        snprintf(threads, sizeof threads, "%d", zs_cli_thread_share(o.nproc));
     }
-    free(rp);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    zs_run_job j;
+    memset(&j, 0, sizeof j);
+    j.rp = calloc((size_t)o.nproc, sizeof *j.rp);
+    if (!j.rp) return zs_cli_fail(1, "run: out of memory");
+    j.nproc = o.nproc;
+    j.world = o.nnodes * o.nproc;
+    j.prefix = o.prefix;
+    set_job_id();
+    int code = 0, restarts = 0;
+    char last[1400];
+    for (int attempt = 0;; attempt++) {
+        if ((rc = run_attempt(&o, threads[0] ? threads : NULL, attempt, &j))) {
+            code = rc;
+            break;
+        }
+        code = zs_run_report(&j, last, sizeof last);
+        /* A job stopped by a signal (given to the launcher or to the ranks: 128+SIGINT or
+         * SIGTERM) was asked to stop; it did not fail, so it is not restarted. */
+        int asked = j.interrupted || code == 128 + SIGINT || code == 128 + SIGTERM;
+        if (code == 0 || asked || o.max_restarts == 0) break;
+        if (attempt >= o.max_restarts) {
+            fprintf(stderr, "zshard run: giving up after %d restart%s; the last failure: %s\n",
+                    attempt, attempt == 1 ? "" : "s", last);
+            break;
+        }
+        double wait = o.backoff_s;
+        for (int k = 0; k < attempt && wait < 60; k++)
+            wait *= 2;
+        if (wait > 60) wait = 60;
+        fprintf(stderr, "zshard run: restart %d/%d in %.1f s (all %d ranks)\n", attempt + 1,
+                o.max_restarts, wait, o.nproc);
+        if (backoff(wait)) {
+            code = 128 + (int)g_signal;
+            fprintf(stderr, "zshard run: interrupted by signal %d (%s) before restart %d\n",
+                    (int)g_signal, strsignal((int)g_signal), attempt + 1);
+            break;
+        }
+        restarts = attempt + 1;
+    }
+    if (code == 0 && restarts > 0)
+        fprintf(stderr, "zshard run: the job succeeded after %d restart%s\n", restarts,
+                restarts == 1 ? "" : "s");
+    free(j.rp);
     return code;
 }

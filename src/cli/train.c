@@ -3,8 +3,11 @@
  * log: one record per step and a final record carrying param_hash and peak memory. */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/train_ops.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/json.h"
 #include "core/alloc.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "zshard.h"
@@ -25,7 +28,8 @@ typedef struct train_opts {
     int val_every, val_batches, sample_every, sample_len, print_every;
     float temperature;
     int quiet;
-    int nproc;
+    int no_sample; /* --quiet as the user gave it: the same on every rank */
+    int nproc, max_restarts;
     int mem_report;
     int reduce_dtype_set; /* --reduce-dtype given; else it follows --dtype */
     const char *save_dir, *resume;
@@ -58,6 +62,8 @@ static void usage(FILE *f) {
             "distribution:\n"
             "  --stage S           ddp|1|2|3 [ddp]\n"
             "  --nproc N           start N local ranks through the launcher (zshard run) [1]\n"
+            "  --max-restarts N    restart the whole job up to N times after a rank fails,\n"
+            "                      resuming from --save-dir's latest checkpoint [0]\n"
             "  --prefetch N        ZeRO-3 units gathered ahead of the current one [1]\n"
             "  --dtype D           fp32|bf16: compute copy of the parameters and of the\n"
             "                      residual stream kept between blocks (fp32 master and\n"
@@ -82,13 +88,20 @@ static void usage(FILE *f) {
             "  --device-mem SIZE   per-rank memory cap, e.g. 4G; over it fails at startup\n"
             "  --mem-report        at the end, per-rank measured peak bytes by category next to\n"
             "                      the estimate (zshard mem)\n"
-            "  --quiet             no progress output, only errors and the summary\n"
+            "  --quiet             no progress output and no sample, only errors and the\n"
+            "                      summary\n"
+            "  --verbose           debug logging; a failed collective prints its ring here\n"
+            "                      instead of writing it to a file\n"
             "checkpoints (docs/checkpoint.md):\n"
             "  --save-dir D        save checkpoints as D/step_NNNNNNNN (and at the end)\n"
             "  --save-every K      also save every K steps [0 = only at the end]\n"
             "  --keep N            keep the newest N checkpoints in --save-dir [0 = all]\n"
             "  --resume D|latest   continue from a checkpoint dir, a save dir's latest, or\n"
-            "                      `latest` in --save-dir (any world size and stage)\n",
+            "                      `latest` in --save-dir (any world size and stage)\n"
+            "  --resume auto       --save-dir's latest checkpoint if it has one, else start\n"
+            "                      from scratch (what a restarted job does by itself)\n"
+            "SIGINT/SIGTERM finish the current step, save a checkpoint (with --save-dir) and\n"
+            "stop with status 128+signal; a second signal stops at once.\n",
             zs_model_preset_names());
 }
 
@@ -110,7 +123,11 @@ static int parse(int argc, char **argv, train_opts *o) {
             return -1;
         }
         if (!strcmp(a, "--quiet")) {
-            o->quiet = 1;
+            o->quiet = o->no_sample = 1;
+            continue;
+        }
+        if (!strcmp(a, "--verbose")) {
+            zs_log_set_level(ZS_LOG_DEBUG);
             continue;
         }
         if (!strcmp(a, "--mem-report")) {
@@ -178,7 +195,9 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--resume"))
             o->resume = v;
         else if (!strcmp(a, "--nproc"))
-            rc = zs_arg_int(a, v, &o->nproc);
+            rc = zs_arg_int_range(a, v, 1, 256, &o->nproc);
+        else if (!strcmp(a, "--max-restarts"))
+            rc = zs_arg_int_range(a, v, 0, 1000, &o->max_restarts);
         else if (!strcmp(a, "--prefetch"))
             rc = zs_arg_int(a, v, &o->cfg.prefetch);
         else if (!strcmp(a, "--comm"))
@@ -237,6 +256,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         return zs_cli_fail(2, "train: --save-every and --keep must be >= 0");
     if ((o->save_every || o->keep) && !o->save_dir)
         return zs_cli_fail(2, "train: --save-every and --keep need --save-dir");
+    if (o->resume && !strcmp(o->resume, "auto") && !o->save_dir)
+        return zs_cli_fail(2, "train: --resume auto needs --save-dir");
     if (o->resume && !strcmp(o->resume, "latest")) {
         if (!o->save_dir) return zs_cli_fail(2, "train: --resume latest needs --save-dir");
         o->resume = o->save_dir;
@@ -244,7 +265,6 @@ static int parse(int argc, char **argv, train_opts *o) {
     /* As FSDP's MixedPrecision: gradients follow the compute dtype unless told otherwise. */
     if (!o->reduce_dtype_set) o->cfg.reduce_dtype = o->cfg.dtype;
     if (o->sample_len < 0) return zs_cli_fail(2, "train: --sample-len must be >= 0");
-    if (o->nproc < 0 || o->nproc > 256) return zs_cli_fail(2, "train: --nproc must be in [1, 256]");
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
         return zs_cli_fail(2, "train: %s", zs_last_error());
     return 0;
@@ -298,35 +318,37 @@ static void progress(const train_opts *o, const zs_step_stats *s, int tty, doubl
     }
 }
 
-/* `--nproc N` is shorthand for `zshard run -n N -- zshard train ...` without --nproc. */
-static int relaunch(int argc, char **argv, int nproc) {
-    char self[4096], n[16];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) return zs_cli_fail(1, "train: cannot find the zshard executable to relaunch");
-    self[len] = '\0';
-    snprintf(n, sizeof n, "%d", nproc);
-    char **args = calloc((size_t)argc + 8, sizeof *args);
-    if (!args) return zs_cli_fail(1, "train: out of memory");
-    int k = 0;
-    args[k++] = self;
-    args[k++] = "run";
-    args[k++] = "-n";
-    args[k++] = n;
-    args[k++] = "--";
-    args[k++] = self;
-    args[k++] = "train";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--nproc")) {
-            i++;
-            continue;
-        }
-        args[k++] = argv[i];
+/* After a SIGINT/SIGTERM: save unless the step just finished was saved, write the end record
+ * and exit 128 + signal, as a process killed by it would report. */
+static int stop_early(const train_opts *o, zs_trainer_t *t, FILE *log, int step, int saved,
+                      int tty) {
+    int sig = zs_train_stop_signal() ? zs_train_stop_signal() : SIGTERM;
+    int rank = zs_trainer_rank(t);
+    zs_status st = ZS_OK;
+    char where[4200] = "";
+    if (tty && !o->quiet) fputc('\n', stderr);
+    if (o->save_dir && saved != step && (st = zs_trainer_save(t, o->save_dir, o->keep)) != ZS_OK)
+        fprintf(stderr, "zshard: save after %s at step %d: %s\n", sigabbrev_np(sig), step,
+                zs_last_error());
+    if (o->save_dir && st == ZS_OK) {
+        char name[64];
+        zs_ckpt_step_name(step, name, sizeof name);
+        snprintf(where, sizeof where, "%s/%s", o->save_dir, name);
     }
-    args[k] = NULL;
-    fflush(NULL);
-    execv(self, args);
-    free(args);
-    return zs_cli_fail(1, "train: relaunch through %s failed: %s", self, strerror(errno));
+    if (rank == 0)
+        fprintf(stderr, "zshard: stopped by SIG%s after step %d of %d; %s%s%s\n", sigabbrev_np(sig),
+                step, o->cfg.steps,
+                where[0] ? "checkpoint saved in " : "no checkpoint (no --save-dir)", where,
+                where[0] ? " (continue with --resume latest)" : "");
+    if (log) {
+        fprintf(log, "{\"stopped\":true,\"signal\":\"SIG%s\",\"step\":%d,\"checkpoint\":",
+                sigabbrev_np(sig), step);
+        zs_json_write_string(log, where);
+        fprintf(log, "}\n");
+        fclose(log);
+    }
+    zs_trainer_destroy(t);
+    return st == ZS_OK ? 128 + sig : 1;
 }
 
 static void mem_report(const train_opts *o, const zs_model_config *mc, int world,
@@ -353,42 +375,46 @@ int zs_cli_train(int argc, char **argv) {
     train_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    if (o.nproc > 1) {
+    if (o.nproc > 1 || o.max_restarts > 0) {
         const char *ws = getenv("WORLD_SIZE");
         if (ws && atoi(ws) > 1)
-            return zs_cli_fail(2, "train: --nproc inside an already launched job (WORLD_SIZE=%s)",
+            return zs_cli_fail(2,
+                               "train: --nproc and --max-restarts inside an already launched job "
+                               "(WORLD_SIZE=%s): give them to the launcher",
                                ws);
-        return relaunch(argc, argv, o.nproc);
+        return zs_train_relaunch(argc, argv, o.nproc, o.max_restarts);
     }
+    zs_cli_threads_setup(); /* may exec this command again, with the thread variables set */
 
     FILE *log = NULL;
     zs_trainer_t *t = NULL;
-    int tty = isatty(STDERR_FILENO);
-    if (o.log_path && !(log = fopen(o.log_path, "w")))
-        return zs_cli_fail(1, "--log %s: %s", o.log_path, strerror(errno));
+    int tty = isatty(STDERR_FILENO), rank = 0, step = 0;
+    zs_status st = ZS_OK;
+    /* Every check that needs no other rank happens before any rank joins the job, so a bad
+     * output path fails in a second instead of after the first hour. Each rank prints its
+     * own errors; the launcher shows identical ones once. */
+    if ((rc = zs_train_env_rank(&rank))) return rc;
+    int restart = zs_train_restart_count();
+    o.resume = zs_train_resolve_resume(o.resume, o.save_dir, restart);
+    if ((rc = zs_train_check_save_dir(o.save_dir, o.resume))) return rc;
+    /* A restarted job appends to the log it started, so the log tells the whole story. */
+    if ((rc = zs_train_log_open(o.log_path, rank, restart > 0, &log))) return rc;
+    if (log && restart > 0) {
+        fprintf(log, "{\"restart\":%d,\"resume\":", restart);
+        zs_json_write_string(log, o.resume ? o.resume : "");
+        fprintf(log, "}\n");
+        fflush(log);
+    }
+    zs_train_signals_install();
 
-    zs_status st = zs_trainer_create(&o.cfg, &t);
+    st = zs_trainer_create(&o.cfg, &t);
     if (st != ZS_OK) {
-        /* A configuration error (bad flags or data, a cap the configuration cannot fit) is
-         * the same on every rank: rank 0 says it once, the launcher names who exited. */
-        const char *r = getenv("RANK");
-        int quiet_rank =
-            r && atoi(r) > 0 &&
-            (st == ZS_ERR_INVALID || st == ZS_ERR_OOM || st == ZS_ERR_FORMAT || st == ZS_ERR_IO);
-        if (!quiet_rank) fprintf(stderr, "zshard: %s\n", zs_last_error());
+        fprintf(stderr, "zshard: %s\n", zs_last_error());
         goto fail;
     }
     const zs_model_config *mc = zs_trainer_model(t);
-    int rank = zs_trainer_rank(t), world = zs_trainer_world_size(t);
-    if (rank != 0) {
-        /* Only rank 0 reports and logs; the others train silently (errors still print). */
-        o.quiet = 1;
-        if (log) {
-            fclose(log);
-            log = NULL;
-        }
-        o.log_path = NULL;
-    }
+    int world = zs_trainer_world_size(t);
+    if (rank != 0) o.quiet = 1; /* rank 0 reports and logs; the others print only errors */
     if (!o.quiet) {
         printf("zshard train: model %s (%d layers, %d heads, width %d, vocab %d padded to %d, "
                "%.2fM params) on %s\n",
@@ -400,14 +426,15 @@ int zs_cli_train(int argc, char **argv) {
                world, world > 1 ? "s" : "", stages[o.cfg.stage], o.cfg.batch, o.cfg.seq,
                o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "", o.cfg.steps, (double)o.cfg.lr,
                o.cfg.warmup, (unsigned long long)o.cfg.seed);
+        const char *omp = getenv("OMP_NUM_THREADS"), *wp = getenv("OMP_WAIT_POLICY");
+        printf("  threads per rank: %s (OMP_WAIT_POLICY=%s; %d core%s usable)\n",
+               omp ? omp : "runtime default", wp ? wp : "unset", zs_cli_cores(),
+               zs_cli_cores() == 1 ? "" : "s");
         fflush(stdout);
     }
 
-    /* Fault injection for tests: ZS_FAULT_KILL=R:S makes rank R kill itself (SIGKILL) at the
-     * start of step S, as a crashed or OOM-killed process would die. */
-    int kill_rank = -1, kill_step = -1;
-    const char *fault = getenv("ZS_FAULT_KILL");
-    if (fault && sscanf(fault, "%d:%d", &kill_rank, &kill_step) != 2) kill_rank = -1;
+    zs_train_faults faults;
+    zs_train_faults_read(&faults, restart);
 
     int first = 1;
     if (o.resume) {
@@ -426,11 +453,12 @@ int zs_cli_train(int argc, char **argv) {
         }
         if (!o.quiet) printf("  resumed from %s at step %d\n", o.resume, first - 1);
     }
+    int saved = first - 1, stop = 0;
 
     double t_start = zs_now_s(), train_s = 0.0, last_val = -1.0, last_loss = 0.0;
-    for (int step = first; step <= o.cfg.steps; step++) {
+    for (step = first; step <= o.cfg.steps; step++) {
         zs_step_stats s;
-        if (rank == kill_rank && step == kill_step) raise(SIGKILL);
+        zs_train_faults_at(&faults, rank, step);
         if ((st = zs_trainer_step(t, &s)) != ZS_OK) {
             if (tty && !o.quiet) fputc('\n', stderr);
             fprintf(stderr, "zshard: step %d: %s\n", step, zs_last_error());
@@ -463,17 +491,26 @@ int zs_cli_train(int argc, char **argv) {
             fprintf(log, "}\n");
             fflush(log);
         }
-        if (o.sample_every && step % o.sample_every == 0 && step != o.cfg.steps)
+        if (o.sample_every && !o.no_sample && step % o.sample_every == 0 && step != o.cfg.steps)
             print_sample(&o, t, step);
         if (o.save_dir && ((o.save_every && step % o.save_every == 0) || step == o.cfg.steps)) {
             if ((st = zs_trainer_save(t, o.save_dir, o.keep)) != ZS_OK) {
                 fprintf(stderr, "zshard: save at step %d: %s\n", step, zs_last_error());
                 goto fail;
             }
+            saved = step;
             if (!o.quiet) printf("step %d: saved checkpoint in %s\n", step, o.save_dir);
         }
+        /* A signal reaches the ranks at different instants: they agree after each step, so
+         * that all of them stop after the same one (the save below is collective). */
+        if ((st = zs_trainer_any(t, zs_train_stop_signal(), &stop)) != ZS_OK) {
+            fprintf(stderr, "zshard: step %d: %s\n", step, zs_last_error());
+            goto fail;
+        }
+        if (stop && step < o.cfg.steps) return stop_early(&o, t, log, step, saved, tty);
     }
-    if (o.sample_len > 0) print_sample(&o, t, o.cfg.steps);
+    step = o.cfg.steps;
+    if (o.sample_len > 0 && !o.no_sample) print_sample(&o, t, o.cfg.steps);
 
     uint64_t hash = 0;
     zs_mem_stats *all = calloc((size_t)world, sizeof *all);
@@ -552,13 +589,9 @@ int zs_cli_train(int argc, char **argv) {
 
 fail:
     /* The log gets an explicit error record and no "final" record, so a failed run is never
-     * mistaken for a complete one. */
-    if (log) {
-        fprintf(log, "{\"error\":");
-        zs_json_write_string(log, zs_last_error());
-        fprintf(log, ",\"status\":\"%s\"}\n", zs_status_string(st));
-        fclose(log);
-    }
+     * mistaken for a complete one; a rank other than 0 writes its own file only now. */
+    zs_train_log_error(log, o.log_path, rank, step, st);
+    if (log) fclose(log);
     zs_trainer_destroy(t);
     return 1;
 }

@@ -190,8 +190,10 @@ void zs_comm_fail(zs_comm_t *c, zs_status st, const char *msg) {
     }
     pthread_mutex_unlock(&c->err_lock);
     if (!first) return;
-    ZS_LOG_E("%s", msg);
-    zs_ring_print(c);
+    char where[700];
+    if (zs_log_get_level() >= ZS_LOG_DEBUG) ZS_LOG_E("%s", msg); /* the ring follows it */
+    zs_ring_dump(c, where, sizeof where);
+    if (zs_log_get_level() < ZS_LOG_DEBUG) ZS_LOG_E("%s%s", msg, where);
     if (c->ops && c->ops->mark_failed) c->ops->mark_failed(c, msg);
 }
 

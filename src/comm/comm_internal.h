@@ -123,8 +123,8 @@ const char *zs_coll_name(zs_coll_kind k);
 /* Run one collective now on this thread: delay, check mode, ring, backend, sticky error.
  * The single path used by the inline (sync) case and by the comm thread. */
 zs_status zs_comm_execute(zs_comm_t *c, const zs_coll *op, char *msg, size_t msg_cap);
-/* Record a failure (first one wins), print the ring once, and have the backend mark the job
- * failed so that peers notice at once. */
+/* Record a failure (first one wins), log it with the ring dumped once, and have the backend mark
+ * the job failed so that peers notice at once. */
 void zs_comm_fail(zs_comm_t *c, zs_status st, const char *msg);
 /* Returns the sticky failure (with its message re-recorded on this thread) or ZS_OK. */
 zs_status zs_comm_check_failed(zs_comm_t *c);
@@ -132,7 +132,10 @@ zs_status zs_comm_check_failed(zs_comm_t *c);
 /* diag.c */
 void zs_ring_begin(zs_comm_t *c, const zs_coll *op);
 void zs_ring_end(zs_comm_t *c, const zs_coll *op, zs_status st);
-void zs_ring_print(zs_comm_t *c);
+/* Once per communicator: write the ring to $ZS_COMM_RING_DIR (else $TMPDIR, else /tmp)
+ * /zshard-ring-<job>-rank<R>.txt and put "; last N collectives of rank R written to PATH"
+ * in where, or, with debug logging or when the file cannot be written, log it (where = ""). */
+void zs_ring_dump(zs_comm_t *c, char *where, size_t cap);
 /* Check mode: all-gather the descriptor of op through the backend and compare. */
 zs_status zs_comm_check_op(zs_comm_t *c, const zs_coll *op);
 

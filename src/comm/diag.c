@@ -1,5 +1,6 @@
-/* Diagnostics: the ring of the last 64 collectives of this rank (printed once on failure,
- * so a desynchronised program shows what each rank was doing), and check mode, which
+/* Diagnostics: the ring of the last 64 collectives of this rank (written once on failure to
+ * a file, or printed with debug logging, so a desynchronised program shows what each rank
+ * was doing), and check mode, which
  * all-gathers each collective's descriptor first and reports the first mismatch instead of
  * hanging or corrupting data. */
 #include "comm/comm_internal.h"
@@ -39,27 +40,61 @@ void zs_ring_end(zs_comm_t *c, const zs_coll *op, zs_status st) {
     pthread_mutex_unlock(&c->ring_lock);
 }
 
-void zs_ring_print(zs_comm_t *c) {
+static void ring_write(zs_comm_t *c, FILE *f, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) {
+        const zs_ring_entry *e = &c->ring[(c->ring_n - n + i) % ZS_COMM_RING];
+        char end[32], line[256];
+        if (e->t_end < 0)
+            snprintf(end, sizeof end, "running");
+        else
+            snprintf(end, sizeof end, "%.6f", e->t_end);
+        snprintf(line, sizeof line,
+                 "  #%-6llu %-14s count %-10zu %-4s tag '%s' start %.6f end %s %s",
+                 (unsigned long long)e->seq, zs_coll_name(e->kind), e->count,
+                 e->kind == ZS_COLL_MEM_ALLOC ? "B" : zs_dtype_name(e->dt), e->tag, e->t_start, end,
+                 e->t_end < 0 ? "" : zs_status_string(e->st));
+        if (f)
+            fprintf(f, "%s\n", line);
+        else
+            ZS_LOG_E("%s", line);
+    }
+}
+
+void zs_ring_dump(zs_comm_t *c, char *where, size_t cap) {
     pthread_mutex_lock(&c->ring_lock);
+    where[0] = '\0';
     if (c->ring_printed) {
         pthread_mutex_unlock(&c->ring_lock);
         return;
     }
     c->ring_printed = 1;
     uint64_t n = c->ring_n < ZS_COMM_RING ? c->ring_n : ZS_COMM_RING;
-    ZS_LOG_E("last %llu collectives of rank %d (oldest first; times in s since comm creation):",
-             (unsigned long long)n, c->env.rank);
-    for (uint64_t i = 0; i < n; i++) {
-        const zs_ring_entry *e = &c->ring[(c->ring_n - n + i) % ZS_COMM_RING];
-        char end[32];
-        if (e->t_end < 0)
-            snprintf(end, sizeof end, "running");
-        else
-            snprintf(end, sizeof end, "%.6f", e->t_end);
-        ZS_LOG_E("  #%-6llu %-14s count %-10zu %-4s tag '%s' start %.6f end %s %s",
-                 (unsigned long long)e->seq, zs_coll_name(e->kind), e->count,
-                 e->kind == ZS_COLL_MEM_ALLOC ? "B" : zs_dtype_name(e->dt), e->tag, e->t_start, end,
-                 e->t_end < 0 ? "" : zs_status_string(e->st));
+    /* Dozens of lines per rank would bury the one line that matters, so by default the ring
+     * goes to a file of its own (path in the error line); debug logging prints it. */
+    FILE *f = NULL;
+    char path[600];
+    if (zs_log_get_level() < ZS_LOG_DEBUG) {
+        const char *dir = getenv("ZS_COMM_RING_DIR");
+        if (!dir || !*dir) dir = getenv("TMPDIR");
+        if (!dir || !*dir) dir = "/tmp";
+        snprintf(path, sizeof path, "%.400s/zshard-ring-%s-rank%d.txt", dir, c->env.job_key,
+                 c->env.rank);
+        f = fopen(path, "w");
+    }
+    if (f) {
+        fprintf(f,
+                "last %llu collectives of rank %d (oldest first; times in s since comm "
+                "creation):\n",
+                (unsigned long long)n, c->env.rank);
+        ring_write(c, f, n);
+        fclose(f);
+        snprintf(where, cap, "; last %llu collectives of rank %d written to %s",
+                 (unsigned long long)n, c->env.rank, path);
+    } else {
+        ZS_LOG_E("last %llu collectives of rank %d (oldest first; times in s since comm "
+                 "creation):",
+                 (unsigned long long)n, c->env.rank);
+        ring_write(c, NULL, n);
     }
     pthread_mutex_unlock(&c->ring_lock);
 }

@@ -120,6 +120,13 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     const char *comm = opts->comm && strcmp(opts->comm, "auto") ? opts->comm : getenv("ZS_COMM");
     if (!comm || !*comm || !strcmp(comm, "auto") || !strcmp(comm, "shm"))
         b[ZS_MEM_COMM] = zs_comm_shm_staging_bytes(world);
+    /* The mpi backend stages a reduction in two fp32 buffers of the whole message
+     * (src/comm/mpi.c: MPI forbids in-place reduce-scatter, and bf16 is widened): the
+     * engine's in-place reduce-scatters of a unit's gradients (ZeRO-1/2/3) and bf16
+     * all-reduces (DDP), the largest unit being the largest message. MPI's own buffers are
+     * not allocated through zshard and are not counted. */
+    else if (!strcmp(comm, "mpi") && world > 1 && (stage >= 1 || g16))
+        b[ZS_MEM_COMM] = 2 * (uint64_t)sizes[0] * sizeof(float);
     for (int c = ZS_MEM_PARAM; c <= ZS_MEM_OPTIM_STATE; c++)
         out->model_states += b[c];
     for (int c = 0; c < ZS_MEM_NCAT; c++)

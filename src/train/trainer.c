@@ -324,6 +324,13 @@ fail:
     return st;
 }
 
+zs_status zs_trainer_any(zs_trainer_t *t, int flag, int *any) {
+    double sum = flag ? 1.0 : 0.0;
+    zs_status st = t->world > 1 ? zs_engine_allsum(t->engine, sum, &sum) : ZS_OK;
+    *any = st == ZS_OK && sum > 0.0;
+    return st;
+}
+
 int zs_trainer_rank(const zs_trainer_t *t) {
     return t->rank;
 }

@@ -1,0 +1,231 @@
+/* The operational side of `zshard train`: which rank writes which JSONL log, outputs checked
+ * before any work is done (a run must not train for an hour and then fail to save), --resume
+ * auto and restarts, and SIGINT/SIGTERM turned into "finish this step, save, stop". */
+#include "cli/train_ops.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/json.h"
+#include "cli/cli.h"
+#include "comm/env.h"
+#include "core/status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int zs_train_env_rank(int *rank) {
+    zs_comm_env env;
+    if (zs_comm_env_read(NULL, &env) != ZS_OK) return zs_cli_fail(1, "%s", zs_last_error());
+    *rank = env.rank;
+    return 0;
+}
+
+int zs_train_restart_count(void) {
+    const char *r = getenv("TORCHELASTIC_RESTART_COUNT");
+    return r ? atoi(r) : 0;
+}
+
+void zs_train_log_path(const char *path, int rank, char *out, size_t cap) {
+    if (rank == 0) {
+        snprintf(out, cap, "%s", path);
+        return;
+    }
+    /* run.jsonl -> run.rank1.jsonl: the extension stays last, so tools still see JSONL. */
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (dot && (!slash || dot > slash) && dot != path && (!slash || dot > slash + 1))
+        snprintf(out, cap, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
+    else
+        snprintf(out, cap, "%s.rank%d", path, rank);
+}
+
+/* Can this process create files in dir? Tried by creating one, as access(2) ignores
+ * read-only mounts and ACLs only some of the time. */
+static int probe_dir(const char *dir, char *why, size_t cap) {
+    char p[4300];
+    snprintf(p, sizeof p, "%.4200s/.zshard-probe-%d", dir, (int)getpid());
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(p);
+    return 0;
+}
+
+int zs_train_log_open(const char *path, int rank, int append, FILE **out) {
+    char p[4200];
+    *out = NULL;
+    if (!path) return 0;
+    zs_train_log_path(path, rank, p, sizeof p);
+    if (rank == 0) {
+        if (!(*out = fopen(p, append ? "a" : "w")))
+            return zs_cli_fail(1, "--log %s: %s", p, strerror(errno));
+        return 0;
+    }
+    /* Other ranks write only when they fail; make sure they could. */
+    char dir[4200], why[256];
+    snprintf(dir, sizeof dir, "%s", p);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (probe_dir(dir, why, sizeof why))
+        return zs_cli_fail(1, "--log %s: cannot write in %s: %s", p, dir, why);
+    return 0;
+}
+
+void zs_train_log_error(FILE *log, const char *path, int rank, int step, zs_status st) {
+    char p[4200];
+    FILE *f = log;
+    if (!f && path) {
+        zs_train_log_path(path, rank, p, sizeof p);
+        f = fopen(p, "w");
+    }
+    if (!f) return;
+    fprintf(f, "{\"error\":");
+    zs_json_write_string(f, zs_last_error());
+    fprintf(f, ",\"status\":\"%s\",\"rank\":%d,\"step\":%d}\n", zs_status_string(st), rank, step);
+    if (f != log) fclose(f);
+}
+
+static int mkdirs(const char *path) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0777) && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return mkdir(p, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+int zs_train_check_save_dir(const char *save_dir, const char *resume) {
+    char why[256], ck[4200];
+    if (!save_dir) return 0;
+    if (mkdirs(save_dir))
+        return zs_cli_fail(1, "--save-dir %s: cannot create it: %s", save_dir, strerror(errno));
+    if (probe_dir(save_dir, why, sizeof why))
+        return zs_cli_fail(1, "--save-dir %s: cannot write in it: %s", save_dir, why);
+    if (resume || zs_ckpt_resolve(save_dir, ck, sizeof ck) != ZS_OK) return 0;
+    /* Saving a new run beside another run's checkpoints would mix the two under one
+     * `latest` and let --keep delete the other's: refuse unless told to continue it. */
+    zs_manifest m;
+    memset(&m, 0, sizeof m);
+    if (zs_manifest_load(ck, &m) == ZS_OK) {
+        zs_cli_fail(2,
+                    "--save-dir %s already holds checkpoints of another run (latest: %s, model "
+                    "%s, step %lld); continue it with --resume latest (or --resume auto), or "
+                    "choose an empty directory",
+                    save_dir, ck, m.info.model.name, (long long)m.info.step);
+        zs_manifest_free(&m);
+        return 2;
+    }
+    return zs_cli_fail(2,
+                       "--save-dir %s already holds checkpoints (%s); continue with --resume "
+                       "latest, or choose an empty directory",
+                       save_dir, ck);
+}
+
+const char *zs_train_resolve_resume(const char *resume, const char *save_dir, int restart) {
+    char ck[4200];
+    int auto_ = resume && !strcmp(resume, "auto");
+    /* A restarted job (zshard run --max-restarts, torchrun) continues where it stopped. */
+    if (!resume && restart && save_dir) auto_ = 1;
+    if (!auto_) return resume;
+    return save_dir && zs_ckpt_resolve(save_dir, ck, sizeof ck) == ZS_OK ? save_dir : NULL;
+}
+
+/* ---- launching ---------------------------------------------------------------------------- */
+
+/* `--nproc N [--max-restarts R]` is shorthand for `zshard run -n N [--max-restarts R] --
+ * zshard train ...` without those two flags. */
+int zs_train_relaunch(int argc, char **argv, int nproc, int max_restarts) {
+    char self[4096], n[16], mr[16];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) return zs_cli_fail(1, "train: cannot find the zshard executable to relaunch");
+    self[len] = '\0';
+    snprintf(n, sizeof n, "%d", nproc);
+    snprintf(mr, sizeof mr, "%d", max_restarts);
+    char **args = calloc((size_t)argc + 10, sizeof *args);
+    if (!args) return zs_cli_fail(1, "train: out of memory");
+    int k = 0;
+    args[k++] = self;
+    args[k++] = "run";
+    args[k++] = "-n";
+    args[k++] = n;
+    if (max_restarts > 0) {
+        args[k++] = "--max-restarts";
+        args[k++] = mr;
+    }
+    args[k++] = "--";
+    args[k++] = self;
+    args[k++] = "train";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
+            i++;
+            continue;
+        }
+        args[k++] = argv[i];
+    }
+    args[k] = NULL;
+    fflush(NULL);
+    execv(self, args);
+    free(args);
+    return zs_cli_fail(1, "train: relaunch through %s failed: %s", self, strerror(errno));
+}
+
+/* ---- fault injection (tests) --------------------------------------------------------------- */
+
+static void fault_read(const char *name, int restart, int *rank, int *step) {
+    const char *v = getenv(name);
+    if (!v || restart > 0 || sscanf(v, "%d:%d", rank, step) != 2) *rank = *step = -1;
+}
+
+void zs_train_faults_read(zs_train_faults *f, int restart) {
+    fault_read("ZS_FAULT_KILL", restart, &f->kill_rank, &f->kill_step);
+    fault_read("ZS_FAULT_STOP", restart, &f->stop_rank, &f->stop_step);
+    fault_read("ZS_FAULT_TERM", restart, &f->term_rank, &f->term_step);
+    const char *l = getenv("ZS_LAUNCHER_PID");
+    f->term_pid = l && atoi(l) > 0 ? (pid_t)atoi(l) : getpid();
+}
+
+void zs_train_faults_at(const zs_train_faults *f, int rank, int step) {
+    if (rank == f->kill_rank && step == f->kill_step) raise(SIGKILL);
+    if (rank == f->stop_rank && step == f->stop_step) raise(SIGSTOP);
+    if (rank == f->term_rank && step == f->term_step) kill(f->term_pid, SIGTERM);
+}
+
+/* ---- signals ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_stop_sig = 0;
+
+static void on_stop(int sig) {
+    if (g_stop_sig) {
+        /* The second signal: stop now, as if no handler were installed. */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_stop_sig = sig;
+}
+
+void zs_train_signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    /* SA_RESTART: a signal must not turn a checkpoint write or a wait into an EINTR error. */
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int zs_train_stop_signal(void) {
+    return (int)g_stop_sig;
+}
