@@ -89,7 +89,8 @@ static int parse_list(const char *flag, const char *text, int *out, int max) {
 static void usage(void) {
     printf("usage: zshard bench memory [--model NAME] [--nproc-list 1,2,4] [--batch B] [--seq T]\n"
            "                           [--steps N] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16]\n"
-           "                           [--recompute none|block] [--out DIR]\n"
+           "                           [--recompute none|block] [--attention flash|naive]\n"
+           "                           [--out DIR]\n"
            "Runs every stage at every world size (random GPT-2 tokens) and writes DIR/memory.md,\n"
            "DIR/memory.csv and DIR/memory.svg (gnuplot). Default model gpt2-124m, batch 4,\n"
            "seq 64, 3 steps, out bench-memory/; --reduce-dtype defaults to --dtype. Exits 1 if\n"
@@ -131,7 +132,7 @@ static void write_chart(const char *dir, const char *model, const char *dtype, c
 
 int zs_bench_memory(int argc, char **argv) {
     const char *model = "gpt2-124m", *out = "bench-memory";
-    const char *dtype = "fp32", *rdtype = NULL, *recompute = "none";
+    const char *dtype = "fp32", *rdtype = NULL, *recompute = "none", *attention = "flash";
     int ws[8] = {1, 2, 4}, nw = 3, batch = 4, seq = 64, steps = 3, rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -158,6 +159,8 @@ int zs_bench_memory(int argc, char **argv) {
             rdtype = v;
         else if (!strcmp(a, "--recompute"))
             recompute = v;
+        else if (!strcmp(a, "--attention"))
+            attention = v;
         else
             return zs_cli_fail(2, "bench memory: unknown flag '%s'", a);
         if (rc) return rc;
@@ -176,6 +179,10 @@ int zs_bench_memory(int argc, char **argv) {
         mo.reduce_dtype = ZS_DTYPE_BF16;
     else if (strcmp(rdtype, "fp32"))
         return zs_cli_fail(2, "bench memory: --reduce-dtype '%s' is not fp32 or bf16", rdtype);
+    if (!strcmp(attention, "naive"))
+        mo.attention = ZS_ATTENTION_NAIVE;
+    else if (strcmp(attention, "flash"))
+        return zs_cli_fail(2, "bench memory: --attention '%s' is not flash or naive", attention);
     if (!strcmp(recompute, "block"))
         mo.recompute = ZS_RECOMPUTE_BLOCK;
     else if (strcmp(recompute, "none"))
@@ -209,10 +216,10 @@ int zs_bench_memory(int argc, char **argv) {
                      "'%s' train --model %s --data '%s' --vocab %d --nproc %d --stage %s --batch %d"
                      " --seq %d"
                      " --steps %d --warmup 1 --val-every 0 --val-batches 1 --sample-len 0"
-                     " --dtype %s --reduce-dtype %s --recompute %s --quiet --log '%s' > '%s.out'"
-                     " 2>&1",
+                     " --dtype %s --reduce-dtype %s --recompute %s --attention %s --quiet"
+                     " --log '%s' > '%s.out' 2>&1",
                      self, model, data, vocab, ws[i], STAGE_FLAG[s], batch, seq, steps, dtype,
-                     rdtype, recompute, log, log);
+                     rdtype, recompute, attention, log, log);
             fprintf(stderr, "bench memory: %d rank%s, %s ...\n", ws[i], ws[i] > 1 ? "s" : "",
                     STAGE_NAME[s]);
             int r = system(cmd);
@@ -240,14 +247,15 @@ int zs_bench_memory(int argc, char **argv) {
     for (int o = 0; o < 2; o++) {
         fprintf(outs[o],
                 "%s (Ψ = %lld, %lld padded at %d ranks), --dtype %s --reduce-dtype %s, "
-                "--recompute %s, global batch %d x seq %d; per-rank peak memory (max over ranks) "
+                "--recompute %s --attention %s, global batch %d x seq %d; per-rank peak memory "
+                "(max over ranks) "
                 "and median ms/step after the first step. Formula: DESIGN.md §4 with Ψ padded; "
                 "measured − formula in bytes.\n\n"
                 "| ranks | stage | model states (GiB) | formula | formula (GiB) | measured − "
                 "formula | total peak (GiB) | vs DDP | ms/step |\n"
                 "|---:|---|---:|---|---:|---:|---:|---:|---:|\n",
                 model, (long long)psi, (long long)psi_padded, ws[nw - 1], dtype, rdtype, recompute,
-                batch, seq);
+                attention, batch, seq);
         for (int i = 0; i < nw; i++)
             for (int s = 0; s < 4; s++) {
                 cell *c = &cells[i][s];

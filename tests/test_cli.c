@@ -123,6 +123,7 @@ static void test_bad_input(void) {
         {"--log /nonexistent/dir/run.jsonl", "--log /nonexistent/dir/run.jsonl"},
         {"--save-dir /proc/zshard-ckpt --steps 3", "--save-dir /proc/zshard-ckpt: cannot create"},
         {"--resume auto", "--resume auto needs --save-dir"},
+        {"--attention tiled", "--attention: 'tiled' is not one of flash, naive"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(a, sizeof a, "train --data %s %s", txt, bad[i][0]);
