@@ -3,8 +3,9 @@
  * the log-sum-exp rows and every gradient (accumulated onto random prefills), for T not a
  * multiple of the key block, T = 1, exactly one block, GQA ratios 1, 2, 4 and one kv head,
  * GPT-2's packed q | k | v rows and LLaMA's separate buffers, and inputs stored in bf16.
- * Also: the same bits whatever the thread count and run to run, agreement with the naive
- * kernel it replaces (the size of the difference is printed), and bad shapes rejected.
+ * Also: the same bits whatever the thread count and run to run, the same bits as the CUDA
+ * kernels' loop order emulated on the host, agreement with the naive kernel it replaces (the
+ * size of the difference is printed), and bad shapes rejected.
  *
  * The same source is built a second time as test_flash_broken with ZS_FA_BREAK_RESCALE,
  * which drops the online softmax's rescale of the output accumulator; ctest expects that
@@ -233,6 +234,80 @@ static void check_determinism_and_naive(void) {
            d_k, d_v);
 }
 
+/* The CUDA kernels' loop structure (cuda/flash_cuda.cu: a thread per query row for forward,
+ * delta and dq, a thread per key row for dk and dv, k and v read row-major), run here on the
+ * host with the same kernels/flash.h functions: the CPU op must give exactly these bits. This
+ * is what lets the CPU stand as the GPU's bitwise oracle, checked without a GPU; the GPU
+ * itself is checked against the CPU in test_cuda_ops. */
+static void check_device_order(const shape *s) {
+    bufs x = make_inputs(s, 0);
+    int T = s->T, hs = s->hs, rep = s->NH / s->NKV;
+    size_t BT = (size_t)s->B * T, ldo = (size_t)s->NH * hs, no = BT * ldo;
+    size_t nl = (size_t)s->B * s->NH * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *out = fbuf(no), *lse = fbuf(nl), *eo = fbuf(no), *el = fbuf(nl), *ed = fbuf(nl);
+    float *dout = rnd(no, 1.0f), *delta = fbuf(nl);
+    size_t nd = s->packed ? x.nbuf : x.nq + 2 * x.nkv, hsN = (size_t)s->NH * hs;
+    float *g0 = rnd(nd, 1.0f), *g = fcopy(g0, nd), *e = fcopy(g0, nd);
+    size_t ok = s->packed ? hsN : x.nq, ov = s->packed ? 2 * hsN : x.nq + x.nkv;
+    ZT_OK(ops->flash_attention_fwd(NULL, out, lse, x.q, x.k, x.v, s->B, T, s->NH, s->NKV, hs,
+                                   (int)x.ldq, (int)x.ldkv));
+    ZT_OK(ops->flash_attention_bwd(NULL, g, g + ok, g + ov, delta, dout, x.q, x.k, x.v, out, lse,
+                                   s->B, T, s->NH, s->NKV, hs, (int)x.ldq, (int)x.ldkv));
+    for (int b = 0; b < s->B; b++)
+        for (int h = 0; h < s->NH; h++)
+            for (int i = 0; i < T; i++) {
+                size_t bh = (size_t)b * s->NH + h, qo = ((size_t)b * T + i) * x.ldq + h * hs;
+                size_t oo = ((size_t)b * T + i) * ldo + (size_t)h * hs;
+                size_t kb = (size_t)b * T * x.ldkv + (size_t)(h / rep) * hs;
+                float sc[ZS_FA_BK], dp[ZS_FA_BK], m = -INFINITY, l = 0.0f;
+                memset(eo + oo, 0, (size_t)hs * 4);
+                for (int j0 = 0; j0 <= i; j0 += ZS_FA_BK) {
+                    int n = T - j0 < ZS_FA_BK ? T - j0 : ZS_FA_BK,
+                        ni = i - j0 + 1 < n ? i - j0 + 1 : n;
+                    zs_fa_dots(sc, x.q + qo, x.k + kb + j0 * x.ldkv, x.ldkv, 1, ni, hs, scale);
+                    zs_fa_fwd_block(sc, eo + oo, &m, &l, x.v + kb + j0 * x.ldkv, x.ldkv, ni, hs);
+                }
+                el[bh * T + i] = zs_fa_fwd_finish(eo + oo, m, l, hs);
+                ed[bh * T + i] = zs_dot(dout + oo, out + oo, hs);
+                for (int j0 = 0; j0 <= i; j0 += ZS_FA_BK) {
+                    int n = T - j0 < ZS_FA_BK ? T - j0 : ZS_FA_BK,
+                        ni = i - j0 + 1 < n ? i - j0 + 1 : n;
+                    const float *kj = x.k + kb + j0 * x.ldkv;
+                    zs_fa_dots(sc, x.q + qo, kj, x.ldkv, 1, ni, hs, scale);
+                    zs_fa_dots(dp, dout + oo, x.v + kb + j0 * x.ldkv, x.ldkv, 1, ni, hs, 1.0f);
+                    zs_fa_bwd_block(sc, dp, lse[bh * T + i], ed[bh * T + i], scale, ni);
+                    for (int j = 0; j < ni; j++)
+                        zs_axpy_row(e + qo, dp[j], kj + (size_t)j * x.ldkv, hs);
+                }
+            }
+    for (int b = 0; b < s->B; b++)
+        for (int gi = 0; gi < s->NKV; gi++)
+            for (int j = 0; j < T; j++) {
+                size_t kr = ((size_t)b * T + j) * x.ldkv + (size_t)gi * hs;
+                for (int h = gi * rep; h < (gi + 1) * rep; h++)
+                    for (int i = j; i < T; i++) {
+                        size_t bh = (size_t)b * s->NH + h;
+                        const float *qi = x.q + ((size_t)b * T + i) * x.ldq + (size_t)h * hs;
+                        const float *dOi = dout + ((size_t)b * T + i) * ldo + (size_t)h * hs;
+                        float s1, dp1;
+                        zs_fa_dots(&s1, qi, x.k + kr, 1, 1, 1, hs, scale);
+                        zs_fa_dots(&dp1, dOi, x.v + kr, 1, 1, 1, hs, 1.0f);
+                        zs_fa_bwd_block(&s1, &dp1, lse[bh * T + i], ed[bh * T + i], scale, 1);
+                        zs_axpy_row(e + ok + kr, dp1, qi, hs);
+                        zs_axpy_row(e + ov + kr, s1, dOi, hs);
+                    }
+            }
+    char what[96];
+    snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d hs=%d %s", s->B, T, s->NH, s->NKV, hs,
+             s->packed ? "packed" : "separate");
+    ZT_CHECK(bits_equal(out, eo, no * 4) && bits_equal(lse, el, nl * 4),
+             "%s: forward differs from the device kernels' order", what);
+    ZT_CHECK(bits_equal(delta, ed, nl * 4), "%s: delta differs from the device order", what);
+    ZT_CHECK(bits_equal(g, e, nd * 4), "%s: dq | dk | dv differ from the device kernels' order",
+             what);
+}
+
 static void check_bad_shapes(void) {
     float z[64];
     ZT_CHECK(ops->flash_attention_fwd(NULL, z, z, z, z, z, 1, 2, 6, 4, 2, 12, 8) == ZS_ERR_INVALID,
@@ -269,6 +344,9 @@ int main(void) {
     check_shape(&shapes[0], 1);
     check_shape(&shapes[3], 1);
     check_determinism_and_naive();
+    check_device_order(&shapes[0]);
+    check_device_order(&shapes[2]);
+    check_device_order(&shapes[6]);
     check_bad_shapes();
     check_logf();
     return zt_finish();

@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Query rows whose key/value-gradient updates backward applies together (see below). */
+#define BWD_ROWS 8
+
 static zs_status check_shape(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
                              int ldkv) {
     zs_status st = ZS_OK;
@@ -116,7 +119,7 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
     for (long task = 0; task < (long)B * NKV; task++) {
         int b = (int)(task / NKV), g = (int)(task % NKV);
         size_t koff = (size_t)b * T * ldkv + (size_t)g * hs;
-        float sc[ZS_FA_BK], dp[ZS_FA_BK];
+        float sc[BWD_ROWS][ZS_FA_BK], dp[BWD_ROWS][ZS_FA_BK];
         float *kt = malloc(2 * (size_t)hs * ZS_FA_BK * sizeof *kt);
         if (!kt) {
             oom = 1;
@@ -131,20 +134,33 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
             transpose_block(vt, v + koff + (size_t)j0 * ldkv, (size_t)ldkv, n, hs);
             for (int h = g * rep; h < (g + 1) * rep; h++) {
                 size_t bh = (size_t)b * NH + h;
-                for (int i = j0; i < T; i++) {
-                    int ni = i - j0 + 1 < n ? i - j0 + 1 : n;
-                    size_t qo = ((size_t)b * T + i) * ldq + (size_t)h * hs;
-                    const float *qi = q + qo;
-                    const float *dOi = dout + ((size_t)b * T + i) * ldo + (size_t)h * hs;
-                    zs_fa_dots(sc, qi, kt, 1, ZS_FA_BK, ni, hs, scale);
-                    zs_fa_dots(dp, dOi, vt, 1, ZS_FA_BK, ni, hs, 1.0f);
-                    zs_fa_bwd_block(sc, dp, lse[bh * T + i], delta[bh * T + i], scale, ni);
-                    float *dqi = dq + qo;
-                    for (int j = 0; j < ni; j++)
-                        zs_axpy_row(dqi, dp[j], kj + (size_t)j * ldkv, hs);
-                    for (int j = 0; j < ni; j++) {
-                        zs_axpy_row(dkj + (size_t)j * ldkv, dp[j], qi, hs);
-                        zs_axpy_row(dvj + (size_t)j * ldkv, sc[j], dOi, hs);
+                /* Query rows in groups of BWD_ROWS: each row's block math as before, then
+                 * the group's dk/dv updates key by key, so that a key's rows stay in L1
+                 * across the group. For a fixed key the rows still add in ascending order
+                 * (the order the CUDA kv kernel uses), so the bits do not change. */
+                for (int i = j0; i < T; i += BWD_ROWS) {
+                    int gn = T - i < BWD_ROWS ? T - i : BWD_ROWS;
+                    const float *qr[BWD_ROWS], *dOr[BWD_ROWS];
+                    for (int r = 0; r < gn; r++) {
+                        int ir = i + r, ni = ir - j0 + 1 < n ? ir - j0 + 1 : n;
+                        size_t qo = ((size_t)b * T + ir) * ldq + (size_t)h * hs;
+                        qr[r] = q + qo;
+                        dOr[r] = dout + ((size_t)b * T + ir) * ldo + (size_t)h * hs;
+                        zs_fa_dots(sc[r], qr[r], kt, 1, ZS_FA_BK, ni, hs, scale);
+                        zs_fa_dots(dp[r], dOr[r], vt, 1, ZS_FA_BK, ni, hs, 1.0f);
+                        zs_fa_bwd_block(sc[r], dp[r], lse[bh * T + ir], delta[bh * T + ir], scale,
+                                        ni);
+                        float *dqi = dq + qo;
+                        for (int j = 0; j < ni; j++)
+                            zs_axpy_row(dqi, dp[r][j], kj + (size_t)j * ldkv, hs);
+                    }
+                    for (int j = 0; j < n; j++) {
+                        /* Rows at or after key j0 + j see it: a suffix of the group. */
+                        int r0 = j0 + j - i > 0 ? j0 + j - i : 0;
+                        for (int r = r0; r < gn; r++)
+                            zs_axpy_row(dkj + (size_t)j * ldkv, dp[r][j], qr[r], hs);
+                        for (int r = r0; r < gn; r++)
+                            zs_axpy_row(dvj + (size_t)j * ldkv, sc[r][j], dOr[r], hs);
                     }
                 }
             }
