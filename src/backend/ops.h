@@ -177,6 +177,11 @@ const zs_ops *zs_ops_cpu(void);
  * sumsq's result, which is host memory. */
 const zs_ops *zs_ops_cuda(void);
 
+/* The shape and stride checks of flash_attention_fwd/bwd, shared by every backend: ZS_OK, or
+ * ZS_ERR_INVALID with zs_last_error() naming op and the bad sizes. attention_check.c. */
+zs_status zs_flash_attention_check(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
+                                   int ldkv);
+
 /* Row-major linear layer through the column-major gemm (DESIGN.md §12): a row-major X[r,c]
  * is the column-major X^T with ld c, so out = inp W^T becomes out^T = W inp^T, i.e.
  * gemm(T, N, m=OC, n=N, k=IC, W, IC, inp, IC, out, OC). This is the one place that mapping

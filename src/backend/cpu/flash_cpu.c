@@ -21,19 +21,6 @@
 /* Query rows whose key/value-gradient updates backward applies together (see below). */
 #define BWD_ROWS 8
 
-static zs_status check_shape(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
-                             int ldkv) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && NKV >= 1 && hs >= 1 && NH % NKV == 0, ZS_ERR_INVALID,
-               "%s: bad shape B=%d T=%d NH=%d NKV=%d hs=%d (NKV must divide NH)", op, B, T, NH, NKV,
-               hs);
-    ZS_REQUIRE(ldq >= NH * hs && ldkv >= NKV * hs, ZS_ERR_INVALID,
-               "%s: row strides ldq=%d ldkv=%d shorter than the heads (%d, %d)", op, ldq, ldkv,
-               NH * hs, NKV * hs);
-fail:
-    return st;
-}
-
 /* Rows j0..j0+n-1 of a [T, ld] view, hs columns from col, into dst[hs][ZS_FA_BK]. */
 static void transpose_block(float *dst, const float *src, size_t ld, int n, int hs) {
     for (int j = 0; j < n; j++)
@@ -45,7 +32,7 @@ zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, con
                                      const float *k, const float *v, int B, int T, int NH, int NKV,
                                      int hs, int ldq, int ldkv) {
     zs_status st = ZS_OK;
-    ZS_CHECK(check_shape("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_CHECK(zs_flash_attention_check("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
     const int rep = NH / NKV, nqb = (T + ZS_FA_BQ - 1) / ZS_FA_BQ;
     const size_t ldo = (size_t)NH * hs;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -99,7 +86,7 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
                                      const float *v, const float *out, const float *lse, int B,
                                      int T, int NH, int NKV, int hs, int ldq, int ldkv) {
     zs_status st = ZS_OK;
-    ZS_CHECK(check_shape("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_CHECK(zs_flash_attention_check("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
     const int rep = NH / NKV;
     const size_t ldo = (size_t)NH * hs;
     const float scale = 1.0f / sqrtf((float)hs);

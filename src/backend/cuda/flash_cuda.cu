@@ -120,12 +120,7 @@ static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout,
 static zs_status make_view(const char *op, int B, int T, int NH, int NKV, int hs, int ldq, int ldkv,
                            fa_view *a) {
     zs_status st = ZS_OK;
-    ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && NKV >= 1 && hs >= 1 && NH % NKV == 0, ZS_ERR_INVALID,
-               "%s: bad shape B=%d T=%d NH=%d NKV=%d hs=%d (NKV must divide NH)", op, B, T, NH, NKV,
-               hs);
-    ZS_REQUIRE(ldq >= NH * hs && ldkv >= NKV * hs, ZS_ERR_INVALID,
-               "%s: row strides ldq=%d ldkv=%d shorter than the heads (%d, %d)", op, ldq, ldkv,
-               NH * hs, NKV * hs);
+    ZS_CHECK(zs_flash_attention_check(op, B, T, NH, NKV, hs, ldq, ldkv));
     a->B = B;
     a->T = T;
     a->NH = NH;
