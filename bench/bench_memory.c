@@ -90,6 +90,7 @@ static void usage(void) {
     printf("usage: zshard bench memory [--model NAME] [--nproc-list 1,2,4] [--batch B] [--seq T]\n"
            "                           [--steps N] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16]\n"
            "                           [--recompute none|block] [--attention flash|naive]\n"
+           "                           [--device cpu|cuda|auto]\n"
            "                           [--out DIR]\n"
            "Runs every stage at every world size (random GPT-2 tokens) and writes DIR/memory.md,\n"
            "DIR/memory.csv and DIR/memory.svg (gnuplot). Default model gpt2-124m, batch 4,\n"
@@ -132,7 +133,8 @@ static void write_chart(const char *dir, const char *model, const char *dtype, c
 
 int zs_bench_memory(int argc, char **argv) {
     const char *model = "gpt2-124m", *out = "bench-memory";
-    const char *dtype = "fp32", *rdtype = NULL, *recompute = "none", *attention = "flash";
+    const char *dtype = "fp32", *rdtype = NULL, *recompute = "none", *attention = "flash",
+               *device = "auto";
     int ws[8] = {1, 2, 4}, nw = 3, batch = 4, seq = 64, steps = 3, rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -161,6 +163,8 @@ int zs_bench_memory(int argc, char **argv) {
             recompute = v;
         else if (!strcmp(a, "--attention"))
             attention = v;
+        else if (!strcmp(a, "--device"))
+            device = v;
         else
             return zs_cli_fail(2, "bench memory: unknown flag '%s'", a);
         if (rc) return rc;
@@ -179,6 +183,10 @@ int zs_bench_memory(int argc, char **argv) {
         mo.reduce_dtype = ZS_DTYPE_BF16;
     else if (strcmp(rdtype, "fp32"))
         return zs_cli_fail(2, "bench memory: --reduce-dtype '%s' is not fp32 or bf16", rdtype);
+    const char *dev_chosen = NULL;
+    char dev_why[160];
+    if (zs_device_choose(device, &dev_chosen, dev_why, sizeof dev_why) != ZS_OK)
+        return zs_cli_fail(2, "bench memory: %s", zs_last_error());
     if (!strcmp(attention, "naive"))
         mo.attention = ZS_ATTENTION_NAIVE;
     else if (strcmp(attention, "flash"))
@@ -216,10 +224,10 @@ int zs_bench_memory(int argc, char **argv) {
                      "'%s' train --model %s --data '%s' --vocab %d --nproc %d --stage %s --batch %d"
                      " --seq %d"
                      " --steps %d --warmup 1 --val-every 0 --val-batches 1 --sample-len 0"
-                     " --dtype %s --reduce-dtype %s --recompute %s --attention %s --quiet"
-                     " --log '%s' > '%s.out' 2>&1",
+                     " --dtype %s --reduce-dtype %s --recompute %s --attention %s --device %s"
+                     " --quiet --log '%s' > '%s.out' 2>&1",
                      self, model, data, vocab, ws[i], STAGE_FLAG[s], batch, seq, steps, dtype,
-                     rdtype, recompute, attention, log, log);
+                     rdtype, recompute, attention, dev_chosen, log, log);
             fprintf(stderr, "bench memory: %d rank%s, %s ...\n", ws[i], ws[i] > 1 ? "s" : "",
                     STAGE_NAME[s]);
             int r = system(cmd);

@@ -78,7 +78,8 @@ done:
 static void usage(void) {
     printf("usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
            "                         [--warmup-steps N] [--data FILE] [--dtype fp32|bf16]\n"
-           "                         [--recompute none|block] [--attention flash|naive] [--json]\n"
+           "                         [--recompute none|block] [--attention flash|naive]\n"
+           "                         [--device cpu|cuda|auto] [--json]\n"
            "Times N training steps after warm-up (default 5 after 2) on random GPT-2 tokens\n"
            "(vocab 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
            "rate of the same GEMM shapes measured in this run. --dtype bf16: bf16 params,\n"
@@ -119,6 +120,8 @@ int zs_bench_step(int argc, char **argv) {
                 cfg.dtype = cfg.reduce_dtype = ZS_DTYPE_BF16;
             else if (strcmp(v, "fp32"))
                 return zs_cli_fail(2, "bench step: --dtype '%s' is not one of fp32, bf16", v);
+        } else if (!strcmp(a, "--device")) {
+            cfg.device = v;
         } else if (!strcmp(a, "--attention")) {
             if (!strcmp(v, "naive"))
                 cfg.attention = ZS_ATTENTION_NAIVE;

@@ -222,7 +222,16 @@ typedef struct zs_train_config {
     zs_attention attention; /* attention kernel (ZS_ATTENTION_FLASH) */
     zs_dtype dtype;         /* compute copy of the parameters: F32 (default) or BF16 */
     zs_dtype reduce_dtype;  /* gradient storage and reduction: F32 (default) or BF16 */
+    const char *device;     /* "cpu", "cuda" or "auto" (NULL = auto): see zs_device_choose */
 } zs_train_config;
+
+/* The compute device for `device` ("cpu", "cuda", "auto" or NULL = auto): *chosen becomes
+ * "cpu" (a static string) and why (n bytes) a one-line reason for the banner. auto picks
+ * the CPU: the trainer does not run on CUDA devices yet (docs/cuda.md: the CUDA ops backend
+ * is built and tested op by op, but the engine keeps its state in host memory). "cuda" is
+ * ZS_ERR_UNSUPPORTED with zs_last_error() saying exactly why: no CUDA backend in this build,
+ * no visible device, or the trainer's missing device path. Anything else is ZS_ERR_INVALID. */
+zs_status zs_device_choose(const char *device, const char **chosen, char *why, size_t n);
 
 zs_train_config zs_train_config_default(void);
 
@@ -263,6 +272,11 @@ zs_status zs_trainer_any(zs_trainer_t *t, int flag, int *any);
 /* This process's rank and the world size (1 and 0 without a launcher). */
 int zs_trainer_rank(const zs_trainer_t *t);
 int zs_trainer_world_size(const zs_trainer_t *t);
+/* The communication backend the trainer's communicator runs on ("local" for one process,
+ * "shm", "mpi", "nccl"), and the device it computes on with the reason it was chosen
+ * (zs_device_choose). */
+const char *zs_trainer_comm_name(const zs_trainer_t *t);
+const char *zs_trainer_device(const zs_trainer_t *t, const char **why);
 /* Memory statistics of every rank, rank order, into all[world_size]. Collective. */
 zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all);
 const zs_model_config *zs_trainer_model(const zs_trainer_t *t);

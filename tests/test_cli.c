@@ -124,6 +124,10 @@ static void test_bad_input(void) {
         {"--save-dir /proc/zshard-ckpt --steps 3", "--save-dir /proc/zshard-ckpt: cannot create"},
         {"--resume auto", "--resume auto needs --save-dir"},
         {"--attention tiled", "--attention: 'tiled' is not one of flash, naive"},
+        {"--device tpu", "--device: 'tpu' is not one of cpu, cuda, auto"},
+        /* Whatever this machine lacks (a CUDA build, a GPU, the trainer's device path), asking
+         * for the GPU is one line saying which. */
+        {"--device cuda", "--device cuda: "},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(a, sizeof a, "train --data %s %s", txt, bad[i][0]);

@@ -52,7 +52,7 @@ static void usage(FILE *f) {
             "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
             "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
             "                  [--recompute none|block] [--attention flash|naive]\n"
-            "                  [--dtype fp32|bf16]\n"
+            "                  [--dtype fp32|bf16] [--device cpu|cuda|auto]\n"
             "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|mpi|nccl]\n"
             "                  [--device-mem SIZE] [--compare]\n"
             "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
@@ -74,6 +74,7 @@ int zs_cli_mem(int argc, char **argv) {
     const char *model = NULL;
     int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = -1;
     int compare = 0, rc = 0, reduce_set = 0;
+    const char *device = "auto";
     uint64_t device_mem = 0;
     zs_mem_options mo = {0};
     for (int i = 1; i < argc; i++) {
@@ -118,6 +119,10 @@ int zs_cli_mem(int argc, char **argv) {
                 mo.recompute = ZS_RECOMPUTE_BLOCK;
             else
                 return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
+                return zs_cli_fail(2, "--device: '%s' is not one of cpu, cuda, auto", v);
+            device = v;
         } else if (!strcmp(a, "--attention")) {
             if (!strcmp(v, "flash"))
                 mo.attention = ZS_ATTENTION_FLASH;
@@ -160,8 +165,15 @@ int zs_cli_mem(int argc, char **argv) {
            batch / (nproc * accum), prefetch, mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none",
            mo.attention == ZS_ATTENTION_NAIVE ? "naive (T x T)" : "flash");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
-           "%d\n\n",
+           "%d\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);
+    /* A prediction needs no GPU: --device cuda predicts the device-resident path's bytes,
+     * which DESIGN.md §7b gives the same categories and sizes as the CPU's. */
+    if (!strcmp(device, "cuda"))
+        printf("device cuda: bytes per category as the CPU path allocates them (the trainer does "
+               "not run on CUDA devices yet, docs/cuda.md)\n\n");
+    else
+        printf("device cpu\n\n");
     printf("| per rank, GiB |");
     for (int s = first; s <= last; s++)
         printf(" %s |", STAGE_NAME[s]);

@@ -73,6 +73,8 @@ static void usage(FILE *f) {
             "                      recomputes the block in its backward [none]\n"
             "  --attention K       flash|naive: flash keeps O(T) per head and recomputes\n"
             "                      probabilities in backward; naive keeps T x T [flash]\n"
+            "  --device D          cpu|cuda|auto: auto is the CPU until the trainer runs on\n"
+            "                      CUDA devices (docs/cuda.md) [auto]\n"
             "  --comm NAME         auto|shm|mpi|nccl [auto, or $ZS_COMM]\n"
             "  --comm-timeout S    seconds before a stuck collective fails [300]\n"
             "evaluation and output:\n"
@@ -226,6 +228,10 @@ static int parse(int argc, char **argv, train_opts *o) {
                 o->cfg.recompute = ZS_RECOMPUTE_BLOCK;
             else
                 return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
+                return zs_cli_fail(2, "--device: '%s' is not one of cpu, cuda, auto", v);
+            o->cfg.device = v;
         } else if (!strcmp(a, "--attention")) {
             if (!strcmp(v, "flash"))
                 o->cfg.attention = ZS_ATTENTION_FLASH;
@@ -426,6 +432,8 @@ int zs_cli_train(int argc, char **argv) {
                world, world > 1 ? "s" : "", stages[o.cfg.stage], o.cfg.batch, o.cfg.seq,
                o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "", o.cfg.steps, (double)o.cfg.lr,
                o.cfg.warmup, (unsigned long long)o.cfg.seed);
+        const char *why = NULL, *dev = zs_trainer_device(t, &why);
+        printf("  device %s (%s), comm %s\n", dev, why, zs_trainer_comm_name(t));
         const char *omp = getenv("OMP_NUM_THREADS"), *wp = getenv("OMP_WAIT_POLICY");
         printf("  threads per rank: %s (OMP_WAIT_POLICY=%s; %d core%s usable)\n",
                omp ? omp : "runtime default", wp ? wp : "unset", zs_cli_cores(),

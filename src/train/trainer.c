@@ -113,6 +113,8 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     t->cfg = *cfg;
     t->ops = zs_ops_cpu();
 
+    /* The device before anything else: asking for one that cannot be had is one clear error. */
+    ZS_CHECK(zs_device_choose(cfg->device, &t->device, t->device_why, sizeof t->device_why));
     /* Join the job first: a world of one needs no environment and no communicator. */
     zs_comm_config cc = zs_comm_config_default();
     if (cfg->comm) ZS_CHECK(zs_comm_backend_parse(cfg->comm, &cc.backend));
@@ -337,6 +339,15 @@ int zs_trainer_rank(const zs_trainer_t *t) {
 
 int zs_trainer_world_size(const zs_trainer_t *t) {
     return t->world;
+}
+
+const char *zs_trainer_comm_name(const zs_trainer_t *t) {
+    return t->comm ? zs_comm_backend_name(zs_comm_get_backend(t->comm)) : "local";
+}
+
+const char *zs_trainer_device(const zs_trainer_t *t, const char **why) {
+    if (why) *why = t->device_why;
+    return t->device;
 }
 
 zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all) {

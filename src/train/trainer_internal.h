@@ -23,7 +23,9 @@ struct zs_trainer {
     int micro;       /* sequences per micro-batch on this rank */
     int32_t *inputs; /* [micro, seq] */
     int32_t *targets;
-    int step; /* optimizer steps taken */
+    int step;             /* optimizer steps taken */
+    const char *device;   /* zs_device_choose's choice */
+    char device_why[160]; /* and its reason, for the banner */
 };
 
 #endif
