@@ -2,6 +2,7 @@
  * a CUDA toolkit), so callers ask "is it there?" (zs_ops_cuda() == NULL,
  * zs_cuda_device_count() == 0) instead of sprinkling #ifdefs. */
 #include "backend/cuda_device.h"
+#include "backend/device.h"
 #include "backend/ops.h"
 #include "core/status.h"
 
@@ -53,6 +54,9 @@ zs_status zs_cuda_memcpy_d2h(void *dst_host, const void *src_dev, size_t nbytes)
     (void)src_dev;
     (void)nbytes;
     return not_built("zs_cuda_memcpy_d2h");
+}
+const zs_device *zs_device_cuda(void) {
+    return NULL;
 }
 #else
 /* ISO C forbids an empty translation unit. */

@@ -1,0 +1,63 @@
+/* The device table (DESIGN.md §7b): memory, copies, streams and events of the device a rank
+ * computes on, beside the ops table (ops.h). The CPU implements it trivially (host memory,
+ * synchronous copies, the NULL stream, no-op events), so code written against both tables
+ * runs unchanged on either device and never asks which one it has.
+ *
+ * Conventions: "device memory" is what alloc returns; on the CPU it is host memory. Copies
+ * and memset are ordered on their stream and may return before completion (stream_sync or an
+ * event says when they are done); a host buffer taking part in an asynchronous copy must stay
+ * valid and unchanged until then, and should come from host_alloc (pinned on CUDA, so the
+ * copy is truly asynchronous). Every allocation is accounted in its category exactly as
+ * zs_alloc accounts host memory, so --device-mem and the estimator hold on every device. */
+#ifndef ZS_BACKEND_DEVICE_H
+#define ZS_BACKEND_DEVICE_H
+
+#include "backend/ops.h"
+#include "zshard.h"
+
+#include <stddef.h>
+
+typedef struct zs_event zs_event_t; /* opaque; the CPU's events are NULL (always complete) */
+
+typedef struct zs_device {
+    const char *name; /* "cpu", "cuda" */
+
+    /* nbytes of device memory, zero-filled and ready on every stream, accounted in cat.
+     * nbytes 0: *out = NULL, ZS_OK. On failure *out is NULL and the message names what. */
+    zs_status (*alloc)(zs_mem_category cat, size_t nbytes, const char *what, void **out);
+    /* Release an alloc buffer and its accounting; NULL is accepted. Waits for the device. */
+    void (*free)(void *ptr);
+    /* Host memory for staging (pinned on CUDA), zero-filled, accounted in cat. */
+    zs_status (*host_alloc)(zs_mem_category cat, size_t nbytes, const char *what, void **out);
+    void (*host_free)(void *ptr);
+
+    /* nbytes from host to device, device to host, device to device; ordered on s. */
+    zs_status (*copy_h2d)(zs_stream_t *s, void *dst, const void *src, size_t nbytes);
+    zs_status (*copy_d2h)(zs_stream_t *s, void *dst, const void *src, size_t nbytes);
+    zs_status (*copy_d2d)(zs_stream_t *s, void *dst, const void *src, size_t nbytes);
+    /* nbytes of device memory set to 0, ordered on s. */
+    zs_status (*memset0)(zs_stream_t *s, void *dst, size_t nbytes);
+
+    /* A stream of its own (the CPU's is NULL), destroyed after its queued work. */
+    zs_status (*stream_create)(zs_stream_t **out);
+    void (*stream_destroy)(zs_stream_t *s);
+    /* The host waits until everything queued on s has finished. */
+    zs_status (*stream_sync)(zs_stream_t *s);
+
+    /* Events order streams without a device-wide synchronisation: record marks the point s
+     * has reached; stream_wait makes s wait for it (the host does not block); event_sync makes
+     * the host wait for it. */
+    zs_status (*event_create)(zs_event_t **out);
+    void (*event_destroy)(zs_event_t *e);
+    zs_status (*event_record)(zs_event_t *e, zs_stream_t *s);
+    zs_status (*stream_wait)(zs_stream_t *s, zs_event_t *e);
+    zs_status (*event_sync)(zs_event_t *e);
+} zs_device;
+
+/* The CPU's table. Always available. */
+const zs_device *zs_device_cpu(void);
+/* The CUDA table (cuda/device_table.cu), for the calling thread's current GPU; NULL when the
+ * build has no CUDA backend. */
+const zs_device *zs_device_cuda(void);
+
+#endif
