@@ -2,12 +2,16 @@
  *   comm_worker collectives [--comm B] [--async]  every collective against exact expectations
  *               [--registered | --mixed]          ... on zs_comm_mem_alloc buffers (every rank,
  *                                                 or even ranks only: the staged path)
+ *               [--device-staged]                 ... through comm/staged.h on the CPU's device
+ *                                                 table, 1000-byte pieces (sync calls only)
  *   comm_worker die --victim V [--registered]     V kills itself mid-job; others must report it
  *   comm_worker die-alloc --victim V              V dies instead of joining a zs_comm_mem_alloc
  *   comm_worker stuck --victim V                  V stops calling collectives (timeout path)
  *   comm_worker mismatch                          rank 1 calls a different collective
  * Data are small integers in floats, so every sum is exact and results are checked bit for
  * bit; outputs are poisoned before each call. Exit 0 = all checks passed. */
+#include "backend/device.h"
+#include "comm/staged.h"
 #include "testutil.h"
 #include "zshard.h"
 
@@ -19,6 +23,9 @@ static int g_rank, g_n;
 static zs_comm_t *g_c;
 /* 0: plain buffers; 1: registered on every rank; 2: registered on even ranks only */
 static int g_reg;
+/* --device-staged: collectives through host staging in small pieces */
+static int g_staged;
+static zs_comm_staging g_stg;
 static char *g_arena[2]; /* registered, ARENA bytes each */
 enum { ARENA = 4 << 20 };
 
@@ -69,6 +76,16 @@ static void poison(void *buf, size_t nbytes) {
 
 static zs_status issue(int async, zs_comm_work_t **w, int kind, const void *s, void *r,
                        size_t count, zs_dtype dt, zs_reduce_op op, const char *tag) {
+    if (g_staged) switch (kind) {
+        case 0:
+            return zs_comm_staged_all_reduce(&g_stg, s, r, count, dt, op, tag);
+        case 1:
+            return zs_comm_staged_reduce_scatter(&g_stg, s, r, count, dt, op, tag);
+        case 2:
+            return zs_comm_staged_all_gather(&g_stg, s, r, count, dt, tag);
+        default:
+            return zs_comm_staged_broadcast(&g_stg, s, r, count, dt, g_n - 1, tag);
+        }
     switch (kind) {
     case 0:
         return async ? zs_comm_all_reduce_async(g_c, s, r, count, dt, op, NULL, tag, w)
@@ -87,6 +104,7 @@ static zs_status issue(int async, zs_comm_work_t **w, int kind, const void *s, v
 
 /* One collective (kind 0 AR, 1 RS, 2 AG, 3 bcast from the last rank) of `count`, checked. */
 static void check_one(int kind, size_t count, zs_dtype dt, int avg, int inplace, int async) {
+    if (g_staged && async) return; /* staged collectives are blocking */
     size_t esz = zs_dtype_size(dt), n = (size_t)g_n, r = (size_t)g_rank;
     size_t in_elems = kind == 1 ? count * n : count;
     size_t out_elems = kind == 2 ? count * n : count;
@@ -405,16 +423,30 @@ int main(int argc, char **argv) {
             g_reg = 1;
         else if (!strcmp(argv[i], "--mixed"))
             g_reg = 2;
+        else if (!strcmp(argv[i], "--device-staged"))
+            g_staged = 1;
     }
     zt_init("comm_worker");
     ZT_OK(zs_comm_create(&cfg, &g_c));
     g_rank = zs_comm_rank(g_c);
     g_n = zs_comm_world_size(g_c);
+    if (g_staged) {
+        zs_mem_stats m0, m1;
+        zs_mem_get_stats(&m0);
+        ZT_OK(zs_comm_staging_init(&g_stg, g_c, zs_device_cpu(), NULL, 1000));
+        zs_mem_get_stats(&m1);
+        ZT_CHECK(m1.current[ZS_MEM_COMM] - m0.current[ZS_MEM_COMM] ==
+                     zs_comm_staging_bytes(g_n, 1000),
+                 "staging accounted %llu bytes, want %llu",
+                 (unsigned long long)(m1.current[ZS_MEM_COMM] - m0.current[ZS_MEM_COMM]),
+                 (unsigned long long)zs_comm_staging_bytes(g_n, 1000));
+    }
     int rc = 0;
     if (!strcmp(mode, "collectives"))
         rc = run_collectives(async_only);
     else
         rc = run_failure(mode, victim);
+    zs_comm_staging_free(&g_stg);
     zs_comm_destroy(g_c);
     if (rc) return rc;
     return zt_finish();

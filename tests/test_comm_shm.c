@@ -3,7 +3,9 @@
  * all_reduce == reduce_scatter + all_gather bit for bit; small pipeline chunks so large
  * messages take many windows; an injected delay before each collective to flush out
  * missing waits. The same on registered buffers (direct path, bitwise equal to the staged
- * one) and on buffers registered by some ranks only. No segment may be left in /dev/shm. */
+ * one) and on buffers registered by some ranks only; and through host staging in small
+ * pieces (comm/staged.h, the path of ranks sharing a GPU). No segment may be left in
+ * /dev/shm. */
 #include "commtest.h"
 
 static char g_out[1 << 20];
@@ -36,5 +38,9 @@ int main(void) {
     run_world(4, "ZS_SHM_CHUNK=16K ZS_COMM_DELAY_MS=1", "--registered --async");
     run_world(3, "ZS_SHM_CHUNK=8K", "--mixed");
     run_world(2, "ZS_COMM_CHECK=1", "--registered");
+    /* device buffers through host staging (comm/staged.h) in 1000-byte pieces, on the CPU's
+     * device table: every collective, exact, as the direct calls */
+    for (int n = 1; n <= 3; n++)
+        run_world(n, "ZS_SHM_CHUNK=8K", "--device-staged");
     return zt_finish();
 }
