@@ -88,6 +88,7 @@ zs_status zs_parse_bytes(const char *text, uint64_t *out);
 typedef enum zs_arch {
     ZS_ARCH_GPT2 = 0,
     ZS_ARCH_LLAMA,
+    ZS_ARCH_CUSTOM, /* a zs_module's own units (checkpoints written by zs_module_save) */
 } zs_arch;
 
 typedef struct zs_model_config {
@@ -433,4 +434,8 @@ int zs_trainer_steps_done(const zs_trainer_t *t);
 #ifdef __cplusplus
 }
 #endif
+
+/* The sharding API for your own model: units, zs_module_* (docs/embedding.md). */
+#include "zshard/module.h"
+
 #endif /* ZSHARD_H */

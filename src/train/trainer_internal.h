@@ -6,7 +6,7 @@
 #include "backend/ops.h"
 #include "data/data.h"
 #include "models/model.h"
-#include "shard/engine.h"
+#include "shard/module.h"
 #include "zshard.h"
 
 struct zs_trainer {
@@ -16,7 +16,7 @@ struct zs_trainer {
     zs_stream_t *stream;
     zs_dataset data;
     zs_layout layout;
-    zs_engine_t *engine;
+    zs_module_t *engine; /* the model's sharded parameters: only zs_module_* calls */
     zs_model_t *model;
     zs_comm_t *comm; /* NULL for a world of one */
     int rank, world;
