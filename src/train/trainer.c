@@ -130,9 +130,16 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     t->micro = cfg->batch / (t->world * cfg->grad_accum);
     if (cfg->device_mem) zs_mem_set_cap(cfg->device_mem);
 
-    ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
-                                   &t->data));
-    ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
+    if (cfg->data_path) {
+        ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
+                                       &t->data));
+        ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
+        t->has_data = 1;
+    } else { /* batches come from memory (zs_trainer_step_batch) */
+        ZS_REQUIRE(cfg->vocab >= 0 && cfg->vocab < (1 << 24), ZS_ERR_INVALID, "trainer: vocab %d",
+                   cfg->vocab);
+        t->data.vocab = cfg->vocab ? cfg->vocab : 50257;
+    }
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
     ZS_CHECK(zs_model_layout(&t->model_cfg, t->world, &t->layout));
@@ -177,6 +184,14 @@ void zs_trainer_destroy(zs_trainer_t *t) {
 }
 
 zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats) {
+    if (!t->has_data)
+        return zs_error(ZS_ERR_INVALID, "trainer: no data_path was given: feed batches with "
+                                        "zs_trainer_step_batch");
+    return zs_trainer_step_rows(t, NULL, NULL, stats);
+}
+
+zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int32_t *targets,
+                               zs_step_stats *stats) {
     zs_status st = ZS_OK;
     const zs_train_config *c = &t->cfg;
     double t0 = zs_now_s();
@@ -190,15 +205,21 @@ zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats) {
     for (int k = 0; k < c->grad_accum; k++) {
         int first = t->rank * per_rank + k * t->micro;
         ZS_CHECK(zs_module_micro_begin(t->engine, k, c->grad_accum));
-        zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, t->inputs,
-                       t->targets);
+        const int32_t *in = t->inputs, *tg = t->targets;
+        if (tokens) { /* the caller's rows of this rank, micro-batch k */
+            in = tokens + (size_t)k * t->micro * c->seq;
+            tg = targets + (size_t)k * t->micro * c->seq;
+        } else {
+            zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, t->inputs,
+                           t->targets);
+        }
         double part = 0.0;
-        ZS_CHECK(zs_model_forward_backward(t->model, t->inputs, t->targets, t->micro, c->seq, dloss,
-                                           1, &part));
+        ZS_CHECK(zs_model_forward_backward(t->model, in, tg, t->micro, c->seq, dloss, 1, &part));
         loss_sum += part;
     }
     zs_adamw_config h = {
-        .lr = zs_lr_schedule(step, c->steps, c->warmup, c->lr, c->min_lr_frac),
+        .lr = t->lr_override > 0 ? t->lr_override
+                                 : zs_lr_schedule(step, c->steps, c->warmup, c->lr, c->min_lr_frac),
         .beta1 = c->beta1,
         .beta2 = c->beta2,
         .eps = c->eps,
@@ -224,6 +245,8 @@ fail:
 
 zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
     zs_status st = ZS_OK;
+    ZS_REQUIRE(t->has_data, ZS_ERR_INVALID,
+               "trainer: no data_path was given: evaluate with zs_trainer_eval_batch");
     const zs_train_config *c = &t->cfg;
     double sum = 0.0;
     int per_rank = c->batch / t->world;

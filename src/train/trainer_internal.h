@@ -23,7 +23,14 @@ struct zs_trainer {
     int micro;       /* sequences per micro-batch on this rank */
     int32_t *inputs; /* [micro, seq] */
     int32_t *targets;
-    int step; /* optimizer steps taken */
+    int step;          /* optimizer steps taken */
+    int has_data;      /* 0: no data_path, batches come from memory */
+    float lr_override; /* > 0: every step uses it instead of the schedule */
 };
+
+/* One optimizer step; tokens/targets NULL: the data's batch of the step, else this rank's
+ * [batch / world, seq] rows from memory (validated by the caller). */
+zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int32_t *targets,
+                               zs_step_stats *stats);
 
 #endif
