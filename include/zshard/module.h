@@ -168,6 +168,10 @@ zs_status zs_module_gather_mem(zs_module_t *m, zs_mem_stats *all);
 zs_status zs_module_save(zs_module_t *m, const char *save_dir, int keep);
 zs_status zs_module_resume(zs_module_t *m, const char *path);
 
+/* sizeof of a public struct by its name ("zs_train_config", "zs_module_config", ...), 0 for an
+ * unknown name: foreign-function wrappers (python/) check their mirrored layouts with it. */
+size_t zs_struct_size(const char *name);
+
 #ifdef __cplusplus
 }
 #endif
