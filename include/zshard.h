@@ -88,6 +88,7 @@ zs_status zs_parse_bytes(const char *text, uint64_t *out);
 typedef enum zs_arch {
     ZS_ARCH_GPT2 = 0,
     ZS_ARCH_LLAMA,
+    ZS_ARCH_CUSTOM, /* a zs_module's own units (checkpoints written by zs_module_save) */
 } zs_arch;
 
 typedef struct zs_model_config {
@@ -198,7 +199,8 @@ typedef enum zs_stage {
 
 typedef struct zs_train_config {
     zs_model_config model;
-    const char *data_path;   /* text file, or llm.c token shard (.bin) */
+    const char *data_path;   /* text file, or llm.c token shard (.bin); NULL: batches come
+                                from memory (zs_trainer_step_batch) and vocab must be set */
     const char *val_path;    /* optional separate validation shard; NULL = split data_path */
     int vocab;               /* token shards: tokenizer vocabulary; 0 = GPT-2's 50257 */
     double val_fraction;     /* tail fraction held out for validation when splitting */
@@ -282,6 +284,36 @@ zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all);
 const zs_model_config *zs_trainer_model(const zs_trainer_t *t);
 /* Vocabulary size that the data implies (256 for text, 50257 for GPT-2 token shards). */
 int zs_trainer_vocab(const zs_trainer_t *t);
+
+/* ---- training from memory (docs/embedding.md) -------------------------------------------
+ * Batches are [rows, seq] int32 token ids in [0, vocab), row-major; targets[i] is the token
+ * that should follow tokens[i]. The global batch of a step is cfg.batch rows. Each rank
+ * passes either its own slice, rows = batch / world_size (rank r holds global rows
+ * [r * rows, (r + 1) * rows), the same rule as the data loader), or the whole global batch,
+ * rows = batch, of which each rank uses that same slice. Every call here is collective. */
+
+/* One optimizer step on the given batch; the loss in stats is the global batch's mean.
+ * Micro-batches (cfg.grad_accum) are consecutive rows of the rank's slice. */
+zs_status zs_trainer_step_batch(zs_trainer_t *t, const int32_t *tokens, const int32_t *targets,
+                                int rows, zs_step_stats *stats);
+/* Mean loss over the global batch without a gradient pass (rows as in step_batch). */
+zs_status zs_trainer_eval_batch(zs_trainer_t *t, const int32_t *tokens, const int32_t *targets,
+                                int rows, float *loss);
+/* Logits of every position for this rank's own tokens[rows, seq] (rows >= 1, any number, seq
+ * <= cfg.seq; ranks may pass different tokens but the same rows and seq): writes
+ * logits[rows, seq, vocab] (the real vocabulary, fp32). */
+zs_status zs_trainer_forward_logits(zs_trainer_t *t, const int32_t *tokens, int rows, int seq,
+                                    float *logits);
+/* Learning rate of the following steps: lr > 0 replaces the schedule, 0 restores it. */
+zs_status zs_trainer_set_lr(zs_trainer_t *t, float lr);
+/* Full fp32 values of a parameter by name (docs/models.md's names, e.g. "wte.weight"), count
+ * = its elements; set replaces the master weights with rank 0's values. Collective. */
+zs_status zs_trainer_get_param(zs_trainer_t *t, const char *name, float *out, size_t count);
+zs_status zs_trainer_set_param(zs_trainer_t *t, const char *name, const float *values,
+                               size_t count);
+/* The trainer's sharded module (include/zshard/module.h): tensor names and shapes
+ * (zs_module_tensor_at), memory, hashes. Owned by the trainer. */
+struct zs_module *zs_trainer_module(zs_trainer_t *t);
 
 /* ---- communication (src/comm, DESIGN.md §6) ------------------------------------------
  * A communicator joins the ranks of one job. Collectives follow NCCL's semantics exactly:
@@ -447,4 +479,8 @@ int zs_trainer_steps_done(const zs_trainer_t *t);
 #ifdef __cplusplus
 }
 #endif
+
+/* The sharding API for your own model: units, zs_module_* (docs/embedding.md). */
+#include "zshard/module.h"
+
 #endif /* ZSHARD_H */

@@ -14,8 +14,9 @@ fi
 # Build: compiler, CMake, OpenBLAS (OpenMP flavour, so BLAS and our loops share one thread
 # pool), OpenMP, zstd. Data: `fortunes`, an offline English corpus from Debian itself.
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend.
+# Python: the package in python/ runs in a virtual environment (numpy and pytest from PyPI).
 PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev fortunes
-          gnuplot-nox openmpi-bin libopenmpi-dev procps)
+          gnuplot-nox openmpi-bin libopenmpi-dev procps python3 python3-venv)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -41,3 +42,12 @@ done
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DZS_WERROR="${ZS_WERROR:-ON}" >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/zshard"
+
+# The Python package (python/) installed with pip into build/pyvenv, as a user would install it;
+# ctest's `python` test runs its pytest suite with that interpreter. numpy and pytest come from
+# PyPI on the first run (wheel too, to build the package offline); the package itself is reinstalled (offline) on every run.
+PY=build/pyvenv/bin/python
+[ -x "$PY" ] || python3 -m venv build/pyvenv
+"$PY" -c "import numpy, pytest, wheel" 2>/dev/null || "$PY" -m pip install -q numpy pytest wheel
+"$PY" -m pip install -q --no-deps --no-build-isolation --force-reinstall ./python
+echo "setup: installed the python package into build/pyvenv"

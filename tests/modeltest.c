@@ -3,13 +3,13 @@
 
 #include "backend/ops.h"
 #include "core/status.h"
-#include "shard/engine.h"
+#include "shard/module.h"
 
 #include <string.h>
 
 typedef struct mt_fixture {
     zs_layout layout;
-    zs_engine_t *engine;
+    zs_module_t *engine;
     zs_model_t *model;
     int B, T;
     int32_t *in, *tg; /* B x T tokens, uniform over the real vocabulary */
@@ -20,9 +20,12 @@ static void mt_setup(mt_fixture *f, zs_model_config cfg, int B, int T, uint64_t 
     f->B = B;
     f->T = T;
     ZT_OK(zs_model_layout(&cfg, 1, &f->layout));
-    zs_engine_config ec = zs_engine_config_default();
-    ZT_OK(zs_engine_create(&f->layout, zs_ops_cpu(), NULL, &ec, &f->engine));
-    ZT_OK(zs_engine_init_params(f->engine, seed));
+    zs_units_t *units = NULL;
+    zs_module_config mc = zs_module_config_default();
+    mc.seed = seed;
+    ZT_OK(zs_units_from_layout(&f->layout, &units));
+    ZT_OK(zs_module_create(units, NULL, &mc, &f->engine));
+    zs_units_destroy(units);
     ZT_OK(zs_model_create(&cfg, zs_ops_cpu(), NULL, f->engine, B, T, &f->model));
     f->in = zt_malloc((size_t)B * T * sizeof(int32_t));
     f->tg = zt_malloc((size_t)B * T * sizeof(int32_t));
@@ -34,7 +37,7 @@ static void mt_setup(mt_fixture *f, zs_model_config cfg, int B, int T, uint64_t 
 
 static void mt_teardown(mt_fixture *f) {
     zs_model_destroy(f->model);
-    zs_engine_destroy(f->engine);
+    zs_module_destroy(f->engine);
     zs_layout_free(&f->layout);
     free(f->in);
     free(f->tg);
@@ -44,7 +47,7 @@ static void mt_teardown(mt_fixture *f) {
 static double mt_mean_loss(mt_fixture *f, int backward) {
     double sum = 0;
     float dloss = 1.0f / (float)(f->B * f->T);
-    if (backward) ZT_OK(zs_engine_zero_grad(f->engine));
+    if (backward) ZT_OK(zs_module_zero_grad(f->engine));
     ZT_OK(zs_model_forward_backward(f->model, f->in, f->tg, f->B, f->T, dloss, backward, &sum));
     return sum / (f->B * f->T);
 }
@@ -79,7 +82,7 @@ void mt_check_gradients(zs_model_config cfg, int B, int T, uint64_t seed) {
      * gradient that clearly exceeds finite-difference noise. */
     for (int u = 0; u < l->n_units; u++) {
         float *p, *g;
-        ZT_OK(zs_engine_backward_begin(f->engine, u, &p, &g));
+        ZT_OK(zs_module_backward_begin(f->engine, u, &p, &g));
         for (int i = 0; i < l->units[u].n_tensors; i++) {
             const zs_tensor_desc *t = &l->tensors[l->units[u].first_tensor + i];
             for (int64_t j = 0; j < t->zero_from; j++)
@@ -90,7 +93,7 @@ void mt_check_gradients(zs_model_config cfg, int B, int T, uint64_t seed) {
     for (int ti = 0; ti < l->n_tensors; ti++) {
         const zs_tensor_desc *t = &l->tensors[ti];
         float *p, *g;
-        ZT_OK(zs_engine_backward_begin(f->engine, t->unit, &p, &g));
+        ZT_OK(zs_module_backward_begin(f->engine, t->unit, &p, &g));
         /* Sample up to 12 elements of every tensor (only real rows of the padded vocab). */
         int n = t->zero_from < 12 ? (int)t->zero_from : 12;
         double num = 0, den = 0;
@@ -137,14 +140,14 @@ void mt_check_repeatable(zs_model_config cfg, int B, int T, uint64_t seed) {
     memcpy(b.tg, a.tg, (size_t)B * T * sizeof(int32_t));
     double la = mt_mean_loss(&a, 1), lb = mt_mean_loss(&b, 1);
     ZT_CHECK(la == lb, "same inputs, same loss bitwise: %.17g vs %.17g", la, lb);
-    zs_adamw_hparams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    zs_adamw_config h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float na, nb;
-    ZT_OK(zs_engine_step(a.engine, &h, 1.0f, 1, &na));
-    ZT_OK(zs_engine_step(b.engine, &h, 1.0f, 1, &nb));
+    ZT_OK(zs_module_step(a.engine, &h, &na));
+    ZT_OK(zs_module_step(b.engine, &h, &nb));
     ZT_CHECK(na == nb, "same grad norm");
     uint64_t ha = 0, hb = 1;
-    ZT_OK(zs_engine_param_hash(a.engine, &ha));
-    ZT_OK(zs_engine_param_hash(b.engine, &hb));
+    ZT_OK(zs_module_param_hash(a.engine, &ha));
+    ZT_OK(zs_module_param_hash(b.engine, &hb));
     ZT_CHECK(ha == hb, "same param hash after a step");
     mt_teardown(&a);
     mt_teardown(&b);

@@ -16,7 +16,7 @@
 #include "core/status.h"
 #include "models/model.h"
 #include "runlog.h"
-#include "shard/engine.h"
+#include "shard/module.h"
 
 #include <string.h>
 
@@ -167,33 +167,37 @@ static void test_long_seq(void) {
 static uint64_t zero3_gathers(const char *name, zs_recompute rc, char hash[17]) {
     zs_model_config c;
     zs_layout l;
-    zs_engine_t *e = NULL;
+    zs_module_t *e = NULL;
+    zs_units_t *units = NULL;
     zs_model_t *m = NULL;
     ZT_OK(zs_model_preset(name, &c));
     zs_model_config_set_vocab(&c, 256);
     ZT_OK(zs_model_layout(&c, 1, &l));
-    zs_engine_config ec = zs_engine_config_default();
-    ec.stage = ZS_STAGE_3;
-    ZT_OK(zs_engine_create(&l, zs_ops_cpu(), NULL, &ec, &e));
-    ZT_OK(zs_engine_init_params(e, 5));
+    zs_module_config mc = zs_module_config_default();
+    mc.stage = ZS_STAGE_3;
+    mc.seed = 5;
+    ZT_OK(zs_units_from_layout(&l, &units));
+    ZT_OK(zs_module_create(units, NULL, &mc, &e));
+    zs_units_destroy(units);
     zs_model_options mo = {.recompute = rc};
     ZT_OK(zs_model_create_opts(&c, &mo, zs_ops_cpu(), NULL, e, 2, 16, &m));
     int32_t in[32], tg[32];
     for (int i = 0; i < 32; i++)
         in[i] = (i * 7) % 256, tg[i] = (i * 11 + 3) % 256;
-    zs_adamw_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
+    zs_adamw_config h = {
+        .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_clip = 1.0f};
     for (int step = 1; step <= 2; step++) {
         double loss = 0;
         float norm = 0;
-        ZT_OK(zs_engine_zero_grad(e));
+        ZT_OK(zs_module_zero_grad(e));
         ZT_OK(zs_model_forward_backward(m, in, tg, 2, 16, 1.0f / 32, 1, &loss));
-        ZT_OK(zs_engine_step(e, &h, 1.0f, step, &norm));
+        ZT_OK(zs_module_step(e, &h, &norm));
     }
-    uint64_t n = zs_engine_param_gathers(e), hv = 0;
-    ZT_OK(zs_engine_param_hash(e, &hv));
+    uint64_t n = zs_module_param_gathers(e), hv = 0;
+    ZT_OK(zs_module_param_hash(e, &hv));
     snprintf(hash, 17, "%016llx", (unsigned long long)hv);
     zs_model_destroy(m);
-    zs_engine_destroy(e);
+    zs_module_destroy(e);
     zs_layout_free(&l);
     return n;
 }

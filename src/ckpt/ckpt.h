@@ -29,7 +29,7 @@ typedef enum zs_ckpt_kind {
 
 /* "master", "adam_m", "adam_v". */
 const char *zs_ckpt_kind_name(int kind);
-/* "gpt2", "llama". */
+/* "gpt2", "llama", "custom". */
 const char *zs_ckpt_arch_name(zs_arch arch);
 /* "ddp", "1", "2", "3" and back. */
 const char *zs_ckpt_stage_name(int stage);
@@ -64,12 +64,15 @@ typedef struct zs_ckpt_info {
     double lr, min_lr_frac, next_lr, beta1, beta2, eps, weight_decay, grad_clip;
     int level;
     int64_t block_elems;
-    char source[32]; /* "train", "import", "reshard" */
+    char source[32]; /* "train", "import", "reshard", "module" */
+    /* ZS_ARCH_CUSTOM: the declared units (finalized for any world size), which the manifest
+     * records instead of a model config; NULL otherwise. zs_manifest_init copies them. */
+    const zs_layout *layout;
 } zs_ckpt_info;
 
 typedef struct zs_manifest {
     zs_ckpt_info info;
-    zs_layout layout; /* zs_model_layout(info.model, info.world_size) */
+    zs_layout layout; /* zs_model_layout(info.model, info.world_size), or the custom units */
     int n_files;
     zs_ckpt_file *files; /* files[r] is rank r's */
 } zs_manifest;

@@ -22,7 +22,7 @@ const char *zs_ckpt_kind_name(int kind) {
 }
 
 const char *zs_ckpt_arch_name(zs_arch arch) {
-    return arch == ZS_ARCH_LLAMA ? "llama" : "gpt2";
+    return arch == ZS_ARCH_LLAMA ? "llama" : arch == ZS_ARCH_CUSTOM ? "custom" : "gpt2";
 }
 
 const char *zs_ckpt_stage_name(int stage) {
@@ -50,7 +50,14 @@ zs_status zs_manifest_init_bounded(zs_manifest *m, const zs_ckpt_info *info, int
                info->world_size);
     ZS_REQUIRE(info->block_elems >= ZS_CKPT_MIN_BLOCK && info->block_elems <= ZS_CKPT_MAX_BLOCK,
                ZS_ERR_INVALID, "checkpoint: block of %lld elements", (long long)info->block_elems);
-    ZS_CHECK(zs_model_layout(&info->model, info->world_size, &m->layout));
+    if (info->model.arch == ZS_ARCH_CUSTOM) {
+        ZS_REQUIRE(info->layout, ZS_ERR_INVALID, "checkpoint: custom model without its units");
+        ZS_CHECK(zs_layout_copy(info->layout, &m->layout));
+        ZS_CHECK(zs_layout_finalize(&m->layout, info->world_size));
+    } else {
+        ZS_CHECK(zs_model_layout(&info->model, info->world_size, &m->layout));
+    }
+    m->info.layout = NULL; /* the copy in m->layout is the manifest's own */
     const zs_layout *l = &m->layout;
     int64_t B = info->block_elems, per_file = 0;
     for (int u = 0; u < l->n_units; u++)
@@ -110,12 +117,15 @@ static void write_info(FILE *f, const zs_manifest *m) {
     fprintf(f, "\"dtypes\":{\"master\":\"f32\",\"adam_m\":\"f32\",\"adam_v\":\"f32\"},\n");
     fprintf(f, "\"model\":{\"arch\":\"%s\",\"name\":", zs_ckpt_arch_name(c->arch));
     zs_json_write_string(f, c->name);
-    fprintf(f,
-            ",\"n_layer\":%d,\"n_head\":%d,\"n_kv_head\":%d,\"n_embd\":%d,\"ffn_hidden\":%d,"
-            "\"max_seq\":%d,\"vocab\":%d,\"padded_vocab\":%d,\"rope_theta\":%.9g,"
-            "\"norm_eps\":%.9g},\n",
-            c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden, c->max_seq, c->vocab,
-            c->padded_vocab, (double)c->rope_theta, (double)c->norm_eps);
+    if (c->arch == ZS_ARCH_CUSTOM) /* the layout below is the whole model description */
+        fprintf(f, "},\n");
+    else
+        fprintf(f,
+                ",\"n_layer\":%d,\"n_head\":%d,\"n_kv_head\":%d,\"n_embd\":%d,\"ffn_hidden\":%d,"
+                "\"max_seq\":%d,\"vocab\":%d,\"padded_vocab\":%d,\"rope_theta\":%.9g,"
+                "\"norm_eps\":%.9g},\n",
+                c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden, c->max_seq, c->vocab,
+                c->padded_vocab, (double)c->rope_theta, (double)c->norm_eps);
     fprintf(f,
             "\"training\":{\"batch\":%d,\"seq\":%d,\"grad_accum\":%d,\"total_steps\":%d,"
             "\"warmup\":%d,\"lr\":%.9g,\"min_lr_frac\":%.9g,\"next_lr\":%.9g,\"beta1\":%.9g,"

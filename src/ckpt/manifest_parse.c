@@ -78,12 +78,15 @@ static zs_status parse_model(const zs_json *root, const char *what, zs_model_con
     ZS_REQUIRE(m && m->type == ZS_JSON_OBJECT, ZS_ERR_FORMAT, "%s: missing \"model\" object", what);
     memset(c, 0, sizeof *c);
     ZS_CHECK(zs_json_get_str(m, "arch", what, &s));
-    ZS_REQUIRE(!strcmp(s, "gpt2") || !strcmp(s, "llama"), ZS_ERR_FORMAT,
-               "%s: model arch '%s' is not supported (gpt2, llama)", what, s);
-    c->arch = !strcmp(s, "llama") ? ZS_ARCH_LLAMA : ZS_ARCH_GPT2;
+    ZS_REQUIRE(!strcmp(s, "gpt2") || !strcmp(s, "llama") || !strcmp(s, "custom"), ZS_ERR_FORMAT,
+               "%s: model arch '%s' is not supported (gpt2, llama, custom)", what, s);
+    c->arch = !strcmp(s, "llama")    ? ZS_ARCH_LLAMA
+              : !strcmp(s, "custom") ? ZS_ARCH_CUSTOM
+                                     : ZS_ARCH_GPT2;
     ZS_CHECK(zs_json_get_str(m, "name", what, &s));
     ZS_REQUIRE(strlen(s) < sizeof c->name, ZS_ERR_FORMAT, "%s: model name too long", what);
     snprintf(c->name, sizeof c->name, "%s", s);
+    if (c->arch == ZS_ARCH_CUSTOM) return ZS_OK; /* its layout is its description */
     GETI(m, "n_layer", 1, 1024, c->n_layer);
     GETI(m, "n_head", 1, 4096, c->n_head);
     GETI(m, "n_kv_head", 1, 4096, c->n_kv_head);
@@ -220,6 +223,45 @@ fail:
     return st;
 }
 
+/* A custom model's units as the manifest lists them (names and shapes); finalizing them for
+ * the recorded world size must then give the recorded offsets and padding (check_layout). */
+static zs_status parse_custom_layout(const zs_json *root, const char *what, zs_layout *l) {
+    zs_status st = ZS_OK;
+    const zs_json *units = zs_json_get(zs_json_get(root, "layout"), "units");
+    zs_layout_init(l);
+    ZS_REQUIRE(units && units->type == ZS_JSON_ARRAY && units->n > 0 && units->n <= 1 << 16,
+               ZS_ERR_FORMAT, "%s: custom model without a \"layout\" unit list", what);
+    for (const zs_json *uj = units->child; uj; uj = uj->next) {
+        const char *name;
+        ZS_CHECK(zs_json_get_str(uj, "name", what, &name));
+        ZS_REQUIRE(strlen(name) < ZS_MAX_NAME, ZS_ERR_FORMAT, "%s: unit name too long", what);
+        ZS_CHECK(zs_layout_add_unit(l, name, 1));
+        const zs_json *ts = zs_json_get(uj, "tensors");
+        ZS_REQUIRE(ts && ts->type == ZS_JSON_ARRAY && ts->n > 0 && ts->n <= 1 << 16, ZS_ERR_FORMAT,
+                   "%s: unit %s: no tensor list", what, name);
+        for (const zs_json *tj = ts->child; tj; tj = tj->next) {
+            const zs_json *sh = zs_json_get(tj, "shape");
+            int64_t shape[ZS_MAX_DIMS];
+            ZS_CHECK(zs_json_get_str(tj, "name", what, &name));
+            ZS_REQUIRE(strlen(name) < ZS_MAX_NAME, ZS_ERR_FORMAT, "%s: tensor name too long", what);
+            ZS_REQUIRE(sh && sh->type == ZS_JSON_ARRAY && sh->n >= 1 && sh->n <= ZS_MAX_DIMS,
+                       ZS_ERR_FORMAT, "%s: tensor %s: bad shape", what, name);
+            int d = 0;
+            for (const zs_json *dj = sh->child; dj; dj = dj->next, d++) {
+                ZS_REQUIRE(dj->type == ZS_JSON_NUMBER && dj->is_int && dj->ival > 0 &&
+                               dj->ival <= (1ll << 40),
+                           ZS_ERR_FORMAT, "%s: tensor %s: bad shape", what, name);
+                shape[d] = dj->ival;
+            }
+            ZS_CHECK(zs_layout_add_tensor(l, name, sh->n, shape, 0, ZS_INIT_ZEROS, 0.0f));
+        }
+    }
+    ZS_CHECK(zs_layout_finalize(l, 1));
+    ZS_REQUIRE(l->total_padded < (1ll << 40), ZS_ERR_FORMAT, "%s: unreasonable layout", what);
+fail:
+    return st;
+}
+
 static zs_status parse_files(const zs_json *root, const char *what, zs_manifest *m) {
     zs_status st = ZS_OK;
     const zs_json *files = zs_json_get(root, "files");
@@ -283,9 +325,11 @@ zs_status zs_manifest_parse(const char *text, size_t len, const char *what, zs_m
     zs_status st = ZS_OK;
     zs_json *root = NULL;
     zs_ckpt_info info;
+    zs_layout custom;
     const char *s;
     int64_t version = 0;
     memset(out, 0, sizeof *out);
+    zs_layout_init(&custom);
     st = zs_json_parse(text, len, &root);
     if (st != ZS_OK) {
         char msg[512];
@@ -313,6 +357,10 @@ zs_status zs_manifest_parse(const char *text, size_t len, const char *what, zs_m
         const zs_json *fr = zs_json_get(f, "frames");
         listed += fr && fr->type == ZS_JSON_ARRAY ? fr->n : 0;
     }
+    if (info.model.arch == ZS_ARCH_CUSTOM) {
+        ZS_CHECK(parse_custom_layout(root, what, &custom));
+        info.layout = &custom;
+    }
     st = zs_manifest_init_bounded(out, &info, listed);
     if (st != ZS_OK) {
         char msg[512];
@@ -323,9 +371,11 @@ zs_status zs_manifest_parse(const char *text, size_t len, const char *what, zs_m
     ZS_CHECK(check_layout(root, what, &out->layout));
     ZS_CHECK(parse_files(root, what, out));
     zs_json_free(root);
+    zs_layout_free(&custom);
     return ZS_OK;
 fail:
     zs_json_free(root);
+    zs_layout_free(&custom);
     zs_manifest_free(out);
     return st;
 }

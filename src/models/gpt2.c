@@ -50,7 +50,7 @@ struct zs_gpt2 {
     zs_model_config cfg;
     const zs_ops *ops;
     zs_stream_t *s;
-    zs_engine_t *engine;
+    zs_module_t *engine;
     const zs_layout *layout;
     int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
     int naive;          /* ZS_ATTENTION_NAIVE: keep T x T probabilities (else flash) */
@@ -213,7 +213,7 @@ uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, const zs_model_opt
 }
 
 zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opts,
-                         const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine, int max_batch,
+                         const zs_ops *ops, zs_stream_t *s, zs_module_t *engine, int max_batch,
                          int max_seq, zs_gpt2_t **out) {
     zs_status st = ZS_OK;
     zs_gpt2_t *m = NULL;
@@ -224,7 +224,7 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     m->ops = ops;
     m->s = s;
     m->engine = engine;
-    m->layout = zs_engine_layout(engine);
+    m->layout = zs_module_layout(engine);
     m->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
     m->naive = opts->attention == ZS_ATTENTION_NAIVE;
     const zs_layout *l = m->layout;
@@ -360,24 +360,24 @@ zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
     float *p = NULL;
 
-    ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
+    ZS_CHECK(zs_module_forward_begin(m->engine, 0, &p));
     ZS_CHECK(o->embedding_fwd(s, zs_resid_out(&m->resid, 0), in, p + m->off_wte, p + m->off_wpe, B,
                               T, C));
-    ZS_CHECK(zs_engine_forward_end(m->engine, 0));
+    ZS_CHECK(zs_module_forward_end(m->engine, 0));
 
     const float *x = NULL;
     zs_stack k = stack_of(m);
     ZS_CHECK(zs_stack_forward(&k, B, T, (size_t)BT * C, &x));
 
-    ZS_CHECK(zs_engine_forward_begin(m->engine, unit_final(&m->cfg), &p));
+    ZS_CHECK(zs_module_forward_begin(m->engine, unit_final(&m->cfg), &p));
     ZS_CHECK(o->layernorm_fwd(s, m->lnf, m->lnf_mean, m->lnf_rstd, x, p + m->off_lnfw,
                               p + m->off_lnfb, BT, C));
-    ZS_CHECK(zs_engine_forward_end(m->engine, unit_final(&m->cfg)));
+    ZS_CHECK(zs_module_forward_end(m->engine, unit_final(&m->cfg)));
 
     /* Tied output head: logits = lnf @ wte^T over the padded vocabulary. */
-    ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
+    ZS_CHECK(zs_module_forward_begin(m->engine, 0, &p));
     ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_wte, NULL, BT, C, Vp));
-    ZS_CHECK(zs_engine_forward_end(m->engine, 0));
+    ZS_CHECK(zs_module_forward_end(m->engine, 0));
 fail:
     return st;
 }
@@ -392,25 +392,25 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
 
     /* Head: m->logits already holds dlogits (written in place by softmax_xent). */
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-    ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
+    ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_wte, NULL, m->logits, m->lnf, p + m->off_wte, BT,
                            C, Vp));
-    ZS_CHECK(zs_engine_backward_end(m->engine, 0));
+    ZS_CHECK(zs_module_backward_end(m->engine, 0));
 
     const float *xlast = NULL;
     ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
-    ZS_CHECK(zs_engine_backward_begin(m->engine, unit_final(&m->cfg), &p, &g));
+    ZS_CHECK(zs_module_backward_begin(m->engine, unit_final(&m->cfg), &p, &g));
     ZS_CHECK(o->layernorm_bwd(s, m->dres, g + m->off_lnfw, g + m->off_lnfb, m->dC, xlast,
                               p + m->off_lnfw, m->lnf_mean, m->lnf_rstd, BT, C));
-    ZS_CHECK(zs_engine_backward_end(m->engine, unit_final(&m->cfg)));
+    ZS_CHECK(zs_module_backward_end(m->engine, unit_final(&m->cfg)));
 
     zs_stack k = stack_of(m);
     ZS_CHECK(zs_stack_backward(&k, B, T, nC));
 
-    ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
+    ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
     ZS_CHECK(o->embedding_bwd(s, g + m->off_wte, g + m->off_wpe, m->dres, in, B, T, C));
-    ZS_CHECK(zs_engine_backward_end(m->engine, 0));
+    ZS_CHECK(zs_module_backward_end(m->engine, 0));
 fail:
     return st;
 }

@@ -9,7 +9,7 @@ typedef struct zs_gpt2 zs_gpt2_t;
 zs_status zs_gpt2_layout(const zs_model_config *cfg, int world_size, zs_layout *out);
 /* Called through zs_model_create_opts, which validates cfg, sizes and opts. */
 zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opts,
-                         const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine, int max_batch,
+                         const zs_ops *ops, zs_stream_t *s, zs_module_t *engine, int max_batch,
                          int max_seq, zs_gpt2_t **out);
 void zs_gpt2_destroy(zs_gpt2_t *m);
 /* Forward over inputs[B*T] into the logits buffer; backward from the dlogits that

@@ -37,7 +37,7 @@ struct zs_llama {
     zs_model_config cfg;
     const zs_ops *ops;
     zs_stream_t *s;
-    zs_engine_t *engine;
+    zs_module_t *engine;
     int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
     int naive;          /* ZS_ATTENTION_NAIVE: keep T x T probabilities (else flash) */
     int hs, QD, KD;     /* head size, query width NH*hs, key/value width NKV*hs */
@@ -208,7 +208,7 @@ uint64_t zs_llama_activation_bytes(const zs_model_config *cfg, const zs_model_op
 }
 
 zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *opts,
-                          const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine, int max_batch,
+                          const zs_ops *ops, zs_stream_t *s, zs_module_t *engine, int max_batch,
                           int max_seq, zs_llama_t **out) {
     zs_status st = ZS_OK;
     zs_llama_t *m = NULL;
@@ -224,7 +224,7 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
     m->hs = cfg->n_embd / cfg->n_head;
     m->QD = m->hs * cfg->n_head;
     m->KD = m->hs * cfg->n_kv_head;
-    const zs_layout *l = zs_engine_layout(engine);
+    const zs_layout *l = zs_module_layout(engine);
     ZS_REQUIRE(l->n_units == cfg->n_layer + 2 && l->n_tensors == L_NT * cfg->n_layer + 3,
                ZS_ERR_INTERNAL, "model: layout has %d units, %d tensors", l->n_units, l->n_tensors);
     m->off_embed = l->tensors[0].offset;
@@ -372,18 +372,18 @@ zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, int B, int T) {
     const int uh = unit_head(&m->cfg);
     float *p = NULL;
 
-    ZS_CHECK(zs_engine_forward_begin(m->engine, 0, &p));
+    ZS_CHECK(zs_module_forward_begin(m->engine, 0, &p));
     ZS_CHECK(o->embedding_fwd(s, zs_resid_out(&m->resid, 0), in, p + m->off_embed, NULL, B, T, C));
-    ZS_CHECK(zs_engine_forward_end(m->engine, 0));
+    ZS_CHECK(zs_module_forward_end(m->engine, 0));
 
     const float *x = NULL;
     zs_stack k = stack_of(m);
     ZS_CHECK(zs_stack_forward(&k, B, T, (size_t)BT * C, &x));
 
-    ZS_CHECK(zs_engine_forward_begin(m->engine, uh, &p));
+    ZS_CHECK(zs_module_forward_begin(m->engine, uh, &p));
     ZS_CHECK(o->rmsnorm_fwd(s, m->lnf, m->lnf_rstd, x, p + m->off_norm, BT, C, m->cfg.norm_eps));
     ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_head, NULL, BT, C, Vp));
-    ZS_CHECK(zs_engine_forward_end(m->engine, uh));
+    ZS_CHECK(zs_module_forward_end(m->engine, uh));
 fail:
     return st;
 }
@@ -402,19 +402,19 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
-    ZS_CHECK(zs_engine_backward_begin(m->engine, uh, &p, &g));
+    ZS_CHECK(zs_module_backward_begin(m->engine, uh, &p, &g));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf, p + m->off_head,
                            BT, C, Vp));
     ZS_CHECK(o->rmsnorm_bwd(s, m->dres, g + m->off_norm, m->dC, xlast, p + m->off_norm, m->lnf_rstd,
                             BT, C));
-    ZS_CHECK(zs_engine_backward_end(m->engine, uh));
+    ZS_CHECK(zs_module_backward_end(m->engine, uh));
 
     zs_stack k = stack_of(m);
     ZS_CHECK(zs_stack_backward(&k, B, T, nC));
 
-    ZS_CHECK(zs_engine_backward_begin(m->engine, 0, &p, &g));
+    ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
     ZS_CHECK(o->embedding_bwd(s, g + m->off_embed, NULL, m->dres, in, B, T, C));
-    ZS_CHECK(zs_engine_backward_end(m->engine, 0));
+    ZS_CHECK(zs_module_backward_end(m->engine, 0));
 fail:
     return st;
 }

@@ -33,12 +33,12 @@ zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout 
 }
 
 zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
-                          zs_engine_t *engine, int max_batch, int max_seq, zs_model_t **out) {
+                          zs_module_t *engine, int max_batch, int max_seq, zs_model_t **out) {
     return zs_model_create_opts(cfg, NULL, ops, s, engine, max_batch, max_seq, out);
 }
 
 zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_options *opts,
-                               const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine,
+                               const zs_ops *ops, zs_stream_t *s, zs_module_t *engine,
                                int max_batch, int max_seq, zs_model_t **out) {
     zs_status st = ZS_OK;
     zs_model_t *m = NULL;

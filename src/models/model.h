@@ -5,7 +5,7 @@
 #define ZS_MODELS_MODEL_H
 
 #include "backend/ops.h"
-#include "shard/engine.h"
+#include "shard/module.h"
 #include "shard/layout.h"
 
 typedef struct zs_model zs_model_t;
@@ -25,10 +25,10 @@ typedef struct zs_model_options {
 
 /* Activation and scratch buffers for micro-batches of up to max_batch x max_seq tokens. */
 zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
-                          zs_engine_t *engine, int max_batch, int max_seq, zs_model_t **out);
+                          zs_module_t *engine, int max_batch, int max_seq, zs_model_t **out);
 /* The same with options (NULL = defaults). */
 zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_options *opts,
-                               const zs_ops *ops, zs_stream_t *s, zs_engine_t *engine,
+                               const zs_ops *ops, zs_stream_t *s, zs_module_t *engine,
                                int max_batch, int max_seq, zs_model_t **out);
 void zs_model_destroy(zs_model_t *m);
 

@@ -72,9 +72,9 @@ zs_status zs_stack_forward(const zs_stack *k, int B, int T, size_t n, const floa
     float *p = NULL;
     ZS_CHECK(zs_resid_keep(k->resid, k->ops, k->s, 0, n, x));
     for (int l = 0; l < k->n_layer; l++) {
-        ZS_CHECK(zs_engine_forward_begin(k->engine, k->first_unit + l, &p));
+        ZS_CHECK(zs_module_forward_begin(k->engine, k->first_unit + l, &p));
         ZS_CHECK(k->fwd(k->model, p, *x, l, zs_resid_out(k->resid, l + 1), B, T));
-        ZS_CHECK(zs_engine_forward_end(k->engine, k->first_unit + l));
+        ZS_CHECK(zs_module_forward_end(k->engine, k->first_unit + l));
         ZS_CHECK(zs_resid_keep(k->resid, k->ops, k->s, l + 1, n, x));
     }
 fail:
@@ -87,11 +87,11 @@ zs_status zs_stack_backward(const zs_stack *k, int B, int T, size_t n) {
     const float *x = NULL;
     for (int l = k->n_layer - 1; l >= 0; l--) {
         ZS_CHECK(zs_resid_load(k->resid, k->ops, k->s, l, n, &x));
-        ZS_CHECK(zs_engine_backward_begin(k->engine, k->first_unit + l, &p, &g));
+        ZS_CHECK(zs_module_backward_begin(k->engine, k->first_unit + l, &p, &g));
         /* The same ops on the same inputs and parameters give the forward's bits. */
         if (k->recompute) ZS_CHECK(k->fwd(k->model, p, x, l, zs_resid_out(k->resid, l + 1), B, T));
         ZS_CHECK(k->bwd(k->model, p, g, x, l, B, T));
-        ZS_CHECK(zs_engine_backward_end(k->engine, k->first_unit + l));
+        ZS_CHECK(zs_module_backward_end(k->engine, k->first_unit + l));
     }
 fail:
     return st;

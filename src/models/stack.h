@@ -18,7 +18,7 @@
 
 #include "backend/ops.h"
 #include "core/bf16.h"
-#include "shard/engine.h"
+#include "shard/module.h"
 
 typedef struct zs_resid {
     int bf16;
@@ -59,7 +59,7 @@ typedef zs_status (*zs_block_bwd_fn)(void *model, const float *p, float *g, cons
 
 typedef struct zs_stack {
     zs_resid *resid;
-    zs_engine_t *engine;
+    zs_module_t *engine;
     const zs_ops *ops;
     zs_stream_t *s;
     int n_layer, first_unit; /* block l is engine unit first_unit + l */

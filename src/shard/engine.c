@@ -265,6 +265,8 @@ zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
                     e->ops->fill(e->stream, p + (z - i0), 0.0f, (size_t)(i0 + (int64_t)n - z)));
             }
             break;
+        case ZS_INIT_VALUES: /* written by the module (src/shard/module.c) after this */
+            break;
         }
     }
     ZS_CHECK(e->ops->sync(e->stream));

@@ -98,6 +98,25 @@ zs_status zs_layout_finalize(zs_layout *l, int world_size) {
     return ZS_OK;
 }
 
+zs_status zs_layout_copy(const zs_layout *src, zs_layout *dst) {
+    zs_status st = ZS_OK;
+    zs_layout_init(dst);
+    for (int u = 0; u < src->n_units; u++) {
+        const zs_unit_desc *ud = &src->units[u];
+        ZS_CHECK(zs_layout_add_unit(dst, ud->name, ud->n_uses));
+        for (int i = 0; i < ud->n_tensors; i++) {
+            const zs_tensor_desc *t = &src->tensors[ud->first_tensor + i];
+            ZS_CHECK(zs_layout_add_tensor(dst, t->name, t->ndim, t->shape, t->decay, t->init,
+                                          t->init_std));
+            dst->tensors[dst->n_tensors - 1].zero_from = t->zero_from;
+        }
+    }
+    return ZS_OK;
+fail:
+    zs_layout_free(dst);
+    return st;
+}
+
 int zs_layout_find(const zs_layout *l, const char *name) {
     for (int i = 0; i < l->n_tensors; i++)
         if (!strcmp(l->tensors[i].name, name)) return i;

@@ -11,14 +11,10 @@
 #include <stdint.h>
 
 #define ZS_LAYOUT_ALIGN 16 /* elements: 64 bytes of fp32 */
-#define ZS_MAX_NAME 64
-#define ZS_MAX_DIMS 4
+#define ZS_MAX_NAME ZS_MAX_TENSOR_NAME
+#define ZS_MAX_DIMS ZS_MAX_TENSOR_DIMS
 
-typedef enum zs_init_kind {
-    ZS_INIT_ZEROS = 0,
-    ZS_INIT_ONES,
-    ZS_INIT_NORMAL, /* std * N(0,1) through Philox(seed, tensor id, element index) */
-} zs_init_kind;
+/* zs_init_kind (zeros, ones, normal, caller's values) is public: include/zshard/module.h. */
 
 typedef struct zs_tensor_desc {
     char name[ZS_MAX_NAME];
@@ -62,6 +58,8 @@ zs_status zs_layout_add_tensor(zs_layout *l, const char *name, int ndim, const i
 /* Compute offsets, alignment and padding for world_size ranks. */
 zs_status zs_layout_finalize(zs_layout *l, int world_size);
 void zs_layout_free(zs_layout *l);
+/* Deep copy of src's units and tensors, not finalized (finalize it for a world size). */
+zs_status zs_layout_copy(const zs_layout *src, zs_layout *dst);
 /* Index of the tensor with that name, or -1. */
 int zs_layout_find(const zs_layout *l, const char *name);
 

@@ -10,7 +10,8 @@
 #include "core/timer.h"
 #include "data/data.h"
 #include "models/model.h"
-#include "shard/engine.h"
+#include "optim/optim.h"
+#include "shard/module.h"
 #include "train/trainer_internal.h"
 
 #include <math.h>
@@ -107,6 +108,7 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
 zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     zs_status st = ZS_OK;
     zs_trainer_t *t = NULL;
+    zs_units_t *units = NULL;
     *out = NULL;
     t = calloc(1, sizeof *t);
     ZS_REQUIRE(t, ZS_ERR_OOM, "trainer: out of memory");
@@ -130,24 +132,31 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     t->micro = cfg->batch / (t->world * cfg->grad_accum);
     if (cfg->device_mem) zs_mem_set_cap(cfg->device_mem);
 
-    ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
-                                   &t->data));
-    ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
+    if (cfg->data_path) {
+        ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
+                                       &t->data));
+        ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
+        t->has_data = 1;
+    } else { /* batches come from memory (zs_trainer_step_batch) */
+        ZS_REQUIRE(cfg->vocab >= 0 && cfg->vocab < (1 << 24), ZS_ERR_INVALID, "trainer: vocab %d",
+                   cfg->vocab);
+        t->data.vocab = cfg->vocab ? cfg->vocab : 50257;
+    }
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
     ZS_CHECK(zs_model_layout(&t->model_cfg, t->world, &t->layout));
     if (cfg->device_mem) ZS_CHECK(check_fit(t, cfg));
 
-    zs_engine_config ec = zs_engine_config_default();
-    ec.stage = cfg->stage;
-    ec.rank = t->rank;
-    ec.world_size = t->world;
-    ec.prefetch = cfg->prefetch;
-    ec.comm = t->comm;
-    ec.param_dtype = cfg->dtype;
-    ec.grad_dtype = cfg->reduce_dtype;
-    ZS_CHECK(zs_engine_create(&t->layout, t->ops, t->stream, &ec, &t->engine));
-    ZS_CHECK(zs_engine_init_params(t->engine, cfg->seed));
+    /* The model's units go through the public sharding API like anyone's. */
+    zs_module_config mc = zs_module_config_default();
+    mc.stage = cfg->stage;
+    mc.prefetch = cfg->prefetch;
+    mc.param_dtype = cfg->dtype;
+    mc.grad_dtype = cfg->reduce_dtype;
+    mc.seed = cfg->seed;
+    mc.name = t->model_cfg.name;
+    ZS_CHECK(zs_units_from_layout(&t->layout, &units));
+    ZS_CHECK(zs_module_create(units, t->comm, &mc, &t->engine));
     zs_model_options mo = {
         .recompute = cfg->recompute, .act_dtype = cfg->dtype, .attention = cfg->attention};
     ZS_CHECK(zs_model_create_opts(&t->model_cfg, &mo, t->ops, t->stream, t->engine, t->micro,
@@ -155,9 +164,11 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     size_t nb = (size_t)t->micro * (size_t)cfg->seq * sizeof(int32_t);
     ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, nb, "input tokens", (void **)&t->inputs));
     ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, nb, "target tokens", (void **)&t->targets));
+    zs_units_destroy(units);
     *out = t;
     return ZS_OK;
 fail:
+    zs_units_destroy(units);
     zs_trainer_destroy(t);
     return st;
 }
@@ -167,7 +178,7 @@ void zs_trainer_destroy(zs_trainer_t *t) {
     zs_free(t->inputs);
     zs_free(t->targets);
     zs_model_destroy(t->model);
-    zs_engine_destroy(t->engine);
+    zs_module_destroy(t->engine);
     zs_layout_free(&t->layout);
     zs_dataset_close(&t->data);
     zs_comm_destroy(t->comm);
@@ -175,6 +186,14 @@ void zs_trainer_destroy(zs_trainer_t *t) {
 }
 
 zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats) {
+    if (!t->has_data)
+        return zs_error(ZS_ERR_INVALID, "trainer: no data_path was given: feed batches with "
+                                        "zs_trainer_step_batch");
+    return zs_trainer_step_rows(t, NULL, NULL, stats);
+}
+
+zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int32_t *targets,
+                               zs_step_stats *stats) {
     zs_status st = ZS_OK;
     const zs_train_config *c = &t->cfg;
     double t0 = zs_now_s();
@@ -183,28 +202,35 @@ zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats) {
      * later over ranks) the gradients are exactly the global mean. */
     float dloss = 1.0f / ((float)c->batch * (float)c->seq);
     double loss_sum = 0.0;
-    ZS_CHECK(zs_engine_zero_grad(t->engine));
+    ZS_CHECK(zs_module_zero_grad(t->engine));
     int per_rank = c->batch / t->world;
     for (int k = 0; k < c->grad_accum; k++) {
         int first = t->rank * per_rank + k * t->micro;
-        zs_engine_micro_begin(t->engine, k, c->grad_accum);
-        zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, t->inputs,
-                       t->targets);
+        ZS_CHECK(zs_module_micro_begin(t->engine, k, c->grad_accum));
+        const int32_t *in = t->inputs, *tg = t->targets;
+        if (tokens) { /* the caller's rows of this rank, micro-batch k */
+            in = tokens + (size_t)k * t->micro * c->seq;
+            tg = targets + (size_t)k * t->micro * c->seq;
+        } else {
+            zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, t->inputs,
+                           t->targets);
+        }
         double part = 0.0;
-        ZS_CHECK(zs_model_forward_backward(t->model, t->inputs, t->targets, t->micro, c->seq, dloss,
-                                           1, &part));
+        ZS_CHECK(zs_model_forward_backward(t->model, in, tg, t->micro, c->seq, dloss, 1, &part));
         loss_sum += part;
     }
-    zs_adamw_hparams h = {
-        .lr = zs_lr_schedule(step, c->steps, c->warmup, c->lr, c->min_lr_frac),
+    zs_adamw_config h = {
+        .lr = t->lr_override > 0 ? t->lr_override
+                                 : zs_lr_schedule(step, c->steps, c->warmup, c->lr, c->min_lr_frac),
         .beta1 = c->beta1,
         .beta2 = c->beta2,
         .eps = c->eps,
         .weight_decay = c->weight_decay,
+        .grad_clip = c->grad_clip,
     };
     float norm = 0.0f;
-    ZS_CHECK(zs_engine_step(t->engine, &h, c->grad_clip, step, &norm));
-    ZS_CHECK(zs_engine_allsum(t->engine, loss_sum, &loss_sum));
+    ZS_CHECK(zs_module_step(t->engine, &h, &norm));
+    ZS_CHECK(zs_module_allsum(t->engine, loss_sum, &loss_sum));
     t->step = step;
     double ms = (zs_now_s() - t0) * 1e3;
     if (stats) {
@@ -221,6 +247,8 @@ fail:
 
 zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
     zs_status st = ZS_OK;
+    ZS_REQUIRE(t->has_data, ZS_ERR_INVALID,
+               "trainer: no data_path was given: evaluate with zs_trainer_eval_batch");
     const zs_train_config *c = &t->cfg;
     double sum = 0.0;
     int per_rank = c->batch / t->world;
@@ -233,7 +261,7 @@ zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
                                                0.0f, 0, &part));
             sum += part;
         }
-    ZS_CHECK(zs_engine_allsum(t->engine, sum, &sum));
+    ZS_CHECK(zs_module_allsum(t->engine, sum, &sum));
     *loss = (float)(sum / ((double)n_batches * c->batch * c->seq));
 fail:
     return st;
@@ -298,24 +326,26 @@ fail:
 }
 
 zs_status zs_trainer_param_hash(zs_trainer_t *t, uint64_t *hash) {
-    return zs_engine_param_hash(t->engine, hash);
-}
-
-static zs_status write_tensor(const zs_tensor_desc *td, const float *data, void *ctx) {
-    FILE *f = ctx;
-    if (f && fwrite(data, 4, (size_t)td->count, f) != (size_t)td->count)
-        return zs_error(ZS_ERR_IO, "parameter dump: write failed at tensor %s", td->name);
-    return ZS_OK;
+    return zs_module_param_hash(t->engine, hash);
 }
 
 zs_status zs_trainer_dump_params(zs_trainer_t *t, const char *path) {
     zs_status st = ZS_OK;
     FILE *f = NULL;
+    float *buf = NULL;
     if (t->rank == 0) {
         f = fopen(path, "wb");
         ZS_REQUIRE(f, ZS_ERR_IO, "parameter dump %s: cannot open for writing", path);
     }
-    ZS_CHECK(zs_engine_visit_params(t->engine, write_tensor, f));
+    for (int i = 0; i < t->layout.n_tensors; i++) {
+        const zs_tensor_desc *td = &t->layout.tensors[i];
+        float *nb = realloc(buf, (size_t)td->count * sizeof *nb);
+        ZS_REQUIRE(nb, ZS_ERR_OOM, "parameter dump: out of memory");
+        buf = nb;
+        ZS_CHECK(zs_module_get_param(t->engine, td->name, buf, (size_t)td->count));
+        ZS_REQUIRE(!f || fwrite(buf, 4, (size_t)td->count, f) == (size_t)td->count, ZS_ERR_IO,
+                   "parameter dump: write failed at tensor %s", td->name);
+    }
     if (f) {
         int bad = fclose(f);
         f = NULL;
@@ -323,12 +353,13 @@ zs_status zs_trainer_dump_params(zs_trainer_t *t, const char *path) {
     }
 fail:
     if (f) fclose(f);
+    free(buf);
     return st;
 }
 
 zs_status zs_trainer_any(zs_trainer_t *t, int flag, int *any) {
     double sum = flag ? 1.0 : 0.0;
-    zs_status st = t->world > 1 ? zs_engine_allsum(t->engine, sum, &sum) : ZS_OK;
+    zs_status st = t->world > 1 ? zs_module_allsum(t->engine, sum, &sum) : ZS_OK;
     *any = st == ZS_OK && sum > 0.0;
     return st;
 }
@@ -351,9 +382,7 @@ const char *zs_trainer_device(const zs_trainer_t *t, const char **why) {
 }
 
 zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all) {
-    zs_mem_stats mine;
-    zs_mem_get_stats(&mine);
-    return zs_engine_all_gather_bytes(t->engine, &mine, all, sizeof mine);
+    return zs_module_gather_mem(t->engine, all);
 }
 
 const zs_model_config *zs_trainer_model(const zs_trainer_t *t) {

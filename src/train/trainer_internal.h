@@ -6,7 +6,7 @@
 #include "backend/ops.h"
 #include "data/data.h"
 #include "models/model.h"
-#include "shard/engine.h"
+#include "shard/module.h"
 #include "zshard.h"
 
 struct zs_trainer {
@@ -16,7 +16,7 @@ struct zs_trainer {
     zs_stream_t *stream;
     zs_dataset data;
     zs_layout layout;
-    zs_engine_t *engine;
+    zs_module_t *engine; /* the model's sharded parameters: only zs_module_* calls */
     zs_model_t *model;
     zs_comm_t *comm; /* NULL for a world of one */
     int rank, world;
@@ -24,8 +24,15 @@ struct zs_trainer {
     int32_t *inputs; /* [micro, seq] */
     int32_t *targets;
     int step;             /* optimizer steps taken */
+    int has_data;         /* 0: no data_path, batches come from memory */
+    float lr_override;    /* > 0: every step uses it instead of the schedule */
     const char *device;   /* zs_device_choose's choice */
     char device_why[160]; /* and its reason, for the banner */
 };
+
+/* One optimizer step; tokens/targets NULL: the data's batch of the step, else this rank's
+ * [batch / world, seq] rows from memory (validated by the caller). */
+zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int32_t *targets,
+                               zs_step_stats *stats);
 
 #endif

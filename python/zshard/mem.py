@@ -1,0 +1,67 @@
+"""zshard.mem: per-rank memory before a run (zs_mem_estimate_compute_opts, the same layout and
+formulas as `zshard mem`), and the DDP / ZeRO comparison as rows (and a chart)."""
+import ctypes
+
+from ._lib import MEM_CATEGORIES, MemEstimate, MemOptions, call, dtype_of, enc, lib, stage_of
+
+STAGES = ("ddp", "1", "2", "3")
+
+
+def formula(stage, dtype="fp32", reduce_dtype="fp32"):
+    """DESIGN.md §4's model-state bytes per rank as (a, b): a·Ψ + b·Ψ/N."""
+    o = MemOptions(0, 0, dtype_of(dtype), dtype_of(reduce_dtype), None)
+    a, b = ctypes.c_int(), ctypes.c_int()
+    lib.zs_mem_formula(stage_of(stage), ctypes.byref(o), ctypes.byref(a), ctypes.byref(b))
+    return a.value, b.value
+
+
+def estimate(model="gpt2-124m", world_size=1, stage="ddp", batch=None, seq=1024, grad_accum=1,
+             prefetch=1, vocab=50257, dtype="fp32", reduce_dtype="fp32", recompute=False):
+    """Predicted per-rank peak bytes: a dict of the categories (param, ..., comm) plus
+    model_states, total, params (Ψ) and padded. batch is the global batch (default: one
+    sequence per rank)."""
+    cfg = lib.zs_train_config_default().model
+    call("zs_model_preset", enc(model), ctypes.byref(cfg))
+    lib.zs_model_config_set_vocab(ctypes.byref(cfg), vocab)
+    o = MemOptions(1 if recompute else 0, 0, dtype_of(dtype), dtype_of(reduce_dtype), None)
+    e = MemEstimate()
+    batch = batch or world_size * grad_accum
+    call("zs_mem_estimate_compute_opts", ctypes.byref(cfg), world_size, stage_of(stage), batch,
+         seq, grad_accum, prefetch, ctypes.byref(o), ctypes.byref(e))
+    out = {c: int(e.bytes[i]) for i, c in enumerate(MEM_CATEGORIES)}
+    out.update(model_states=int(e.model_states), total=int(e.total), params=int(e.params),
+               padded=int(e.padded))
+    return out
+
+
+def compare(model="gpt2-124m", world_sizes=(1, 2, 4, 8), plot=None, **kw):
+    """The DDP / ZeRO-1/2/3 table: one row per (world_size, stage) with the estimate's fields
+    and "formula" (a·Ψ + b·Ψ/N over the padded Ψ). plot: a file name to draw the per-rank
+    model states with matplotlib (skipped, with a note in the return value, if matplotlib is
+    not installed). Returns the rows (and, with plot, the chart's path or None)."""
+    rows = []
+    for n in world_sizes:
+        for s in STAGES:
+            e = estimate(model=model, world_size=n, stage=s, **kw)
+            a, b = formula(s, kw.get("dtype", "fp32"), kw.get("reduce_dtype", "fp32"))
+            e.update(world_size=n, stage=s, formula=a * e["padded"] + b * e["padded"] // n)
+            rows.append(e)
+    if plot is None:
+        return rows
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return rows, None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for s in STAGES:
+        pts = [(r["world_size"], r["model_states"] / 2**30) for r in rows if r["stage"] == s]
+        ax.plot(*zip(*pts), marker="o", label="ddp" if s == "ddp" else f"ZeRO-{s}")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("model states per rank (GiB)")
+    ax.set_title(f"{model}: memory per rank")
+    ax.legend()
+    fig.savefig(plot)
+    plt.close(fig)
+    return rows, plot

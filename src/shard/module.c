@@ -1,0 +1,432 @@
+/* The public sharding API (include/zshard/module.h): units declared by the caller, a module
+ * that shards them through the shard engine, and the calls a model makes around each unit.
+ * GPT-2 and LLaMA run on these same calls, so every model test exercises this file. */
+#include "shard/module.h"
+
+#include "backend/ops.h"
+#include "core/status.h"
+#include "shard/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct zs_module {
+    zs_layout layout;
+    zs_engine_t *engine;
+    zs_comm_t *comm; /* the caller's; NULL for a world of one */
+    const zs_ops *ops;
+    zs_module_config cfg;
+    char name[32];
+    int rank, world;
+    int step; /* optimizer steps taken */
+};
+
+/* ---- units ------------------------------------------------------------------------------- */
+
+zs_tensor_spec zs_tensor_spec_default(void) {
+    zs_tensor_spec t;
+    memset(&t, 0, sizeof t);
+    t.ndim = 1;
+    t.dtype = ZS_DTYPE_F32;
+    t.init = ZS_INIT_ZEROS;
+    t.zero_from = -1;
+    return t;
+}
+
+zs_status zs_units_create(zs_units_t **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return zs_error(ZS_ERR_OOM, "units: out of memory");
+    zs_layout_init(&(*out)->layout);
+    return ZS_OK;
+}
+
+void zs_units_destroy(zs_units_t *u) {
+    if (!u) return;
+    for (int i = 0; i < u->layout.n_tensors && u->values; i++)
+        free(u->values[i]);
+    free(u->values);
+    zs_layout_free(&u->layout);
+    free(u);
+}
+
+zs_status zs_units_add_unit(zs_units_t *u, const char *name, int n_uses) {
+    if (!u || !name || !*name || strlen(name) >= ZS_MAX_NAME)
+        return zs_error(ZS_ERR_INVALID, "units: a unit needs a name of 1 to %d bytes",
+                        ZS_MAX_NAME - 1);
+    for (int i = 0; i < u->layout.n_units; i++)
+        if (!strcmp(u->layout.units[i].name, name))
+            return zs_error(ZS_ERR_INVALID, "units: unit '%s' declared twice", name);
+    if (n_uses < 1 || n_uses > 64)
+        return zs_error(ZS_ERR_INVALID, "units: unit '%s': n_uses %d is not in [1, 64]", name,
+                        n_uses);
+    return zs_layout_add_unit(&u->layout, name, n_uses);
+}
+
+zs_status zs_units_add_tensor(zs_units_t *u, const zs_tensor_spec *t) {
+    zs_status st = ZS_OK;
+    zs_layout *l = u ? &u->layout : NULL;
+    ZS_REQUIRE(l && t && t->name && *t->name && strlen(t->name) < ZS_MAX_NAME, ZS_ERR_INVALID,
+               "units: a tensor needs a name of 1 to %d bytes", ZS_MAX_NAME - 1);
+    ZS_REQUIRE(l->n_units > 0, ZS_ERR_INVALID, "units: tensor '%s' added before any unit", t->name);
+    ZS_REQUIRE(zs_layout_find(l, t->name) < 0, ZS_ERR_INVALID, "units: tensor '%s' declared twice",
+               t->name);
+    ZS_REQUIRE(t->ndim >= 1 && t->ndim <= ZS_MAX_DIMS, ZS_ERR_INVALID,
+               "units: tensor '%s' has %d dimensions (1 to %d)", t->name, t->ndim, ZS_MAX_DIMS);
+    ZS_REQUIRE(t->dtype == ZS_DTYPE_F32, ZS_ERR_INVALID,
+               "units: tensor '%s': dtype %s (master weights are f32; choose the compute copy "
+               "with zs_module_config.param_dtype)",
+               t->name, zs_dtype_name(t->dtype));
+    ZS_REQUIRE(t->init >= ZS_INIT_ZEROS && t->init <= ZS_INIT_VALUES, ZS_ERR_INVALID,
+               "units: tensor '%s': unknown init %d", t->name, (int)t->init);
+    ZS_REQUIRE(t->init != ZS_INIT_VALUES || t->values, ZS_ERR_INVALID,
+               "units: tensor '%s': ZS_INIT_VALUES without values", t->name);
+    ZS_CHECK(zs_layout_add_tensor(l, t->name, t->ndim, t->shape, t->decay ? 1 : 0, t->init,
+                                  t->init_std));
+    zs_tensor_desc *d = &l->tensors[l->n_tensors - 1];
+    if (t->zero_from >= 0 && t->zero_from < d->count) d->zero_from = t->zero_from;
+    if (u->cap_values < l->cap_tensors) {
+        float **v = realloc(u->values, (size_t)l->cap_tensors * sizeof *v);
+        ZS_REQUIRE(v, ZS_ERR_OOM, "units: out of memory");
+        memset(v + u->cap_values, 0, (size_t)(l->cap_tensors - u->cap_values) * sizeof *v);
+        u->values = v;
+        u->cap_values = l->cap_tensors;
+    }
+    if (t->init == ZS_INIT_VALUES) {
+        float *copy = malloc((size_t)d->count * sizeof *copy);
+        ZS_REQUIRE(copy, ZS_ERR_OOM, "units: tensor '%s': out of memory", t->name);
+        memcpy(copy, t->values, (size_t)d->count * sizeof *copy);
+        u->values[l->n_tensors - 1] = copy;
+    }
+fail:
+    return st;
+}
+
+zs_status zs_units_from_layout(const zs_layout *l, zs_units_t **out) {
+    zs_status st = ZS_OK;
+    zs_units_t *u = NULL;
+    ZS_CHECK(zs_units_create(&u));
+    ZS_CHECK(zs_layout_copy(l, &u->layout));
+    *out = u;
+    return ZS_OK;
+fail:
+    zs_units_destroy(u);
+    *out = NULL;
+    return st;
+}
+
+/* ---- the module -------------------------------------------------------------------------- */
+
+zs_module_config zs_module_config_default(void) {
+    zs_module_config c;
+    memset(&c, 0, sizeof c);
+    c.stage = ZS_STAGE_DDP;
+    c.prefetch = 1;
+    c.param_dtype = ZS_DTYPE_F32;
+    c.grad_dtype = ZS_DTYPE_F32;
+    c.seed = 1337;
+    return c;
+}
+
+/* Overwrite this rank's master range of tensor ti with full values (then state_changed). */
+static zs_status write_master(zs_module_t *m, int ti, const float *values) {
+    zs_status st = ZS_OK;
+    const zs_tensor_desc *t = &m->layout.tensors[ti];
+    float *master, *am, *av;
+    int64_t lo, n;
+    ZS_CHECK(zs_engine_state(m->engine, t->unit, &master, &am, &av, &lo, &n));
+    int64_t a = t->offset > lo ? t->offset : lo;
+    int64_t b = t->offset + t->count < lo + n ? t->offset + t->count : lo + n;
+    if (b > a) memcpy(master + (a - lo), values + (a - t->offset), (size_t)(b - a) * sizeof(float));
+fail:
+    return st;
+}
+
+zs_status zs_module_create(const zs_units_t *units, zs_comm_t *comm, const zs_module_config *cfg,
+                           zs_module_t **out) {
+    zs_status st = ZS_OK;
+    zs_module_t *m = NULL;
+    zs_module_config defaults = zs_module_config_default();
+    if (!cfg) cfg = &defaults;
+    *out = NULL;
+    ZS_REQUIRE(units && units->layout.n_units > 0, ZS_ERR_INVALID,
+               "module: no units declared (zs_units_add_unit)");
+    for (int u = 0; u < units->layout.n_units; u++)
+        ZS_REQUIRE(units->layout.units[u].n_tensors > 0, ZS_ERR_INVALID,
+                   "module: unit '%s' has no tensors", units->layout.units[u].name);
+    ZS_REQUIRE(!cfg->device || !strcmp(cfg->device, "cpu"), ZS_ERR_UNSUPPORTED,
+               "module: device '%s': the module computes on the CPU in this release (\"cpu\")",
+               cfg->device);
+    m = calloc(1, sizeof *m);
+    ZS_REQUIRE(m, ZS_ERR_OOM, "module: out of memory");
+    m->cfg = *cfg;
+    m->cfg.device = NULL;
+    m->cfg.name = NULL;
+    snprintf(m->name, sizeof m->name, "%s", cfg->name && *cfg->name ? cfg->name : "module");
+    m->ops = zs_ops_cpu();
+    m->rank = comm ? zs_comm_rank(comm) : 0;
+    m->world = comm ? zs_comm_world_size(comm) : 1;
+    m->comm = m->world > 1 ? comm : NULL;
+    ZS_CHECK(zs_layout_copy(&units->layout, &m->layout));
+    ZS_CHECK(zs_layout_finalize(&m->layout, m->world));
+
+    zs_engine_config ec = zs_engine_config_default();
+    ec.stage = cfg->stage;
+    ec.rank = m->rank;
+    ec.world_size = m->world;
+    ec.prefetch = cfg->prefetch;
+    ec.comm = m->comm;
+    ec.param_dtype = cfg->param_dtype;
+    ec.grad_dtype = cfg->grad_dtype;
+    ZS_CHECK(zs_engine_create(&m->layout, m->ops, NULL, &ec, &m->engine));
+    ZS_CHECK(zs_engine_init_params(m->engine, cfg->seed));
+    int any_values = 0;
+    for (int i = 0; i < m->layout.n_tensors && units->values; i++)
+        if (units->values[i]) {
+            ZS_CHECK(write_master(m, i, units->values[i]));
+            any_values = 1;
+        }
+    /* The caller's values are on every rank: no collective needed to place them, only to
+     * rebuild the stage's full copies, which every rank does (the flag is the same). */
+    if (any_values) ZS_CHECK(zs_engine_state_changed(m->engine));
+    *out = m;
+    return ZS_OK;
+fail:
+    zs_module_destroy(m);
+    return st;
+}
+
+void zs_module_destroy(zs_module_t *m) {
+    if (!m) return;
+    zs_engine_destroy(m->engine);
+    zs_layout_free(&m->layout);
+    free(m);
+}
+
+const zs_layout *zs_module_layout(const zs_module_t *m) {
+    return &m->layout;
+}
+
+uint64_t zs_module_param_gathers(const zs_module_t *m) {
+    return zs_engine_param_gathers(m->engine);
+}
+
+int zs_module_rank(const zs_module_t *m) {
+    return m->rank;
+}
+
+int zs_module_world_size(const zs_module_t *m) {
+    return m->world;
+}
+
+int zs_module_num_units(const zs_module_t *m) {
+    return m->layout.n_units;
+}
+
+int zs_module_num_tensors(const zs_module_t *m) {
+    return m->layout.n_tensors;
+}
+
+int zs_module_unit_find(const zs_module_t *m, const char *name) {
+    for (int u = 0; name && u < m->layout.n_units; u++)
+        if (!strcmp(m->layout.units[u].name, name)) return u;
+    return -1;
+}
+
+zs_status zs_module_tensor_at(const zs_module_t *m, int index, zs_tensor_info *out) {
+    if (index < 0 || index >= m->layout.n_tensors)
+        return zs_error(ZS_ERR_INVALID, "module: tensor index %d of %d", index,
+                        m->layout.n_tensors);
+    const zs_tensor_desc *t = &m->layout.tensors[index];
+    memset(out, 0, sizeof *out);
+    out->name = t->name;
+    out->index = index;
+    out->unit = t->unit;
+    out->offset = t->offset;
+    out->count = t->count;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof t->shape);
+    out->decay = t->decay;
+    return ZS_OK;
+}
+
+zs_status zs_module_tensor(const zs_module_t *m, const char *name, zs_tensor_info *out) {
+    int i = name ? zs_layout_find(&m->layout, name) : -1;
+    if (i < 0) return zs_error(ZS_ERR_INVALID, "module %s: no tensor named '%s'", m->name, name);
+    return zs_module_tensor_at(m, i, out);
+}
+
+int64_t zs_module_num_params(const zs_module_t *m) {
+    return m->layout.total_params;
+}
+
+int64_t zs_module_num_padded(const zs_module_t *m) {
+    return m->layout.total_padded;
+}
+
+static zs_status check_unit(const zs_module_t *m, int unit) {
+    if (unit < 0 || unit >= m->layout.n_units)
+        return zs_error(ZS_ERR_INVALID, "module %s: unit %d of %d", m->name, unit,
+                        m->layout.n_units);
+    return ZS_OK;
+}
+
+zs_status zs_module_forward_begin(zs_module_t *m, int unit, float **params) {
+    zs_status st = check_unit(m, unit);
+    return st != ZS_OK ? st : zs_engine_forward_begin(m->engine, unit, params);
+}
+
+zs_status zs_module_forward_end(zs_module_t *m, int unit) {
+    zs_status st = check_unit(m, unit);
+    return st != ZS_OK ? st : zs_engine_forward_end(m->engine, unit);
+}
+
+zs_status zs_module_backward_begin(zs_module_t *m, int unit, float **params, float **grads) {
+    zs_status st = check_unit(m, unit);
+    return st != ZS_OK ? st : zs_engine_backward_begin(m->engine, unit, params, grads);
+}
+
+zs_status zs_module_backward_end(zs_module_t *m, int unit) {
+    zs_status st = check_unit(m, unit);
+    return st != ZS_OK ? st : zs_engine_backward_end(m->engine, unit);
+}
+
+zs_status zs_module_zero_grad(zs_module_t *m) {
+    /* A step is one micro-batch unless micro_begin says otherwise. */
+    zs_engine_micro_begin(m->engine, 0, 1);
+    return zs_engine_zero_grad(m->engine);
+}
+
+zs_status zs_module_micro_begin(zs_module_t *m, int k, int K) {
+    if (K < 1 || k < 0 || k >= K)
+        return zs_error(ZS_ERR_INVALID, "module %s: micro-batch %d of %d", m->name, k, K);
+    zs_engine_micro_begin(m->engine, k, K);
+    return ZS_OK;
+}
+
+zs_adamw_config zs_adamw_config_default(void) {
+    zs_adamw_config h = {.lr = 1e-3f,
+                         .beta1 = 0.9f,
+                         .beta2 = 0.95f,
+                         .eps = 1e-8f,
+                         .weight_decay = 0.1f,
+                         .grad_clip = 1.0f};
+    return h;
+}
+
+zs_status zs_module_step(zs_module_t *m, const zs_adamw_config *h, float *grad_norm) {
+    zs_status st = ZS_OK;
+    float norm = 0.0f;
+    ZS_REQUIRE(h, ZS_ERR_INVALID, "module %s: step needs optimizer settings", m->name);
+    zs_adamw_hparams hp = {.lr = h->lr,
+                           .beta1 = h->beta1,
+                           .beta2 = h->beta2,
+                           .eps = h->eps,
+                           .weight_decay = h->weight_decay};
+    ZS_CHECK(zs_engine_step(m->engine, &hp, h->grad_clip, m->step + 1, &norm));
+    m->step++;
+    if (grad_norm) *grad_norm = norm;
+fail:
+    return st;
+}
+
+int zs_module_steps_done(const zs_module_t *m) {
+    return m->step;
+}
+
+zs_status zs_module_allsum(zs_module_t *m, double local, double *global) {
+    return zs_engine_allsum(m->engine, local, global);
+}
+
+zs_status zs_module_param_hash(zs_module_t *m, uint64_t *hash) {
+    return zs_engine_param_hash(m->engine, hash);
+}
+
+/* Look a tensor up by name and check the caller's element count. */
+static zs_status find_sized(const zs_module_t *m, const char *name, size_t count, int *index) {
+    int i = name ? zs_layout_find(&m->layout, name) : -1;
+    if (i < 0) return zs_error(ZS_ERR_INVALID, "module %s: no tensor named '%s'", m->name, name);
+    if ((int64_t)count != m->layout.tensors[i].count)
+        return zs_error(ZS_ERR_INVALID, "module %s: tensor '%s' has %lld elements, not %zu",
+                        m->name, name, (long long)m->layout.tensors[i].count, count);
+    *index = i;
+    return ZS_OK;
+}
+
+zs_status zs_module_get_param(zs_module_t *m, const char *name, float *out, size_t count) {
+    zs_status st = ZS_OK;
+    float *full = NULL, *master, *am, *av;
+    int64_t lo, n;
+    int i = -1;
+    ZS_CHECK(find_sized(m, name, count, &i));
+    const zs_tensor_desc *t = &m->layout.tensors[i];
+    const zs_unit_desc *ud = &m->layout.units[t->unit];
+    ZS_CHECK(zs_engine_state(m->engine, t->unit, &master, &am, &av, &lo, &n)); /* drains */
+    if (n >= ud->padded) { /* DDP (or a world of one) holds the whole unit */
+        memcpy(out, master + (t->offset - lo), count * sizeof(float));
+        goto fail;
+    }
+    /* Sharded: gather the unit's master shards, then cut the tensor out. */
+    full = malloc((size_t)ud->padded * sizeof *full);
+    ZS_REQUIRE(full, ZS_ERR_OOM, "module %s: get_param '%s': out of memory", m->name, name);
+    ZS_CHECK(
+        zs_comm_all_gather(m->comm, master, full, (size_t)ud->shard, ZS_DTYPE_F32, NULL, ud->name));
+    memcpy(out, full + t->offset, count * sizeof(float));
+fail:
+    free(full);
+    return st;
+}
+
+zs_status zs_module_set_param(zs_module_t *m, const char *name, const float *values, size_t count) {
+    zs_status st = ZS_OK;
+    float *tmp = NULL;
+    int i = -1;
+    ZS_CHECK(find_sized(m, name, count, &i));
+    if (m->world > 1) {
+        /* Rank 0's values win, so ranks that computed them differently still agree. */
+        tmp = malloc(count * sizeof *tmp);
+        ZS_REQUIRE(tmp, ZS_ERR_OOM, "module %s: set_param '%s': out of memory", m->name, name);
+        float *d, *am, *av;
+        int64_t lo, n;
+        ZS_CHECK(zs_engine_state(m->engine, 0, &d, &am, &av, &lo, &n)); /* drains */
+        ZS_CHECK(zs_comm_broadcast(m->comm, values, tmp, count, ZS_DTYPE_F32, 0, NULL, name));
+        values = tmp;
+    }
+    ZS_CHECK(write_master(m, i, values));
+    ZS_CHECK(zs_engine_state_changed(m->engine));
+fail:
+    free(tmp);
+    return st;
+}
+
+const char *zs_module_name(const zs_module_t *m) {
+    return m->name;
+}
+
+zs_stage zs_module_stage(const zs_module_t *m) {
+    return m->cfg.stage;
+}
+
+uint64_t zs_module_seed(const zs_module_t *m) {
+    return m->cfg.seed;
+}
+
+zs_status zs_module_all_gather_bytes(zs_module_t *m, const void *send, void *recv, size_t nbytes) {
+    return zs_engine_all_gather_bytes(m->engine, send, recv, nbytes);
+}
+
+zs_status zs_module_state(zs_module_t *m, int unit, float **master, float **am, float **av,
+                          int64_t *lo, int64_t *n) {
+    return zs_engine_state(m->engine, unit, master, am, av, lo, n);
+}
+
+zs_status zs_module_state_changed(zs_module_t *m, int steps_done) {
+    zs_status st = zs_engine_state_changed(m->engine);
+    if (st == ZS_OK) m->step = steps_done;
+    return st;
+}
+
+zs_status zs_module_gather_mem(zs_module_t *m, zs_mem_stats *all) {
+    zs_mem_stats mine;
+    zs_mem_get_stats(&mine);
+    return zs_engine_all_gather_bytes(m->engine, &mine, all, sizeof mine);
+}
