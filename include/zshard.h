@@ -44,6 +44,7 @@ typedef enum zs_dtype {
     ZS_DTYPE_BF16,
     ZS_DTYPE_U16,
     ZS_DTYPE_I32,
+    ZS_DTYPE_F16, /* IEEE half: safetensors/HF import and export only (issue 14) */
 } zs_dtype;
 
 size_t zs_dtype_size(zs_dtype dt);
