@@ -128,9 +128,15 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     t->micro = cfg->batch / (t->world * cfg->grad_accum);
     if (cfg->device_mem) zs_mem_set_cap(cfg->device_mem);
 
-    ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
-                                   &t->data));
-    ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
+    if (cfg->data_path || cfg->model.vocab <= 0) {
+        ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
+                                       &t->data));
+        ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
+    } else {
+        /* No data (generation): the vocabulary is the model's; 256 means bytes. */
+        t->data.vocab = cfg->model.vocab;
+        t->data.is_text = cfg->model.vocab == 256;
+    }
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
     ZS_CHECK(zs_model_layout(&t->model_cfg, t->world, &t->layout));
@@ -351,4 +357,8 @@ const zs_model_config *zs_trainer_model(const zs_trainer_t *t) {
 
 int zs_trainer_vocab(const zs_trainer_t *t) {
     return t->data.vocab;
+}
+
+int64_t zs_trainer_val_windows(const zs_trainer_t *t) {
+    return (t->data.val.n - 1) / t->cfg.seq;
 }
