@@ -44,6 +44,7 @@ typedef enum zs_dtype {
     ZS_DTYPE_BF16,
     ZS_DTYPE_U16,
     ZS_DTYPE_I32,
+    ZS_DTYPE_F16, /* IEEE half: safetensors/HF import and export only (issue 14) */
 } zs_dtype;
 
 size_t zs_dtype_size(zs_dtype dt);
@@ -200,7 +201,8 @@ typedef enum zs_stage {
 typedef struct zs_train_config {
     zs_model_config model;
     const char *data_path;   /* text file, or llm.c token shard (.bin); NULL: batches come
-                                from memory (zs_trainer_step_batch) and vocab must be set */
+                                from memory (zs_trainer_step_batch) or none (generation), with
+                                the vocabulary of `vocab`, else model.vocab */
     const char *val_path;    /* optional separate validation shard; NULL = split data_path */
     int vocab;               /* token shards: tokenizer vocabulary; 0 = GPT-2's 50257 */
     double val_fraction;     /* tail fraction held out for validation when splitting */
@@ -475,6 +477,43 @@ zs_status zs_trainer_save(zs_trainer_t *t, const char *save_dir, int keep);
 zs_status zs_trainer_resume(zs_trainer_t *t, const char *path);
 /* Optimizer steps taken so far (the checkpoint's step after a resume). */
 int zs_trainer_steps_done(const zs_trainer_t *t);
+
+/* ---- weights from elsewhere (issue 14) -------------------------------------------------
+ * A weights source is a zshard checkpoint (directory or save dir), a safetensors file, a
+ * Hugging Face model directory (config.json + model.safetensors, or its sharded index) or an
+ * llm.c model file; which one is decided by what the path holds. */
+
+/* The model config a source describes. hint (NULL = none) supplies what a bare safetensors
+ * file does not say (heads; LLaMA's positions, rope_theta, norm_eps); for a Hugging Face
+ * directory every field of hint that is set must agree with config.json. */
+zs_status zs_model_config_from(const char *path, const zs_model_config *hint, zs_model_config *cfg);
+/* Load only the weights of a source into a freshly created trainer: the step stays 0, Adam's
+ * m and v stay zero, and the run's own schedule applies (fine-tuning). The model must be the
+ * source's (zs_model_config_from). Any world size and stage. A zshard checkpoint is read by
+ * every rank for its own range; any other source is first converted by rank 0 into a
+ * temporary checkpoint under $TMPDIR (else /tmp), which is removed afterwards, so with ranks
+ * on several hosts use a zshard checkpoint (`zshard ckpt import`). Collective. */
+zs_status zs_trainer_init_from(zs_trainer_t *t, const char *path);
+/* Text generation. Every rank calls it (ZeRO-3 gathers are collective) and gets the same
+ * tokens: sampling draws from Philox(seed, token index), so a seed fixes the output. */
+typedef struct zs_gen_config {
+    int max_tokens;     /* new tokens at most */
+    float temperature;  /* <= 0: greedy (argmax) */
+    int top_k;          /* keep the k most likely tokens; 0 = all */
+    float top_p;        /* keep the smallest set whose probability reaches p; >= 1 = all */
+    uint64_t seed;      /* sampling stream */
+    int eos;            /* stop after generating this token; -1 = never */
+    double max_seconds; /* stop once generation has taken this long; 0 = no limit */
+} zs_gen_config;
+
+zs_gen_config zs_gen_config_default(void);
+/* Continue prompt[n_prompt] (token ids, at least one) by up to cfg->max_tokens tokens into
+ * out[cap] (cap >= max_tokens); *n_out receives how many. The context is the last `seq`
+ * tokens of the run's configuration (the model's window), recomputed for every new token. */
+zs_status zs_trainer_generate(zs_trainer_t *t, const zs_gen_config *cfg, const int32_t *prompt,
+                              int n_prompt, int32_t *out, int cap, int *n_out);
+/* Windows of seq+1 tokens in the validation split (what zs_trainer_eval cycles through). */
+int64_t zs_trainer_val_windows(const zs_trainer_t *t);
 
 #ifdef __cplusplus
 }

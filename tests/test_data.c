@@ -129,11 +129,82 @@ static void test_shards(void) {
     ZT_CHECK(zs_dataset_open(g_dir, NULL, 0.1, &d) == ZS_ERR_IO, "directory rejected");
 }
 
+/* 32-bit shards (llm.c's Llama-3 format): large token ids, the default vocabulary, the width
+ * rules; and a pattern of shards read as one sorted stream, each validated. */
+static void test_shards32(void) {
+    enum { N = 3000 };
+    uint32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)((i * 40009u) % ZS_LLAMA3_VOCAB);
+    tok[9] = ZS_LLAMA3_VOCAB - 1;
+    ZT_OK(zs_llmc_shard32_write(path("w.bin"), tok, N));
+    zs_dataset d;
+    ZT_OK(zs_dataset_open(path("w.bin"), NULL, 0.1, &d));
+    ZT_CHECK(d.vocab == ZS_LLAMA3_VOCAB && !d.is_text, "32-bit shard: vocab %d", d.vocab);
+    ZT_CHECK(d.train.n == 2700 && d.train.tok[9] == ZS_LLAMA3_VOCAB - 1 && d.train.tok[5] == tok[5],
+             "32-bit tokens read as written");
+    zs_dataset_close(&d);
+    ZT_OK(zs_dataset_open_vocab(path("w.bin"), NULL, 0.1, 262144, &d));
+    ZT_CHECK(d.vocab == 262144, "--vocab 262144 on a 32-bit shard");
+    zs_dataset_close(&d);
+    ZT_CHECK(zs_dataset_open_vocab(path("w.bin"), NULL, 0.1, 100000, &d) == ZS_ERR_FORMAT &&
+                 strstr(zs_last_error(), "outside the --vocab vocabulary of 100000"),
+             "a token over --vocab: '%s'", zs_last_error());
+    ZT_CHECK(zs_dataset_open_vocab(path("w.bin"), NULL, 0.1, ZS_MAX_VOCAB + 1, &d) ==
+                 ZS_ERR_INVALID,
+             "--vocab above the limit");
+    /* Wrong version of the 32-bit format. */
+    unsigned char b[1024 + 40];
+    FILE *f = fopen(path("w.bin"), "rb");
+    ZT_REQUIRE(f && fread(b, 1, sizeof b, f) == sizeof b, "read back");
+    fclose(f);
+    int32_t v = 1;
+    memcpy(b + 4, &v, 4);
+    write_bytes(path("w1.bin"), b, sizeof b);
+    ZT_CHECK(zs_dataset_open(path("w1.bin"), NULL, 0.1, &d) == ZS_ERR_FORMAT &&
+                 strstr(zs_last_error(), "version 1 of the uint32 format"),
+             "version: '%s'", zs_last_error());
+
+    /* A pattern: train_000.bin, train_001.bin, taken sorted (written in the other order). */
+    ZT_OK(zs_llmc_shard32_write(path("train_001.bin"), tok + 1000, 2000));
+    ZT_OK(zs_llmc_shard32_write(path("train_000.bin"), tok, 1000));
+    char pat[300];
+    snprintf(pat, sizeof pat, "%s/train_*.bin", g_dir);
+    ZT_OK(zs_dataset_open(pat, NULL, 0.1, &d));
+    ZT_CHECK(d.train.n + d.val.n == 3000 && d.train.tok[999] == tok[999] &&
+                 d.train.tok[1000] == tok[1000] && d.vocab == ZS_LLAMA3_VOCAB,
+             "shards joined in sorted order");
+    zs_dataset_close(&d);
+    /* A uint16 shard cannot hold a vocabulary over 65536: mixing it in is refused. */
+    uint16_t small[1000];
+    for (int i = 0; i < 1000; i++)
+        small[i] = (uint16_t)(tok[i] % 50000);
+    ZT_OK(zs_llmc_shard_write(path("train_000.bin"), small, 1000));
+    ZT_CHECK(zs_dataset_open_vocab(pat, NULL, 0.1, ZS_LLAMA3_VOCAB, &d) == ZS_ERR_INVALID &&
+                 strstr(zs_last_error(), "train_000.bin") && strstr(zs_last_error(), "uint16"),
+             "uint16 shard under a large vocabulary: '%s'", zs_last_error());
+    /* Without --vocab the uint16 shard says GPT-2 and the uint32 one Llama-3: refused. */
+    ZT_CHECK(zs_dataset_open(pat, NULL, 0.1, &d) == ZS_ERR_INVALID &&
+                 strstr(zs_last_error(), "train_001.bin"),
+             "vocabularies disagree: '%s'", zs_last_error());
+    ZT_OK(zs_llmc_shard32_write(path("train_000.bin"), tok, 1000));
+    /* Every shard is validated: a bad one names itself. */
+    write_bytes(path("train_002.bin"), b, 600);
+    ZT_CHECK(zs_dataset_open_vocab(pat, NULL, 0.1, ZS_LLAMA3_VOCAB, &d) == ZS_ERR_FORMAT &&
+                 strstr(zs_last_error(), "train_002.bin"),
+             "bad shard in a pattern: '%s'", zs_last_error());
+    snprintf(pat, sizeof pat, "%s/none_*.bin", g_dir);
+    ZT_CHECK(zs_dataset_open(pat, NULL, 0.1, &d) == ZS_ERR_IO &&
+                 strstr(zs_last_error(), "no file matches"),
+             "empty pattern: '%s'", zs_last_error());
+}
+
 int main(void) {
     zt_init("data");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
     test_text();
     test_shards();
+    test_shards32();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");

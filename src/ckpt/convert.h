@@ -47,6 +47,7 @@ typedef struct zs_st_entry {
     int ndim;
     int64_t shape[ZS_ST_MAX_DIMS];
     uint64_t begin, end; /* byte offsets inside the data section */
+    int file;            /* which file of a sharded checkpoint (0 for one file) */
 } zs_st_entry;
 
 typedef struct zs_st_header {
@@ -73,6 +74,32 @@ zs_status zs_st_export(zs_ckpt_reader *r, const char *out, zs_dtype dt);
  * norm_eps): the file's zshard metadata, else hint (a preset's config; fields <= 0 unset;
  * NULL = none) supplies the rest. */
 zs_status zs_st_import(const char *file, const char *out, const zs_model_config *hint);
+/* The model config zs_st_import would build, from the header alone (nothing else read). */
+zs_status zs_st_config(const char *file, const zs_model_config *hint, zs_model_config *cfg);
+/* Import nfiles safetensors files that together hold one model (a Hugging Face sharded
+ * checkpoint) as the model cfg describes (every tensor's shape is checked against it); what
+ * names the whole in errors. Tensors may be F32, BF16 or F16. */
+#define ZS_ST_MAX_FILES 1024
+zs_status zs_st_import_files(const char *const *files, int nfiles, const char *what,
+                             const zs_model_config *cfg, const char *out);
+
+/* ---- Hugging Face model directories (hf.c) ------------------------------------------------ */
+
+/* Default shard size of `export --format hf`, as transformers' save_pretrained. */
+#define ZS_HF_SHARD_BYTES (5ull << 30)
+/* The model config of dir/config.json (GPT2LMHeadModel or LlamaForCausalLM); every field of
+ * hint that is set (> 0) must agree with it, else ZS_ERR_INVALID naming the field. What the
+ * config holds that zshard cannot represent (rope_scaling, biases in LLaMA, another
+ * activation...) is ZS_ERR_UNSUPPORTED naming it. */
+zs_status zs_hf_config(const char *dir, const zs_model_config *hint, zs_model_config *cfg);
+/* Import dir (config.json, and model.safetensors or model.safetensors.index.json with its
+ * shards) as a step-0 checkpoint at out. */
+zs_status zs_hf_import(const char *dir, const char *out, const zs_model_config *hint);
+/* Export as a Hugging Face directory: config.json and model.safetensors, or shards of at
+ * most shard_bytes with model.safetensors.index.json. Written as out.tmp and renamed. */
+zs_status zs_hf_export(zs_ckpt_reader *r, const char *out, zs_dtype dt, uint64_t shard_bytes);
+/* One safetensors file with layout tensors [t0, t1) (export.c). */
+zs_status zs_st_export_range(zs_ckpt_reader *r, const char *out, zs_dtype dt, int t0, int t1);
 
 /* ---- llm.c model file (llmc.c) -------------------------------------------------------- */
 
@@ -87,6 +114,24 @@ zs_status zs_llmc_parse(const uint8_t *buf, size_t len, uint64_t file_size, cons
                         zs_llmc_header *out);
 zs_status zs_llmc_export(zs_ckpt_reader *r, const char *out, zs_dtype dt);
 zs_status zs_llmc_import(const char *file, const char *out);
+
+/* ---- any source of weights (source.c) ------------------------------------------------------ */
+
+typedef enum zs_source_kind {
+    ZS_SOURCE_CKPT = 0,    /* a zshard checkpoint directory or save dir */
+    ZS_SOURCE_SAFETENSORS, /* one safetensors file */
+    ZS_SOURCE_HF_DIR,      /* a Hugging Face model directory (config.json + safetensors) */
+    ZS_SOURCE_LLMC,        /* an llm.c model file */
+} zs_source_kind;
+
+/* What path is, from what it holds (a manifest, config.json, a magic), not from its name. */
+zs_status zs_source_kind_of(const char *path, zs_source_kind *kind);
+const char *zs_source_kind_name(zs_source_kind kind);
+/* The model config a source describes (hint fills what the source does not say, as in
+ * zs_st_import; NULL = none). Reads headers and configs only. */
+zs_status zs_source_config(const char *path, const zs_model_config *hint, zs_model_config *cfg);
+/* Convert a source that is not a zshard checkpoint into a step-0 checkpoint at out. */
+zs_status zs_source_import(const char *path, const zs_model_config *hint, const char *out);
 
 /* ---- whole checkpoints (build.c) --------------------------------------------------------- */
 

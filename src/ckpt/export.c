@@ -8,6 +8,7 @@
 #include "core/bf16.h"
 #include "core/status.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,15 +18,44 @@ typedef struct out_stream {
     int fd;
     const char *path;
     zs_dtype dt;
-    void *conv; /* converted chunk */
+    void *conv;         /* converted chunk */
+    const char *tensor; /* being written, for messages */
 } out_stream;
+
+/* IEEE half, round to nearest even; 0 when a finite x is beyond the half range (65504, and
+ * what rounds past it), which the export refuses rather than write an infinity. */
+static int f32_to_f16(float f, uint16_t *out) {
+    uint32_t x = zs_f32_bits(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) { /* inf, NaN: kept */
+        *out = (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+        return 1;
+    }
+    if (ax >= 0x477ff000u) return 0; /* >= 65520 rounds to infinity */
+    if (ax < 0x38800000u) {          /* below 2^-14: a subnormal half */
+        *out = (uint16_t)(sign | (uint32_t)lrintf(fabsf(f) * 0x1p24f));
+        return 1;
+    }
+    uint32_t h = ((ax >> 23) - 112) << 10 | (ax & 0x7fffffu) >> 13, rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    *out = (uint16_t)(sign | h);
+    return 1;
+}
 
 /* Convert n fp32 values to the output dtype and write them. */
 static zs_status emit(out_stream *o, const float *x, size_t n) {
     if (o->dt == ZS_DTYPE_F32) return zs_out_write(o->fd, o->path, x, n * 4);
     uint16_t *b = o->conv;
-    for (size_t i = 0; i < n; i++)
-        b[i] = zs_f32_to_bf16(x[i]).bits;
+    if (o->dt == ZS_DTYPE_F16) {
+        for (size_t i = 0; i < n; i++)
+            if (!f32_to_f16(x[i], &b[i]))
+                return zs_error(ZS_ERR_INVALID,
+                                "%s: tensor %s: value %g does not fit float16 (largest 65504); "
+                                "export as f32 or bf16",
+                                o->path, o->tensor ? o->tensor : "?", (double)x[i]);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            b[i] = zs_f32_to_bf16(x[i]).bits;
+    }
     return zs_out_write(o->fd, o->path, b, n * 2);
 }
 
@@ -82,6 +112,10 @@ static zs_status alloc_chunks(const zs_layout *l, int64_t block, const char *pat
 }
 
 zs_status zs_st_export(zs_ckpt_reader *r, const char *out, zs_dtype dt) {
+    return zs_st_export_range(r, out, dt, 0, zs_ckpt_reader_manifest(r)->layout.n_tensors);
+}
+
+zs_status zs_st_export_range(zs_ckpt_reader *r, const char *out, zs_dtype dt, int t0, int t1) {
     zs_status st = ZS_OK;
     const zs_manifest *m = zs_ckpt_reader_manifest(r);
     const zs_layout *l = &m->layout;
@@ -91,9 +125,11 @@ zs_status zs_st_export(zs_ckpt_reader *r, const char *out, zs_dtype dt) {
     size_t hlen = 0;
     float *chunk = NULL, *whole = NULL;
     int64_t chunk_n = 0, whole_n = 0;
-    out_stream o = {-1, out, dt, NULL};
-    ZS_REQUIRE(dt == ZS_DTYPE_F32 || dt == ZS_DTYPE_BF16, ZS_ERR_INVALID,
-               "export: dtype must be f32 or bf16");
+    out_stream o = {-1, out, dt, NULL, NULL};
+    ZS_REQUIRE(dt == ZS_DTYPE_F32 || dt == ZS_DTYPE_BF16 || dt == ZS_DTYPE_F16, ZS_ERR_INVALID,
+               "export: dtype must be f32, bf16 or f16");
+    ZS_REQUIRE(t0 >= 0 && t0 < t1 && t1 <= l->n_tensors, ZS_ERR_INTERNAL,
+               "export: tensors [%d, %d)", t0, t1);
     map = calloc((size_t)l->n_tensors, sizeof *map);
     ZS_REQUIRE(map, ZS_ERR_OOM, "%s: out of memory", out);
     ZS_CHECK(zs_ext_map(l, c, map));
@@ -115,11 +151,14 @@ zs_status zs_st_export(zs_ckpt_reader *r, const char *out, zs_dtype dt) {
                 (double)c->rope_theta, (double)c->norm_eps);
     fputc('}', f);
     uint64_t at = 0, es = dt == ZS_DTYPE_F32 ? 4 : 2;
-    for (int i = 0; i < l->n_tensors; i++) {
+    for (int i = t0; i < t1; i++) {
         const zs_ext_tensor *x = &map[i];
         uint64_t n = (uint64_t)x->hf_shape[0] * (uint64_t)(x->ndim == 2 ? x->hf_shape[1] : 1);
         fprintf(f, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld", x->hf_name,
-                dt == ZS_DTYPE_F32 ? "F32" : "BF16", (long long)x->hf_shape[0]);
+                dt == ZS_DTYPE_F32   ? "F32"
+                : dt == ZS_DTYPE_F16 ? "F16"
+                                     : "BF16",
+                (long long)x->hf_shape[0]);
         if (x->ndim == 2) fprintf(f, ",%lld", (long long)x->hf_shape[1]);
         fprintf(f, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
                 (unsigned long long)(at + n * es));
@@ -139,9 +178,10 @@ zs_status zs_st_export(zs_ckpt_reader *r, const char *out, zs_dtype dt) {
         len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
     ZS_CHECK(zs_out_write(o.fd, out, len8, 8));
     ZS_CHECK(zs_out_write(o.fd, out, hdr, hlen));
-    for (int i = 0; i < l->n_tensors; i++) {
+    for (int i = t0; i < t1; i++) {
         const zs_tensor_desc *t = &l->tensors[i];
         int64_t count = map[i].rows * (t->ndim == 2 ? t->shape[1] : 1);
+        o.tensor = map[i].hf_name;
         ZS_CHECK(
             stream_tensor(r, &o, t, count, map[i].transpose, chunk, chunk_n, &whole, &whole_n));
     }
@@ -166,7 +206,7 @@ zs_status zs_llmc_export(zs_ckpt_reader *r, const char *out, zs_dtype dt) {
     float *chunk = NULL, *whole = NULL;
     int64_t chunk_n = 0, whole_n = 0;
     char tmp[4096];
-    out_stream o = {-1, out, dt, NULL};
+    out_stream o = {-1, out, dt, NULL, NULL};
     ZS_REQUIRE(dt == ZS_DTYPE_F32 || dt == ZS_DTYPE_BF16, ZS_ERR_INVALID,
                "export: dtype must be f32 or bf16");
     order = malloc((size_t)l->n_tensors * sizeof *order);

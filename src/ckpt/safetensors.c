@@ -188,9 +188,13 @@ fail:
 /* ---- import -------------------------------------------------------------------------- */
 
 typedef struct st_import {
-    const char *path;
-    int fd;
-    zs_st_header h;
+    const char *path; /* the whole, in messages */
+    int fd;           /* fds[0] */
+    int nfiles;
+    int *fds;
+    const char *const *paths;
+    uint64_t *data_start; /* per file */
+    zs_st_header h;       /* every file's entries, each carrying its file index */
     zs_layout layout;
     zs_arch layout_arch;
     zs_ext_tensor *map;
@@ -223,15 +227,26 @@ static zs_status pread_all(int fd, const char *path, void *buf, size_t n, uint64
     return ZS_OK;
 }
 
-/* Decode n values of dtype F32 or BF16 from raw into dst. */
-static void decode(const void *raw, int bf16, size_t n, float *dst) {
-    if (!bf16) {
+/* IEEE half to float, exactly (every half is a float). */
+static float half_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f) return zs_bits_f32(sign | 0x7f800000u | m << 13);
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* subnormal (or zero): exact in float */
+        return sign ? -v : v;
+    }
+    return zs_bits_f32(sign | (e + 112) << 23 | m << 13);
+}
+
+/* Decode n values of dtype F32 (kind 0), BF16 (1) or F16 (2) from raw into dst. */
+static void decode(const void *raw, int kind, size_t n, float *dst) {
+    if (kind == 0) {
         memcpy(dst, raw, n * 4);
         return;
     }
     const uint16_t *s = raw;
     for (size_t i = 0; i < n; i++)
-        dst[i] = zs_bits_f32((uint32_t)s[i] << 16);
+        dst[i] = kind == 1 ? zs_bits_f32((uint32_t)s[i] << 16) : half_to_f32(s[i]);
 }
 
 static zs_status load_unit(st_import *im, int u) {
@@ -244,10 +259,12 @@ static zs_status load_unit(st_import *im, int u) {
         const zs_ext_tensor *x = &im->map[ti];
         const zs_st_entry *e = im->src[ti];
         int64_t n = x->rows * (t->ndim == 2 ? t->shape[1] : 1);
-        ZS_CHECK(pread_all(im->fd, im->path, im->raw, (size_t)(e->end - e->begin),
-                           im->h.data_start + e->begin));
+        int fi = im->nfiles ? e->file : 0;
+        ZS_CHECK(pread_all(im->nfiles ? im->fds[fi] : im->fd, im->nfiles ? im->paths[fi] : im->path,
+                           im->raw, (size_t)(e->end - e->begin),
+                           (im->nfiles ? im->data_start[fi] : im->h.data_start) + e->begin));
         float *dst = im->full + t->offset;
-        int bf16 = !strcmp(e->dtype, "BF16");
+        int bf16 = !strcmp(e->dtype, "BF16") ? 1 : !strcmp(e->dtype, "F16") ? 2 : 0;
         if (!x->transpose) {
             decode(im->raw, bf16, (size_t)n, dst);
             continue;
@@ -372,15 +389,52 @@ fail:
     return st;
 }
 
+static zs_status read_entry(st_import *im, const zs_st_entry *e, void *buf) {
+    int fi = im->nfiles ? e->file : 0;
+    return pread_all(im->nfiles ? im->fds[fi] : im->fd, im->nfiles ? im->paths[fi] : im->path, buf,
+                     (size_t)(e->end - e->begin),
+                     (im->nfiles ? im->data_start[fi] : im->h.data_start) + e->begin);
+}
+
+static zs_status check_tied(st_import *im, const zs_st_entry *head) {
+    zs_status st = ZS_OK;
+    const zs_st_entry *wte = find(&im->h, "transformer.wte.weight");
+    void *a = NULL, *b = NULL;
+    int same = wte && !strcmp(wte->dtype, head->dtype) && wte->ndim == head->ndim &&
+               wte->shape[0] == head->shape[0] && wte->shape[1] == head->shape[1];
+    if (same) {
+        size_t n = (size_t)(wte->end - wte->begin);
+        a = malloc(n ? n : 1);
+        b = malloc(n ? n : 1);
+        ZS_REQUIRE(a && b, ZS_ERR_OOM, "%s: out of memory", im->path);
+        ZS_CHECK(read_entry(im, wte, a));
+        ZS_CHECK(read_entry(im, head, b));
+        same = !memcmp(a, b, n);
+    }
+    ZS_REQUIRE(same, ZS_ERR_UNSUPPORTED,
+               "%s: lm_head.weight differs from transformer.wte.weight: an untied GPT-2 head, "
+               "which zshard's GPT-2 (head tied to wte) cannot represent",
+               im->path);
+fail:
+    free(a);
+    free(b);
+    return st;
+}
+
 static zs_status check_tensors(st_import *im) {
     zs_status st = ZS_OK;
     for (int i = 0; i < im->layout.n_tensors; i++) {
         const zs_ext_tensor *x = &im->map[i];
         const zs_st_entry *e = find(&im->h, x->hf_name);
+        /* A LLaMA with tie_word_embeddings (Llama-3.2 1B/3B) stores no head: it is the
+         * embedding, loaded into zshard's untied head (docs/checkpoint.md). */
+        if (!e && im->layout_arch == ZS_ARCH_LLAMA && !strcmp(x->hf_name, "lm_head.weight"))
+            e = find(&im->h, "model.embed_tokens.weight");
         ZS_REQUIRE(e, ZS_ERR_FORMAT, "%s: tensor %s is missing", im->path, x->hf_name);
-        ZS_REQUIRE(!strcmp(e->dtype, "F32") || !strcmp(e->dtype, "BF16"), ZS_ERR_FORMAT,
-                   "%s: tensor %s has dtype %s (F32 or BF16 expected)", im->path, e->name,
-                   e->dtype);
+        ZS_REQUIRE(!strcmp(e->dtype, "F32") || !strcmp(e->dtype, "BF16") ||
+                       !strcmp(e->dtype, "F16"),
+                   ZS_ERR_FORMAT, "%s: tensor %s has dtype %s (F32, BF16 or F16 expected)",
+                   im->path, e->name, e->dtype);
         int ok = e->ndim == x->ndim;
         for (int d = 0; ok && d < x->ndim; d++)
             ok = e->shape[d] == x->hf_shape[d];
@@ -390,6 +444,12 @@ static zs_status check_tensors(st_import *im) {
                    x->ndim > 1 ? "," : "", x->ndim > 1 ? (long long)x->hf_shape[1] : 0LL);
         im->src[i] = e;
     }
+    /* GPT-2's head is tied to wte in zshard: a file whose lm_head.weight differs from wte
+     * holds a model zshard cannot represent, and dropping it would change the model. */
+    const zs_st_entry *head =
+        im->layout_arch == ZS_ARCH_GPT2 ? find(&im->h, "lm_head.weight") : NULL;
+    if (head && strcmp(head->name, "lm_head.weight")) head = NULL; /* bare-name match of wte */
+    if (head) ZS_CHECK(check_tied(im, head));
     for (int j = 0; j < im->h.n; j++) {
         int used = zs_ext_ignored(im->h.e[j].name);
         for (int i = 0; i < im->layout.n_tensors && !used; i++)
@@ -401,21 +461,20 @@ fail:
     return st;
 }
 
-zs_status zs_st_import(const char *file, const char *out, const zs_model_config *hint) {
+/* Open file and parse its header into im (im->fd, im->h); the caller frees both. */
+static zs_status open_header(st_import *im, const char *file) {
     zs_status st = ZS_OK;
-    st_import im;
     uint8_t *hdr = NULL;
     struct stat sb;
-    memset(&im, 0, sizeof im);
-    im.path = file;
-    im.unit = -1;
-    im.fd = open(file, O_RDONLY | O_CLOEXEC);
-    ZS_REQUIRE(im.fd >= 0, ZS_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
-    ZS_REQUIRE(fstat(im.fd, &sb) == 0, ZS_ERR_IO, "%s: stat failed", file);
+    im->path = file;
+    im->unit = -1;
+    im->fd = open(file, O_RDONLY | O_CLOEXEC);
+    ZS_REQUIRE(im->fd >= 0, ZS_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    ZS_REQUIRE(fstat(im->fd, &sb) == 0, ZS_ERR_IO, "%s: stat failed", file);
     uint8_t len8[8];
     ZS_REQUIRE(sb.st_size >= 8, ZS_ERR_FORMAT, "%s: truncated: %lld bytes", file,
                (long long)sb.st_size);
-    ZS_CHECK(pread_all(im.fd, file, len8, 8, 0));
+    ZS_CHECK(pread_all(im->fd, file, len8, 8, 0));
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | len8[i];
@@ -423,37 +482,126 @@ zs_status zs_st_import(const char *file, const char *out, const zs_model_config 
     if (want > (uint64_t)sb.st_size) want = (size_t)sb.st_size;
     hdr = malloc(want);
     ZS_REQUIRE(hdr, ZS_ERR_OOM, "%s: out of memory", file);
-    ZS_CHECK(pread_all(im.fd, file, hdr, want, 0));
-    ZS_CHECK(zs_st_parse(hdr, want, (uint64_t)sb.st_size, file, &im.h));
-    zs_model_config c;
-    ZS_CHECK(infer_config(&im, hint, &c));
-    ZS_CHECK(zs_model_layout(&c, 1, &im.layout));
-    im.layout_arch = c.arch;
-    im.map = calloc((size_t)im.layout.n_tensors, sizeof *im.map);
-    im.src = calloc((size_t)im.layout.n_tensors, sizeof *im.src);
-    ZS_REQUIRE(im.map && im.src, ZS_ERR_OOM, "%s: out of memory", file);
-    ZS_CHECK(zs_ext_map(&im.layout, &c, im.map));
-    ZS_CHECK(check_tensors(&im));
-    int64_t biggest_unit = 0, biggest_raw = 1;
-    for (int u = 0; u < im.layout.n_units; u++)
-        if (im.layout.units[u].padded > biggest_unit) biggest_unit = im.layout.units[u].padded;
-    for (int i = 0; i < im.layout.n_tensors; i++)
-        if ((int64_t)(im.src[i]->end - im.src[i]->begin) > biggest_raw)
-            biggest_raw = (int64_t)(im.src[i]->end - im.src[i]->begin);
-    im.full = malloc((size_t)biggest_unit * sizeof *im.full);
-    im.raw = malloc((size_t)biggest_raw);
-    ZS_REQUIRE(im.full && im.raw, ZS_ERR_OOM, "%s: out of memory", file);
-    zs_ckpt_info info;
-    zs_ckpt_info_import(&info, &c);
-    ZS_CHECK(zs_ckpt_build(out, &info, import_source, &im));
+    ZS_CHECK(pread_all(im->fd, file, hdr, want, 0));
+    ZS_CHECK(zs_st_parse(hdr, want, (uint64_t)sb.st_size, file, &im->h));
+fail:
+    free(hdr);
+    return st;
+}
+
+zs_status zs_st_config(const char *file, const zs_model_config *hint, zs_model_config *cfg) {
+    zs_status st = ZS_OK;
+    st_import im;
+    memset(&im, 0, sizeof im);
+    im.fd = -1;
+    ZS_CHECK(open_header(&im, file));
+    ZS_CHECK(infer_config(&im, hint, cfg));
 fail:
     if (im.fd >= 0) close(im.fd);
-    free(hdr);
-    free(im.full);
-    free(im.raw);
-    free(im.map);
-    free(im.src);
-    zs_layout_free(&im.layout);
     zs_st_header_free(&im.h);
+    return st;
+}
+
+/* Everything after the model config: layout, name map, tensor checks, the checkpoint. */
+static zs_status import_as(st_import *im, const zs_model_config *cfg, const char *out) {
+    zs_status st = ZS_OK;
+    zs_model_config c = *cfg;
+    ZS_CHECK(zs_model_layout(&c, 1, &im->layout));
+    im->layout_arch = c.arch;
+    im->map = calloc((size_t)im->layout.n_tensors, sizeof *im->map);
+    im->src = calloc((size_t)im->layout.n_tensors, sizeof *im->src);
+    ZS_REQUIRE(im->map && im->src, ZS_ERR_OOM, "%s: out of memory", im->path);
+    ZS_CHECK(zs_ext_map(&im->layout, &c, im->map));
+    ZS_CHECK(check_tensors(im));
+    int64_t biggest_unit = 0, biggest_raw = 1;
+    for (int u = 0; u < im->layout.n_units; u++)
+        if (im->layout.units[u].padded > biggest_unit) biggest_unit = im->layout.units[u].padded;
+    for (int i = 0; i < im->layout.n_tensors; i++)
+        if ((int64_t)(im->src[i]->end - im->src[i]->begin) > biggest_raw)
+            biggest_raw = (int64_t)(im->src[i]->end - im->src[i]->begin);
+    im->full = malloc((size_t)biggest_unit * sizeof *im->full);
+    im->raw = malloc((size_t)biggest_raw);
+    ZS_REQUIRE(im->full && im->raw, ZS_ERR_OOM, "%s: out of memory", im->path);
+    zs_ckpt_info info;
+    zs_ckpt_info_import(&info, &c);
+    ZS_CHECK(zs_ckpt_build(out, &info, import_source, im));
+fail:
+    return st;
+}
+
+static void import_free(st_import *im) {
+    free(im->full);
+    free(im->raw);
+    free(im->map);
+    free(im->src);
+    zs_layout_free(&im->layout);
+    zs_st_header_free(&im->h);
+}
+
+zs_status zs_st_import(const char *file, const char *out, const zs_model_config *hint) {
+    zs_status st = ZS_OK;
+    st_import im;
+    memset(&im, 0, sizeof im);
+    im.fd = -1;
+    ZS_CHECK(open_header(&im, file));
+    zs_model_config c;
+    ZS_CHECK(infer_config(&im, hint, &c));
+    ZS_CHECK(import_as(&im, &c, out));
+fail:
+    if (im.fd >= 0) close(im.fd);
+    import_free(&im);
+    return st;
+}
+
+zs_status zs_st_import_files(const char *const *files, int nfiles, const char *what,
+                             const zs_model_config *cfg, const char *out) {
+    zs_status st = ZS_OK;
+    st_import im, one;
+    memset(&im, 0, sizeof im);
+    memset(&one, 0, sizeof one);
+    im.fd = -1;
+    one.fd = -1;
+    im.path = what;
+    im.unit = -1;
+    ZS_REQUIRE(nfiles >= 1 && nfiles <= ZS_ST_MAX_FILES, ZS_ERR_FORMAT, "%s: %d files", what,
+               nfiles);
+    im.nfiles = nfiles;
+    im.paths = files;
+    im.fds = malloc((size_t)nfiles * sizeof *im.fds);
+    im.data_start = calloc((size_t)nfiles, sizeof *im.data_start);
+    ZS_REQUIRE(im.fds && im.data_start, ZS_ERR_OOM, "%s: out of memory", what);
+    for (int f = 0; f < nfiles; f++)
+        im.fds[f] = -1;
+    /* Every file's header, merged into one list whose entries remember their file. */
+    for (int f = 0; f < nfiles; f++) {
+        memset(&one, 0, sizeof one);
+        one.fd = -1;
+        ZS_CHECK(open_header(&one, files[f]));
+        im.fds[f] = one.fd;
+        one.fd = -1;
+        im.data_start[f] = one.h.data_start;
+        zs_st_entry *e = realloc(im.h.e, (size_t)(im.h.n + one.h.n + 1) * sizeof *e);
+        ZS_REQUIRE(e, ZS_ERR_OOM, "%s: out of memory", what);
+        im.h.e = e;
+        for (int j = 0; j < one.h.n; j++) {
+            for (int i = 0; i < im.h.n; i++)
+                ZS_REQUIRE(strcmp(im.h.e[i].name, one.h.e[j].name), ZS_ERR_FORMAT,
+                           "%s: tensor %s is in both %s and %s", what, one.h.e[j].name,
+                           files[im.h.e[i].file], files[f]);
+            im.h.e[im.h.n] = one.h.e[j];
+            im.h.e[im.h.n].file = f;
+            im.h.n++;
+        }
+        zs_st_header_free(&one.h);
+    }
+    ZS_CHECK(import_as(&im, cfg, out));
+fail:
+    if (one.fd >= 0) close(one.fd);
+    zs_st_header_free(&one.h);
+    for (int f = 0; im.fds && f < nfiles; f++)
+        if (im.fds[f] >= 0) close(im.fds[f]);
+    free(im.fds);
+    free(im.data_start);
+    import_free(&im);
     return st;
 }

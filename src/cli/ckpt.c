@@ -16,12 +16,16 @@ static void usage(FILE *f) {
         "usage: zshard ckpt <command> ...\n"
         "  inspect DIR                      step, model, world size, stage, sizes; verifies\n"
         "                                   every checksum and prints the param_hash\n"
-        "  export DIR --format safetensors|llmc [--dtype f32|bf16] OUT\n"
-        "                                   Hugging Face safetensors (GPT-2, LLaMA) or an llm.c\n"
-        "                                   model file (GPT-2)\n"
-        "                                   file, streamed tensor by tensor\n"
-        "  import FILE --format safetensors|llmc [--model NAME | --heads N] OUT\n"
+        "  export DIR --format hf|safetensors|llmc [--dtype f32|bf16|f16] OUT\n"
+        "                                   hf: a Hugging Face directory (config.json and\n"
+        "                                   model.safetensors, sharded above --max-shard-size\n"
+        "                                   [5G]) for from_pretrained; safetensors: one file\n"
+        "                                   (GPT-2, LLaMA); llmc: llm.c's model file (GPT-2);\n"
+        "                                   streamed tensor by tensor\n"
+        "  import SRC --format hf|safetensors|llmc [--model NAME | --heads N] OUT\n"
         "                                   a step-0 checkpoint for `zshard train --resume OUT`\n"
+        "                                   (hf: a directory; its config.json must agree with\n"
+        "                                   --model / --heads)\n"
         "  reshard DIR --nproc M [--stage ddp|1|2|3] OUT\n"
         "                                   rewrite for M ranks, one shard in memory at a time\n"
         "DIR may be a checkpoint directory or a --save-dir (its latest checkpoint).\n");
@@ -73,7 +77,7 @@ static int inspect(const char *dir) {
 typedef struct ckpt_args {
     const char *pos[2];
     int npos;
-    const char *format, *dtype, *model, *stage;
+    const char *format, *dtype, *model, *stage, *max_shard;
     int heads, nproc;
 } ckpt_args;
 
@@ -100,6 +104,8 @@ static int parse(int argc, char **argv, ckpt_args *a) {
             a->model = v;
         else if (!strcmp(s, "--stage"))
             a->stage = v;
+        else if (!strcmp(s, "--max-shard-size"))
+            a->max_shard = v;
         else if (!strcmp(s, "--heads"))
             rc = zs_arg_int(s, v, &a->heads);
         else if (!strcmp(s, "--nproc"))
@@ -111,14 +117,17 @@ static int parse(int argc, char **argv, ckpt_args *a) {
     return 0;
 }
 
-static int format_of(const char *cmd, const char *f, int *llmc) {
-    if (!f) return zs_cli_fail(2, "ckpt %s: --format safetensors|llmc is required", cmd);
+/* *fmt: 0 safetensors, 1 llmc, 2 hf. */
+static int format_of(const char *cmd, const char *f, int *fmt) {
+    if (!f) return zs_cli_fail(2, "ckpt %s: --format hf|safetensors|llmc is required", cmd);
     if (!strcmp(f, "safetensors"))
-        *llmc = 0;
+        *fmt = 0;
     else if (!strcmp(f, "llmc"))
-        *llmc = 1;
+        *fmt = 1;
+    else if (!strcmp(f, "hf"))
+        *fmt = 2;
     else
-        return zs_cli_fail(2, "ckpt %s: --format '%s' is not safetensors or llmc", cmd, f);
+        return zs_cli_fail(2, "ckpt %s: --format '%s' is not hf, safetensors or llmc", cmd, f);
     return 0;
 }
 
@@ -146,12 +155,20 @@ int zs_cli_ckpt(int argc, char **argv) {
         zs_dtype dt = ZS_DTYPE_F32;
         if (a.dtype && !strcmp(a.dtype, "bf16"))
             dt = ZS_DTYPE_BF16;
+        else if (a.dtype && !strcmp(a.dtype, "f16") && llmc != 1)
+            dt = ZS_DTYPE_F16;
         else if (a.dtype && strcmp(a.dtype, "f32"))
-            return zs_cli_fail(2, "ckpt export: --dtype '%s' is not f32 or bf16", a.dtype);
+            return zs_cli_fail(2, "ckpt export: --dtype '%s' is not f32 or bf16%s", a.dtype,
+                               llmc == 1 ? "" : " or f16");
+        uint64_t shard = ZS_HF_SHARD_BYTES;
+        if (a.max_shard && (zs_parse_bytes(a.max_shard, &shard) != ZS_OK || shard == 0))
+            return zs_cli_fail(2, "ckpt export: --max-shard-size '%s' is not a size", a.max_shard);
         zs_ckpt_reader *r = NULL;
         st = zs_ckpt_reader_open(a.pos[0], &r);
         if (st == ZS_OK)
-            st = llmc ? zs_llmc_export(r, a.pos[1], dt) : zs_st_export(r, a.pos[1], dt);
+            st = llmc == 1   ? zs_llmc_export(r, a.pos[1], dt)
+                 : llmc == 2 ? zs_hf_export(r, a.pos[1], dt, shard)
+                             : zs_st_export(r, a.pos[1], dt);
         zs_ckpt_reader_close(r);
     } else if (!strcmp(cmd, "import")) {
         if ((rc = format_of(cmd, a.format, &llmc))) return rc;
@@ -160,8 +177,10 @@ int zs_cli_ckpt(int argc, char **argv) {
         if (a.model && zs_model_preset(a.model, &hint) != ZS_OK)
             return zs_cli_fail(2, "ckpt import: %s", zs_last_error());
         if (a.heads > 0) hint.n_head = a.heads;
-        st = llmc ? zs_llmc_import(a.pos[0], a.pos[1])
-                  : zs_st_import(a.pos[0], a.pos[1], a.model || a.heads ? &hint : NULL);
+        const zs_model_config *h = a.model || a.heads ? &hint : NULL;
+        st = llmc == 1   ? zs_llmc_import(a.pos[0], a.pos[1])
+             : llmc == 2 ? zs_hf_import(a.pos[0], a.pos[1], h)
+                         : zs_st_import(a.pos[0], a.pos[1], h);
     } else if (!strcmp(cmd, "reshard")) {
         if (a.nproc < 1) return zs_cli_fail(2, "ckpt reshard: --nproc M (>= 1) is required");
         zs_ckpt_reader *r = NULL;

@@ -27,7 +27,9 @@ static void usage(FILE *f) {
             "  run       launch N local ranks of a command (torchrun equivalent)\n"
             "  mem       predict per-rank memory by category for a model, world size and stage\n"
             "  bench     benchmarks: bench step (training step vs sgemm), bench comm\n"
-            "  ckpt      checkpoints: inspect, export (safetensors, llm.c), import, reshard\n"
+            "  ckpt      checkpoints: inspect, export (hf, safetensors, llm.c), import, reshard\n"
+            "  eval      loss and perplexity of a model on a text or token file\n"
+            "  generate  text or tokens from a model (KV cache; temperature, top-k, top-p)\n"
             "  help      this text; `zshard <command> --help` for a command's flags\n",
             ZS_VERSION_MAJOR, ZS_VERSION_MINOR, ZS_VERSION_PATCH);
 }
@@ -44,6 +46,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return zs_cli_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "mem")) return zs_cli_mem(argc - 1, argv + 1);
     if (!strcmp(cmd, "ckpt")) return zs_cli_ckpt(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval")) return zs_cli_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return zs_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

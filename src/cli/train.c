@@ -32,7 +32,8 @@ typedef struct train_opts {
     int nproc, max_restarts;
     int mem_report;
     int reduce_dtype_set; /* --reduce-dtype given; else it follows --dtype */
-    const char *save_dir, *resume;
+    const char *save_dir, *resume, *init_from;
+    int model_set; /* --model given */
     int save_every, keep;
 } train_opts;
 
@@ -42,11 +43,15 @@ static void usage(FILE *f) {
             "\n"
             "model and data:\n"
             "  --model NAME        preset (%s) [gpt2-tiny]\n"
-            "  --data FILE         byte-level text file, or llm.c token shard (.bin)\n"
+            "  --data FILE         byte-level text file, or llm.c token shard (.bin, uint16 or\n"
+            "                      uint32 tokens); a quoted pattern ('dir/train_*.bin') joins\n"
+            "                      many shards in sorted order\n"
             "  --val-data FILE     separate validation file [last --val-frac of --data]\n"
             "  --val-frac F        held-out tail fraction when splitting [0.1]\n"
             "  --vocab N           token shards: the tokenizer's vocabulary, e.g. 32000 for\n"
-            "                      LLaMA-2's [50257, GPT-2's]; text is always 256 bytes\n"
+            "                      LLaMA-2's, up to 16777216 with uint32 shards [50257 for\n"
+            "                      uint16 shards, 128256 for uint32]; text is always 256\n"
+            "                      bytes\n"
             "batch and schedule:\n"
             "  --batch N           global batch: sequences per optimizer step, summed over all\n"
             "                      ranks and micro-batches [8]\n"
@@ -102,6 +107,10 @@ static void usage(FILE *f) {
             "                      `latest` in --save-dir (any world size and stage)\n"
             "  --resume auto       --save-dir's latest checkpoint if it has one, else start\n"
             "                      from scratch (what a restarted job does by itself)\n"
+            "  --init-from PATH    start from these weights with a fresh optimizer at step 0\n"
+            "                      (fine-tuning): a zshard checkpoint, a safetensors file, a\n"
+            "                      Hugging Face directory or an llm.c model file; the model\n"
+            "                      is the source's (a --model must agree with it)\n"
             "SIGINT/SIGTERM finish the current step, save a checkpoint (with --save-dir) and\n"
             "stop with status 128+signal; a second signal stops at once.\n",
             zs_model_preset_names());
@@ -138,8 +147,11 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         if (strncmp(a, "--", 2)) return zs_cli_fail(2, "train: unexpected argument '%s'", a);
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
+        if (!strcmp(a, "--model")) {
             o->model_name = v;
+            o->model_set = 1;
+        } else if (!strcmp(a, "--init-from"))
+            o->init_from = v;
         else if (!strcmp(a, "--data"))
             o->cfg.data_path = v;
         else if (!strcmp(a, "--val-data"))
@@ -273,6 +285,9 @@ static int parse(int argc, char **argv, train_opts *o) {
     if (o->sample_len < 0) return zs_cli_fail(2, "train: --sample-len must be >= 0");
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
         return zs_cli_fail(2, "train: %s", zs_last_error());
+    if (o->init_from && o->resume && strcmp(o->resume, "auto"))
+        return zs_cli_fail(2, "train: --init-from and --resume: pick one (--resume continues a "
+                              "run with its optimizer, --init-from starts one from weights)");
     return 0;
 }
 
@@ -412,6 +427,15 @@ int zs_cli_train(int argc, char **argv) {
         fflush(log);
     }
     zs_train_signals_install();
+    /* A restarted job (or --resume auto with a checkpoint) continues its own run instead. */
+    if (o.init_from && o.resume) o.init_from = NULL;
+    if (o.init_from) {
+        if ((rc = zs_cli_model_from("--init-from", o.init_from, o.model_set ? o.model_name : NULL,
+                                    &o.cfg.model)))
+            return rc;
+        /* Token shards take the source's vocabulary unless --vocab says otherwise. */
+        if (!o.cfg.vocab && o.cfg.model.vocab != 256) o.cfg.vocab = o.cfg.model.vocab;
+    }
 
     st = zs_trainer_create(&o.cfg, &t);
     if (st != ZS_OK) {
@@ -460,6 +484,13 @@ int zs_cli_train(int argc, char **argv) {
             goto fail;
         }
         if (!o.quiet) printf("  resumed from %s at step %d\n", o.resume, first - 1);
+    }
+    if (o.init_from) {
+        if ((st = zs_trainer_init_from(t, o.init_from)) != ZS_OK) {
+            fprintf(stderr, "zshard: %s\n", zs_last_error());
+            goto fail;
+        }
+        if (!o.quiet) printf("  weights from %s (fresh optimizer, step 0)\n", o.init_from);
     }
     int saved = first - 1, stop = 0;
 

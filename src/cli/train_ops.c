@@ -146,6 +146,68 @@ const char *zs_train_resolve_resume(const char *resume, const char *save_dir, in
 
 /* `--nproc N [--max-restarts R]` is shorthand for `zshard run -n N [--max-restarts R] --
  * zshard train ...` without those two flags. */
+int zs_cli_model_from(const char *who, const char *src, const char *model_flag,
+                      zs_model_config *out) {
+    zs_model_config flag;
+    memset(&flag, 0, sizeof flag);
+    if (model_flag && zs_model_preset(model_flag, &flag) != ZS_OK)
+        return zs_cli_fail(2, "%s: %s", who, zs_last_error());
+    if (zs_model_config_from(src, model_flag ? &flag : NULL, out) != ZS_OK)
+        return zs_cli_fail(1, "%s: %s", who, zs_last_error());
+    if (!model_flag) return 0;
+    const zs_model_config *a = out, *b = &flag;
+#define SAME(field, fmt)                                                                           \
+    if (a->field != b->field)                                                                      \
+        return zs_cli_fail(2,                                                                      \
+                           "%s: --model %s contradicts %s: " #field " is " fmt " there, " fmt      \
+                           " in --model (leave --model out to take the source's model)",           \
+                           who, model_flag, src, a->field, b->field);
+    if (a->arch != b->arch)
+        return zs_cli_fail(2, "%s: --model %s contradicts %s: arch is %s there, %s in --model", who,
+                           model_flag, src, a->arch == ZS_ARCH_GPT2 ? "gpt2" : "llama",
+                           b->arch == ZS_ARCH_GPT2 ? "gpt2" : "llama");
+    SAME(n_layer, "%d")
+    SAME(n_head, "%d")
+    SAME(n_kv_head, "%d")
+    SAME(n_embd, "%d")
+    SAME(ffn_hidden, "%d")
+    SAME(max_seq, "%d")
+    SAME(rope_theta, "%g")
+    SAME(norm_eps, "%g")
+#undef SAME
+    return 0;
+}
+
+int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc) {
+    char self[4096], n[16];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) return zs_cli_fail(1, "%s: cannot find the zshard executable to relaunch", sub);
+    self[len] = '\0';
+    snprintf(n, sizeof n, "%d", nproc);
+    char **args = calloc((size_t)argc + 8, sizeof *args);
+    if (!args) return zs_cli_fail(1, "%s: out of memory", sub);
+    int k = 0;
+    args[k++] = self;
+    args[k++] = "run";
+    args[k++] = "-n";
+    args[k++] = n;
+    args[k++] = "--";
+    args[k++] = self;
+    args[k++] = (char *)sub;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nproc")) {
+            i++;
+            continue;
+        }
+        args[k++] = argv[i];
+    }
+    args[k] = NULL;
+    fflush(NULL);
+    execv(self, args);
+    free(args);
+    return zs_cli_fail(1, "%s: relaunch through %s failed: %s", sub, self, strerror(errno));
+}
+
 int zs_train_relaunch(int argc, char **argv, int nproc, int max_restarts) {
     char self[4096], n[16], mr[16];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -49,4 +49,13 @@ void zs_train_faults_at(const zs_train_faults *f, int rank, int step);
 void zs_train_signals_install(void);
 int zs_train_stop_signal(void);
 
+/* The model of a weights source (zs_model_config_from). model_flag (a --model preset or
+ * config file, NULL if not given) supplies what a bare safetensors file lacks, and must agree
+ * with the source in every field: a disagreement is an error naming the field. Returns 0, or
+ * prints the error (prefixed by who) and returns 1 or 2. */
+int zs_cli_model_from(const char *who, const char *src, const char *model_flag,
+                      zs_model_config *out);
+/* Re-execute as `zshard run -n nproc -- zshard <sub> ARGS` (without --nproc). */
+int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc);
+
 #endif

@@ -11,6 +11,8 @@ size_t zs_dtype_size(zs_dtype dt) {
         return 2;
     case ZS_DTYPE_I32:
         return 4;
+    case ZS_DTYPE_F16:
+        return 2;
     }
     return 0;
 }
@@ -25,6 +27,8 @@ const char *zs_dtype_name(zs_dtype dt) {
         return "u16";
     case ZS_DTYPE_I32:
         return "i32";
+    case ZS_DTYPE_F16:
+        return "f16";
     }
     return "unknown";
 }

@@ -4,13 +4,16 @@
 #include "zshard.h"
 
 #include "ckpt/ckpt.h"
+#include "ckpt/convert.h"
 #include "core/status.h"
 #include "optim/optim.h"
 #include "shard/module.h"
 #include "train/trainer_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void fill_info(const zs_trainer_t *t, zs_ckpt_info *in) {
     const zs_train_config *c = &t->cfg;
@@ -74,4 +77,71 @@ zs_status zs_trainer_resume(zs_trainer_t *t, const char *path) {
 
 int zs_trainer_steps_done(const zs_trainer_t *t) {
     return t->step;
+}
+
+/* ---- weights only (--init-from) --------------------------------------------------------- */
+
+zs_status zs_model_config_from(const char *path, const zs_model_config *hint,
+                               zs_model_config *cfg) {
+    return zs_source_config(path, hint, cfg);
+}
+
+/* This rank's range of every unit's fp32 master from a checkpoint of this model; the Adam
+ * moments start from zero whatever the source holds (a fresh optimizer). */
+static zs_status load_masters(zs_trainer_t *t, const char *path) {
+    zs_status st = ZS_OK;
+    zs_ckpt_reader *r = NULL;
+    ZS_CHECK(zs_ckpt_reader_open(path, &r));
+    ZS_CHECK(check_model(zs_ckpt_reader_manifest(r), zs_ckpt_reader_dir(r), t));
+    for (int u = 0; u < t->layout.n_units; u++) {
+        float *kinds[ZS_CKPT_NKINDS];
+        int64_t lo, n;
+        ZS_CHECK(zs_module_state(t->engine, u, &kinds[0], &kinds[1], &kinds[2], &lo, &n));
+        ZS_CHECK(zs_ckpt_read(r, u, ZS_CKPT_MASTER, lo, n, kinds[0]));
+        memset(kinds[1], 0, (size_t)n * sizeof(float));
+        memset(kinds[2], 0, (size_t)n * sizeof(float));
+    }
+fail:
+    zs_ckpt_reader_close(r);
+    return st;
+}
+
+zs_status zs_trainer_init_from(zs_trainer_t *t, const char *path) {
+    zs_status st = ZS_OK, local = ZS_OK;
+    zs_source_kind kind = ZS_SOURCE_CKPT;
+    char what[4200], tmp[512] = "", ck[600] = "", *all = NULL;
+    snprintf(what, sizeof what, "--init-from %s", path);
+    local = zs_source_kind_of(path, &kind);
+    ZS_CHECK(zs_module_agree(t->engine, local, what));
+    if (kind == ZS_SOURCE_CKPT) {
+        ZS_CHECK(zs_module_agree(t->engine, load_masters(t, path), what));
+    } else {
+        /* Rank 0 converts; every rank then reads its own range of the result. The name of
+         * the temporary directory travels in a fixed-size record. */
+        if (t->rank == 0) {
+            const char *base = getenv("TMPDIR");
+            snprintf(tmp, sizeof tmp, "%s/zshard-init-XXXXXX", base && *base ? base : "/tmp");
+            if (!mkdtemp(tmp))
+                local =
+                    zs_error(ZS_ERR_IO, "%s: cannot create a temporary directory %s", what, tmp);
+            snprintf(ck, sizeof ck, "%s/ckpt", tmp);
+            if (local == ZS_OK) local = zs_source_import(path, &t->model_cfg, ck);
+        }
+        all = calloc((size_t)t->world, sizeof ck);
+        ZS_REQUIRE(all, ZS_ERR_OOM, "%s: out of memory", what);
+        ZS_CHECK(zs_module_all_gather_bytes(t->engine, ck, all, sizeof ck));
+        memcpy(ck, all, sizeof ck);
+        st = zs_module_agree(t->engine, local, what);
+        if (st == ZS_OK) st = zs_module_agree(t->engine, load_masters(t, ck), what);
+        if (t->rank == 0 && tmp[0] && strstr(tmp, "zshard-init-")) {
+            zs_ckpt_remove_dir(ck);
+            rmdir(tmp);
+        }
+        if (st != ZS_OK) goto fail;
+    }
+    ZS_CHECK(zs_module_state_changed(t->engine, 0));
+    t->step = 0;
+fail:
+    free(all);
+    return st;
 }

@@ -137,10 +137,13 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
                                        &t->data));
         ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
         t->has_data = 1;
-    } else { /* batches come from memory (zs_trainer_step_batch) */
-        ZS_REQUIRE(cfg->vocab >= 0 && cfg->vocab < (1 << 24), ZS_ERR_INVALID, "trainer: vocab %d",
-                   cfg->vocab);
-        t->data.vocab = cfg->vocab ? cfg->vocab : 50257;
+    } else {
+        /* No data file: batches come from memory (zs_trainer_step_batch), or there are none
+         * (generation). The vocabulary is cfg->vocab, else the model's; 256 means bytes. */
+        int v = cfg->vocab > 0 ? cfg->vocab : cfg->model.vocab > 0 ? cfg->model.vocab : 50257;
+        ZS_REQUIRE(v > 0 && v < (1 << 24), ZS_ERR_INVALID, "trainer: vocab %d", v);
+        t->data.vocab = v;
+        t->data.is_text = v == 256;
     }
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
@@ -391,4 +394,8 @@ const zs_model_config *zs_trainer_model(const zs_trainer_t *t) {
 
 int zs_trainer_vocab(const zs_trainer_t *t) {
     return t->data.vocab;
+}
+
+int64_t zs_trainer_val_windows(const zs_trainer_t *t) {
+    return (t->data.val.n - 1) / t->cfg.seq;
 }

@@ -1,0 +1,112 @@
+/* Any source of weights behind one door, for `train --init-from`, `eval` and `generate`: a
+ * zshard checkpoint, a safetensors file, a Hugging Face model directory or an llm.c model
+ * file. The kind comes from what the path holds (a manifest, config.json, a magic number),
+ * never from its name, and each kind's own reader validates it fully. */
+#include "ckpt/convert.h"
+
+#include "core/status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *zs_source_kind_name(zs_source_kind kind) {
+    static const char *names[] = {"zshard checkpoint", "safetensors file", "Hugging Face directory",
+                                  "llm.c model file"};
+    return (unsigned)kind < 4 ? names[kind] : "unknown";
+}
+
+zs_status zs_source_kind_of(const char *path, zs_source_kind *kind) {
+    zs_status st = ZS_OK;
+    struct stat sb;
+    char buf[4200];
+    int fd = -1;
+    ZS_REQUIRE(path && *path, ZS_ERR_INVALID, "no weights source given");
+    ZS_REQUIRE(stat(path, &sb) == 0, ZS_ERR_IO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        if (zs_ckpt_resolve(path, buf, sizeof buf) == ZS_OK) {
+            *kind = ZS_SOURCE_CKPT;
+            return ZS_OK;
+        }
+        ZS_CHECK(zs_path_join(buf, sizeof buf, path, "config.json"));
+        ZS_REQUIRE(stat(buf, &sb) == 0, ZS_ERR_FORMAT,
+                   "%s: neither a zshard checkpoint (no manifest.json, no `latest`) nor a Hugging "
+                   "Face model directory (no config.json)",
+                   path);
+        *kind = ZS_SOURCE_HF_DIR;
+        return ZS_OK;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    ZS_REQUIRE(fd >= 0, ZS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    uint8_t m[4] = {0};
+    ZS_REQUIRE(pread(fd, m, 4, 0) == 4, ZS_ERR_FORMAT, "%s: truncated: %lld bytes", path,
+               (long long)sb.st_size);
+    int32_t magic = (int32_t)((uint32_t)m[0] | (uint32_t)m[1] << 8 | (uint32_t)m[2] << 16 |
+                              (uint32_t)m[3] << 24);
+    /* A safetensors file starts with its header length, a small number; llm.c's with its
+     * magic. */
+    *kind = magic == ZS_LLMC_MAGIC ? ZS_SOURCE_LLMC : ZS_SOURCE_SAFETENSORS;
+fail:
+    if (fd >= 0) close(fd);
+    return st;
+}
+
+zs_status zs_source_config(const char *path, const zs_model_config *hint, zs_model_config *cfg) {
+    zs_status st = ZS_OK;
+    zs_source_kind kind;
+    zs_ckpt_reader *r = NULL;
+    ZS_CHECK(zs_source_kind_of(path, &kind));
+    switch (kind) {
+    case ZS_SOURCE_CKPT:
+        ZS_CHECK(zs_ckpt_reader_open(path, &r));
+        *cfg = zs_ckpt_reader_manifest(r)->info.model;
+        break;
+    case ZS_SOURCE_SAFETENSORS:
+        ZS_CHECK(zs_st_config(path, hint, cfg));
+        break;
+    case ZS_SOURCE_HF_DIR:
+        ZS_CHECK(zs_hf_config(path, hint, cfg));
+        break;
+    case ZS_SOURCE_LLMC: {
+        uint8_t hdr[ZS_LLMC_HEADER_BYTES];
+        struct stat sb;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ZS_REQUIRE(fd >= 0, ZS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        ssize_t got = fstat(fd, &sb) == 0 ? pread(fd, hdr, sizeof hdr, 0) : -1;
+        close(fd);
+        ZS_REQUIRE(got >= 0, ZS_ERR_IO, "%s: read failed", path);
+        zs_llmc_header h;
+        ZS_CHECK(zs_llmc_parse(hdr, (size_t)got, (uint64_t)sb.st_size, path, &h));
+        *cfg = h.cfg;
+        break;
+    }
+    }
+fail:
+    zs_ckpt_reader_close(r);
+    return st;
+}
+
+zs_status zs_source_import(const char *path, const zs_model_config *hint, const char *out) {
+    zs_status st = ZS_OK;
+    zs_source_kind kind;
+    ZS_CHECK(zs_source_kind_of(path, &kind));
+    switch (kind) {
+    case ZS_SOURCE_CKPT:
+        ZS_REQUIRE(0, ZS_ERR_INTERNAL, "%s: already a zshard checkpoint", path);
+        break;
+    case ZS_SOURCE_SAFETENSORS:
+        ZS_CHECK(zs_st_import(path, out, hint));
+        break;
+    case ZS_SOURCE_HF_DIR:
+        ZS_CHECK(zs_hf_import(path, out, hint));
+        break;
+    case ZS_SOURCE_LLMC:
+        ZS_CHECK(zs_llmc_import(path, out));
+        break;
+    }
+fail:
+    return st;
+}

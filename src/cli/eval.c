@@ -1,0 +1,130 @@
+/* `zshard eval SRC --data FILE`: loss and perplexity of a model (any weights source) on a
+ * token or text file, through the trainer's own validation path, so the figure equals the
+ * `val loss` a training run prints for the same batches, and is the same at any world size
+ * and stage up to the order of the final sum. */
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "cli/train_ops.h"
+#include "zshard.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: zshard eval SRC --data FILE [options]\n"
+               "SRC: a zshard checkpoint (or save dir), a safetensors file, a Hugging Face\n"
+               "directory or an llm.c model file; the model is the source's.\n"
+               "  --data FILE        text or token shards (a quoted pattern joins shards)\n"
+               "  --split val|all    val: the held-out tail that `train` validates on (the last\n"
+               "                     --val-frac, or all of --val-data); all: the whole file [val]\n"
+               "  --val-data FILE    a separate validation file (as train)\n"
+               "  --val-frac F       held-out fraction, as train [0.1]\n"
+               "  --vocab N          token shards: the tokenizer's vocabulary [the model's]\n"
+               "  --batch N          sequences per batch, all ranks [8]\n"
+               "  --seq T            sequence length [64]\n"
+               "  --batches N        batches [enough to cover the split once]\n"
+               "  --model NAME       must agree with SRC (supplies heads for a bare safetensors)\n"
+               "  --nproc N, --stage ddp|1|2|3   ranks and sharding, as train [1, ddp]\n"
+               "  --json             one JSON object on stdout instead of text\n");
+}
+
+int zs_cli_eval(int argc, char **argv) {
+    zs_train_config cfg = zs_train_config_default();
+    const char *src = NULL, *model = NULL, *split = "val";
+    int batches = 0, nproc = 1, json = 0, rc = 0;
+    float vf = 0.1f;
+    cfg.steps = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (zs_arg_is_help(a)) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2)) {
+            if (src) return zs_cli_fail(2, "eval: unexpected argument '%s'", a);
+            src = a;
+            continue;
+        }
+        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--data"))
+            cfg.data_path = v;
+        else if (!strcmp(a, "--val-data"))
+            cfg.val_path = v;
+        else if (!strcmp(a, "--val-frac"))
+            rc = zs_arg_float(a, v, &vf);
+        else if (!strcmp(a, "--split"))
+            split = v;
+        else if (!strcmp(a, "--vocab"))
+            rc = zs_arg_int(a, v, &cfg.vocab);
+        else if (!strcmp(a, "--batch"))
+            rc = zs_arg_int(a, v, &cfg.batch);
+        else if (!strcmp(a, "--seq"))
+            rc = zs_arg_int(a, v, &cfg.seq);
+        else if (!strcmp(a, "--batches"))
+            rc = zs_arg_int_range(a, v, 1, 1 << 30, &batches);
+        else if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--nproc"))
+            rc = zs_arg_int_range(a, v, 1, 256, &nproc);
+        else if (!strcmp(a, "--stage")) {
+            static const char *names[] = {"ddp", "1", "2", "3"};
+            int s = 0;
+            while (s < 4 && strcmp(v, names[s]))
+                s++;
+            if (s == 4) return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+            cfg.stage = (zs_stage)s;
+        } else
+            return zs_cli_fail(2, "eval: unknown flag '%s' (see zshard eval --help)", a);
+        if (rc) return rc;
+    }
+    if (!src) return zs_cli_fail(2, "eval: a weights source SRC is required (zshard eval --help)");
+    if (!cfg.data_path) return zs_cli_fail(2, "eval: --data FILE is required");
+    if (strcmp(split, "val") && strcmp(split, "all"))
+        return zs_cli_fail(2, "eval: --split '%s' is not val or all", split);
+    if (!strcmp(split, "all")) {
+        if (cfg.val_path) return zs_cli_fail(2, "eval: --split all and --val-data: pick one");
+        cfg.val_path = cfg.data_path; /* the whole file is the evaluation set */
+    }
+    cfg.val_fraction = vf;
+    if (nproc > 1) return zs_cli_relaunch("eval", argc, argv, nproc);
+    zs_cli_threads_setup();
+    if ((rc = zs_cli_model_from("eval", src, model, &cfg.model))) return rc;
+    if (!cfg.vocab && cfg.model.vocab != 256) cfg.vocab = cfg.model.vocab;
+
+    zs_trainer_t *t = NULL;
+    float loss = 0.0f;
+    zs_status st = zs_trainer_create(&cfg, &t);
+    if (st == ZS_OK) st = zs_trainer_init_from(t, src);
+    if (st == ZS_OK && !batches) {
+        /* Cover the split once: its windows of seq+1 tokens, a batch at a time. */
+        int64_t windows = zs_trainer_val_windows(t);
+        batches = (int)(windows / cfg.batch > 0 ? windows / cfg.batch : 1);
+    }
+    if (st == ZS_OK) st = zs_trainer_eval(t, batches, &loss);
+    if (st != ZS_OK) {
+        zs_trainer_destroy(t);
+        return zs_cli_fail(1, "eval: %s", zs_last_error());
+    }
+    const zs_model_config *mc = zs_trainer_model(t);
+    if (zs_trainer_rank(t) == 0) {
+        double tokens = (double)batches * cfg.batch * cfg.seq;
+        if (json)
+            printf("{\"loss\":%.9g,\"perplexity\":%.9g,\"batches\":%d,\"batch\":%d,\"seq\":%d,"
+                   "\"tokens\":%.0f,\"split\":\"%s\",\"model\":\"%s\",\"world_size\":%d}\n",
+                   (double)loss, exp((double)loss), batches, cfg.batch, cfg.seq, tokens, split,
+                   mc->name, zs_trainer_world_size(t));
+        else
+            printf("eval: %s on %s (%s split): loss %.4f | perplexity %.3f | %d batches x %d x "
+                   "%d = %.0f tokens\n",
+                   src, cfg.data_path, split, (double)loss, exp((double)loss), batches, cfg.batch,
+                   cfg.seq, tokens);
+    }
+    zs_trainer_destroy(t);
+    return 0;
+}

@@ -1,0 +1,168 @@
+/* `zshard generate SRC`: text from a byte-level model, token ids from a token model, with
+ * temperature, top-k, top-p, a seed, a token budget and a stop token. Any weights source;
+ * any world size and stage (each new token is a forward every rank takes part in). */
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "cli/train_ops.h"
+#include "zshard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: zshard generate SRC [--prompt TEXT | --prompt-ids 'ID ID ...'] [options]\n"
+               "SRC: a zshard checkpoint (or save dir), a safetensors file, a Hugging Face\n"
+               "directory or an llm.c model file.\n"
+               "  --prompt TEXT       byte-level models: the text to continue [newline]\n"
+               "  --prompt-ids IDS    token models: token ids, space separated [the EOS token]\n"
+               "  --max-tokens N      new tokens at most [200]\n"
+               "  --temperature F     0 = greedy (argmax) [0.8]\n"
+               "  --top-k K           keep the K most likely tokens, 0 = all [0]\n"
+               "  --top-p P           nucleus: the smallest set reaching probability P [1]\n"
+               "  --seed S            sampling seed: the same seed gives the same text [1337]\n"
+               "  --eos ID            stop after this token, -1 = never [50256 for a GPT-2\n"
+               "                      vocabulary, else -1]\n"
+               "  --seq T             context window [the model's positions]\n"
+               "  --model NAME        must agree with SRC (supplies heads for a bare safetensors)\n"
+               "  --nproc N, --stage ddp|1|2|3   ranks and sharding [1, ddp]\n");
+}
+
+static int parse_ids(const char *s, int32_t **out, int *n) {
+    int cap = 16;
+    *n = 0;
+    *out = malloc((size_t)cap * sizeof **out);
+    while (*out && *s) {
+        char *end;
+        while (*s == ' ' || *s == ',')
+            s++;
+        if (!*s) break;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > (1 << 30)) return -1;
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *g = realloc(*out, (size_t)cap * sizeof *g);
+            if (!g) return -1;
+            *out = g;
+        }
+        (*out)[(*n)++] = (int32_t)v;
+        s = end;
+    }
+    return *out ? 0 : -1;
+}
+
+int zs_cli_generate(int argc, char **argv) {
+    zs_train_config cfg = zs_train_config_default();
+    zs_gen_config g = zs_gen_config_default();
+    const char *src = NULL, *model = NULL, *prompt = NULL, *ids = NULL;
+    int nproc = 1, rc = 0, seq = 0, eos_set = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (zs_arg_is_help(a)) {
+            usage(stdout);
+            return 0;
+        }
+        if (strncmp(a, "--", 2)) {
+            if (src) return zs_cli_fail(2, "generate: unexpected argument '%s'", a);
+            src = a;
+            continue;
+        }
+        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--prompt"))
+            prompt = v;
+        else if (!strcmp(a, "--prompt-ids"))
+            ids = v;
+        else if (!strcmp(a, "--max-tokens"))
+            rc = zs_arg_int_range(a, v, 0, 1 << 20, &g.max_tokens);
+        else if (!strcmp(a, "--temperature"))
+            rc = zs_arg_float(a, v, &g.temperature);
+        else if (!strcmp(a, "--top-k"))
+            rc = zs_arg_int_range(a, v, 0, 1 << 30, &g.top_k);
+        else if (!strcmp(a, "--top-p"))
+            rc = zs_arg_float(a, v, &g.top_p);
+        else if (!strcmp(a, "--seed"))
+            rc = zs_arg_u64(a, v, &g.seed);
+        else if (!strcmp(a, "--eos")) {
+            rc = zs_arg_int_range(a, v, -1, 1 << 30, &g.eos);
+            eos_set = 1;
+        } else if (!strcmp(a, "--seq"))
+            rc = zs_arg_int(a, v, &seq);
+        else if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--nproc"))
+            rc = zs_arg_int_range(a, v, 1, 256, &nproc);
+        else if (!strcmp(a, "--stage")) {
+            static const char *names[] = {"ddp", "1", "2", "3"};
+            int s = 0;
+            while (s < 4 && strcmp(v, names[s]))
+                s++;
+            if (s == 4) return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+            cfg.stage = (zs_stage)s;
+        } else
+            return zs_cli_fail(2, "generate: unknown flag '%s' (see zshard generate --help)", a);
+        if (rc) return rc;
+    }
+    if (!src) return zs_cli_fail(2, "generate: a weights source SRC is required");
+    if (prompt && ids) return zs_cli_fail(2, "generate: --prompt and --prompt-ids: pick one");
+    if (g.top_p <= 0.0f) return zs_cli_fail(2, "generate: --top-p must be positive");
+    if (nproc > 1) return zs_cli_relaunch("generate", argc, argv, nproc);
+    zs_cli_threads_setup();
+    if ((rc = zs_cli_model_from("generate", src, model, &cfg.model))) return rc;
+    int V = cfg.model.vocab, bytes = V == 256;
+    if (prompt && !bytes)
+        return zs_cli_fail(2,
+                           "generate: %s has a vocabulary of %d tokens: give the prompt as token "
+                           "ids (--prompt-ids); text prompts need a byte-level model",
+                           src, V);
+    if (ids && bytes)
+        return zs_cli_fail(2, "generate: %s is a byte-level model: give --prompt TEXT", src);
+    if (!eos_set) g.eos = V == 50257 ? 50256 : -1;
+    const char *ws = getenv("WORLD_SIZE");
+    cfg.batch = ws && atoi(ws) > 0 ? atoi(ws) : 1; /* one sequence per rank, rank 0's used */
+    cfg.seq = seq > 0 ? seq : cfg.model.max_seq;
+    cfg.data_path = NULL;
+
+    int32_t *p = NULL, *out = NULL;
+    int np = 0, nout = 0;
+    if (bytes) {
+        const char *text = prompt ? prompt : "\n";
+        np = (int)strlen(text);
+        p = malloc((size_t)(np ? np : 1) * sizeof *p);
+        for (int i = 0; p && i < np; i++)
+            p[i] = (unsigned char)text[i];
+    } else if (ids) {
+        if (parse_ids(ids, &p, &np) || np == 0)
+            return zs_cli_fail(2, "generate: --prompt-ids '%s' is not a list of token ids", ids);
+    } else {
+        p = malloc(sizeof *p);
+        if (p) p[np++] = g.eos >= 0 ? g.eos : 0;
+    }
+    out = malloc((size_t)(g.max_tokens ? g.max_tokens : 1) * sizeof *out);
+    if (!p || !out) return zs_cli_fail(1, "generate: out of memory");
+    zs_trainer_t *t = NULL;
+    zs_status st = zs_trainer_create(&cfg, &t);
+    if (st == ZS_OK) st = zs_trainer_init_from(t, src);
+    if (st == ZS_OK) st = zs_trainer_generate(t, &g, p, np, out, g.max_tokens, &nout);
+    if (st != ZS_OK) {
+        free(p);
+        free(out);
+        zs_trainer_destroy(t);
+        return zs_cli_fail(1, "generate: %s", zs_last_error());
+    }
+    if (zs_trainer_rank(t) == 0) {
+        if (bytes) {
+            fwrite(prompt ? prompt : "", 1, prompt ? strlen(prompt) : 0, stdout);
+            for (int i = 0; i < nout; i++)
+                putchar(out[i]);
+            putchar('\n');
+        } else {
+            for (int i = 0; i < nout; i++)
+                printf("%s%d", i ? " " : "", out[i]);
+            printf("\n");
+        }
+    }
+    free(p);
+    free(out);
+    zs_trainer_destroy(t);
+    return 0;
+}
