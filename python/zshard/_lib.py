@@ -66,7 +66,7 @@ class TrainConfig(ctypes.Structure):
                 ("prefetch", ctypes.c_int), ("comm", ctypes.c_char_p),
                 ("comm_timeout_s", ctypes.c_double), ("recompute", ctypes.c_int),
                 ("attention", ctypes.c_int), ("dtype", ctypes.c_int),
-                ("reduce_dtype", ctypes.c_int)]
+                ("reduce_dtype", ctypes.c_int), ("device", ctypes.c_char_p)]
 
 
 class StepStats(ctypes.Structure):
