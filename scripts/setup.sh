@@ -14,9 +14,11 @@ fi
 # Build: compiler, CMake, OpenBLAS (OpenMP flavour, so BLAS and our loops share one thread
 # pool), OpenMP, zstd. Data: `fortunes`, an offline English corpus from Debian itself.
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend.
-# Python: the package in python/ runs in a virtual environment (numpy and pytest from PyPI).
+# Python: the package in python/ runs in a virtual environment that sees Debian's numpy,
+# pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
 PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev fortunes
-          gnuplot-nox openmpi-bin libopenmpi-dev procps python3 python3-venv)
+          gnuplot-nox openmpi-bin libopenmpi-dev procps python3 python3-venv python3-numpy
+          python3-pytest python3-setuptools python3-wheel)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -44,10 +46,15 @@ cmake --build build -j"$(nproc)"
 echo "setup: built build/zshard"
 
 # The Python package (python/) installed with pip into build/pyvenv, as a user would install it;
-# ctest's `python` test runs its pytest suite with that interpreter. numpy and pytest come from
-# PyPI on the first run (wheel too, to build the package offline); the package itself is reinstalled (offline) on every run.
+# ctest's `python` test runs its pytest suite with that interpreter. The venv is Debian's
+# python3 (/usr/bin: a python3 earlier on PATH, e.g. pyenv's, would not see Debian's packages)
+# with the system's site-packages (numpy, pytest, setuptools, wheel: nothing is downloaded), and the
+# package itself is reinstalled offline on every run. A venv from an earlier setup that cannot
+# import them is made again.
 PY=build/pyvenv/bin/python
-[ -x "$PY" ] || python3 -m venv build/pyvenv
-"$PY" -c "import numpy, pytest, wheel" 2>/dev/null || "$PY" -m pip install -q numpy pytest wheel
+if [ -x "$PY" ] && ! "$PY" -c "import numpy, pytest, setuptools, wheel" 2>/dev/null; then
+    rm -rf build/pyvenv
+fi
+[ -x "$PY" ] || /usr/bin/python3 -m venv --system-site-packages build/pyvenv
 "$PY" -m pip install -q --no-deps --no-build-isolation --force-reinstall ./python
 echo "setup: installed the python package into build/pyvenv"
