@@ -147,7 +147,7 @@ static double step_ms(const char *self, const char *model, int B, int T, int ste
     char cmd[2400], line[2048];
     snprintf(cmd, sizeof cmd,
              "'%s' bench step --model %s --batch %d --seq %d --steps %d --warmup-steps 1 "
-             "--attention %s --json",
+             "--vocab 256 --attention %s --json",
              self, model, B, T, steps, kind);
     FILE *p = popen(cmd, "r");
     double ms = -1;
@@ -165,7 +165,8 @@ static void usage(void) {
            "Times the naive (T x T) and the flash (O(T)) attention kernels on the model's\n"
            "attention shape, interleaved, at each T (default llama-mini, batch 1, 1024,2048, 5\n"
            "reps), next to the sgemm rate of the same per-head GEMMs. --step-reps R adds R\n"
-           "alternating pairs of whole training steps (`bench step --attention naive|flash`,\n"
+           "alternating pairs of whole training steps (`bench step --attention naive|flash\n"
+           "--vocab 256`: byte-sized vocabulary, so the output head does not hide attention;\n"
            "S timed steps each, default 2).\n");
 }
 

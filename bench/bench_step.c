@@ -76,14 +76,15 @@ done:
 }
 
 static void usage(void) {
-    printf("usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
-           "                         [--warmup-steps N] [--data FILE] [--dtype fp32|bf16]\n"
-           "                         [--recompute none|block] [--attention flash|naive]\n"
-           "                         [--device cpu|cuda|auto] [--json]\n"
-           "Times N training steps after warm-up (default 5 after 2) on random GPT-2 tokens\n"
-           "(vocab 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
-           "rate of the same GEMM shapes measured in this run. --dtype bf16: bf16 params,\n"
-           "grads and kept activations (the GEMMs still run in fp32 on the CPU).\n");
+    printf(
+        "usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
+        "                         [--warmup-steps N] [--data FILE] [--dtype fp32|bf16]\n"
+        "                         [--recompute none|block] [--attention flash|naive]\n"
+        "                         [--device cpu|cuda|auto] [--vocab N] [--json]\n"
+        "Times N training steps after warm-up (default 5 after 2) on random tokens below\n"
+        "--vocab (GPT-2's 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
+        "rate of the same GEMM shapes measured in this run. --dtype bf16: bf16 params,\n"
+        "grads and kept activations (the GEMMs still run in fp32 on the CPU).\n");
 }
 
 int zs_bench_step(int argc, char **argv) {
@@ -115,6 +116,8 @@ int zs_bench_step(int argc, char **argv) {
             rc = zs_arg_int(a, v, &warm);
         else if (!strcmp(a, "--data"))
             data = v;
+        else if (!strcmp(a, "--vocab"))
+            rc = zs_arg_int(a, v, &cfg.vocab);
         else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "bf16"))
                 cfg.dtype = cfg.reduce_dtype = ZS_DTYPE_BF16;
@@ -145,7 +148,8 @@ int zs_bench_step(int argc, char **argv) {
         int fd = mkstemp(tmp);
         if (fd < 0) return zs_cli_fail(1, "bench step: cannot create a temporary file");
         close(fd);
-        if (zs_bench_token_file(tmp, (int64_t)cfg.batch * cfg.seq * 64 + 4096, ZS_GPT2_VOCAB)) {
+        if (zs_bench_token_file(tmp, (int64_t)cfg.batch * cfg.seq * 64 + 4096,
+                                cfg.vocab ? cfg.vocab : ZS_GPT2_VOCAB)) {
             unlink(tmp);
             return zs_cli_fail(1, "bench step: %s", zs_last_error());
         }
