@@ -25,6 +25,8 @@ static void usage(FILE *f) {
                "  --eos ID            stop after this token, -1 = never [50256 for a GPT-2\n"
                "                      vocabulary, else -1]\n"
                "  --seq T             context window and KV-cache positions [the model's]\n"
+               "  --device-mem SIZE   per-rank memory cap, e.g. 4G: under ZeRO-3 the whole model\n"
+               "                      is gathered once when it fits, else each unit per token\n"
                "  --no-cache          recompute the whole window for every token instead of\n"
                "                      one position per token with the KV cache (the cache's\n"
                "                      reference; the stderr banner line says which ran)\n"
@@ -97,7 +99,10 @@ int zs_cli_generate(int argc, char **argv) {
             rc = zs_arg_int(a, v, &seq);
         else if (!strcmp(a, "--model"))
             model = v;
-        else if (!strcmp(a, "--nproc"))
+        else if (!strcmp(a, "--device-mem")) {
+            if (zs_parse_bytes(v, &cfg.device_mem) != ZS_OK)
+                return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
+        } else if (!strcmp(a, "--nproc"))
             rc = zs_arg_int_range(a, v, 1, 256, &nproc);
         else if (!strcmp(a, "--stage")) {
             static const char *names[] = {"ddp", "1", "2", "3"};
