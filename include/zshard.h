@@ -504,14 +504,22 @@ typedef struct zs_gen_config {
     uint64_t seed;      /* sampling stream */
     int eos;            /* stop after generating this token; -1 = never */
     double max_seconds; /* stop once generation has taken this long; 0 = no limit */
+    int no_cache;       /* 1: recompute the whole window for every token (no KV cache; the
+                           reference the cache is tested against, and the CUDA path) */
 } zs_gen_config;
 
 zs_gen_config zs_gen_config_default(void);
 /* Continue prompt[n_prompt] (token ids, at least one) by up to cfg->max_tokens tokens into
  * out[cap] (cap >= max_tokens); *n_out receives how many. The context is the last `seq`
- * tokens of the run's configuration (the model's window), recomputed for every new token. */
+ * tokens of the run's configuration (the model's window). On the CPU a KV cache of `seq`
+ * positions (zs_trainer_generate_info) makes each token one forward over one position; when
+ * it fills, the last seq/2 tokens are fed again and generation goes on. Without the cache
+ * (cfg->no_cache, or a CUDA run) the window is recomputed for every token. */
 zs_status zs_trainer_generate(zs_trainer_t *t, const zs_gen_config *cfg, const int32_t *prompt,
                               int n_prompt, int32_t *out, int cap, int *n_out);
+/* One line on the last zs_trainer_generate: cache or not, the cache's bytes, and under
+ * ZeRO-3 whether the whole model was gathered once or each unit once per token. Owned by t. */
+const char *zs_trainer_generate_info(const zs_trainer_t *t);
 /* Windows of seq+1 tokens in the validation split (what zs_trainer_eval cycles through). */
 int64_t zs_trainer_val_windows(const zs_trainer_t *t);
 

@@ -21,7 +21,7 @@ with open(os.path.join(work, "corpus.txt"), "w") as f:
 
 
 def sh(*args):
-    r = subprocess.run([Z, *args], cwd=work, capture_output=True, text=True)
+    r = subprocess.run([Z, *args], cwd=work, capture_output=True, text=True, errors="replace")
     if r.returncode:
         sys.exit("FAIL: %s: %s%s" % (" ".join(args), r.stdout, r.stderr))
     return r.stdout

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void usage(FILE *f) {
     fprintf(f, "usage: zshard generate SRC [--prompt TEXT | --prompt-ids 'ID ID ...'] [options]\n"
@@ -23,7 +24,12 @@ static void usage(FILE *f) {
                "  --seed S            sampling seed: the same seed gives the same text [1337]\n"
                "  --eos ID            stop after this token, -1 = never [50256 for a GPT-2\n"
                "                      vocabulary, else -1]\n"
-               "  --seq T             context window [the model's positions]\n"
+               "  --seq T             context window and KV-cache positions [the model's]\n"
+               "  --device-mem SIZE   per-rank memory cap, e.g. 4G: under ZeRO-3 the whole model\n"
+               "                      is gathered once when it fits, else each unit per token\n"
+               "  --no-cache          recompute the whole window for every token instead of\n"
+               "                      one position per token with the KV cache (the cache's\n"
+               "                      reference; the stderr banner line says which ran)\n"
                "  --model NAME        must agree with SRC (supplies heads for a bare safetensors)\n"
                "  --nproc N, --stage ddp|1|2|3   ranks and sharding [1, ddp]\n");
 }
@@ -67,6 +73,10 @@ int zs_cli_generate(int argc, char **argv) {
             src = a;
             continue;
         }
+        if (!strcmp(a, "--no-cache")) {
+            g.no_cache = 1;
+            continue;
+        }
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "--prompt"))
             prompt = v;
@@ -89,7 +99,10 @@ int zs_cli_generate(int argc, char **argv) {
             rc = zs_arg_int(a, v, &seq);
         else if (!strcmp(a, "--model"))
             model = v;
-        else if (!strcmp(a, "--nproc"))
+        else if (!strcmp(a, "--device-mem")) {
+            if (zs_parse_bytes(v, &cfg.device_mem) != ZS_OK)
+                return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
+        } else if (!strcmp(a, "--nproc"))
             rc = zs_arg_int_range(a, v, 1, 256, &nproc);
         else if (!strcmp(a, "--stage")) {
             static const char *names[] = {"ddp", "1", "2", "3"};
@@ -142,7 +155,14 @@ int zs_cli_generate(int argc, char **argv) {
     zs_trainer_t *t = NULL;
     zs_status st = zs_trainer_create(&cfg, &t);
     if (st == ZS_OK) st = zs_trainer_init_from(t, src);
-    if (st == ZS_OK) st = zs_trainer_generate(t, &g, p, np, out, g.max_tokens, &nout);
+    double secs = 0.0;
+    if (st == ZS_OK) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        st = zs_trainer_generate(t, &g, p, np, out, g.max_tokens, &nout);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    }
     if (st != ZS_OK) {
         free(p);
         free(out);
@@ -150,6 +170,8 @@ int zs_cli_generate(int argc, char **argv) {
         return zs_cli_fail(1, "generate: %s", zs_last_error());
     }
     if (zs_trainer_rank(t) == 0) {
+        fprintf(stderr, "zshard generate: %d tokens in %.2f s (%.1f tokens/s); %s\n", nout, secs,
+                secs > 0 ? nout / secs : 0.0, zs_trainer_generate_info(t));
         if (bytes) {
             fwrite(prompt ? prompt : "", 1, prompt ? strlen(prompt) : 0, stdout);
             for (int i = 0; i < nout; i++)

@@ -27,6 +27,8 @@ typedef struct train_opts {
     const char *prompt;
     int val_every, val_batches, sample_every, sample_len, print_every;
     float temperature;
+    double sample_budget; /* fraction of the training time one sample may take */
+    int sample_len_set;   /* --sample-len given: sample even a model over 1e9 parameters */
     int quiet;
     int no_sample; /* --quiet as the user gave it: the same on every rank */
     int nproc, max_restarts;
@@ -86,7 +88,10 @@ static void usage(FILE *f) {
             "  --val-every N       validation loss every N steps, 0 = only at the end [50]\n"
             "  --val-batches N     batches per validation [8]\n"
             "  --sample-every N    generate a sample every N steps, 0 = only at the end [0]\n"
-            "  --sample-len N      tokens per sample [200]\n"
+            "  --sample-len N      tokens per sample [200; 0 for models over 1e9 parameters,\n"
+            "                      whose sample only runs when --sample-len is given]\n"
+            "  --sample-budget F   a sample stops after F x the training time so far (KV-cache\n"
+            "                      decoding; at least one token), 0 = no limit [0.02]\n"
             "  --prompt TEXT       sample prompt (text data) [newline]\n"
             "  --temperature F     sampling temperature, 0 = greedy [0.8]\n"
             "  --print-every N     plain progress line every N steps when not a terminal [10]\n"
@@ -126,6 +131,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     o->sample_len = 200;
     o->print_every = 10;
     o->temperature = 0.8f;
+    o->sample_budget = 0.02;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int rc = 0;
@@ -188,9 +194,14 @@ static int parse(int argc, char **argv, train_opts *o) {
             rc = zs_arg_int(a, v, &o->val_batches);
         else if (!strcmp(a, "--sample-every"))
             rc = zs_arg_int(a, v, &o->sample_every);
-        else if (!strcmp(a, "--sample-len"))
+        else if (!strcmp(a, "--sample-len")) {
             rc = zs_arg_int(a, v, &o->sample_len);
-        else if (!strcmp(a, "--prompt"))
+            o->sample_len_set = 1;
+        } else if (!strcmp(a, "--sample-budget")) {
+            float f = 0.0f;
+            rc = zs_arg_float(a, v, &f);
+            o->sample_budget = f;
+        } else if (!strcmp(a, "--prompt"))
             o->prompt = v;
         else if (!strcmp(a, "--temperature"))
             rc = zs_arg_float(a, v, &o->temperature);
@@ -283,6 +294,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     /* As FSDP's MixedPrecision: gradients follow the compute dtype unless told otherwise. */
     if (!o->reduce_dtype_set) o->cfg.reduce_dtype = o->cfg.dtype;
     if (o->sample_len < 0) return zs_cli_fail(2, "train: --sample-len must be >= 0");
+    if (!(o->sample_budget >= 0)) return zs_cli_fail(2, "train: --sample-budget must be >= 0");
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
         return zs_cli_fail(2, "train: %s", zs_last_error());
     if (o->init_from && o->resume && strcmp(o->resume, "auto"))
@@ -301,19 +313,43 @@ static void json_mem(FILE *f) {
     fprintf(f, "},\"peak_total_bytes\":%llu", (unsigned long long)ms.total_peak);
 }
 
-static void print_sample(const train_opts *o, zs_trainer_t *t, int step) {
-    char buf[8192];
-    int n = o->sample_len < 4000 ? o->sample_len : 4000;
-    if (zs_trainer_sample(t, o->prompt, n, o->temperature, o->cfg.seed + (uint64_t)step, buf,
-                          sizeof buf) != ZS_OK) {
+/* A sample through the KV-cache generator, bounded to o->sample_budget of the training time
+ * so far (the end-of-run sample of a large model once took longer than the run). Every rank
+ * generates (each step is collective); rank 0 prints. */
+static void print_sample(const train_opts *o, zs_trainer_t *t, int step, double train_s) {
+    const zs_model_config *mc = zs_trainer_model(t);
+    zs_gen_config g = zs_gen_config_default();
+    int text = mc->vocab == 256, np = 0, nout = 0;
+    const char *prompt = o->prompt && text ? o->prompt : NULL;
+    g.max_tokens = o->sample_len < 4000 ? o->sample_len : 4000;
+    g.temperature = o->temperature;
+    g.seed = o->cfg.seed + (uint64_t)step;
+    g.max_seconds = o->sample_budget > 0 ? o->sample_budget * train_s + 1e-3 : 0.0;
+    int32_t *p = malloc((size_t)(prompt ? strlen(prompt) + 1 : 1) * sizeof *p);
+    int32_t *out = malloc((size_t)(g.max_tokens + 1) * sizeof *out);
+    if (p && prompt)
+        for (; prompt[np]; np++)
+            p[np] = (unsigned char)prompt[np];
+    else if (p)
+        p[np++] = text ? '\n' : mc->vocab == 50257 ? 50256 : 0; /* GPT-2's <|endoftext|> */
+    double t0 = zs_now_s();
+    zs_status st = p && out ? zs_trainer_generate(t, &g, p, np, out, g.max_tokens, &nout)
+                            : zs_error(ZS_ERR_OOM, "out of memory");
+    if (st != ZS_OK) {
         fprintf(stderr, "zshard: sample failed: %s\n", zs_last_error());
-        return;
+    } else if (zs_trainer_rank(t) == 0) {
+        printf("---- sample at step %d ----\n%s", step, prompt ? prompt : "");
+        for (int i = 0; i < nout; i++)
+            if (text)
+                putchar(out[i]);
+            else
+                printf("%s%d", i ? " " : "", out[i]);
+        printf("\n---- %d tokens in %.2f s (budget %.2f s); %s ----\n", nout, zs_now_s() - t0,
+               g.max_seconds, zs_trainer_generate_info(t));
+        fflush(stdout);
     }
-    /* Every rank generates (ZeRO-3 gathers are collective); rank 0 prints. */
-    if (zs_trainer_rank(t) != 0) return;
-    printf("---- sample at step %d ----\n%s%s\n---------------------------\n", step,
-           o->prompt ? o->prompt : "", buf);
-    fflush(stdout);
+    free(p);
+    free(out);
 }
 
 static void progress(const train_opts *o, const zs_step_stats *s, int tty, double elapsed) {
@@ -531,7 +567,7 @@ int zs_cli_train(int argc, char **argv) {
             fflush(log);
         }
         if (o.sample_every && !o.no_sample && step % o.sample_every == 0 && step != o.cfg.steps)
-            print_sample(&o, t, step);
+            print_sample(&o, t, step, train_s);
         if (o.save_dir && ((o.save_every && step % o.save_every == 0) || step == o.cfg.steps)) {
             if ((st = zs_trainer_save(t, o.save_dir, o.keep)) != ZS_OK) {
                 fprintf(stderr, "zshard: save at step %d: %s\n", step, zs_last_error());
@@ -549,7 +585,9 @@ int zs_cli_train(int argc, char **argv) {
         if (stop && step < o.cfg.steps) return stop_early(&o, t, log, step, saved, tty);
     }
     step = o.cfg.steps;
-    if (o.sample_len > 0 && !o.no_sample) print_sample(&o, t, o.cfg.steps);
+    if (o.sample_len > 0 && !o.no_sample &&
+        (o.sample_len_set || zs_model_num_params(zs_trainer_model(t)) <= 1000000000))
+        print_sample(&o, t, o.cfg.steps, train_s);
 
     uint64_t hash = 0;
     zs_mem_stats *all = calloc((size_t)world, sizeof *all);

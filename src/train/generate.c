@@ -1,11 +1,14 @@
 /* Generation from the trainer's model: temperature, top-k and top-p (nucleus) sampling over
  * the real vocabulary, a seed that fixes the output, a stop token and a time budget (what
- * keeps `train`'s end-of-run sample to a few percent of the run). */
+ * keeps `train`'s end-of-run sample to a few percent of the run). On the CPU each token is
+ * one step of the KV-cache decoder (models/decode.h); otherwise the window is recomputed. */
 #include "zshard.h"
 
 #include "core/philox.h"
 #include "core/status.h"
+#include "core/alloc.h"
 #include "core/timer.h"
+#include "models/decode.h"
 #include "shard/engine.h"
 #include "train/trainer_internal.h"
 
@@ -79,10 +82,126 @@ static int draw(const float *logits, int V, const zs_gen_config *g, uint64_t idx
     return c[n - 1].id;
 }
 
+/* The cached path's token source: prompt tokens while the cache is (re)filled, then draws. */
+typedef struct picker {
+    const zs_gen_config *g;
+    cand *c;
+    int V;
+    const int32_t *feed; /* tokens being fed, feed[0] already passed to the step */
+    int nf, fi;          /* how many, and the index of the one last passed */
+    int drawn;           /* 1: the last pick was a draw, not a fed token */
+    int index;           /* the draw's index in the output (its Philox counter) */
+} picker;
+
+static int pick_next(void *ctx, const float *logits, int call) {
+    picker *k = ctx;
+    (void)call;
+    if (k->fi + 1 < k->nf) {
+        k->drawn = 0;
+        return k->feed[++k->fi];
+    }
+    k->drawn = 1;
+    return draw(logits, k->V, k->g, (uint64_t)k->index, k->c);
+}
+
+static void format_info(zs_trainer_t *t, const zs_decoder_t *d, int cap) {
+    char kv[32], ws[32], res[32], how[128];
+    zs_format_bytes(zs_decode_cache_bytes(&t->model_cfg, cap), kv, sizeof kv);
+    zs_format_bytes(zs_decode_workspace_bytes(&t->model_cfg, cap), ws, sizeof ws);
+    zs_format_bytes(zs_decode_resident_bytes(t->engine), res, sizeof res);
+    if (zs_decoder_mode(d) == ZS_DECODE_RESIDENT)
+        snprintf(how, sizeof how, "ZeRO-3: the whole model gathered once (%s, fits)", res);
+    else if (zs_decoder_mode(d) == ZS_DECODE_PER_UNIT)
+        snprintf(how, sizeof how,
+                 "ZeRO-3: each unit gathered once per token (the model's %s "
+                 "does not fit)",
+                 res);
+    else
+        snprintf(how, sizeof how, "parameters resident on every rank");
+    snprintf(t->gen_info, sizeof t->gen_info, "KV cache %s for %d positions + %s workspace; %s", kv,
+             cap, ws, how);
+}
+
+/* Converts the time budget into a token count after the first drawn token: the prefill is
+ * paid once, each later token costs about what the first step did. Ranks average their
+ * counts so all stop after the same token (every step is collective). */
+static zs_status budget(zs_trainer_t *t, const zs_gen_config *g, double t0, double step_s,
+                        int *limit) {
+    zs_status st = ZS_OK;
+    double left = g->max_seconds - (zs_now_s() - t0);
+    double allowed = 1.0 + (left > 0 ? left / (step_s + 1e-9) : 0.0);
+    if (t->world > 1) ZS_CHECK(zs_module_allsum(t->engine, allowed, &allowed));
+    allowed /= t->world;
+    *limit = allowed < 1.0 ? 1 : allowed > g->max_tokens ? g->max_tokens : (int)allowed;
+fail:
+    return st;
+}
+
+static zs_status generate_cached(zs_trainer_t *t, const zs_gen_config *g, int32_t *ctx, int n,
+                                 cand *c, int32_t *out, int *n_out) {
+    zs_status st = ZS_OK;
+    const int cap = t->cfg.seq;
+    zs_decoder_t *d = NULL;
+    ZS_CHECK(zs_decoder_create(&t->model_cfg, t->ops, t->stream, t->engine, cap, 1, &d));
+    format_info(t, d, cap);
+    picker k = {.g = g, .c = c, .V = t->model_cfg.vocab};
+    int limit = g->max_tokens, keep = n < cap ? n : cap, cur;
+    k.feed = ctx + n - keep;
+    k.nf = keep;
+    cur = k.feed[0];
+    double t0 = zs_now_s();
+    while (*n_out < limit) {
+        if (zs_decoder_pos(d) == cap) {
+            /* Full: feed the last half again (positions restart at 0) and go on. */
+            zs_decoder_reset(d);
+            keep = cap / 2 > 0 ? cap / 2 : 1;
+            k.feed = ctx + n - keep;
+            k.nf = keep;
+            k.fi = 0;
+            cur = k.feed[0];
+        }
+        double ts = zs_now_s();
+        int next = 0;
+        k.index = *n_out;
+        ZS_CHECK(zs_decoder_step(d, cur, pick_next, &k, &next));
+        cur = next;
+        if (!k.drawn) continue;
+        ctx[n++] = next;
+        out[(*n_out)++] = next;
+        if (next == g->eos) break;
+        if (*n_out == 1 && g->max_seconds > 0) ZS_CHECK(budget(t, g, t0, zs_now_s() - ts, &limit));
+    }
+fail:
+    zs_decoder_destroy(d);
+    return st;
+}
+
+static zs_status generate_window(zs_trainer_t *t, const zs_gen_config *g, int32_t *ctx, int n,
+                                 cand *c, int32_t *out, int *n_out) {
+    zs_status st = ZS_OK;
+    const int T = t->cfg.seq, V = t->model_cfg.vocab, Vp = t->model_cfg.padded_vocab;
+    double t0 = zs_now_s();
+    int limit = g->max_tokens;
+    for (int i = 0; i < g->max_tokens; i++) {
+        int win = n < T ? n : T;
+        const float *logits = NULL;
+        double ts = zs_now_s();
+        ZS_CHECK(zs_model_infer(t->model, ctx + n - win, 1, win, &logits));
+        int next = draw(logits + (size_t)(win - 1) * Vp, V, g, (uint64_t)i, c);
+        ctx[n++] = next;
+        out[(*n_out)++] = next;
+        if (next == g->eos) break;
+        if (i == 0 && g->max_seconds > 0) ZS_CHECK(budget(t, g, t0, zs_now_s() - ts, &limit));
+        if (*n_out >= limit) break;
+    }
+fail:
+    return st;
+}
+
 zs_status zs_trainer_generate(zs_trainer_t *t, const zs_gen_config *g, const int32_t *prompt,
                               int n_prompt, int32_t *out, int cap, int *n_out) {
     zs_status st = ZS_OK;
-    const int T = t->cfg.seq, V = t->model_cfg.vocab, Vp = t->model_cfg.padded_vocab;
+    const int V = t->model_cfg.vocab;
     int32_t *ctx = NULL;
     cand *c = NULL;
     *n_out = 0;
@@ -99,29 +218,22 @@ zs_status zs_trainer_generate(zs_trainer_t *t, const zs_gen_config *g, const int
     c = malloc((size_t)V * sizeof *c);
     ZS_REQUIRE(ctx && c, ZS_ERR_OOM, "generate: out of memory");
     memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
-    int n = n_prompt;
-    double t0 = zs_now_s();
-    int limit = g->max_tokens;
-    for (int i = 0; i < g->max_tokens; i++) {
-        int win = n < T ? n : T;
-        const float *logits = NULL;
-        ZS_CHECK(zs_model_infer(t->model, ctx + n - win, 1, win, &logits));
-        int next = draw(logits + (size_t)(win - 1) * Vp, V, g, (uint64_t)i, c);
-        ctx[n++] = next;
-        out[(*n_out)++] = next;
-        if (next == g->eos) break;
-        /* The time budget becomes a token count measured on the first token; ranks average
-         * theirs so that all stop after the same token (the forwards are collective). */
-        if (i == 0 && g->max_seconds > 0) {
-            double allowed = g->max_seconds / (zs_now_s() - t0 + 1e-9);
-            if (t->world > 1) ZS_CHECK(zs_module_allsum(t->engine, allowed, &allowed));
-            allowed /= t->world;
-            limit = allowed < 1.0 ? 1 : allowed > g->max_tokens ? g->max_tokens : (int)allowed;
-        }
-        if (*n_out >= limit) break;
+    if (g->max_tokens == 0) goto fail;
+    if (!g->no_cache && t->ops == zs_ops_cpu()) {
+        ZS_CHECK(generate_cached(t, g, ctx, n_prompt, c, out, n_out));
+    } else {
+        snprintf(t->gen_info, sizeof t->gen_info,
+                 "no KV cache (%s): the window is recomputed "
+                 "for every token",
+                 g->no_cache ? "asked" : "the cache runs on the CPU only");
+        ZS_CHECK(generate_window(t, g, ctx, n_prompt, c, out, n_out));
     }
 fail:
     free(ctx);
     free(c);
     return st;
+}
+
+const char *zs_trainer_generate_info(const zs_trainer_t *t) {
+    return t->gen_info;
 }

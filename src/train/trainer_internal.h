@@ -28,6 +28,7 @@ struct zs_trainer {
     float lr_override;    /* > 0: every step uses it instead of the schedule */
     const char *device;   /* zs_device_choose's choice */
     char device_why[160]; /* and its reason, for the banner */
+    char gen_info[256];   /* zs_trainer_generate_info */
 };
 
 /* One optimizer step; tokens/targets NULL: the data's batch of the step, else this rank's
