@@ -92,6 +92,16 @@ typedef enum zs_arch {
     ZS_ARCH_CUSTOM, /* a zs_module's own units (checkpoints written by zs_module_save) */
 } zs_arch;
 
+/* Whether the output head reuses the token embedding (tied) or has its own [padded_vocab,
+ * n_embd] lm_head.weight (untied). ARCH, the zero value, is each architecture's own default:
+ * GPT-2 tied, LLaMA untied, so every preset and every zero-initialized config keeps its layout.
+ * Read it through zs_model_tied(), never directly. */
+typedef enum zs_tie {
+    ZS_TIE_ARCH = 0,
+    ZS_TIE_ON = 1,
+    ZS_TIE_OFF = 2,
+} zs_tie;
+
 typedef struct zs_model_config {
     zs_arch arch;
     int n_layer;
@@ -105,7 +115,12 @@ typedef struct zs_model_config {
     float rope_theta; /* LLaMA rotary base (e.g. 10000) */
     float norm_eps;   /* LLaMA RMSNorm epsilon (e.g. 1e-5) */
     char name[32];
+    zs_tie tie_embeddings; /* output head tied to the token embedding; ZS_TIE_ARCH = default */
 } zs_model_config;
+
+/* 1 if cfg's output head is the token embedding (tie_embeddings resolved against the
+ * architecture's default), else 0. */
+int zs_model_tied(const zs_model_config *cfg);
 
 /* Fill *cfg from a preset name (gpt2-tiny, gpt2-mini, gpt2-small6, gpt2-124m, gpt2-355m,
  * gpt2-774m, gpt2-1558m, llama-tiny, llama-60m, llama-1b, llama-7b), or, for a name ending in

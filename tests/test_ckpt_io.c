@@ -254,13 +254,13 @@ static void test_bad_checkpoints(const char *good) {
     rc = sh("%s ckpt inspect %s", zt_zshard_exe(), d);
     expect_fail(rc, "edited manifest", "manifest.json", "checksum mismatch");
     p[7] = '4';
-    p = strstr((char *)b, "\"format_version\":1");
+    p = strstr((char *)b, "\"format_version\":2");
     ZT_REQUIRE(p, "version in manifest");
-    p[17] = '2';
+    p[17] = '3';
     spit(m, b, n);
     free(b);
     rc = sh("%s train %s --steps 6 --resume %s", zt_zshard_exe(), train_args(), d);
-    expect_fail(rc, "wrong format version", "manifest.json", "format version 2 is not supported");
+    expect_fail(rc, "wrong format version", "manifest.json", "format version 3 is not supported");
 
     rc = sh("%s train %s --steps 6 --resume %s --model gpt2-mini", zt_zshard_exe(), train_args(),
             good);

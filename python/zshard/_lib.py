@@ -32,7 +32,8 @@ class ModelConfig(ctypes.Structure):
                 ("n_embd", ctypes.c_int), ("max_seq", ctypes.c_int), ("vocab", ctypes.c_int),
                 ("padded_vocab", ctypes.c_int), ("n_kv_head", ctypes.c_int),
                 ("ffn_hidden", ctypes.c_int), ("rope_theta", ctypes.c_float),
-                ("norm_eps", ctypes.c_float), ("name", ctypes.c_char * 32)]
+                ("norm_eps", ctypes.c_float), ("name", ctypes.c_char * 32),
+                ("tie_embeddings", ctypes.c_int)]  # zs_tie: 0 arch default, 1 tied, 2 untied
 
 
 class MemStats(ctypes.Structure):

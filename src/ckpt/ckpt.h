@@ -13,7 +13,11 @@
 #include <stdint.h>
 
 #define ZS_CKPT_FORMAT "zshard-checkpoint"
-#define ZS_CKPT_VERSION 1 /* bump on any incompatible change; see docs */
+/* Bump on any incompatible change; see docs. 2 added model.tie_embeddings (an untied GPT-2
+ * or a tied LLaMA would have been misread by a version-1 reader); version 1 still reads, with
+ * each architecture's default head. */
+#define ZS_CKPT_VERSION 2
+#define ZS_CKPT_VERSION_OLDEST 1
 #define ZS_CKPT_MANIFEST "manifest.json"
 #define ZS_CKPT_BLOCK_ELEMS (1 << 18) /* 1 MiB of fp32 per frame */
 #define ZS_CKPT_MIN_BLOCK 1024

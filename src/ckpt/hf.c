@@ -95,6 +95,11 @@ static zs_status check_hint(const zs_model_config *c, const zs_model_config *h, 
         HINT(norm_eps, "%g");
     }
 #undef HINT
+    ZS_REQUIRE(h->tie_embeddings == ZS_TIE_ARCH || zs_model_tied(h) == zs_model_tied(c),
+               ZS_ERR_INVALID,
+               "%s: tie_embeddings is %s there (tie_word_embeddings %s) but %s in the flags", path,
+               zs_model_tied(c) ? "on" : "off", zs_model_tied(c) ? "true" : "false",
+               zs_model_tied(h) ? "on" : "off");
     ZS_REQUIRE(!(h->n_layer > 0) || h->arch == c->arch, ZS_ERR_INVALID,
                "%s: arch is %s there but %s in the flags", path, zs_ckpt_arch_name(c->arch),
                zs_ckpt_arch_name(h->arch));
@@ -142,11 +147,6 @@ zs_status zs_hf_config(const char *dir, const zs_model_config *hint, zs_model_co
         const zs_json *sa = zs_json_get(o, "scale_attn_weights");
         ZS_REQUIRE(!sa || sa->type != ZS_JSON_BOOL || sa->boolean, ZS_ERR_UNSUPPORTED,
                    "%s: scale_attn_weights false is not implemented", path);
-        const zs_json *tie = zs_json_get(o, "tie_word_embeddings");
-        ZS_REQUIRE(!tie || tie->type != ZS_JSON_BOOL || tie->boolean, ZS_ERR_UNSUPPORTED,
-                   "%s: tie_word_embeddings false: an untied GPT-2 head is not implemented "
-                   "(zshard's GPT-2 ties it to wte)",
-                   path);
     } else if (!strcmp(type, "llama")) {
         cfg->arch = ZS_ARCH_LLAMA;
         ZS_CHECK(get_int(o, "num_hidden_layers", path, &cfg->n_layer));
@@ -180,6 +180,15 @@ zs_status zs_hf_config(const char *dir, const zs_model_config *hint, zs_model_co
         ZS_REQUIRE(0, ZS_ERR_UNSUPPORTED,
                    "%s: model_type \"%s\": zshard reads \"gpt2\" and \"llama\" models", path, type);
     }
+    /* transformers' defaults when absent: GPT2Config ties (PretrainedConfig's True),
+     * LlamaConfig does not; zshard's architecture defaults are the same. */
+    const zs_json *tie = zs_json_get(o, "tie_word_embeddings");
+    ZS_REQUIRE(is_null_or_absent(o, "tie_word_embeddings") || tie->type == ZS_JSON_BOOL,
+               ZS_ERR_FORMAT, "%s: tie_word_embeddings must be true or false", path);
+    cfg->tie_embeddings = is_null_or_absent(o, "tie_word_embeddings") ? ZS_TIE_ARCH
+                          : tie->boolean                              ? ZS_TIE_ON
+                                                                      : ZS_TIE_OFF;
+    cfg->tie_embeddings = zs_model_tied(cfg) ? ZS_TIE_ON : ZS_TIE_OFF;
     zs_model_config_set_vocab(cfg, vocab);
     zs_model_name_for(cfg);
     if ((st = zs_model_config_validate(cfg)) != ZS_OK) {
@@ -259,6 +268,7 @@ static zs_status write_config(const zs_model_config *c, zs_dtype dt, const char 
     FILE *f = fopen(path, "w");
     ZS_REQUIRE(f, ZS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     const char *dtn = dt == ZS_DTYPE_BF16 ? "bfloat16" : dt == ZS_DTYPE_F16 ? "float16" : "float32";
+    const char *tie = zs_model_tied(c) ? "true" : "false";
     if (c->arch == ZS_ARCH_GPT2)
         fprintf(f,
                 "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
@@ -267,9 +277,9 @@ static zs_status write_config(const zs_model_config *c, zs_dtype dt, const char 
                 "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
                 "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
                 "  \"initializer_range\": 0.02,\n  \"scale_attn_weights\": true,\n"
-                "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n"
+                "  \"tie_word_embeddings\": %s,\n  \"use_cache\": true,\n"
                 "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"%s\"\n}\n",
-                c->vocab, c->max_seq, c->max_seq, c->n_embd, c->n_layer, c->n_head,
+                c->vocab, c->max_seq, c->max_seq, c->n_embd, c->n_layer, c->n_head, tie,
                 c->vocab > 50256 ? 50256 : c->vocab - 1, c->vocab > 50256 ? 50256 : c->vocab - 1,
                 dtn);
     else
@@ -282,10 +292,11 @@ static zs_status write_config(const zs_model_config *c, zs_dtype dt, const char 
                 "  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
                 "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
                 "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n"
-                "  \"pretraining_tp\": 1,\n  \"tie_word_embeddings\": false,\n"
+                "  \"pretraining_tp\": 1,\n  \"tie_word_embeddings\": %s,\n"
                 "  \"use_cache\": true,\n  \"torch_dtype\": \"%s\"\n}\n",
                 c->vocab, c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head,
-                c->n_embd / c->n_head, c->max_seq, (double)c->norm_eps, (double)c->rope_theta, dtn);
+                c->n_embd / c->n_head, c->max_seq, (double)c->norm_eps, (double)c->rope_theta, tie,
+                dtn);
     ZS_REQUIRE(fflush(f) == 0 && fsync(fileno(f)) == 0, ZS_ERR_IO, "%s: write failed", path);
     int bad = fclose(f);
     f = NULL;

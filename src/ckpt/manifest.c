@@ -123,9 +123,10 @@ static void write_info(FILE *f, const zs_manifest *m) {
         fprintf(f,
                 ",\"n_layer\":%d,\"n_head\":%d,\"n_kv_head\":%d,\"n_embd\":%d,\"ffn_hidden\":%d,"
                 "\"max_seq\":%d,\"vocab\":%d,\"padded_vocab\":%d,\"rope_theta\":%.9g,"
-                "\"norm_eps\":%.9g},\n",
+                "\"norm_eps\":%.9g,\"tie_embeddings\":%s},\n",
                 c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden, c->max_seq, c->vocab,
-                c->padded_vocab, (double)c->rope_theta, (double)c->norm_eps);
+                c->padded_vocab, (double)c->rope_theta, (double)c->norm_eps,
+                zs_model_tied(c) ? "true" : "false");
     fprintf(f,
             "\"training\":{\"batch\":%d,\"seq\":%d,\"grad_accum\":%d,\"total_steps\":%d,"
             "\"warmup\":%d,\"lr\":%.9g,\"min_lr_frac\":%.9g,\"next_lr\":%.9g,\"beta1\":%.9g,"

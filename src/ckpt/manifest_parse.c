@@ -71,7 +71,8 @@ static zs_status check_crc(const char *text, size_t len, const char *what) {
     } while (0)
 #define GETD(obj, key, dst) ZS_CHECK(zs_json_get_num((obj), (key), what, &(dst)))
 
-static zs_status parse_model(const zs_json *root, const char *what, zs_model_config *c) {
+static zs_status parse_model(const zs_json *root, int64_t version, const char *what,
+                             zs_model_config *c) {
     zs_status st = ZS_OK;
     const char *s;
     const zs_json *m = zs_json_get(root, "model");
@@ -102,6 +103,14 @@ static zs_status parse_model(const zs_json *root, const char *what, zs_model_con
     int padded = 0;
     GETI(m, "padded_vocab", 1, 1 << 25, padded);
     zs_model_config_set_vocab(c, c->vocab);
+    /* Written as the resolved choice, so a reader never depends on a default; version 1 had
+     * no field and each architecture's own head (GPT-2 tied, LLaMA untied). */
+    if (version >= 2) {
+        const zs_json *tie = zs_json_get(m, "tie_embeddings");
+        ZS_REQUIRE(tie && tie->type == ZS_JSON_BOOL, ZS_ERR_FORMAT,
+                   "%s: model.tie_embeddings must be true or false", what);
+        c->tie_embeddings = tie->boolean ? ZS_TIE_ON : ZS_TIE_OFF;
+    }
     ZS_REQUIRE(padded == c->padded_vocab, ZS_ERR_FORMAT,
                "%s: padded_vocab %d does not match vocab %d (expected %d)", what, padded, c->vocab,
                c->padded_vocab);
@@ -117,7 +126,8 @@ fail:
     return st;
 }
 
-static zs_status parse_info(const zs_json *root, const char *what, zs_ckpt_info *in) {
+static zs_status parse_info(const zs_json *root, int64_t version, const char *what,
+                            zs_ckpt_info *in) {
     zs_status st = ZS_OK;
     const char *s;
     memset(in, 0, sizeof *in);
@@ -141,7 +151,7 @@ static zs_status parse_info(const zs_json *root, const char *what, zs_ckpt_info 
         ZS_REQUIRE(!strcmp(s, "f32"), ZS_ERR_FORMAT, "%s: dtype '%s' of %s is not supported (f32)",
                    what, s, zs_ckpt_kind_name(k));
     }
-    ZS_CHECK(parse_model(root, what, &in->model));
+    ZS_CHECK(parse_model(root, version, what, &in->model));
     const zs_json *t = zs_json_get(root, "training");
     ZS_REQUIRE(t && t->type == ZS_JSON_OBJECT, ZS_ERR_FORMAT, "%s: missing \"training\" object",
                what);
@@ -344,11 +354,11 @@ zs_status zs_manifest_parse(const char *text, size_t len, const char *what, zs_m
     ZS_REQUIRE(!strcmp(s, ZS_CKPT_FORMAT), ZS_ERR_FORMAT, "%s: format '%s' is not '%s'", what, s,
                ZS_CKPT_FORMAT);
     ZS_CHECK(zs_json_get_int(root, "format_version", 0, INT32_MAX, what, &version));
-    ZS_REQUIRE(version == ZS_CKPT_VERSION, ZS_ERR_FORMAT,
-               "%s: format version %lld is not supported (this zshard reads version %d)", what,
-               (long long)version, ZS_CKPT_VERSION);
+    ZS_REQUIRE(version >= ZS_CKPT_VERSION_OLDEST && version <= ZS_CKPT_VERSION, ZS_ERR_FORMAT,
+               "%s: format version %lld is not supported (this zshard reads versions %d to %d)",
+               what, (long long)version, ZS_CKPT_VERSION_OLDEST, ZS_CKPT_VERSION);
     ZS_CHECK(check_crc(text, len, what));
-    ZS_CHECK(parse_info(root, what, &info));
+    ZS_CHECK(parse_info(root, version, what, &info));
     const zs_json *files = zs_json_get(root, "files");
     ZS_REQUIRE(files && files->type == ZS_JSON_ARRAY && files->n == info.world_size, ZS_ERR_FORMAT,
                "%s: expected %d entries in \"files\" (one per rank)", what, info.world_size);

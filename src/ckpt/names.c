@@ -27,10 +27,9 @@ typedef struct arch_names {
 } arch_names;
 
 static const name_rule GPT2_GLOBAL[] = {
-    {"wte.weight", 0, 0},
-    {"wpe.weight", 0, 1},
-    {"ln_f.weight", 0, 14},
-    {"ln_f.bias", 0, 15},
+    {"wte.weight", 0, 0}, {"wpe.weight", 0, 1},      {"ln_f.weight", 0, 14},
+    {"ln_f.bias", 0, 15}, {"lm_head.weight", 0, -1}, /* untied only; llm.c files have no slot for it
+                                                      */
 };
 
 static const name_rule GPT2_BLOCK[] = {
@@ -57,7 +56,14 @@ static const name_rule LLAMA_BLOCK[] = {
 };
 
 static const arch_names ARCHES[] = {
-    {ZS_ARCH_GPT2, "transformer.", "h.%d.%n", GPT2_GLOBAL, 4, GPT2_BLOCK, 12, {"wte.weight", ""}},
+    {ZS_ARCH_GPT2,
+     "transformer.",
+     "h.%d.%n",
+     GPT2_GLOBAL,
+     5,
+     GPT2_BLOCK,
+     12,
+     {"wte.weight", "lm_head.weight"}},
     {ZS_ARCH_LLAMA,
      "",
      "model.layers.%d.%n",
@@ -102,7 +108,9 @@ zs_status zs_ext_map(const zs_layout *l, const zs_model_config *c, zs_ext_tensor
         if (!r) return zs_error(ZS_ERR_INTERNAL, "no foreign name for tensor %s", t->name);
         memset(e, 0, sizeof *e);
         e->tensor = i;
-        snprintf(e->hf_name, sizeof e->hf_name, "%s%s", an->prefix, t->name);
+        /* GPT2LMHeadModel keeps its head beside "transformer.", not in it. */
+        snprintf(e->hf_name, sizeof e->hf_name, "%s%s",
+                 strcmp(t->name, "lm_head.weight") ? an->prefix : "", t->name);
         e->ndim = t->ndim;
         e->transpose = r->transpose && t->ndim == 2;
         e->rows = t->shape[0];
@@ -121,6 +129,12 @@ zs_status zs_llmc_order(const zs_layout *l, const zs_model_config *c, int *order
     const arch_names *an = find_arch(c->arch);
     if (!an || c->arch != ZS_ARCH_GPT2)
         return zs_error(ZS_ERR_UNSUPPORTED, "model %s: llm.c files hold GPT-2 models only",
+                        c->name);
+    if (!zs_model_tied(c))
+        return zs_error(ZS_ERR_UNSUPPORTED,
+                        "model %s: tie_embeddings is off (its own lm_head.weight), and llm.c "
+                        "files hold a GPT-2 whose head is tied to wte; export to safetensors or "
+                        "--format hf instead",
                         c->name);
     int n = 0;
     /* llm.c stacks each block tensor over layers: slot by slot, then layer by layer. */
@@ -156,7 +170,7 @@ void zs_model_name_for(zs_model_config *c) {
 
 int zs_ext_ignored(const char *name) {
     size_t n = strlen(name);
-    /* GPT-2's output head is tied to wte (LLaMA's lm_head is matched as a tensor first);
+    /* A tied output head is the embedding (an untied one is matched as a tensor first);
      * attention masks and rotary frequencies are buffers, not parameters. */
     return !strcmp(name, "lm_head.weight") || (n > 10 && !strcmp(name + n - 10, ".attn.bias")) ||
            (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias")) ||

@@ -197,6 +197,7 @@ typedef struct st_import {
     zs_st_header h;       /* every file's entries, each carrying its file index */
     zs_layout layout;
     zs_arch layout_arch;
+    int tied; /* the layout's head is the embedding (no lm_head.weight) */
     zs_ext_tensor *map;
     const zs_st_entry **src; /* per layout tensor */
     int unit;                /* unit held in `full` */
@@ -313,6 +314,44 @@ static int count_layers(const zs_st_header *h, const char *fmt) {
     return layers;
 }
 
+static zs_status read_entry(const st_import *im, const zs_st_entry *e, void *buf) {
+    int fi = im->nfiles ? e->file : 0;
+    return pread_all(im->nfiles ? im->fds[fi] : im->fd, im->nfiles ? im->paths[fi] : im->path, buf,
+                     (size_t)(e->end - e->begin),
+                     (im->nfiles ? im->data_start[fi] : im->h.data_start) + e->begin);
+}
+
+/* The file's own output head: exactly "lm_head.weight" (find() would also take a bare
+ * "weight"), or NULL. */
+static const zs_st_entry *find_head(const zs_st_header *h) {
+    for (int i = 0; i < h->n; i++)
+        if (!strcmp(h->e[i].name, "lm_head.weight")) return &h->e[i];
+    return NULL;
+}
+
+/* *same = a and b hold the same dtype, shape and bytes (a head saved next to the embedding it
+ * is tied to). */
+static zs_status same_tensor(const st_import *im, const zs_st_entry *a, const zs_st_entry *b,
+                             int *same) {
+    zs_status st = ZS_OK;
+    void *x = NULL, *y = NULL;
+    *same = a && b && !strcmp(a->dtype, b->dtype) && a->ndim == b->ndim &&
+            a->shape[0] == b->shape[0] && a->shape[1] == b->shape[1];
+    if (*same) {
+        size_t n = (size_t)(a->end - a->begin);
+        x = malloc(n ? n : 1);
+        y = malloc(n ? n : 1);
+        ZS_REQUIRE(x && y, ZS_ERR_OOM, "%s: out of memory", im->path);
+        ZS_CHECK(read_entry(im, a, x));
+        ZS_CHECK(read_entry(im, b, y));
+        *same = !memcmp(x, y, n);
+    }
+fail:
+    free(x);
+    free(y);
+    return st;
+}
+
 /* Metadata first, then the hint; 0 if neither has it. */
 static int pick(int meta, const zs_model_config *hint, int hint_value) {
     return meta > 0 ? meta : hint && hint_value > 0 ? hint_value : 0;
@@ -379,6 +418,17 @@ static zs_status infer_config(const st_import *im, const zs_model_config *hint,
         c->n_kv_head =
             head_dim > 0 && kp && kp->shape[0] % head_dim == 0 ? (int)(kp->shape[0] / head_dim) : 0;
     }
+    /* Without a config.json the file says whether the head is tied: a LLaMA with no
+     * lm_head.weight is tied (transformers does not save a tied head), a GPT-2 is untied when
+     * its lm_head.weight differs from wte (a tied one is saved either way). */
+    const zs_st_entry *head = find_head(h);
+    int tied = !head;
+    if (head && c->arch == ZS_ARCH_GPT2) ZS_CHECK(same_tensor(im, emb, head, &tied));
+    c->tie_embeddings = tied ? ZS_TIE_ON : ZS_TIE_OFF;
+    ZS_REQUIRE(
+        !hint || hint->tie_embeddings == ZS_TIE_ARCH || zs_model_tied(hint) == tied, ZS_ERR_INVALID,
+        "%s: tie_embeddings is %s there (%s) but %s in the flags", im->path, tied ? "on" : "off",
+        tied ? "no separate lm_head.weight" : "an lm_head.weight of its own", tied ? "off" : "on");
     zs_model_name_for(c);
     if (zs_model_config_validate(c) != ZS_OK) {
         char msg[512];
@@ -389,47 +439,11 @@ fail:
     return st;
 }
 
-static zs_status read_entry(st_import *im, const zs_st_entry *e, void *buf) {
-    int fi = im->nfiles ? e->file : 0;
-    return pread_all(im->nfiles ? im->fds[fi] : im->fd, im->nfiles ? im->paths[fi] : im->path, buf,
-                     (size_t)(e->end - e->begin),
-                     (im->nfiles ? im->data_start[fi] : im->h.data_start) + e->begin);
-}
-
-static zs_status check_tied(st_import *im, const zs_st_entry *head) {
-    zs_status st = ZS_OK;
-    const zs_st_entry *wte = find(&im->h, "transformer.wte.weight");
-    void *a = NULL, *b = NULL;
-    int same = wte && !strcmp(wte->dtype, head->dtype) && wte->ndim == head->ndim &&
-               wte->shape[0] == head->shape[0] && wte->shape[1] == head->shape[1];
-    if (same) {
-        size_t n = (size_t)(wte->end - wte->begin);
-        a = malloc(n ? n : 1);
-        b = malloc(n ? n : 1);
-        ZS_REQUIRE(a && b, ZS_ERR_OOM, "%s: out of memory", im->path);
-        ZS_CHECK(read_entry(im, wte, a));
-        ZS_CHECK(read_entry(im, head, b));
-        same = !memcmp(a, b, n);
-    }
-    ZS_REQUIRE(same, ZS_ERR_UNSUPPORTED,
-               "%s: lm_head.weight differs from transformer.wte.weight: an untied GPT-2 head, "
-               "which zshard's GPT-2 (head tied to wte) cannot represent",
-               im->path);
-fail:
-    free(a);
-    free(b);
-    return st;
-}
-
 static zs_status check_tensors(st_import *im) {
     zs_status st = ZS_OK;
     for (int i = 0; i < im->layout.n_tensors; i++) {
         const zs_ext_tensor *x = &im->map[i];
         const zs_st_entry *e = find(&im->h, x->hf_name);
-        /* A LLaMA with tie_word_embeddings (Llama-3.2 1B/3B) stores no head: it is the
-         * embedding, loaded into zshard's untied head (docs/checkpoint.md). */
-        if (!e && im->layout_arch == ZS_ARCH_LLAMA && !strcmp(x->hf_name, "lm_head.weight"))
-            e = find(&im->h, "model.embed_tokens.weight");
         ZS_REQUIRE(e, ZS_ERR_FORMAT, "%s: tensor %s is missing", im->path, x->hf_name);
         ZS_REQUIRE(!strcmp(e->dtype, "F32") || !strcmp(e->dtype, "BF16") ||
                        !strcmp(e->dtype, "F16"),
@@ -444,12 +458,17 @@ static zs_status check_tensors(st_import *im) {
                    x->ndim > 1 ? "," : "", x->ndim > 1 ? (long long)x->hf_shape[1] : 0LL);
         im->src[i] = e;
     }
-    /* GPT-2's head is tied to wte in zshard: a file whose lm_head.weight differs from wte
-     * holds a model zshard cannot represent, and dropping it would change the model. */
-    const zs_st_entry *head =
-        im->layout_arch == ZS_ARCH_GPT2 ? find(&im->h, "lm_head.weight") : NULL;
-    if (head && strcmp(head->name, "lm_head.weight")) head = NULL; /* bare-name match of wte */
-    if (head) ZS_CHECK(check_tied(im, head));
+    /* A tied layout reads no lm_head.weight; a file that holds one anyway must hold the
+     * embedding there, as transformers does, or dropping it would change the model. */
+    const zs_st_entry *head = im->tied ? find_head(&im->h) : NULL;
+    if (head) {
+        int same = 0;
+        ZS_CHECK(same_tensor(im, im->src[0], head, &same));
+        ZS_REQUIRE(same, ZS_ERR_FORMAT,
+                   "%s: lm_head.weight differs from the token embedding %s, but tie_embeddings "
+                   "is on (config.json's tie_word_embeddings): an untied head",
+                   im->path, im->src[0]->name);
+    }
     for (int j = 0; j < im->h.n; j++) {
         int used = zs_ext_ignored(im->h.e[j].name);
         for (int i = 0; i < im->layout.n_tensors && !used; i++)
@@ -508,6 +527,7 @@ static zs_status import_as(st_import *im, const zs_model_config *cfg, const char
     zs_model_config c = *cfg;
     ZS_CHECK(zs_model_layout(&c, 1, &im->layout));
     im->layout_arch = c.arch;
+    im->tied = zs_model_tied(&c);
     im->map = calloc((size_t)im->layout.n_tensors, sizeof *im->map);
     im->src = calloc((size_t)im->layout.n_tensors, sizeof *im->src);
     ZS_REQUIRE(im->map && im->src, ZS_ERR_OOM, "%s: out of memory", im->path);

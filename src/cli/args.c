@@ -53,6 +53,16 @@ int zs_arg_int_range(const char *flag, const char *text, int lo, int hi, int *ou
     return 0;
 }
 
+int zs_arg_tie(const char *flag, const char *text, int *out) {
+    if (!strcmp(text, "on"))
+        *out = ZS_TIE_ON;
+    else if (!strcmp(text, "off"))
+        *out = ZS_TIE_OFF;
+    else
+        return zs_cli_fail(2, "%s: '%s' is not one of on, off", flag, text);
+    return 0;
+}
+
 int zs_arg_is_help(const char *a) {
     return !strcmp(a, "--help") || !strcmp(a, "-h");
 }

@@ -10,6 +10,8 @@ int zs_arg_int(const char *flag, const char *text, int *out);
 int zs_arg_float(const char *flag, const char *text, float *out);
 /* zs_arg_int, then "FLAG: V is out of range [lo, hi]" outside [lo, hi]. */
 int zs_arg_int_range(const char *flag, const char *text, int lo, int hi, int *out);
+/* --tie-embeddings: "on" -> ZS_TIE_ON, "off" -> ZS_TIE_OFF (zs_tie values). */
+int zs_arg_tie(const char *flag, const char *text, int *out);
 /* 1 for "--help" and "-h". */
 int zs_arg_is_help(const char *a);
 int zs_arg_u64(const char *flag, const char *text, uint64_t *out);

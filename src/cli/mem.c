@@ -54,7 +54,7 @@ static void usage(FILE *f) {
             "                  [--recompute none|block] [--attention flash|naive]\n"
             "                  [--dtype fp32|bf16] [--device cpu|cuda|auto]\n"
             "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|mpi|nccl]\n"
-            "                  [--device-mem SIZE] [--compare]\n"
+            "                  [--device-mem SIZE] [--tie-embeddings on|off] [--compare]\n"
             "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
             "  copy of the parameters, --reduce-dtype the gradients' (default: --dtype); the\n"
             "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
@@ -73,7 +73,7 @@ static double gib(uint64_t b) {
 int zs_cli_mem(int argc, char **argv) {
     const char *model = NULL;
     int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = -1;
-    int compare = 0, rc = 0, reduce_set = 0;
+    int compare = 0, rc = 0, reduce_set = 0, tie = 0;
     const char *device = "auto";
     uint64_t device_mem = 0;
     zs_mem_options mo = {0};
@@ -90,6 +90,8 @@ int zs_cli_mem(int argc, char **argv) {
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "--model"))
             model = v;
+        else if (!strcmp(a, "--tie-embeddings"))
+            rc = zs_arg_tie(a, v, &tie);
         else if (!strcmp(a, "--nproc"))
             rc = zs_arg_int(a, v, &nproc);
         else if (!strcmp(a, "--batch"))
@@ -149,6 +151,10 @@ int zs_cli_mem(int argc, char **argv) {
     if (!batch) batch = nproc * accum;
     zs_model_config cfg;
     if (zs_model_preset(model, &cfg) != ZS_OK) return zs_cli_fail(2, "mem: %s", zs_last_error());
+    if (tie && cfg.tie_embeddings && tie != (int)cfg.tie_embeddings)
+        return zs_cli_fail(2, "mem: --tie-embeddings %s contradicts %s's tie_embeddings",
+                           tie == ZS_TIE_ON ? "on" : "off", model);
+    if (tie) cfg.tie_embeddings = (zs_tie)tie;
     if (vocab == -1) vocab = cfg.arch == ZS_ARCH_LLAMA ? 32000 : 50257;
     zs_model_config_set_vocab(&cfg, vocab);
 

@@ -36,6 +36,7 @@ typedef struct train_opts {
     int reduce_dtype_set; /* --reduce-dtype given; else it follows --dtype */
     const char *save_dir, *resume, *init_from;
     int model_set; /* --model given */
+    int tie;       /* --tie-embeddings: ZS_TIE_ON/OFF, 0 = the model's own */
     int save_every, keep;
 } train_opts;
 
@@ -45,6 +46,8 @@ static void usage(FILE *f) {
             "\n"
             "model and data:\n"
             "  --model NAME        preset (%s) [gpt2-tiny]\n"
+            "  --tie-embeddings on|off  output head tied to the token embedding, or its own\n"
+            "                      lm_head.weight [the model's: GPT-2 on, LLaMA off]\n"
             "  --data FILE         byte-level text file, or llm.c token shard (.bin, uint16 or\n"
             "                      uint32 tokens); a quoted pattern ('dir/train_*.bin') joins\n"
             "                      many shards in sorted order\n"
@@ -156,7 +159,9 @@ static int parse(int argc, char **argv, train_opts *o) {
         if (!strcmp(a, "--model")) {
             o->model_name = v;
             o->model_set = 1;
-        } else if (!strcmp(a, "--init-from"))
+        } else if (!strcmp(a, "--tie-embeddings"))
+            rc = zs_arg_tie(a, v, &o->tie);
+        else if (!strcmp(a, "--init-from"))
             o->init_from = v;
         else if (!strcmp(a, "--data"))
             o->cfg.data_path = v;
@@ -297,6 +302,10 @@ static int parse(int argc, char **argv, train_opts *o) {
     if (!(o->sample_budget >= 0)) return zs_cli_fail(2, "train: --sample-budget must be >= 0");
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
         return zs_cli_fail(2, "train: %s", zs_last_error());
+    if (o->tie && o->cfg.model.tie_embeddings && o->tie != (int)o->cfg.model.tie_embeddings)
+        return zs_cli_fail(2, "train: --tie-embeddings %s contradicts %s's tie_embeddings",
+                           o->tie == ZS_TIE_ON ? "on" : "off", o->model_name);
+    if (o->tie) o->cfg.model.tie_embeddings = (zs_tie)o->tie;
     if (o->init_from && o->resume && strcmp(o->resume, "auto"))
         return zs_cli_fail(2, "train: --init-from and --resume: pick one (--resume continues a "
                               "run with its optimizer, --init-from starts one from weights)");
@@ -466,8 +475,8 @@ int zs_cli_train(int argc, char **argv) {
     /* A restarted job (or --resume auto with a checkpoint) continues its own run instead. */
     if (o.init_from && o.resume) o.init_from = NULL;
     if (o.init_from) {
-        if ((rc = zs_cli_model_from("--init-from", o.init_from, o.model_set ? o.model_name : NULL,
-                                    &o.cfg.model)))
+        if ((rc = zs_cli_model_from_tie("--init-from", o.init_from,
+                                        o.model_set ? o.model_name : NULL, o.tie, &o.cfg.model)))
             return rc;
         /* Token shards take the source's vocabulary unless --vocab says otherwise. */
         if (!o.cfg.vocab && o.cfg.model.vocab != 256) o.cfg.vocab = o.cfg.model.vocab;

@@ -148,12 +148,24 @@ const char *zs_train_resolve_resume(const char *resume, const char *save_dir, in
  * zshard train ...` without those two flags. */
 int zs_cli_model_from(const char *who, const char *src, const char *model_flag,
                       zs_model_config *out) {
+    return zs_cli_model_from_tie(who, src, model_flag, ZS_TIE_ARCH, out);
+}
+
+int zs_cli_model_from_tie(const char *who, const char *src, const char *model_flag, int tie,
+                          zs_model_config *out) {
     zs_model_config flag;
     memset(&flag, 0, sizeof flag);
     if (model_flag && zs_model_preset(model_flag, &flag) != ZS_OK)
         return zs_cli_fail(2, "%s: %s", who, zs_last_error());
-    if (zs_model_config_from(src, model_flag ? &flag : NULL, out) != ZS_OK)
+    if (tie) flag.tie_embeddings = (zs_tie)tie;
+    if (zs_model_config_from(src, model_flag || tie ? &flag : NULL, out) != ZS_OK)
         return zs_cli_fail(1, "%s: %s", who, zs_last_error());
+    /* A source's head is what its weights are: tied or not is never a default to override. */
+    if (flag.tie_embeddings && zs_model_tied(&flag) != zs_model_tied(out))
+        return zs_cli_fail(2,
+                           "%s: %s%s contradicts %s: tie_embeddings is %s there, %s in the flags",
+                           who, tie ? "--tie-embeddings" : "--model ", tie ? "" : model_flag, src,
+                           zs_model_tied(out) ? "on" : "off", zs_model_tied(&flag) ? "on" : "off");
     if (!model_flag) return 0;
     const zs_model_config *a = out, *b = &flag;
 #define SAME(field, fmt)                                                                           \

@@ -55,6 +55,10 @@ int zs_train_stop_signal(void);
  * prints the error (prefixed by who) and returns 1 or 2. */
 int zs_cli_model_from(const char *who, const char *src, const char *model_flag,
                       zs_model_config *out);
+/* As zs_cli_model_from, with a --tie-embeddings flag (ZS_TIE_ON/OFF, 0 if not given) that
+ * must agree with the source's head too. */
+int zs_cli_model_from_tie(const char *who, const char *src, const char *model_flag, int tie,
+                          zs_model_config *out);
 /* Re-execute as `zshard run -n nproc -- zshard <sub> ARGS` (without --nproc). */
 int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc);
 

@@ -14,17 +14,32 @@
 
 #define CFG_MAX_BYTES (64 * 1024)
 
-enum { F_ARCH, F_NAME, F_LAYER, F_HEAD, F_KV, F_EMBD, F_FFN, F_SEQ, F_THETA, F_EPS, F_VOCAB, NF };
+enum {
+    F_ARCH,
+    F_NAME,
+    F_LAYER,
+    F_HEAD,
+    F_KV,
+    F_EMBD,
+    F_FFN,
+    F_SEQ,
+    F_THETA,
+    F_EPS,
+    F_VOCAB,
+    F_TIE,
+    NF
+};
 
 static const char *const FIELD[NF] = {"arch",       "name",     "n_layer",    "n_head",
                                       "n_kv_head",  "n_embd",   "ffn_hidden", "max_seq",
-                                      "rope_theta", "norm_eps", "vocab"};
+                                      "rope_theta", "norm_eps", "vocab",      "tie_embeddings"};
 
 typedef struct cfg_parse {
     const char *path, *p;
     int seen[NF];
     double num[NF];
     char str[NF][64];
+    int tie; /* tie_embeddings: true or false */
 } cfg_parse;
 
 static void skip_ws(cfg_parse *c) {
@@ -60,7 +75,7 @@ static zs_status parse_pair(cfg_parse *c) {
     }
     ZS_REQUIRE(f < NF, ZS_ERR_INVALID,
                "%s: unknown field \"%s\" (known: arch, name, n_layer, n_head, n_kv_head, "
-               "n_embd, ffn_hidden, max_seq, rope_theta, norm_eps, vocab)",
+               "n_embd, ffn_hidden, max_seq, rope_theta, norm_eps, vocab, tie_embeddings)",
                c->path, key);
     ZS_REQUIRE(!c->seen[f], ZS_ERR_INVALID, "%s: field \"%s\" given twice", c->path, key);
     c->seen[f] = 1;
@@ -68,7 +83,12 @@ static zs_status parse_pair(cfg_parse *c) {
     ZS_REQUIRE(*c->p == ':', ZS_ERR_FORMAT, "%s: expected ':' after \"%s\"", c->path, key);
     c->p++;
     skip_ws(c);
-    if (f == F_ARCH || f == F_NAME) {
+    if (f == F_TIE) {
+        int t = !strncmp(c->p, "true", 4), fl = !strncmp(c->p, "false", 5);
+        ZS_REQUIRE(t || fl, ZS_ERR_INVALID, "%s: field \"%s\" must be true or false", c->path, key);
+        c->tie = t;
+        c->p += t ? 4 : 5;
+    } else if (f == F_ARCH || f == F_NAME) {
         ZS_REQUIRE(*c->p == '"', ZS_ERR_INVALID, "%s: field \"%s\" must be a string", c->path, key);
         ZS_CHECK(parse_string(c, c->str[f], sizeof c->str[f]));
     } else {
@@ -141,6 +161,8 @@ static zs_status parse_file(cfg_parse *c, zs_model_config *cfg) {
     cfg->ffn_hidden = 4 * cfg->n_embd;
     ZS_CHECK(get_int(c, F_KV, 0, &cfg->n_kv_head));
     ZS_CHECK(get_int(c, F_FFN, llama, &cfg->ffn_hidden));
+    /* Absent: the architecture's own head (GPT-2 tied, LLaMA untied). */
+    if (c->seen[F_TIE]) cfg->tie_embeddings = c->tie ? ZS_TIE_ON : ZS_TIE_OFF;
     int vocab = 256;
     ZS_CHECK(get_int(c, F_VOCAB, 0, &vocab));
     zs_model_config_set_vocab(cfg, vocab);

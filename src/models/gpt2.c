@@ -1,5 +1,6 @@
 /* GPT-2: parameter layout as units (embeddings, one unit per block, final norm; the output
- * head is tied to the token embedding) and forward/backward over the zs_ops table. Each unit
+ * head is tied to the token embedding, or with tie_embeddings off its own lm_head.weight in
+ * the final unit) and forward/backward over the zs_ops table. Each unit
  * is acquired through the shard engine right before it is used, so the same code serves
  * every stage. */
 #include "models/gpt2.h"
@@ -55,7 +56,8 @@ struct zs_gpt2 {
     int recompute;      /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
     int naive;          /* ZS_ATTENTION_NAIVE: keep T x T probabilities (else flash) */
     int64_t toff[B_NT]; /* element offsets of block tensors within a block unit */
-    int64_t off_wte, off_wpe, off_lnfw, off_lnfb;
+    int tied;           /* head = wte (embed unit, acquired twice), else off_head in ln_f */
+    int64_t off_wte, off_wpe, off_lnfw, off_lnfb, off_head;
     float *arena;   /* one activation allocation, carved into the fields below */
     zs_resid resid; /* the kept block inputs: embedding output, then each block's output */
     layer_acts *layers;
@@ -86,8 +88,9 @@ zs_status zs_gpt2_layout(const zs_model_config *c, int world_size, zs_layout *ou
     zs_layout_init(out);
     ZS_CHECK(zs_model_config_validate(c));
 
-    /* The token embedding is used twice per pass: input embedding and tied output head. */
-    ZS_CHECK(zs_layout_add_unit(out, "embed", 2));
+    /* Tied, the token embedding is used twice per pass: input embedding and output head. */
+    const int tied = zs_model_tied(c);
+    ZS_CHECK(zs_layout_add_unit(out, "embed", tied ? 2 : 1));
     ZS_CHECK(zs_layout_add_tensor(out, "wte.weight", 2, (int64_t[]){c->padded_vocab, C}, 1,
                                   ZS_INIT_NORMAL, std));
     /* Padded vocabulary rows never receive gradient; start them at zero so they stay zero. */
@@ -121,6 +124,12 @@ zs_status zs_gpt2_layout(const zs_model_config *c, int world_size, zs_layout *ou
     ZS_CHECK(zs_layout_add_unit(out, "ln_f", 1));
     ZS_CHECK(zs_layout_add_tensor(out, "ln_f.weight", 1, (int64_t[]){C}, 0, ZS_INIT_ONES, 0));
     ZS_CHECK(zs_layout_add_tensor(out, "ln_f.bias", 1, (int64_t[]){C}, 0, ZS_INIT_ZEROS, 0));
+    if (!tied) {
+        /* Untied, the head rides with the final norm (one gather), under Hugging Face's name. */
+        ZS_CHECK(zs_layout_add_tensor(out, "lm_head.weight", 2, (int64_t[]){c->padded_vocab, C}, 1,
+                                      ZS_INIT_NORMAL, std));
+        out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+    }
     ZS_CHECK(zs_layout_finalize(out, world_size));
     return ZS_OK;
 fail:
@@ -237,6 +246,10 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     const zs_unit_desc *fu = &l->units[unit_final(cfg)];
     m->off_lnfw = l->tensors[fu->first_tensor].offset;
     m->off_lnfb = l->tensors[fu->first_tensor + 1].offset;
+    m->tied = zs_model_tied(cfg);
+    ZS_REQUIRE(fu->n_tensors == (m->tied ? 2 : 3), ZS_ERR_INTERNAL,
+               "model: final unit has %d tensors", fu->n_tensors);
+    m->off_head = m->tied ? m->off_wte : l->tensors[fu->first_tensor + 2].offset;
 
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
@@ -372,12 +385,16 @@ zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_module_forward_begin(m->engine, unit_final(&m->cfg), &p));
     ZS_CHECK(o->layernorm_fwd(s, m->lnf, m->lnf_mean, m->lnf_rstd, x, p + m->off_lnfw,
                               p + m->off_lnfb, BT, C));
+    if (!m->tied)
+        ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_head, NULL, BT, C, Vp));
     ZS_CHECK(zs_module_forward_end(m->engine, unit_final(&m->cfg)));
 
-    /* Tied output head: logits = lnf @ wte^T over the padded vocabulary. */
-    ZS_CHECK(zs_module_forward_begin(m->engine, 0, &p));
-    ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_wte, NULL, BT, C, Vp));
-    ZS_CHECK(zs_module_forward_end(m->engine, 0));
+    if (m->tied) {
+        /* Tied output head: logits = lnf @ wte^T over the padded vocabulary. */
+        ZS_CHECK(zs_module_forward_begin(m->engine, 0, &p));
+        ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_wte, NULL, BT, C, Vp));
+        ZS_CHECK(zs_module_forward_end(m->engine, 0));
+    }
 fail:
     return st;
 }
@@ -392,15 +409,20 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
 
     /* Head: m->logits already holds dlogits (written in place by softmax_xent). */
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-    ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_wte, NULL, m->logits, m->lnf, p + m->off_wte, BT,
-                           C, Vp));
-    ZS_CHECK(zs_module_backward_end(m->engine, 0));
+    if (m->tied) {
+        ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
+        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_wte, NULL, m->logits, m->lnf, p + m->off_wte,
+                               BT, C, Vp));
+        ZS_CHECK(zs_module_backward_end(m->engine, 0));
+    }
 
     const float *xlast = NULL;
     ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
     ZS_CHECK(zs_module_backward_begin(m->engine, unit_final(&m->cfg), &p, &g));
+    if (!m->tied)
+        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf,
+                               p + m->off_head, BT, C, Vp));
     ZS_CHECK(o->layernorm_bwd(s, m->dres, g + m->off_lnfw, g + m->off_lnfb, m->dC, xlast,
                               p + m->off_lnfw, m->lnf_mean, m->lnf_rstd, BT, C));
     ZS_CHECK(zs_module_backward_end(m->engine, unit_final(&m->cfg)));

@@ -1,8 +1,9 @@
-/* LLaMA: parameter layout as units (untied token embedding; one unit per block; final
- * RMSNorm and output head together) and forward/backward over the zs_ops table: RMSNorm,
- * rotary position embedding, grouped-query attention, SwiGLU MLP, no biases. Tensor names
- * and [out, in] shapes are Hugging Face's, so safetensors import/export is a renaming-free
- * copy (docs/models.md). Each unit is acquired through the shard engine right before use. */
+/* LLaMA: parameter layout as units (token embedding; one unit per block; final RMSNorm and
+ * output head together, or with tie_embeddings on the head is the embedding itself) and
+ * forward/backward over the zs_ops table: RMSNorm, rotary position embedding, grouped-query
+ * attention, SwiGLU MLP, no biases. Tensor names and [out, in] shapes are Hugging Face's, so
+ * safetensors import/export is a renaming-free copy (docs/models.md). Each unit is acquired through
+ * the shard engine right before use. */
 #include "models/llama.h"
 #include "models/carve.h"
 #include "models/stack.h"
@@ -42,6 +43,7 @@ struct zs_llama {
     int naive;          /* ZS_ATTENTION_NAIVE: keep T x T probabilities (else flash) */
     int hs, QD, KD;     /* head size, query width NH*hs, key/value width NKV*hs */
     int64_t toff[L_NT]; /* element offsets of block tensors within a block unit */
+    int tied;           /* head = embed_tokens (embed unit, acquired twice), else lm_head.weight */
     int64_t off_embed, off_norm, off_head;
     float *arena;   /* one activation allocation, carved into the fields below */
     zs_resid resid; /* the kept block inputs: embedding output, then each block's output */
@@ -66,7 +68,8 @@ int64_t zs_llama_num_params(const zs_model_config *c) {
     int64_t C = c->n_embd, hs = C / c->n_head, QD = hs * c->n_head, KD = hs * c->n_kv_head;
     int64_t F = c->ffn_hidden;
     int64_t block = 2 * C + 2 * QD * C + 2 * KD * C + 3 * F * C;
-    return 2 * (int64_t)c->padded_vocab * C + (int64_t)c->n_layer * block + C;
+    int64_t heads = zs_model_tied(c) ? 1 : 2;
+    return heads * c->padded_vocab * C + (int64_t)c->n_layer * block + C;
 }
 
 zs_status zs_llama_layout(const zs_model_config *c, int world_size, zs_layout *out) {
@@ -81,8 +84,10 @@ zs_status zs_llama_layout(const zs_model_config *c, int world_size, zs_layout *o
     zs_layout_init(out);
     ZS_CHECK(zs_model_config_validate(c));
 
-    /* Untied: the input embedding is used once per pass (the head is its own tensor). */
-    ZS_CHECK(zs_layout_add_unit(out, "embed", 1));
+    /* Untied, the input embedding is used once per pass (the head is its own tensor); tied,
+     * twice (input embedding and output head), as GPT-2's. */
+    const int tied = zs_model_tied(c);
+    ZS_CHECK(zs_layout_add_unit(out, "embed", tied ? 2 : 1));
     ZS_CHECK(zs_layout_add_tensor(out, "model.embed_tokens.weight", 2, (int64_t[]){Vp, C}, 1,
                                   ZS_INIT_NORMAL, std));
     /* Padded vocabulary rows never receive gradient; start them at zero so they stay zero. */
@@ -109,11 +114,13 @@ zs_status zs_llama_layout(const zs_model_config *c, int world_size, zs_layout *o
 #undef T2
     }
     /* The final norm rides with the head: it is C floats, and one unit means one gather. */
-    ZS_CHECK(zs_layout_add_unit(out, "lm_head", 1));
+    ZS_CHECK(zs_layout_add_unit(out, tied ? "norm" : "lm_head", 1));
     ZS_CHECK(zs_layout_add_tensor(out, "model.norm.weight", 1, (int64_t[]){C}, 0, ZS_INIT_ONES, 0));
-    ZS_CHECK(
-        zs_layout_add_tensor(out, "lm_head.weight", 2, (int64_t[]){Vp, C}, 1, ZS_INIT_NORMAL, std));
-    out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+    if (!tied) {
+        ZS_CHECK(zs_layout_add_tensor(out, "lm_head.weight", 2, (int64_t[]){Vp, C}, 1,
+                                      ZS_INIT_NORMAL, std));
+        out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+    }
     ZS_CHECK(zs_layout_finalize(out, world_size));
     return ZS_OK;
 fail:
@@ -225,14 +232,16 @@ zs_status zs_llama_create(const zs_model_config *cfg, const zs_model_options *op
     m->QD = m->hs * cfg->n_head;
     m->KD = m->hs * cfg->n_kv_head;
     const zs_layout *l = zs_module_layout(engine);
-    ZS_REQUIRE(l->n_units == cfg->n_layer + 2 && l->n_tensors == L_NT * cfg->n_layer + 3,
+    m->tied = zs_model_tied(cfg);
+    ZS_REQUIRE(l->n_units == cfg->n_layer + 2 &&
+                   l->n_tensors == L_NT * cfg->n_layer + (m->tied ? 2 : 3),
                ZS_ERR_INTERNAL, "model: layout has %d units, %d tensors", l->n_units, l->n_tensors);
     m->off_embed = l->tensors[0].offset;
     for (int i = 0; i < L_NT; i++)
         m->toff[i] = l->tensors[l->units[unit_block(0)].first_tensor + i].offset;
     const zs_unit_desc *hu = &l->units[unit_head(cfg)];
     m->off_norm = l->tensors[hu->first_tensor].offset;
-    m->off_head = l->tensors[hu->first_tensor + 1].offset;
+    m->off_head = m->tied ? m->off_embed : l->tensors[hu->first_tensor + 1].offset;
 
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
@@ -382,8 +391,15 @@ zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, int B, int T) {
 
     ZS_CHECK(zs_module_forward_begin(m->engine, uh, &p));
     ZS_CHECK(o->rmsnorm_fwd(s, m->lnf, m->lnf_rstd, x, p + m->off_norm, BT, C, m->cfg.norm_eps));
-    ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_head, NULL, BT, C, Vp));
+    if (!m->tied)
+        ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_head, NULL, BT, C, Vp));
     ZS_CHECK(zs_module_forward_end(m->engine, uh));
+    if (m->tied) {
+        /* Tied head: the embed unit's second use in this pass (its n_uses is 2). */
+        ZS_CHECK(zs_module_forward_begin(m->engine, 0, &p));
+        ZS_CHECK(zs_linear_fwd(o, s, m->logits, m->lnf, p + m->off_embed, NULL, BT, C, Vp));
+        ZS_CHECK(zs_module_forward_end(m->engine, 0));
+    }
 fail:
     return st;
 }
@@ -402,9 +418,16 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
+    if (m->tied) {
+        ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
+        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_embed, NULL, m->logits, m->lnf,
+                               p + m->off_embed, BT, C, Vp));
+        ZS_CHECK(zs_module_backward_end(m->engine, 0));
+    }
     ZS_CHECK(zs_module_backward_begin(m->engine, uh, &p, &g));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf, p + m->off_head,
-                           BT, C, Vp));
+    if (!m->tied)
+        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf,
+                               p + m->off_head, BT, C, Vp));
     ZS_CHECK(o->rmsnorm_bwd(s, m->dres, g + m->off_norm, m->dC, xlast, p + m->off_norm, m->lnf_rstd,
                             BT, C));
     ZS_CHECK(zs_module_backward_end(m->engine, uh));

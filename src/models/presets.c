@@ -85,8 +85,18 @@ zs_status zs_model_preset(const char *name, zs_model_config *cfg) {
                     zs_model_preset_names());
 }
 
+int zs_model_tied(const zs_model_config *c) {
+    if (c->tie_embeddings == ZS_TIE_ON) return 1;
+    if (c->tie_embeddings == ZS_TIE_OFF) return 0;
+    return c->arch == ZS_ARCH_GPT2; /* GPT-2 as released ties its head; LLaMA does not */
+}
+
 zs_status zs_model_config_validate(const zs_model_config *c) {
     zs_status st = ZS_OK;
+    ZS_REQUIRE(c->tie_embeddings == ZS_TIE_ARCH || c->tie_embeddings == ZS_TIE_ON ||
+                   c->tie_embeddings == ZS_TIE_OFF,
+               ZS_ERR_INVALID, "model %s: tie_embeddings %d is not 0 (default), 1 (on) or 2 (off)",
+               c->name, (int)c->tie_embeddings);
     ZS_REQUIRE(c->n_layer > 0 && c->n_head > 0 && c->n_embd > 0 && c->max_seq > 0, ZS_ERR_INVALID,
                "model %s: layers, heads, width and positions must be positive", c->name);
     ZS_REQUIRE(c->n_embd % c->n_head == 0, ZS_ERR_INVALID,
@@ -118,5 +128,6 @@ int64_t zs_model_num_params(const zs_model_config *c) {
     int64_t C = c->n_embd, L = c->n_layer;
     int64_t block =
         2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
-    return (int64_t)c->padded_vocab * C + (int64_t)c->max_seq * C + L * block + 2 * C;
+    int64_t heads = zs_model_tied(c) ? 1 : 2;
+    return heads * c->padded_vocab * C + (int64_t)c->max_seq * C + L * block + 2 * C;
 }

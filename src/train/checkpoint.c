@@ -50,15 +50,17 @@ static zs_status check_model(const zs_manifest *m, const char *dir, void *ctx) {
     ZS_REQUIRE(a->arch == b->arch && a->n_layer == b->n_layer && a->n_head == b->n_head &&
                    a->n_embd == b->n_embd && a->max_seq == b->max_seq && a->vocab == b->vocab &&
                    a->n_kv_head == b->n_kv_head && a->ffn_hidden == b->ffn_hidden &&
-                   a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps,
+                   a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps &&
+                   zs_model_tied(a) == zs_model_tied(b),
                ZS_ERR_INVALID,
                "checkpoint %s: %s: its model layout disagrees with the model flags: it holds %s "
-               "(%s, %d layers, %d heads, width %d, mlp %d, %d positions, vocab %d), this run is "
-               "%s (%s, %d layers, %d heads, width %d, mlp %d, %d positions, vocab %d from the "
-               "data)",
+               "(%s, %d layers, %d heads, width %d, mlp %d, %d positions, vocab %d, "
+               "tie_embeddings %s), this run is %s (%s, %d layers, %d heads, width %d, mlp %d, %d "
+               "positions, vocab %d from the data, tie_embeddings %s)",
                dir, ZS_CKPT_MANIFEST, a->name, zs_ckpt_arch_name(a->arch), a->n_layer, a->n_head,
-               a->n_embd, a->ffn_hidden, a->max_seq, a->vocab, b->name, zs_ckpt_arch_name(b->arch),
-               b->n_layer, b->n_head, b->n_embd, b->ffn_hidden, b->max_seq, b->vocab);
+               a->n_embd, a->ffn_hidden, a->max_seq, a->vocab, zs_model_tied(a) ? "on" : "off",
+               b->name, zs_ckpt_arch_name(b->arch), b->n_layer, b->n_head, b->n_embd, b->ffn_hidden,
+               b->max_seq, b->vocab, zs_model_tied(b) ? "on" : "off");
 fail:
     return st;
 }
