@@ -131,7 +131,8 @@ zs_status zs_model_preset(const char *name, zs_model_config *cfg);
  * {"arch": "llama", "n_layer": 4, "n_head": 8, "n_kv_head": 2, "n_embd": 256,
  *  "ffn_hidden": 688, "max_seq": 512, "rope_theta": 10000, "norm_eps": 1e-5}.
  * ZS_ERR_IO if unreadable, ZS_ERR_FORMAT if not such an object, ZS_ERR_INVALID for an
- * unknown, missing or inconsistent field; zs_last_error() names the file and the field. */
+ * unknown, missing or inconsistent field; zs_last_error() names the file and the field.
+ * "tie_embeddings": true/false sets cfg->tie_embeddings (absent: ZS_TIE_ARCH). */
 zs_status zs_model_config_load(const char *path, zs_model_config *cfg);
 void zs_model_config_set_vocab(zs_model_config *cfg, int vocab);
 /* Comma-separated list of preset names, for help texts. */

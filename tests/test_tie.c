@@ -80,6 +80,36 @@ static zs_model_config fd_config(zs_arch arch) {
     return c;
 }
 
+/* A config file's tie_embeddings: true/false set it, absent keeps the default, anything else
+ * is an error naming the field; --tie-embeddings contradicting the file is an error too. */
+static void test_config_file(void) {
+    char path[600], cmd[1400];
+    const char *body[3] = {"false", "true", "1"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s/g%d.json", rl_dir(), k);
+        FILE *f = fopen(path, "w");
+        ZT_REQUIRE(f, "write %s", path);
+        fprintf(f,
+                "{\"arch\": \"gpt2\", \"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, "
+                "\"max_seq\": 256, \"tie_embeddings\": %s}",
+                body[k]);
+        fclose(f);
+        zs_model_config c;
+        zs_status st = zs_model_config_load(path, &c);
+        if (k < 2)
+            ZT_CHECK(st == ZS_OK && c.tie_embeddings == (k ? ZS_TIE_ON : ZS_TIE_OFF),
+                     "config tie_embeddings %s: %s", body[k], zs_last_error());
+        else
+            ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "tie_embeddings"),
+                     "config tie_embeddings 1: %s", zs_last_error());
+    }
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s/corpus.txt --model %s/g0.json --tie-embeddings on --steps 1 2>&1",
+             zt_zshard_exe(), rl_dir(), rl_dir());
+    int rc = zt_run(cmd, rl_out, sizeof rl_out);
+    ZT_CHECK(rc == 2 && strstr(rl_out, "tie_embeddings"), "flag vs file: %d %s", rc, rl_out);
+}
+
 static void test_gradients(void) {
     zs_model_config g = fd_config(ZS_ARCH_GPT2), l = fd_config(ZS_ARCH_LLAMA);
     /* A fresh model predicts about uniformly, tied or not. */
@@ -184,6 +214,7 @@ int main(void) {
     zt_init("tie");
     rl_setup("tie");
     test_layouts();
+    test_config_file();
     test_gradients();
     test_runs("gpt2-tiny", "off", ZS_TIE_OFF, "gpt2-untied");
     test_runs("llama-tiny", "on", ZS_TIE_ON, "llama-tied");
