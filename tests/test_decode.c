@@ -36,11 +36,12 @@ fail:
     return st;
 }
 
-static zs_trainer_t *make(const char *preset, int vocab, zs_stage stage) {
+static zs_trainer_t *make(const char *preset, int vocab, zs_stage stage, zs_tie tie) {
     zs_train_config cfg = zs_train_config_default();
     zs_trainer_t *t = NULL;
     if (zs_model_preset(preset, &cfg.model) != ZS_OK) return NULL;
     zs_model_config_set_vocab(&cfg.model, vocab);
+    cfg.model.tie_embeddings = tie;
     cfg.stage = stage;
     cfg.batch = 1;
     cfg.seq = 64;
@@ -190,10 +191,10 @@ static void check_per_unit(zs_trainer_t *t, const char *what) {
     zs_mem_set_cap(0);
 }
 
-static void check_model(const char *preset, zs_stage stage) {
+static void check_model(const char *preset, zs_stage stage, zs_tie tie) {
     char what[64];
-    snprintf(what, sizeof what, "%s stage %d", preset, (int)stage);
-    zs_trainer_t *t = make(preset, 256, stage);
+    snprintf(what, sizeof what, "%s stage %d tie %d", preset, (int)stage, (int)tie);
+    zs_trainer_t *t = make(preset, 256, stage, tie);
     ZT_REQUIRE(t, "%s: trainer: %s", what, zs_last_error());
     enum { N = 50 }; /* 5 + 50 positions: inside the 64-position window */
     int32_t cached[N], plain[N];
@@ -258,10 +259,14 @@ static void check_two_ranks(void) {
 
 int main(void) {
     zt_init("decode");
-    check_model("gpt2-tiny", ZS_STAGE_DDP);
-    check_model("llama-tiny", ZS_STAGE_DDP);
-    check_model("gpt2-tiny", ZS_STAGE_3);
-    check_model("llama-tiny", ZS_STAGE_3);
+    check_model("gpt2-tiny", ZS_STAGE_DDP, ZS_TIE_ARCH);
+    check_model("llama-tiny", ZS_STAGE_DDP, ZS_TIE_ARCH);
+    check_model("gpt2-tiny", ZS_STAGE_3, ZS_TIE_ARCH);
+    check_model("llama-tiny", ZS_STAGE_3, ZS_TIE_ARCH);
+    /* The other head of each: untied GPT-2 (lm_head in the final unit), tied LLaMA (the head
+     * reads the embed unit). */
+    check_model("gpt2-tiny", ZS_STAGE_3, ZS_TIE_OFF);
+    check_model("llama-tiny", ZS_STAGE_3, ZS_TIE_ON);
     check_two_ranks();
     return zt_finish();
 }
