@@ -1,9 +1,12 @@
-/* `zshard generate SRC`: text from a byte-level model, token ids from a token model, with
- * temperature, top-k, top-p, a seed, a token budget and a stop token. Any weights source;
- * any world size and stage (each new token is a forward every rank takes part in). */
+/* `zshard generate SRC`: text from a byte-level model, token ids from a token model, or text
+ * through a Hugging Face tokenizer (--tokenizer), with temperature, top-k, top-p, a seed, a
+ * token budget and a stop token. Any weights source; any world size and stage (each new token
+ * is a forward every rank takes part in). */
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/train_ops.h"
+#include "core/status.h"
+#include "data/tokenizer.h"
 #include "zshard.h"
 
 #include <stdio.h>
@@ -15,15 +18,23 @@ static void usage(FILE *f) {
     fprintf(f, "usage: zshard generate SRC [--prompt TEXT | --prompt-ids 'ID ID ...'] [options]\n"
                "SRC: a zshard checkpoint (or save dir), a safetensors file, a Hugging Face\n"
                "directory or an llm.c model file.\n"
-               "  --prompt TEXT       byte-level models: the text to continue [newline]\n"
+               "  --prompt TEXT       the text to continue: byte-level models, or any model\n"
+               "                      with --tokenizer [newline; with a tokenizer, its BOS\n"
+               "                      template or else its EOS token]\n"
                "  --prompt-ids IDS    token models: token ids, space separated [the EOS token]\n"
+               "  --tokenizer PATH    a Hugging Face tokenizer: a directory with tokenizer.json\n"
+               "                      or vocab.json + merges.txt, or one of those files. The\n"
+               "                      prompt is encoded with it (its template, e.g. LLaMA's\n"
+               "                      <s>, applied), the output decoded (special tokens left\n"
+               "                      out), and its EOS token is the default --eos. BPE only\n"
+               "                      (GPT-2, Llama-2/3 style); see docs/tokenizer.md\n"
                "  --max-tokens N      new tokens at most [200]\n"
                "  --temperature F     0 = greedy (argmax) [0.8]\n"
                "  --top-k K           keep the K most likely tokens, 0 = all [0]\n"
                "  --top-p P           nucleus: the smallest set reaching probability P [1]\n"
                "  --seed S            sampling seed: the same seed gives the same text [1337]\n"
-               "  --eos ID            stop after this token, -1 = never [50256 for a GPT-2\n"
-               "                      vocabulary, else -1]\n"
+               "  --eos ID            stop after this token, -1 = never [the tokenizer's EOS;\n"
+               "                      without one, 50256 for a GPT-2 vocabulary, else -1]\n"
                "  --seq T             context window and KV-cache positions [the model's]\n"
                "  --device-mem SIZE   per-rank memory cap, e.g. 4G: under ZeRO-3 the whole model\n"
                "                      is gathered once when it fits, else each unit per token\n"
@@ -60,7 +71,7 @@ static int parse_ids(const char *s, int32_t **out, int *n) {
 int zs_cli_generate(int argc, char **argv) {
     zs_train_config cfg = zs_train_config_default();
     zs_gen_config g = zs_gen_config_default();
-    const char *src = NULL, *model = NULL, *prompt = NULL, *ids = NULL;
+    const char *src = NULL, *model = NULL, *prompt = NULL, *ids = NULL, *tok_path = NULL;
     int nproc = 1, rc = 0, seq = 0, eos_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -82,6 +93,8 @@ int zs_cli_generate(int argc, char **argv) {
             prompt = v;
         else if (!strcmp(a, "--prompt-ids"))
             ids = v;
+        else if (!strcmp(a, "--tokenizer"))
+            tok_path = v;
         else if (!strcmp(a, "--max-tokens"))
             rc = zs_arg_int_range(a, v, 0, 1 << 20, &g.max_tokens);
         else if (!strcmp(a, "--temperature"))
@@ -121,15 +134,31 @@ int zs_cli_generate(int argc, char **argv) {
     if (nproc > 1) return zs_cli_relaunch("generate", argc, argv, nproc);
     zs_cli_threads_setup();
     if ((rc = zs_cli_model_from("generate", src, model, &cfg.model))) return rc;
-    int V = cfg.model.vocab, bytes = V == 256;
-    if (prompt && !bytes)
+    int V = cfg.model.vocab, bytes = V == 256 && !tok_path;
+    zs_tokenizer_t *tok = NULL;
+    if (tok_path) {
+        if (zs_tokenizer_load(tok_path, &tok) != ZS_OK)
+            return zs_cli_fail(2, "generate: --tokenizer: %s", zs_last_error());
+        /* A tokenizer id past the model's output layer would index outside the embedding;
+         * fewer ids is fine (llm.c pads GPT-2's 50257 to 50304). */
+        if (zs_tokenizer_vocab_size(tok) > V) {
+            int n = zs_tokenizer_vocab_size(tok);
+            zs_tokenizer_destroy(tok);
+            return zs_cli_fail(2,
+                               "generate: the tokenizer %s has %d token ids, more than the "
+                               "vocabulary of %d of the model %s",
+                               tok_path, n, V, src);
+        }
+    }
+    if (prompt && !bytes && !tok)
         return zs_cli_fail(2,
                            "generate: %s has a vocabulary of %d tokens: give the prompt as token "
-                           "ids (--prompt-ids); text prompts need a byte-level model",
+                           "ids (--prompt-ids) or a --tokenizer; text prompts need a byte-level "
+                           "model",
                            src, V);
     if (ids && bytes)
         return zs_cli_fail(2, "generate: %s is a byte-level model: give --prompt TEXT", src);
-    if (!eos_set) g.eos = V == 50257 ? 50256 : -1;
+    if (!eos_set) g.eos = tok ? zs_tokenizer_eos(tok) : V == 50257 ? 50256 : -1;
     const char *ws = getenv("WORLD_SIZE");
     cfg.batch = ws && atoi(ws) > 0 ? atoi(ws) : 1; /* one sequence per rank, rank 0's used */
     cfg.seq = seq > 0 ? seq : cfg.model.max_seq;
@@ -144,18 +173,39 @@ int zs_cli_generate(int argc, char **argv) {
         for (int i = 0; p && i < np; i++)
             p[i] = (unsigned char)text[i];
     } else if (ids) {
-        if (parse_ids(ids, &p, &np) || np == 0)
+        if (parse_ids(ids, &p, &np) || np == 0) {
+            zs_tokenizer_destroy(tok);
             return zs_cli_fail(2, "generate: --prompt-ids '%s' is not a list of token ids", ids);
+        }
+    } else if (tok) {
+        /* No prompt: the template alone (LLaMA's <s>), else the EOS, as for token ids. */
+        const char *text = prompt ? prompt : "";
+        if (zs_tokenizer_encode(tok, text, strlen(text), 1, &p, &np) != ZS_OK) {
+            zs_tokenizer_destroy(tok);
+            return zs_cli_fail(2, "generate: --prompt: %s", zs_last_error());
+        }
+        if (np == 0 && g.eos >= 0) p[np++] = g.eos;
+        if (np == 0) {
+            free(p);
+            zs_tokenizer_destroy(tok);
+            return zs_cli_fail(2, "generate: the prompt encodes to no tokens and the tokenizer "
+                                  "has no EOS to start from: give --prompt");
+        }
     } else {
         p = malloc(sizeof *p);
         if (p) p[np++] = g.eos >= 0 ? g.eos : 0;
     }
     out = malloc((size_t)(g.max_tokens ? g.max_tokens : 1) * sizeof *out);
-    if (!p || !out) return zs_cli_fail(1, "generate: out of memory");
+    if (!p || !out) {
+        zs_tokenizer_destroy(tok);
+        return zs_cli_fail(1, "generate: out of memory");
+    }
     zs_trainer_t *t = NULL;
     zs_status st = zs_trainer_create(&cfg, &t);
     if (st == ZS_OK) st = zs_trainer_init_from(t, src);
     double secs = 0.0;
+    char *text = NULL;
+    size_t ntext = 0;
     if (st == ZS_OK) {
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
@@ -163,16 +213,45 @@ int zs_cli_generate(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &b);
         secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     }
+    if (st == ZS_OK && tok && zs_trainer_rank(t) == 0) {
+        /* Prompt and sample decoded as one sequence, so a token's leading-space rule (the
+         * SentencePiece Strip) applies once, at the start, as transformers' decode does. */
+        int32_t *all = malloc((size_t)(np + nout) * sizeof *all);
+        if (!all) st = zs_error(ZS_ERR_OOM, "out of memory");
+        if (all) {
+            /* A model's output layer may be wider than the tokenizer (llm.c pads GPT-2 to
+             * 50304): such ids have no text; they are left out and counted, not hidden. */
+            int n = 0, past = 0, nt = zs_tokenizer_vocab_size(tok);
+            for (int i = 0; i < np + nout; i++) {
+                int32_t id = i < np ? p[i] : out[i - np];
+                if (id < nt && zs_tokenizer_token(tok, id))
+                    all[n++] = id;
+                else
+                    past++;
+            }
+            if (past)
+                fprintf(stderr,
+                        "zshard generate: %d sampled ids have no token in %s (%d ids) and are "
+                        "left out of the text\n",
+                        past, tok_path, nt);
+            st = zs_tokenizer_decode(tok, all, n, 1, &text, &ntext);
+            free(all);
+        }
+    }
     if (st != ZS_OK) {
         free(p);
         free(out);
+        zs_tokenizer_destroy(tok);
         zs_trainer_destroy(t);
         return zs_cli_fail(1, "generate: %s", zs_last_error());
     }
     if (zs_trainer_rank(t) == 0) {
         fprintf(stderr, "zshard generate: %d tokens in %.2f s (%.1f tokens/s); %s\n", nout, secs,
                 secs > 0 ? nout / secs : 0.0, zs_trainer_generate_info(t));
-        if (bytes) {
+        if (tok) {
+            fwrite(text, 1, ntext, stdout);
+            putchar('\n');
+        } else if (bytes) {
             fwrite(prompt ? prompt : "", 1, prompt ? strlen(prompt) : 0, stdout);
             for (int i = 0; i < nout; i++)
                 putchar(out[i]);
@@ -185,6 +264,8 @@ int zs_cli_generate(int argc, char **argv) {
     }
     free(p);
     free(out);
+    free(text);
+    zs_tokenizer_destroy(tok);
     zs_trainer_destroy(t);
     return 0;
 }
