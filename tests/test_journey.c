@@ -2,7 +2,8 @@
  * makes: a 32-bit token shard with Llama-3's vocabulary trains; `zshard eval` equals the
  * training loop's validation loss; `--init-from` each source equals a resume's weights with a
  * fresh optimizer; Hugging Face directories export and import bitwise; `zshard generate` is
- * deterministic per seed and greedy output is the argmax, cached or not. */
+ * deterministic per seed and greedy output is the argmax, cached or not, and through a
+ * tokenizer's files encodes a text prompt and decodes its output. */
 #include "data/data.h"
 #include "testutil.h"
 #include "zshard.h"
@@ -255,6 +256,69 @@ static void test_generate(void) {
     ZT_CHECK(rc == 0 && !strcmp(b, g_out), "greedy on 2 ranks, ZeRO-3: '%s' vs '%s'", b, g_out);
 }
 
+/* GPT-2's byte-to-unicode map (the printable Latin-1 bytes stand for themselves, the rest take
+ * code points 256.. in byte order), as the JSON escape of byte b's one-character token. */
+static void byte_token(int b, char *out, size_t n) {
+    int cp = b, k = 0;
+    if (!((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF))) {
+        for (int c = 0; c < b; c++)
+            k += !((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF));
+        cp = 256 + k;
+    }
+    if (cp == '"' || cp == '\\')
+        snprintf(out, n, "\\%c", cp);
+    else
+        snprintf(out, n, "\\u%04x", cp);
+}
+
+/* generate --tokenizer: a GPT-2-style tokenizer (vocab.json + merges.txt, 256 byte tokens,
+ * two merges, <|endoftext|>: 259 ids) on a model trained with --vocab 259 encodes the text
+ * prompt and prints decoded text, the same on 2 ranks with ZeRO-3; a tokenizer wider than the
+ * model is one error naming both sizes. */
+static void test_generate_tokenizer(void) {
+    static char a[1 << 16];
+    char tok[16];
+    ZT_REQUIRE(mkdir(P("tok"), 0755) == 0, "mkdir tok");
+    FILE *f = fopen(P("tok/vocab.json"), "w");
+    ZT_REQUIRE(f, "vocab.json");
+    fputc('{', f);
+    for (int b = 0; b < 256; b++) {
+        byte_token(b, tok, sizeof tok);
+        fprintf(f, "\"%s\": %d, ", tok, b);
+    }
+    /* Merged tokens: " t" (U+0120 is the space's stand-in) and "he". */
+    fprintf(f, "\"\\u0120t\": 256, \"he\": 257, \"<|endoftext|>\": 258}");
+    fclose(f);
+    f = fopen(P("tok/merges.txt"), "w");
+    ZT_REQUIRE(f, "merges.txt");
+    fputs("#version: 0.2\n\xc4\xa0 t\nh e\n", f);
+    fclose(f);
+    enum { N = 20000 };
+    uint32_t *ids = zt_malloc(N * sizeof *ids);
+    for (int i = 0; i < N; i++)
+        ids[i] = (uint32_t)((i * 37 + i / 7) % 259);
+    ZT_OK(zs_llmc_shard32_write(P("tok259.bin"), ids, N));
+    free(ids);
+    int rc = sh("%s train --model gpt2-tiny --data %s --vocab 259 --batch 4 --seq 32 --steps 2 "
+                "--sample-len 0 --quiet --save-dir %s",
+                g_exe, P("tok259.bin"), P("ck-tok259"));
+    ZT_CHECK(rc == 0, "train with --vocab 259: %s", g_out);
+    rc = sh("{ %s generate %s --tokenizer %s --prompt 'the cat' --max-tokens 12 --temperature 0 "
+            "2>/dev/null; }",
+            g_exe, P("ck-tok259"), P("tok"));
+    snprintf(a, sizeof a, "%s", g_out);
+    ZT_CHECK(rc == 0 && !strncmp(a, "the cat", 7) && strlen(a) > 7,
+             "generate --tokenizer: exit %d, output '%s'", rc, a);
+    rc = sh("{ %s generate %s --tokenizer %s --prompt 'the cat' --max-tokens 12 --temperature 0 "
+            "--nproc 2 --stage 3 2>/dev/null; } | sed 's/^\\[0\\] //'",
+            g_exe, P("ck-tok259"), P("tok"));
+    ZT_CHECK(rc == 0 && !strcmp(a, g_out), "tokenizer on 2 ranks, ZeRO-3: '%s' vs '%s'", a, g_out);
+    rc = sh("%s generate %s --tokenizer %s --prompt 'the cat' --max-tokens 4 2>&1", g_exe,
+            P("ck-gpt2-tiny"), P("tok"));
+    ZT_CHECK(rc != 0 && strstr(g_out, "259") && strstr(g_out, "256"),
+             "a tokenizer wider than the model: exit %d: %s", rc, g_out);
+}
+
 int main(void) {
     zt_init("journey");
     snprintf(g_exe, sizeof g_exe, "%s", zt_zshard_exe());
@@ -270,6 +334,7 @@ int main(void) {
     test_eval_init_hf("llama-tiny");
     test_bad_inputs();
     test_generate();
+    test_generate_tokenizer();
     if (!zt_failures) sh("rm -rf %s", g_dir);
     return zt_finish();
 }
