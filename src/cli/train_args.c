@@ -1,0 +1,285 @@
+/* `zshard train`'s flags: the help text and argv -> train_opts with every check that needs
+ * no data (numbers in range, choices, combinations). */
+#include "cli/train_args.h"
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void zs_train_usage(FILE *f) {
+    fprintf(f,
+            "usage: zshard train --data FILE [options]\n"
+            "\n"
+            "model and data:\n"
+            "  --model NAME        preset (%s) [gpt2-tiny]\n"
+            "  --tie-embeddings on|off  output head tied to the token embedding, or its own\n"
+            "                      lm_head.weight [the model's: GPT-2 on, LLaMA off]\n"
+            "  --data FILE         byte-level text file, or llm.c token shard (.bin, uint16 or\n"
+            "                      uint32 tokens); a quoted pattern ('dir/train_*.bin') joins\n"
+            "                      many shards in sorted order\n"
+            "  --val-data FILE     separate validation file [last --val-frac of --data]\n"
+            "  --val-frac F        held-out tail fraction when splitting [0.1]\n"
+            "  --vocab N           token shards: the tokenizer's vocabulary, e.g. 32000 for\n"
+            "                      LLaMA-2's, up to 16777216 with uint32 shards [50257 for\n"
+            "                      uint16 shards, 128256 for uint32]; text is always 256\n"
+            "                      bytes\n"
+            "batch and schedule:\n"
+            "  --batch N           global batch: sequences per optimizer step, summed over all\n"
+            "                      ranks and micro-batches [8]\n"
+            "  --seq T             sequence length [64]\n"
+            "  --steps N           optimizer steps [100]\n"
+            "  --grad-accum K      micro-batches per step [1]\n"
+            "  --lr LR             peak learning rate [1e-3]\n"
+            "  --min-lr-frac F     cosine floor as a fraction of --lr [0.1]\n"
+            "  --warmup N          linear warmup steps [10]\n"
+            "  --weight-decay W    AdamW decay on matrices [0.1]\n"
+            "  --grad-clip C       global-norm clip, 0 = off [1.0]\n"
+            "  --seed S            init and data seed [1337]\n"
+            "distribution:\n"
+            "  --stage S           ddp|1|2|3 [ddp]\n"
+            "  --nproc N           start N local ranks through the launcher (zshard run) [1]\n"
+            "  --max-restarts N    restart the whole job up to N times after a rank fails,\n"
+            "                      resuming from --save-dir's latest checkpoint [0]\n"
+            "  --prefetch N        ZeRO-3 units gathered ahead of the current one [1]\n"
+            "  --dtype D           fp32|bf16: compute copy of the parameters and of the\n"
+            "                      residual stream kept between blocks (fp32 master and\n"
+            "                      Adam state either way) [fp32]\n"
+            "  --reduce-dtype D    fp32|bf16: gradient storage and reduction [--dtype]\n"
+            "  --recompute M       none|block: block keeps only each block's input and\n"
+            "                      recomputes the block in its backward [none]\n"
+            "  --attention K       flash|naive: flash keeps O(T) per head and recomputes\n"
+            "                      probabilities in backward; naive keeps T x T [flash]\n"
+            "  --device D          cpu|cuda|auto: auto is the CPU until the trainer runs on\n"
+            "                      CUDA devices (docs/cuda.md) [auto]\n"
+            "  --comm NAME         auto|shm|mpi|nccl [auto, or $ZS_COMM]\n"
+            "  --comm-timeout S    seconds before a stuck collective fails [300]\n"
+            "evaluation and output:\n"
+            "  --val-every N       validation loss every N steps, 0 = only at the end [50]\n"
+            "  --val-batches N     batches per validation [8]\n"
+            "  --sample-every N    generate a sample every N steps, 0 = only at the end [0]\n"
+            "  --sample-len N      tokens per sample [200; 0 for models over 1e9 parameters,\n"
+            "                      whose sample only runs when --sample-len is given]\n"
+            "  --sample-budget F   a sample stops after F x the training time so far (KV-cache\n"
+            "                      decoding; at least one token), 0 = no limit [0.02]\n"
+            "  --prompt TEXT       sample prompt (text data) [newline]\n"
+            "  --temperature F     sampling temperature, 0 = greedy [0.8]\n"
+            "  --print-every N     plain progress line every N steps when not a terminal [10]\n"
+            "  --log FILE          JSONL log: one record per step and a final summary\n"
+            "  --dump-params FILE  at the end, write all fp32 parameters (layout order, raw)\n"
+            "  --device-mem SIZE   per-rank memory cap, e.g. 4G; over it fails at startup\n"
+            "  --mem-report        at the end, per-rank measured peak bytes by category next to\n"
+            "                      the estimate (zshard mem)\n"
+            "  --quiet             no progress output and no sample, only errors and the\n"
+            "                      summary\n"
+            "  --verbose           debug logging; a failed collective prints its ring here\n"
+            "                      instead of writing it to a file\n"
+            "checkpoints (docs/checkpoint.md):\n"
+            "  --save-dir D        save checkpoints as D/step_NNNNNNNN (and at the end)\n"
+            "  --save-every K      also save every K steps [0 = only at the end]\n"
+            "  --keep N            keep the newest N checkpoints in --save-dir [0 = all]\n"
+            "  --resume D|latest   continue from a checkpoint dir, a save dir's latest, or\n"
+            "                      `latest` in --save-dir (any world size and stage)\n"
+            "  --resume auto       --save-dir's latest checkpoint if it has one, else start\n"
+            "                      from scratch (what a restarted job does by itself)\n"
+            "  --init-from PATH    start from these weights with a fresh optimizer at step 0\n"
+            "                      (fine-tuning): a zshard checkpoint, a safetensors file, a\n"
+            "                      Hugging Face directory or an llm.c model file; the model\n"
+            "                      is the source's (a --model must agree with it)\n"
+            "SIGINT/SIGTERM finish the current step, save a checkpoint (with --save-dir) and\n"
+            "stop with status 128+signal; a second signal stops at once.\n",
+            zs_model_preset_names());
+}
+
+int zs_train_parse(int argc, char **argv, train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->nproc = 1;
+    o->cfg = zs_train_config_default();
+    o->model_name = "gpt2-tiny";
+    o->val_every = 50;
+    o->val_batches = 8;
+    o->sample_len = 200;
+    o->print_every = 10;
+    o->temperature = 0.8f;
+    o->sample_budget = 0.02;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int rc = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            zs_train_usage(stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--quiet")) {
+            o->quiet = o->no_sample = 1;
+            continue;
+        }
+        if (!strcmp(a, "--verbose")) {
+            zs_log_set_level(ZS_LOG_DEBUG);
+            continue;
+        }
+        if (!strcmp(a, "--mem-report")) {
+            o->mem_report = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2)) return zs_cli_fail(2, "train: unexpected argument '%s'", a);
+        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--model")) {
+            o->model_name = v;
+            o->model_set = 1;
+        } else if (!strcmp(a, "--tie-embeddings"))
+            rc = zs_arg_tie(a, v, &o->tie);
+        else if (!strcmp(a, "--init-from"))
+            o->init_from = v;
+        else if (!strcmp(a, "--data"))
+            o->cfg.data_path = v;
+        else if (!strcmp(a, "--val-data"))
+            o->cfg.val_path = v;
+        else if (!strcmp(a, "--val-frac")) {
+            float f;
+            rc = zs_arg_float(a, v, &f);
+            o->cfg.val_fraction = f;
+        } else if (!strcmp(a, "--batch"))
+            rc = zs_arg_int(a, v, &o->cfg.batch);
+        else if (!strcmp(a, "--seq"))
+            rc = zs_arg_int(a, v, &o->cfg.seq);
+        else if (!strcmp(a, "--steps"))
+            rc = zs_arg_int(a, v, &o->cfg.steps);
+        else if (!strcmp(a, "--grad-accum"))
+            rc = zs_arg_int(a, v, &o->cfg.grad_accum);
+        else if (!strcmp(a, "--lr"))
+            rc = zs_arg_float(a, v, &o->cfg.lr);
+        else if (!strcmp(a, "--min-lr-frac"))
+            rc = zs_arg_float(a, v, &o->cfg.min_lr_frac);
+        else if (!strcmp(a, "--warmup"))
+            rc = zs_arg_int(a, v, &o->cfg.warmup);
+        else if (!strcmp(a, "--weight-decay"))
+            rc = zs_arg_float(a, v, &o->cfg.weight_decay);
+        else if (!strcmp(a, "--grad-clip"))
+            rc = zs_arg_float(a, v, &o->cfg.grad_clip);
+        else if (!strcmp(a, "--seed"))
+            rc = zs_arg_u64(a, v, &o->cfg.seed);
+        else if (!strcmp(a, "--vocab"))
+            rc = zs_arg_int(a, v, &o->cfg.vocab);
+        else if (!strcmp(a, "--val-every"))
+            rc = zs_arg_int(a, v, &o->val_every);
+        else if (!strcmp(a, "--val-batches"))
+            rc = zs_arg_int(a, v, &o->val_batches);
+        else if (!strcmp(a, "--sample-every"))
+            rc = zs_arg_int(a, v, &o->sample_every);
+        else if (!strcmp(a, "--sample-len")) {
+            rc = zs_arg_int(a, v, &o->sample_len);
+            o->sample_len_set = 1;
+        } else if (!strcmp(a, "--sample-budget")) {
+            float f = 0.0f;
+            rc = zs_arg_float(a, v, &f);
+            o->sample_budget = f;
+        } else if (!strcmp(a, "--prompt"))
+            o->prompt = v;
+        else if (!strcmp(a, "--temperature"))
+            rc = zs_arg_float(a, v, &o->temperature);
+        else if (!strcmp(a, "--print-every"))
+            rc = zs_arg_int(a, v, &o->print_every);
+        else if (!strcmp(a, "--log"))
+            o->log_path = v;
+        else if (!strcmp(a, "--dump-params"))
+            o->dump_path = v;
+        else if (!strcmp(a, "--save-dir"))
+            o->save_dir = v;
+        else if (!strcmp(a, "--save-every"))
+            rc = zs_arg_int(a, v, &o->save_every);
+        else if (!strcmp(a, "--keep"))
+            rc = zs_arg_int(a, v, &o->keep);
+        else if (!strcmp(a, "--resume"))
+            o->resume = v;
+        else if (!strcmp(a, "--nproc"))
+            rc = zs_arg_int_range(a, v, 1, 256, &o->nproc);
+        else if (!strcmp(a, "--max-restarts"))
+            rc = zs_arg_int_range(a, v, 0, 1000, &o->max_restarts);
+        else if (!strcmp(a, "--prefetch"))
+            rc = zs_arg_int(a, v, &o->cfg.prefetch);
+        else if (!strcmp(a, "--comm"))
+            o->cfg.comm = v;
+        else if (!strcmp(a, "--comm-timeout")) {
+            float f;
+            rc = zs_arg_float(a, v, &f);
+            if (!rc && f <= 0) return zs_cli_fail(2, "--comm-timeout must be positive");
+            o->cfg.comm_timeout_s = f;
+        } else if (!strcmp(a, "--device-mem")) {
+            if (zs_parse_bytes(v, &o->cfg.device_mem) != ZS_OK)
+                return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
+        } else if (!strcmp(a, "--dtype") || !strcmp(a, "--reduce-dtype")) {
+            zs_dtype *dt = a[2] == 'd' ? &o->cfg.dtype : &o->cfg.reduce_dtype;
+            if (a[2] == 'r') o->reduce_dtype_set = 1;
+            if (!strcmp(v, "fp32"))
+                *dt = ZS_DTYPE_F32;
+            else if (!strcmp(v, "bf16"))
+                *dt = ZS_DTYPE_BF16;
+            else
+                return zs_cli_fail(2, "%s: '%s' is not one of fp32, bf16", a, v);
+        } else if (!strcmp(a, "--recompute")) {
+            if (!strcmp(v, "none"))
+                o->cfg.recompute = ZS_RECOMPUTE_NONE;
+            else if (!strcmp(v, "block"))
+                o->cfg.recompute = ZS_RECOMPUTE_BLOCK;
+            else
+                return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
+                return zs_cli_fail(2, "--device: '%s' is not one of cpu, cuda, auto", v);
+            o->cfg.device = v;
+        } else if (!strcmp(a, "--attention")) {
+            if (!strcmp(v, "flash"))
+                o->cfg.attention = ZS_ATTENTION_FLASH;
+            else if (!strcmp(v, "naive"))
+                o->cfg.attention = ZS_ATTENTION_NAIVE;
+            else
+                return zs_cli_fail(2, "--attention: '%s' is not one of flash, naive", v);
+        } else if (!strcmp(a, "--stage")) {
+            if (!strcmp(v, "ddp"))
+                o->cfg.stage = ZS_STAGE_DDP;
+            else if (!strcmp(v, "1"))
+                o->cfg.stage = ZS_STAGE_1;
+            else if (!strcmp(v, "2"))
+                o->cfg.stage = ZS_STAGE_2;
+            else if (!strcmp(v, "3"))
+                o->cfg.stage = ZS_STAGE_3;
+            else
+                return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+        } else
+            return zs_cli_fail(2, "train: unknown flag '%s' (see zshard train --help)", a);
+        if (rc) return rc;
+    }
+    if (!o->cfg.data_path) return zs_cli_fail(2, "train: --data FILE is required");
+    if (o->val_every < 0 || o->sample_every < 0 || o->print_every < 0)
+        return zs_cli_fail(2, "train: --val-every, --sample-every, --print-every must be >= 0");
+    if (o->val_batches < 1) return zs_cli_fail(2, "train: --val-batches must be positive");
+    if (o->save_every < 0 || o->keep < 0)
+        return zs_cli_fail(2, "train: --save-every and --keep must be >= 0");
+    if ((o->save_every || o->keep) && !o->save_dir)
+        return zs_cli_fail(2, "train: --save-every and --keep need --save-dir");
+    if (o->resume && !strcmp(o->resume, "auto") && !o->save_dir)
+        return zs_cli_fail(2, "train: --resume auto needs --save-dir");
+    if (o->resume && !strcmp(o->resume, "latest")) {
+        if (!o->save_dir) return zs_cli_fail(2, "train: --resume latest needs --save-dir");
+        o->resume = o->save_dir;
+    }
+    /* As FSDP's MixedPrecision: gradients follow the compute dtype unless told otherwise. */
+    if (!o->reduce_dtype_set) o->cfg.reduce_dtype = o->cfg.dtype;
+    if (o->sample_len < 0) return zs_cli_fail(2, "train: --sample-len must be >= 0");
+    if (!(o->sample_budget >= 0)) return zs_cli_fail(2, "train: --sample-budget must be >= 0");
+    if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)
+        return zs_cli_fail(2, "train: %s", zs_last_error());
+    if (o->tie && o->cfg.model.tie_embeddings && o->tie != (int)o->cfg.model.tie_embeddings)
+        return zs_cli_fail(2, "train: --tie-embeddings %s contradicts %s's tie_embeddings",
+                           o->tie == ZS_TIE_ON ? "on" : "off", o->model_name);
+    if (o->tie) o->cfg.model.tie_embeddings = (zs_tie)o->tie;
+    if (o->init_from && o->resume && strcmp(o->resume, "auto"))
+        return zs_cli_fail(2, "train: --init-from and --resume: pick one (--resume continues a "
+                              "run with its optimizer, --init-from starts one from weights)");
+    return 0;
+}
