@@ -187,14 +187,9 @@ int zs_bench_memory(int argc, char **argv) {
     char dev_why[160];
     if (zs_device_choose(device, &dev_chosen, dev_why, sizeof dev_why) != ZS_OK)
         return zs_cli_fail(2, "bench memory: %s", zs_last_error());
-    if (!strcmp(attention, "naive"))
-        mo.attention = ZS_ATTENTION_NAIVE;
-    else if (strcmp(attention, "flash"))
-        return zs_cli_fail(2, "bench memory: --attention '%s' is not flash or naive", attention);
-    if (!strcmp(recompute, "block"))
-        mo.recompute = ZS_RECOMPUTE_BLOCK;
-    else if (strcmp(recompute, "none"))
-        return zs_cli_fail(2, "bench memory: --recompute '%s' is not none or block", recompute);
+    int rc2 = zs_arg_attention("--attention", attention, &mo.attention);
+    if (!rc2) rc2 = zs_arg_recompute("--recompute", recompute, &mo.recompute);
+    if (rc2) return rc2;
     zs_model_config cfg;
     if (zs_model_preset(model, &cfg) != ZS_OK)
         return zs_cli_fail(2, "bench memory: %s", zs_last_error());

@@ -124,17 +124,11 @@ int zs_bench_step(int argc, char **argv) {
             else if (strcmp(v, "fp32"))
                 return zs_cli_fail(2, "bench step: --dtype '%s' is not one of fp32, bf16", v);
         } else if (!strcmp(a, "--device")) {
-            cfg.device = v;
+            rc = zs_arg_device(a, v, &cfg.device);
         } else if (!strcmp(a, "--attention")) {
-            if (!strcmp(v, "naive"))
-                cfg.attention = ZS_ATTENTION_NAIVE;
-            else if (strcmp(v, "flash"))
-                return zs_cli_fail(2, "bench step: --attention '%s' is not one of flash, naive", v);
+            rc = zs_arg_attention(a, v, &cfg.attention);
         } else if (!strcmp(a, "--recompute")) {
-            if (!strcmp(v, "block"))
-                cfg.recompute = ZS_RECOMPUTE_BLOCK;
-            else if (strcmp(v, "none"))
-                return zs_cli_fail(2, "bench step: --recompute '%s' is not one of none, block", v);
+            rc = zs_arg_recompute(a, v, &cfg.recompute);
         } else
             return zs_cli_fail(2, "bench step: unknown flag '%s'", a);
         if (rc) return rc;

@@ -14,7 +14,6 @@
 #include "testutil.h"
 #include "zshard.h"
 
-#include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,23 +27,7 @@ static int exists(const char *p) {
     return stat(p, &sb) == 0;
 }
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return zt_run(cmd, g_out, sizeof g_out);
-}
-
-static void hash_of(const char *ckpt, char *out) {
-    out[0] = '\0';
-    int rc = sh("%s ckpt inspect %s", zt_zshard_exe(), ckpt);
-    char *h = strstr(g_out, "param_hash  ");
-    ZT_CHECK(rc == 0 && h, "inspect %s: %s", ckpt, g_out);
-    if (h) snprintf(out, 17, "%.16s", h + 12);
-}
+#define sh(...) zt_runf(g_out, sizeof g_out, __VA_ARGS__)
 
 static unsigned char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -366,14 +349,14 @@ static void test_llama(void) {
                 train_args(), g_dir);
     ZT_CHECK(rc == 0, "llama training: %s", g_out);
     snprintf(out, sizeof out, "%s/llama", g_dir);
-    hash_of(out, h1);
+    zt_ckpt_hash(out, h1);
     snprintf(st, sizeof st, "%s/llama.safetensors", g_dir);
     rc = sh("%s ckpt export %s/llama --format safetensors %s", zt_zshard_exe(), g_dir, st);
     ZT_CHECK(rc == 0, "llama export: %s", g_out);
     snprintf(out, sizeof out, "%s/llama_imp", g_dir);
     rc = sh("%s ckpt import %s --format safetensors %s", zt_zshard_exe(), st, out);
     ZT_CHECK(rc == 0, "llama import: %s", g_out);
-    hash_of(out, h2);
+    zt_ckpt_hash(out, h2);
     ZT_CHECK(h1[0] && !strcmp(h1, h2), "llama round trip: param_hash %s vs %s", h2, h1);
     size_t n;
     unsigned char *b = slurp(st, &n);
@@ -405,7 +388,7 @@ int main(void) {
     char *hp = strstr(g_out, "param_hash ");
     ZT_REQUIRE(rc == 0 && hp, "training: %s", g_out);
     snprintf(g_hash, sizeof g_hash, "%.16s", hp + 11);
-    hash_of(ck, h2);
+    zt_ckpt_hash(ck, h2);
     ZT_CHECK(!strcmp(h2, g_hash), "inspect param_hash %s vs trainer %s", h2, g_hash);
 
     snprintf(st, sizeof st, "%s/model.safetensors", g_dir);
@@ -433,7 +416,7 @@ int main(void) {
         snprintf(out, sizeof out, "%s/imp_%s", g_dir, i ? "llmc" : "st");
         rc = sh("%s ckpt import %s --format %s %s", zt_zshard_exe(), files[i], fmts[i], out);
         ZT_CHECK(rc == 0, "import %s: %s", fmts[i], g_out);
-        hash_of(out, h);
+        zt_ckpt_hash(out, h);
         ZT_CHECK(!strcmp(h, g_hash), "%s round trip: param_hash %s vs %s", fmts[i], h, g_hash);
     }
     /* An imported checkpoint is step 0 and fine-tunes, here on two ZeRO-1 ranks. */

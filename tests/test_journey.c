@@ -8,7 +8,6 @@
 #include "testutil.h"
 #include "zshard.h"
 
-#include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,15 +16,7 @@ static char g_dir[] = "/tmp/zshard-test-journey-XXXXXX";
 static char g_out[1 << 16];
 static char g_exe[4096];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return zt_run(cmd, g_out, sizeof g_out);
-}
+#define sh(...) zt_runf(g_out, sizeof g_out, __VA_ARGS__)
 
 static const char *P(const char *name) {
     static char buf[8][512];
@@ -105,14 +96,6 @@ static double field_in(const char *text, const char *key) {
     return p ? atof(p + strlen(pat)) : -1;
 }
 
-static void hash_of(const char *ckpt, char *out) {
-    out[0] = '\0';
-    int rc = sh("%s ckpt inspect %s", zt_zshard_exe(), ckpt);
-    char *h = strstr(g_out, "param_hash  ");
-    ZT_CHECK(rc == 0 && h, "inspect %s: %s", ckpt, g_out);
-    if (h) snprintf(out, 17, "%.16s", h + 12);
-}
-
 /* A run's final param_hash, from its summary line. */
 static void summary_hash(char *out) {
     const char *h = strstr(g_out, "param_hash ");
@@ -145,19 +128,19 @@ static void test_eval_init_hf(const char *model) {
              g_out, val);
 
     /* Export as a Hugging Face directory (one file, and sharded), import: the same bits. */
-    hash_of(PF("ck-%s", base), src);
+    zt_ckpt_hash(PF("ck-%s", base), src);
     rc = sh("cd %s && %s ckpt export ck-%s --format hf hf-%s && %s ckpt import hf-%s --format hf "
             "imp-%s",
             g_dir, Z, base, base, Z, base, base);
     ZT_CHECK(rc == 0, "%s: hf export/import: %s", model, g_out);
     ZT_CHECK(exists(PF("hf-%s/config.json", base)), "config.json written");
-    hash_of(PF("imp-%s", base), h);
+    zt_ckpt_hash(PF("imp-%s", base), h);
     ZT_CHECK(!strcmp(h, src), "%s: hf round trip %s vs %s", model, h, src);
     rc = sh("cd %s && %s ckpt export ck-%s --format hf --max-shard-size 40K hfs-%s && ls hfs-%s "
             "| grep -c 'of-' && %s ckpt import hfs-%s --format hf imps-%s",
             g_dir, Z, base, base, base, Z, base, base);
     ZT_CHECK(rc == 0 && atoi(g_out) > 1, "%s: sharded hf export/import: %s", model, g_out);
-    hash_of(PF("imps-%s", base), h);
+    zt_ckpt_hash(PF("imps-%s", base), h);
     ZT_CHECK(!strcmp(h, src), "%s: sharded hf round trip %s vs %s", model, h, src);
 
     /* --init-from each source, on 2 ranks with ZeRO-3: the run starts at step 0 from the

@@ -1,5 +1,6 @@
 /* Implementation of the small test harness in testutil.h. */
 #include "testutil.h"
+#include <stdarg.h>
 
 #include <string.h>
 #include <sys/wait.h>
@@ -119,4 +120,22 @@ int zt_run(const char *cmd, char *buf, size_t cap) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     return -1;
+}
+
+int zt_runf(char *buf, size_t cap, const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return zt_run(cmd, buf, cap);
+}
+
+void zt_ckpt_hash(const char *ckpt, char out[17]) {
+    static char buf[1 << 16];
+    out[0] = '\0';
+    int rc = zt_runf(buf, sizeof buf, "%s ckpt inspect %s", zt_zshard_exe(), ckpt);
+    char *h = strstr(buf, "param_hash  ");
+    ZT_CHECK(rc == 0 && h, "inspect %s: %s", ckpt, buf);
+    if (h) snprintf(out, 17, "%.16s", h + 12);
 }

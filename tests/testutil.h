@@ -65,5 +65,10 @@ void *zt_malloc(size_t nbytes);
 const char *zt_zshard_exe(void);
 /* Run a shell command, capture stdout+stderr into buf, return its exit status (or 128+sig). */
 int zt_run(const char *cmd, char *buf, size_t cap);
+/* zt_run of a command formatted like printf. */
+int zt_runf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The param_hash `zshard ckpt inspect CKPT` prints (16 hex digits into out[17]); a failed
+ * check (and "" in out) if inspect fails. */
+void zt_ckpt_hash(const char *ckpt, char out[17]);
 
 #endif

@@ -63,6 +63,43 @@ int zs_arg_tie(const char *flag, const char *text, int *out) {
     return 0;
 }
 
+int zs_arg_stage(const char *flag, const char *text, zs_stage *out) {
+    static const char *names[] = {"ddp", "1", "2", "3"};
+    for (int s = 0; s < 4; s++)
+        if (!strcmp(text, names[s])) {
+            *out = (zs_stage)s;
+            return 0;
+        }
+    return zs_cli_fail(2, "%s: '%s' is not one of ddp, 1, 2, 3", flag, text);
+}
+
+int zs_arg_recompute(const char *flag, const char *text, zs_recompute *out) {
+    if (!strcmp(text, "none"))
+        *out = ZS_RECOMPUTE_NONE;
+    else if (!strcmp(text, "block"))
+        *out = ZS_RECOMPUTE_BLOCK;
+    else
+        return zs_cli_fail(2, "%s: '%s' is not one of none, block", flag, text);
+    return 0;
+}
+
+int zs_arg_attention(const char *flag, const char *text, zs_attention *out) {
+    if (!strcmp(text, "flash"))
+        *out = ZS_ATTENTION_FLASH;
+    else if (!strcmp(text, "naive"))
+        *out = ZS_ATTENTION_NAIVE;
+    else
+        return zs_cli_fail(2, "%s: '%s' is not one of flash, naive", flag, text);
+    return 0;
+}
+
+int zs_arg_device(const char *flag, const char *text, const char **out) {
+    if (strcmp(text, "cpu") && strcmp(text, "cuda") && strcmp(text, "auto"))
+        return zs_cli_fail(2, "%s: '%s' is not one of cpu, cuda, auto", flag, text);
+    *out = text;
+    return 0;
+}
+
 int zs_arg_is_help(const char *a) {
     return !strcmp(a, "--help") || !strcmp(a, "-h");
 }

@@ -72,14 +72,9 @@ int zs_cli_eval(int argc, char **argv) {
             model = v;
         else if (!strcmp(a, "--nproc"))
             rc = zs_arg_int_range(a, v, 1, 256, &nproc);
-        else if (!strcmp(a, "--stage")) {
-            static const char *names[] = {"ddp", "1", "2", "3"};
-            int s = 0;
-            while (s < 4 && strcmp(v, names[s]))
-                s++;
-            if (s == 4) return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
-            cfg.stage = (zs_stage)s;
-        } else
+        else if (!strcmp(a, "--stage"))
+            rc = zs_arg_stage(a, v, &cfg.stage);
+        else
             return zs_cli_fail(2, "eval: unknown flag '%s' (see zshard eval --help)", a);
         if (rc) return rc;
     }
@@ -92,7 +87,7 @@ int zs_cli_eval(int argc, char **argv) {
         cfg.val_path = cfg.data_path; /* the whole file is the evaluation set */
     }
     cfg.val_fraction = vf;
-    if (nproc > 1) return zs_cli_relaunch("eval", argc, argv, nproc);
+    if (nproc > 1) return zs_cli_relaunch("eval", argc, argv, nproc, 0);
     zs_cli_threads_setup();
     if ((rc = zs_cli_model_from("eval", src, model, &cfg.model))) return rc;
     if (!cfg.vocab && cfg.model.vocab != 256) cfg.vocab = cfg.model.vocab;

@@ -117,21 +117,16 @@ int zs_cli_generate(int argc, char **argv) {
                 return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
         } else if (!strcmp(a, "--nproc"))
             rc = zs_arg_int_range(a, v, 1, 256, &nproc);
-        else if (!strcmp(a, "--stage")) {
-            static const char *names[] = {"ddp", "1", "2", "3"};
-            int s = 0;
-            while (s < 4 && strcmp(v, names[s]))
-                s++;
-            if (s == 4) return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
-            cfg.stage = (zs_stage)s;
-        } else
+        else if (!strcmp(a, "--stage"))
+            rc = zs_arg_stage(a, v, &cfg.stage);
+        else
             return zs_cli_fail(2, "generate: unknown flag '%s' (see zshard generate --help)", a);
         if (rc) return rc;
     }
     if (!src) return zs_cli_fail(2, "generate: a weights source SRC is required");
     if (prompt && ids) return zs_cli_fail(2, "generate: --prompt and --prompt-ids: pick one");
     if (g.top_p <= 0.0f) return zs_cli_fail(2, "generate: --top-p must be positive");
-    if (nproc > 1) return zs_cli_relaunch("generate", argc, argv, nproc);
+    if (nproc > 1) return zs_cli_relaunch("generate", argc, argv, nproc, 0);
     zs_cli_threads_setup();
     if ((rc = zs_cli_model_from("generate", src, model, &cfg.model))) return rc;
     int V = cfg.model.vocab, bytes = V == 256 && !tok_path;

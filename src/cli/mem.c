@@ -115,30 +115,15 @@ int zs_cli_mem(int argc, char **argv) {
             rc = parse_dtype(a, v, &mo.reduce_dtype);
             reduce_set = 1;
         } else if (!strcmp(a, "--recompute")) {
-            if (!strcmp(v, "none"))
-                mo.recompute = ZS_RECOMPUTE_NONE;
-            else if (!strcmp(v, "block"))
-                mo.recompute = ZS_RECOMPUTE_BLOCK;
-            else
-                return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+            rc = zs_arg_recompute(a, v, &mo.recompute);
         } else if (!strcmp(a, "--device")) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-                return zs_cli_fail(2, "--device: '%s' is not one of cpu, cuda, auto", v);
-            device = v;
+            rc = zs_arg_device(a, v, &device);
         } else if (!strcmp(a, "--attention")) {
-            if (!strcmp(v, "flash"))
-                mo.attention = ZS_ATTENTION_FLASH;
-            else if (!strcmp(v, "naive"))
-                mo.attention = ZS_ATTENTION_NAIVE;
-            else
-                return zs_cli_fail(2, "--attention: '%s' is not one of flash, naive", v);
+            rc = zs_arg_attention(a, v, &mo.attention);
         } else if (!strcmp(a, "--stage")) {
-            if (!strcmp(v, "ddp"))
-                stage = 0;
-            else if (strlen(v) == 1 && v[0] >= '1' && v[0] <= '3')
-                stage = v[0] - '0';
-            else
-                return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+            zs_stage st = ZS_STAGE_DDP;
+            rc = zs_arg_stage(a, v, &st);
+            stage = (int)st;
         } else
             return zs_cli_fail(2, "mem: unknown flag '%s' (see zshard mem --help)", a);
         if (rc) return rc;

@@ -156,7 +156,7 @@ int zs_cli_train(int argc, char **argv) {
                                "train: --nproc and --max-restarts inside an already launched job "
                                "(WORLD_SIZE=%s): give them to the launcher",
                                ws);
-        return zs_train_relaunch(argc, argv, o.nproc, o.max_restarts);
+        return zs_cli_relaunch("train", argc, argv, o.nproc, o.max_restarts);
     }
     zs_cli_threads_setup(); /* may exec this command again, with the thread variables set */
 

@@ -222,34 +222,13 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
             else
                 return zs_cli_fail(2, "%s: '%s' is not one of fp32, bf16", a, v);
         } else if (!strcmp(a, "--recompute")) {
-            if (!strcmp(v, "none"))
-                o->cfg.recompute = ZS_RECOMPUTE_NONE;
-            else if (!strcmp(v, "block"))
-                o->cfg.recompute = ZS_RECOMPUTE_BLOCK;
-            else
-                return zs_cli_fail(2, "--recompute: '%s' is not one of none, block", v);
+            rc = zs_arg_recompute(a, v, &o->cfg.recompute);
         } else if (!strcmp(a, "--device")) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-                return zs_cli_fail(2, "--device: '%s' is not one of cpu, cuda, auto", v);
-            o->cfg.device = v;
+            rc = zs_arg_device(a, v, &o->cfg.device);
         } else if (!strcmp(a, "--attention")) {
-            if (!strcmp(v, "flash"))
-                o->cfg.attention = ZS_ATTENTION_FLASH;
-            else if (!strcmp(v, "naive"))
-                o->cfg.attention = ZS_ATTENTION_NAIVE;
-            else
-                return zs_cli_fail(2, "--attention: '%s' is not one of flash, naive", v);
+            rc = zs_arg_attention(a, v, &o->cfg.attention);
         } else if (!strcmp(a, "--stage")) {
-            if (!strcmp(v, "ddp"))
-                o->cfg.stage = ZS_STAGE_DDP;
-            else if (!strcmp(v, "1"))
-                o->cfg.stage = ZS_STAGE_1;
-            else if (!strcmp(v, "2"))
-                o->cfg.stage = ZS_STAGE_2;
-            else if (!strcmp(v, "3"))
-                o->cfg.stage = ZS_STAGE_3;
-            else
-                return zs_cli_fail(2, "--stage: '%s' is not one of ddp, 1, 2, 3", v);
+            rc = zs_arg_stage(a, v, &o->cfg.stage);
         } else
             return zs_cli_fail(2, "train: unknown flag '%s' (see zshard train --help)", a);
         if (rc) return rc;

@@ -190,45 +190,15 @@ int zs_cli_model_from_tie(const char *who, const char *src, const char *model_fl
     return 0;
 }
 
-int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc) {
-    char self[4096], n[16];
+int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc, int max_restarts) {
+    char self[4096], n[16], mr[16];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) return zs_cli_fail(1, "%s: cannot find the zshard executable to relaunch", sub);
     self[len] = '\0';
     snprintf(n, sizeof n, "%d", nproc);
-    char **args = calloc((size_t)argc + 8, sizeof *args);
-    if (!args) return zs_cli_fail(1, "%s: out of memory", sub);
-    int k = 0;
-    args[k++] = self;
-    args[k++] = "run";
-    args[k++] = "-n";
-    args[k++] = n;
-    args[k++] = "--";
-    args[k++] = self;
-    args[k++] = (char *)sub;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--nproc")) {
-            i++;
-            continue;
-        }
-        args[k++] = argv[i];
-    }
-    args[k] = NULL;
-    fflush(NULL);
-    execv(self, args);
-    free(args);
-    return zs_cli_fail(1, "%s: relaunch through %s failed: %s", sub, self, strerror(errno));
-}
-
-int zs_train_relaunch(int argc, char **argv, int nproc, int max_restarts) {
-    char self[4096], n[16], mr[16];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) return zs_cli_fail(1, "train: cannot find the zshard executable to relaunch");
-    self[len] = '\0';
-    snprintf(n, sizeof n, "%d", nproc);
     snprintf(mr, sizeof mr, "%d", max_restarts);
     char **args = calloc((size_t)argc + 10, sizeof *args);
-    if (!args) return zs_cli_fail(1, "train: out of memory");
+    if (!args) return zs_cli_fail(1, "%s: out of memory", sub);
     int k = 0;
     args[k++] = self;
     args[k++] = "run";
@@ -240,7 +210,7 @@ int zs_train_relaunch(int argc, char **argv, int nproc, int max_restarts) {
     }
     args[k++] = "--";
     args[k++] = self;
-    args[k++] = "train";
+    args[k++] = (char *)sub;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
             i++;
@@ -252,7 +222,7 @@ int zs_train_relaunch(int argc, char **argv, int nproc, int max_restarts) {
     fflush(NULL);
     execv(self, args);
     free(args);
-    return zs_cli_fail(1, "train: relaunch through %s failed: %s", self, strerror(errno));
+    return zs_cli_fail(1, "%s: relaunch through %s failed: %s", sub, self, strerror(errno));
 }
 
 /* ---- fault injection (tests) --------------------------------------------------------------- */

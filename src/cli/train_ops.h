@@ -29,9 +29,6 @@ int zs_train_check_save_dir(const char *save_dir, const char *resume);
 /* The checkpoint to resume from: resume itself, or for "auto" (and for a restarted job
  * without --resume) save_dir when it holds a checkpoint, else NULL (from scratch). */
 const char *zs_train_resolve_resume(const char *resume, const char *save_dir, int restart);
-/* Re-execute as `zshard run -n nproc [--max-restarts R] -- zshard train ARGS` (without
- * --nproc and --max-restarts); returns only on failure, with the exit status. */
-int zs_train_relaunch(int argc, char **argv, int nproc, int max_restarts);
 /* Fault injection for tests, from the environment, in the first attempt of a job only (so
  * that a restarted job gets past the step): at the start of step S rank R
  *   ZS_FAULT_KILL=R:S  kills itself (SIGKILL), as a crashed or OOM-killed process dies;
@@ -59,7 +56,9 @@ int zs_cli_model_from(const char *who, const char *src, const char *model_flag,
  * must agree with the source's head too. */
 int zs_cli_model_from_tie(const char *who, const char *src, const char *model_flag, int tie,
                           zs_model_config *out);
-/* Re-execute as `zshard run -n nproc -- zshard <sub> ARGS` (without --nproc). */
-int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc);
+/* Re-execute as `zshard run -n nproc [--max-restarts R] -- zshard <sub> ARGS` (without
+ * --nproc and --max-restarts; R only when max_restarts > 0); returns only on failure, with
+ * the exit status. */
+int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc, int max_restarts);
 
 #endif

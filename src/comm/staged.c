@@ -50,7 +50,8 @@ static zs_status flat(zs_comm_staging *s, int bcast_root, const void *send, void
     const zs_device *d = s->dev;
     size_t esz = zs_dtype_size(dt), per = piece_elems(s, dt) * zs_comm_world_size(s->comm);
     int rank = zs_comm_rank(s->comm);
-    for (size_t k0 = 0; k0 < count || (count == 0 && k0 == 0); k0 += per) {
+    size_t k0 = 0;
+    do { /* once even for count 0: every rank issues the same collectives */
         size_t n = count - k0 < per ? count - k0 : per;
         if (bcast_root < 0 || rank == bcast_root)
             ZS_CHECK(d->copy_d2h(s->stream, s->in, (const char *)send + k0 * esz, n * esz));
@@ -61,8 +62,7 @@ static zs_status flat(zs_comm_staging *s, int bcast_root, const void *send, void
             ZS_CHECK(zs_comm_broadcast(s->comm, s->in, s->out, n, dt, bcast_root, NULL, tag));
         ZS_CHECK(d->copy_h2d(s->stream, (char *)recv + k0 * esz, s->out, n * esz));
         ZS_CHECK(d->stream_sync(s->stream)); /* s->out is reused by the next piece */
-        if (count == 0) break;
-    }
+    } while ((k0 += per) < count);
 fail:
     return st;
 }
@@ -93,7 +93,8 @@ zs_status zs_comm_staged_reduce_scatter(zs_comm_staging *s, const void *send, vo
     const zs_device *d = s->dev;
     int world = zs_comm_world_size(s->comm);
     size_t esz = zs_dtype_size(dt), per = piece_elems(s, dt);
-    for (size_t k0 = 0; k0 < count || (count == 0 && k0 == 0); k0 += per) {
+    size_t k0 = 0;
+    do { /* once even for count 0: every rank issues the same collectives */
         size_t n = count - k0 < per ? count - k0 : per;
         for (int j = 0; j < world; j++)
             ZS_CHECK(d->copy_d2h(s->stream, (char *)s->in + (size_t)j * n * esz,
@@ -102,8 +103,7 @@ zs_status zs_comm_staged_reduce_scatter(zs_comm_staging *s, const void *send, vo
         ZS_CHECK(zs_comm_reduce_scatter(s->comm, s->in, s->out, n, dt, op, NULL, tag));
         ZS_CHECK(d->copy_h2d(s->stream, (char *)recv + k0 * esz, s->out, n * esz));
         ZS_CHECK(d->stream_sync(s->stream));
-        if (count == 0) break;
-    }
+    } while ((k0 += per) < count);
 fail:
     return st;
 }
@@ -116,7 +116,8 @@ zs_status zs_comm_staged_all_gather(zs_comm_staging *s, const void *send, void *
     const zs_device *d = s->dev;
     int world = zs_comm_world_size(s->comm);
     size_t esz = zs_dtype_size(dt), per = piece_elems(s, dt);
-    for (size_t k0 = 0; k0 < count || (count == 0 && k0 == 0); k0 += per) {
+    size_t k0 = 0;
+    do { /* once even for count 0: every rank issues the same collectives */
         size_t n = count - k0 < per ? count - k0 : per;
         ZS_CHECK(d->copy_d2h(s->stream, s->in, (const char *)send + k0 * esz, n * esz));
         ZS_CHECK(d->stream_sync(s->stream));
@@ -125,8 +126,7 @@ zs_status zs_comm_staged_all_gather(zs_comm_staging *s, const void *send, void *
             ZS_CHECK(d->copy_h2d(s->stream, (char *)recv + ((size_t)j * count + k0) * esz,
                                  (const char *)s->out + (size_t)j * n * esz, n * esz));
         ZS_CHECK(d->stream_sync(s->stream));
-        if (count == 0) break;
-    }
+    } while ((k0 += per) < count);
 fail:
     return st;
 }
