@@ -4,6 +4,8 @@
 #define ZS_CORE_HD_H
 #ifdef __CUDACC__
 #define ZS_HD __host__ __device__ __forceinline__
+#elif defined(__cplusplus)
+#define ZS_HD inline /* the emulated GPU's build of the .cu files (tests/cuda_emu) */
 #else
 #define ZS_HD inline
 #endif

@@ -98,7 +98,7 @@ static zs_status launch_attn_fwd(cudaStream_t cs, float *out, float *att, const 
     ZS_REQUIRE(out && att && q && k && v, ZS_ERR_INVALID, "attention_fwd: NULL buffer");
     ZS_REQUIRE(a.NKV >= 1 && a.NH % a.NKV == 0 && a.hs >= 1, ZS_ERR_INVALID,
                "attention_fwd: bad heads NH=%d NKV=%d hs=%d", a.NH, a.NKV, a.hs);
-    attn_fwd_kernel<<<zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs>>>(out, att, q, k, v, a);
+    ZS_LAUNCH(attn_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, out, att, q, k, v, a);
     ZS_CUDA_CHECK_LAUNCH(attn_fwd_kernel);
 fail:
     return st;
@@ -115,10 +115,11 @@ static zs_status launch_attn_bwd(cudaStream_t cs, float *dq, float *dk, float *d
                "attention_bwd: NULL buffer");
     ZS_REQUIRE(a.NKV >= 1 && a.NH % a.NKV == 0 && a.hs >= 1, ZS_ERR_INVALID,
                "attention_bwd: bad heads NH=%d NKV=%d hs=%d", a.NH, a.NKV, a.hs);
-    attn_bwd_q_kernel<<<zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs>>>(dq, datt, dout, k, v, att, a);
+    ZS_LAUNCH(attn_bwd_q_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, dq, datt, dout, k, v,
+              att, a);
     ZS_CUDA_CHECK_LAUNCH(attn_bwd_q_kernel);
-    attn_bwd_kv_kernel<<<zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs>>>(dk, dv, datt, dout, q, att,
-                                                                       a);
+    ZS_LAUNCH(attn_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, dk, dv, datt, dout, q,
+              att, a);
     ZS_CUDA_CHECK_LAUNCH(attn_bwd_kv_kernel);
 fail:
     return st;

@@ -7,6 +7,11 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#ifdef ZS_CUDA_EMU
+/* The emulated GPU of the tests (tests/cuda_emu, docs/cuda.md): the same sources built as host
+ * C++, launches and shared memory through the macros below. */
+#include "cuda_emu.h"
+#endif
 
 #include <math.h>
 #include <stddef.h>
@@ -57,6 +62,32 @@ extern "C" {
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)
+
+/* Every kernel launch: kernel<<<grid, block, shmem, stream>>>(args...) for nvcc, a queued
+ * launch on the emulated GPU otherwise. */
+#ifdef ZS_CUDA_EMU
+#define ZS_LAUNCH(kernel, grid, block, shmem, stream, ...)                                         \
+    zs_emu_launch(#kernel, kernel, grid, block, shmem, stream, __VA_ARGS__)
+#else
+#define ZS_LAUNCH(kernel, grid, block, shmem, stream, ...)                                         \
+    kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
+#endif
+
+/* Shared memory: ZS_SHARED(float, buf, 32) declares a block-wide array buf[32];
+ * ZS_SHARED_DYN(float, buf) names the launch's dynamic shared memory. Kernels use these, never
+ * __shared__ itself, so the emulated build gives every thread of a block the same (poisoned)
+ * memory. */
+#ifdef ZS_CUDA_EMU
+#define ZS_SHARED(type, name, count)                                                               \
+    static const char zs_site_##name = 0;                                                          \
+    type *name = (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count), alignof(type))
+#define ZS_SHARED_DYN(type, name) type *name = (type *)zs_emu_dyn_shared()
+#else
+#define ZS_SHARED(type, name, count) __shared__ type name[count]
+#define ZS_SHARED_DYN(type, name)                                                                  \
+    extern __shared__ __align__(16) unsigned char zs_dyn_smem_[];                                  \
+    type *name = (type *)zs_dyn_smem_
+#endif
 
 /* The opaque zs_stream_t of ops.h. */
 struct zs_stream {

@@ -143,7 +143,8 @@ zs_status zs_cu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, cons
     rows = (size_t)B * NH * T;
     if (rows == 0) return ZS_OK;
     ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
-    fa_fwd_kernel<<<zs_cu_blocks(rows), ZS_CU_THREADS, 0, zs_cu_stream(s)>>>(out, lse, q, k, v, a);
+    ZS_LAUNCH(fa_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, zs_cu_stream(s), out, lse, q, k,
+              v, a);
     ZS_CUDA_CHECK_LAUNCH(fa_fwd_kernel);
 fail:
     return st;
@@ -165,12 +166,13 @@ zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float 
     if (rows == 0) return ZS_OK;
     ZS_REQUIRE(dq && dk && dv && delta && dout && q && k && v && out && lse, ZS_ERR_INVALID,
                "flash_attention_bwd: NULL buffer");
-    fa_delta_kernel<<<zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs>>>(delta, dout, out, a);
+    ZS_LAUNCH(fa_delta_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, delta, dout, out, a);
     ZS_CUDA_CHECK_LAUNCH(fa_delta_kernel);
-    fa_bwd_q_kernel<<<zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs>>>(dq, dout, q, k, v, lse, delta, a);
+    ZS_LAUNCH(fa_bwd_q_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, dq, dout, q, k, v, lse,
+              delta, a);
     ZS_CUDA_CHECK_LAUNCH(fa_bwd_q_kernel);
-    fa_bwd_kv_kernel<<<zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs>>>(dk, dv, dout, q, k, v, lse,
-                                                                     delta, a);
+    ZS_LAUNCH(fa_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, dk, dv, dout, q, k, v,
+              lse, delta, a);
     ZS_CUDA_CHECK_LAUNCH(fa_bwd_kv_kernel);
 fail:
     return st;

@@ -52,8 +52,8 @@ static zs_status launch_embedding_fwd(cudaStream_t cs, float *out, const int32_t
     size_t total = (size_t)B * T * C;
     if (total == 0) return ZS_OK;
     ZS_REQUIRE(out && tokens && wte, ZS_ERR_INVALID, "embedding_fwd: NULL buffer");
-    embedding_fwd_kernel<<<zs_cu_blocks(total), ZS_CU_THREADS, 0, cs>>>(out, tokens, wte, wpe, T, C,
-                                                                        total);
+    ZS_LAUNCH(embedding_fwd_kernel, zs_cu_blocks(total), ZS_CU_THREADS, 0, cs, out, tokens, wte,
+              wpe, T, C, total);
     ZS_CUDA_CHECK_LAUNCH(embedding_fwd_kernel);
 fail:
     return st;
@@ -65,13 +65,13 @@ static zs_status launch_embedding_bwd(cudaStream_t cs, float *dwte, float *dwpe,
     if ((size_t)B * T * C == 0) return ZS_OK;
     ZS_REQUIRE(dout && (tokens || !dwte), ZS_ERR_INVALID, "embedding_bwd: NULL buffer");
     if (dwte) {
-        embedding_bwd_wte_kernel<<<zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs>>>(
-            dwte, dout, tokens, B * T, C);
+        ZS_LAUNCH(embedding_bwd_wte_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dwte,
+                  dout, tokens, B * T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wte_kernel);
     }
     if (dwpe) {
-        embedding_bwd_wpe_kernel<<<zs_cu_blocks((size_t)T * C), ZS_CU_THREADS, 0, cs>>>(dwpe, dout,
-                                                                                        B, T, C);
+        ZS_LAUNCH(embedding_bwd_wpe_kernel, zs_cu_blocks((size_t)T * C), ZS_CU_THREADS, 0, cs, dwpe,
+                  dout, B, T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wpe_kernel);
     }
 fail:
@@ -137,8 +137,8 @@ static zs_status launch_layernorm_fwd(cudaStream_t cs, float *out, float *mean, 
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(out && mean && rstd && inp && w && b, ZS_ERR_INVALID, "layernorm_fwd: NULL buffer");
-    layernorm_fwd_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(out, mean, rstd, inp, w,
-                                                                            b, N, C);
+    ZS_LAUNCH(layernorm_fwd_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, mean, rstd,
+              inp, w, b, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_fwd_kernel);
 fail:
     return st;
@@ -151,11 +151,11 @@ static zs_status launch_layernorm_bwd(cudaStream_t cs, float *dinp, float *dw, f
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && db && dout && inp && w && mean && rstd, ZS_ERR_INVALID,
                "layernorm_bwd: NULL buffer");
-    layernorm_bwd_rows_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(dinp, dout, inp, w,
-                                                                                 mean, rstd, N, C);
+    ZS_LAUNCH(layernorm_bwd_rows_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp, dout,
+              inp, w, mean, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_rows_kernel);
-    layernorm_bwd_cols_kernel<<<zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs>>>(dw, db, dout, inp,
-                                                                                 mean, rstd, N, C);
+    ZS_LAUNCH(layernorm_bwd_cols_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, db,
+              dout, inp, mean, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_cols_kernel);
 fail:
     return st;
@@ -199,7 +199,7 @@ static zs_status launch_gelu_fwd(cudaStream_t cs, float *out, const float *inp, 
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "gelu_fwd: NULL buffer");
-    gelu_fwd_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(out, inp, n);
+    ZS_LAUNCH(gelu_fwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, inp, n);
     ZS_CUDA_CHECK_LAUNCH(gelu_fwd_kernel);
 fail:
     return st;
@@ -210,7 +210,7 @@ static zs_status launch_gelu_bwd(cudaStream_t cs, float *dinp, const float *inp,
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(dinp && inp && dout, ZS_ERR_INVALID, "gelu_bwd: NULL buffer");
-    gelu_bwd_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(dinp, inp, dout, n);
+    ZS_LAUNCH(gelu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dinp, inp, dout, n);
     ZS_CUDA_CHECK_LAUNCH(gelu_bwd_kernel);
 fail:
     return st;
@@ -254,8 +254,8 @@ static zs_status launch_softmax_xent(cudaStream_t cs, float *losses, float *dlog
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(losses && logits && targets, ZS_ERR_INVALID, "softmax_xent: NULL buffer");
-    softmax_xent_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(
-        losses, dlogits, logits, targets, N, V, Vp, dloss);
+    ZS_LAUNCH(softmax_xent_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, losses, dlogits,
+              logits, targets, N, V, Vp, dloss);
     ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
 fail:
     return st;
@@ -303,8 +303,8 @@ static zs_status launch_rmsnorm_fwd(cudaStream_t cs, float *out, float *rstd, co
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(out && rstd && inp && w, ZS_ERR_INVALID, "rmsnorm_fwd: NULL buffer");
-    rmsnorm_fwd_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(out, rstd, inp, w, N, C,
-                                                                          eps);
+    ZS_LAUNCH(rmsnorm_fwd_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, rstd, inp, w,
+              N, C, eps);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel);
 fail:
     return st;
@@ -316,11 +316,11 @@ static zs_status launch_rmsnorm_bwd(cudaStream_t cs, float *dinp, float *dw, con
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && dout && inp && w && rstd, ZS_ERR_INVALID, "rmsnorm_bwd: NULL buffer");
-    rmsnorm_bwd_rows_kernel<<<zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs>>>(dinp, dout, inp, w,
-                                                                               rstd, N, C);
+    ZS_LAUNCH(rmsnorm_bwd_rows_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp, dout,
+              inp, w, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_rows_kernel);
-    rmsnorm_bwd_cols_kernel<<<zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs>>>(dw, dout, inp, rstd,
-                                                                               N, C);
+    ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, dout, inp,
+              rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_cols_kernel);
 fail:
     return st;
@@ -374,8 +374,8 @@ static zs_status launch_rope(cudaStream_t cs, const char *op, float *out, const 
     size_t npairs = (size_t)B * T * NH * (hs / 2);
     if (npairs == 0) return ZS_OK;
     ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "%s: NULL buffer", op);
-    rope_kernel<<<zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs>>>(out, inp, T, NH, hs, theta, inverse,
-                                                                npairs);
+    ZS_LAUNCH(rope_kernel, zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs, out, inp, T, NH, hs, theta,
+              inverse, npairs);
     ZS_CUDA_CHECK_LAUNCH(rope_kernel);
 fail:
     return st;
@@ -427,7 +427,7 @@ static zs_status launch_swiglu_fwd(cudaStream_t cs, float *out, const float *gat
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && gate && up, ZS_ERR_INVALID, "swiglu_fwd: NULL buffer");
-    swiglu_fwd_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(out, gate, up, n);
+    ZS_LAUNCH(swiglu_fwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, gate, up, n);
     ZS_CUDA_CHECK_LAUNCH(swiglu_fwd_kernel);
 fail:
     return st;
@@ -438,7 +438,8 @@ static zs_status launch_swiglu_bwd(cudaStream_t cs, float *dgate, float *dup, co
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(dgate && dup && dout && gate && up, ZS_ERR_INVALID, "swiglu_bwd: NULL buffer");
-    swiglu_bwd_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(dgate, dup, dout, gate, up, n);
+    ZS_LAUNCH(swiglu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dgate, dup, dout, gate, up,
+              n);
     ZS_CUDA_CHECK_LAUNCH(swiglu_bwd_kernel);
 fail:
     return st;

@@ -71,7 +71,7 @@ static zs_status launch_bias_fwd(cudaStream_t cs, float *out, const float *bias,
     size_t total = (size_t)N * OC;
     if (total == 0) return ZS_OK;
     ZS_REQUIRE(out && bias, ZS_ERR_INVALID, "bias_fwd: NULL buffer");
-    bias_fwd_kernel<<<zs_cu_blocks(total), ZS_CU_THREADS, 0, cs>>>(out, bias, total, OC);
+    ZS_LAUNCH(bias_fwd_kernel, zs_cu_blocks(total), ZS_CU_THREADS, 0, cs, out, bias, total, OC);
     ZS_CUDA_CHECK_LAUNCH(bias_fwd_kernel);
 fail:
     return st;
@@ -81,7 +81,7 @@ static zs_status launch_bias_bwd(cudaStream_t cs, float *dbias, const float *dou
     zs_status st = ZS_OK;
     if (OC == 0) return ZS_OK;
     ZS_REQUIRE(dbias && (dout || N == 0), ZS_ERR_INVALID, "bias_bwd: NULL buffer");
-    bias_bwd_kernel<<<zs_cu_blocks((size_t)OC), ZS_CU_THREADS, 0, cs>>>(dbias, dout, N, OC);
+    ZS_LAUNCH(bias_bwd_kernel, zs_cu_blocks((size_t)OC), ZS_CU_THREADS, 0, cs, dbias, dout, N, OC);
     ZS_CUDA_CHECK_LAUNCH(bias_bwd_kernel);
 fail:
     return st;
@@ -135,7 +135,7 @@ static zs_status launch_residual(cudaStream_t cs, float *out, const float *a, co
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && a && b, ZS_ERR_INVALID, "residual_fwd: NULL buffer");
-    residual_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(out, a, b, n);
+    ZS_LAUNCH(residual_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, a, b, n);
     ZS_CUDA_CHECK_LAUNCH(residual_kernel);
 fail:
     return st;
@@ -145,7 +145,7 @@ static zs_status launch_axpy(cudaStream_t cs, float *y, float alpha, const float
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(y && x, ZS_ERR_INVALID, "axpy: NULL buffer");
-    axpy_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(y, alpha, x, n);
+    ZS_LAUNCH(axpy_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, y, alpha, x, n);
     ZS_CUDA_CHECK_LAUNCH(axpy_kernel);
 fail:
     return st;
@@ -155,7 +155,7 @@ static zs_status launch_scale(cudaStream_t cs, float *x, float a, size_t n) {
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "scale: NULL buffer");
-    scale_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(x, a, n);
+    ZS_LAUNCH(scale_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, x, a, n);
     ZS_CUDA_CHECK_LAUNCH(scale_kernel);
 fail:
     return st;
@@ -165,7 +165,7 @@ static zs_status launch_fill(cudaStream_t cs, float *x, float value, size_t n) {
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "fill: NULL buffer");
-    fill_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(x, value, n);
+    ZS_LAUNCH(fill_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, x, value, n);
     ZS_CUDA_CHECK_LAUNCH(fill_kernel);
 fail:
     return st;
@@ -205,8 +205,8 @@ static zs_status launch_adamw(cudaStream_t cs, float *param, const float *grad, 
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw: NULL buffer");
-    adamw_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(param, grad, m, v, n, lr, beta1, beta2,
-                                                            eps, wd, grad_scale, bc1, bc2);
+    ZS_LAUNCH(adamw_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, param, grad, m, v, n, lr, beta1,
+              beta2, eps, wd, grad_scale, bc1, bc2);
     ZS_CUDA_CHECK_LAUNCH(adamw_kernel);
 fail:
     return st;
@@ -246,7 +246,7 @@ static zs_status launch_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && in, ZS_ERR_INVALID, "cast: NULL buffer");
-    f32_to_bf16_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(out, in, n);
+    ZS_LAUNCH(f32_to_bf16_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, in, n);
     ZS_CUDA_CHECK_LAUNCH(f32_to_bf16_kernel);
 fail:
     return st;
@@ -256,7 +256,7 @@ static zs_status launch_bf16_to_f32(cudaStream_t cs, float *out, const zs_bf16 *
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && in, ZS_ERR_INVALID, "cast: NULL buffer");
-    bf16_to_f32_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(out, in, n);
+    ZS_LAUNCH(bf16_to_f32_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, in, n);
     ZS_CUDA_CHECK_LAUNCH(bf16_to_f32_kernel);
 fail:
     return st;
@@ -310,9 +310,9 @@ static zs_status launch_sumsq(cudaStream_t cs, double *part, const float *x, siz
                               size_t nchunk) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(part && x && nchunk >= 1, ZS_ERR_INVALID, "sumsq: bad launch arguments");
-    sumsq_chunks_kernel<<<zs_cu_blocks(nchunk), ZS_CU_THREADS, 0, cs>>>(part, x, n, nchunk);
+    ZS_LAUNCH(sumsq_chunks_kernel, zs_cu_blocks(nchunk), ZS_CU_THREADS, 0, cs, part, x, n, nchunk);
     ZS_CUDA_CHECK_LAUNCH(sumsq_chunks_kernel);
-    sumsq_total_kernel<<<1, 1, 0, cs>>>(part + nchunk, part, nchunk);
+    ZS_LAUNCH(sumsq_total_kernel, 1, 1, 0, cs, part + nchunk, part, nchunk);
     ZS_CUDA_CHECK_LAUNCH(sumsq_total_kernel);
 fail:
     return st;
@@ -370,8 +370,8 @@ static zs_status launch_init_normal(cudaStream_t cs, float *x, size_t n, uint64_
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "init_normal: NULL buffer");
-    init_normal_kernel<<<zs_cu_blocks(n), ZS_CU_THREADS, 0, cs>>>(x, n, seed, stream_id, index0,
-                                                                  std);
+    ZS_LAUNCH(init_normal_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, x, n, seed, stream_id,
+              index0, std);
     ZS_CUDA_CHECK_LAUNCH(init_normal_kernel);
 fail:
     return st;

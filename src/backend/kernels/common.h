@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(__cplusplus)
 #define ZS_RESTRICT __restrict__
 #else
 #define ZS_RESTRICT restrict

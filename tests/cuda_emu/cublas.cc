@@ -1,0 +1,288 @@
+/* The cuBLAS entry points zshard uses, on the emulated GPU: handles, streams, math mode, and
+ * cublasGemmEx / cublasGemmStridedBatchedEx with cuBLAS's column-major semantics. Arguments are
+ * checked as cuBLAS documents them (CUBLAS_STATUS_INVALID_VALUE for negative sizes, bad
+ * transposes and leading dimensions too small for their operand, NOT_SUPPORTED for a type
+ * combination cuBLAS does not offer) before anything is queued; the product itself runs on the
+ * handle's stream, on the operands' kernel view, through OpenBLAS's sgemm:
+ *  - bf16 (and fp16) inputs are widened exactly, products accumulate in fp32;
+ *  - TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, or CUBLAS_TF32_TENSOR_OP_MATH with CUBLAS_COMPUTE_32F)
+ *    rounds each fp32 input to 10 mantissa bits first, to nearest with ties away from zero;
+ *  - a bf16 output is rounded to nearest even from the fp32 result;
+ *  - beta == 0 does not read C.
+ * The summation order is OpenBLAS's, not a tensor core's: results agree with a GPU's within the
+ * usual dot-product bound, not bit for bit (docs/cuda.md). */
+#include "emu_internal.h"
+
+#include <cublas_v2.h>
+#include <cblas.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <memory>
+#include <vector>
+
+using namespace zs_emu;
+
+struct cublasContext {
+    cudaStream_t stream;
+    cublasMath_t math;
+};
+
+extern "C" cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    *h = new cublasContext{nullptr, CUBLAS_DEFAULT_MATH};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *s = h->stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *mode) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *mode = h->math;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" const char *cublasGetStatusName(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS:
+        return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "CUBLAS_STATUS_EXECUTION_FAILED";
+    default:
+        return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+extern "C" const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS:
+        return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "the library was not initialized";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "the functionality requested is not supported";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "the GPU program failed to execute";
+    default:
+        return "unknown error";
+    }
+}
+
+namespace {
+
+float widen(const void *p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    if (t == CUDA_R_16BF) {
+        uint32_t b = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    /* CUDA_R_16F */
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, b;
+    if (e == 0) {
+        float f = (float)m * (1.0f / 16777216.0f); /* subnormal: m * 2^-24 */
+        return sign ? -f : f;
+    }
+    if (e == 31)
+        b = sign | 0x7f800000u | (m << 13);
+    else
+        b = sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+float tf32(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    if ((b & 0x7f800000u) != 0x7f800000u) { /* finite: round to 10 mantissa bits, ties away */
+        b += 0x1000u;
+        b &= 0xffffe000u;
+    }
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+uint16_t to_bf16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40); /* quiet NaN */
+    b += 0x7fffu + ((b >> 16) & 1u);
+    return (uint16_t)(b >> 16);
+}
+
+size_t type_size(cudaDataType t) {
+    return t == CUDA_R_32F ? 4 : 2;
+}
+
+/* The combinations cuBLAS offers for these compute types (cublasGemmEx's table), limited to the
+ * real types zshard could use. */
+bool supported(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType_t ct) {
+    if (a != b) return false;
+    switch (ct) {
+    case CUBLAS_COMPUTE_32F:
+    case CUBLAS_COMPUTE_32F_PEDANTIC:
+        return (a == CUDA_R_32F && c == CUDA_R_32F) ||
+               ((a == CUDA_R_16BF || a == CUDA_R_16F) && (c == a || c == CUDA_R_32F));
+    case CUBLAS_COMPUTE_32F_FAST_TF32:
+    case CUBLAS_COMPUTE_32F_FAST_16BF:
+        return a == CUDA_R_32F && c == CUDA_R_32F;
+    default:
+        return false;
+    }
+}
+
+/* One product, column-major: C = alpha op(A) op(B) + beta C, on kernel-view pointers. */
+void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A, cudaDataType at,
+              int lda, const void *B, cudaDataType bt, int ldb, float beta, void *C,
+              cudaDataType ct, int ldc, bool round_tf32) {
+    int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+    std::vector<float> a((size_t)arows * acols), b((size_t)brows * bcols), c((size_t)m * n);
+    for (int j = 0; j < acols; j++)
+        for (int i = 0; i < arows; i++) {
+            float v = widen(A, at, (size_t)j * lda + i);
+            a[(size_t)j * arows + i] = round_tf32 ? tf32(v) : v;
+        }
+    for (int j = 0; j < bcols; j++)
+        for (int i = 0; i < brows; i++) {
+            float v = widen(B, bt, (size_t)j * ldb + i);
+            b[(size_t)j * brows + i] = round_tf32 ? tf32(v) : v;
+        }
+    if (beta != 0.0f)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++)
+                c[(size_t)j * m + i] = widen(C, ct, (size_t)j * ldc + i);
+    if (k > 0)
+        cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    m, n, k, alpha, a.data(), arows > 1 ? arows : 1, b.data(),
+                    brows > 1 ? brows : 1, beta, c.data(), m > 1 ? m : 1);
+    else
+        for (float &x : c)
+            x *= beta;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float v = c[(size_t)j * m + i];
+            if (ct == CUDA_R_32F)
+                ((float *)C)[(size_t)j * ldc + i] = v;
+            else
+                ((uint16_t *)C)[(size_t)j * ldc + i] = to_bf16(v);
+        }
+}
+
+cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
+                    int n, int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                    long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                    const void *beta, void *C, cudaDataType ct, int ldc, long long sc, int batch,
+                    cublasComputeType_t comp) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) ||
+        (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T) || m < 0 || n < 0 || k < 0 || batch < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    bool ta = transa == CUBLAS_OP_T, tb = transb == CUBLAS_OP_T;
+    int arows = ta ? k : m, brows = tb ? n : k;
+    if (lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) || ldc < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!supported(at, bt, ct, comp) || ct == CUDA_R_16F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    if (sticky() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+    /* Host pointer mode (the default): the scalars are read now. */
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    bool round = comp == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                 (comp == CUBLAS_COMPUTE_32F && (h->math & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH &&
+                  at == CUDA_R_32F);
+    const void *va = view(A), *vb = view(B);
+    void *vc = view(C);
+    const void *ha = A, *hb = B;
+    const void *hc = C;
+    size_t aes = type_size(at), bes = type_size(bt), ces = type_size(ct);
+    enqueue(stream_of(h->stream), "cublasGemmEx", [=] {
+        const void *ptrs[3] = {ha, hb, hc};
+        for (int i = 0; i < 3; i++)
+            if ((i < 2 ? k > 0 : true) && classify(ptrs[i]) == MEM_NONE &&
+                view(ptrs[i]) == ptrs[i]) {
+                set_sticky(cudaErrorIllegalAddress,
+                           "cublasGemmEx: operand %c (%p) is host memory a GPU cannot read",
+                           "ABC"[i], ptrs[i]);
+                return;
+            }
+        bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round;
+        for (int bi = 0; bi < batch && plain; bi++) { /* fp32 as it is: OpenBLAS in place */
+            float *cb = (float *)vc + (size_t)(bi * sc);
+            if (be == 0.0f) /* beta 0 must not read C (NaN there stays out of the result) */
+                for (int j = 0; j < n; j++)
+                    memset(cb + (size_t)j * ldc, 0, (size_t)m * 4);
+            if (k > 0)
+                cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans,
+                            tb ? CblasTrans : CblasNoTrans, m, n, k, al,
+                            (const float *)va + (size_t)(bi * sa), lda,
+                            (const float *)vb + (size_t)(bi * sb), ldb, be, cb, ldc);
+            else
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < m; i++)
+                        cb[(size_t)j * ldc + i] *= be;
+        }
+        for (int bi = 0; bi < batch && !plain; bi++)
+            gemm_one(ta, tb, m, n, k, al, (const char *)va + (size_t)(bi * sa) * aes, at, lda,
+                     (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, be,
+                     (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round);
+        check_redzone(hc);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} // namespace
+
+extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
+                                       cublasOperation_t transb, int m, int n, int k,
+                                       const void *alpha, const void *A, cudaDataType Atype,
+                                       int lda, const void *B, cudaDataType Btype, int ldb,
+                                       const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                       cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    (void)algo;
+    return gemm(h, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C,
+                Ctype, ldc, 0, 1, computeType);
+}
+
+extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    const void *alpha, const void *A, cudaDataType Atype, int lda, long long strideA, const void *B,
+    cudaDataType Btype, int ldb, long long strideB, const void *beta, void *C, cudaDataType Ctype,
+    int ldc, long long strideC, int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    (void)algo;
+    return gemm(h, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+                beta, C, Ctype, ldc, strideC, batch, computeType);
+}

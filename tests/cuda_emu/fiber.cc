@@ -1,0 +1,532 @@
+/* Kernel execution on the emulated GPU: a grid runs block by block on its stream's worker
+ * thread, and each thread of a block is a fiber with a stack of its own, so __syncthreads and
+ * warp operations suspend a thread until its block (or warp) catches up, as on a GPU.
+ *
+ * Fibers start lazily in a shuffled order and a finished fiber's stack serves the next one, so
+ * a kernel without barriers needs one stack. The order of the released threads is shuffled again
+ * at every barrier. Misuse that a GPU punishes with a hang or undefined results is a fault here,
+ * reported with the kernel, block, thread and seed: a barrier some threads never reach (or reach
+ * at a different __syncthreads), warp operations whose lanes disagree on site or mask, a mask
+ * naming a lane that has exited, too much shared memory. */
+#include "cuda_emu.h"
+#include "emu_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <stdexcept>
+#include <vector>
+
+/* ---- context switch (x86-64 System V) -------------------------------------------------------- */
+
+extern "C" void zs_emu_ctx_switch(void **save_sp, void *to_sp);
+extern "C" void zs_emu_ctx_start(void);
+
+/* Saves the callee-saved registers and the SSE/x87 control words on the current stack, stores
+ * the stack pointer in *save_sp, and resumes the context whose stack pointer is to_sp. A new
+ * context starts in zs_emu_ctx_start, which calls r13(r12) and never returns. */
+asm(R"(
+    .text
+    .globl zs_emu_ctx_switch
+    .hidden zs_emu_ctx_switch
+    .type zs_emu_ctx_switch,@function
+zs_emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size zs_emu_ctx_switch,.-zs_emu_ctx_switch
+    .globl zs_emu_ctx_start
+    .hidden zs_emu_ctx_start
+    .type zs_emu_ctx_start,@function
+zs_emu_ctx_start:
+    movq %r12, %rdi
+    callq *%r13
+    ud2
+    .size zs_emu_ctx_start,.-zs_emu_ctx_start
+)");
+
+namespace zs_emu {
+namespace {
+
+#define STACK_BYTES (256u << 10)
+#define GUARD_BYTES 4096u
+#define STATIC_SMEM_MAX (48u << 10)
+#define SMEM_POISON 0xff
+
+struct Stack {
+    char *lo; /* usable [lo, lo + STACK_BYTES), a guard page below */
+};
+
+/* Stacks are per worker thread and reused across launches. */
+thread_local std::vector<Stack> t_free_stacks;
+
+Stack stack_get() {
+    if (!t_free_stacks.empty()) {
+        Stack s = t_free_stacks.back();
+        t_free_stacks.pop_back();
+        return s;
+    }
+    void *p = mmap(nullptr, STACK_BYTES + GUARD_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "cuda-emu: cannot map a fiber stack\n");
+        abort();
+    }
+    mprotect(p, GUARD_BYTES, PROT_NONE); /* a runaway kernel stack faults, not corrupts */
+    return Stack{(char *)p + GUARD_BYTES};
+}
+
+struct Fault : std::runtime_error {
+    cudaError_t code;
+    Fault(cudaError_t c, const std::string &m) : std::runtime_error(m), code(c) {}
+};
+
+enum FiberState { F_NEW, F_READY, F_BLOCKED, F_DONE };
+
+struct Fiber {
+    void *sp;
+    Stack stack;
+    zs_emu_thread_view view;
+    int linear, warp, lane;
+    FiberState state;
+    const char *site; /* where it waits */
+    uint64_t result;  /* a completed warp operation's value for this lane */
+};
+
+struct WarpOp {
+    const char *site;
+    unsigned mask, arrived;
+    int kind, width;
+    uint64_t val[32];
+    int arg[32];
+};
+
+struct Rng {
+    uint64_t s;
+    uint64_t next() { /* splitmix64 */
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    template <typename T> void shuffle(std::vector<T> &v) {
+        for (size_t i = v.size(); i > 1; i--)
+            std::swap(v[i - 1], v[next() % i]);
+    }
+};
+
+struct Block {
+    const char *kernel;
+    const std::function<void()> *body;
+    dim3 grid, bdim;
+    uint3 bid;
+    int n; /* threads */
+    std::vector<Fiber> fibers;
+    std::vector<int> order, runq, waiters;
+    size_t runq_head;
+    int started, done;
+    const char *bar_site;
+    int bar_count;
+    std::vector<WarpOp> warps;
+    std::vector<unsigned char> smem; /* static part */
+    size_t smem_used;
+    std::vector<std::pair<const void *, size_t>> sites;
+    std::vector<unsigned char> dyn;
+    void *sched_sp;
+    Rng rng;
+    bool failed;
+    cudaError_t fault_code;
+    std::string fault;
+};
+
+thread_local Block *t_block;
+thread_local Fiber *t_fiber;
+
+[[noreturn]] void fail(cudaError_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void fail(cudaError_t code, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    throw Fault(code, msg);
+}
+
+void fiber_entry(void *arg) {
+    Fiber *f = (Fiber *)arg;
+    Block *b = t_block;
+    try {
+        (*b->body)();
+    } catch (const Fault &e) {
+        if (!b->failed) {
+            b->failed = true;
+            b->fault_code = e.code;
+            char where[160];
+            snprintf(where, sizeof where, "thread (%u,%u,%u)", f->view.tid.x, f->view.tid.y,
+                     f->view.tid.z);
+            b->fault = std::string(e.what()) + " [" + where + "]";
+        }
+    }
+    f->state = F_DONE;
+    zs_emu_ctx_switch(&f->sp, b->sched_sp);
+    __builtin_unreachable();
+}
+
+void start_fiber(Block *b, Fiber *f) {
+    f->stack = stack_get();
+    uint64_t *top = (uint64_t *)(f->stack.lo + STACK_BYTES - 16);
+    top[-1] = (uint64_t)(uintptr_t)&zs_emu_ctx_start;
+    top[-2] = 0;                                 /* rbp */
+    top[-3] = 0;                                 /* rbx */
+    top[-4] = (uint64_t)(uintptr_t)f;            /* r12: the argument */
+    top[-5] = (uint64_t)(uintptr_t)&fiber_entry; /* r13: the function */
+    top[-6] = 0;
+    top[-7] = 0;
+    uint32_t csr[2];
+    asm volatile("stmxcsr %0" : "=m"(csr[0]));
+    uint16_t fcw;
+    asm volatile("fnstcw %0" : "=m"(fcw));
+    csr[1] = fcw;
+    memcpy(&top[-8], csr, 8);
+    f->sp = &top[-8];
+    f->state = F_READY;
+    (void)b;
+}
+
+void yield_to_scheduler() {
+    Fiber *f = t_fiber;
+    zs_emu_ctx_switch(&f->sp, t_block->sched_sp);
+}
+
+/* Make the given waiting fibers runnable, in a shuffled order. */
+void release(Block *b, std::vector<int> &ids) {
+    b->rng.shuffle(ids);
+    for (int id : ids) {
+        b->fibers[id].state = F_READY;
+        b->runq.push_back(id);
+    }
+}
+
+void describe_stuck(Block *b, char *buf, size_t cap) {
+    int at_bar = 0, at_warp = 0;
+    const char *wsite = nullptr;
+    for (auto &f : b->fibers)
+        if (f.state == F_BLOCKED) {
+            if (b->bar_site && f.site == b->bar_site)
+                at_bar++;
+            else {
+                at_warp++;
+                wsite = f.site;
+            }
+        }
+    if (at_bar)
+        snprintf(buf, cap,
+                 "%d of %d threads wait at __syncthreads (%s) that %d exited thread(s) never "
+                 "reach%s",
+                 at_bar, b->n, b->bar_site, b->done, at_warp ? " (others wait at a warp op)" : "");
+    else
+        snprintf(buf, cap,
+                 "%d thread(s) wait at a warp operation (%s) whose other lanes exited or never "
+                 "arrive",
+                 at_warp, wsite ? wsite : "?");
+}
+
+bool run_block(Block *b) {
+    b->runq.clear();
+    b->runq_head = 0;
+    b->started = b->done = 0;
+    b->bar_site = nullptr;
+    b->bar_count = 0;
+    b->smem_used = 0;
+    b->sites.clear();
+    memset(b->smem.data(), SMEM_POISON, b->smem.size());
+    if (!b->dyn.empty()) memset(b->dyn.data(), SMEM_POISON, b->dyn.size());
+    for (auto &w : b->warps)
+        w.arrived = 0;
+    for (int i = 0; i < b->n; i++) {
+        Fiber &f = b->fibers[i];
+        f.state = F_NEW;
+        f.site = nullptr;
+        f.view.bid = b->bid;
+    }
+    b->rng.shuffle(b->order);
+    for (;;) {
+        Fiber *f = nullptr;
+        if (b->runq_head < b->runq.size())
+            f = &b->fibers[b->runq[b->runq_head++]];
+        else if (b->started < b->n) {
+            f = &b->fibers[b->order[b->started++]];
+            start_fiber(b, f);
+        } else
+            break;
+        if (b->runq_head == b->runq.size()) {
+            b->runq.clear();
+            b->runq_head = 0;
+        }
+        t_fiber = f;
+        zs_emu_ctx_switch(&b->sched_sp, f->sp);
+        t_fiber = nullptr;
+        if (f->state == F_DONE) {
+            t_free_stacks.push_back(f->stack);
+            b->done++;
+        }
+        if (b->failed) break;
+    }
+    /* Fibers left suspended (after a fault) are abandoned; their stacks go back to the pool. */
+    for (auto &f : b->fibers)
+        if (f.state == F_BLOCKED || f.state == F_READY) {
+            t_free_stacks.push_back(f.stack);
+            f.state = F_DONE;
+        }
+    if (!b->failed && b->done != b->n) {
+        char why[300];
+        describe_stuck(b, why, sizeof why);
+        b->failed = true;
+        b->fault_code = cudaErrorLaunchFailure;
+        b->fault = std::string("deadlock: ") + why;
+    }
+    return !b->failed;
+}
+
+} // namespace
+
+bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem,
+              const std::function<void()> &body, uint64_t rng_seed) {
+    Block b;
+    b.kernel = name;
+    b.body = &body;
+    b.grid = grid;
+    b.bdim = block;
+    b.n = (int)(block.x * block.y * block.z);
+    b.fibers.resize((size_t)b.n);
+    b.order.resize((size_t)b.n);
+    b.warps.resize((size_t)(b.n + 31) / 32);
+    b.smem.resize(STATIC_SMEM_MAX);
+    b.dyn.resize(shmem);
+    b.rng.s = rng_seed;
+    b.failed = false;
+    for (int i = 0; i < b.n; i++) {
+        Fiber &f = b.fibers[(size_t)i];
+        f.linear = i;
+        f.warp = i / 32;
+        f.lane = i % 32;
+        f.view.tid = uint3{(unsigned)i % block.x, (unsigned)(i / block.x) % block.y,
+                           (unsigned)(i / (block.x * block.y))};
+        f.view.bdim = block;
+        f.view.gdim = grid;
+        b.order[(size_t)i] = i;
+    }
+    uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    std::vector<uint64_t> blocks;
+    bool shuffled = nblocks <= (1u << 22);
+    if (shuffled) {
+        blocks.resize(nblocks);
+        for (uint64_t i = 0; i < nblocks; i++)
+            blocks[i] = i;
+        b.rng.shuffle(blocks);
+    }
+    Block *saved = t_block;
+    t_block = &b;
+    bool ok = true;
+    for (uint64_t k = 0; k < nblocks && ok; k++) {
+        uint64_t id = shuffled ? blocks[k] : k;
+        b.bid = uint3{(unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
+                      (unsigned)(id / ((uint64_t)grid.x * grid.y))};
+        ok = run_block(&b);
+    }
+    t_block = saved;
+    if (!ok) {
+        set_sticky(b.fault_code, "kernel %s, block (%u,%u,%u): %s", name, b.bid.x, b.bid.y, b.bid.z,
+                   b.fault.c_str());
+    }
+    return ok;
+}
+
+const char *running_kernel(char *where, size_t cap) {
+    if (!t_block) return nullptr;
+    if (t_fiber)
+        snprintf(where, cap, "kernel %s, block (%u,%u,%u), thread (%u,%u,%u)", t_block->kernel,
+                 t_block->bid.x, t_block->bid.y, t_block->bid.z, t_fiber->view.tid.x,
+                 t_fiber->view.tid.y, t_fiber->view.tid.z);
+    else
+        snprintf(where, cap, "kernel %s", t_block->kernel);
+    return where;
+}
+
+} // namespace zs_emu
+
+using namespace zs_emu;
+
+/* Outside a kernel (host code) there is no current thread: a kernel-only builtin used there is
+ * a bug, reported the way a GPU cannot. */
+static Block *need_block(const char *what) {
+    if (!t_block || !t_fiber) {
+        fprintf(stderr, "cuda-emu: %s used outside a kernel\n", what);
+        abort();
+    }
+    return t_block;
+}
+
+extern "C" const zs_emu_thread_view *zs_emu_current(void) {
+    need_block("threadIdx/blockIdx/blockDim/gridDim");
+    return &t_fiber->view;
+}
+
+extern "C" void zs_emu_syncthreads(const char *site) {
+    Block *b = need_block("__syncthreads");
+    Fiber *f = t_fiber;
+    if (b->bar_site && strcmp(b->bar_site, site) != 0)
+        fail(cudaErrorLaunchFailure,
+             "threads wait at two different __syncthreads (%s and %s): undefined on a GPU",
+             b->bar_site, site);
+    b->bar_site = site;
+    f->state = F_BLOCKED;
+    f->site = site;
+    if (++b->bar_count == b->n) {
+        b->waiters.clear();
+        for (auto &g : b->fibers)
+            if (g.state == F_BLOCKED && g.site == site) b->waiters.push_back(g.linear);
+        b->bar_count = 0;
+        b->bar_site = nullptr;
+        release(b, b->waiters);
+    }
+    yield_to_scheduler();
+}
+
+static uint64_t lane_result(const WarpOp &w, int lane) {
+    int width = w.width, seg = lane / width * width, idx = lane % width, src = lane;
+    switch (w.kind) {
+    case ZS_EMU_SHFL_IDX:
+        src = seg + ((w.arg[lane] % width + width) % width);
+        break;
+    case ZS_EMU_SHFL_XOR:
+        src = lane ^ w.arg[lane];
+        if (src / width != lane / width || src >= 32) src = lane;
+        break;
+    case ZS_EMU_SHFL_DOWN:
+        src = idx + w.arg[lane] < width ? lane + w.arg[lane] : lane;
+        break;
+    case ZS_EMU_SHFL_UP:
+        src = idx - w.arg[lane] >= 0 ? lane - w.arg[lane] : lane;
+        break;
+    case ZS_EMU_BALLOT: {
+        unsigned bits = 0;
+        for (int l = 0; l < 32; l++)
+            if ((w.mask >> l & 1u) && w.val[l]) bits |= 1u << l;
+        return bits;
+    }
+    default:
+        return 0;
+    }
+    /* A source lane outside the mask did not take part: its value is undefined on a GPU. */
+    if (!(w.mask >> src & 1u)) return 0xffffffffffffffffull;
+    return w.val[src];
+}
+
+extern "C" uint64_t zs_emu_warp_op(const char *site, unsigned mask, int kind, uint64_t value,
+                                   int arg, int width) {
+    Block *b = need_block("a warp operation");
+    Fiber *f = t_fiber;
+    int base = f->warp * 32, lanes = b->n - base < 32 ? b->n - base : 32;
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        fail(cudaErrorLaunchFailure, "warp operation at %s: width %d is not a power of two <= 32",
+             site, width);
+    if (!(mask >> f->lane & 1u))
+        fail(cudaErrorLaunchFailure, "warp operation at %s: lane %d is not in its mask 0x%08x",
+             site, f->lane, mask);
+    if (lanes < 32 && (mask >> lanes))
+        fail(cudaErrorLaunchFailure,
+             "warp operation at %s: mask 0x%08x names lanes past the block's last thread", site,
+             mask);
+    WarpOp &w = b->warps[(size_t)f->warp];
+    if (w.arrived == 0) {
+        w.site = site;
+        w.mask = mask;
+        w.kind = kind;
+        w.width = width;
+    } else if (w.site != site && strcmp(w.site, site) != 0) {
+        fail(cudaErrorLaunchFailure, "warp %d: lanes at different warp operations (%s and %s)",
+             f->warp, w.site, site);
+    } else if (w.mask != mask || w.kind != kind) {
+        fail(cudaErrorLaunchFailure,
+             "warp %d at %s: lanes disagree on the mask (0x%08x and 0x%08x) or the operation",
+             f->warp, site, w.mask, mask);
+    }
+    for (int l = 0; l < 32; l++)
+        if ((mask >> l & 1u) && b->fibers[(size_t)(base + l)].state == F_DONE)
+            fail(cudaErrorLaunchFailure,
+                 "warp operation at %s: lane %d of mask 0x%08x has already exited", site, l, mask);
+    w.val[f->lane] = value;
+    w.arg[f->lane] = arg;
+    w.arrived |= 1u << f->lane;
+    f->state = F_BLOCKED;
+    f->site = site;
+    if (w.arrived == mask) {
+        b->waiters.clear();
+        for (int l = 0; l < 32; l++)
+            if (mask >> l & 1u) {
+                b->fibers[(size_t)(base + l)].result = lane_result(w, l);
+                b->waiters.push_back(base + l);
+            }
+        w.arrived = 0;
+        release(b, b->waiters);
+    }
+    yield_to_scheduler();
+    return f->result;
+}
+
+extern "C" unsigned zs_emu_activemask(void) {
+    Block *b = need_block("__activemask");
+    int base = t_fiber->warp * 32;
+    unsigned m = 0;
+    for (int l = 0; l < 32 && base + l < b->n; l++)
+        if (b->fibers[(size_t)(base + l)].state != F_DONE) m |= 1u << l;
+    return m;
+}
+
+extern "C" void *zs_emu_shared(const void *site, size_t nbytes, size_t align) {
+    Block *b = need_block("shared memory");
+    for (auto &s : b->sites)
+        if (s.first == site) return b->smem.data() + s.second;
+    size_t off = (b->smem_used + align - 1) / align * align;
+    if (off + nbytes + b->dyn.size() > STATIC_SMEM_MAX)
+        fail(cudaErrorLaunchOutOfResources,
+             "shared memory: %zu static bytes plus %zu dynamic exceed the %u bytes a block may "
+             "use without opting in",
+             off + nbytes, b->dyn.size(), STATIC_SMEM_MAX);
+    b->smem_used = off + nbytes;
+    b->sites.emplace_back(site, off);
+    return b->smem.data() + off;
+}
+
+extern "C" void *zs_emu_dyn_shared(void) {
+    Block *b = need_block("dynamic shared memory");
+    return b->dyn.empty() ? nullptr : b->dyn.data();
+}
+
+extern "C" void zs_emu_trap(const char *what) {
+    need_block("__trap");
+    fail(cudaErrorAssert, "device-side trap at %s", what);
+}
