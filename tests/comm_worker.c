@@ -2,16 +2,22 @@
  *   comm_worker collectives [--comm B] [--async]  every collective against exact expectations
  *               [--registered | --mixed]          ... on zs_comm_mem_alloc buffers (every rank,
  *                                                 or even ranks only: the staged path)
- *               [--device-staged]                 ... through comm/staged.h on the CPU's device
- *                                                 table, 1000-byte pieces (sync calls only)
+ *               [--device cpu|cuda [--staged]]    ... on device buffers (comm/device.h): copied
+ *                                                 in, the collective on device pointers,
+ *                                                 copied out; --staged forces host staging
+ *                                                 in 1000-byte pieces (automatic for shm on
+ *                                                 cuda)
  *   comm_worker die --victim V [--registered]     V kills itself mid-job; others must report it
  *   comm_worker die-alloc --victim V              V dies instead of joining a zs_comm_mem_alloc
  *   comm_worker stuck --victim V                  V stops calling collectives (timeout path)
  *   comm_worker mismatch                          rank 1 calls a different collective
  * Data are small integers in floats, so every sum is exact and results are checked bit for
  * bit; outputs are poisoned before each call. Exit 0 = all checks passed. */
+#include "backend/cuda_device.h"
 #include "backend/device.h"
+#include "comm/device.h"
 #include "comm/staged.h"
+#include "core/alloc.h"
 #include "testutil.h"
 #include "zshard.h"
 
@@ -23,9 +29,45 @@ static int g_rank, g_n;
 static zs_comm_t *g_c;
 /* 0: plain buffers; 1: registered on every rank; 2: registered on even ranks only */
 static int g_reg;
-/* --device-staged: collectives through host staging in small pieces */
+/* --device: collectives on device copies of the host buffers (mirror_*); --staged: through host
+ * staging in small pieces */
+static const zs_device *g_dev;
 static int g_staged;
-static zs_comm_staging g_stg;
+enum { MIRRORS = 8 };
+static struct mirror {
+    char *host, *dev;
+    size_t nbytes;
+} g_mir[MIRRORS];
+static int g_nmir;
+
+/* Device mode: a device buffer shadows host block [host, host + nbytes). */
+static void mirror_add(void *host, size_t nbytes) {
+    if (!g_dev) return;
+    ZT_REQUIRE(g_nmir < MIRRORS, "too many mirrored buffers");
+    struct mirror *m = &g_mir[g_nmir++];
+    m->host = host;
+    m->nbytes = nbytes;
+    ZT_OK(g_dev->alloc(ZS_MEM_WORKSPACE, nbytes, "mirror", (void **)&m->dev));
+    ZT_OK(g_dev->copy_h2d(NULL, m->dev, host, nbytes));
+}
+
+/* The device address of host address p (p itself outside device mode). */
+static void *mirror_ptr(const void *p) {
+    for (int i = 0; i < g_nmir; i++)
+        if ((const char *)p >= g_mir[i].host && (const char *)p <= g_mir[i].host + g_mir[i].nbytes)
+            return g_mir[i].dev + ((const char *)p - g_mir[i].host);
+    return (void *)p;
+}
+
+/* Copy every mirror back to its host block and release them. */
+static void mirror_pull(void) {
+    for (int i = 0; i < g_nmir; i++) {
+        ZT_OK(g_dev->copy_d2h(NULL, g_mir[i].host, g_mir[i].dev, g_mir[i].nbytes));
+        ZT_OK(g_dev->stream_sync(NULL));
+        g_dev->free(g_mir[i].dev);
+    }
+    g_nmir = 0;
+}
 static char *g_arena[2]; /* registered, ARENA bytes each */
 enum { ARENA = 4 << 20 };
 
@@ -76,16 +118,8 @@ static void poison(void *buf, size_t nbytes) {
 
 static zs_status issue(int async, zs_comm_work_t **w, int kind, const void *s, void *r,
                        size_t count, zs_dtype dt, zs_reduce_op op, const char *tag) {
-    if (g_staged) switch (kind) {
-        case 0:
-            return zs_comm_staged_all_reduce(&g_stg, s, r, count, dt, op, tag);
-        case 1:
-            return zs_comm_staged_reduce_scatter(&g_stg, s, r, count, dt, op, tag);
-        case 2:
-            return zs_comm_staged_all_gather(&g_stg, s, r, count, dt, tag);
-        default:
-            return zs_comm_staged_broadcast(&g_stg, s, r, count, dt, g_n - 1, tag);
-        }
+    s = mirror_ptr(s);
+    r = mirror_ptr(r);
     switch (kind) {
     case 0:
         return async ? zs_comm_all_reduce_async(g_c, s, r, count, dt, op, NULL, tag, w)
@@ -104,7 +138,6 @@ static zs_status issue(int async, zs_comm_work_t **w, int kind, const void *s, v
 
 /* One collective (kind 0 AR, 1 RS, 2 AG, 3 bcast from the last rank) of `count`, checked. */
 static void check_one(int kind, size_t count, zs_dtype dt, int avg, int inplace, int async) {
-    if (g_staged && async) return; /* staged collectives are blocking */
     size_t esz = zs_dtype_size(dt), n = (size_t)g_n, r = (size_t)g_rank;
     size_t in_elems = kind == 1 ? count * n : count;
     size_t out_elems = kind == 2 ? count * n : count;
@@ -147,8 +180,11 @@ static void check_one(int kind, size_t count, zs_dtype dt, int avg, int inplace,
     zs_comm_work_t *w = NULL;
     char tag[48];
     snprintf(tag, sizeof tag, "k%d/c%zu/%s", kind, count, zs_dtype_name(dt));
+    mirror_add(a, big * esz);
+    mirror_add(b, big * esz);
     ZT_OK(issue(async, &w, kind, send, recv, count, dt, op, tag));
     if (async) ZT_OK(zs_comm_work_wait(w));
+    mirror_pull();
     int bad = 0;
     for (size_t i = 0; i < out_elems && bad < 3; i++) {
         float want;
@@ -205,9 +241,15 @@ static void check_ar_equals_rs_ag(size_t count_per_rank, zs_dtype dt) {
         else
             ((uint16_t *)in)[i] = to_bf16(x[i]);
     }
-    ZT_OK(zs_comm_all_reduce(g_c, in, ar, total, dt, ZS_REDUCE_AVG, NULL, "ar"));
-    ZT_OK(zs_comm_reduce_scatter(g_c, in, rs, count_per_rank, dt, ZS_REDUCE_AVG, NULL, "rs"));
-    ZT_OK(zs_comm_all_gather(g_c, rs, ag, count_per_rank, dt, NULL, "ag"));
+    char *buf[4] = {in, ar, rs, ag};
+    for (int i = 0; i < 4; i++)
+        mirror_add(buf[i], total * esz);
+    ZT_OK(zs_comm_all_reduce(g_c, mirror_ptr(in), mirror_ptr(ar), total, dt, ZS_REDUCE_AVG, NULL,
+                             "ar"));
+    ZT_OK(zs_comm_reduce_scatter(g_c, mirror_ptr(in), mirror_ptr(rs), count_per_rank, dt,
+                                 ZS_REDUCE_AVG, NULL, "rs"));
+    ZT_OK(zs_comm_all_gather(g_c, mirror_ptr(rs), mirror_ptr(ag), count_per_rank, dt, NULL, "ag"));
+    mirror_pull();
     ZT_CHECK(memcmp(ar, ag, total * esz) == 0, "all_reduce != reduce_scatter+all_gather (%zu %s)",
              count_per_rank, zs_dtype_name(dt));
     if (rin) {
@@ -249,16 +291,34 @@ static void check_async_pipeline(void) {
         for (size_t i = 0; i < C; i++)
             in[k][i] = val(g_rank, i) + (float)k;
         poison(out[k], C * sizeof(float));
-        ZT_OK(zs_comm_all_reduce_async(g_c, in[k], out[k], C, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL,
-                                       "pipe", &w[k]));
+    }
+    if (g_dev) /* K/2 mirrors of two pipelines' buffers each would do; keep it simple */
+        for (int k = 0; k < K / 2; k++) {
+            mirror_add(in[k], C * sizeof(float));
+            mirror_add(out[k], C * sizeof(float));
+        }
+    for (int k = 0; k < K; k++) {
+        if (g_dev && k == K / 2) { /* the second half after the first half's copies */
+            for (int j = 0; j < K / 2; j++)
+                ZT_OK(zs_comm_work_wait(w[j]));
+            mirror_pull();
+            for (int j = K / 2; j < K; j++) {
+                mirror_add(in[j], C * sizeof(float));
+                mirror_add(out[j], C * sizeof(float));
+            }
+        }
+        ZT_OK(zs_comm_all_reduce_async(g_c, mirror_ptr(in[k]), mirror_ptr(out[k]), C, ZS_DTYPE_F32,
+                                       ZS_REDUCE_SUM, NULL, "pipe", &w[k]));
     }
     if (getenv("ZS_COMM_DELAY_MS") && g_n > 1) {
         int done = 1;
         ZT_OK(zs_comm_work_test(w[K - 1], &done));
         ZT_CHECK(!done, "last async work finished immediately despite the injected delay");
     }
-    for (int k = 0; k < K; k++) {
+    for (int k = g_dev ? K / 2 : 0; k < K; k++)
         ZT_OK(zs_comm_work_wait(w[k]));
+    if (g_dev) mirror_pull();
+    for (int k = 0; k < K; k++) {
         for (size_t i = 0; i < C; i++) {
             float want = reduced(i, 0) + (float)(k * g_n);
             if (memcmp(&out[k][i], &want, 4)) {
@@ -353,7 +413,8 @@ static int run_collectives(int async_only) {
             for (int kind = 0; kind < 4; kind++)
                 for (int inplace = 0; inplace < 2; inplace++)
                     for (int async = async_only; async < 2; async++) {
-                        int navg = kind < 2 ? 2 : 1;
+                        /* nccl's average is its own rounding (a pre-multiplied sum) */
+                        int navg = kind < 2 && zs_comm_get_backend(g_c) != ZS_COMM_NCCL ? 2 : 1;
                         for (int avg = 0; avg < navg; avg++)
                             check_one(kind, counts[ci], dts[d], avg, inplace, async);
                     }
@@ -377,11 +438,14 @@ static int run_collectives(int async_only) {
 static int run_failure(const char *mode, int victim) {
     float xs[256], *x = xs;
     if (g_reg) ZT_OK(zs_comm_mem_alloc(g_c, ZS_MEM_COMM, sizeof xs, "x", (void **)&x));
+    if (g_dev) ZT_OK(g_dev->alloc(ZS_MEM_COMM, sizeof xs, "x", (void **)&x));
     for (int it = 0;; it++) {
         char tag[32];
         snprintf(tag, sizeof tag, "unit.%d", it % 12);
         for (int i = 0; i < 256; i++)
-            x[i] = (float)g_rank;
+            xs[i] = (float)g_rank;
+        if (x != xs && g_dev) ZT_OK(g_dev->copy_h2d(NULL, x, xs, sizeof xs));
+        if (x != xs && !g_dev) memcpy(x, xs, sizeof xs);
         if (g_rank == victim && it == 20) {
             if (!strcmp(mode, "die") || !strcmp(mode, "die-alloc")) raise(SIGKILL);
             if (!strcmp(mode, "stuck")) sleep(600);
@@ -423,30 +487,40 @@ int main(int argc, char **argv) {
             g_reg = 1;
         else if (!strcmp(argv[i], "--mixed"))
             g_reg = 2;
-        else if (!strcmp(argv[i], "--device-staged"))
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            const zs_ops *ops;
+            ZT_OK(zs_backend_select(argv[++i], &ops, &g_dev));
+        } else if (!strcmp(argv[i], "--staged"))
             g_staged = 1;
     }
     zt_init("comm_worker");
     ZT_OK(zs_comm_create(&cfg, &g_c));
     g_rank = zs_comm_rank(g_c);
     g_n = zs_comm_world_size(g_c);
-    if (g_staged) {
+    if (g_dev) {
+        int stage = g_staged || !g_dev->host_memory;
         zs_mem_stats m0, m1;
-        zs_mem_get_stats(&m0);
-        ZT_OK(zs_comm_staging_init(&g_stg, g_c, zs_device_cpu(), NULL, 1000));
-        zs_mem_get_stats(&m1);
-        ZT_CHECK(m1.current[ZS_MEM_COMM] - m0.current[ZS_MEM_COMM] ==
-                     zs_comm_staging_bytes(g_n, 1000),
-                 "staging accounted %llu bytes, want %llu",
+        zs_mem_get_ledger_stats(ZS_LEDGER_HOST, &m0);
+        if (g_dev->host_memory == 0) {
+            int ndev = zs_cuda_device_count();
+            ZT_REQUIRE(ndev > 0, "--device cuda: no device");
+            ZT_OK(zs_cuda_set_device(zs_comm_local_rank(g_c) % ndev));
+        }
+        ZT_OK(zs_comm_set_device(g_c, g_dev, stage, 1000));
+        zs_mem_get_ledger_stats(ZS_LEDGER_HOST, &m1);
+        uint64_t want = stage && zs_comm_get_backend(g_c) != ZS_COMM_NCCL
+                            ? zs_comm_staging_bytes(g_n, 1000)
+                            : 0;
+        ZT_CHECK(m1.current[ZS_MEM_COMM] - m0.current[ZS_MEM_COMM] == want,
+                 "staging accounted %llu host bytes, want %llu",
                  (unsigned long long)(m1.current[ZS_MEM_COMM] - m0.current[ZS_MEM_COMM]),
-                 (unsigned long long)zs_comm_staging_bytes(g_n, 1000));
+                 (unsigned long long)want);
     }
     int rc = 0;
     if (!strcmp(mode, "collectives"))
         rc = run_collectives(async_only);
     else
         rc = run_failure(mode, victim);
-    zs_comm_staging_free(&g_stg);
     zs_comm_destroy(g_c);
     if (rc) return rc;
     return zt_finish();

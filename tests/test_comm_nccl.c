@@ -1,49 +1,72 @@
-/* The nccl backend on a real GPU (ctest label gpu): a world of one through the full API with
- * device buffers. Skips (77) without NCCL in the build or without a visible GPU. */
-#include "testutil.h"
-#include "zshard.h"
+/* Collectives on GPU memory (ctest label gpu), on the gpu suite's GPU (emulated in CI): the rank
+ * program (comm_worker, built on that GPU) copies its inputs to device buffers, runs every
+ * collective on device pointers and checks the results bit for bit, through `zshard run`:
+ *  - nccl, one GPU per rank (ZS_EMU_DEVICES), on 1, 2 and 3 ranks, blocking and asynchronous:
+ *    the collective runs on the communicator's stream, ordered by events;
+ *  - shm through pinned host staging, the path of ranks that share one GPU, on 1 to 3 ranks,
+ *    with an injected delay before every collective;
+ *  - a rank killed inside an nccl all_reduce: every survivor fails within the timeout naming the
+ *    collective, and the launcher names the dead rank. */
+#include "commtest.h"
+#include "backend/cuda_device.h"
+#include "core/timer.h"
 
-#include <string.h>
-#ifdef ZS_HAVE_NCCL
-#include <cuda_runtime.h>
-#endif
+static char g_out[1 << 20];
+
+static int run(const char *env, int n, const char *args, double *secs) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s ZS_COMM_TIMEOUT=60 %s run -n %d --drain 10 -- %s %s", env,
+             zt_zshard_exe(), n, ct_worker(), args);
+    double t = zs_now_s();
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    if (secs) *secs = zs_now_s() - t;
+    printf("%s -> %d\n", cmd, rc);
+    return rc;
+}
+
+static void run_world(int n, const char *env, const char *args) {
+    int rc = run(env, n, args, NULL);
+    ZT_CHECK(rc == 0, "%d ranks, %s -> exit %d:\n%s", n, args, rc, g_out);
+    ZT_CHECK(ct_count(g_out, " 0 failed") == n, "expected %d passing ranks:\n%s", n, g_out);
+    ZT_CHECK(ct_shm_leftovers() == 0, "shared-memory segment left in /dev/shm (%s)", args);
+}
+
+static void killed_rank(void) {
+    double s;
+    int rc = run("ZS_EMU_DEVICES=3", 3, "die --victim 1 --comm nccl --device cuda", &s);
+    ZT_CHECK(rc != 0, "nccl job with a killed rank exited 0:\n%s", g_out);
+    ZT_CHECK(s < 30.0, "took %.1f s to end after a rank died (timeout 60 s)", s);
+    ZT_CHECK(strstr(g_out, "zshard run: rank 1 (pid ") && strstr(g_out, "killed by signal 9"),
+             "the launcher must name rank 1 and SIGKILL:\n%s", g_out);
+    /* Survivors: NCCL reports the dead peer as a remote error, named with the collective. */
+    for (int r = 0; r < 3; r += 2) {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d: FAILED ZS_ERR_COMM", r);
+        ZT_CHECK(strstr(g_out, want) || strstr(g_out, "rank 1 (pid"),
+                 "rank %d did not fail with the communication error:\n%s", r, g_out);
+    }
+    ZT_CHECK(strstr(g_out, "all_reduce #") && strstr(g_out, "tag 'unit."),
+             "no message names the collective and its tag:\n%s", g_out);
+    ZT_CHECK(ct_shm_leftovers() == 0, "segment left in /dev/shm");
+}
 
 int main(void) {
     zt_init("comm_nccl");
-#ifndef ZS_HAVE_NCCL
-    zt_skip("built without NCCL");
-#else
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) zt_skip("no CUDA device");
-    unsetenv("RANK");
-    unsetenv("WORLD_SIZE");
-    zs_comm_config cfg = zs_comm_config_default();
-    cfg.backend = ZS_COMM_NCCL;
-    cfg.timeout_s = 30;
-    zs_comm_t *c = NULL;
-    ZT_OK(zs_comm_create(&cfg, &c));
-    enum { N = 4096 };
-    float h[N], back[N], *d_in = NULL, *d_out = NULL;
-    for (int i = 0; i < N; i++)
-        h[i] = (float)(i % 13) - 6.0f;
-    ZT_REQUIRE(cudaMalloc((void **)&d_in, sizeof h) == cudaSuccess, "cudaMalloc");
-    ZT_REQUIRE(cudaMalloc((void **)&d_out, sizeof h) == cudaSuccess, "cudaMalloc");
-    cudaMemcpy(d_in, h, sizeof h, cudaMemcpyHostToDevice);
-    cudaMemset(d_out, 0xff, sizeof h);
-    zs_comm_work_t *w = NULL;
-    ZT_OK(
-        zs_comm_all_reduce_async(c, d_in, d_out, N, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, "gpu", &w));
-    ZT_OK(zs_comm_work_wait(w));
-    cudaMemcpy(back, d_out, sizeof h, cudaMemcpyDeviceToHost);
-    ZT_CHECK(!memcmp(back, h, sizeof h), "all_reduce over one GPU is a copy");
-    ZT_OK(zs_comm_all_gather(c, d_in, d_out, N, ZS_DTYPE_F32, NULL, "ag"));
-    ZT_OK(zs_comm_barrier(c, NULL, "b"));
-    cudaDeviceSynchronize();
-    cudaMemcpy(back, d_out, sizeof h, cudaMemcpyDeviceToHost);
-    ZT_CHECK(!memcmp(back, h, sizeof h), "all_gather over one GPU is a copy");
-    cudaFree(d_in);
-    cudaFree(d_out);
-    zs_comm_destroy(c);
-#endif
+    zt_gpu_require();
+    ct_job_scope();
+    /* A real machine runs as many NCCL ranks as it has GPUs (NCCL refuses two on one GPU). */
+    const char *g = getenv("ZS_GPU");
+    int max_nccl = g && !strcmp(g, "real") ? zs_cuda_device_count() : 3;
+    for (int n = 1; n <= 3 && n <= max_nccl; n++) {
+        char env[64];
+        snprintf(env, sizeof env, "ZS_EMU_DEVICES=%d", n);
+        run_world(n, env, "collectives --comm nccl --device cuda");
+        run_world(n, env, "collectives --comm nccl --device cuda --async");
+    }
+    for (int n = 1; n <= 3; n++)
+        run_world(n, "ZS_EMU_DEVICES=1 ZS_SHM_CHUNK=8K", "collectives --comm shm --device cuda");
+    run_world(3, "ZS_EMU_DEVICES=1 ZS_COMM_DELAY_MS=1",
+              "collectives --comm shm --device cuda --async");
+    killed_rank();
     return zt_finish();
 }

@@ -39,8 +39,9 @@ int main(void) {
     run_world(3, "ZS_SHM_CHUNK=8K", "--mixed");
     run_world(2, "ZS_COMM_CHECK=1", "--registered");
     /* device buffers through host staging (comm/staged.h) in 1000-byte pieces, on the CPU's
-     * device table: every collective, exact, as the direct calls */
+     * device table: every collective, exact, as the direct calls (the GPU's: comm_nccl) */
     for (int n = 1; n <= 3; n++)
-        run_world(n, "ZS_SHM_CHUNK=8K", "--device-staged");
+        run_world(n, "ZS_SHM_CHUNK=8K", "--device cpu --staged");
+    run_world(3, "ZS_SHM_CHUNK=8K ZS_COMM_DELAY_MS=1", "--device cpu --staged --async");
     return zt_finish();
 }

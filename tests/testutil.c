@@ -1,5 +1,7 @@
 /* Implementation of the small test harness in testutil.h. */
 #include "testutil.h"
+
+#include "backend/cuda_device.h"
 #include <stdarg.h>
 
 #include <string.h>
@@ -92,10 +94,24 @@ void *zt_malloc(size_t nbytes) {
     return p;
 }
 
+void zt_gpu_require(void) {
+    const char *g = getenv("ZS_GPU");
+    if (!zs_cuda_built())
+        zt_skip("this build has no CUDA backend: without the CUDA toolkit's headers there is no "
+                "emulated GPU either (docs/cuda.md)");
+    if (zs_cuda_device_count() == 0)
+        zt_skip(g && !strcmp(g, "real") ? "no CUDA device is visible"
+                                        : "no CUDA device is visible and this program is not "
+                                          "built on the emulated GPU");
+}
+
 const char *zt_zshard_exe(void) {
     static char path[4096];
-    const char *d = getenv("ZS_BUILD_DIR");
-    snprintf(path, sizeof path, "%s/zshard", d ? d : ".");
+    const char *z = getenv("ZS_ZSHARD"), *d = getenv("ZS_BUILD_DIR");
+    if (z && *z)
+        snprintf(path, sizeof path, "%s", z);
+    else
+        snprintf(path, sizeof path, "%s/zshard", d ? d : ".");
     return path;
 }
 

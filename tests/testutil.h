@@ -48,6 +48,9 @@ void zt_init(const char *name);
 int zt_finish(void);
 /* Skip this whole test (exit 77) with a reason. */
 void zt_skip(const char *why);
+/* gpu tests: skip (77) saying why unless this program runs on a GPU, real or emulated
+ * (ZS_GPU=real|emu from ctest; docs/cuda.md "What runs where"). */
+void zt_gpu_require(void);
 
 /* Uniform in [lo, hi) and standard normal, from the test RNG. */
 double zt_uniform(double lo, double hi);
@@ -61,7 +64,8 @@ double zt_max_err(const float *a, const double *b, size_t n);
 double zt_max_err_ff(const float *a, const float *b, size_t n);
 /* malloc that exits on failure. */
 void *zt_malloc(size_t nbytes);
-/* Path of the zshard executable in the build tree (from ZS_BUILD_DIR). */
+/* Path of the zshard executable: ZS_ZSHARD (the gpu suite's: zshard-emu on the emulated GPU),
+ * else the build tree's (from ZS_BUILD_DIR). */
 const char *zt_zshard_exe(void);
 /* Run a shell command, capture stdout+stderr into buf, return its exit status (or 128+sig). */
 int zt_run(const char *cmd, char *buf, size_t cap);

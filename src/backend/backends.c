@@ -1,10 +1,33 @@
-/* Entry points of the CUDA backend when this build leaves it out (ZS_CUDA=OFF, or AUTO without
- * a CUDA toolkit), so callers ask "is it there?" (zs_ops_cuda() == NULL,
- * zs_cuda_device_count() == 0) instead of sprinkling #ifdefs. */
+/* Choosing a device's tables (zs_backend_select), and the entry points of the CUDA backend when
+ * this build leaves it out (ZS_CUDA=OFF, or AUTO without a CUDA toolkit), so callers ask "is it
+ * there?" (zs_ops_cuda() == NULL, zs_cuda_device_count() == 0) instead of sprinkling #ifdefs. */
 #include "backend/cuda_device.h"
 #include "backend/device.h"
 #include "backend/ops.h"
+#include "core/alloc.h"
 #include "core/status.h"
+
+#include <string.h>
+
+zs_status zs_backend_select(const char *device, const zs_ops **ops, const zs_device **dev) {
+    *ops = NULL;
+    *dev = NULL;
+    if (!device || !strcmp(device, "cpu")) {
+        *ops = zs_ops_cpu();
+        *dev = zs_device_cpu();
+    } else if (!strcmp(device, "cuda")) {
+        *ops = zs_ops_cuda();
+        *dev = zs_device_cuda();
+        if (!*ops || !*dev)
+            return zs_error(ZS_ERR_UNSUPPORTED,
+                            "device cuda: this build has no CUDA backend (configure with "
+                            "-DZS_CUDA=ON and a CUDA toolkit)");
+    } else {
+        return zs_error(ZS_ERR_INVALID, "device '%s' is not one of cpu, cuda", device);
+    }
+    zs_mem_set_compute_ledger((*dev)->host_memory ? ZS_LEDGER_HOST : ZS_LEDGER_DEVICE);
+    return ZS_OK;
+}
 
 #ifndef ZS_HAVE_CUDA
 static zs_status not_built(const char *what) {
@@ -42,6 +65,10 @@ zs_status zs_cuda_stream_create(zs_stream_t **out) {
 }
 void zs_cuda_stream_destroy(zs_stream_t *s) {
     (void)s;
+}
+void *zs_cuda_stream_handle(zs_stream_t *s) {
+    (void)s;
+    return NULL;
 }
 zs_status zs_cuda_memcpy_h2d(void *dst_dev, const void *src_host, size_t nbytes) {
     (void)dst_dev;

@@ -39,6 +39,10 @@ zs_status zs_cuda_stream_create(zs_stream_t **out);
  * accepted. */
 void zs_cuda_stream_destroy(zs_stream_t *s);
 
+/* The cudaStream_t behind s (NULL for the default stream), for code that hands streams to
+ * another CUDA library (NCCL). NULL without the CUDA backend. */
+void *zs_cuda_stream_handle(zs_stream_t *s);
+
 /* Synchronous copies of nbytes between pageable host memory and device memory (they wait
  * for the device to finish earlier work on the default stream). */
 zs_status zs_cuda_memcpy_h2d(void *dst_dev, const void *src_host, size_t nbytes);

@@ -21,6 +21,11 @@ typedef struct zs_event zs_event_t; /* opaque; the CPU's events are NULL (always
 
 typedef struct zs_device {
     const char *name; /* "cpu", "cuda" */
+    /* 1 when device memory is host memory that host code and host collectives may touch (the
+     * CPU); 0 for a GPU, whose buffers the comm layer stages (comm/staged.h) and whose bytes
+     * count in the device ledger (core/alloc.h). A capability, not an identity: code branches
+     * on what it may do with the memory, never on which device it has. */
+    int host_memory;
 
     /* nbytes of device memory, zero-filled and ready on every stream, accounted in cat.
      * nbytes 0: *out = NULL, ZS_OK. On failure *out is NULL and the message names what. */
@@ -59,5 +64,10 @@ const zs_device *zs_device_cpu(void);
 /* The CUDA table (cuda/device_table.cu), for the calling thread's current GPU; NULL when the
  * build has no CUDA backend. */
 const zs_device *zs_device_cuda(void);
+
+/* The ops and device tables of a device by name ("cpu" or NULL, "cuda"), and the memory ledger
+ * its allocations count in becomes the compute ledger (what --device-mem caps and reports show).
+ * ZS_ERR_UNSUPPORTED when the build lacks it. The one place a device name becomes tables. */
+zs_status zs_backend_select(const char *device, const zs_ops **ops, const zs_device **dev);
 
 #endif

@@ -60,6 +60,7 @@ static zs_status cpu_event_sync(zs_event_t *e) {
 
 static const zs_device g_cpu = {
     .name = "cpu",
+    .host_memory = 1,
     .alloc = zs_alloc,
     .free = zs_free,
     .host_alloc = zs_alloc,

@@ -92,9 +92,12 @@ typedef struct zs_ops {
                       size_t n);
     /* x *= a. */
     zs_status (*scale)(zs_stream_t *s, float *x, float a, size_t n);
-    /* *out = sum of x[i]^2, accumulated in double in a fixed order (deterministic). The
-     * result is written to host memory and is ready when the op returns. */
+    /* *out = sum of x[i]^2, accumulated in double in a fixed order (deterministic: chunks of
+     * ZS_SUMSQ_CHUNK, each in 8 double lanes, then the chunks in index order). out is device
+     * memory, written in stream order like any other output. */
     zs_status (*sumsq)(zs_stream_t *s, double *out, const float *x, size_t n);
+    /* *out = sum of x[i] in double, the same order as sumsq (device memory, stream order). */
+    zs_status (*sum)(zs_stream_t *s, double *out, const float *x, size_t n);
     /* x[i] = value. */
     zs_status (*fill)(zs_stream_t *s, float *x, float value, size_t n);
     /* memcpy of nbytes within device memory. */

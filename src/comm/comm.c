@@ -1,6 +1,8 @@
 /* The communicator: creation from the rendezvous, backend choice, argument validation (NCCL's
  * in-place rules), the single execution path every collective takes, and sticky failure. */
 #include "comm/comm_internal.h"
+#include "comm/device.h"
+#include "comm/staged.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -155,11 +157,50 @@ fail:
 
 void zs_comm_destroy(zs_comm_t *c) {
     if (!c) return;
-    zs_queue_destroy(c->queue); /* drains outstanding work first */
-    if (c->ops) c->ops->fini(c);
+    zs_queue_destroy(c->queue);  /* drains outstanding work first */
+    if (c->ops) c->ops->fini(c); /* nccl: destroy (waits for its work) or abort (failed) */
+    if (c->cstream) c->dev->stream_sync(c->cstream);
+    if (c->staging) {
+        zs_comm_staging_free(c->staging);
+        free(c->staging);
+    }
+    if (c->cstream) c->dev->stream_destroy(c->cstream);
     pthread_mutex_destroy(&c->err_lock);
     pthread_mutex_destroy(&c->ring_lock);
     free(c);
+}
+
+zs_status zs_comm_set_device(zs_comm_t *c, const zs_device *dev, int stage, size_t chunk_bytes) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(c && dev, ZS_ERR_INVALID, "zs_comm_set_device: NULL communicator or device");
+    ZS_REQUIRE(!c->dev && c->next_seq == 0, ZS_ERR_INVALID,
+               "zs_comm_set_device: the communicator already has a device or ran collectives");
+    ZS_REQUIRE(c->backend != ZS_COMM_NCCL || !dev->host_memory, ZS_ERR_INVALID,
+               "comm backend nccl moves GPU memory: it needs --device cuda, not %s", dev->name);
+    ZS_CHECK(dev->stream_create(&c->cstream));
+    c->dev = dev;
+    if (stage && c->backend != ZS_COMM_NCCL) {
+        c->staging = calloc(1, sizeof *c->staging);
+        ZS_REQUIRE(c->staging, ZS_ERR_OOM, "comm staging: out of memory");
+        ZS_CHECK(zs_comm_staging_init(c->staging, c, dev, c->cstream, chunk_bytes));
+    }
+    return ZS_OK;
+fail:
+    if (c && c->staging) {
+        zs_comm_staging_free(c->staging);
+        free(c->staging);
+        c->staging = NULL;
+    }
+    if (c && c->cstream) dev->stream_destroy(c->cstream);
+    if (c) {
+        c->cstream = NULL;
+        c->dev = NULL;
+    }
+    return st;
+}
+
+const zs_device *zs_comm_device(const zs_comm_t *c) {
+    return c ? c->dev : NULL;
 }
 
 int zs_comm_rank(const zs_comm_t *c) {
@@ -218,7 +259,11 @@ zs_status zs_comm_execute(zs_comm_t *c, const zs_coll *op, char *msg, size_t msg
         }
         zs_ring_begin(c, op);
         if (c->check && c->env.world_size > 1) st = zs_comm_check_op(c, op);
-        if (st == ZS_OK) st = c->ops->run(c, op);
+        /* A staged collective copies from device buffers: first the caller's stream must have
+         * produced them. */
+        if (st == ZS_OK && op->ready) st = c->dev->event_sync(op->ready);
+        if (st == ZS_OK)
+            st = c->staging ? zs_comm_staged_run(c, c->staging, op) : c->ops->run(c, op);
         zs_ring_end(c, op, st);
         if (st != ZS_OK) {
             char full[1024];

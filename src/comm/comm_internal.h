@@ -4,6 +4,7 @@
 #ifndef ZS_COMM_INTERNAL_H
 #define ZS_COMM_INTERNAL_H
 
+#include "backend/device.h"
 #include "comm/env.h"
 #include "zshard.h"
 
@@ -36,7 +37,8 @@ typedef struct zs_coll {
     zs_stream_t *stream;
     uint64_t seq; /* 1-based sequence number on this communicator */
     char tag[ZS_COMM_TAG_LEN];
-    void *ext; /* internal kinds' arguments */
+    void *ext;         /* internal kinds' arguments */
+    zs_event_t *ready; /* staged device collectives: the caller's stream reached the op */
 } zs_coll;
 
 /* zs_comm_mem_alloc's request. A failure every rank agrees on (over the memory cap, no room
@@ -80,6 +82,7 @@ typedef struct zs_ring_entry {
 } zs_ring_entry;
 
 typedef struct zs_comm_queue zs_comm_queue; /* queue.c */
+struct zs_comm_staging;                     /* staged.h */
 
 struct zs_comm {
     zs_comm_env env;
@@ -107,6 +110,12 @@ struct zs_comm {
     int ring_printed;
 
     zs_comm_queue *queue;
+
+    /* Device buffers (comm/device.h): the device, its stream for this communicator's work, and
+     * the host staging that host backends run through (NULL: buffers are host-readable). */
+    const zs_device *dev;
+    zs_stream_t *cstream;
+    struct zs_comm_staging *staging;
 };
 
 /* Backends that exist in this build (NULL when not compiled in). */

@@ -1,7 +1,8 @@
 /* Registered communication buffers (zs_comm_mem_alloc): memory that every rank of the job
  * can read in place, so shm collectives on it skip the staging copy (shm_reg.c,
  * shm_direct.c). Backends without registration (mpi, nccl) and a world of one get plain
- * zs_alloc memory, so callers allocate the same way whatever the backend. */
+ * zs_alloc memory, and a communicator on a device (comm/device.h) that device's memory, so
+ * callers allocate the same way whatever the backend. */
 #include "comm/comm_internal.h"
 #include "core/alloc.h"
 #include "core/status.h"
@@ -9,7 +10,8 @@
 #include <string.h>
 
 static int registers(const zs_comm_t *c) {
-    return c->ops->mem_free && c->env.world_size > 1;
+    return c->ops->mem_free && c->env.world_size > 1 && !c->staging &&
+           (!c->dev || c->dev->host_memory);
 }
 
 zs_status zs_comm_mem_alloc(zs_comm_t *c, zs_mem_category cat, size_t nbytes, const char *what,
@@ -23,6 +25,7 @@ zs_status zs_comm_mem_alloc(zs_comm_t *c, zs_mem_category cat, size_t nbytes, co
     ZS_REQUIRE((unsigned)cat < ZS_MEM_NCAT, ZS_ERR_INVALID,
                "zs_comm_mem_alloc: bad memory category %d", (int)cat);
     if (!what) what = "comm buffer";
+    if (c->dev && !registers(c)) return c->dev->alloc(cat, nbytes, what, ptr);
     if (!registers(c)) return zs_alloc(cat, nbytes, what, ptr);
     ZS_REQUIRE(nbytes <= SIZE_MAX / 2, ZS_ERR_OOM, "zs_comm_mem_alloc '%s': %zu bytes is too large",
                what, nbytes);
@@ -46,6 +49,11 @@ fail:
 
 void zs_comm_mem_free(zs_comm_t *c, void *ptr) {
     if (!ptr) return;
+    if (c && c->dev && !registers(c)) {
+        zs_queue_drain(c->queue);
+        c->dev->free(ptr); /* waits for the device, hence for work on the comm stream */
+        return;
+    }
     if (c && registers(c)) {
         /* Work issued earlier may still read through this rank's mappings of the peers'
          * buffers of this allocation. */

@@ -3,6 +3,7 @@
  * stream (or the comm's own); waiting polls the stream and NCCL's async error against the
  * deadline and aborts the NCCL communicator on timeout, so a dead peer cannot hang us.
  * bf16 reductions are NCCL's own (its partial sums between hops are bf16). */
+#include "backend/cuda_device.h"
 #include "comm/comm_internal.h"
 #include "comm/store.h"
 #include "core/status.h"
@@ -103,8 +104,10 @@ static void nccl_fini(zs_comm_t *c) {
     c->impl = NULL;
 }
 
+/* The op's stream (the communicator's device stream when a device is attached), else the
+ * backend's own. */
 static cudaStream_t stream_of(nccl_ctx *x, const zs_coll *op) {
-    return op->stream ? (cudaStream_t)(void *)op->stream : x->stream;
+    return op->stream ? (cudaStream_t)zs_cuda_stream_handle(op->stream) : x->stream;
 }
 
 static zs_status nccl_run(zs_comm_t *c, const zs_coll *op) {
@@ -137,28 +140,42 @@ fail:
 }
 
 /* Wait for the stream to pass the collective, bounded; a peer that died leaves NCCL spinning
- * forever, so on timeout the communicator is aborted. */
+ * forever, so on an async error or the timeout the communicator is aborted. Either failure
+ * names the collective, its sequence number and tag, and NCCL's own account of it. */
 static zs_status nccl_sync(zs_comm_t *c, const zs_coll *op) {
     zs_status st = ZS_OK;
     nccl_ctx *x = c->impl;
     cudaStream_t s = stream_of(x, op);
     double deadline = zs_now_s() + c->timeout_s;
+    char what[160];
+    snprintf(what, sizeof what, "nccl: %s #%llu (tag '%s', %zu x %s) on rank %d",
+             zs_coll_name(op->kind), (unsigned long long)op->seq, op->tag, op->count,
+             zs_dtype_name(op->dt), c->env.rank);
     for (;;) {
         cudaError_t q = cudaStreamQuery(s);
         if (q == cudaSuccess) break;
-        ZS_REQUIRE(q == cudaErrorNotReady, ZS_ERR_CUDA, "nccl: stream failed: %s",
+        ZS_REQUIRE(q == cudaErrorNotReady, ZS_ERR_CUDA, "%s: the stream failed: %s", what,
                    cudaGetErrorString(q));
         ncclResult_t async_rc = ncclSuccess;
         ZS_NCCL_CHECK(ncclCommGetAsyncError(x->comm, &async_rc));
-        ZS_NCCL_CHECK(async_rc);
+        if (async_rc != ncclSuccess) {
+            const char *last = ncclGetLastError(x->comm);
+            st = zs_error(async_rc == ncclRemoteError || async_rc == ncclSystemError ? ZS_ERR_COMM
+                                                                                     : ZS_ERR_CUDA,
+                          "%s: %s (NCCL: %s)", what, ncclGetErrorString(async_rc),
+                          last && *last ? last : "no detail");
+            ncclCommAbort(x->comm);
+            x->comm = NULL;
+            x->aborted = 1;
+            goto fail;
+        }
         if (zs_now_s() > deadline) {
             ncclCommAbort(x->comm);
             x->comm = NULL;
             x->aborted = 1;
             ZS_REQUIRE(0, ZS_ERR_TIMEOUT,
-                       "nccl: %s #%llu (tag '%s') did not complete within %.1f s (a peer is dead "
-                       "or stuck)",
-                       zs_coll_name(op->kind), (unsigned long long)op->seq, op->tag, c->timeout_s);
+                       "%s did not complete within %.1f s (a peer is dead or stuck)", what,
+                       c->timeout_s);
         }
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);

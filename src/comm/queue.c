@@ -3,6 +3,7 @@
  * nothing is queued, which saves a thread hand-off for small blocking calls. At most one
  * collective runs at a time, which also serializes every backend call. */
 #include "comm/comm_internal.h"
+#include "comm/device.h"
 #include "core/status.h"
 
 #include <stdlib.h>
@@ -13,7 +14,8 @@ struct zs_comm_work {
     zs_coll op;
     zs_status st;
     int done;
-    int stream_sync; /* nccl: the collective was enqueued; wait syncs the stream */
+    int stream_sync;     /* nccl: the collective was enqueued; wait syncs the stream */
+    zs_event_t *done_ev; /* nccl on a device: recorded on the comm stream after the op */
     char msg[1024];
     struct zs_comm_work *next;     /* run queue */
     struct zs_comm_work *all_prev; /* list of live handles, freed at destroy if never waited */
@@ -96,6 +98,8 @@ void zs_queue_destroy(zs_comm_queue *q) {
     while (q->live) {
         zs_comm_work_t *w = q->live;
         unlink_live(q, w);
+        if (w->done_ev) q->c->dev->event_destroy(w->done_ev);
+        if (w->op.ready) q->c->dev->event_destroy(w->op.ready);
         free(w);
     }
     pthread_mutex_destroy(&q->lock);
@@ -104,20 +108,36 @@ void zs_queue_destroy(zs_comm_queue *q) {
     free(q);
 }
 
-/* nccl and other stream backends: enqueue now, completion is the stream's business. */
+/* nccl and other stream backends: enqueue now, completion is the stream's business. On a device
+ * the op goes on the communicator's own stream, after an event of the caller's stream, and its
+ * completion is an event of the comm stream that the caller's stream can wait for. */
 static zs_status submit_stream(zs_comm_t *c, zs_comm_queue *q, zs_coll *op, zs_comm_work_t **work) {
     zs_status st = ZS_OK;
+    zs_event_t *ready = NULL, *done = NULL;
+    zs_comm_work_t *w = NULL;
     pthread_mutex_lock(&q->lock);
     op->seq = ++c->next_seq;
     pthread_mutex_unlock(&q->lock);
+    if (c->dev) {
+        ZS_CHECK(c->dev->event_create(&ready));
+        ZS_CHECK(c->dev->event_record(ready, op->stream));
+        ZS_CHECK(c->dev->stream_wait(c->cstream, ready));
+        op->stream = c->cstream;
+    }
     ZS_CHECK(zs_comm_execute(c, op, NULL, 0));
-    if (!work) return ZS_OK;
-    zs_comm_work_t *w = calloc(1, sizeof *w);
+    if (!work) goto fail; /* the blocking form: the caller syncs (zs_queue_submit) */
+    if (c->dev) {
+        ZS_CHECK(c->dev->event_create(&done));
+        ZS_CHECK(c->dev->event_record(done, c->cstream));
+    }
+    w = calloc(1, sizeof *w);
     ZS_REQUIRE(w, ZS_ERR_OOM, "comm work: out of memory");
     w->c = c;
     w->op = *op;
     w->done = 1;
     w->stream_sync = 1;
+    w->done_ev = done;
+    done = NULL;
     pthread_mutex_lock(&q->lock);
     w->all_next = q->live;
     if (q->live) q->live->all_prev = w;
@@ -125,13 +145,25 @@ static zs_status submit_stream(zs_comm_t *c, zs_comm_queue *q, zs_coll *op, zs_c
     pthread_mutex_unlock(&q->lock);
     *work = w;
 fail:
+    if (ready) c->dev->event_destroy(ready);
+    if (done) c->dev->event_destroy(done);
     return st;
 }
 
 zs_status zs_queue_submit(zs_comm_t *c, zs_coll *op, zs_comm_work_t **work) {
     zs_status st = ZS_OK;
     zs_comm_queue *q = c->queue;
-    if (!q->started) return submit_stream(c, q, op, work);
+    if (!q->started) {
+        st = submit_stream(c, q, op, work);
+        /* The blocking form returns with the results in place, as on the host. */
+        if (st == ZS_OK && !work && c->ops->sync) st = c->ops->sync(c, op);
+        return st;
+    }
+    if (c->staging && op->kind != ZS_COLL_MEM_ALLOC && op->kind != ZS_COLL_BARRIER) {
+        /* The comm thread copies op's device buffers once the caller's stream has made them. */
+        ZS_CHECK(c->dev->event_create(&op->ready));
+        ZS_CHECK(c->dev->event_record(op->ready, op->stream));
+    }
     pthread_mutex_lock(&q->lock);
     op->seq = ++c->next_seq;
     if (!work && !q->head && !q->busy) {
@@ -144,6 +176,7 @@ zs_status zs_queue_submit(zs_comm_t *c, zs_coll *op, zs_comm_work_t **work) {
         pthread_cond_broadcast(&q->cv_work);
         pthread_cond_broadcast(&q->cv_done); /* zs_queue_drain */
         pthread_mutex_unlock(&q->lock);
+        if (op->ready) c->dev->event_destroy(op->ready);
         return st;
     }
     zs_comm_work_t *w = calloc(1, sizeof *w);
@@ -168,6 +201,10 @@ zs_status zs_queue_submit(zs_comm_t *c, zs_coll *op, zs_comm_work_t **work) {
         return ZS_OK;
     }
     return zs_comm_work_wait(w);
+fail:
+    if (op->ready) c->dev->event_destroy(op->ready);
+    op->ready = NULL;
+    return st;
 }
 
 void zs_queue_drain(zs_comm_queue *q) {
@@ -193,6 +230,21 @@ zs_status zs_comm_work_wait(zs_comm_work_t *w) {
         st = w->c->ops->sync(w->c, &w->op);
     else if (st != ZS_OK)
         zs_error(st, "%s", w->msg);
+    if (w->done_ev) w->c->dev->event_destroy(w->done_ev);
+    if (w->op.ready) w->c->dev->event_destroy(w->op.ready);
+    free(w);
+    return st;
+}
+
+zs_status zs_comm_work_wait_stream(zs_comm_work_t *w, zs_stream_t *s) {
+    if (!w) return zs_error(ZS_ERR_INVALID, "zs_comm_work_wait_stream: work is NULL");
+    if (!w->done_ev) return zs_comm_work_wait(w);
+    zs_comm_t *c = w->c;
+    zs_status st = c->dev->stream_wait(s, w->done_ev);
+    pthread_mutex_lock(&c->queue->lock);
+    unlink_live(c->queue, w);
+    pthread_mutex_unlock(&c->queue->lock);
+    c->dev->event_destroy(w->done_ev);
     free(w);
     return st;
 }

@@ -20,7 +20,12 @@ typedef struct alloc_header {
 #define HDR_MAGIC 0x5a534d45u /* "ZSME" */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static zs_mem_stats g_stats;
+/* One ledger per kind of memory: host (zs_alloc, pinned staging) and a GPU's device memory. The
+ * compute ledger is the one zs_mem_get_stats reports and the cap limits: the host's unless a
+ * run computes on a GPU (zs_mem_set_compute_ledger), so on the CPU nothing changes. */
+static zs_mem_stats g_ledgers[2];
+static int g_compute;
+#define g_stats g_ledgers[ZS_LEDGER_HOST]
 
 static const char *g_cat_names[ZS_MEM_NCAT] = {
     "param",    "param_shard", "grad",      "grad_shard", "optim_state",
@@ -69,11 +74,12 @@ void zs_mem_format_breakdown(const zs_mem_stats *s, int use_peak, char *buf, siz
     if (!len) snprintf(buf, cap, "nothing allocated");
 }
 
-/* Count nbytes against category cat, failing (and changing nothing) over the cap. */
-static zs_status reserve(zs_mem_category cat, size_t nbytes, const char *what) {
+/* Count nbytes against category cat of ledger l, failing (and changing nothing) over its cap. */
+static zs_status reserve_in(zs_ledger l, zs_mem_category cat, size_t nbytes, const char *what) {
     pthread_mutex_lock(&g_lock);
-    if (g_stats.cap && g_stats.total_current + nbytes > g_stats.cap) {
-        zs_mem_stats snap = g_stats;
+    zs_mem_stats *st = &g_ledgers[l];
+    if (st->cap && st->total_current + nbytes > st->cap) {
+        zs_mem_stats snap = *st;
         pthread_mutex_unlock(&g_lock);
         char need[32], capb[32], used[32], brk[512];
         zs_format_bytes(nbytes, need, sizeof need);
@@ -86,12 +92,16 @@ static zs_status reserve(zs_mem_category cat, size_t nbytes, const char *what) {
                         capb, need, what, g_cat_names[cat], used, brk);
     }
     /* Reserve before allocating so concurrent callers cannot both pass the cap check. */
-    g_stats.current[cat] += nbytes;
-    g_stats.total_current += nbytes;
-    if (g_stats.current[cat] > g_stats.peak[cat]) g_stats.peak[cat] = g_stats.current[cat];
-    if (g_stats.total_current > g_stats.total_peak) g_stats.total_peak = g_stats.total_current;
+    st->current[cat] += nbytes;
+    st->total_current += nbytes;
+    if (st->current[cat] > st->peak[cat]) st->peak[cat] = st->current[cat];
+    if (st->total_current > st->total_peak) st->total_peak = st->total_current;
     pthread_mutex_unlock(&g_lock);
     return ZS_OK;
+}
+
+static zs_status reserve(zs_mem_category cat, size_t nbytes, const char *what) {
+    return reserve_in(ZS_LEDGER_HOST, cat, nbytes, what);
 }
 
 zs_status zs_alloc(zs_mem_category cat, size_t nbytes, const char *what, void **out) {
@@ -152,33 +162,62 @@ void zs_free(void *ptr) {
 
 void zs_mem_get_stats(zs_mem_stats *out) {
     pthread_mutex_lock(&g_lock);
-    *out = g_stats;
+    *out = g_ledgers[g_compute];
     pthread_mutex_unlock(&g_lock);
+}
+
+void zs_mem_get_ledger_stats(zs_ledger l, zs_mem_stats *out) {
+    pthread_mutex_lock(&g_lock);
+    *out = g_ledgers[l];
+    pthread_mutex_unlock(&g_lock);
+}
+
+void zs_mem_set_compute_ledger(zs_ledger l) {
+    pthread_mutex_lock(&g_lock);
+    if (l != (zs_ledger)g_compute) { /* the cap follows the ledger it limits */
+        g_ledgers[l].cap = g_ledgers[g_compute].cap;
+        g_ledgers[g_compute].cap = 0;
+        g_compute = (int)l;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+zs_ledger zs_mem_compute_ledger(void) {
+    pthread_mutex_lock(&g_lock);
+    zs_ledger l = (zs_ledger)g_compute;
+    pthread_mutex_unlock(&g_lock);
+    return l;
 }
 
 void zs_mem_set_cap(uint64_t nbytes) {
     pthread_mutex_lock(&g_lock);
-    g_stats.cap = nbytes;
+    g_ledgers[g_compute].cap = nbytes;
     pthread_mutex_unlock(&g_lock);
 }
 
 void zs_mem_reset_peaks(void) {
     pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < ZS_MEM_NCAT; i++)
-        g_stats.peak[i] = g_stats.current[i];
-    g_stats.total_peak = g_stats.total_current;
+    for (int l = 0; l < 2; l++) {
+        for (int i = 0; i < ZS_MEM_NCAT; i++)
+            g_ledgers[l].peak[i] = g_ledgers[l].current[i];
+        g_ledgers[l].total_peak = g_ledgers[l].total_current;
+    }
     pthread_mutex_unlock(&g_lock);
 }
 
-zs_status zs_mem_account(zs_mem_category cat, int64_t nbytes, const char *what) {
-    if ((unsigned)cat >= ZS_MEM_NCAT)
+zs_status zs_mem_account_in(zs_ledger l, zs_mem_category cat, int64_t nbytes, const char *what) {
+    if ((unsigned)cat >= ZS_MEM_NCAT || (unsigned)l > ZS_LEDGER_DEVICE)
         return zs_error(ZS_ERR_INTERNAL, "zs_mem_account: bad category %d for %s", (int)cat, what);
-    if (nbytes >= 0) return reserve(cat, (size_t)nbytes, what);
+    if (nbytes >= 0) return reserve_in(l, cat, (size_t)nbytes, what);
     pthread_mutex_lock(&g_lock);
-    g_stats.current[cat] -= (uint64_t)(-nbytes);
-    g_stats.total_current -= (uint64_t)(-nbytes);
+    g_ledgers[l].current[cat] -= (uint64_t)(-nbytes);
+    g_ledgers[l].total_current -= (uint64_t)(-nbytes);
     pthread_mutex_unlock(&g_lock);
     return ZS_OK;
+}
+
+zs_status zs_mem_account(zs_mem_category cat, int64_t nbytes, const char *what) {
+    return zs_mem_account_in(ZS_LEDGER_HOST, cat, nbytes, what);
 }
 
 zs_status zs_parse_bytes(const char *text, uint64_t *out) {

@@ -19,6 +19,15 @@ void zs_free(void *ptr);
  * nbytes > 0 reserves under the cap exactly as zs_alloc does (failing with the breakdown),
  * nbytes < 0 releases. `what` names the buffer in errors. */
 zs_status zs_mem_account(zs_mem_category cat, int64_t nbytes, const char *what);
+/* Ledgers: host memory (zs_alloc, zs_mem_account, pinned staging buffers) and a GPU's device
+ * memory (the CUDA device table). The compute ledger, the memory of the device a run computes on,
+ * is what zs_mem_get_stats reports, the --device-mem cap limits and the estimator predicts: the
+ * host's by default; a run on a GPU selects the device's. */
+typedef enum zs_ledger { ZS_LEDGER_HOST = 0, ZS_LEDGER_DEVICE = 1 } zs_ledger;
+zs_status zs_mem_account_in(zs_ledger l, zs_mem_category cat, int64_t nbytes, const char *what);
+void zs_mem_set_compute_ledger(zs_ledger l); /* the cap moves with it */
+zs_ledger zs_mem_compute_ledger(void);
+void zs_mem_get_ledger_stats(zs_ledger l, zs_mem_stats *out);
 /* Bytes zs_alloc accounted for this buffer (0 for NULL). */
 size_t zs_alloc_size(const void *ptr);
 /* Write "param 1.2 GiB, optim_state 2.4 GiB, ..." (non-zero categories, largest first). */

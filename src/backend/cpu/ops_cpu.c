@@ -134,21 +134,22 @@ static zs_status cpu_scale(zs_stream_t *s, float *x, float a, size_t n) {
     return ZS_OK;
 }
 
-static zs_status cpu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n) {
+/* sumsq and sum: chunk sums (in parallel), then the chunks added in index order. */
+static zs_status chunked(const char *op, double *out, const float *x, size_t n, int square) {
     zs_status st = ZS_OK;
     double *part = NULL;
     size_t nchunk = (n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
-    ZS_REQUIRE(out != NULL, ZS_ERR_INVALID, "sumsq: NULL output");
+    ZS_REQUIRE(out != NULL, ZS_ERR_INVALID, "%s: NULL output", op);
     if (nchunk <= 1) {
-        *out = zs_sumsq_chunk(x, n);
+        *out = square ? zs_sumsq_chunk(x, n) : zs_sum_chunk(x, n);
         return ZS_OK;
     }
     part = malloc(nchunk * sizeof *part);
-    ZS_REQUIRE(part != NULL, ZS_ERR_OOM, "sumsq: cannot allocate %zu partial sums", nchunk);
+    ZS_REQUIRE(part != NULL, ZS_ERR_OOM, "%s: cannot allocate %zu partial sums", op, nchunk);
 #pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
     for (size_t c = 0; c < nchunk; c++) {
-        size_t i0 = c * ZS_SUMSQ_CHUNK;
-        part[c] = zs_sumsq_chunk(x + i0, n - i0 < ZS_SUMSQ_CHUNK ? n - i0 : ZS_SUMSQ_CHUNK);
+        size_t i0 = c * ZS_SUMSQ_CHUNK, m = n - i0 < ZS_SUMSQ_CHUNK ? n - i0 : ZS_SUMSQ_CHUNK;
+        part[c] = square ? zs_sumsq_chunk(x + i0, m) : zs_sum_chunk(x + i0, m);
     }
     double total = 0.0;
     for (size_t c = 0; c < nchunk; c++)
@@ -157,6 +158,14 @@ static zs_status cpu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n
 fail:
     free(part);
     return st;
+}
+
+static zs_status cpu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n) {
+    return chunked("sumsq", out, x, n, 1);
+}
+
+static zs_status cpu_sum(zs_stream_t *s, double *out, const float *x, size_t n) {
+    return chunked("sum", out, x, n, 0);
 }
 
 static zs_status cpu_fill(zs_stream_t *s, float *x, float value, size_t n) {
@@ -203,6 +212,7 @@ static const zs_ops cpu_ops = {
     .cast = cpu_cast,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
+    .sum = cpu_sum,
     .fill = cpu_fill,
     .copy = cpu_copy,
     .init_normal = cpu_init_normal,

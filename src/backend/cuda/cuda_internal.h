@@ -89,15 +89,22 @@ extern "C" {
     type *name = (type *)zs_dyn_smem_
 #endif
 
-/* The opaque zs_stream_t of ops.h. */
+/* The opaque zs_stream_t of ops.h: the CUDA stream and the device scratch its reductions use
+ * (sumsq and sum's chunk partials, grown on demand in stream order and accounted as
+ * workspace). */
 struct zs_stream {
     cudaStream_t stream;
+    double *scratch;
+    size_t scratch_n; /* doubles */
 };
 
 /* NULL is CUDA's default stream. */
 static inline cudaStream_t zs_cu_stream(zs_stream_t *s) {
     return s ? s->stream : (cudaStream_t)0;
 }
+
+/* At least n doubles of s's scratch (the default stream has one of its own), in stream order. */
+zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out);
 
 /* Threads per block of every kernel here: simple kernels, one thread per element, row or
  * column. */

@@ -60,7 +60,7 @@ extern "C" zs_status zs_cuda_alloc(zs_mem_category cat, size_t nbytes, const cha
     ZS_REQUIRE(nbytes <= (size_t)INT64_MAX, ZS_ERR_OOM, "cannot allocate %s: size %zu overflows",
                what, nbytes);
     /* Reserve under the cap first, so concurrent callers cannot both pass it. */
-    ZS_CHECK(zs_mem_account(cat, (int64_t)nbytes, what));
+    ZS_CHECK(zs_mem_account_in(ZS_LEDGER_DEVICE, cat, (int64_t)nbytes, what));
     accounted = 1;
     rec = (alloc_rec *)malloc(sizeof *rec);
     ZS_REQUIRE(rec, ZS_ERR_OOM, "out of host memory recording device buffer %s", what);
@@ -91,7 +91,7 @@ extern "C" zs_status zs_cuda_alloc(zs_mem_category cat, size_t nbytes, const cha
 fail:
     if (p) cudaFree(p);
     free(rec);
-    if (accounted) zs_mem_account(cat, -(int64_t)nbytes, what);
+    if (accounted) zs_mem_account_in(ZS_LEDGER_DEVICE, cat, -(int64_t)nbytes, what);
     return st;
 }
 
@@ -111,7 +111,7 @@ extern "C" void zs_cuda_free(void *ptr) {
      * thing a void function can do. */
     cudaFree(ptr);
     if (rec) {
-        zs_mem_account(rec->cat, -(int64_t)rec->nbytes, "device buffer");
+        zs_mem_account_in(ZS_LEDGER_DEVICE, rec->cat, -(int64_t)rec->nbytes, "device buffer");
         free(rec);
     }
 }
@@ -131,11 +131,55 @@ fail:
     return st;
 }
 
+static void scratch_release(zs_stream_t *s) {
+    if (!s->scratch) return;
+    cudaFreeAsync(s->scratch, s->stream);
+    zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE, -(int64_t)(s->scratch_n * sizeof(double)),
+                      "reduction scratch");
+    s->scratch = NULL;
+    s->scratch_n = 0;
+}
+
 extern "C" void zs_cuda_stream_destroy(zs_stream_t *s) {
     if (!s) return;
+    scratch_release(s);
     cudaStreamSynchronize(s->stream);
     cudaStreamDestroy(s->stream);
     free(s);
+}
+
+/* The default stream's scratch, and the lock that serialises its use by several threads. */
+static zs_stream_t g_null_stream;
+
+zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out) {
+    zs_status st = ZS_OK;
+    if (!s) s = &g_null_stream;
+    if (s->scratch_n < n) {
+        /* Grow to the next power of two, so a run settles after its largest reduction. */
+        size_t want = 64;
+        while (want < n)
+            want *= 2;
+        scratch_release(s);
+        ZS_CHECK(zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE,
+                                   (int64_t)(want * sizeof(double)), "reduction scratch"));
+        if (cudaMallocAsync((void **)&s->scratch, want * sizeof(double), s->stream) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE, -(int64_t)(want * sizeof(double)),
+                              "reduction scratch");
+            s->scratch = NULL;
+            ZS_REQUIRE(0, ZS_ERR_OOM, "cuda: cannot allocate %zu bytes of reduction scratch",
+                       want * sizeof(double));
+        }
+        s->scratch_n = want;
+    }
+    *out = s->scratch;
+fail:
+    return st;
+}
+
+extern "C" void *zs_cuda_stream_handle(zs_stream_t *s) {
+    return (void *)zs_cu_stream(s);
 }
 
 extern "C" zs_status zs_cuda_memcpy_h2d(void *dst_dev, const void *src_host, size_t nbytes) {

@@ -135,6 +135,7 @@ fail:
 
 static const zs_device g_cuda = {
     .name = "cuda",
+    .host_memory = 0,
     .alloc = zs_cuda_alloc,
     .free = zs_cuda_free,
     .host_alloc = cu_host_alloc,

@@ -3,8 +3,7 @@
  * and Philox-init kernels over the shared per-element math in backend/kernels. Network ops
  * live in nn_cuda.cu and attention_cuda.cu. Each op has three layers: a static __global__
  * kernel, a static launcher that takes the stream, checks its preconditions and the launch,
- * and the op that validates shapes. Ops are asynchronous on their stream except sumsq, whose
- * host result is ready when it returns. */
+ * and the op that validates shapes. Every op is asynchronous on its stream. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/adamw.h"
 #include "backend/kernels/common.h"
@@ -284,20 +283,22 @@ fail:
     return st;
 }
 
-/* ---- sum of squares ----------------------------------------------------------------- */
+/* ---- sum of squares, sum ----------------------------------------------------------- */
 
-/* One thread per ZS_SUMSQ_CHUNK chunk (zs_sumsq_chunk, as on the CPU), then one thread adds
- * the chunk sums in index order: the CPU's decomposition exactly, so the same bits, and no
- * atomics. Strided reads make the first pass slow next to a tree reduction; it runs once per
- * step on gradient shards, where determinism across backends is worth more. */
-static __global__ void sumsq_chunks_kernel(double *part, const float *x, size_t n, size_t nchunk) {
+/* One thread per ZS_SUMSQ_CHUNK chunk (zs_sumsq_chunk / zs_sum_chunk, as on the CPU), then one
+ * thread adds the chunk sums in index order into *out: the CPU's decomposition exactly, so the
+ * same bits, and no atomics. The partials live in the stream's scratch. Strided reads make the
+ * first pass slow next to a tree reduction; it runs once per unit and step, where determinism
+ * across backends is worth more. */
+static __global__ void chunk_sums_kernel(double *part, const float *x, size_t n, size_t nchunk,
+                                         int square) {
     ZS_CU_FOR(c, nchunk) {
-        size_t i0 = c * ZS_SUMSQ_CHUNK;
-        part[c] = zs_sumsq_chunk(x + i0, n - i0 < ZS_SUMSQ_CHUNK ? n - i0 : ZS_SUMSQ_CHUNK);
+        size_t i0 = c * ZS_SUMSQ_CHUNK, m = n - i0 < ZS_SUMSQ_CHUNK ? n - i0 : ZS_SUMSQ_CHUNK;
+        part[c] = square ? zs_sumsq_chunk(x + i0, m) : zs_sum_chunk(x + i0, m);
     }
 }
 
-static __global__ void sumsq_total_kernel(double *total, const double *part, size_t nchunk) {
+static __global__ void chunks_total_kernel(double *total, const double *part, size_t nchunk) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     double t = 0.0;
     for (size_t c = 0; c < nchunk; c++)
@@ -305,42 +306,41 @@ static __global__ void sumsq_total_kernel(double *total, const double *part, siz
     *total = t;
 }
 
-/* part holds nchunk + 1 doubles; the last receives the total. */
-static zs_status launch_sumsq(cudaStream_t cs, double *part, const float *x, size_t n,
-                              size_t nchunk) {
+static zs_status launch_chunked(cudaStream_t cs, double *out, double *part, const float *x,
+                                size_t n, size_t nchunk, int square) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(part && x && nchunk >= 1, ZS_ERR_INVALID, "sumsq: bad launch arguments");
-    ZS_LAUNCH(sumsq_chunks_kernel, zs_cu_blocks(nchunk), ZS_CU_THREADS, 0, cs, part, x, n, nchunk);
-    ZS_CUDA_CHECK_LAUNCH(sumsq_chunks_kernel);
-    ZS_LAUNCH(sumsq_total_kernel, 1, 1, 0, cs, part + nchunk, part, nchunk);
-    ZS_CUDA_CHECK_LAUNCH(sumsq_total_kernel);
+    ZS_LAUNCH(chunk_sums_kernel, zs_cu_blocks(nchunk), ZS_CU_THREADS, 0, cs, part, x, n, nchunk,
+              square);
+    ZS_CUDA_CHECK_LAUNCH(chunk_sums_kernel);
+    ZS_LAUNCH(chunks_total_kernel, 1, 1, 0, cs, out, part, nchunk);
+    ZS_CUDA_CHECK_LAUNCH(chunks_total_kernel);
+fail:
+    return st;
+}
+
+static zs_status chunked(zs_stream_t *s, const char *op, double *out, const float *x, size_t n,
+                         int square) {
+    zs_status st = ZS_OK;
+    size_t nchunk = (n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
+    double *part = NULL;
+    ZS_REQUIRE(out != NULL, ZS_ERR_INVALID, "%s: NULL output", op);
+    if (n == 0) {
+        ZS_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof *out, zs_cu_stream(s)));
+        return ZS_OK;
+    }
+    ZS_CHECK(zs_cu_scratch(s, nchunk, &part));
+    ZS_CHECK(launch_chunked(zs_cu_stream(s), out, part, x, n, nchunk, square));
 fail:
     return st;
 }
 
 static zs_status cu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n) {
-    zs_status st = ZS_OK;
-    cudaStream_t cs = zs_cu_stream(s);
-    size_t nchunk = (n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
-    size_t nbytes = (nchunk + 1) * sizeof(double);
-    double *part = NULL;
-    int accounted = 0;
-    ZS_REQUIRE(out != NULL, ZS_ERR_INVALID, "sumsq: NULL output");
-    if (n == 0) {
-        *out = 0.0;
-        return ZS_OK;
-    }
-    /* Stream-ordered scratch: no device-wide synchronisation, freed as soon as it is read. */
-    ZS_CHECK(zs_mem_account(ZS_MEM_WORKSPACE, (int64_t)nbytes, "sumsq partial sums"));
-    accounted = 1;
-    ZS_CUDA_CHECK(cudaMallocAsync((void **)&part, nbytes, cs));
-    ZS_CHECK(launch_sumsq(cs, part, x, n, nchunk));
-    ZS_CUDA_CHECK(cudaMemcpyAsync(out, part + nchunk, sizeof *out, cudaMemcpyDeviceToHost, cs));
-    ZS_CUDA_CHECK(cudaStreamSynchronize(cs));
-fail:
-    if (part) cudaFreeAsync(part, cs);
-    if (accounted) zs_mem_account(ZS_MEM_WORKSPACE, -(int64_t)nbytes, "sumsq partial sums");
-    return st;
+    return chunked(s, "sumsq", out, x, n, 1);
+}
+
+static zs_status cu_sum(zs_stream_t *s, double *out, const float *x, size_t n) {
+    return chunked(s, "sum", out, x, n, 0);
 }
 
 /* ---- copy, init, sync --------------------------------------------------------------- */
@@ -413,6 +413,7 @@ static const zs_ops cuda_ops = {
     .cast = cu_cast,
     .scale = cu_scale,
     .sumsq = cu_sumsq,
+    .sum = cu_sum,
     .fill = cu_fill,
     .copy = cu_copy,
     .init_normal = cu_init_normal,

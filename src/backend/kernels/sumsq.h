@@ -1,7 +1,7 @@
-/* Sum of squares of one fixed-size chunk in double, shared by the CPU loop and the CUDA
- * kernel: both split x into ZS_SUMSQ_CHUNK-element chunks, sum each with this function and
+/* Sum (of squares) of one fixed-size chunk in double, shared by the CPU loop and the CUDA
+ * kernel: both split x into ZS_SUMSQ_CHUNK-element chunks, sum each with these functions and
  * add the chunk sums in index order, so the result is the same bits on either backend and
- * for any thread count (the global gradient norm depends on it). */
+ * for any thread count (the global gradient norm and the logged loss depend on it). */
 #ifndef ZS_BACKEND_KERNELS_SUMSQ_H
 #define ZS_BACKEND_KERNELS_SUMSQ_H
 
@@ -21,6 +21,19 @@ static ZS_HD double zs_sumsq_chunk(const float *x, size_t n) {
             acc[j] += (double)x[i + j] * (double)x[i + j];
     for (; i < n; i++)
         acc[i % ZS_LANES] += (double)x[i] * (double)x[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* sum_i x[i] over n <= ZS_SUMSQ_CHUNK elements, in double, the same lanes (the `sum` op: a
+ * micro-batch's loss). */
+static ZS_HD double zs_sum_chunk(const float *x, size_t n) {
+    double acc[ZS_LANES] = {0};
+    size_t i = 0;
+    for (; i + ZS_LANES <= n; i += ZS_LANES)
+        for (int j = 0; j < ZS_LANES; j++)
+            acc[j] += (double)x[i + j];
+    for (; i < n; i++)
+        acc[i % ZS_LANES] += (double)x[i];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
