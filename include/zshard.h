@@ -182,6 +182,9 @@ typedef struct zs_mem_options {
     zs_dtype reduce_dtype; /* gradients (storage and reduction): F32 or BF16 */
     const char *comm;      /* backend as --comm: NULL/"auto" (or $ZS_COMM) means shm on one host,
                               whose staging slots count in ZS_MEM_COMM; mpi/nccl count none */
+    const char *device;    /* "cpu" (NULL too) or "cuda": the device whose memory is predicted.
+                              On a GPU, host memory (the comm backends' and the tokens' pinned
+                              staging) is not part of it; the reductions' scratch is. */
 } zs_mem_options;
 
 /* DESIGN.md §4's model-state formula for a stage and opts' dtypes (NULL: fp32): per-rank
@@ -246,11 +249,10 @@ typedef struct zs_train_config {
 } zs_train_config;
 
 /* The compute device for `device` ("cpu", "cuda", "auto" or NULL = auto): *chosen becomes
- * "cpu" (a static string) and why (n bytes) a one-line reason for the banner. auto picks
- * the CPU: the trainer does not run on CUDA devices yet (docs/cuda.md: the CUDA ops backend
- * is built and tested op by op, but the engine keeps its state in host memory). "cuda" is
- * ZS_ERR_UNSUPPORTED with zs_last_error() saying exactly why: no CUDA backend in this build,
- * no visible device, or the trainer's missing device path. Anything else is ZS_ERR_INVALID. */
+ * "cpu" or "cuda" (a static string) and why (n bytes) a one-line reason for the banner. auto
+ * picks a CUDA device when one is visible, else the CPU. "cuda" without one is
+ * ZS_ERR_UNSUPPORTED with zs_last_error() saying exactly why (no CUDA backend in this build, no
+ * visible device). Anything else is ZS_ERR_INVALID. */
 zs_status zs_device_choose(const char *device, const char **chosen, char *why, size_t n);
 
 zs_train_config zs_train_config_default(void);

@@ -51,7 +51,7 @@ class MemEstimate(ctypes.Structure):
 class MemOptions(ctypes.Structure):
     _fields_ = [("recompute", ctypes.c_int), ("attention", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("reduce_dtype", ctypes.c_int),
-                ("comm", ctypes.c_char_p)]
+                ("comm", ctypes.c_char_p), ("device", ctypes.c_char_p)]
 
 
 class TrainConfig(ctypes.Structure):

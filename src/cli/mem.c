@@ -130,6 +130,14 @@ int zs_cli_mem(int argc, char **argv) {
     }
     if (!model) return zs_cli_fail(2, "mem: --model NAME is required");
     if (!reduce_set) mo.reduce_dtype = mo.dtype;
+    /* A prediction needs no GPU: auto predicts the device a run here would pick. */
+    const char *chosen = "cpu";
+    char why[160];
+    if (!strcmp(device, "cuda"))
+        chosen = "cuda";
+    else if (!strcmp(device, "auto") && zs_device_choose(device, &chosen, why, sizeof why) != ZS_OK)
+        chosen = "cpu";
+    mo.device = chosen;
     if (nproc < 1 || seq < 1 || accum < 1 || prefetch < 0 || (vocab < 1 && vocab != -1) ||
         batch < 0)
         return zs_cli_fail(2, "mem: sizes must be positive");
@@ -158,11 +166,10 @@ int zs_cli_mem(int argc, char **argv) {
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);
-    /* A prediction needs no GPU: --device cuda predicts the device-resident path's bytes,
-     * which DESIGN.md §7b gives the same categories and sizes as the CPU's. */
-    if (!strcmp(device, "cuda"))
-        printf("device cuda: bytes per category as the CPU path allocates them (the trainer does "
-               "not run on CUDA devices yet, docs/cuda.md)\n\n");
+    /* --device cuda predicts the GPU's memory: what the device-resident trainer allocates there
+     * (host staging buffers are host memory and not counted). */
+    if (!strcmp(mo.device, "cuda"))
+        printf("device cuda: GPU memory per rank (pinned host staging not included)\n\n");
     else
         printf("device cpu\n\n");
     printf("| per rank, GiB |");

@@ -325,7 +325,8 @@ int zs_cli_train(int argc, char **argv) {
                          .attention = o.cfg.attention,
                          .dtype = o.cfg.dtype,
                          .reduce_dtype = o.cfg.reduce_dtype,
-                         .comm = o.cfg.comm};
+                         .comm = o.cfg.comm,
+                         .device = zs_trainer_device(t, NULL)};
     zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,
                                  o.cfg.grad_accum, o.cfg.prefetch, &mo, &est);
     if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est);

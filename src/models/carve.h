@@ -4,6 +4,7 @@
 #ifndef ZS_MODELS_CARVE_H
 #define ZS_MODELS_CARVE_H
 
+#include "backend/device.h"
 #include "core/alloc.h"
 
 #include <stdint.h>
@@ -15,12 +16,13 @@ static inline float *zs_carve(float *base, uint64_t *total, uint64_t n) {
     return p;
 }
 
-/* The two allocations every model carves: activations (na bytes) and workspace (ns). */
-static inline zs_status zs_model_alloc_buffers(uint64_t na, uint64_t ns, float **arena,
-                                               float **scratch) {
-    zs_status st = zs_alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)arena);
+/* The two allocations every model carves on its device: activations (na bytes) and workspace
+ * (ns). */
+static inline zs_status zs_model_alloc_buffers(const zs_device *dev, uint64_t na, uint64_t ns,
+                                               float **arena, float **scratch) {
+    zs_status st = dev->alloc(ZS_MEM_ACTIVATION, na, "activations", (void **)arena);
     if (st == ZS_OK)
-        st = zs_alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients", (void **)scratch);
+        st = dev->alloc(ZS_MEM_WORKSPACE, ns, "logits and activation gradients", (void **)scratch);
     return st;
 }
 

@@ -254,9 +254,9 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     ZS_REQUIRE(m->layers, ZS_ERR_OOM, "model: out of memory");
     ZS_CHECK(zs_resid_init(&m->resid, cfg->n_layer, opts->act_dtype == ZS_DTYPE_BF16));
-    ZS_CHECK(zs_model_alloc_buffers(zs_gpt2_activation_bytes(cfg, opts, max_batch, max_seq),
-                                    zs_gpt2_workspace_bytes(cfg, opts, max_batch, max_seq),
-                                    &m->arena, &m->scratch));
+    ZS_CHECK(zs_model_alloc_buffers(
+        zs_module_dev(engine), zs_gpt2_activation_bytes(cfg, opts, max_batch, max_seq),
+        zs_gpt2_workspace_bytes(cfg, opts, max_batch, max_seq), &m->arena, &m->scratch));
     carve_arena(cfg, max_batch, max_seq, m->recompute, m);
     carve_scratch(cfg, max_batch, max_seq, m);
     *out = m;
@@ -268,8 +268,10 @@ fail:
 
 void zs_gpt2_destroy(zs_gpt2_t *m) {
     if (!m) return;
-    zs_free(m->arena);
-    zs_free(m->scratch);
+    if (m->engine) {
+        zs_module_dev(m->engine)->free(m->arena);
+        zs_module_dev(m->engine)->free(m->scratch);
+    }
     free(m->layers);
     zs_resid_free(&m->resid);
     free(m);

@@ -140,11 +140,7 @@ zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const 
     ZS_CHECK(arch_forward(m, inputs, B, T));
     ZS_CHECK(m->ops->softmax_xent(m->s, m->losses, backward ? m->logits : NULL, m->logits, targets,
                                   BT, m->vocab, m->padded_vocab, dloss));
-    ZS_CHECK(m->ops->sync(m->s));
-    double sum = 0.0;
-    for (int i = 0; i < BT; i++)
-        sum += m->losses[i];
-    *loss_sum = sum;
+    ZS_CHECK(m->ops->sum(m->s, loss_sum, m->losses, (size_t)BT));
     if (backward) ZS_CHECK(arch_backward(m, inputs, B, T));
 fail:
     return st;
@@ -153,7 +149,6 @@ fail:
 zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits) {
     zs_status st = ZS_OK;
     ZS_CHECK(arch_forward(m, inputs, B, T));
-    ZS_CHECK(m->ops->sync(m->s));
     *logits = m->logits;
 fail:
     return st;

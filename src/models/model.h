@@ -32,14 +32,16 @@ zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_option
                                int max_batch, int max_seq, zs_model_t **out);
 void zs_model_destroy(zs_model_t *m);
 
-/* Forward over inputs[B*T] with next-token targets[B*T]; *loss_sum receives the sum of the
- * per-token losses. With backward != 0 it also runs backward, accumulating into the engine's
+/* Forward over inputs[B*T] with next-token targets[B*T] (device memory of the module's device);
+ * *loss_sum (device memory) receives the sum of the per-token losses in stream order (the `sum`
+ * op's fixed order). With backward != 0 it also runs backward, accumulating into the engine's
  * gradients the gradient of dloss * loss_sum (dloss = 1/(tokens in the global batch) makes
- * the summed gradients the global mean). */
+ * the summed gradients the global mean). On the CPU, device memory is host memory. */
 zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
                                     int B, int T, float dloss, int backward, double *loss_sum);
 
-/* Forward only; *logits points at [B*T, padded_vocab] logits valid until the next call. */
+/* Forward only (inputs in device memory); *logits points at [B*T, padded_vocab] logits in device
+ * memory, complete in stream order, valid until the next call. */
 zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits);
 
 /* Activation bytes the model allocates for (B, T) with opts (NULL = defaults): used by the

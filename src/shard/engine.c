@@ -12,6 +12,7 @@
  * are asynchronous and waited only when their result is needed. */
 #include "shard/engine_internal.h"
 
+#include "comm/device.h"
 #include "core/alloc.h"
 #include "core/status.h"
 
@@ -22,14 +23,29 @@
 zs_status zs_engine_buf_alloc(zs_engine_t *e, zs_mem_category cat, size_t nbytes, const char *what,
                               float **out) {
     if (e->comm) return zs_comm_mem_alloc(e->comm, cat, nbytes, what, (void **)out);
-    return zs_alloc(cat, nbytes, what, (void **)out);
+    return e->dev->alloc(cat, nbytes, what, (void **)out);
 }
 
 void zs_engine_buf_free(zs_engine_t *e, float *p) {
     if (e->comm)
         zs_comm_mem_free(e->comm, p);
     else
-        zs_free(p);
+        e->dev->free(p);
+}
+
+/* Partial sums the gradient norm adds per unit: one, or one per cast chunk of a bf16 shard. */
+static int norm_parts(const zs_layout *l, int g16) {
+    int n = 0;
+    for (int u = 0; u < l->n_units; u++)
+        n += g16 ? zs_engine_sumsq16_parts((size_t)l->units[u].shard) : 1;
+    return n;
+}
+
+uint64_t zs_engine_scratch_bytes(const zs_layout *layout, int world, zs_dtype grad_dtype,
+                                 uint64_t *comm, uint64_t *workspace) {
+    *comm = world > 1 ? 2 * (uint64_t)world * ZS_ENGINE_HOST_CHUNK : 0;
+    *workspace = (uint64_t)norm_parts(layout, grad_dtype == ZS_DTYPE_BF16) * sizeof(double);
+    return *comm + *workspace;
 }
 
 zs_engine_config zs_engine_config_default(void) {
@@ -51,8 +67,8 @@ uint64_t zs_engine_param_gathers(const zs_engine_t *e) {
     return e->n_param_gathers;
 }
 
-zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream_t *stream,
-                           const zs_engine_config *cfg, zs_engine_t **out) {
+zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_device *dev,
+                           zs_stream_t *stream, const zs_engine_config *cfg, zs_engine_t **out) {
     zs_status st = ZS_OK;
     zs_engine_t *e = NULL;
     *out = NULL;
@@ -76,6 +92,7 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
     ZS_REQUIRE(e, ZS_ERR_OOM, "engine: out of memory");
     e->layout = layout;
     e->ops = ops;
+    e->dev = dev ? dev : zs_device_cpu();
     e->stream = stream;
     e->cfg = *cfg;
     e->comm = cfg->world_size > 1 ? cfg->comm : NULL;
@@ -106,9 +123,9 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
         else if (e->persist_grads)
             ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_GRAD, P * 4, ud->name, &us->grad));
         else if (e->g16)
-            ZS_CHECK(zs_alloc(ZS_MEM_GRAD_SHARD, S * 2, ud->name, (void **)&us->gs16));
+            ZS_CHECK(e->dev->alloc(ZS_MEM_GRAD_SHARD, S * 2, ud->name, (void **)&us->gs16));
         else
-            ZS_CHECK(zs_alloc(ZS_MEM_GRAD_SHARD, S * 4, ud->name, (void **)&us->gshard));
+            ZS_CHECK(e->dev->alloc(ZS_MEM_GRAD_SHARD, S * 4, ud->name, (void **)&us->gshard));
         if (e->bf16) {
             /* bf16 compute copy: the fp32 master is its own buffer at every stage (full for
              * DDP, the shard otherwise); ZeRO-3 also keeps the bf16 shard it gathers. */
@@ -136,10 +153,18 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream
                 us->master_owned = 1;
             }
         }
-        ZS_CHECK(zs_alloc(ZS_MEM_OPTIM_STATE, (size_t)us->opt_n * 4, "adam m", (void **)&us->m));
-        ZS_CHECK(zs_alloc(ZS_MEM_OPTIM_STATE, (size_t)us->opt_n * 4, "adam v", (void **)&us->v));
+        ZS_CHECK(
+            e->dev->alloc(ZS_MEM_OPTIM_STATE, (size_t)us->opt_n * 4, "adam m", (void **)&us->m));
+        ZS_CHECK(
+            e->dev->alloc(ZS_MEM_OPTIM_STATE, (size_t)us->opt_n * 4, "adam v", (void **)&us->v));
     }
     ZS_CHECK(zs_engine_pools_create(e));
+    if (e->comm)
+        ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_COMM, 2 * (size_t)e->world * ZS_ENGINE_HOST_CHUNK,
+                                     "host-value scratch", (float **)&e->hx));
+    e->n_parts = norm_parts(layout, e->g16);
+    ZS_CHECK(e->dev->alloc(ZS_MEM_WORKSPACE, (size_t)e->n_parts * sizeof(double),
+                           "gradient norm partial sums", (void **)&e->norm_parts));
     *out = e;
     return ZS_OK;
 fail:
@@ -157,13 +182,15 @@ void zs_engine_destroy(zs_engine_t *e) {
             zs_engine_buf_free(e, (float *)us->p16);
             zs_engine_buf_free(e, us->grad);
             zs_engine_buf_free(e, (float *)us->g16);
-            zs_free(us->gshard);
-            zs_free(us->gs16);
+            e->dev->free(us->gshard);
+            e->dev->free(us->gs16);
             if (us->master_owned) zs_engine_buf_free(e, us->master);
-            zs_free(us->m);
-            zs_free(us->v);
+            e->dev->free(us->m);
+            e->dev->free(us->v);
         }
     zs_engine_pools_destroy(e);
+    zs_engine_buf_free(e, (float *)e->hx);
+    e->dev->free(e->norm_parts);
     free(e->units);
     free(e->order);
     free(e);
@@ -187,16 +214,56 @@ zs_status zs_engine_wait(zs_comm_work_t **work) {
     return st;
 }
 
+zs_status zs_engine_wait_stream(zs_engine_t *e, zs_comm_work_t **work) {
+    zs_status st = ZS_OK;
+    if (*work) st = zs_comm_work_wait_stream(*work, e->stream);
+    *work = NULL;
+    return st;
+}
+
+/* Host values take part in collectives through hx, a piece of at most ZS_ENGINE_HOST_CHUNK bytes
+ * per rank at a time: copied in, the collective on device memory, copied out. */
 zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv, size_t nbytes) {
-    if (nbytes % 4)
-        return zs_error(ZS_ERR_INTERNAL, "engine: all_gather_bytes of %zu bytes", nbytes);
+    zs_status st = ZS_OK;
+    const zs_device *d = e->dev;
+    ZS_REQUIRE(nbytes % 4 == 0, ZS_ERR_INTERNAL, "engine: all_gather_bytes of %zu bytes", nbytes);
     if (!e->comm) {
         memcpy(recv, send, nbytes);
         return ZS_OK;
     }
-    /* An all-gather only moves bytes, so any 4-byte payload travels as "f32" unchanged. */
-    return zs_comm_all_gather(e->comm, send, recv, nbytes / 4, ZS_DTYPE_F32, e->stream,
-                              "engine:bytes");
+    char *in = e->hx, *out = e->hx + (size_t)e->world * ZS_ENGINE_HOST_CHUNK;
+    size_t off = 0;
+    do { /* once even for 0 bytes: every rank issues the same collectives */
+        size_t n = nbytes - off < ZS_ENGINE_HOST_CHUNK ? nbytes - off : ZS_ENGINE_HOST_CHUNK;
+        ZS_CHECK(d->copy_h2d(e->stream, in, (const char *)send + off, n));
+        /* An all-gather only moves bytes, so any 4-byte payload travels as "f32" unchanged. */
+        ZS_CHECK(
+            zs_comm_all_gather(e->comm, in, out, n / 4, ZS_DTYPE_F32, e->stream, "engine:bytes"));
+        for (int r = 0; r < e->world; r++)
+            ZS_CHECK(d->copy_d2h(e->stream, (char *)recv + (size_t)r * nbytes + off,
+                                 out + (size_t)r * n, n));
+        ZS_CHECK(d->stream_sync(e->stream));
+    } while ((off += ZS_ENGINE_HOST_CHUNK) < nbytes);
+fail:
+    return st;
+}
+
+zs_status zs_engine_broadcast_host(zs_engine_t *e, float *buf, size_t count, int root) {
+    zs_status st = ZS_OK;
+    const zs_device *d = e->dev;
+    if (!e->comm) return ZS_OK;
+    size_t per = ZS_ENGINE_HOST_CHUNK * (size_t)e->world / sizeof(float), k0 = 0;
+    float *x = (float *)(void *)e->hx;
+    do {
+        size_t n = count - k0 < per ? count - k0 : per;
+        ZS_CHECK(d->copy_h2d(e->stream, x, buf + k0, n * sizeof(float)));
+        ZS_CHECK(
+            zs_comm_broadcast(e->comm, x, x, n, ZS_DTYPE_F32, root, e->stream, "engine:bcast"));
+        ZS_CHECK(d->copy_d2h(e->stream, buf + k0, x, n * sizeof(float)));
+        ZS_CHECK(d->stream_sync(e->stream));
+    } while ((k0 += per) < count);
+fail:
+    return st;
 }
 
 zs_status zs_engine_allsum(zs_engine_t *e, double local, double *global) {
@@ -309,21 +376,39 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
                          float *grad_norm) {
     zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
+    double *parts = NULL;
     ZS_CHECK(zs_engine_drain(e));
     e->recording = 0;
     e->recorded = 1;
 
     /* Global norm through the shard decomposition: each rank sums its shard of every unit
      * in unit order, then the per-rank sums are added in rank order. DDP does the same on
-     * its all-reduced gradients, so every stage clips by the same bits. */
-    double local = 0.0, part = 0.0;
+     * its all-reduced gradients, so every stage clips by the same bits. The partial sums are
+     * computed on the device and come back in one copy. */
+    int p = 0;
     for (int u = 0; u < l->n_units; u++) {
         size_t S = (size_t)l->units[u].shard;
-        if (e->g16)
-            ZS_CHECK(zs_engine_sumsq16(e, grad_shard(e, u), S, &part));
-        else
-            ZS_CHECK(e->ops->sumsq(e->stream, &part, grad_shard(e, u), S));
+        if (e->g16) {
+            ZS_CHECK(zs_engine_sumsq16(e, grad_shard(e, u), S, e->norm_parts + p));
+            p += zs_engine_sumsq16_parts(S);
+        } else {
+            ZS_CHECK(e->ops->sumsq(e->stream, e->norm_parts + p, grad_shard(e, u), S));
+            p++;
+        }
+    }
+    parts = malloc((size_t)e->n_parts * sizeof *parts);
+    ZS_REQUIRE(parts, ZS_ERR_OOM, "engine: out of memory");
+    ZS_CHECK(e->dev->copy_d2h(e->stream, parts, e->norm_parts, (size_t)e->n_parts * sizeof *parts));
+    ZS_CHECK(e->dev->stream_sync(e->stream));
+    double local = 0.0;
+    p = 0;
+    for (int u = 0; u < l->n_units; u++) {
+        int k = e->g16 ? zs_engine_sumsq16_parts((size_t)l->units[u].shard) : 1;
+        double part = 0.0;
+        for (int i = 0; i < k; i++)
+            part = e->g16 ? part + parts[p + i] : parts[p + i];
         local += part;
+        p += k;
     }
     double sumsq = 0.0;
     ZS_CHECK(zs_engine_allsum(e, local, &sumsq));
@@ -352,28 +437,58 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
         ZS_CHECK(zs_adamw_update(e->ops, e->stream, us->master + o, g, us->m + o, us->v + o, n, h,
                                  td->decay, scale, t));
     }
-    ZS_CHECK(e->ops->sync(e->stream));
-    /* ZeRO-1/2: bring every rank's updated shard back into the full params, asynchronously;
-     * the next forward_begin of each unit waits for its own gather only. */
+    /* ZeRO-1/2: bring every rank's updated shard back into the full params, asynchronously
+     * (ordered after the update by the comm layer); the next forward_begin of each unit waits
+     * for its own gather only. */
     ZS_CHECK(regather_params(e, 0));
 fail:
+    free(parts);
     return st;
 }
 
 /* ---- state access for checkpoints ------------------------------------------------------ */
 
-zs_status zs_engine_state(zs_engine_t *e, int unit, float **master, float **m, float **v,
-                          int64_t *lo, int64_t *n) {
+void zs_engine_state_range(const zs_engine_t *e, int unit, int64_t *lo, int64_t *n) {
+    *lo = e->units[unit].opt_base;
+    *n = e->units[unit].opt_n;
+}
+
+/* The device pointer to element `at` of state kind of unit, after checking the range. */
+static zs_status state_at(zs_engine_t *e, int unit, int kind, int64_t at, int64_t count,
+                          float **out) {
     zs_status st = ZS_OK;
-    ZS_REQUIRE(unit >= 0 && unit < e->layout->n_units, ZS_ERR_INTERNAL,
-               "engine: unit %d out of range", unit);
-    ZS_CHECK(zs_engine_drain(e));
+    ZS_REQUIRE(unit >= 0 && unit < e->layout->n_units && kind >= 0 && kind < ZS_STATE_NKINDS,
+               ZS_ERR_INTERNAL, "engine: unit %d, state kind %d out of range", unit, kind);
     unit_state *us = &e->units[unit];
-    *master = us->master;
-    *m = us->m;
-    *v = us->v;
-    *lo = us->opt_base;
-    *n = us->opt_n;
+    ZS_REQUIRE(count >= 0 && at >= us->opt_base && at + count <= us->opt_base + us->opt_n,
+               ZS_ERR_INTERNAL,
+               "engine: state [%lld, %lld) of unit %s is outside this rank's range", (long long)at,
+               (long long)(at + count), e->layout->units[unit].name);
+    float *base = kind == ZS_STATE_MASTER ? us->master : kind == ZS_STATE_ADAM_M ? us->m : us->v;
+    *out = base + (at - us->opt_base);
+    ZS_CHECK(zs_engine_drain(e));
+fail:
+    return st;
+}
+
+zs_status zs_engine_state_read(zs_engine_t *e, int unit, int kind, int64_t at, int64_t count,
+                               float *host) {
+    zs_status st = ZS_OK;
+    float *p = NULL;
+    ZS_CHECK(state_at(e, unit, kind, at, count, &p));
+    ZS_CHECK(e->dev->copy_d2h(e->stream, host, p, (size_t)count * sizeof(float)));
+    ZS_CHECK(e->dev->stream_sync(e->stream));
+fail:
+    return st;
+}
+
+zs_status zs_engine_state_write(zs_engine_t *e, int unit, int kind, int64_t at, int64_t count,
+                                const float *host) {
+    zs_status st = ZS_OK;
+    float *p = NULL;
+    ZS_CHECK(state_at(e, unit, kind, at, count, &p));
+    ZS_CHECK(e->dev->copy_h2d(e->stream, p, host, (size_t)count * sizeof(float)));
+    ZS_CHECK(e->dev->stream_sync(e->stream)); /* the caller may reuse host at once */
 fail:
     return st;
 }
@@ -388,33 +503,49 @@ fail:
 
 /* ---- parameter hash ----------------------------------------------------------------------- */
 
-zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx) {
+zs_status zs_engine_unit_values(zs_engine_t *e, int u, float *host) {
     zs_status st = ZS_OK;
-    const zs_layout *l = e->layout;
+    const zs_unit_desc *ud = &e->layout->units[u];
+    unit_state *us = &e->units[u];
     ZS_CHECK(zs_engine_drain(e));
-    /* ZeRO-3 gathers each unit into the largest pool slot, which the drain left empty: no
+    /* ZeRO-3 gathers the unit into the largest pool slot, which the drain left empty: no
      * extra memory, so a run that fits its cap also fits while hashing or saving. With a bf16
      * compute copy the fp32 masters are gathered into the (fp32) compute buffer instead. */
     int gather = e->bf16 ? e->cfg.stage != ZS_STAGE_DDP : !e->persist_params;
-    float *full = !gather ? NULL : e->bf16 ? e->cbuf : e->pslots[0].buf;
-    e->cunit = -1;
+    const float *src = e->bf16 ? us->master : us->param;
+    if (gather) {
+        float *full = e->bf16 ? e->cbuf : e->pslots[0].buf;
+        zs_comm_work_t *w = NULL;
+        e->cunit = -1;
+        ZS_CHECK(
+            zs_engine_gather(e, us->master, full, (size_t)ud->shard, ZS_DTYPE_F32, ud->name, &w));
+        ZS_CHECK(zs_engine_wait_stream(e, &w));
+        src = full;
+    }
+    ZS_CHECK(e->dev->copy_d2h(e->stream, host, src, (size_t)ud->padded * sizeof(float)));
+    ZS_CHECK(e->dev->stream_sync(e->stream));
+fail:
+    return st;
+}
+
+zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx) {
+    zs_status st = ZS_OK;
+    const zs_layout *l = e->layout;
+    int64_t cap = 0;
+    for (int u = 0; u < l->n_units; u++)
+        if (l->units[u].padded > cap) cap = l->units[u].padded;
+    float *host = malloc((size_t)cap * sizeof *host);
+    ZS_REQUIRE(host, ZS_ERR_OOM, "engine: out of memory visiting the parameters");
     for (int u = 0; u < l->n_units; u++) {
-        unit_state *us = &e->units[u];
-        const float *p = e->bf16 ? us->master : us->param;
-        if (gather) {
-            zs_comm_work_t *w = NULL;
-            ZS_CHECK(zs_engine_gather(e, us->master, full, (size_t)l->units[u].shard, ZS_DTYPE_F32,
-                                      l->units[u].name, &w));
-            ZS_CHECK(zs_engine_wait(&w));
-            p = full;
-        }
+        ZS_CHECK(zs_engine_unit_values(e, u, host));
         const zs_unit_desc *ud = &l->units[u];
         for (int i = 0; i < ud->n_tensors; i++) {
             const zs_tensor_desc *td = &l->tensors[ud->first_tensor + i];
-            ZS_CHECK(fn(td, p + td->offset, ctx));
+            ZS_CHECK(fn(td, host + td->offset, ctx));
         }
     }
 fail:
+    free(host);
     return st;
 }
 

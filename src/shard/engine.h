@@ -11,6 +11,7 @@
 #ifndef ZS_SHARD_ENGINE_H
 #define ZS_SHARD_ENGINE_H
 
+#include "backend/device.h"
 #include "backend/ops.h"
 #include "optim/optim.h"
 #include "shard/layout.h"
@@ -38,12 +39,23 @@ typedef struct zs_engine_config {
  * summed, normed and stepped chunk by chunk. */
 #define ZS_ENGINE_CAST_CHUNK 16384
 
+/* Bytes per rank of the device scratch through which host values (losses, norms, records of
+ * checkpoints and memory statistics) take part in collectives, twice (send and receive). */
+#define ZS_ENGINE_HOST_CHUNK 4096
+
 zs_engine_config zs_engine_config_default(void);
 
-/* Allocates persistent state for the stage (accounted by category). The layout must be
- * finalized for cfg->world_size and outlive the engine. */
-zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, zs_stream_t *stream,
-                           const zs_engine_config *cfg, zs_engine_t **out);
+/* Device bytes the engine allocates besides model states and pools: the host-collective scratch
+ * (comm) and the gradient-norm partial sums (workspace). The estimator adds them. */
+uint64_t zs_engine_scratch_bytes(const zs_layout *layout, int world, zs_dtype grad_dtype,
+                                 uint64_t *comm, uint64_t *workspace);
+
+/* Allocates persistent state for the stage (accounted by category) on dev (NULL: the CPU), whose
+ * ops are ops and whose work goes on stream. With a communicator, its buffers must live on the
+ * same device (comm/device.h). The layout must be finalized for cfg->world_size and outlive the
+ * engine. Everything the engine hands out (begin's parameters and gradients) is device memory. */
+zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_device *dev,
+                           zs_stream_t *stream, const zs_engine_config *cfg, zs_engine_t **out);
 void zs_engine_destroy(zs_engine_t *e);
 
 /* Initialise this rank's master parameters from the layout's init rules: element i of tensor
@@ -63,11 +75,14 @@ zs_status zs_engine_zero_grad(zs_engine_t *e);
 void zs_engine_micro_begin(zs_engine_t *e, int k, int K);
 
 /* Sum of one double per rank, added in rank order: the same bits on every rank and every
- * stage (used for the loss and the gradient norm). */
+ * stage (used for the loss and the gradient norm). Host values. */
 zs_status zs_engine_allsum(zs_engine_t *e, double local, double *global);
 
-/* Gather nbytes (a multiple of 4) from every rank into recv[world * nbytes], rank order. */
+/* Gather nbytes (a multiple of 4) of host memory from every rank into host recv[world * nbytes],
+ * rank order (through the device scratch). */
 zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv, size_t nbytes);
+/* Rank root's count floats of host memory to every rank's host buf (in place). */
+zs_status zs_engine_broadcast_host(zs_engine_t *e, float *buf, size_t count, int root);
 
 /* Optimizer step on this rank's shard: global gradient norm through the shard
  * decomposition (returned in *grad_norm, before clipping), clipping by clip (<= 0: off),
@@ -79,21 +94,31 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
  * Collective: every rank must call it (sharded stages gather each unit's master shards). */
 zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash);
 
-/* Visit every tensor's full fp32 master values in layout order. Collective: sharded stages
- * gather each unit (into one workspace buffer) before visiting its tensors. */
+/* Visit every tensor's full fp32 master values (host memory) in layout order. Collective:
+ * sharded stages gather each unit (into an idle pool buffer) before visiting its tensors. */
 typedef zs_status (*zs_param_visitor)(const zs_tensor_desc *t, const float *data, void *ctx);
 zs_status zs_engine_visit_params(zs_engine_t *e, zs_param_visitor fn, void *ctx);
 
-/* This rank's optimizer state of unit u: fp32 master values, Adam m and v, covering the
- * unit's flat elements [*lo, *lo + *n). DDP holds the whole padded unit; the sharded stages
- * hold [rank*S, (rank+1)*S). Pointers stay valid for the engine's life. Drains pending work
- * first, so the values are the post-step ones. For checkpoints. */
-zs_status zs_engine_state(zs_engine_t *e, int unit, float **master, float **m, float **v,
-                          int64_t *lo, int64_t *n);
+/* The full fp32 master values of unit u (padded elements) into host memory. Collective. */
+zs_status zs_engine_unit_values(zs_engine_t *e, int unit, float *host);
 
-/* Call on every rank after overwriting master values through zs_engine_state (checkpoint
- * load): rebuilds the full parameters of ZeRO-1/2 and drops ZeRO-3's gathered copies.
- * Collective. */
+/* This rank's optimizer state of unit u covers the unit's flat elements [*lo, *lo + *n): DDP
+ * the whole padded unit, the sharded stages [rank*S, (rank+1)*S). */
+void zs_engine_state_range(const zs_engine_t *e, int unit, int64_t *lo, int64_t *n);
+
+/* State kinds of a unit: the fp32 master, Adam m and v. */
+enum { ZS_STATE_MASTER = 0, ZS_STATE_ADAM_M, ZS_STATE_ADAM_V, ZS_STATE_NKINDS };
+
+/* Copy count elements of state kind of unit u, starting at flat element `at` (inside this
+ * rank's range), to host memory / from host memory. Drains pending work first, so values read
+ * are the post-step ones. For checkpoints and get/set of parameters. */
+zs_status zs_engine_state_read(zs_engine_t *e, int unit, int kind, int64_t at, int64_t count,
+                               float *host);
+zs_status zs_engine_state_write(zs_engine_t *e, int unit, int kind, int64_t at, int64_t count,
+                                const float *host);
+
+/* Call on every rank after writing master values (checkpoint load): rebuilds the full
+ * parameters of ZeRO-1/2 and drops ZeRO-3's gathered copies. Collective. */
 zs_status zs_engine_state_changed(zs_engine_t *e);
 
 /* Number of ZeRO-3 unit all-gathers issued so far (prefetches included; 0 for other stages).

@@ -46,12 +46,10 @@ zs_status zs_engine_round_params(zs_engine_t *e, int wait) {
         ZS_CHECK(e->ops->cast(e->stream, mine, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32,
                               (size_t)ud->shard));
         if (!e->persist_params) continue;
-        ZS_CHECK(e->ops->sync(e->stream));
         ZS_CHECK(zs_engine_gather(e, mine, us->p16, (size_t)ud->shard, ZS_DTYPE_BF16, ud->name,
                                   &us->work));
         if (wait) ZS_CHECK(zs_engine_wait(&us->work));
     }
-    ZS_CHECK(e->ops->sync(e->stream));
 fail:
     return st;
 }

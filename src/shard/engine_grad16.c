@@ -22,12 +22,12 @@
 
 zs_status zs_engine_grad16_create(zs_engine_t *e) {
     if (!e->g16) return ZS_OK;
-    return zs_alloc(ZS_MEM_WORKSPACE, 2 * ZS_ENGINE_CAST_CHUNK * sizeof(float),
-                    "bf16 gradient scratch", (void **)&e->gscratch);
+    return e->dev->alloc(ZS_MEM_WORKSPACE, 2 * ZS_ENGINE_CAST_CHUNK * sizeof(float),
+                         "bf16 gradient scratch", (void **)&e->gscratch);
 }
 
 void zs_engine_grad16_destroy(zs_engine_t *e) {
-    zs_free(e->gscratch);
+    e->dev->free(e->gscratch);
     e->gscratch = NULL;
 }
 
@@ -51,22 +51,23 @@ zs_status zs_engine_acc16(zs_engine_t *e, zs_bf16 *dst, const void *src, zs_dtyp
         ZS_CHECK(e->ops->axpy(e->stream, a, 1.0f, add, c));
         ZS_CHECK(e->ops->cast(e->stream, dst + i, ZS_DTYPE_BF16, a, ZS_DTYPE_F32, c));
     }
-    ZS_CHECK(e->ops->sync(e->stream));
 fail:
     return st;
 }
 
+int zs_engine_sumsq16_parts(size_t n) {
+    return n ? (int)((n + ZS_ENGINE_CAST_CHUNK - 1) / ZS_ENGINE_CAST_CHUNK) : 1;
+}
+
 zs_status zs_engine_sumsq16(zs_engine_t *e, const zs_bf16 *g, size_t n, double *out) {
     zs_status st = ZS_OK;
-    double sum = 0.0, part = 0.0;
+    if (n == 0) return e->ops->sumsq(e->stream, out, e->gscratch, 0);
     for (size_t i = 0; i < n; i += ZS_ENGINE_CAST_CHUNK) {
         size_t c = chunk_len(n, i);
         ZS_CHECK(e->ops->cast(e->stream, e->gscratch, ZS_DTYPE_F32, g + i, ZS_DTYPE_BF16, c));
-        ZS_CHECK(e->ops->sumsq(e->stream, &part, e->gscratch, c));
-        sum += part;
+        ZS_CHECK(e->ops->sumsq(e->stream, out + i / ZS_ENGINE_CAST_CHUNK, e->gscratch, c));
     }
 fail:
-    *out = sum;
     return st;
 }
 
@@ -79,7 +80,6 @@ zs_status zs_engine_adamw16(zs_engine_t *e, float *master, const zs_bf16 *g, flo
         ZS_CHECK(zs_adamw_update(e->ops, e->stream, master + i, e->gscratch, m + i, v + i, c, h,
                                  decay, scale, t));
     }
-    ZS_CHECK(e->ops->sync(e->stream));
 fail:
     return st;
 }
@@ -90,13 +90,11 @@ zs_status zs_engine_fold16(zs_engine_t *e, int unit, int k) {
     zs_status st = ZS_OK;
     slot *s = &e->gslots[k];
     size_t P = (size_t)e->layout->units[unit].padded;
-    ZS_CHECK(e->ops->sync(e->stream));
     if (e->micro_k > 0)
         ZS_CHECK(zs_engine_acc16(e, e->units[unit].g16, s->buf, ZS_DTYPE_F32, P));
     else
         ZS_CHECK(
             e->ops->cast(e->stream, e->units[unit].g16, ZS_DTYPE_BF16, s->buf, ZS_DTYPE_F32, P));
-    ZS_CHECK(e->ops->sync(e->stream));
     s->unit = -1;
     s->state = SLOT_EMPTY;
     e->units[unit].gslot = -1;

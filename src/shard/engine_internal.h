@@ -44,6 +44,7 @@ typedef struct slot {
 struct zs_engine {
     const zs_layout *layout;
     const zs_ops *ops;
+    const zs_device *dev;
     zs_stream_t *stream;
     zs_engine_config cfg;
     zs_comm_t *comm; /* NULL for a world of one */
@@ -70,6 +71,12 @@ struct zs_engine {
      * 2 * ZS_ENGINE_CAST_CHUNK fp32 scratch for arithmetic on bf16 values. */
     int g16, pool_grads;
     float *gscratch;
+    /* Host values in collectives go through hx (device, 2 x world x ZS_ENGINE_HOST_CHUNK bytes);
+     * the gradient norm's partial sums land in norm_parts (device, n_parts doubles) and come
+     * back in one copy per step. */
+    char *hx;
+    double *norm_parts;
+    int n_parts;
 };
 
 /* Buffers that collectives read or write: registered with the communicator (peers read them
@@ -86,7 +93,10 @@ zs_status zs_engine_drain(zs_engine_t *e);
 /* all-gather count elements of dtype dt per rank (async; a copy when world is one). */
 zs_status zs_engine_gather(zs_engine_t *e, const void *send, void *recv, size_t count, zs_dtype dt,
                            const char *tag, zs_comm_work_t **work);
+/* The host waits for *work (bounded by the comm timeout; reports a failed peer). */
 zs_status zs_engine_wait(zs_comm_work_t **work);
+/* The engine's stream waits for *work; the host does not, where the device allows. */
+zs_status zs_engine_wait_stream(zs_engine_t *e, zs_comm_work_t **work);
 
 /* bf16 compute copy (engine_bf16.c): the fp32 widening buffer; rounding the masters into the
  * bf16 copy and gathering it (with wait == 0 each unit's gather is waited at its next
@@ -102,7 +112,10 @@ zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **
 zs_status zs_engine_grad16_create(zs_engine_t *e);
 void zs_engine_grad16_destroy(zs_engine_t *e);
 zs_status zs_engine_acc16(zs_engine_t *e, zs_bf16 *dst, const void *src, zs_dtype src_dt, size_t n);
+/* Partial sums of squares of n bf16 values into out[0 .. zs_engine_sumsq16_parts(n)) (device),
+ * chunk by chunk. */
 zs_status zs_engine_sumsq16(zs_engine_t *e, const zs_bf16 *g, size_t n, double *out);
+int zs_engine_sumsq16_parts(size_t n);
 zs_status zs_engine_adamw16(zs_engine_t *e, float *master, const zs_bf16 *g, float *m, float *v,
                             size_t n, const zs_adamw_hparams *h, int decay, float scale, int t);
 zs_status zs_engine_fold16(zs_engine_t *e, int unit, int k);

@@ -166,7 +166,7 @@ static zs_status evict_and_gather(zs_engine_t *e, int k, int unit) {
     zs_status st = ZS_OK;
     slot *s = &e->pslots[k];
     if (s->unit >= 0) {
-        ZS_CHECK(zs_engine_wait(&s->work));
+        ZS_CHECK(zs_engine_wait_stream(e, &s->work));
         e->units[s->unit].pslot = -1;
     }
     const zs_unit_desc *ud = &e->layout->units[unit];
@@ -189,7 +189,7 @@ static zs_status acquire_params(zs_engine_t *e, int unit, int phase, float **par
     zs_status st = ZS_OK;
     unit_state *us = &e->units[unit];
     if (e->persist_params) {
-        ZS_CHECK(zs_engine_wait(&us->work)); /* the post-step gather of this unit */
+        ZS_CHECK(zs_engine_wait_stream(e, &us->work)); /* the post-step gather of this unit */
         if (e->bf16) return zs_engine_widen(e, unit, us->p16, params);
         *params = us->param;
         return ZS_OK;
@@ -205,7 +205,7 @@ static zs_status acquire_params(zs_engine_t *e, int unit, int phase, float **par
         ZS_CHECK(evict_and_gather(e, k, unit));
     }
     slot *s = &e->pslots[us->pslot];
-    ZS_CHECK(zs_engine_wait(&s->work));
+    ZS_CHECK(zs_engine_wait_stream(e, &s->work));
     s->state = SLOT_READY;
     s->in_use = 1;
     s->tick = ++e->tick;
@@ -241,7 +241,7 @@ static slot *reducing_pool(zs_engine_t *e, int *n) {
  * after the first micro-batch's, add it after later ones. */
 static zs_status finalize_slot(zs_engine_t *e, slot *s) {
     zs_status st = ZS_OK;
-    ZS_CHECK(zs_engine_wait(&s->work));
+    ZS_CHECK(zs_engine_wait_stream(e, &s->work));
     unit_state *us = &e->units[s->unit];
     size_t S = (size_t)e->layout->units[s->unit].shard, off = (size_t)e->rank * S;
     if (e->g16) {
@@ -327,7 +327,6 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
     if (e->persist_grads) {
         if (e->g16) ZS_CHECK(zs_engine_fold16(e, unit, us->gslot));
         if (!last) return ZS_OK; /* DDP / ZeRO-1 accumulate locally, reduce once per step */
-        ZS_CHECK(e->ops->sync(e->stream));
         if (!e->comm) return ZS_OK;
         char *g = e->g16 ? (char *)us->g16 : (char *)us->grad;
         if (e->cfg.stage == ZS_STAGE_DDP)
@@ -339,7 +338,6 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
         return ZS_OK;
     }
     slot *s = &e->gslots[us->gslot];
-    ZS_CHECK(e->ops->sync(e->stream));
     if (e->g16) { /* round once into the reduction pool; the bf16 copy travels and is kept */
         int k = -1;
         ZS_CHECK(free_slot(e, e->rslots, e->n_rslots, ud->padded, &k));
@@ -347,7 +345,6 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
                    ud->name);
         ZS_CHECK(e->ops->cast(e->stream, e->rslots[k].buf, ZS_DTYPE_BF16, s->buf, ZS_DTYPE_F32,
                               (size_t)ud->padded));
-        ZS_CHECK(e->ops->sync(e->stream));
         s->unit = -1;
         s->state = SLOT_EMPTY;
         s = &e->rslots[k];

@@ -3,7 +3,10 @@
  * GPT-2 and LLaMA run on these same calls, so every model test exercises this file. */
 #include "shard/module.h"
 
+#include "backend/cuda_device.h"
+#include "backend/device.h"
 #include "backend/ops.h"
+#include "comm/device.h"
 #include "core/status.h"
 #include "shard/engine.h"
 
@@ -15,6 +18,8 @@ struct zs_module {
     zs_engine_t *engine;
     zs_comm_t *comm; /* the caller's; NULL for a world of one */
     const zs_ops *ops;
+    const zs_device *dev;
+    zs_stream_t *stream; /* the compute stream (the CPU's is NULL) */
     zs_module_config cfg;
     char name[32];
     int rank, world;
@@ -129,16 +134,14 @@ zs_module_config zs_module_config_default(void) {
 
 /* Overwrite this rank's master range of tensor ti with full values (then state_changed). */
 static zs_status write_master(zs_module_t *m, int ti, const float *values) {
-    zs_status st = ZS_OK;
     const zs_tensor_desc *t = &m->layout.tensors[ti];
-    float *master, *am, *av;
     int64_t lo, n;
-    ZS_CHECK(zs_engine_state(m->engine, t->unit, &master, &am, &av, &lo, &n));
+    zs_engine_state_range(m->engine, t->unit, &lo, &n);
     int64_t a = t->offset > lo ? t->offset : lo;
     int64_t b = t->offset + t->count < lo + n ? t->offset + t->count : lo + n;
-    if (b > a) memcpy(master + (a - lo), values + (a - t->offset), (size_t)(b - a) * sizeof(float));
-fail:
-    return st;
+    if (b <= a) return ZS_OK;
+    return zs_engine_state_write(m->engine, t->unit, ZS_STATE_MASTER, a, b - a,
+                                 values + (a - t->offset));
 }
 
 zs_status zs_module_create(const zs_units_t *units, zs_comm_t *comm, const zs_module_config *cfg,
@@ -153,19 +156,28 @@ zs_status zs_module_create(const zs_units_t *units, zs_comm_t *comm, const zs_mo
     for (int u = 0; u < units->layout.n_units; u++)
         ZS_REQUIRE(units->layout.units[u].n_tensors > 0, ZS_ERR_INVALID,
                    "module: unit '%s' has no tensors", units->layout.units[u].name);
-    ZS_REQUIRE(!cfg->device || !strcmp(cfg->device, "cpu"), ZS_ERR_UNSUPPORTED,
-               "module: device '%s': the module computes on the CPU in this release (\"cpu\")",
-               cfg->device);
     m = calloc(1, sizeof *m);
     ZS_REQUIRE(m, ZS_ERR_OOM, "module: out of memory");
     m->cfg = *cfg;
     m->cfg.device = NULL;
     m->cfg.name = NULL;
     snprintf(m->name, sizeof m->name, "%s", cfg->name && *cfg->name ? cfg->name : "module");
-    m->ops = zs_ops_cpu();
     m->rank = comm ? zs_comm_rank(comm) : 0;
     m->world = comm ? zs_comm_world_size(comm) : 1;
     m->comm = m->world > 1 ? comm : NULL;
+    ZS_CHECK(zs_backend_select(cfg->device, &m->ops, &m->dev));
+    if (!m->dev->host_memory) {
+        /* One GPU per local rank where there are enough, else ranks share them. */
+        int ndev = zs_cuda_device_count(), local = comm ? zs_comm_local_rank(comm) : 0;
+        ZS_REQUIRE(ndev > 0, ZS_ERR_UNSUPPORTED, "module: device %s: no device is visible",
+                   cfg->device);
+        ZS_CHECK(zs_cuda_set_device(local % ndev));
+    }
+    /* The communicator carries this device's buffers (staged through host memory for host
+     * backends when the device's memory is not host memory). */
+    if (m->comm && zs_comm_device(m->comm) != m->dev)
+        ZS_CHECK(zs_comm_set_device(m->comm, m->dev, !m->dev->host_memory, 0));
+    ZS_CHECK(m->dev->stream_create(&m->stream));
     ZS_CHECK(zs_layout_copy(&units->layout, &m->layout));
     ZS_CHECK(zs_layout_finalize(&m->layout, m->world));
 
@@ -177,7 +189,7 @@ zs_status zs_module_create(const zs_units_t *units, zs_comm_t *comm, const zs_mo
     ec.comm = m->comm;
     ec.param_dtype = cfg->param_dtype;
     ec.grad_dtype = cfg->grad_dtype;
-    ZS_CHECK(zs_engine_create(&m->layout, m->ops, NULL, &ec, &m->engine));
+    ZS_CHECK(zs_engine_create(&m->layout, m->ops, m->dev, m->stream, &ec, &m->engine));
     ZS_CHECK(zs_engine_init_params(m->engine, cfg->seed));
     int any_values = 0;
     for (int i = 0; i < m->layout.n_tensors && units->values; i++)
@@ -198,6 +210,7 @@ fail:
 void zs_module_destroy(zs_module_t *m) {
     if (!m) return;
     zs_engine_destroy(m->engine);
+    if (m->dev) m->dev->stream_destroy(m->stream);
     zs_layout_free(&m->layout);
     free(m);
 }
@@ -354,22 +367,15 @@ static zs_status find_sized(const zs_module_t *m, const char *name, size_t count
 
 zs_status zs_module_get_param(zs_module_t *m, const char *name, float *out, size_t count) {
     zs_status st = ZS_OK;
-    float *full = NULL, *master, *am, *av;
-    int64_t lo, n;
+    float *full = NULL;
     int i = -1;
     ZS_CHECK(find_sized(m, name, count, &i));
     const zs_tensor_desc *t = &m->layout.tensors[i];
     const zs_unit_desc *ud = &m->layout.units[t->unit];
-    ZS_CHECK(zs_engine_state(m->engine, t->unit, &master, &am, &av, &lo, &n)); /* drains */
-    if (n >= ud->padded) { /* DDP (or a world of one) holds the whole unit */
-        memcpy(out, master + (t->offset - lo), count * sizeof(float));
-        goto fail;
-    }
-    /* Sharded: gather the unit's master shards, then cut the tensor out. */
+    /* The unit's full master values (gathered at the sharded stages), then the tensor. */
     full = malloc((size_t)ud->padded * sizeof *full);
     ZS_REQUIRE(full, ZS_ERR_OOM, "module %s: get_param '%s': out of memory", m->name, name);
-    ZS_CHECK(
-        zs_comm_all_gather(m->comm, master, full, (size_t)ud->shard, ZS_DTYPE_F32, NULL, ud->name));
+    ZS_CHECK(zs_engine_unit_values(m->engine, t->unit, full));
     memcpy(out, full + t->offset, count * sizeof(float));
 fail:
     free(full);
@@ -385,10 +391,8 @@ zs_status zs_module_set_param(zs_module_t *m, const char *name, const float *val
         /* Rank 0's values win, so ranks that computed them differently still agree. */
         tmp = malloc(count * sizeof *tmp);
         ZS_REQUIRE(tmp, ZS_ERR_OOM, "module %s: set_param '%s': out of memory", m->name, name);
-        float *d, *am, *av;
-        int64_t lo, n;
-        ZS_CHECK(zs_engine_state(m->engine, 0, &d, &am, &av, &lo, &n)); /* drains */
-        ZS_CHECK(zs_comm_broadcast(m->comm, values, tmp, count, ZS_DTYPE_F32, 0, NULL, name));
+        memcpy(tmp, values, count * sizeof *tmp);
+        ZS_CHECK(zs_engine_broadcast_host(m->engine, tmp, count, 0));
         values = tmp;
     }
     ZS_CHECK(write_master(m, i, values));
@@ -414,9 +418,30 @@ zs_status zs_module_all_gather_bytes(zs_module_t *m, const void *send, void *rec
     return zs_engine_all_gather_bytes(m->engine, send, recv, nbytes);
 }
 
-zs_status zs_module_state(zs_module_t *m, int unit, float **master, float **am, float **av,
-                          int64_t *lo, int64_t *n) {
-    return zs_engine_state(m->engine, unit, master, am, av, lo, n);
+void zs_module_state_range(const zs_module_t *m, int unit, int64_t *lo, int64_t *n) {
+    zs_engine_state_range(m->engine, unit, lo, n);
+}
+
+zs_status zs_module_state_read(zs_module_t *m, int unit, int kind, int64_t at, int64_t count,
+                               float *host) {
+    return zs_engine_state_read(m->engine, unit, kind, at, count, host);
+}
+
+zs_status zs_module_state_write(zs_module_t *m, int unit, int kind, int64_t at, int64_t count,
+                                const float *host) {
+    return zs_engine_state_write(m->engine, unit, kind, at, count, host);
+}
+
+const zs_ops *zs_module_ops(const zs_module_t *m) {
+    return m->ops;
+}
+
+const zs_device *zs_module_dev(const zs_module_t *m) {
+    return m->dev;
+}
+
+zs_stream_t *zs_module_stream(const zs_module_t *m) {
+    return m->stream;
 }
 
 zs_status zs_module_state_changed(zs_module_t *m, int steps_done) {

@@ -5,6 +5,7 @@
 #ifndef ZS_SHARD_MODULE_H
 #define ZS_SHARD_MODULE_H
 
+#include "backend/device.h"
 #include "ckpt/ckpt.h"
 #include "shard/layout.h"
 #include "zshard.h"
@@ -31,11 +32,22 @@ uint64_t zs_module_seed(const zs_module_t *m);
 /* Gather nbytes (a multiple of 4) from every rank into recv[world * nbytes], rank order. */
 zs_status zs_module_all_gather_bytes(zs_module_t *m, const void *send, void *recv, size_t nbytes);
 
-/* This rank's optimizer state of unit u (fp32 master, Adam m, v over the unit's flat elements
- * [*lo, *lo + *n)), after draining pending work. For checkpoints. */
-zs_status zs_module_state(zs_module_t *m, int unit, float **master, float **am, float **av,
-                          int64_t *lo, int64_t *n);
-/* After overwriting state through zs_module_state on every rank: rebuild the stage's full
+/* This rank's optimizer state of unit u covers its flat elements [*lo, *lo + *n); kinds are the
+ * fp32 master, Adam m and v (ZS_STATE_* of shard/engine.h, ZS_CKPT_* of ckpt.h: the same order).
+ * read/write copy count elements from flat element `at` to/from host memory, after draining
+ * pending work. For checkpoints. */
+void zs_module_state_range(const zs_module_t *m, int unit, int64_t *lo, int64_t *n);
+zs_status zs_module_state_read(zs_module_t *m, int unit, int kind, int64_t at, int64_t count,
+                               float *host);
+zs_status zs_module_state_write(zs_module_t *m, int unit, int kind, int64_t at, int64_t count,
+                                const float *host);
+
+/* The device the module computes on: its ops, its device table, its compute stream. Models
+ * built on the module allocate and run there. */
+const zs_ops *zs_module_ops(const zs_module_t *m);
+const zs_device *zs_module_dev(const zs_module_t *m);
+zs_stream_t *zs_module_stream(const zs_module_t *m);
+/* After writing state through zs_module_state_write on every rank: rebuild the stage's full
  * copies and set the step count. Collective. */
 zs_status zs_module_state_changed(zs_module_t *m, int steps_done);
 
@@ -51,6 +63,10 @@ zs_status zs_module_save_info(zs_module_t *m, const char *save_dir, int keep,
 /* Extra check of a checkpoint's manifest before anything is read (the trainer compares its
  * model config); dir names the checkpoint in messages. */
 typedef zs_status (*zs_module_ckpt_check)(const zs_manifest *man, const char *dir, void *ctx);
+
+/* Every unit's state from an open checkpoint into this rank's range: the first nkinds kinds
+ * (1: masters only, the Adam moments zeroed; ZS_CKPT_NKINDS: everything). Not collective. */
+zs_status zs_module_load_kinds(zs_module_t *m, zs_ckpt_reader *r, int nkinds);
 
 /* Load path into the module (any saved world size and stage) after check (may be NULL) and
  * the layout comparison; sets the step count. Collective. */

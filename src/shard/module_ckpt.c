@@ -52,6 +52,14 @@ static int fault_commit(void) {
     return f && sscanf(f, "commit:%d", &k) == 1 && k == g_saves;
 }
 
+/* The largest shard of any unit: the host buffer a unit's state passes through. */
+static int64_t max_shard(const zs_layout *l) {
+    int64_t s = 0;
+    for (int u = 0; u < l->n_units; u++)
+        if (l->units[u].shard > s) s = l->units[u].shard;
+    return s;
+}
+
 static zs_status write_rank_file(zs_module_t *mod, zs_manifest *m, const char *tmp) {
     zs_status st = ZS_OK;
     zs_ckpt_writer *w = NULL;
@@ -59,21 +67,23 @@ static zs_status write_rank_file(zs_module_t *mod, zs_manifest *m, const char *t
     int rank = zs_module_rank(mod);
     zs_ckpt_file *f = &m->files[rank];
     char path[4400];
+    float *buf = malloc((size_t)max_shard(l) * sizeof *buf + 1);
+    ZS_REQUIRE(buf, ZS_ERR_OOM, "checkpoint: out of memory");
     ZS_CHECK(zs_path_join(path, sizeof path, tmp, f->name));
     ZS_CHECK(zs_ckpt_writer_open(path, m->info.level, f, &w));
     if (fault_rank_file(rank)) zs_ckpt_writer_kill_after(w, f->n_frames / 2 + 1);
     for (int u = 0; u < l->n_units; u++) {
-        float *kinds[ZS_CKPT_NKINDS];
-        int64_t lo, n, S = l->units[u].shard, base = (int64_t)rank * S;
-        ZS_CHECK(zs_module_state(mod, u, &kinds[0], &kinds[1], &kinds[2], &lo, &n));
+        int64_t S = l->units[u].shard, base = (int64_t)rank * S;
         /* DDP holds the whole unit; every stage writes the same canonical slice. */
-        ZS_ASSERT(base >= lo && base + S <= lo + n);
-        for (int k = 0; k < ZS_CKPT_NKINDS; k++)
-            ZS_CHECK(zs_ckpt_writer_put(w, u, k, kinds[k] + (base - lo), S));
+        for (int k = 0; k < ZS_CKPT_NKINDS; k++) {
+            ZS_CHECK(zs_module_state_read(mod, u, k, base, S, buf));
+            ZS_CHECK(zs_ckpt_writer_put(w, u, k, buf, S));
+        }
     }
     ZS_CHECK(zs_ckpt_writer_finish(w));
 fail:
     zs_ckpt_writer_destroy(w);
+    free(buf);
     return st;
 }
 
@@ -170,22 +180,41 @@ fail:
     return st;
 }
 
+zs_status zs_module_load_kinds(zs_module_t *mod, zs_ckpt_reader *r, int nkinds) {
+    zs_status st = ZS_OK;
+    const zs_layout *l = zs_module_layout(mod);
+    int64_t cap = 0, lo, n;
+    for (int u = 0; u < l->n_units; u++) {
+        zs_module_state_range(mod, u, &lo, &n);
+        if (n > cap) cap = n;
+    }
+    float *buf = malloc((size_t)cap * sizeof *buf + 1);
+    ZS_REQUIRE(buf, ZS_ERR_OOM, "checkpoint: out of memory");
+    for (int u = 0; u < l->n_units; u++) {
+        zs_module_state_range(mod, u, &lo, &n);
+        for (int k = 0; k < ZS_CKPT_NKINDS; k++) {
+            /* Kinds past nkinds start from zero (a fresh optimizer). */
+            if (k < nkinds)
+                ZS_CHECK(zs_ckpt_read(r, u, k, lo, n, buf));
+            else
+                memset(buf, 0, (size_t)n * sizeof *buf);
+            ZS_CHECK(zs_module_state_write(mod, u, k, lo, n, buf));
+        }
+    }
+fail:
+    free(buf);
+    return st;
+}
+
 static zs_status load_local(zs_module_t *mod, const char *path, zs_module_ckpt_check check,
                             void *ctx, int64_t *step) {
     zs_status st = ZS_OK;
     zs_ckpt_reader *r = NULL;
-    const zs_layout *l = zs_module_layout(mod);
     ZS_CHECK(zs_ckpt_reader_open(path, &r));
     const zs_manifest *m = zs_ckpt_reader_manifest(r);
     if (check) ZS_CHECK(check(m, zs_ckpt_reader_dir(r), ctx));
     ZS_CHECK(check_layout(mod, m, zs_ckpt_reader_dir(r)));
-    for (int u = 0; u < l->n_units; u++) {
-        float *kinds[ZS_CKPT_NKINDS];
-        int64_t lo, n;
-        ZS_CHECK(zs_module_state(mod, u, &kinds[0], &kinds[1], &kinds[2], &lo, &n));
-        for (int k = 0; k < ZS_CKPT_NKINDS; k++)
-            ZS_CHECK(zs_ckpt_read(r, u, k, lo, n, kinds[k]));
-    }
+    ZS_CHECK(zs_module_load_kinds(mod, r, ZS_CKPT_NKINDS));
     *step = m->info.step;
 fail:
     zs_ckpt_reader_close(r);

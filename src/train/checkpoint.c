@@ -95,14 +95,7 @@ static zs_status load_masters(zs_trainer_t *t, const char *path) {
     zs_ckpt_reader *r = NULL;
     ZS_CHECK(zs_ckpt_reader_open(path, &r));
     ZS_CHECK(check_model(zs_ckpt_reader_manifest(r), zs_ckpt_reader_dir(r), t));
-    for (int u = 0; u < t->layout.n_units; u++) {
-        float *kinds[ZS_CKPT_NKINDS];
-        int64_t lo, n;
-        ZS_CHECK(zs_module_state(t->engine, u, &kinds[0], &kinds[1], &kinds[2], &lo, &n));
-        ZS_CHECK(zs_ckpt_read(r, u, ZS_CKPT_MASTER, lo, n, kinds[0]));
-        memset(kinds[1], 0, (size_t)n * sizeof(float));
-        memset(kinds[2], 0, (size_t)n * sizeof(float));
-    }
+    ZS_CHECK(zs_module_load_kinds(t->engine, r, 1));
 fail:
     zs_ckpt_reader_close(r);
     return st;

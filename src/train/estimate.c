@@ -9,6 +9,8 @@
 #include "models/model.h"
 #include "shard/engine.h"
 #include "shard/layout.h"
+#include "train/trainer_internal.h"
+#include "backend/kernels/sumsq.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -108,17 +110,34 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     for (int i = 0; i < rslots; i++)
         b[ZS_MEM_GATHERED] += (uint64_t)sizes[i < l.n_units ? i : l.n_units - 1] * 2;
     int micro = batch / (world * grad_accum);
+    int host = !opts->device || strcmp(opts->device, "cuda"); /* device memory is host memory */
     zs_model_options mo = {
         .recompute = opts->recompute, .act_dtype = opts->dtype, .attention = opts->attention};
     b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, &mo, micro, seq);
-    /* Logits and activation gradients, and the batch's tokens. */
+    /* Logits and activation gradients, and the batch's tokens (with their host staging where
+     * that is the device's memory) and loss sums. */
     b[ZS_MEM_WORKSPACE] = zs_model_workspace_bytes(cfg, &mo, micro, seq) +
-                          2 * (uint64_t)micro * seq * sizeof(int32_t);
+                          zs_trainer_io_bytes(micro, seq, grad_accum, host);
     if (g16) b[ZS_MEM_WORKSPACE] += 2 * ZS_ENGINE_CAST_CHUNK * sizeof(float);
+    if (!host) {
+        /* A GPU's reductions (gradient norm, loss) keep their chunk sums in a scratch of the
+         * compute stream that grows to a power of two (>= 64 doubles) covering the largest
+         * one: a gradient shard, a bf16 cast chunk, or a micro-batch's losses. */
+        uint64_t most = (uint64_t)micro * seq, need = 64;
+        for (int u = 0; u < l.n_units; u++) {
+            uint64_t n = g16 ? ZS_ENGINE_CAST_CHUNK : (uint64_t)l.units[u].shard;
+            if (n > most) most = n;
+        }
+        while (need < (most + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK)
+            need *= 2;
+        b[ZS_MEM_WORKSPACE] += need * sizeof(double);
+    }
     /* The shm backend's staging slots; "auto" picks shm when the ranks share a host, which
-     * this estimate assumes. */
+     * this estimate assumes. On a GPU they are host memory. */
     const char *comm = opts->comm && strcmp(opts->comm, "auto") ? opts->comm : getenv("ZS_COMM");
-    if (!comm || !*comm || !strcmp(comm, "auto") || !strcmp(comm, "shm"))
+    if (!host)
+        ;
+    else if (!comm || !*comm || !strcmp(comm, "auto") || !strcmp(comm, "shm"))
         b[ZS_MEM_COMM] = zs_comm_shm_staging_bytes(world);
     /* The mpi backend stages a reduction in two fp32 buffers of the whole message
      * (src/comm/mpi.c: MPI forbids in-place reduce-scatter, and bf16 is widened): the
@@ -127,6 +146,11 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
      * not allocated through zshard and are not counted. */
     else if (!strcmp(comm, "mpi") && world > 1 && (stage >= 1 || g16))
         b[ZS_MEM_COMM] = 2 * (uint64_t)sizes[0] * sizeof(float);
+    /* The engine's own scratch: host values through collectives, gradient-norm partial sums. */
+    uint64_t xc = 0, xw = 0;
+    zs_engine_scratch_bytes(&l, world, opts->reduce_dtype, &xc, &xw);
+    b[ZS_MEM_COMM] += xc;
+    b[ZS_MEM_WORKSPACE] += xw;
     for (int c = ZS_MEM_PARAM; c <= ZS_MEM_OPTIM_STATE; c++)
         out->model_states += b[c];
     for (int c = 0; c < ZS_MEM_NCAT; c++)

@@ -3,7 +3,10 @@
  * logging live in the CLI. */
 #include "zshard.h"
 
+#include "backend/cuda_device.h"
+#include "backend/device.h"
 #include "backend/ops.h"
+#include "comm/env.h"
 #include "core/alloc.h"
 #include "core/philox.h"
 #include "core/status.h"
@@ -85,7 +88,8 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
                          .attention = c->attention,
                          .dtype = c->dtype,
                          .reduce_dtype = c->reduce_dtype,
-                         .comm = c->comm};
+                         .comm = c->comm,
+                         .device = t->device};
     zs_status st = zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->stage, c->batch, c->seq,
                                                 c->grad_accum, c->prefetch, &mo, &est);
     if (st != ZS_OK || est.total <= c->device_mem) return st;
@@ -105,22 +109,54 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
                     need, brk, cap, hint);
 }
 
+/* On a GPU, "auto" communication is NCCL when every rank of this host has a GPU of its own and
+ * NCCL is built, else shm through pinned staging (ranks sharing a GPU); the banner says which and
+ * why. Elsewhere the comm layer's own choice stands. */
+static zs_status choose_gpu_comm(zs_trainer_t *t, zs_comm_config *cc) {
+    zs_status st = ZS_OK;
+    zs_comm_env env;
+    const char *e = getenv("ZS_COMM");
+    size_t len = strlen(t->device_why);
+    if (t->dev->host_memory || cc->backend != ZS_COMM_AUTO || (e && *e && strcmp(e, "auto")))
+        return ZS_OK;
+    ZS_CHECK(zs_comm_env_read(cc, &env));
+    if (env.world_size <= 1) return ZS_OK;
+    int ndev = zs_cuda_device_count();
+    if (zs_comm_backend_available(ZS_COMM_NCCL) && env.local_world_size <= ndev) {
+        cc->backend = ZS_COMM_NCCL;
+        snprintf(t->device_why + len, sizeof t->device_why - len,
+                 "; nccl: each of %d local rank%s has its own GPU", env.local_world_size,
+                 env.local_world_size == 1 ? "" : "s");
+    } else if (env.local_world_size == env.world_size) {
+        cc->backend = ZS_COMM_SHM;
+        snprintf(t->device_why + len, sizeof t->device_why - len,
+                 "; shm through pinned staging: %d ranks share %d GPU%s%s", env.local_world_size,
+                 ndev, ndev == 1 ? "" : "s",
+                 zs_comm_backend_available(ZS_COMM_NCCL) ? "" : " (this build has no NCCL)");
+    }
+fail:
+    return st;
+}
+
 zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     zs_status st = ZS_OK;
     zs_trainer_t *t = NULL;
     zs_units_t *units = NULL;
+    const zs_ops *ops = NULL;
     *out = NULL;
     t = calloc(1, sizeof *t);
     ZS_REQUIRE(t, ZS_ERR_OOM, "trainer: out of memory");
     t->cfg = *cfg;
-    t->ops = zs_ops_cpu();
 
-    /* The device before anything else: asking for one that cannot be had is one clear error. */
+    /* The device before anything else: asking for one that cannot be had is one clear error.
+     * Its tables decide the memory ledger the cap and the reports use. */
     ZS_CHECK(zs_device_choose(cfg->device, &t->device, t->device_why, sizeof t->device_why));
+    ZS_CHECK(zs_backend_select(t->device, &ops, &t->dev));
     /* Join the job first: a world of one needs no environment and no communicator. */
     zs_comm_config cc = zs_comm_config_default();
     if (cfg->comm) ZS_CHECK(zs_comm_backend_parse(cfg->comm, &cc.backend));
     if (cfg->comm_timeout_s > 0) cc.timeout_s = cfg->comm_timeout_s;
+    ZS_CHECK(choose_gpu_comm(t, &cc));
     ZS_CHECK(zs_comm_create(&cc, &t->comm));
     t->rank = zs_comm_rank(t->comm);
     t->world = zs_comm_world_size(t->comm);
@@ -158,15 +194,17 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     mc.grad_dtype = cfg->reduce_dtype;
     mc.seed = cfg->seed;
     mc.name = t->model_cfg.name;
+    mc.device = t->device;
     ZS_CHECK(zs_units_from_layout(&t->layout, &units));
     ZS_CHECK(zs_module_create(units, t->comm, &mc, &t->engine));
+    /* The model computes where the module keeps its parameters, on its stream. */
+    t->ops = zs_module_ops(t->engine);
+    t->stream = zs_module_stream(t->engine);
     zs_model_options mo = {
         .recompute = cfg->recompute, .act_dtype = cfg->dtype, .attention = cfg->attention};
     ZS_CHECK(zs_model_create_opts(&t->model_cfg, &mo, t->ops, t->stream, t->engine, t->micro,
                                   cfg->seq, &t->model));
-    size_t nb = (size_t)t->micro * (size_t)cfg->seq * sizeof(int32_t);
-    ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, nb, "input tokens", (void **)&t->inputs));
-    ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, nb, "target tokens", (void **)&t->targets));
+    ZS_CHECK(zs_trainer_io_create(t));
     zs_units_destroy(units);
     *out = t;
     return ZS_OK;
@@ -178,8 +216,7 @@ fail:
 
 void zs_trainer_destroy(zs_trainer_t *t) {
     if (!t) return;
-    zs_free(t->inputs);
-    zs_free(t->targets);
+    zs_trainer_io_destroy(t);
     zs_model_destroy(t->model);
     zs_module_destroy(t->engine);
     zs_layout_free(&t->layout);
@@ -205,22 +242,21 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
      * later over ranks) the gradients are exactly the global mean. */
     float dloss = 1.0f / ((float)c->batch * (float)c->seq);
     double loss_sum = 0.0;
+    size_t n = (size_t)t->micro * c->seq;
     ZS_CHECK(zs_module_zero_grad(t->engine));
     int per_rank = c->batch / t->world;
     for (int k = 0; k < c->grad_accum; k++) {
         int first = t->rank * per_rank + k * t->micro;
+        int32_t *in = NULL, *tg = NULL;
         ZS_CHECK(zs_module_micro_begin(t->engine, k, c->grad_accum));
-        const int32_t *in = t->inputs, *tg = t->targets;
+        ZS_CHECK(zs_trainer_io_next(t, &in, &tg));
         if (tokens) { /* the caller's rows of this rank, micro-batch k */
-            in = tokens + (size_t)k * t->micro * c->seq;
-            tg = targets + (size_t)k * t->micro * c->seq;
+            memcpy(in, tokens + (size_t)k * n, n * sizeof *in);
+            memcpy(tg, targets + (size_t)k * n, n * sizeof *tg);
         } else {
-            zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, t->inputs,
-                           t->targets);
+            zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, in, tg);
         }
-        double part = 0.0;
-        ZS_CHECK(zs_model_forward_backward(t->model, in, tg, t->micro, c->seq, dloss, 1, &part));
-        loss_sum += part;
+        ZS_CHECK(zs_trainer_io_pass(t, t->micro, c->seq, dloss, 1, k));
     }
     zs_adamw_config h = {
         .lr = t->lr_override > 0 ? t->lr_override
@@ -233,6 +269,7 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
     };
     float norm = 0.0f;
     ZS_CHECK(zs_module_step(t->engine, &h, &norm));
+    ZS_CHECK(zs_trainer_io_losses(t, c->grad_accum, &loss_sum));
     ZS_CHECK(zs_module_allsum(t->engine, loss_sum, &loss_sum));
     t->step = step;
     double ms = (zs_now_s() - t0) * 1e3;
@@ -253,17 +290,21 @@ zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
     ZS_REQUIRE(t->has_data, ZS_ERR_INVALID,
                "trainer: no data_path was given: evaluate with zs_trainer_eval_batch");
     const zs_train_config *c = &t->cfg;
-    double sum = 0.0;
+    double sum = 0.0, part = 0.0;
     int per_rank = c->batch / t->world;
-    for (int k = 0; k < n_batches; k++)
+    for (int k = 0; k < n_batches; k++) {
         for (int j = 0; j < c->grad_accum; j++) {
             int first = t->rank * per_rank + j * t->micro;
-            zs_batch_val(&t->data, k, c->batch, c->seq, first, t->micro, t->inputs, t->targets);
-            double part = 0.0;
-            ZS_CHECK(zs_model_forward_backward(t->model, t->inputs, t->targets, t->micro, c->seq,
-                                               0.0f, 0, &part));
-            sum += part;
+            int32_t *in = NULL, *tg = NULL;
+            ZS_CHECK(zs_trainer_io_next(t, &in, &tg));
+            zs_batch_val(&t->data, k, c->batch, c->seq, first, t->micro, in, tg);
+            ZS_CHECK(zs_trainer_io_pass(t, t->micro, c->seq, 0.0f, 0, j));
         }
+        /* One running sum over every micro-batch in order: the same bits on every device. */
+        ZS_CHECK(zs_trainer_io_losses(t, c->grad_accum, &part));
+        for (int j = 0; j < c->grad_accum; j++)
+            sum += t->h_loss[j];
+    }
     ZS_CHECK(zs_module_allsum(t->engine, sum, &sum));
     *loss = (float)(sum / ((double)n_batches * c->batch * c->seq));
 fail:
@@ -296,6 +337,7 @@ zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens, f
     zs_status st = ZS_OK;
     const int T = t->cfg.seq, V = t->model_cfg.vocab, Vp = t->model_cfg.padded_vocab;
     int32_t *ctx = NULL;
+    float *row = NULL;
     size_t len = 0;
     ZS_REQUIRE(cap > 0, ZS_ERR_INVALID, "sample: output buffer is empty");
     out[0] = '\0';
@@ -309,11 +351,21 @@ zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens, f
             ctx[n] = (unsigned char)prompt[n];
     else
         ctx[n++] = t->data.is_text ? '\n' : 50256; /* GPT-2's <|endoftext|> */
+    row = malloc((size_t)Vp * sizeof *row);
+    ZS_REQUIRE(row, ZS_ERR_OOM, "sample: out of memory");
     for (int i = 0; i < n_tokens; i++) {
         int win = n < T ? n : T;
         const float *logits = NULL;
-        ZS_CHECK(zs_model_infer(t->model, ctx + n - win, 1, win, &logits));
-        int next = sample_row(logits + (size_t)(win - 1) * Vp, V, temperature, seed, (uint64_t)i);
+        int32_t *in = NULL, *unused = NULL;
+        ZS_CHECK(zs_trainer_io_next(t, &in, &unused));
+        memcpy(in, ctx + n - win, (size_t)win * sizeof *in);
+        ZS_CHECK(zs_trainer_io_upload(t, 1, win, 0));
+        ZS_CHECK(zs_model_infer(t->model, t->d_in, 1, win, &logits));
+        /* Only the last position's logits come back. */
+        ZS_CHECK(t->dev->copy_d2h(t->stream, row, logits + (size_t)(win - 1) * Vp,
+                                  (size_t)Vp * sizeof *row));
+        ZS_CHECK(t->dev->stream_sync(t->stream));
+        int next = sample_row(row, V, temperature, seed, (uint64_t)i);
         ctx[n++] = next;
         if (t->data.is_text) {
             if (len + 1 < cap) out[len++] = (char)next;
@@ -325,6 +377,7 @@ zs_status zs_trainer_sample(zs_trainer_t *t, const char *prompt, int n_tokens, f
     }
 fail:
     free(ctx);
+    free(row);
     return st;
 }
 

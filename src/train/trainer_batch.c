@@ -55,14 +55,16 @@ zs_status zs_trainer_eval_batch(zs_trainer_t *t, const int32_t *tokens, const in
     const zs_train_config *c = &t->cfg;
     const int32_t *tk = NULL, *tg = NULL;
     double sum = 0.0;
+    size_t n = (size_t)t->micro * c->seq;
     ZS_CHECK(agree(t, rank_rows(t, tokens, targets, rows, &tk, &tg)));
     for (int k = 0; k < c->grad_accum; k++) {
-        size_t off = (size_t)k * t->micro * c->seq;
-        double part = 0.0;
-        ZS_CHECK(zs_model_forward_backward(t->model, tk + off, tg + off, t->micro, c->seq, 0.0f, 0,
-                                           &part));
-        sum += part;
+        int32_t *in = NULL, *tgt = NULL;
+        ZS_CHECK(zs_trainer_io_next(t, &in, &tgt));
+        memcpy(in, tk + (size_t)k * n, n * sizeof *in);
+        memcpy(tgt, tg + (size_t)k * n, n * sizeof *tgt);
+        ZS_CHECK(zs_trainer_io_pass(t, t->micro, c->seq, 0.0f, 0, k));
     }
+    ZS_CHECK(zs_trainer_io_losses(t, c->grad_accum, &sum));
     ZS_CHECK(zs_module_allsum(t->engine, sum, &sum));
     *loss = (float)(sum / ((double)c->batch * c->seq));
 fail:
@@ -85,9 +87,16 @@ zs_status zs_trainer_forward_logits(zs_trainer_t *t, const int32_t *tokens, int 
     for (int r0 = 0; r0 < rows; r0 += t->micro) {
         int n = rows - r0 < t->micro ? rows - r0 : t->micro;
         const float *out = NULL;
-        ZS_CHECK(zs_model_infer(t->model, tokens + (size_t)r0 * seq, n, seq, &out));
+        int32_t *in = NULL, *unused = NULL;
+        ZS_CHECK(zs_trainer_io_next(t, &in, &unused));
+        memcpy(in, tokens + (size_t)r0 * seq, (size_t)n * seq * sizeof *in);
+        ZS_CHECK(zs_trainer_io_upload(t, n, seq, 0));
+        ZS_CHECK(zs_model_infer(t->model, t->d_in, n, seq, &out));
+        /* Row by row, the real vocabulary of each position (the padded columns stay behind). */
         for (size_t i = 0; i < (size_t)n * seq; i++)
-            memcpy(logits + ((size_t)r0 * seq + i) * V, out + i * Vp, (size_t)V * sizeof(float));
+            ZS_CHECK(t->dev->copy_d2h(t->stream, logits + ((size_t)r0 * seq + i) * V, out + i * Vp,
+                                      (size_t)V * sizeof(float)));
+        ZS_CHECK(t->dev->stream_sync(t->stream));
     }
 fail:
     return st;

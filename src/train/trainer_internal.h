@@ -3,6 +3,7 @@
 #ifndef ZS_TRAIN_TRAINER_INTERNAL_H
 #define ZS_TRAIN_TRAINER_INTERNAL_H
 
+#include "backend/device.h"
 #include "backend/ops.h"
 #include "data/data.h"
 #include "models/model.h"
@@ -13,23 +14,44 @@ struct zs_trainer {
     zs_train_config cfg;
     zs_model_config model_cfg;
     const zs_ops *ops;
-    zs_stream_t *stream;
+    const zs_device *dev;
+    zs_stream_t *stream; /* the module's compute stream */
     zs_dataset data;
     zs_layout layout;
     zs_module_t *engine; /* the model's sharded parameters: only zs_module_* calls */
     zs_model_t *model;
     zs_comm_t *comm; /* NULL for a world of one */
     int rank, world;
-    int micro;       /* sequences per micro-batch on this rank */
-    int32_t *inputs; /* [micro, seq] */
-    int32_t *targets;
+    int micro; /* sequences per micro-batch on this rank */
+    /* trainer_io.c: pinned host staging of the tokens (two, alternating; h_ev[j] marks the
+     * upload that last read buffer j), the device's token buffers, and the loss sum of each
+     * micro-batch of a step in device memory with its host copy. */
+    int32_t *h_in[2], *h_tg[2];
+    zs_event_t *h_ev[2];
+    int turn;
+    int32_t *d_in, *d_tg;
+    double *d_loss, *h_loss;
+    int n_loss;
     int step;             /* optimizer steps taken */
     int has_data;         /* 0: no data_path, batches come from memory */
     float lr_override;    /* > 0: every step uses it instead of the schedule */
     const char *device;   /* zs_device_choose's choice */
-    char device_why[160]; /* and its reason, for the banner */
+    char device_why[256]; /* and its reason (with the comm backend's on a GPU), for the banner */
     char gen_info[256];   /* zs_trainer_generate_info */
 };
+
+/* Device traffic (trainer_io.c). io_next returns the host staging buffers of the next upload
+ * (fill rows x seq tokens and targets there); io_upload copies them to d_in/d_tg; io_pass uploads
+ * and runs forward (+ backward) writing micro-batch k's loss sum to d_loss[k]; io_losses adds the
+ * first n loss sums in order (one copy back). io_bytes: what io_create allocates in the compute
+ * ledger (for the estimator). */
+zs_status zs_trainer_io_create(zs_trainer_t *t);
+void zs_trainer_io_destroy(zs_trainer_t *t);
+zs_status zs_trainer_io_next(zs_trainer_t *t, int32_t **in, int32_t **tg);
+zs_status zs_trainer_io_upload(zs_trainer_t *t, int rows, int seq, int targets);
+zs_status zs_trainer_io_pass(zs_trainer_t *t, int rows, int seq, float dloss, int backward, int k);
+zs_status zs_trainer_io_losses(zs_trainer_t *t, int n, double *sum);
+uint64_t zs_trainer_io_bytes(int micro, int seq, int grad_accum, int host_memory);
 
 /* One optimizer step; tokens/targets NULL: the data's batch of the step, else this rank's
  * [batch / world, seq] rows from memory (validated by the caller). */
