@@ -14,6 +14,7 @@
  * with the CPU table on host memory in the CUDA backend's place: it exercises this file's
  * indexing and bookkeeping on machines without a GPU and says nothing about the CUDA kernels. */
 #include "backend/cuda_device.h"
+#include "backend/device.h"
 #include "backend/ops.h"
 #include "core/bf16.h"
 #include "testutil.h"
@@ -716,17 +717,56 @@ static void check_scale_fill_residual(void) {
 }
 
 /* The same chunk decomposition and order as the CPU: equal doubles, for sizes around the
- * chunk boundary. */
+ * chunk boundary; the result lands in device memory, in stream order, on a created stream
+ * too (whose scratch grows with the largest call). */
 static void check_sumsq(void) {
     static const size_t sizes[] = {0, 1, 7, 4095, 4096, 4097, 3 * 4096 + 17, 250001};
-    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
-        size_t n = sizes[si];
-        float *x = randn(n ? n : 1, 3.0f), *d_x = up(x, n ? n : 1);
-        double want = -1.0, got = -2.0;
-        ZT_OK(cpu->sumsq(NULL, &want, x, n));
-        ZT_OK(gpu->sumsq(NULL, &got, d_x, n));
-        ZT_CHECK(memcmp(&got, &want, sizeof got) == 0, "sumsq n=%zu: %.17g vs CPU %.17g", n, got,
-                 want);
+    zs_stream_t *s = NULL;
+    if (!fake) ZT_OK(zs_cuda_stream_create(&s));
+    for (int square = 0; square < 2; square++)
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+            size_t n = sizes[si];
+            float *x = randn(n ? n : 1, 3.0f), *d_x = up(x, n ? n : 1);
+            double want = -1.0, got = -2.0, *d_got = dbuf(sizeof(double));
+            ZT_OK((square ? cpu->sumsq : cpu->sum)(NULL, &want, x, n));
+            ZT_OK((square ? gpu->sumsq : gpu->sum)(si % 2 ? s : NULL, d_got, d_x, n));
+            ZT_OK(gpu->sync(si % 2 ? s : NULL));
+            d2h(&got, d_got, sizeof got);
+            ZT_CHECK(memcmp(&got, &want, sizeof got) == 0, "%s n=%zu: %.17g vs CPU %.17g",
+                     square ? "sumsq" : "sum", n, got, want);
+        }
+    if (!fake) zs_cuda_stream_destroy(s);
+    release();
+}
+
+/* One decoding position over a KV cache: the cache rows and the output as the CPU computes
+ * them. Without RoPE every operation is shared arithmetic: bitwise. With RoPE (LLaMA) q and k
+ * first turn through cosf/sinf/powf, whose CUDA versions differ by an ulp or two: the stored k
+ * rows and the output are then compared within the RoPE bound scaled by the attention's
+ * weights (at most the largest |v|). */
+static void check_decode_attention(int NH, int NKV, float theta) {
+    int hs = 8, cap = 12, pos = 7, QD = NH * hs, KD = NKV * hs;
+    size_t nc = (size_t)cap * KD;
+    float *q = randn(QD, 1.0f), *k = randn(KD, 1.0f), *v = randn(KD, 1.0f);
+    float *kc = randn(nc, 1.0f), *vc = randn(nc, 1.0f), *out = poisoned(QD);
+    float *sc = poisoned((size_t)NH * cap);
+    float *d_q = up(q, QD), *d_k = up(k, KD), *d_v = up(v, KD), *d_kc = up(kc, nc);
+    float *d_vc = up(vc, nc), *d_out = up(out, QD), *d_sc = up(sc, (size_t)NH * cap);
+    ZT_OK(cpu->decode_attention(NULL, out, q, k, v, kc, vc, sc, NH, NKV, hs, pos, theta));
+    ZT_OK(gpu->decode_attention(NULL, d_out, d_q, d_k, d_v, d_kc, d_vc, d_sc, NH, NKV, hs, pos,
+                                theta));
+    char what[80];
+    snprintf(what, sizeof what, "decode_attention NH=%d NKV=%d theta=%g", NH, NKV, (double)theta);
+    if (theta <= 0.0f) {
+        expect_bits(what, d_out, out, QD);
+        expect_bits("decode_attention: k cache", d_kc, kc, nc);
+        expect_bits("decode_attention: v cache", d_vc, vc, nc);
+    } else {
+        /* RoPE's angle error (as check_rope) on |q|,|k| <= 4.5, through a softmax of scores
+         * summed over hs terms: generous 1e-4 relative bound on values of order 1. */
+        expect_close(what, d_out, out, QD, 1e-4);
+        expect_close("decode_attention: k cache (rotated)", d_kc, kc, nc, 1e-5);
+        expect_bits("decode_attention: v cache", d_vc, vc, nc);
     }
     release();
 }
@@ -799,10 +839,16 @@ static void check_errors(void) {
              "adamw: t = 0");
     ZT_CHECK(gpu->softmax_xent(NULL, d, d, d, (const int32_t *)d, 2, 5, 4, 1.0f) == ZS_ERR_INVALID,
              "softmax_xent: Vp < V");
-    double r;
+    double r = -1.0, *d_r = dbuf(sizeof(double));
     ZT_CHECK(gpu->sumsq(NULL, NULL, d, 4) == ZS_ERR_INVALID, "sumsq: NULL result");
-    ZT_OK(gpu->sumsq(NULL, &r, d, 0));
+    ZT_OK(gpu->sumsq(NULL, d_r, d, 0));
+    ZT_OK(gpu->sync(NULL));
+    d2h(&r, d_r, sizeof r);
     ZT_CHECK(r == 0.0, "sumsq of nothing is 0");
+    ZT_CHECK(gpu->decode_attention(NULL, d, d, d, d, d, d, d, 4, 3, 2, 0, 0.0f) == ZS_ERR_INVALID,
+             "decode_attention: NKV does not divide NH");
+    ZT_CHECK(gpu->decode_attention(NULL, d, d, d, d, d, d, d, 2, 2, 3, 0, 1e4f) == ZS_ERR_INVALID,
+             "decode_attention: RoPE on an odd head size");
     release();
 }
 
@@ -815,9 +861,10 @@ int main(void) {
         printf("cuda_ops: ZS_TEST_CUDA_FAKE: CPU table stands in for CUDA (harness check only)\n");
         gpu = zs_ops_cpu();
     } else {
-        if (!zs_cuda_built()) zt_skip("built without the CUDA backend");
-        if (zs_cuda_device_count() == 0) zt_skip("no CUDA device");
-        gpu = zs_ops_cuda();
+        zt_gpu_require();
+        const zs_device *dev = NULL;
+        /* The CUDA tables, and the device ledger as the one the checks read and cap. */
+        ZT_OK(zs_backend_select("cuda", &gpu, &dev));
         ZT_REQUIRE(gpu != NULL, "zs_ops_cuda() is NULL in a CUDA build");
         ZT_OK(zs_cuda_set_device(0));
     }
@@ -853,6 +900,8 @@ int main(void) {
     check_cast();
     check_scale_fill_residual();
     check_sumsq();
+    check_decode_attention(4, 4, 0.0f);
+    check_decode_attention(6, 2, 10000.0f);
     check_copy();
     check_init_normal();
     check_errors();

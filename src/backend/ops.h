@@ -169,6 +169,17 @@ typedef struct zs_ops {
                                      const float *dout, const float *q, const float *k,
                                      const float *v, const float *out, const float *lse, int B,
                                      int T, int NH, int NKV, int hs, int ldq, int ldkv);
+
+    /* ---- decoding with a KV cache (models/decode.c) ---- */
+
+    /* One new position `pos` of causal attention over a cache: q[NH*hs] and k, v [NKV*hs] are
+     * the position's projections. With theta > 0, q and k are first rotated by RoPE at pos (in
+     * place). k and v are then stored as row pos of kc and vc ([cap, NKV*hs] each), and
+     * out[NH*hs] = softmax(q K^T / sqrt(hs)) V over rows 0..pos, head h reading kv head
+     * h / (NH/NKV). scores[NH * (pos + 1)] is scratch. Overwrites out. */
+    zs_status (*decode_attention)(zs_stream_t *s, float *out, float *q, float *k, const float *v,
+                                  float *kc, float *vc, float *scores, int NH, int NKV, int hs,
+                                  int pos, float theta);
 } zs_ops;
 
 /* The CPU backend: OpenBLAS sgemm + OpenMP loops. Always available. */
@@ -184,6 +195,9 @@ const zs_ops *zs_ops_cuda(void);
  * ZS_ERR_INVALID with zs_last_error() naming op and the bad sizes. attention_check.c. */
 zs_status zs_flash_attention_check(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
                                    int ldkv);
+
+/* decode_attention's shape checks, shared by every backend (cpu/decode_cpu.c). */
+zs_status zs_kv_attention_check(int NH, int NKV, int hs, int pos, float theta);
 
 /* Row-major linear layer through the column-major gemm (DESIGN.md §12): a row-major X[r,c]
  * is the column-major X^T with ld c, so out = inp W^T becomes out^T = W inp^T, i.e.

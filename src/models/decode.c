@@ -1,8 +1,9 @@
 /* KV-cache decoding for GPT-2 and LLaMA (models/decode.h). The per-position math is the
- * training forward's, row by row: the same zs_ops for norms, linears and activations, RoPE
- * through kernels/rope.h at the row's true position, and the attention of one query row over
- * the cached keys written here as plain loops (no new backend op: a CUDA twin would be
- * needed). Tensors are found by their layout names, so the file knows no model internals. */
+ * training forward's, row by row, all through the zs_ops table on the module's device: norms,
+ * linears and activations, and decode_attention for RoPE at the row's true position, the cache
+ * row and the attention of one query row over the cached keys. Only the token goes to the
+ * device and the logits row comes back. Tensors are found by their layout names, so the file
+ * knows no model internals. */
 #include "models/decode.h"
 #include "models/carve.h"
 
@@ -53,6 +54,7 @@ static const char *const llama_names[NT] = {"input_layernorm.weight",
 struct zs_decoder {
     zs_model_config cfg;
     const zs_ops *o;
+    const zs_device *dev;
     zs_stream_t *s;
     zs_module_t *engine;
     const zs_layout *lay;
@@ -68,7 +70,9 @@ struct zs_decoder {
     float *kv;                          /* [n_layer][2][cap][KD] */
     float *ws;                          /* the carved rows below */
     float *x, *ln, *stat, *q, *k, *v, *atty, *tmp, *h, *h2, *scores, *logits;
-    int pending; /* x already holds pending_token embedded at pos (tied head) */
+    int32_t *tok;   /* device: the token being embedded */
+    float *hlogits; /* host copy of the logits row, for the pick */
+    int pending;    /* x already holds pending_token embedded at pos (tied head) */
     int pending_token;
 };
 
@@ -103,6 +107,7 @@ static uint64_t carve_ws(const zs_model_config *c, int cap, zs_decoder_t *d) {
     d->h2 = zs_carve(b, &n, (uint64_t)F);
     d->scores = zs_carve(b, &n, (uint64_t)c->n_head * (uint64_t)cap);
     d->logits = zs_carve(b, &n, (uint64_t)c->padded_vocab);
+    d->tok = (int32_t *)(void *)zs_carve(b, &n, 1);
     return n * sizeof(float);
 }
 
@@ -156,18 +161,28 @@ fail:
 
 static zs_status gather_all(zs_decoder_t *d) {
     zs_status st = ZS_OK;
+    float *host = NULL;
     const zs_layout *l = d->lay;
     d->resident = calloc((size_t)l->n_units, sizeof *d->resident);
     ZS_REQUIRE(d->resident, ZS_ERR_OOM, "decode: out of memory");
-    for (int u = 0; u < l->n_units; u++)
-        ZS_CHECK(zs_alloc(ZS_MEM_GATHERED, (size_t)l->units[u].used * sizeof(float),
-                          "decode: the gathered model", (void **)&d->resident[u]));
+    int64_t most = 0;
+    for (int u = 0; u < l->n_units; u++) {
+        ZS_CHECK(d->dev->alloc(ZS_MEM_GATHERED, (size_t)l->units[u].used * sizeof(float),
+                               "decode: the gathered model", (void **)&d->resident[u]));
+        if (l->units[u].used > most) most = l->units[u].used;
+    }
+    /* Each unit's full values through the host, unit by unit. */
+    host = malloc((size_t)most * sizeof *host + 1);
+    ZS_REQUIRE(host, ZS_ERR_OOM, "decode: out of memory");
     for (int i = 0; i < l->n_tensors; i++) {
         const zs_tensor_desc *t = &l->tensors[i];
-        ZS_CHECK(zs_module_get_param(d->engine, t->name, d->resident[t->unit] + t->offset,
-                                     (size_t)t->count));
+        ZS_CHECK(zs_module_get_param(d->engine, t->name, host, (size_t)t->count));
+        ZS_CHECK(d->dev->copy_h2d(d->s, d->resident[t->unit] + t->offset, host,
+                                  (size_t)t->count * sizeof(float)));
+        ZS_CHECK(d->dev->stream_sync(d->s));
     }
 fail:
+    free(host);
     return st;
 }
 
@@ -177,13 +192,13 @@ zs_status zs_decoder_create(const zs_model_config *cfg, const zs_ops *ops, zs_st
     zs_decoder_t *d = NULL;
     char name[ZS_MAX_NAME + 32];
     *out = NULL;
-    ZS_REQUIRE(ops == zs_ops_cpu(), ZS_ERR_UNSUPPORTED, "decode: the KV cache runs on the CPU");
     ZS_REQUIRE(cap >= 1 && cap <= cfg->max_seq, ZS_ERR_INVALID,
                "decode: %d positions asked, the model has %d", cap, cfg->max_seq);
     d = calloc(1, sizeof *d);
     ZS_REQUIRE(d, ZS_ERR_OOM, "decode: out of memory");
     d->cfg = *cfg;
     d->o = ops;
+    d->dev = zs_module_dev(engine);
     d->s = s;
     d->engine = engine;
     d->lay = zs_module_layout(engine);
@@ -233,11 +248,13 @@ zs_status zs_decoder_create(const zs_model_config *cfg, const zs_ops *ops, zs_st
         d->off_head = d->off_wte;
     }
 
-    ZS_CHECK(zs_alloc(ZS_MEM_ACTIVATION, zs_decode_cache_bytes(cfg, cap), "decode: KV cache",
-                      (void **)&d->kv));
-    ZS_CHECK(zs_alloc(ZS_MEM_WORKSPACE, zs_decode_workspace_bytes(cfg, cap),
-                      "decode: one-position workspace", (void **)&d->ws));
+    ZS_CHECK(d->dev->alloc(ZS_MEM_ACTIVATION, zs_decode_cache_bytes(cfg, cap), "decode: KV cache",
+                           (void **)&d->kv));
+    ZS_CHECK(d->dev->alloc(ZS_MEM_WORKSPACE, zs_decode_workspace_bytes(cfg, cap),
+                           "decode: one-position workspace", (void **)&d->ws));
     carve_ws(cfg, cap, d);
+    d->hlogits = malloc((size_t)d->Vp * sizeof *d->hlogits);
+    ZS_REQUIRE(d->hlogits, ZS_ERR_OOM, "decode: out of memory");
     d->mode = ZS_DECODE_PERSISTENT;
     if (zs_module_stage(engine) == ZS_STAGE_3) {
         int yes = 0;
@@ -254,13 +271,17 @@ fail:
 
 void zs_decoder_destroy(zs_decoder_t *d) {
     if (!d) return;
+    if (d->s) d->dev->stream_sync(d->s);
     if (d->resident)
         for (int u = 0; u < d->lay->n_units; u++)
-            zs_free(d->resident[u]);
+            d->dev->free(d->resident[u]);
     free(d->resident);
     free(d->u_layer);
-    zs_free(d->kv);
-    zs_free(d->ws);
+    if (d->dev) {
+        d->dev->free(d->kv);
+        d->dev->free(d->ws);
+    }
+    free(d->hlogits);
     free(d);
 }
 
@@ -291,60 +312,15 @@ static zs_status release(zs_decoder_t *d, int unit) {
     return d->resident ? ZS_OK : zs_module_forward_end(d->engine, unit);
 }
 
-static void embed(zs_decoder_t *d, const float *p, int token, int pos) {
-    const float *e = p + d->off_wte + (int64_t)token * d->C;
-    const float *w = d->off_wpe >= 0 ? p + d->off_wpe + (int64_t)pos * d->C : NULL;
-    for (int i = 0; i < d->C; i++)
-        d->x[i] = w ? e[i] + w[i] : e[i];
-}
-
-/* One query row per head against positions 0..pos of layer l's cache: softmax(q k^T / sqrt
- * hs) v, each query head reading kv head h / (NH / NKV) (GQA; GPT-2 has NKV = NH). */
-static void attend(zs_decoder_t *d, const float *kc, const float *vc, int pos) {
-    const int NH = d->cfg.n_head, hs = d->hs, KD = d->KD;
-    const int group = NH / (KD / hs);
-    const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static) if ((size_t)NH * (pos + 1) * hs >= 65536)
-    for (int h = 0; h < NH; h++) {
-        const float *q = d->q + (size_t)h * hs;
-        const int kh = h / group;
-        float *sc = d->scores + (size_t)h * d->cap, mx = -INFINITY;
-        for (int j = 0; j <= pos; j++) {
-            const float *kr = kc + (size_t)j * KD + (size_t)kh * hs;
-            float dot = 0.0f;
-            for (int i = 0; i < hs; i++)
-                dot += q[i] * kr[i];
-            sc[j] = dot * scale;
-            mx = sc[j] > mx ? sc[j] : mx;
-        }
-        float sum = 0.0f;
-        for (int j = 0; j <= pos; j++) {
-            sc[j] = expf(sc[j] - mx);
-            sum += sc[j];
-        }
-        float *y = d->atty + (size_t)h * hs;
-        for (int i = 0; i < hs; i++)
-            y[i] = 0.0f;
-        for (int j = 0; j <= pos; j++) {
-            const float *vr = vc + (size_t)j * KD + (size_t)kh * hs;
-            const float pj = sc[j] / sum;
-            for (int i = 0; i < hs; i++)
-                y[i] += pj * vr[i];
-        }
-    }
-}
-
-static void rope_row(float *x, int nh, int hs, int pos, float theta) {
-    float cs[512], sn[512];
-    for (int i = 0; i < hs / 2; i++)
-        zs_rope_cos_sin(&cs[i], &sn[i], pos, i, hs, theta);
-    for (int h = 0; h < nh; h++)
-        zs_rope_head(x + (size_t)h * hs, x + (size_t)h * hs, cs, sn, hs / 2, 0);
-}
-
-static void add_row(float *x, const float *y, int n) {
-    for (int i = 0; i < n; i++)
-        x[i] += y[i];
+/* x = the token's embedding (plus its position's, GPT-2): the token goes to the device. */
+static zs_status embed(zs_decoder_t *d, const float *p, int token, int pos) {
+    zs_status st = ZS_OK;
+    int32_t tk = token;
+    const float *wpe = d->off_wpe >= 0 ? p + d->off_wpe + (int64_t)pos * d->C : NULL;
+    ZS_CHECK(d->dev->copy_h2d(d->s, d->tok, &tk, sizeof tk));
+    ZS_CHECK(d->o->embedding_fwd(d->s, d->x, d->tok, p + d->off_wte, wpe, 1, 1, d->C));
+fail:
+    return st;
 }
 
 static zs_status norm(zs_decoder_t *d, float *out, const float *x, const float *w, const float *b) {
@@ -364,17 +340,14 @@ static zs_status block(zs_decoder_t *d, const float *p, int l) {
         ZS_CHECK(zs_linear_fwd(o, s, d->q, d->ln, p + t[QW], NULL, 1, C, QD));
         ZS_CHECK(zs_linear_fwd(o, s, d->k, d->ln, p + t[KW], NULL, 1, C, KD));
         ZS_CHECK(zs_linear_fwd(o, s, d->v, d->ln, p + t[VW], NULL, 1, C, KD));
-        rope_row(d->q, d->cfg.n_head, d->hs, pos, d->cfg.rope_theta);
-        rope_row(d->k, d->cfg.n_kv_head, d->hs, pos, d->cfg.rope_theta);
     } else { /* q | k | v in one row, as c_attn packs them */
         ZS_CHECK(zs_linear_fwd(o, s, d->q, d->ln, p + t[QW], p + t[QB], 1, C, 3 * C));
     }
     float *kc = d->kv + (size_t)l * 2 * d->cap * KD, *vc = kc + (size_t)d->cap * KD;
-    memcpy(kc + (size_t)pos * KD, d->k, (size_t)KD * sizeof(float));
-    memcpy(vc + (size_t)pos * KD, d->v, (size_t)KD * sizeof(float));
-    attend(d, kc, vc, pos);
+    ZS_CHECK(o->decode_attention(s, d->atty, d->q, d->k, d->v, kc, vc, d->scores, d->cfg.n_head,
+                                 KD / d->hs, d->hs, pos, d->llama ? d->cfg.rope_theta : 0.0f));
     ZS_CHECK(zs_linear_fwd(o, s, d->tmp, d->atty, p + t[OW], B_(OB), 1, QD, C));
-    add_row(d->x, d->tmp, C);
+    ZS_CHECK(o->residual_fwd(s, d->x, d->x, d->tmp, (size_t)C));
     ZS_CHECK(norm(d, d->ln, d->x, p + t[N2W], B_(N2B)));
     ZS_CHECK(zs_linear_fwd(o, s, d->h, d->ln, p + t[UPW], B_(UPB), 1, C, F));
     if (d->llama) {
@@ -384,7 +357,7 @@ static zs_status block(zs_decoder_t *d, const float *p, int l) {
         ZS_CHECK(o->gelu_fwd(s, d->h, d->h, (size_t)F));
     }
     ZS_CHECK(zs_linear_fwd(o, s, d->tmp, d->h, p + t[DOWNW], B_(DOWNB), 1, F, C));
-    add_row(d->x, d->tmp, C);
+    ZS_CHECK(o->residual_fwd(s, d->x, d->x, d->tmp, (size_t)C));
 #undef B_
 fail:
     return st;
@@ -400,7 +373,7 @@ zs_status zs_decoder_step(zs_decoder_t *d, int token, zs_decode_pick pick, void 
                "decode: token %d is outside the vocabulary of %d", token, d->cfg.vocab);
     if (!d->pending || d->pending_token != token) {
         ZS_CHECK(acquire(d, held = d->u_embed, &p));
-        embed(d, p, token, d->pos);
+        ZS_CHECK(embed(d, p, token, d->pos));
         ZS_CHECK(release(d, held));
         held = -1;
     }
@@ -420,10 +393,12 @@ zs_status zs_decoder_step(zs_decoder_t *d, int token, zs_decode_pick pick, void 
         ZS_CHECK(acquire(d, held = d->u_head, &p));
     }
     ZS_CHECK(zs_linear_fwd(d->o, d->s, d->logits, d->ln, p + d->off_head, NULL, 1, d->C, d->Vp));
-    *next = pick(ctx, d->logits, d->calls++);
+    ZS_CHECK(d->dev->copy_d2h(d->s, d->hlogits, d->logits, (size_t)d->Vp * sizeof(float)));
+    ZS_CHECK(d->dev->stream_sync(d->s));
+    *next = pick(ctx, d->hlogits, d->calls++);
     d->pos++;
     if (d->u_head == d->u_embed && d->pos < d->cap && *next >= 0 && *next < d->cfg.vocab) {
-        embed(d, p, *next, d->pos);
+        ZS_CHECK(embed(d, p, *next, d->pos));
         d->pending = 1;
         d->pending_token = *next;
     }

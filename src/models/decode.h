@@ -2,8 +2,8 @@
  * one position, attending to the keys and values every earlier position left in the cache.
  * Parameters come through the module API only (zs_module_forward_begin/end), so it works at
  * every stage; under ZeRO-3 each unit is gathered once per token, or the whole model once
- * when it fits (see zs_decoder_create). CPU only: the cache and the one-row attention are
- * plain host loops. */
+ * when it fits (see zs_decoder_create). Everything runs on the module's device through its ops
+ * table; the token goes there and the logits row comes back each step. */
 #ifndef ZS_MODELS_DECODE_H
 #define ZS_MODELS_DECODE_H
 
@@ -33,7 +33,7 @@ typedef enum zs_decode_params {
  * must have cfg's layout. allow_resident: under ZeRO-3, gather the whole model once when
  * zs_decode_resident_bytes fits under the memory cap (or, without a cap, under a quarter of
  * physical memory per rank); otherwise gather per unit. Collective (the resident gather).
- * Needs the CPU ops table (ZS_ERR_UNSUPPORTED otherwise). */
+ * ops and s must be the module's (zs_module_ops, zs_module_stream). */
 zs_status zs_decoder_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
                             zs_module_t *engine, int cap, int allow_resident, zs_decoder_t **out);
 void zs_decoder_destroy(zs_decoder_t *d); /* NULL accepted; not collective */

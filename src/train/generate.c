@@ -182,12 +182,22 @@ static zs_status generate_window(zs_trainer_t *t, const zs_gen_config *g, int32_
     const int T = t->cfg.seq, V = t->model_cfg.vocab, Vp = t->model_cfg.padded_vocab;
     double t0 = zs_now_s();
     int limit = g->max_tokens;
+    float *row = malloc((size_t)Vp * sizeof *row);
+    ZS_REQUIRE(row, ZS_ERR_OOM, "generate: out of memory");
     for (int i = 0; i < g->max_tokens; i++) {
         int win = n < T ? n : T;
         const float *logits = NULL;
+        int32_t *in = NULL, *unused = NULL;
         double ts = zs_now_s();
-        ZS_CHECK(zs_model_infer(t->model, ctx + n - win, 1, win, &logits));
-        int next = draw(logits + (size_t)(win - 1) * Vp, V, g, (uint64_t)i, c);
+        ZS_CHECK(zs_trainer_io_next(t, &in, &unused));
+        memcpy(in, ctx + n - win, (size_t)win * sizeof *in);
+        ZS_CHECK(zs_trainer_io_upload(t, 1, win, 0));
+        ZS_CHECK(zs_model_infer(t->model, t->d_in, 1, win, &logits));
+        /* The last position's logits come back for the draw. */
+        ZS_CHECK(t->dev->copy_d2h(t->stream, row, logits + (size_t)(win - 1) * Vp,
+                                  (size_t)Vp * sizeof *row));
+        ZS_CHECK(t->dev->stream_sync(t->stream));
+        int next = draw(row, V, g, (uint64_t)i, c);
         ctx[n++] = next;
         out[(*n_out)++] = next;
         if (next == g->eos) break;
@@ -195,6 +205,7 @@ static zs_status generate_window(zs_trainer_t *t, const zs_gen_config *g, int32_
         if (*n_out >= limit) break;
     }
 fail:
+    free(row);
     return st;
 }
 
@@ -219,13 +230,11 @@ zs_status zs_trainer_generate(zs_trainer_t *t, const zs_gen_config *g, const int
     ZS_REQUIRE(ctx && c, ZS_ERR_OOM, "generate: out of memory");
     memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
     if (g->max_tokens == 0) goto fail;
-    if (!g->no_cache && t->ops == zs_ops_cpu()) {
+    if (!g->no_cache) {
         ZS_CHECK(generate_cached(t, g, ctx, n_prompt, c, out, n_out));
     } else {
         snprintf(t->gen_info, sizeof t->gen_info,
-                 "no KV cache (%s): the window is recomputed "
-                 "for every token",
-                 g->no_cache ? "asked" : "the cache runs on the CPU only");
+                 "no KV cache (asked): the window is recomputed for every token");
         ZS_CHECK(generate_window(t, g, ctx, n_prompt, c, out, n_out));
     }
 fail:

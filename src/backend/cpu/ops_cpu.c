@@ -227,6 +227,7 @@ static const zs_ops cpu_ops = {
     .attention_gqa_bwd = zs_cpu_attention_gqa_bwd,
     .flash_attention_fwd = zs_cpu_flash_attention_fwd,
     .flash_attention_bwd = zs_cpu_flash_attention_bwd,
+    .decode_attention = zs_cpu_decode_attention,
 };
 
 const zs_ops *zs_ops_cpu(void) {

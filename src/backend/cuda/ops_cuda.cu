@@ -428,6 +428,7 @@ static const zs_ops cuda_ops = {
     .attention_gqa_bwd = zs_cu_attention_gqa_bwd,
     .flash_attention_fwd = zs_cu_flash_attention_fwd,
     .flash_attention_bwd = zs_cu_flash_attention_bwd,
+    .decode_attention = zs_cu_decode_attention,
 };
 
 extern "C" const zs_ops *zs_ops_cuda(void) {
