@@ -1,12 +1,15 @@
 /* `zshard bench step`: time training steps of a model and compare the achieved model FLOP/s
- * with the OpenBLAS sgemm rate measured in the same run on the step's own GEMM shapes (the
- * ceiling: a step cannot beat its GEMMs run back to back with nothing else). */
+ * with the GEMM rate of the step's device measured in the same run on the step's own GEMM
+ * shapes (OpenBLAS sgemm on the CPU, cuBLAS on a GPU: the ceiling, since a step cannot beat its
+ * GEMMs run back to back with nothing else). */
+#include "backend/device.h"
 #include "bench/bench_util.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "core/timer.h"
 #include "data/data.h"
+#include "shard/module.h"
 #include "zshard.h"
 
 #include <cblas.h>
@@ -34,8 +37,12 @@ static int add_linear(gemm_shape *g, int n, int N, int IC, int OC, int count) {
     return n;
 }
 
-/* Seconds for the step's GEMMs run back to back (median of reps). */
-static double time_gemms(const gemm_shape *g, int ng, int reps, double *flops) {
+/* Seconds for the step's GEMMs run back to back on the module's device through its ops table
+ * (median of reps; each rep ends with a stream sync). */
+static double time_gemms(zs_module_t *mod, const gemm_shape *g, int ng, int reps, double *flops) {
+    const zs_ops *ops = zs_module_ops(mod);
+    const zs_device *dev = zs_module_dev(mod);
+    zs_stream_t *s = zs_module_stream(mod);
     size_t maxa = 0, maxb = 0, maxc = 0;
     *flops = 0;
     for (int i = 0; i < ng; i++) {
@@ -46,31 +53,41 @@ static double time_gemms(const gemm_shape *g, int ng, int reps, double *flops) {
         if (c > maxc) maxc = c;
         *flops += 2.0 * g[i].m * g[i].n * g[i].k * g[i].count;
     }
-    float *A = calloc(maxa, 4), *B = calloc(maxb, 4), *C = calloc(maxc, 4);
+    float *hA = calloc(maxa, 4), *hB = calloc(maxb, 4), *A = NULL, *B = NULL, *C = NULL;
     double *t = calloc((size_t)reps, sizeof *t), med = -1;
-    if (!A || !B || !C || !t) goto done;
+    if (!hA || !hB || !t) goto done;
+    if (dev->alloc(ZS_MEM_WORKSPACE, maxa * 4, "bench A", (void **)&A) != ZS_OK ||
+        dev->alloc(ZS_MEM_WORKSPACE, maxb * 4, "bench B", (void **)&B) != ZS_OK ||
+        dev->alloc(ZS_MEM_WORKSPACE, maxc * 4, "bench C", (void **)&C) != ZS_OK)
+        goto done;
     for (size_t i = 0; i < maxa; i++)
-        A[i] = (float)(i % 7) * 0.01f;
+        hA[i] = (float)(i % 7) * 0.01f;
     for (size_t i = 0; i < maxb; i++)
-        B[i] = (float)(i % 5) * 0.01f;
+        hB[i] = (float)(i % 5) * 0.01f;
+    if (dev->copy_h2d(s, A, hA, maxa * 4) || dev->copy_h2d(s, B, hB, maxb * 4) ||
+        dev->stream_sync(s))
+        goto done;
     for (int r = -1; r < reps; r++) { /* r = -1 warms up */
         double t0 = zs_now_s();
         for (int i = 0; i < ng; i++) {
-            const gemm_shape *s = &g[i];
-            int lda = s->ta ? s->k : s->m, ldb = s->tb ? s->n : s->k;
-            for (int c = 0; c < s->count; c++)
-                cblas_sgemm(CblasColMajor, s->ta ? CblasTrans : CblasNoTrans,
-                            s->tb ? CblasTrans : CblasNoTrans, s->m, s->n, s->k, 1.0f, A, lda, B,
-                            ldb, 1.0f, C, s->m);
+            const gemm_shape *sh = &g[i];
+            int lda = sh->ta ? sh->k : sh->m, ldb = sh->tb ? sh->n : sh->k;
+            for (int c = 0; c < sh->count; c++)
+                if (ops->gemm(s, sh->ta, sh->tb, sh->m, sh->n, sh->k, 1.0f, A, lda, B, ldb, 1.0f,
+                              C, sh->m) != ZS_OK)
+                    goto done;
         }
+        if (dev->stream_sync(s) != ZS_OK) goto done;
         if (r >= 0) t[r] = zs_now_s() - t0;
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_double);
     med = t[reps / 2];
 done:
-    free(A);
-    free(B);
-    free(C);
+    dev->free(A);
+    dev->free(B);
+    dev->free(C);
+    free(hA);
+    free(hB);
     free(t);
     return med;
 }
@@ -190,8 +207,11 @@ int zs_bench_step(int argc, char **argv) {
         ng = add_linear(g, ng, N, 4 * C, C, L);
     }
     ng = add_linear(g, ng, N, C, mc->padded_vocab, 1);
+    /* Memory of the training run itself, before the ceiling's buffers. */
+    zs_mem_stats mem;
+    zs_mem_get_stats(&mem);
     double gemm_flops = 0;
-    double gemm_s = time_gemms(g, ng, 5, &gemm_flops);
+    double gemm_s = time_gemms(zs_trainer_module(t), g, ng, 5, &gemm_flops);
     /* Model FLOPs: the GEMMs above plus causal attention's QK^T and AV (forward 4BT^2C per
      * layer, backward twice that), counted over the full T x T square as is customary. */
     double attn_flops = 12.0 * L * (double)cfg.batch * cfg.seq * cfg.seq * C;
@@ -200,8 +220,6 @@ int zs_bench_step(int argc, char **argv) {
     double sgemm_gflops = gemm_s > 0 ? gemm_flops / gemm_s / 1e9 : 0;
     double ratio = sgemm_gflops > 0 ? model_gflops / sgemm_gflops : 0;
     double tps = (double)N / (med_ms * 1e-3);
-    zs_mem_stats mem;
-    zs_mem_get_stats(&mem);
     uint64_t hash = 0;
     zs_trainer_param_hash(t, &hash);
     int threads = openblas_get_num_threads();
@@ -214,11 +232,11 @@ int zs_bench_step(int argc, char **argv) {
                "\"ms_per_step\":%.3f,"
                "\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops\":%.3f,"
                "\"ratio\":%.4f,\"param_hash\":\"%016llx\",\"peak_bytes\":%llu,"
-               "\"blas_threads\":%d,\"blas_parallel\":\"%s\"}\n",
+               "\"blas_threads\":%d,\"blas_parallel\":\"%s\",\"device\":\"%s\"}\n",
                mc->name, zs_dtype_name(cfg.dtype),
                cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq, steps,
                med_ms, tps, model_gflops, sgemm_gflops, ratio, (unsigned long long)hash,
-               (unsigned long long)mem.total_peak, threads, pname);
+               (unsigned long long)mem.total_peak, threads, pname, zs_trainer_device(t, NULL));
     } else {
         char peak[32];
         zs_format_bytes(mem.total_peak, peak, sizeof peak);
@@ -227,13 +245,15 @@ int zs_bench_step(int argc, char **argv) {
                mc->name, zs_dtype_name(cfg.dtype),
                cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq,
                mc->vocab, steps, warm);
-        printf("  OpenBLAS: %d threads (%s)\n", threads, pname);
+        const char *why = NULL, *devname = zs_trainer_device(t, &why);
+        printf("  device %s (%s); OpenBLAS: %d threads (%s)\n", devname, why, threads, pname);
         printf("| metric | value |\n|---|---|\n");
         printf("| ms/step (median) | %.1f |\n", med_ms);
         printf("| tokens/s | %.0f |\n", tps);
         printf("| model GFLOP/step | %.2f |\n", model_flops / 1e9);
         printf("| achieved model GFLOP/s | %.2f |\n", model_gflops);
-        printf("| sgemm GFLOP/s, same shapes (ceiling) | %.2f |\n", sgemm_gflops);
+        printf("| %s GFLOP/s, same shapes (ceiling) | %.2f |\n",
+               strcmp(devname, "cpu") ? "cuBLAS" : "sgemm", sgemm_gflops);
         printf("| ratio | %.1f%% |\n", 100.0 * ratio);
         printf("| peak memory | %s |\n", peak);
         printf("| param_hash | %016llx |\n", (unsigned long long)hash);

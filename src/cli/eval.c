@@ -26,6 +26,7 @@ static void usage(FILE *f) {
                "  --seq T            sequence length [64]\n"
                "  --batches N        batches [enough to cover the split once]\n"
                "  --model NAME       must agree with SRC (supplies heads for a bare safetensors)\n"
+               "  --device cpu|cuda|auto   where it computes (as train) [auto]\n"
                "  --nproc N, --stage ddp|1|2|3   ranks and sharding, as train [1, ddp]\n"
                "  --json             one JSON object on stdout instead of text\n");
 }
@@ -74,6 +75,8 @@ int zs_cli_eval(int argc, char **argv) {
             rc = zs_arg_int_range(a, v, 1, 256, &nproc);
         else if (!strcmp(a, "--stage"))
             rc = zs_arg_stage(a, v, &cfg.stage);
+        else if (!strcmp(a, "--device"))
+            rc = zs_arg_device(a, v, &cfg.device);
         else
             return zs_cli_fail(2, "eval: unknown flag '%s' (see zshard eval --help)", a);
         if (rc) return rc;

@@ -42,6 +42,7 @@ static void usage(FILE *f) {
                "                      one position per token with the KV cache (the cache's\n"
                "                      reference; the stderr banner line says which ran)\n"
                "  --model NAME        must agree with SRC (supplies heads for a bare safetensors)\n"
+               "  --device cpu|cuda|auto   where it computes (as train) [auto]\n"
                "  --nproc N, --stage ddp|1|2|3   ranks and sharding [1, ddp]\n");
 }
 
@@ -119,6 +120,8 @@ int zs_cli_generate(int argc, char **argv) {
             rc = zs_arg_int_range(a, v, 1, 256, &nproc);
         else if (!strcmp(a, "--stage"))
             rc = zs_arg_stage(a, v, &cfg.stage);
+        else if (!strcmp(a, "--device"))
+            rc = zs_arg_device(a, v, &cfg.device);
         else
             return zs_cli_fail(2, "generate: unknown flag '%s' (see zshard generate --help)", a);
         if (rc) return rc;
