@@ -57,6 +57,8 @@ typedef struct zs_device {
     zs_status (*event_record)(zs_event_t *e, zs_stream_t *s);
     zs_status (*stream_wait)(zs_stream_t *s, zs_event_t *e);
     zs_status (*event_sync)(zs_event_t *e);
+    /* *done = whether the work before the event's record has finished; never blocks. */
+    zs_status (*event_query)(zs_event_t *e, int *done);
 } zs_device;
 
 /* The CPU's table. Always available. */

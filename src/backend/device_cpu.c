@@ -58,6 +58,12 @@ static zs_status cpu_event_sync(zs_event_t *e) {
     return ZS_OK;
 }
 
+static zs_status cpu_event_query(zs_event_t *e, int *done) {
+    (void)e;
+    *done = 1;
+    return ZS_OK;
+}
+
 static const zs_device g_cpu = {
     .name = "cpu",
     .host_memory = 1,
@@ -77,6 +83,7 @@ static const zs_device g_cpu = {
     .event_record = cpu_event_record,
     .stream_wait = cpu_stream_wait,
     .event_sync = cpu_event_sync,
+    .event_query = cpu_event_query,
 };
 
 const zs_device *zs_device_cpu(void) {

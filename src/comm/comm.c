@@ -199,6 +199,30 @@ fail:
     return st;
 }
 
+zs_status zs_comm_event_wait(zs_comm_t *c, zs_event_t *e) {
+    zs_status st = ZS_OK;
+    int done = 0;
+    double deadline = zs_now_s() + c->timeout_s;
+    for (unsigned i = 0;; i++) {
+        ZS_CHECK(c->dev->event_query(e, &done));
+        if (done) break;
+        ZS_CHECK(zs_comm_check_failed(c));
+        if (c->ops->health) ZS_CHECK(c->ops->health(c));
+        if (zs_now_s() > deadline) {
+            st = zs_error(ZS_ERR_TIMEOUT,
+                          "rank %d: device work did not finish within %.1f s (waiting for a "
+                          "collective of a dead or stuck peer?)",
+                          c->env.rank, c->timeout_s);
+            zs_comm_fail(c, st, zs_last_error());
+            goto fail;
+        }
+        struct timespec ts = {0, i < 100 ? 20000 : 200000};
+        nanosleep(&ts, NULL);
+    }
+fail:
+    return st;
+}
+
 const zs_device *zs_comm_device(const zs_comm_t *c) {
     return c ? c->dev : NULL;
 }

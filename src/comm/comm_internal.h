@@ -68,6 +68,8 @@ typedef struct zs_comm_backend_ops {
      * releases one of its allocations (1) or says ptr is not one (0). Without it
      * zs_comm_mem_alloc is zs_alloc. */
     int (*mem_free)(zs_comm_t *c, void *ptr);
+    /* Optional: ZS_OK, or the failure the backend has seen (nccl: a peer lost), recorded. */
+    zs_status (*health)(zs_comm_t *c);
     int needs_thread; /* CPU backends: async work runs on the comm thread */
 } zs_comm_backend_ops;
 

@@ -28,4 +28,9 @@ const zs_device *zs_comm_device(const zs_comm_t *c);
  * host wait on the communicator (zs_comm_work_wait, a blocking collective). */
 zs_status zs_comm_work_wait_stream(zs_comm_work_t *work, zs_stream_t *s);
 
+/* Wait on the host for event e of c's device, bounded by c's timeout: fails at once when c
+ * has failed or its backend reports a lost peer (nccl's async error), since work behind e may
+ * be waiting for a collective that will never finish. */
+zs_status zs_comm_event_wait(zs_comm_t *c, zs_event_t *e);
+
 #endif

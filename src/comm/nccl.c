@@ -196,6 +196,26 @@ fail:
     return st;
 }
 
+/* A peer lost since the last look (ncclCommGetAsyncError), as the failure of the communicator. */
+static zs_status nccl_health(zs_comm_t *c) {
+    zs_status st = ZS_OK;
+    nccl_ctx *x = c->impl;
+    ncclResult_t async_rc = ncclSuccess;
+    if (!x || !x->comm) return zs_comm_check_failed(c);
+    ZS_NCCL_CHECK(ncclCommGetAsyncError(x->comm, &async_rc));
+    if (async_rc != ncclSuccess) {
+        const char *last = ncclGetLastError(x->comm);
+        st = zs_error(ZS_ERR_COMM, "nccl on rank %d: %s (NCCL: %s)", c->env.rank,
+                      ncclGetErrorString(async_rc), last && *last ? last : "no detail");
+        ncclCommAbort(x->comm);
+        x->comm = NULL;
+        x->aborted = 1;
+        zs_comm_fail(c, st, zs_last_error());
+    }
+fail:
+    return st;
+}
+
 static const zs_comm_backend_ops g_nccl_ops = {
     .name = "nccl",
     .init = nccl_init,
@@ -204,6 +224,7 @@ static const zs_comm_backend_ops g_nccl_ops = {
     .mark_failed = NULL,
     .sync = nccl_sync,
     .query = nccl_query,
+    .health = nccl_health,
     .needs_thread = 0,
 };
 

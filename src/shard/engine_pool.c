@@ -238,9 +238,12 @@ static slot *reducing_pool(zs_engine_t *e, int *n) {
 }
 
 /* Fold a finished reduce-scatter into the unit's gradient shard: copy this rank's block
- * after the first micro-batch's, add it after later ones. */
-static zs_status finalize_slot(zs_engine_t *e, slot *s) {
+ * after the first micro-batch's, add it after later ones. The stream waits for the
+ * collective; with host != 0 the host does too (bounded by the comm timeout), as a drain must
+ * before anything syncs the stream. */
+static zs_status finalize_slot(zs_engine_t *e, slot *s, int host) {
     zs_status st = ZS_OK;
+    if (host) ZS_CHECK(zs_engine_wait(&s->work));
     ZS_CHECK(zs_engine_wait_stream(e, &s->work));
     unit_state *us = &e->units[s->unit];
     size_t S = (size_t)e->layout->units[s->unit].shard, off = (size_t)e->rank * S;
@@ -282,7 +285,7 @@ static zs_status free_slot(zs_engine_t *e, slot *pool, int n, int64_t need, int 
             (k < 0 || pool[i].cap < pool[k].cap))
             k = i;
     while (k < 0 && (r = oldest_reducing(pool, n)) >= 0) {
-        ZS_CHECK(finalize_slot(e, &pool[r]));
+        ZS_CHECK(finalize_slot(e, &pool[r], 0));
         if (pool[r].cap >= need) k = r;
     }
 fail:
@@ -406,7 +409,7 @@ zs_status zs_engine_drain(zs_engine_t *e) {
     int n = 0, r;
     slot *pool = reducing_pool(e, &n);
     while ((r = oldest_reducing(pool, n)) >= 0)
-        ZS_CHECK(finalize_slot(e, &pool[r]));
+        ZS_CHECK(finalize_slot(e, &pool[r], 1));
     for (int i = 0; i < e->n_gslots; i++)
         ZS_REQUIRE(e->gslots[i].state == SLOT_EMPTY, ZS_ERR_INTERNAL,
                    "engine: unit %s's backward did not end before the step",

@@ -3,6 +3,7 @@
  * copies from the other; an event says when a buffer may be refilled), and the per-micro-batch
  * loss sums the model leaves in device memory come back in one copy per step. On the CPU the
  * copies are memcpy and the events no-ops: one code path for every device. */
+#include "comm/device.h"
 #include "core/status.h"
 #include "models/model.h"
 #include "train/trainer_internal.h"
@@ -50,8 +51,12 @@ void zs_trainer_io_destroy(zs_trainer_t *t) {
 zs_status zs_trainer_io_next(zs_trainer_t *t, int32_t **in, int32_t **tg) {
     zs_status st = ZS_OK;
     int j = t->turn;
-    /* The last upload from this buffer must have been copied before it is refilled. */
-    ZS_CHECK(t->dev->event_sync(t->h_ev[j]));
+    /* The last upload from this buffer must have been copied before it is refilled. That copy
+     * may sit behind work that waits for a collective: with peers, the wait watches them. */
+    if (t->comm && zs_comm_device(t->comm))
+        ZS_CHECK(zs_comm_event_wait(t->comm, t->h_ev[j]));
+    else
+        ZS_CHECK(t->dev->event_sync(t->h_ev[j]));
     *in = t->h_in[j];
     *tg = t->h_tg[j];
 fail:

@@ -133,6 +133,19 @@ fail:
     return st;
 }
 
+static zs_status cu_event_query(zs_event_t *e, int *done) {
+    zs_status st = ZS_OK;
+    cudaError_t rc;
+    ZS_REQUIRE(e, ZS_ERR_INVALID, "cuda: event_query on a NULL event");
+    rc = cudaEventQuery(e->ev);
+    *done = rc == cudaSuccess;
+    if (rc == cudaErrorNotReady) (void)cudaGetLastError();
+    ZS_REQUIRE(rc == cudaSuccess || rc == cudaErrorNotReady, ZS_ERR_CUDA,
+               "cudaEventQuery failed: %s", cudaGetErrorString(rc));
+fail:
+    return st;
+}
+
 static const zs_device g_cuda = {
     .name = "cuda",
     .host_memory = 0,
@@ -152,6 +165,7 @@ static const zs_device g_cuda = {
     .event_record = cu_event_record,
     .stream_wait = cu_stream_wait,
     .event_sync = cu_event_sync,
+    .event_query = cu_event_query,
 };
 
 extern "C" const zs_device *zs_device_cuda(void) {
