@@ -22,6 +22,7 @@
 
 extern "C" {
 #include "backend/cuda_device.h"
+#include "backend/kernels/common.h"
 #include "backend/ops.h"
 #include "core/alloc.h"
 #include "core/status.h"
@@ -116,6 +117,50 @@ zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out);
 static inline unsigned zs_cu_blocks(size_t n) {
     size_t b = (n + ZS_CU_THREADS - 1) / ZS_CU_THREADS;
     return b > ZS_CU_MAX_BLOCKS ? ZS_CU_MAX_BLOCKS : (unsigned)b;
+}
+
+/* Row kernels of norms: one warp per row, ZS_CU_THREADS / ZS_WARP rows per block, one block
+ * for every such group of rows (not grid-stride: a grid too small leaves rows undone). */
+#define ZS_CU_ROWS (ZS_CU_THREADS / ZS_WARP)
+static inline unsigned zs_cu_row_blocks(size_t rows) {
+#ifdef ZS_MUTANT_GRID_DOWN /* the tests' deliberately broken build: the grid rounded down */
+    return (unsigned)(rows / ZS_CU_ROWS);
+#else
+    return (unsigned)((rows + ZS_CU_ROWS - 1) / ZS_CU_ROWS);
+#endif
+}
+
+/* The butterfly of kernels/common.h across a warp: every lane ends with the warp's total, added
+ * in the CPU twin's order (lane i + lane i ^ d, d = 16, 8, 4, 2, 1). */
+static __device__ __forceinline__ float zs_cu_warp_sum(float v) {
+    for (int d = ZS_WARP / 2; d >= 1; d /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+
+static __device__ __forceinline__ float zs_cu_warp_max(float v) {
+    for (int d = ZS_WARP / 2; d >= 1; d /= 2) {
+        float o = __shfl_xor_sync(0xffffffffu, v, d);
+        v = o > v ? o : v;
+    }
+    return v;
+}
+
+/* Block of ZS_ROW_THREADS: each warp's butterfly, the warp totals through red (shared, one per
+ * warp), then the butterfly over them, computed by every thread: all return the same bits as
+ * zs_block_tree. The first barrier publishes the warp totals, the second lets red be reused. */
+static __device__ __forceinline__ float zs_cu_block_reduce(float v, float *red, int is_max) {
+    int lane = (int)threadIdx.x % ZS_WARP, w = (int)threadIdx.x / ZS_WARP;
+    float t[ZS_ROW_THREADS / ZS_WARP];
+    v = is_max ? zs_cu_warp_max(v) : zs_cu_warp_sum(v);
+    if (lane == 0) red[w] = v;
+#ifndef ZS_MUTANT_NO_SYNC /* the tests' deliberately broken build: a missing barrier */
+    __syncthreads();
+#endif
+    for (int k = 0; k < ZS_ROW_THREADS / ZS_WARP; k++)
+        t[k] = red[k];
+    __syncthreads();
+    return is_max ? zs_tree_max(t, ZS_ROW_THREADS / ZS_WARP) : zs_tree(t, ZS_ROW_THREADS / ZS_WARP);
 }
 
 /* Grid-stride loop over [0, n) with a size_t index. */

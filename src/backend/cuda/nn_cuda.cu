@@ -1,10 +1,10 @@
 /* CUDA network ops: token+position embedding, layer norm, GELU, fused softmax +
- * cross-entropy, and the LLaMA ops (RMSNorm, RoPE, SwiGLU). Kernels are one thread per
- * element, row or column and call the same backend/kernels functions as the CPU twins in
- * cpu/nn_cpu.c and cpu/llama_cpu.c. Reductions over rows (weight, bias and embedding
+ * cross-entropy, and the LLaMA ops (RMSNorm, RoPE, SwiGLU), over the same backend/kernels
+ * functions as the CPU twins in cpu/nn_cpu.c and cpu/llama_cpu.c. Norms run a warp per row and
+ * the softmax a block per row, with warp shuffles and block reductions whose order the CPU twins
+ * follow (kernels/common.h), so the bits match. Reductions over rows (weight, bias and embedding
  * gradients) give each thread a column and sum rows in index order, as the CPU does: no
- * atomics, and the same bits. Row kernels (norms, softmax) are simple rather than fast: a
- * thread walks its whole row. */
+ * atomics. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/gelu.h"
 #include "backend/kernels/layernorm.h"
@@ -100,19 +100,52 @@ fail:
 
 /* ---- layer norm --------------------------------------------------------------------- */
 
+/* The row of warp `threadIdx.x / ZS_WARP` of this block, or N (past the end). Lanes of a warp
+ * share their row, so a warp returns whole and its shuffles see every lane. */
+static __device__ size_t warp_row(size_t N) {
+    size_t r = (size_t)blockIdx.x * ZS_CU_ROWS + threadIdx.x / ZS_WARP;
+    return r < N ? r : N;
+}
+
+/* A warp per row: lane l takes elements l, l + 32, ... (the CPU twin's lanes, kernels/
+ * layernorm.h), the butterfly gives every lane the row's sums. */
 static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
                                             const float *w, const float *b, int N, int C) {
-    ZS_CU_FOR(r, (size_t)N) {
-        zs_layernorm_row_fwd(out + r * C, &mean[r], &rstd[r], inp + r * C, w, b, C);
+    size_t r = warp_row((size_t)N);
+    if (r == (size_t)N) return;
+    int lane = (int)threadIdx.x % ZS_WARP;
+    const float *x = inp + r * C;
+    float s = 0.0f, q = 0.0f;
+    for (int i = lane; i < C; i += ZS_WARP)
+        s += x[i];
+    float mu = zs_cu_warp_sum(s) / (float)C;
+    for (int i = lane; i < C; i += ZS_WARP)
+        q += (x[i] - mu) * (x[i] - mu);
+    float rs = 1.0f / sqrtf(zs_cu_warp_sum(q) / (float)C + ZS_LAYERNORM_EPS);
+    for (int i = lane; i < C; i += ZS_WARP)
+        out[r * C + i] = zs_layernorm_xhat(x[i], mu, rs) * w[i] + b[i];
+    if (lane == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
     }
 }
 
 static __global__ void layernorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
                                                  const float *w, const float *mean,
                                                  const float *rstd, int N, int C) {
-    ZS_CU_FOR(r, (size_t)N) {
-        zs_layernorm_row_bwd(dinp + r * C, dout + r * C, inp + r * C, w, mean[r], rstd[r], C);
+    size_t r = warp_row((size_t)N);
+    if (r == (size_t)N) return;
+    int lane = (int)threadIdx.x % ZS_WARP;
+    const float *x = inp + r * C, *d = dout + r * C;
+    float mu = mean[r], rs = rstd[r], ag = 0.0f, agx = 0.0f;
+    for (int i = lane; i < C; i += ZS_WARP) {
+        ag += w[i] * d[i];
+        agx += w[i] * d[i] * zs_layernorm_xhat(x[i], mu, rs);
     }
+    float mg = zs_cu_warp_sum(ag) / (float)C, mgx = zs_cu_warp_sum(agx) / (float)C;
+    for (int i = lane; i < C; i += ZS_WARP)
+        dinp[r * C + i] +=
+            zs_layernorm_dinp(w[i] * d[i], zs_layernorm_xhat(x[i], mu, rs), mg, mgx, rs);
 }
 
 /* dw and db: a thread per column, rows in order into zero-started sums, then added. */
@@ -137,8 +170,8 @@ static zs_status launch_layernorm_fwd(cudaStream_t cs, float *out, float *mean, 
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(out && mean && rstd && inp && w && b, ZS_ERR_INVALID, "layernorm_fwd: NULL buffer");
-    ZS_LAUNCH(layernorm_fwd_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, mean, rstd,
-              inp, w, b, N, C);
+    ZS_LAUNCH(layernorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, mean,
+              rstd, inp, w, b, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_fwd_kernel);
 fail:
     return st;
@@ -151,8 +184,8 @@ static zs_status launch_layernorm_bwd(cudaStream_t cs, float *dinp, float *dw, f
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && db && dout && inp && w && mean && rstd, ZS_ERR_INVALID,
                "layernorm_bwd: NULL buffer");
-    ZS_LAUNCH(layernorm_bwd_rows_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp, dout,
-              inp, w, mean, rstd, N, C);
+    ZS_LAUNCH(layernorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
+              dout, inp, w, mean, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_rows_kernel);
     ZS_LAUNCH(layernorm_bwd_cols_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, db,
               dout, inp, mean, rstd, N, C);
@@ -227,25 +260,53 @@ zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const fl
 
 /* ---- softmax + cross-entropy -------------------------------------------------------- */
 
-/* A thread per row. The CPU validates targets before computing; here they are device memory,
- * so a target outside [-1, V) cannot stop the op: its row gets a NaN loss and NaN gradient
- * (never an out-of-bounds read), which the loss check in training reports. */
+/* A block of ZS_ROW_THREADS per row: the maximum and the sum of exponentials through block
+ * reductions in the CPU twin's order (kernels/softmax_xent.h), then the gradient elementwise.
+ * The CPU validates targets before computing; here they are device memory, so a target outside
+ * [-1, V) cannot stop the op: its row gets a NaN loss and NaN gradient (never an out-of-bounds
+ * read), which the loss check in training reports. In place is safe: the target's logit is read
+ * before the first barrier, and each thread rewrites only the elements it read. */
 static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
                                            const int32_t *targets, int N, int V, int Vp,
                                            float dloss) {
-    ZS_CU_FOR(r, (size_t)N) {
-        size_t off = r * Vp;
-        int tg = targets[r];
-        if (tg < -1 || tg >= V) {
-            losses[r] = __int_as_float(0x7fc00000);
-            if (dlogits)
-                for (int i = 0; i < Vp; i++)
-                    dlogits[off + i] = __int_as_float(0x7fc00000);
-            continue;
-        }
-        losses[r] =
-            zs_softmax_xent_row(dlogits ? dlogits + off : NULL, logits + off, tg, V, Vp, dloss);
+    ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP);
+    size_t r = blockIdx.x, off = r * Vp;
+    int t = (int)threadIdx.x, tg = targets[r];
+    const float *x = logits + off;
+    float *dx = dlogits ? dlogits + off : NULL;
+    (void)N;
+    if (tg < -1 || tg >= V) { /* the whole block takes this branch */
+        if (t == 0) losses[r] = __int_as_float(0x7fc00000);
+        for (int i = t; dx && i < Vp; i += ZS_ROW_THREADS)
+            dx[i] = __int_as_float(0x7fc00000);
+        return;
     }
+    if (tg < 0) { /* masked row */
+        if (t == 0) losses[r] = 0.0f;
+        for (int i = t; dx && i < Vp; i += ZS_ROW_THREADS)
+            dx[i] = 0.0f;
+        return;
+    }
+    float xt = x[tg], m = -INFINITY, s = 0.0f;
+    for (int i = t; i < V; i += ZS_ROW_THREADS)
+        m = x[i] > m ? x[i] : m;
+    float mx = zs_cu_block_reduce(m, red, 1);
+    for (int i = t; i < V; i += ZS_ROW_THREADS) {
+        float e = zs_expf(x[i] - mx);
+        if (dx) dx[i] = e;
+        s += e;
+    }
+    float sum = zs_cu_block_reduce(s, red, 0);
+    if (dx) {
+        float k = dloss / sum;
+        for (int i = t; i < V; i += ZS_ROW_THREADS) {
+            float g = dx[i] * k;
+            dx[i] = i == tg ? g - dloss : g;
+        }
+        for (int i = V + t; i < Vp; i += ZS_ROW_THREADS)
+            dx[i] = 0.0f;
+    }
+    if (t == 0) losses[r] = logf(sum) - (xt - mx);
 }
 
 static zs_status launch_softmax_xent(cudaStream_t cs, float *losses, float *dlogits,
@@ -254,8 +315,8 @@ static zs_status launch_softmax_xent(cudaStream_t cs, float *losses, float *dlog
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(losses && logits && targets, ZS_ERR_INVALID, "softmax_xent: NULL buffer");
-    ZS_LAUNCH(softmax_xent_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, losses, dlogits,
-              logits, targets, N, V, Vp, dloss);
+    ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, 0, cs, losses, dlogits, logits,
+              targets, N, V, Vp, dloss);
     ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
 fail:
     return st;
@@ -274,18 +335,34 @@ fail:
 
 /* ---- RMSNorm ------------------------------------------------------------------------ */
 
+/* A warp per row, as layer norm (kernels/rmsnorm.h's lanes). */
 static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp, const float *w,
                                           int N, int C, float eps) {
-    ZS_CU_FOR(r, (size_t)N) {
-        rstd[r] = zs_rmsnorm_row_fwd(out + r * C, inp + r * C, w, C, eps);
-    }
+    size_t r = warp_row((size_t)N);
+    if (r == (size_t)N) return;
+    int lane = (int)threadIdx.x % ZS_WARP;
+    const float *x = inp + r * C;
+    float q = 0.0f;
+    for (int i = lane; i < C; i += ZS_WARP)
+        q += x[i] * x[i];
+    float rs = zs_rmsnorm_rstd(zs_cu_warp_sum(q), C, eps);
+    for (int i = lane; i < C; i += ZS_WARP)
+        out[r * C + i] = x[i] * rs * w[i];
+    if (lane == 0) rstd[r] = rs;
 }
 
 static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
                                                const float *w, const float *rstd, int N, int C) {
-    ZS_CU_FOR(r, (size_t)N) {
-        zs_rmsnorm_row_bwd(dinp + r * C, dout + r * C, inp + r * C, w, rstd[r], C);
-    }
+    size_t r = warp_row((size_t)N);
+    if (r == (size_t)N) return;
+    int lane = (int)threadIdx.x % ZS_WARP;
+    const float *x = inp + r * C, *d = dout + r * C;
+    float rs = rstd[r], agx = 0.0f;
+    for (int i = lane; i < C; i += ZS_WARP)
+        agx += w[i] * d[i] * (x[i] * rs);
+    float mgx = zs_cu_warp_sum(agx) / (float)C;
+    for (int i = lane; i < C; i += ZS_WARP)
+        dinp[r * C + i] += zs_rmsnorm_dinp(w[i] * d[i], x[i] * rs, mgx, rs);
 }
 
 static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, const float *inp,
@@ -303,8 +380,8 @@ static zs_status launch_rmsnorm_fwd(cudaStream_t cs, float *out, float *rstd, co
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(out && rstd && inp && w, ZS_ERR_INVALID, "rmsnorm_fwd: NULL buffer");
-    ZS_LAUNCH(rmsnorm_fwd_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, rstd, inp, w,
-              N, C, eps);
+    ZS_LAUNCH(rmsnorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, rstd, inp,
+              w, N, C, eps);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel);
 fail:
     return st;
@@ -316,8 +393,8 @@ static zs_status launch_rmsnorm_bwd(cudaStream_t cs, float *dinp, float *dw, con
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && dout && inp && w && rstd, ZS_ERR_INVALID, "rmsnorm_bwd: NULL buffer");
-    ZS_LAUNCH(rmsnorm_bwd_rows_kernel, zs_cu_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp, dout,
-              inp, w, rstd, N, C);
+    ZS_LAUNCH(rmsnorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
+              dout, inp, w, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_rows_kernel);
     ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, dout, inp,
               rstd, N, C);

@@ -91,6 +91,62 @@ static ZS_HD float zs_max(const float *a, int n) {
     return m;
 }
 
+/* ---- the GPU's reduction order, written out for the CPU ------------------------------------
+ * Row reductions of norms run one warp per row on the GPU: lane l adds elements l, l + 32, ...
+ * in order, then the 32 partials combine through a xor butterfly (offsets 16, 8, 4, 2, 1, after
+ * which every lane holds the same total). The softmax runs one block of ZS_ROW_THREADS per row:
+ * thread t adds elements t, t + ZS_ROW_THREADS, ..., each warp combines by the butterfly, and the
+ * warp totals combine by a butterfly of their own. The CPU twins add in exactly that order, so
+ * both backends give the same bits. */
+#define ZS_WARP 32
+#define ZS_ROW_THREADS 256
+
+/* acc[i % LANES] += TERM(i) for i in [0, n), in blocks of LANES so that the compiler vectorises
+ * the lanes (element i always lands in lane i % LANES, in order of i). */
+#define ZS_LANE_SUM(acc, LANES, n, i, TERM)                                                        \
+    do {                                                                                           \
+        int zs_i0_ = 0;                                                                            \
+        for (; zs_i0_ + (LANES) <= (n); zs_i0_ += (LANES))                                         \
+            for (int zs_j_ = 0; zs_j_ < (LANES); zs_j_++) {                                        \
+                int i = zs_i0_ + zs_j_;                                                            \
+                (acc)[zs_j_] += (TERM);                                                            \
+            }                                                                                      \
+        for (int zs_j_ = 0; zs_i0_ + zs_j_ < (n); zs_j_++) {                                       \
+            int i = zs_i0_ + zs_j_;                                                                \
+            (acc)[zs_j_] += (TERM);                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* The butterfly over n partials (n a power of two), in place; returns the total. */
+static ZS_HD float zs_tree(float *v, int n) {
+    for (int d = n / 2; d >= 1; d /= 2)
+        for (int i = 0; i < d; i++)
+            v[i] = v[i] + v[i + d];
+    return v[0];
+}
+
+static ZS_HD float zs_tree_max(float *v, int n) {
+    for (int d = n / 2; d >= 1; d /= 2)
+        for (int i = 0; i < d; i++)
+            v[i] = v[i + d] > v[i] ? v[i + d] : v[i];
+    return v[0];
+}
+
+/* ZS_ROW_THREADS partials: each warp's butterfly, then the butterfly over the warps. */
+static ZS_HD float zs_block_tree(float *v) {
+    float w[ZS_ROW_THREADS / ZS_WARP];
+    for (int k = 0; k < ZS_ROW_THREADS / ZS_WARP; k++)
+        w[k] = zs_tree(v + k * ZS_WARP, ZS_WARP);
+    return zs_tree(w, ZS_ROW_THREADS / ZS_WARP);
+}
+
+static ZS_HD float zs_block_tree_max(float *v) {
+    float w[ZS_ROW_THREADS / ZS_WARP];
+    for (int k = 0; k < ZS_ROW_THREADS / ZS_WARP; k++)
+        w[k] = zs_tree_max(v + k * ZS_WARP, ZS_WARP);
+    return zs_tree_max(w, ZS_ROW_THREADS / ZS_WARP);
+}
+
 /* y[i] += a * x[i]. */
 static ZS_HD void zs_axpy_row(float *ZS_RESTRICT y, float a, const float *ZS_RESTRICT x, int n) {
     for (int i = 0; i < n; i++)
