@@ -188,10 +188,25 @@ static void killed_rank(int grad_accum) {
              "rank 0 must report the nccl collective it was in, with its tag:\n%s", out);
 }
 
+/* ZS_TEST_QUICK (the broken builds' check, emu_mutant_*): ZeRO-3 against DDP over NCCL on 2
+ * ranks, and the CPU, for gpt2-tiny in fp32. */
+static void quick(void) {
+    rl_run cpu = job("", "gpt2-tiny", 1, "ddp", "fp32", "cpu", "");
+    rl_run ddp = job("ZS_EMU_DEVICES=2", "gpt2-tiny", 2, "ddp", "fp32", "cuda", "");
+    rl_run z3 = job("ZS_EMU_DEVICES=2", "gpt2-tiny", 2, "3", "fp32", "cuda", "");
+    check_follows(&ddp, &cpu, "quick: ddp on the GPU against the CPU's", tolerance("fp32"));
+    rl_check_same(&z3, &ddp, "quick: N=2 nccl stage 3 vs ddp");
+}
+
 int main(void) {
     zt_init("train_cuda");
     zt_gpu_require();
     rl_setup("train_cuda");
+    if (getenv("ZS_TEST_QUICK")) {
+        quick();
+        ZT_CHECK(rl_cleanup() == 0, "cleanup");
+        return zt_finish();
+    }
     memory_and_cap();
     checkpoints();
     eval_generate();

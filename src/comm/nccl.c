@@ -116,18 +116,22 @@ static zs_status nccl_run(zs_comm_t *c, const zs_coll *op) {
     cudaStream_t s = stream_of(x, op);
     ncclDataType_t dt = op->dt == ZS_DTYPE_F32 ? ncclFloat32 : ncclBfloat16;
     ncclRedOp_t rop = op->op == ZS_REDUCE_AVG ? ncclAvg : ncclSum;
+    size_t count = op->count; /* elements, as NCCL counts */
+#ifdef ZS_MUTANT_NCCL_BYTES   /* the tests' deliberately broken build: a count in bytes */
+    count *= zs_dtype_size(op->dt);
+#endif
     switch (op->kind) {
     case ZS_COLL_ALL_GATHER:
-        ZS_NCCL_CHECK(ncclAllGather(op->send, op->recv, op->count, dt, x->comm, s));
+        ZS_NCCL_CHECK(ncclAllGather(op->send, op->recv, count, dt, x->comm, s));
         break;
     case ZS_COLL_REDUCE_SCATTER:
-        ZS_NCCL_CHECK(ncclReduceScatter(op->send, op->recv, op->count, dt, rop, x->comm, s));
+        ZS_NCCL_CHECK(ncclReduceScatter(op->send, op->recv, count, dt, rop, x->comm, s));
         break;
     case ZS_COLL_ALL_REDUCE:
-        ZS_NCCL_CHECK(ncclAllReduce(op->send, op->recv, op->count, dt, rop, x->comm, s));
+        ZS_NCCL_CHECK(ncclAllReduce(op->send, op->recv, count, dt, rop, x->comm, s));
         break;
     case ZS_COLL_BROADCAST:
-        ZS_NCCL_CHECK(ncclBroadcast(op->send, op->recv, op->count, dt, op->root, x->comm, s));
+        ZS_NCCL_CHECK(ncclBroadcast(op->send, op->recv, count, dt, op->root, x->comm, s));
         break;
     case ZS_COLL_BARRIER:
         ZS_NCCL_CHECK(ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat32, ncclSum, x->comm, s));

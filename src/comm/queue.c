@@ -240,7 +240,12 @@ zs_status zs_comm_work_wait_stream(zs_comm_work_t *w, zs_stream_t *s) {
     if (!w) return zs_error(ZS_ERR_INVALID, "zs_comm_work_wait_stream: work is NULL");
     if (!w->done_ev) return zs_comm_work_wait(w);
     zs_comm_t *c = w->c;
-    zs_status st = c->dev->stream_wait(s, w->done_ev);
+    zs_status st = ZS_OK;
+#ifndef ZS_MUTANT_NO_STREAM_WAIT /* the tests' deliberately broken build: no wait */
+    st = c->dev->stream_wait(s, w->done_ev);
+#else
+    (void)s;
+#endif
     pthread_mutex_lock(&c->queue->lock);
     unlink_live(c->queue, w);
     pthread_mutex_unlock(&c->queue->lock);

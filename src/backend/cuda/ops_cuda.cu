@@ -36,6 +36,13 @@ static zs_status cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, i
     ZS_CHECK(zs_cu_blas_lock(&h));
     locked = 1;
     ZS_CUBLAS_CHECK(cublasSetStream(h, zs_cu_stream(s)));
+#ifdef ZS_MUTANT_SWAP_TRANS /* the tests' deliberately broken build: transposes swapped */
+    {
+        int t = transa;
+        transa = transb;
+        transb = t;
+    }
+#endif
     /* k == 0 is C = beta C, as in BLAS; beta == 0 does not read C. */
     ZS_CUBLAS_CHECK(cublasGemmEx(h, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_32F,
