@@ -645,6 +645,27 @@ static void check_adamw(void) {
     release();
 }
 
+/* The fused launch over a unit's tensors: bitwise as the CPU, gaps left as they were. */
+static void check_adamw_segs(void) {
+    size_t n = 5000;
+    float *p = randn(n, 1.0f), *m = randn(n, 0.1f), *v = hf(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)zt_uniform(0, 0.01);
+    zs_adamw_segs s = {
+        .n = 3, .lo = {16, 1040, 3000}, .hi = {1000, 2999, 4997}, .decay = {1, 0, 1}};
+    float *d_p = up(p, n), *d_m = up(m, n), *d_v = up(v, n);
+    for (int t = 1; t <= 3; t++) {
+        float *g = randn(n, 1.0f);
+        ZT_OK(cpu->adamw_segs(NULL, p, g, m, v, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t));
+        ZT_OK(gpu->adamw_segs(NULL, d_p, up(g, n), d_m, d_v, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                              0.5f, t));
+    }
+    expect_bits("adamw_segs param (3 steps, gaps untouched)", d_p, p, n);
+    expect_bits("adamw_segs m", d_m, m, n);
+    expect_bits("adamw_segs v", d_v, v, n);
+    release();
+}
+
 static void check_cast(void) {
     size_t n = 4099;
     float *x = randn(n, 100.0f);
@@ -897,6 +918,7 @@ int main(void) {
     check_softmax_xent(37, 40);
     check_softmax_xent(3001, 3072);
     check_adamw();
+    check_adamw_segs();
     check_cast();
     check_scale_fill_residual();
     check_sumsq();

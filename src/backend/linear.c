@@ -35,3 +35,16 @@ zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *d
 fail:
     return st;
 }
+
+zs_status zs_adamw_segs_check(const zs_adamw_segs *segs, int t) {
+    if (t < 1) return zs_error(ZS_ERR_INVALID, "adamw: step t must be >= 1 (got %d)", t);
+    if (!segs || segs->n < 0 || segs->n > ZS_ADAMW_SEGS)
+        return zs_error(ZS_ERR_INVALID, "adamw_segs: %d segments (at most %d)", segs ? segs->n : -1,
+                        ZS_ADAMW_SEGS);
+    for (int k = 0; k < segs->n; k++)
+        if (segs->lo[k] < (k ? segs->hi[k - 1] : 0) || segs->hi[k] < segs->lo[k])
+            return zs_error(ZS_ERR_INVALID,
+                            "adamw_segs: segment %d [%lld, %lld) is out of order or overlaps", k,
+                            (long long)segs->lo[k], (long long)segs->hi[k]);
+    return ZS_OK;
+}

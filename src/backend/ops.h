@@ -19,6 +19,16 @@
 
 typedef struct zs_stream zs_stream_t; /* opaque; NULL is the CPU's (synchronous) stream */
 
+/* The tensors of one fused AdamW launch (adamw_segs): elements [lo[i], hi[i]) of the op's
+ * buffers, disjoint and in increasing order, are updated, with weight decay where decay[i];
+ * elements between them (alignment padding) are left untouched. */
+#define ZS_ADAMW_SEGS 32
+typedef struct zs_adamw_segs {
+    int n;
+    int64_t lo[ZS_ADAMW_SEGS], hi[ZS_ADAMW_SEGS];
+    unsigned char decay[ZS_ADAMW_SEGS];
+} zs_adamw_segs;
+
 typedef struct zs_ops {
     const char *name;
 
@@ -86,6 +96,13 @@ typedef struct zs_ops {
     zs_status (*adamw)(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
                        size_t n, float lr, float beta1, float beta2, float eps, float wd,
                        float grad_scale, int t);
+
+    /* AdamW as above over the segments of segs (a unit's tensors in one launch): weight decay wd
+     * where a segment's decay flag is set, none elsewhere. The same bits as one adamw call per
+     * segment. */
+    zs_status (*adamw_segs)(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
+                            const zs_adamw_segs *segs, float lr, float beta1, float beta2,
+                            float eps, float wd, float grad_scale, int t);
 
     /* Convert n elements between f32 and bf16 (round to nearest even); same dtype copies. */
     zs_status (*cast)(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,
@@ -195,6 +212,10 @@ const zs_ops *zs_ops_cuda(void);
  * ZS_ERR_INVALID with zs_last_error() naming op and the bad sizes. attention_check.c. */
 zs_status zs_flash_attention_check(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
                                    int ldkv);
+
+/* adamw_segs' argument checks (segments in order, disjoint, at most ZS_ADAMW_SEGS; t >= 1),
+ * shared by every backend (backend/linear.c). */
+zs_status zs_adamw_segs_check(const zs_adamw_segs *segs, int t);
 
 /* decode_attention's shape checks, shared by every backend (cpu/decode_cpu.c). */
 zs_status zs_kv_attention_check(int NH, int NKV, int hs, int pos, float theta);

@@ -372,6 +372,46 @@ static const void *grad_shard(zs_engine_t *e, int u) {
     return e->persist_grads ? (const void *)(us->grad + mine) : us->gshard;
 }
 
+/* One fused AdamW launch (adamw_segs) over a group of segments, rebased to its first one. */
+static zs_status launch_segs(zs_engine_t *e, zs_adamw_segs *g, float *param, const float *grad,
+                             float *m, float *v, const zs_adamw_hparams *h, float scale, int t) {
+    int64_t off = g->lo[0];
+    for (int k = 0; k < g->n; k++) {
+        g->lo[k] -= off;
+        g->hi[k] -= off;
+    }
+    zs_status st = e->ops->adamw_segs(e->stream, param + off, grad + off, m + off, v + off, g,
+                                      h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, scale, t);
+    g->n = 0;
+    return st;
+}
+
+/* AdamW on elements [a, b) of unit u's optimizer range, given as pointers to element a of the
+ * master, gradient and moments: the unit's tensors inside it, in launches of at most
+ * ZS_ADAMW_SEGS tensors. */
+static zs_status step_range(zs_engine_t *e, int u, int64_t a, int64_t b, float *param,
+                            const float *grad, float *m, float *v, const zs_adamw_hparams *h,
+                            float scale, int t) {
+    zs_status st = ZS_OK;
+    const zs_unit_desc *ud = &e->layout->units[u];
+    int64_t base = e->units[u].opt_base + a, end = e->units[u].opt_base + b;
+    zs_adamw_segs g;
+    g.n = 0;
+    for (int i = 0; i < ud->n_tensors; i++) {
+        const zs_tensor_desc *td = &e->layout->tensors[ud->first_tensor + i];
+        int64_t lo = td->offset > base ? td->offset : base;
+        int64_t hi = td->offset + td->count < end ? td->offset + td->count : end;
+        if (hi <= lo) continue; /* padding and other ranks' elements are never touched */
+        if (g.n == ZS_ADAMW_SEGS) ZS_CHECK(launch_segs(e, &g, param, grad, m, v, h, scale, t));
+        g.lo[g.n] = lo - base;
+        g.hi[g.n] = hi - base;
+        g.decay[g.n++] = (unsigned char)(td->decay != 0);
+    }
+    if (g.n) ZS_CHECK(launch_segs(e, &g, param, grad, m, v, h, scale, t));
+fail:
+    return st;
+}
+
 zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
                          float *grad_norm) {
     zs_status st = ZS_OK;
@@ -422,24 +462,24 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
                "gradient norm is not finite at step %d (diverged: lower --lr?)", t);
     float scale = zs_clip_scale(norm, clip);
 
-    for (int ti = 0; ti < l->n_tensors; ti++) {
-        const zs_tensor_desc *td = &l->tensors[ti];
-        unit_state *us = &e->units[td->unit];
-        int64_t lo = td->offset > us->opt_base ? td->offset : us->opt_base;
-        int64_t hi = td->offset + td->count;
-        if (hi > us->opt_base + us->opt_n) hi = us->opt_base + us->opt_n;
-        if (hi <= lo) continue; /* padding and other ranks' elements are never touched */
-        int64_t o = lo - us->opt_base;
-        size_t n = (size_t)(hi - lo);
-        if (e->g16) {
-            const zs_bf16 *g = e->persist_grads ? us->g16 + lo : us->gs16 + o;
-            ZS_CHECK(zs_engine_adamw16(e, us->master + o, g, us->m + o, us->v + o, n, h, td->decay,
-                                       scale, t));
+    /* AdamW: one fused launch per unit (per cast chunk with bf16 gradients) over its tensors'
+     * elements in this rank's range; padding between tensors is never touched. */
+    for (int u = 0; u < l->n_units; u++) {
+        unit_state *us = &e->units[u];
+        int64_t n = us->opt_n;
+        if (!e->g16) {
+            const float *g = e->persist_grads ? us->grad + us->opt_base : us->gshard;
+            ZS_CHECK(step_range(e, u, 0, n, us->master, g, us->m, us->v, h, scale, t));
             continue;
         }
-        const float *g = e->persist_grads ? us->grad + lo : us->gshard + o;
-        ZS_CHECK(zs_adamw_update(e->ops, e->stream, us->master + o, g, us->m + o, us->v + o, n, h,
-                                 td->decay, scale, t));
+        const zs_bf16 *g16 = e->persist_grads ? us->g16 + us->opt_base : us->gs16;
+        for (int64_t c = 0; c < n; c += ZS_ENGINE_CAST_CHUNK) {
+            int64_t len = n - c < ZS_ENGINE_CAST_CHUNK ? n - c : ZS_ENGINE_CAST_CHUNK;
+            ZS_CHECK(e->ops->cast(e->stream, e->gscratch, ZS_DTYPE_F32, g16 + c, ZS_DTYPE_BF16,
+                                  (size_t)len));
+            ZS_CHECK(step_range(e, u, c, c + len, us->master + c, e->gscratch, us->m + c, us->v + c,
+                                h, scale, t));
+        }
     }
     /* ZeRO-1/2: bring every rank's updated shard back into the full params, asynchronously
      * (ordered after the update by the comm layer); the next forward_begin of each unit waits

@@ -71,19 +71,6 @@ fail:
     return st;
 }
 
-zs_status zs_engine_adamw16(zs_engine_t *e, float *master, const zs_bf16 *g, float *m, float *v,
-                            size_t n, const zs_adamw_hparams *h, int decay, float scale, int t) {
-    zs_status st = ZS_OK;
-    for (size_t i = 0; i < n; i += ZS_ENGINE_CAST_CHUNK) {
-        size_t c = chunk_len(n, i);
-        ZS_CHECK(e->ops->cast(e->stream, e->gscratch, ZS_DTYPE_F32, g + i, ZS_DTYPE_BF16, c));
-        ZS_CHECK(zs_adamw_update(e->ops, e->stream, master + i, e->gscratch, m + i, v + i, c, h,
-                                 decay, scale, t));
-    }
-fail:
-    return st;
-}
-
 /* The unit's fp32 gradients in pool slot k are complete for this micro-batch (ddp, 1):
  * round them into the persistent bf16 gradients and free the slot. */
 zs_status zs_engine_fold16(zs_engine_t *e, int unit, int k) {

@@ -107,8 +107,8 @@ zs_status zs_engine_round_params(zs_engine_t *e, int wait);
 zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **params);
 
 /* bf16 gradients (engine_grad16.c): dst = bf16(dst + src) for src fp32 or bf16; the squared
- * norm of n bf16 values; AdamW on fp32 master/m/v from bf16 gradients; rounding a finished
- * pool slot into the persistent bf16 gradients of unit (ddp, 1; frees the slot). */
+ * norm of n bf16 values; rounding a finished pool slot into the persistent bf16 gradients of
+ * unit (ddp, 1; frees the slot). The step widens bf16 gradients chunk by chunk (engine.c). */
 zs_status zs_engine_grad16_create(zs_engine_t *e);
 void zs_engine_grad16_destroy(zs_engine_t *e);
 zs_status zs_engine_acc16(zs_engine_t *e, zs_bf16 *dst, const void *src, zs_dtype src_dt, size_t n);
@@ -116,8 +116,6 @@ zs_status zs_engine_acc16(zs_engine_t *e, zs_bf16 *dst, const void *src, zs_dtyp
  * chunk by chunk. */
 zs_status zs_engine_sumsq16(zs_engine_t *e, const zs_bf16 *g, size_t n, double *out);
 int zs_engine_sumsq16_parts(size_t n);
-zs_status zs_engine_adamw16(zs_engine_t *e, float *master, const zs_bf16 *g, float *m, float *v,
-                            size_t n, const zs_adamw_hparams *h, int decay, float scale, int t);
 zs_status zs_engine_fold16(zs_engine_t *e, int unit, int k);
 
 #endif

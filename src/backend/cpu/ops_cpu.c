@@ -100,6 +100,25 @@ fail:
     return st;
 }
 
+static zs_status cpu_adamw_segs(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
+                                const zs_adamw_segs *segs, float lr, float beta1, float beta2,
+                                float eps, float wd, float grad_scale, int t) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_adamw_segs_check(segs, t));
+    float bc1 = zs_adamw_bias_correction(beta1, t);
+    float bc2 = zs_adamw_bias_correction(beta2, t);
+    for (int k = 0; k < segs->n; k++) {
+        float w = segs->decay[k] ? wd : 0.0f;
+        int64_t lo = segs->lo[k], hi = segs->hi[k];
+#pragma omp parallel for schedule(static) if ((size_t)(hi - lo) >= ZS_CPU_PAR_MIN)
+        for (int64_t i = lo; i < hi; i++)
+            zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps, w, grad_scale,
+                          bc1, bc2);
+    }
+fail:
+    return st;
+}
+
 static zs_status cpu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in,
                           zs_dtype in_dt, size_t n) {
     zs_status st = ZS_OK;
@@ -209,6 +228,7 @@ static const zs_ops cpu_ops = {
     .axpy = cpu_axpy,
     .softmax_xent = zs_cpu_softmax_xent,
     .adamw = cpu_adamw,
+    .adamw_segs = cpu_adamw_segs,
     .cast = cpu_cast,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,

@@ -234,6 +234,41 @@ fail:
     return st;
 }
 
+/* A unit's tensors in one launch: a thread per element of the covered span finds its segment
+ * (at most ZS_ADAMW_SEGS, a short scan) and updates it, or leaves padding alone. */
+static __global__ void adamw_segs_kernel(float *param, const float *grad, float *m, float *v,
+                                         zs_adamw_segs segs, float lr, float beta1, float beta2,
+                                         float eps, float wd, float grad_scale, float bc1,
+                                         float bc2) {
+    size_t n = segs.n ? (size_t)segs.hi[segs.n - 1] : 0;
+    ZS_CU_FOR(i, n) {
+        int k = 0;
+        while (k < segs.n && (int64_t)i >= segs.hi[k])
+            k++;
+        if (k == segs.n || (int64_t)i < segs.lo[k]) continue;
+        zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps,
+                      segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
+    }
+}
+
+static zs_status cu_adamw_segs(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
+                               const zs_adamw_segs *segs, float lr, float beta1, float beta2,
+                               float eps, float wd, float grad_scale, int t) {
+    zs_status st = ZS_OK;
+    size_t n = 0;
+    ZS_CHECK(zs_adamw_segs_check(segs, t));
+    n = segs->n ? (size_t)segs->hi[segs->n - 1] : 0;
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw_segs: NULL buffer");
+    /* Bias corrections from the host's pow, as adamw. */
+    ZS_LAUNCH(adamw_segs_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, zs_cu_stream(s), param, grad, m,
+              v, *segs, lr, beta1, beta2, eps, wd, grad_scale, zs_adamw_bias_correction(beta1, t),
+              zs_adamw_bias_correction(beta2, t));
+    ZS_CUDA_CHECK_LAUNCH(adamw_segs_kernel);
+fail:
+    return st;
+}
+
 /* ---- cast --------------------------------------------------------------------------- */
 
 static __global__ void f32_to_bf16_kernel(zs_bf16 *out, const float *in, size_t n) {
@@ -417,6 +452,7 @@ static const zs_ops cuda_ops = {
     .axpy = cu_axpy,
     .softmax_xent = zs_cu_softmax_xent,
     .adamw = cu_adamw,
+    .adamw_segs = cu_adamw_segs,
     .cast = cu_cast,
     .scale = cu_scale,
     .sumsq = cu_sumsq,
