@@ -792,6 +792,26 @@ static void check_decode_attention(int NH, int NKV, float theta) {
     release();
 }
 
+/* Drawing tokens: the device's cuRAND Philox draw and argmax against the CPU's computation of
+ * the same stream (kernels/sample.h), over many indices and two temperatures: the same tokens. */
+static void check_sample(void) {
+    int V = 3001, n = 64, diff = 0, first = -1;
+    float *logits = randn((size_t)V, 2.0f), *d_logits = up(logits, (size_t)V);
+    int32_t *d_tok = dbuf(sizeof(int32_t));
+    for (int k = 0; k < n; k++) {
+        float temp = k == 0 ? 0.0f : k % 2 ? 0.7f : 1.5f;
+        int32_t want = -1, got = -2;
+        ZT_OK(cpu->sample(NULL, &want, logits, V, temp, 20241124, (uint64_t)k * 977));
+        ZT_OK(gpu->sample(NULL, d_tok, d_logits, V, temp, 20241124, (uint64_t)k * 977));
+        ZT_OK(gpu->sync(NULL));
+        d2h(&got, d_tok, sizeof got);
+        if (got != want && !diff++) first = k;
+    }
+    ZT_CHECK(diff == 0, "sample: %d of %d draws differ from the CPU's, first at draw %d", diff, n,
+             first);
+    release();
+}
+
 static void check_copy(void) {
     size_t nbytes = 1001;
     unsigned char *src = hbuf(nbytes), *got = hbuf(nbytes), *junk = hbuf(nbytes);
@@ -924,6 +944,7 @@ int main(void) {
     check_sumsq();
     check_decode_attention(4, 4, 0.0f);
     check_decode_attention(6, 2, 10000.0f);
+    check_sample();
     check_copy();
     check_init_normal();
     check_errors();

@@ -511,6 +511,45 @@ static void test_adamw_segs(void) {
     free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2);
 }
 
+/* The token draw (kernels/sample.h, the CPU twin of the GPU's cuRAND draw): core/philox.h's
+ * Philox-4x32-10 reproduces Random123's published known-answer vectors (the generator cuRAND's
+ * Philox4_32_10 implements); greedy is the first maximum; and 8000 draws from softmax([0, 1, 2, 3])
+ * land in each bucket within 5 standard deviations of its probability (a fixed seed:
+ * deterministic). */
+static void test_sample(void) {
+    static const uint32_t kat[3][2][4] = {
+        {{0, 0, 0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+        {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+         {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+        {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+         {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}}};
+    static const uint32_t keys[3][2] = {
+        {0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
+    for (int v = 0; v < 3; v++) {
+        zs_philox4 c;
+        memcpy(c.v, kat[v][0], sizeof c.v);
+        c = zs_philox4x32_10(c, keys[v][0], keys[v][1]);
+        ZT_CHECK(!memcmp(c.v, kat[v][1], sizeof c.v), "philox4x32-10 KAT %d: %08x %08x %08x %08x",
+                 v, c.v[0], c.v[1], c.v[2], c.v[3]);
+    }
+    float logits[4] = {0.0f, 1.0f, 2.0f, 3.0f};
+    int32_t tok = -1, count[4] = {0};
+    ZT_OK(ops->sample(NULL, &tok, logits, 4, 0.0f, 1, 0));
+    ZT_CHECK(tok == 3, "greedy draw %d, not the maximum 3", tok);
+    double z = 1 + exp(1) + exp(2) + exp(3);
+    int n = 8000;
+    for (int i = 0; i < n; i++) {
+        ZT_OK(ops->sample(NULL, &tok, logits, 4, 1.0f, 42, (uint64_t)i));
+        ZT_REQUIRE(tok >= 0 && tok < 4, "draw %d out of range", tok);
+        count[tok]++;
+    }
+    for (int k = 0; k < 4; k++) {
+        double p = exp(k) / z, sd = sqrt(n * p * (1 - p));
+        ZT_CHECK(fabs(count[k] - n * p) <= 5 * sd, "token %d drawn %d times of %d, expected %.0f",
+                 k, count[k], n, n * p);
+    }
+}
+
 static void test_sumsq(void) {
     size_t sizes[4] = {0, 5, 4096, 300007};
     for (int si = 0; si < 4; si++) {
@@ -615,6 +654,7 @@ int main(void) {
     test_softmax_xent();
     test_adamw();
     test_adamw_segs();
+    test_sample();
     test_cast();
     test_sumsq();
     test_init_normal();

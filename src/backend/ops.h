@@ -197,6 +197,12 @@ typedef struct zs_ops {
     zs_status (*decode_attention)(zs_stream_t *s, float *out, float *q, float *k, const float *v,
                                   float *kc, float *vc, float *scores, int NH, int NKV, int hs,
                                   int pos, float theta);
+    /* The token after a row of logits[V] (device memory): temperature <= 0 takes the first
+     * maximum; otherwise a draw from softmax(logits / temperature) at cuRAND's Philox4_32_10
+     * uniform u for (seed, subsequence index) (kernels/sample.h): the first token whose running
+     * sum of weights reaches u times their total. *token is device memory. */
+    zs_status (*sample)(zs_stream_t *s, int32_t *token, const float *logits, int V,
+                        float temperature, uint64_t seed, uint64_t index);
 } zs_ops;
 
 /* The CPU backend: OpenBLAS sgemm + OpenMP loops. Always available. */

@@ -312,13 +312,18 @@ static zs_status release(zs_decoder_t *d, int unit) {
     return d->resident ? ZS_OK : zs_module_forward_end(d->engine, unit);
 }
 
-/* x = the token's embedding (plus its position's, GPT-2): the token goes to the device. */
+/* x = the embedding of the token in d->tok (device) plus its position's (GPT-2). */
+static zs_status embed_dev(zs_decoder_t *d, const float *p, int pos) {
+    const float *wpe = d->off_wpe >= 0 ? p + d->off_wpe + (int64_t)pos * d->C : NULL;
+    return d->o->embedding_fwd(d->s, d->x, d->tok, p + d->off_wte, wpe, 1, 1, d->C);
+}
+
+/* The same for a token the host holds: it goes to the device first. */
 static zs_status embed(zs_decoder_t *d, const float *p, int token, int pos) {
     zs_status st = ZS_OK;
     int32_t tk = token;
-    const float *wpe = d->off_wpe >= 0 ? p + d->off_wpe + (int64_t)pos * d->C : NULL;
     ZS_CHECK(d->dev->copy_h2d(d->s, d->tok, &tk, sizeof tk));
-    ZS_CHECK(d->o->embedding_fwd(d->s, d->x, d->tok, p + d->off_wte, wpe, 1, 1, d->C));
+    ZS_CHECK(embed_dev(d, p, pos));
 fail:
     return st;
 }
@@ -363,7 +368,30 @@ fail:
     return st;
 }
 
-zs_status zs_decoder_step(zs_decoder_t *d, int token, zs_decode_pick pick, void *ctx, int *next) {
+/* The next token after the logits row: the host's pick on a copy of it, or (pick NULL) the
+ * device's draw (ops->sample into d->tok), of which only the token comes back. */
+static zs_status choose(zs_decoder_t *d, zs_decode_pick pick, void *ctx, const zs_decode_draw *dr,
+                        int *next) {
+    zs_status st = ZS_OK;
+    if (pick) {
+        ZS_CHECK(d->dev->copy_d2h(d->s, d->hlogits, d->logits, (size_t)d->Vp * sizeof(float)));
+        ZS_CHECK(d->dev->stream_sync(d->s));
+        *next = pick(ctx, d->hlogits, d->calls++);
+        return ZS_OK;
+    }
+    int32_t tk = 0;
+    ZS_CHECK(
+        d->o->sample(d->s, d->tok, d->logits, d->cfg.vocab, dr->temperature, dr->seed, dr->index));
+    ZS_CHECK(d->dev->copy_d2h(d->s, &tk, d->tok, sizeof tk));
+    ZS_CHECK(d->dev->stream_sync(d->s));
+    d->calls++;
+    *next = tk;
+fail:
+    return st;
+}
+
+static zs_status step(zs_decoder_t *d, int token, zs_decode_pick pick, void *ctx,
+                      const zs_decode_draw *dr, int *next) {
     zs_status st = ZS_OK;
     float *p = NULL;
     int held = -1;
@@ -393,12 +421,11 @@ zs_status zs_decoder_step(zs_decoder_t *d, int token, zs_decode_pick pick, void 
         ZS_CHECK(acquire(d, held = d->u_head, &p));
     }
     ZS_CHECK(zs_linear_fwd(d->o, d->s, d->logits, d->ln, p + d->off_head, NULL, 1, d->C, d->Vp));
-    ZS_CHECK(d->dev->copy_d2h(d->s, d->hlogits, d->logits, (size_t)d->Vp * sizeof(float)));
-    ZS_CHECK(d->dev->stream_sync(d->s));
-    *next = pick(ctx, d->hlogits, d->calls++);
+    ZS_CHECK(choose(d, pick, ctx, dr, next));
     d->pos++;
     if (d->u_head == d->u_embed && d->pos < d->cap && *next >= 0 && *next < d->cfg.vocab) {
-        ZS_CHECK(embed(d, p, *next, d->pos));
+        /* A drawn token is in d->tok already; a picked one goes there. */
+        ZS_CHECK(pick ? embed(d, p, *next, d->pos) : embed_dev(d, p, d->pos));
         d->pending = 1;
         d->pending_token = *next;
     }
@@ -407,4 +434,14 @@ zs_status zs_decoder_step(zs_decoder_t *d, int token, zs_decode_pick pick, void 
 fail:
     if (held >= 0) release(d, held);
     return st;
+}
+
+zs_status zs_decoder_step(zs_decoder_t *d, int token, zs_decode_pick pick, void *ctx, int *next) {
+    if (!pick) return zs_error(ZS_ERR_INVALID, "decode: a step needs a pick");
+    return step(d, token, pick, ctx, NULL, next);
+}
+
+zs_status zs_decoder_step_draw(zs_decoder_t *d, int token, const zs_decode_draw *draw, int *next) {
+    if (!draw) return zs_error(ZS_ERR_INVALID, "decode: a draw needs its settings");
+    return step(d, token, NULL, NULL, draw, next);
 }

@@ -54,4 +54,14 @@ typedef int (*zs_decode_pick)(void *ctx, const float *logits, int index);
  * same gather (the next step's `token` must then be *next). Collective. */
 zs_status zs_decoder_step(zs_decoder_t *d, int token, zs_decode_pick pick, void *ctx, int *next);
 
+/* A draw on the device (ops->sample): temperature <= 0 is the argmax, else cuRAND's Philox
+ * uniform for (seed, index) picks from the softmax; only the chosen token comes back. */
+typedef struct zs_decode_draw {
+    float temperature;
+    uint64_t seed, index;
+} zs_decode_draw;
+
+/* zs_decoder_step with the next token drawn on the device instead of picked on the host. */
+zs_status zs_decoder_step_draw(zs_decoder_t *d, int token, const zs_decode_draw *draw, int *next);
+
 #endif

@@ -1,7 +1,8 @@
 /* Generation from the trainer's model: temperature, top-k and top-p (nucleus) sampling over
  * the real vocabulary, a seed that fixes the output, a stop token and a time budget (what
- * keeps `train`'s end-of-run sample to a few percent of the run). On the CPU each token is
- * one step of the KV-cache decoder (models/decode.h); otherwise the window is recomputed. */
+ * keeps `train`'s end-of-run sample to a few percent of the run). Each token is one step of the
+ * KV-cache decoder (models/decode.h) on the run's device, or with --no-cache a recomputed
+ * window. Plain temperature sampling draws on the device (cuRAND's Philox on a GPU). */
 #include "zshard.h"
 
 #include "core/philox.h"
@@ -80,6 +81,13 @@ static int draw(const float *logits, int V, const zs_gen_config *g, uint64_t idx
         if (u < acc) return c[i].id;
     }
     return c[n - 1].id;
+}
+
+/* Plain temperature sampling (or greedy) draws on the device (ops->sample: cuRAND's Philox on a
+ * GPU, the same numbers on the CPU), and only the token comes back; top-k and top-p sort the
+ * logits on the host. */
+static int on_device(const zs_gen_config *g) {
+    return g->top_k <= 0 && !(g->top_p > 0.0f && g->top_p < 1.0f);
 }
 
 /* The cached path's token source: prompt tokens while the cache is (re)filled, then draws. */
@@ -163,7 +171,13 @@ static zs_status generate_cached(zs_trainer_t *t, const zs_gen_config *g, int32_
         double ts = zs_now_s();
         int next = 0;
         k.index = *n_out;
-        ZS_CHECK(zs_decoder_step(d, cur, pick_next, &k, &next));
+        if (on_device(g) && k.fi + 1 >= k.nf) { /* a draw, on the device */
+            zs_decode_draw dr = {g->temperature, g->seed, (uint64_t)k.index};
+            ZS_CHECK(zs_decoder_step_draw(d, cur, &dr, &next));
+            k.drawn = 1;
+        } else {
+            ZS_CHECK(zs_decoder_step(d, cur, pick_next, &k, &next));
+        }
         cur = next;
         if (!k.drawn) continue;
         ctx[n++] = next;
@@ -193,11 +207,20 @@ static zs_status generate_window(zs_trainer_t *t, const zs_gen_config *g, int32_
         memcpy(in, ctx + n - win, (size_t)win * sizeof *in);
         ZS_CHECK(zs_trainer_io_upload(t, 1, win, 0));
         ZS_CHECK(zs_model_infer(t->model, t->d_in, 1, win, &logits));
-        /* The last position's logits come back for the draw. */
-        ZS_CHECK(t->dev->copy_d2h(t->stream, row, logits + (size_t)(win - 1) * Vp,
-                                  (size_t)Vp * sizeof *row));
-        ZS_CHECK(t->dev->stream_sync(t->stream));
-        int next = draw(row, V, g, (uint64_t)i, c);
+        int next = 0;
+        if (on_device(g)) { /* the draw on the device, into the targets' buffer */
+            int32_t tk = 0;
+            ZS_CHECK(t->ops->sample(t->stream, t->d_tg, logits + (size_t)(win - 1) * Vp, V,
+                                    g->temperature, g->seed, (uint64_t)i));
+            ZS_CHECK(t->dev->copy_d2h(t->stream, &tk, t->d_tg, sizeof tk));
+            ZS_CHECK(t->dev->stream_sync(t->stream));
+            next = tk;
+        } else { /* the last position's logits come back for the draw */
+            ZS_CHECK(t->dev->copy_d2h(t->stream, row, logits + (size_t)(win - 1) * Vp,
+                                      (size_t)Vp * sizeof *row));
+            ZS_CHECK(t->dev->stream_sync(t->stream));
+            next = draw(row, V, g, (uint64_t)i, c);
+        }
         ctx[n++] = next;
         out[(*n_out)++] = next;
         if (next == g->eos) break;

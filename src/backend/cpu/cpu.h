@@ -62,6 +62,8 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
                                      int T, int NH, int NKV, int hs, int ldq, int ldkv);
 
 /* decode_cpu.c; zs_kv_attention_check is decode_attention's shape check, shared by backends. */
+zs_status zs_cpu_sample(zs_stream_t *s, int32_t *token, const float *logits, int V,
+                        float temperature, uint64_t seed, uint64_t index);
 zs_status zs_cpu_decode_attention(zs_stream_t *s, float *out, float *q, float *k, const float *v,
                                   float *kc, float *vc, float *scores, int NH, int NKV, int hs,
                                   int pos, float theta);

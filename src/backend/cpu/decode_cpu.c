@@ -2,6 +2,7 @@
  * cuda/decode_cuda.cu over the shared math of kernels/kvattn.h. */
 #include "backend/cpu/cpu.h"
 #include "backend/kernels/kvattn.h"
+#include "backend/kernels/sample.h"
 #include "core/status.h"
 
 #include <string.h>
@@ -38,4 +39,31 @@ zs_status zs_cpu_decode_attention(zs_stream_t *s, float *out, float *q, float *k
                           kc + kv, vc + kv, KD, hs, pos, scale);
     }
     return ZS_OK;
+}
+
+zs_status zs_cpu_sample(zs_stream_t *s, int32_t *token, const float *logits, int V,
+                        float temperature, uint64_t seed, uint64_t index) {
+    zs_status st = ZS_OK;
+    (void)s;
+    ZS_REQUIRE(V >= 1 && token && logits, ZS_ERR_INVALID, "sample: V=%d or a NULL buffer", V);
+    if (!(temperature > 0.0f)) {
+        *token = zs_sample_argmax(logits, V);
+        return ZS_OK;
+    }
+    float acc[ZS_ROW_THREADS];
+    for (int j = 0; j < ZS_ROW_THREADS; j++)
+        acc[j] = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        float *a = &acc[i % ZS_ROW_THREADS];
+        *a = logits[i] > *a ? logits[i] : *a;
+    }
+    float mx = zs_block_tree_max(acc);
+    for (int j = 0; j < ZS_ROW_THREADS; j++)
+        acc[j] = 0.0f;
+    ZS_LANE_SUM(acc, ZS_ROW_THREADS, V, i, zs_sample_weight(logits[i], mx, temperature));
+    float total = zs_block_tree(acc);
+    float u = zs_curand_first_uniform(seed, index);
+    *token = zs_sample_search(logits, V, mx, temperature, u * total);
+fail:
+    return st;
 }

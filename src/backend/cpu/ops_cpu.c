@@ -248,6 +248,7 @@ static const zs_ops cpu_ops = {
     .flash_attention_fwd = zs_cpu_flash_attention_fwd,
     .flash_attention_bwd = zs_cpu_flash_attention_bwd,
     .decode_attention = zs_cpu_decode_attention,
+    .sample = zs_cpu_sample,
 };
 
 const zs_ops *zs_ops_cpu(void) {

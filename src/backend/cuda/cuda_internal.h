@@ -222,7 +222,9 @@ zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float 
                                     const float *v, const float *out, const float *lse, int B,
                                     int T, int NH, int NKV, int hs, int ldq, int ldkv);
 
-/* Decoding with a KV cache (decode_cuda.cu). */
+/* Decoding with a KV cache and drawing tokens (decode_cuda.cu). */
+zs_status zs_cu_sample(zs_stream_t *s, int32_t *token, const float *logits, int V,
+                       float temperature, uint64_t seed, uint64_t index);
 zs_status zs_cu_decode_attention(zs_stream_t *s, float *out, float *q, float *k, const float *v,
                                  float *kc, float *vc, float *scores, int NH, int NKV, int hs,
                                  int pos, float theta);

@@ -1,10 +1,14 @@
-/* CUDA decode_attention (ops.h): one position of attention over a KV cache, the twin of
- * cpu/decode_cpu.c over kernels/kvattn.h. Two kernels in stream order: a thread per head
+/* CUDA decoding ops (ops.h): decode_attention, one position of attention over a KV cache, and
+ * sample, the next token drawn with cuRAND's device API: the twins of cpu/decode_cpu.c over
+ * kernels/kvattn.h and kernels/sample.h. Two kernels in stream order: a thread per head
  * rotates q and k (RoPE at pos) and a thread per kv head stores k and v as cache row pos; then
  * a thread per query head attends over rows 0..pos in the CPU's order. Simple, like the other
  * row kernels here: decoding one token is latency-bound on the weights' GEMVs, not on this. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/kvattn.h"
+#include "backend/kernels/sample.h"
+
+#include <curand_kernel.h>
 
 static __global__ void kv_store_kernel(float *q, float *k, const float *v, float *kc, float *vc,
                                        int NH, int NKV, int hs, int pos, float theta) {
@@ -45,6 +49,44 @@ zs_status zs_cu_decode_attention(zs_stream_t *s, float *out, float *q, float *k,
     ZS_LAUNCH(kv_attend_kernel, zs_cu_blocks((size_t)NH), ZS_CU_THREADS, 0, cs, out, scores, q, kc,
               vc, NH, NKV, hs, pos, 1.0f / sqrtf((float)hs));
     ZS_CUDA_CHECK_LAUNCH(kv_attend_kernel);
+fail:
+    return st;
+}
+
+/* One block of ZS_ROW_THREADS: the maximum and the total of the weights through block
+ * reductions (the CPU twin's order), cuRAND's Philox uniform, then thread 0 searches in index
+ * order. The token stays on the device: only it is copied back, or it feeds the next embedding
+ * directly. */
+static __global__ void sample_kernel(int32_t *token, const float *logits, int V, float temperature,
+                                     unsigned long long seed, unsigned long long index) {
+    ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP);
+    int t = (int)threadIdx.x;
+    if (!(temperature > 0.0f)) {
+        if (t == 0) *token = zs_sample_argmax(logits, V);
+        return;
+    }
+    float m = -INFINITY, w = 0.0f;
+    for (int i = t; i < V; i += ZS_ROW_THREADS)
+        m = logits[i] > m ? logits[i] : m;
+    float mx = zs_cu_block_reduce(m, red, 1);
+    for (int i = t; i < V; i += ZS_ROW_THREADS)
+        w += zs_sample_weight(logits[i], mx, temperature);
+    float total = zs_cu_block_reduce(w, red, 0);
+    if (t == 0) {
+        curandStatePhilox4_32_10_t st;
+        curand_init(seed, index, 0, &st);
+        float u = curand_uniform(&st);
+        *token = zs_sample_search(logits, V, mx, temperature, u * total);
+    }
+}
+
+zs_status zs_cu_sample(zs_stream_t *s, int32_t *token, const float *logits, int V,
+                       float temperature, uint64_t seed, uint64_t index) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(V >= 1 && token && logits, ZS_ERR_INVALID, "sample: V=%d or a NULL buffer", V);
+    ZS_LAUNCH(sample_kernel, 1, ZS_ROW_THREADS, 0, zs_cu_stream(s), token, logits, V, temperature,
+              (unsigned long long)seed, (unsigned long long)index);
+    ZS_CUDA_CHECK_LAUNCH(sample_kernel);
 fail:
     return st;
 }

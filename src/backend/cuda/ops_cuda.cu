@@ -472,6 +472,7 @@ static const zs_ops cuda_ops = {
     .flash_attention_fwd = zs_cu_flash_attention_fwd,
     .flash_attention_bwd = zs_cu_flash_attention_bwd,
     .decode_attention = zs_cu_decode_attention,
+    .sample = zs_cu_sample,
 };
 
 extern "C" const zs_ops *zs_ops_cuda(void) {
