@@ -73,8 +73,8 @@ static double time_gemms(zs_module_t *mod, const gemm_shape *g, int ng, int reps
             const gemm_shape *sh = &g[i];
             int lda = sh->ta ? sh->k : sh->m, ldb = sh->tb ? sh->n : sh->k;
             for (int c = 0; c < sh->count; c++)
-                if (ops->gemm(s, sh->ta, sh->tb, sh->m, sh->n, sh->k, 1.0f, A, lda, B, ldb, 1.0f,
-                              C, sh->m) != ZS_OK)
+                if (ops->gemm(s, sh->ta, sh->tb, sh->m, sh->n, sh->k, 1.0f, A, lda, B, ldb, 1.0f, C,
+                              sh->m) != ZS_OK)
                     goto done;
         }
         if (dev->stream_sync(s) != ZS_OK) goto done;
@@ -97,11 +97,12 @@ static void usage(void) {
         "usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
         "                         [--warmup-steps N] [--data FILE] [--dtype fp32|bf16]\n"
         "                         [--recompute none|block] [--attention flash|naive]\n"
-        "                         [--device cpu|cuda|auto] [--vocab N] [--json]\n"
+        "                         [--device cpu|cuda|auto] [--vocab N] [--tf32] [--json]\n"
         "Times N training steps after warm-up (default 5 after 2) on random tokens below\n"
-        "--vocab (GPT-2's 50257) unless --data is given, and compares model FLOP/s with the sgemm\n"
-        "rate of the same GEMM shapes measured in this run. --dtype bf16: bf16 params,\n"
-        "grads and kept activations (the GEMMs still run in fp32 on the CPU).\n");
+        "--vocab (GPT-2's 50257) unless --data is given, and compares model FLOP/s with the GEMM\n"
+        "rate of the same shapes in the step's own arithmetic on the step's device, measured in\n"
+        "this run (sgemm on the CPU, cuBLAS on a GPU). --dtype bf16: bf16 params, grads, kept\n"
+        "activations and GEMM inputs (fp32 accumulation); --tf32: TF32 GEMM inputs.\n");
 }
 
 int zs_bench_step(int argc, char **argv) {
@@ -118,6 +119,10 @@ int zs_bench_step(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) {
             json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--tf32")) {
+            cfg.tf32 = 1;
             continue;
         }
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;

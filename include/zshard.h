@@ -246,6 +246,8 @@ typedef struct zs_train_config {
     zs_dtype dtype;         /* compute copy of the parameters: F32 (default) or BF16 */
     zs_dtype reduce_dtype;  /* gradient storage and reduction: F32 (default) or BF16 */
     const char *device;     /* "cpu", "cuda" or "auto" (NULL = auto): see zs_device_choose */
+    int tf32;               /* fp32 GEMMs with TF32 inputs (tensor cores on a GPU; the same
+                               rounding on the CPU); bf16 runs use bf16 GEMMs either way */
 } zs_train_config;
 
 /* The compute device for `device` ("cpu", "cuda", "auto" or NULL = auto): *chosen becomes

@@ -9,8 +9,9 @@
  *    fp32 grads 18Ψ, 6Ψ + 12Ψ/N, 2Ψ + 16Ψ/N, 18Ψ/N), zs_mem_formula says the same, the
  *    estimator equals the allocator for model states, activations and workspace, and gathered
  *    bytes stay within the estimate;
- *  - accuracy: bf16 and fp32 losses over 50 steps on gpt2-tiny agree within 1% relative at
- *    every step, and differ somewhere (bf16 really is in use);
+ *  - accuracy: bf16 (bf16 GEMM inputs included) and fp32 losses on gpt2-tiny agree within
+ *    0.5% relative over the first 15 steps and 3% over 50, and differ somewhere (bf16 really
+ *    is in use);
  *  - bad input: unknown dtypes are usage errors. */
 #include "core/status.h"
 #include "models/model.h"
@@ -132,19 +133,25 @@ static void test_accumulation(const char *model) {
 static void test_accuracy(void) {
     rl_run a = train("gpt2-tiny", "3", "fp32", 50, "");
     rl_run b = train("gpt2-tiny", "3", "bf16", 50, "");
-    /* bf16 keeps 8 significant bits (relative rounding <= 2^-9 per parameter); the loss
-     * averages many such errors, and the fp32 master keeps them from accumulating over steps.
-     * Measured: <= 0.25% relative over these 50 steps with bf16 gradients (0.17% with fp32). 1%
-     * leaves about 6x room and still catches a stale or mis-cast copy (a step behind or a wrong
-     * byte order moves the loss by far more). */
-    double worst = 0;
+    /* bf16 keeps 8 significant bits (relative rounding <= 2^-9 per value); the GEMMs take
+     * bf16 inputs (weights and activations, as a GPU's tensor cores do) and accumulate in
+     * fp32, the fp32 master keeps the parameter errors from accumulating. Over the first 15
+     * steps, while the loss falls smoothly by 3-9% a step, the measured difference is <= 0.05%;
+     * later the loss oscillates and the two runs' trajectories drift apart, measured <= 1.05%
+     * (step 21). Bounds: 0.5% early, which a copy one step stale or a wrong byte order would
+     * far exceed, and 3% over all 50 steps. */
+    double worst = 0, worst_early = 0;
     int differ = 0;
     for (int i = 0; i < a.n_steps && i < b.n_steps; i++) {
         double d = fabs(b.lossv[i] - a.lossv[i]) / a.lossv[i];
         worst = isnan(d) ? INFINITY : fmax(worst, d);
+        if (i < 15) worst_early = worst;
         differ |= strcmp(a.loss[i], b.loss[i]) != 0;
     }
-    ZT_CHECK(worst <= 0.01, "bf16 vs fp32 over 50 steps: worst relative loss difference %g", worst);
+    ZT_CHECK(worst_early <= 0.005,
+             "bf16 vs fp32 over the first 15 steps: worst relative loss difference %g",
+             worst_early);
+    ZT_CHECK(worst <= 0.03, "bf16 vs fp32 over 50 steps: worst relative loss difference %g", worst);
     ZT_CHECK(differ, "bf16 losses are bitwise the fp32 ones: the bf16 copy is not in use");
     ZT_CHECK(a.lossv[49] < a.lossv[0] - 0.5 && b.lossv[49] < b.lossv[0] - 0.5,
              "both learn: fp32 %.4f -> %.4f, bf16 %.4f -> %.4f", a.lossv[0], a.lossv[49],

@@ -33,6 +33,7 @@ static void run_world(int n, const char *env, const char *args) {
 
 static void killed_rank(void) {
     double s;
+    if (!zt_gpus_for(3, "a rank killed among 3 nccl ranks")) return;
     int rc = run("ZS_EMU_DEVICES=3", 3, "die --victim 1 --comm nccl --device cuda", &s);
     ZT_CHECK(rc != 0, "nccl job with a killed rank exited 0:\n%s", g_out);
     ZT_CHECK(s < 30.0, "took %.1f s to end after a rank died (timeout 60 s)", s);
@@ -59,9 +60,7 @@ int main(void) {
         return zt_finish();
     }
     /* A real machine runs as many NCCL ranks as it has GPUs (NCCL refuses two on one GPU). */
-    const char *g = getenv("ZS_GPU");
-    int max_nccl = g && !strcmp(g, "real") ? zs_cuda_device_count() : 3;
-    for (int n = 1; n <= 3 && n <= max_nccl; n++) {
+    for (int n = 1; n <= 3 && zt_gpus_for(n, "nccl collectives"); n++) {
         char env[64];
         snprintf(env, sizeof env, "ZS_EMU_DEVICES=%d", n);
         run_world(n, env, "collectives --comm nccl --device cuda");

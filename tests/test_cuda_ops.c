@@ -166,10 +166,14 @@ static void expect_bounded(const char *what, const float *d, const float *want, 
 static void check_table(void) {
     const unsigned char *p = (const unsigned char *)gpu;
     static const unsigned char zero[sizeof(void *)];
-    for (size_t off = 0; off + sizeof(void *) <= sizeof(zs_ops); off += sizeof(void *))
+    /* Every function pointer, from with_math on (name and gemm_math come before). */
+    for (size_t off = offsetof(zs_ops, with_math); off + sizeof(void *) <= sizeof(zs_ops);
+         off += sizeof(void *))
         ZT_CHECK(memcmp(p + off, zero, sizeof(void *)) != 0, "zs_ops slot at byte %zu is NULL",
                  off);
     ZT_CHECK(strcmp(gpu->name, fake ? "cpu" : "cuda") == 0, "table name %s", gpu->name);
+    ZT_CHECK(gpu->gemm_math == ZS_MATH_FP32, "the default table's gemm is fp32 (got %d)",
+             (int)gpu->gemm_math);
 }
 
 static void check_memory(void) {
@@ -234,10 +238,30 @@ static void check_stream(void) {
 /* All four transpose combinations with padded leading dimensions, against a double reference
  * and the standard dot-product bound |err| <= gamma_k sum|a b| (any order, any FMA use), with
  * a factor 2 margin; rows between m and ldc must be untouched. beta = 0 must not read C. */
-static void check_gemm(int ta, int tb, float alpha, float beta) {
+/* An input as a GEMM arithmetic sees it, computed independently of the code under test:
+ * TF32 keeps 11 significant bits (to nearest, ties away from zero), bf16 8 (to nearest even). */
+static double math_round(zs_gemm_math math, float x) {
+    if (math == ZS_MATH_FP32 || x == 0.0f || !isfinite(x)) return x;
+    int e, bits = math == ZS_MATH_TF32 ? 11 : 8;
+    double f = frexp((double)x, &e) * ldexp(1.0, bits);
+    return ldexp(math == ZS_MATH_TF32 ? round(f) : rint(f), e - bits);
+}
+
+/* gemm in one arithmetic against a double reference. Under the emulator (and the CPU stand-in)
+ * the inputs are rounded exactly as ops.h documents, so the reference rounds them the same way
+ * and the fp32 accumulation bound applies. A real GPU's tensor cores are only known to keep
+ * TF32's 10 or bf16's 7 stored mantissa bits (truncating or rounding), so there the reference
+ * takes the inputs as they are and the bound adds each product's input error, (2u + u^2)|a b|
+ * with u = 2^-10 or 2^-7; cuBLAS may also pick a plain fp32 kernel for small shapes. */
+static void check_gemm(zs_gemm_math math, int ta, int tb, float alpha, float beta) {
     int m = 37, n = 29, k = 53;
     int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 5, ldc = m + 7;
     size_t na = (size_t)lda * (ta ? m : k), nb = (size_t)ldb * (tb ? k : n), nc = (size_t)ldc * n;
+    const char *g = getenv("ZS_GPU");
+    int exact_rounding = fake || (g && strcmp(g, "emu") == 0);
+    double u = math == ZS_MATH_FP32 || exact_rounding ? 0.0
+               : math == ZS_MATH_TF32                 ? ldexp(1.0, -10)
+                                                      : ldexp(1.0, -7);
     float *A = randn(na, 1.0f), *B = randn(nb, 1.0f), *C0 = randn(nc, 1.0f);
     if (beta == 0.0f) zt_poison(C0, nc);
     float *want = hf(nc);
@@ -252,20 +276,26 @@ static void check_gemm(int ta, int tb, float alpha, float beta) {
             }
             double s = 0, sa = 0;
             for (int p = 0; p < k; p++) {
-                double a = ta ? A[p + (size_t)i * lda] : A[i + (size_t)p * lda];
-                double b = tb ? B[j + (size_t)p * ldb] : B[p + (size_t)j * ldb];
-                s += a * b;
-                sa += fabs(a * b);
+                float a = ta ? A[p + (size_t)i * lda] : A[i + (size_t)p * lda];
+                float b = tb ? B[j + (size_t)p * ldb] : B[p + (size_t)j * ldb];
+                double ar = exact_rounding ? math_round(math, a) : a;
+                double br = exact_rounding ? math_round(math, b) : b;
+                s += ar * br;
+                sa += fabs(ar * br);
             }
             double c0 = beta == 0.0f ? 0.0 : C0[ci];
             want[ci] = (float)(alpha * s + beta * c0);
             bound[ci] = 2.0 * ((k + 2) * U32 * fabs(alpha) * sa + 2 * U32 * fabs(beta * c0)) +
-                        U32 * fabs(alpha * s + beta * c0);
+                        (2 * u + u * u) * fabs(alpha) * sa + U32 * fabs(alpha * s + beta * c0);
         }
+    const zs_ops *t = gpu->with_math(math);
+    ZT_CHECK(t && t->gemm_math == math && strcmp(t->name, gpu->name) == 0,
+             "with_math(%d) gave another table", (int)math);
     float *dA = up(A, na), *dB = up(B, nb), *dC = up(C0, nc);
-    ZT_OK(gpu->gemm(NULL, ta, tb, m, n, k, alpha, dA, lda, dB, ldb, beta, dC, ldc));
+    ZT_OK(t->gemm(NULL, ta, tb, m, n, k, alpha, dA, lda, dB, ldb, beta, dC, ldc));
     char what[64];
-    snprintf(what, sizeof what, "gemm ta=%d tb=%d beta=%g", ta, tb, (double)beta);
+    snprintf(what, sizeof what, "gemm math=%d ta=%d tb=%d beta=%g", (int)math, ta, tb,
+             (double)beta);
     expect_bounded(what, dC, want, bound, nc);
     release();
 }
@@ -914,8 +944,10 @@ int main(void) {
     check_stream();
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            check_gemm(ta, tb, 0.7f, 0.0f);
-            check_gemm(ta, tb, -1.3f, 0.5f);
+            for (int math = ZS_MATH_FP32; math <= ZS_MATH_BF16; math++) {
+                check_gemm((zs_gemm_math)math, ta, tb, 0.7f, 0.0f);
+                check_gemm((zs_gemm_math)math, ta, tb, -1.3f, 0.5f);
+            }
         }
     check_linear();
     check_bias();

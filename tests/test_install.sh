@@ -29,8 +29,9 @@ cmake --build "$T/cm" > "$T/cmb.log" 2>&1 || { cat "$T/cmb.log"; fail "find_pack
 for exe in mlp_lm mlp_lm_static; do
     [ "$(hash_of "$T/cm/$exe")" = "$want" ] || fail "find_package $exe: hash differs"
 done
-ldd "$T/cm/mlp_lm" | grep -q "$T/prefix/lib/libzshard.so" || fail "zshard::zshard is not the shared lib"
-! ldd "$T/cm/mlp_lm_static" | grep -q libzshard || fail "zshard::zshard_static links the .so"
+# ldd's output held first: grep -q exiting at the first match would SIGPIPE ldd under pipefail.
+grep -q "$T/prefix/lib/libzshard.so" <<<"$(ldd "$T/cm/mlp_lm")" || fail "zshard::zshard is not the shared lib"
+! grep -q libzshard <<<"$(ldd "$T/cm/mlp_lm_static")" || fail "zshard::zshard_static links the .so"
 echo "find_package(zshard): zshard::zshard and zshard::zshard_static build and train ($want)"
 
 # 2. pkg-config, shared and static.
@@ -41,7 +42,7 @@ $CC -std=c11 -O2 "$S/examples/mlp_lm/mlp_lm.c" -o "$T/pc_shared" $(pkg-config --
 libs=$(pkg-config --static --libs zshard | sed 's/-lzshard /-Wl,-Bstatic -lzshard -Wl,-Bdynamic /')
 $CC -std=c11 -O2 "$S/examples/mlp_lm/mlp_lm.c" -o "$T/pc_static" $(pkg-config --cflags zshard) \
     $libs -lm || fail "pkg-config --static link: $libs"
-! ldd "$T/pc_static" | grep -q libzshard || fail "pkg-config static binary needs libzshard.so"
+! grep -q libzshard <<<"$(ldd "$T/pc_static")" || fail "pkg-config static binary needs libzshard.so"
 for exe in pc_shared pc_static; do
     [ "$(hash_of "$T/$exe")" = "$want" ] || fail "pkg-config $exe: hash differs"
 done

@@ -2,6 +2,7 @@
  * random inputs, outputs poisoned (NaN) before the call so an unwritten element fails; gemm
  * in all four transpose combinations with padded leading dimensions; the row-major linear
  * wrapper; casts, sumsq, init and AdamW; and bitwise independence from the thread count. */
+#include "backend/cpu/cpu.h"
 #include "backend/ops.h"
 #include "core/bf16.h"
 #include "core/philox.h"
@@ -25,7 +26,19 @@ static size_t count_over(const float *got, const double *ref, const double *boun
 
 /* ---- gemm ---------------------------------------------------------------------------- */
 
-static void check_gemm(int ta, int tb, float alpha, float beta) {
+/* An input as a GEMM arithmetic sees it (ops.h), computed independently of gemm_cpu.c: TF32
+ * keeps 11 significant bits, to nearest with ties away from zero; bf16 8, to nearest even. */
+static double math_round(zs_gemm_math math, float x) {
+    if (math == ZS_MATH_FP32 || x == 0.0f || !isfinite(x)) return x;
+    int e, bits = math == ZS_MATH_TF32 ? 11 : 8;
+    double f = frexp((double)x, &e) * ldexp(1.0, bits);
+    return ldexp(math == ZS_MATH_TF32 ? round(f) : rint(f), e - bits);
+}
+
+/* gemm in one arithmetic: the reference multiplies the rounded inputs in double, and the fp32
+ * accumulation bound applies on top (an unrounded input would miss it by ~2^-9 relative). */
+static void check_gemm(zs_gemm_math math, int ta, int tb, float alpha, float beta) {
+    const zs_ops *t = ops->with_math(math);
     int m = 37, n = 29, k = 53;
     /* Leading dimensions larger than the minimum, so a swapped ld or m/k shows. */
     int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 5, ldc = m + 7;
@@ -47,8 +60,8 @@ static void check_gemm(int ta, int tb, float alpha, float beta) {
             }
             double s = 0, sa = 0;
             for (int p = 0; p < k; p++) {
-                double a = ta ? A[p + (size_t)i * lda] : A[i + (size_t)p * lda];
-                double b = tb ? B[j + (size_t)p * ldb] : B[p + (size_t)j * ldb];
+                double a = math_round(math, ta ? A[p + (size_t)i * lda] : A[i + (size_t)p * lda]);
+                double b = math_round(math, tb ? B[j + (size_t)p * ldb] : B[p + (size_t)j * ldb]);
                 s += a * b;
                 sa += fabs(a * b);
             }
@@ -58,7 +71,9 @@ static void check_gemm(int ta, int tb, float alpha, float beta) {
              * or FMA use), plus the alpha/beta roundings, with a factor 2 of margin. */
             bound[ci] = 2.0 * ((k + 2) * U32 * fabs(alpha) * sa + 2 * U32 * fabs(beta * c0));
         }
-    ZT_OK(ops->gemm(NULL, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
+    ZT_CHECK(t && t->gemm_math == math && strcmp(t->name, ops->name) == 0,
+             "with_math(%d) gave another table", (int)math);
+    ZT_OK(t->gemm(NULL, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
     size_t bad = 0;
     for (size_t i = 0; i < nc; i++) {
         int pad = (int)(i % ldc) >= m;
@@ -66,17 +81,79 @@ static void check_gemm(int ta, int tb, float alpha, float beta) {
                 : !(fabs((double)C[i] - ref[i]) <= bound[i]))
             bad++;
     }
-    ZT_CHECK(bad == 0, "gemm ta=%d tb=%d alpha=%g beta=%g: %zu elements out of bound", ta, tb,
-             alpha, beta, bad);
+    ZT_CHECK(bad == 0, "gemm math=%d ta=%d tb=%d alpha=%g beta=%g: %zu elements out of bound",
+             (int)math, ta, tb, alpha, beta, bad);
     free(A), free(B), free(C), free(C0), free(ref), free(bound);
+}
+
+/* op(X)'s rounded copy, column-major rows x cols, and its absolute values. */
+static void round_op(zs_gemm_math math, const float *X, int ld, int trans, int rows, int cols,
+                     float *r, float *abs_r) {
+    for (int j = 0; j < cols; j++)
+        for (int i = 0; i < rows; i++) {
+            float v = trans ? X[j + (size_t)i * ld] : X[i + (size_t)j * ld];
+            r[i + (size_t)j * rows] = (float)math_round(math, v);
+            abs_r[i + (size_t)j * rows] = fabsf(r[i + (size_t)j * rows]);
+        }
+}
+
+static void check_gemm_panels(zs_gemm_math math, int m, int n, int k, int trans) {
+    int lda = trans ? k : m, ldb = trans ? n : k;
+    size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    float *A = fbuf(na), *B = fbuf(nb), *C = fbuf(nc), *Ar = fbuf(na), *Aa = fbuf(na),
+          *Br = fbuf(nb), *Ba = fbuf(nb), *R = fbuf(nc), *S = fbuf(nc);
+    zt_fill_normal(A, na, 1.0f);
+    zt_fill_normal(B, nb, 1.0f);
+    zt_fill_normal(C, nc, 1.0f);
+    round_op(math, A, lda, trans, m, k, Ar, Aa);
+    round_op(math, B, ldb, trans, k, n, Br, Ba);
+    memcpy(R, C, nc * sizeof(float));
+    for (size_t i = 0; i < nc; i++)
+        S[i] = fabsf(C[i]);
+    ZT_OK(ops->gemm(NULL, 0, 0, m, n, k, 1.0f, Ar, m, Br, k, -1.0f, R, m));
+    ZT_OK(ops->gemm(NULL, 0, 0, m, n, k, 1.0f, Aa, m, Ba, k, 1.0f, S, m));
+    ZT_OK(
+        ops->with_math(math)->gemm(NULL, trans, trans, m, n, k, 1.0f, A, lda, B, ldb, -1.0f, C, m));
+    size_t bad = 0;
+    for (size_t i = 0; i < nc; i++)
+        if (!(fabs((double)C[i] - R[i]) <= 4.0 * (k + 2) * U32 * S[i])) bad++;
+    ZT_CHECK(bad == 0, "gemm math=%d %dx%dx%d (panels): %zu elements out of bound", (int)math, m, n,
+             k, bad);
+    free(A), free(B), free(C), free(Ar), free(Aa), free(Br), free(Ba), free(R), free(S);
 }
 
 static void test_gemm(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            check_gemm(ta, tb, 0.75f, -0.5f);
-            check_gemm(ta, tb, 1.0f, 0.0f);
+            for (int math = ZS_MATH_FP32; math <= ZS_MATH_BF16; math++) {
+                check_gemm((zs_gemm_math)math, ta, tb, 0.75f, -0.5f);
+                check_gemm((zs_gemm_math)math, ta, tb, 1.0f, 0.0f);
+            }
         }
+    ZT_CHECK(ops->gemm_math == ZS_MATH_FP32, "the default CPU table's gemm is fp32");
+    /* Shapes past the rounded modes' panels (panels made small: 2048 floats, so 512 rows or
+     * columns, and 4096 of k): several panels of m and n, one of m across panels of n, and of
+     * k; each against sgemm of the whole rounded operands, within the fp32 bound of both. */
+    zs_cpu_gemm_panel(2048);
+    check_gemm_panels(ZS_MATH_TF32, 520, 530, 40, 0);
+    check_gemm_panels(ZS_MATH_BF16, 37, 530, 40, 1);
+    check_gemm_panels(ZS_MATH_BF16, 7, 5, 4200, 1);
+    zs_cpu_gemm_panel(0);
+    /* Rounding keeps infinities and NaN what they are (a NaN must not carry into infinity),
+     * and rounds the largest finite values up to infinity only where the format overflows. */
+    for (int math = ZS_MATH_TF32; math <= ZS_MATH_BF16; math++) {
+        float a[4] = {INFINITY, NAN, -INFINITY, 3.0e38f}, one = 1.0f, c[4];
+        zs_status st = ops->with_math((zs_gemm_math)math)
+                           ->gemm(NULL, 0, 0, 4, 1, 1, 1.0f, a, 4, &one, 1, 0.0f, c, 4);
+        ZT_CHECK(st == ZS_OK && isinf(c[0]) && c[0] > 0 && isnan(c[1]) && isinf(c[2]) && c[2] < 0 &&
+                     isfinite(c[3]),
+                 "math=%d specials: %g %g %g %g", math, c[0], c[1], c[2], c[3]);
+        float nan_low = zs_bits_f32(0x7f800001u); /* a NaN whose payload rounding would lose */
+        st = ops->with_math((zs_gemm_math)math)
+                 ->gemm(NULL, 0, 0, 1, 1, 1, 1.0f, &nan_low, 1, &one, 1, 0.0f, c, 1);
+        ZT_CHECK(st == ZS_OK && isnan(c[0]), "math=%d: NaN with a low payload became %g", math,
+                 c[0]);
+    }
     /* Bad arguments are reported, not passed to BLAS (which would print and carry on). */
     float x[16] = {0};
     ZT_CHECK(ops->gemm(NULL, 0, 0, 4, 2, 2, 1.0f, x, 3, x, 2, 0.0f, x, 4) == ZS_ERR_INVALID,

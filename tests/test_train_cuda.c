@@ -9,6 +9,8 @@
  *    cap between ZeRO-3's and DDP's totals refuses DDP at startup and fits ZeRO-3;
  *  - resume from a GPU checkpoint is bitwise; a GPU checkpoint continues on the CPU and a CPU
  *    checkpoint on the GPU;
+ *  - --tf32 on the GPU follows --tf32 on the CPU, its stages bitwise equal, and TF32 really is
+ *    in use (the CPU's --tf32 losses differ from its fp32 ones);
  *  - eval and generate --device cuda agree with the CPU;
  *  - a rank killed on the NCCL path ends the job with the launcher naming it, within the
  *    timeout. */
@@ -39,9 +41,11 @@ static rl_run job(const char *env, const char *model, int nproc, const char *sta
  * 1.5e-5, which two blocks and Adam's normalised steps carry forward without growth over 4 steps;
  * 1e-4 relative keeps an order of magnitude of room (a wrong slice, scale or missing reduction
  * moves the loss by 1e-2 or more). bf16 rounds parameters and the residual stream to 8 bits: a
- * tiny difference can flip a rounding, moving one value by 2^-8 relative, so 1e-2 relative. */
+ * tiny difference can flip a rounding, moving one value by 2^-8 relative, so 1e-2 relative.
+ * TF32 GEMM inputs keep 11 bits, and a GPU's tensor cores may truncate where the CPU rounds
+ * (2^-11 relative per input, averaging out over a dot product): 2e-3 relative. */
 static double tolerance(const char *dtype) {
-    return strcmp(dtype, "bf16") ? 1e-4 : 1e-2;
+    return !strcmp(dtype, "bf16") ? 1e-2 : !strcmp(dtype, "tf32") ? 2e-3 : 1e-4;
 }
 
 static void check_follows(const rl_run *gpu, const rl_run *cpu, const char *what, double tol) {
@@ -61,6 +65,8 @@ static void parity(const char *model, const char *dtype) {
             char env[64], what[160];
             snprintf(env, sizeof env, "ZS_EMU_DEVICES=%d", shared ? 1 : n);
             const char *comm = n == 1 ? "local" : shared ? "shm" : "nccl";
+            snprintf(what, sizeof what, "%s %s parity over %s", model, dtype, comm);
+            if (!shared && !zt_gpus_for(n, what)) continue;
             rl_run base = job(env, model, n, "ddp", dtype, "cuda", "");
             snprintf(what, sizeof what, "%s %s N=%d %s ddp", model, dtype, n, comm);
             check_follows(&base, &cpu, what, tolerance(dtype));
@@ -73,6 +79,21 @@ static void parity(const char *model, const char *dtype) {
                 rl_check_same(&r, &base, what);
             }
         }
+}
+
+/* --tf32: the GPU's TF32 GEMMs against the CPU's, ZeRO-3 bitwise with DDP over NCCL. */
+static void tf32(void) {
+    rl_run fp = job("", "gpt2-tiny", 1, "ddp", "fp32", "cpu", "");
+    rl_run cpu = job("", "gpt2-tiny", 1, "ddp", "fp32", "cpu", "--tf32");
+    int differ = 0;
+    for (int s = 0; s < cpu.n_steps && s < fp.n_steps; s++)
+        differ |= strcmp(cpu.loss[s], fp.loss[s]) != 0;
+    ZT_CHECK(differ, "--tf32 losses on the CPU are bitwise the fp32 ones: TF32 not in use");
+    check_follows(&cpu, &fp, "tf32 on the CPU against fp32", tolerance("bf16"));
+    rl_run ddp = job("ZS_EMU_DEVICES=2", "gpt2-tiny", 2, "ddp", "fp32", "cuda", "--tf32");
+    rl_run z3 = job("ZS_EMU_DEVICES=2", "gpt2-tiny", 2, "3", "fp32", "cuda", "--tf32");
+    check_follows(&ddp, &cpu, "tf32 N=2 nccl ddp against the CPU's tf32", tolerance("tf32"));
+    rl_check_same(&z3, &ddp, "tf32 N=2 nccl stage 3 vs ddp");
 }
 
 static void memory_and_cap(void) {
@@ -173,6 +194,7 @@ static void eval_generate(void) {
  * communication timeout, and the launcher names the rank. */
 static void killed_rank(int grad_accum) {
     char out[1 << 16];
+    if (!zt_gpus_for(2, "a rank killed among 2 nccl ranks")) return;
     int rc = zt_runf(out, sizeof out,
                      "ZS_EMU_DEVICES=2 ZS_FAULT_KILL=1:3 timeout 120 %s train --data %s/corpus.txt "
                      "--model gpt2-tiny --device cuda --nproc 2 --stage 3 --batch 12 --seq 32 "
@@ -208,6 +230,7 @@ int main(void) {
         return zt_finish();
     }
     memory_and_cap();
+    tf32();
     checkpoints();
     eval_generate();
     /* With 3 micro-batches a token upload waits behind ZeRO-3's gathers: that wait too must

@@ -105,6 +105,15 @@ void zt_gpu_require(void) {
                                           "built on the emulated GPU");
 }
 
+int zt_gpus_for(int n, const char *what) {
+    const char *g = getenv("ZS_GPU");
+    if (!(g && !strcmp(g, "real"))) return 1;
+    int k = zs_cuda_device_count();
+    if (k >= n) return 1;
+    printf("not run: %s needs %d GPUs, %d visible\n", what, n, k);
+    return 0;
+}
+
 const char *zt_zshard_exe(void) {
     static char path[4096];
     const char *z = getenv("ZS_ZSHARD"), *d = getenv("ZS_BUILD_DIR");

@@ -51,6 +51,10 @@ void zt_skip(const char *why);
 /* gpu tests: skip (77) saying why unless this program runs on a GPU, real or emulated
  * (ZS_GPU=real|emu from ctest; docs/cuda.md "What runs where"). */
 void zt_gpu_require(void);
+/* Whether a job of `n` ranks can have one GPU each: always on the emulated GPU (the job's
+ * ZS_EMU_DEVICES gives them), on a real machine when n GPUs are visible. When not, prints
+ * "not run: <what> needs n GPUs, k visible" so the log says what this machine left out. */
+int zt_gpus_for(int n, const char *what);
 
 /* Uniform in [lo, hi) and standard normal, from the test RNG. */
 double zt_uniform(double lo, double hi);

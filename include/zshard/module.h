@@ -65,8 +65,11 @@ typedef struct zs_module_config {
     zs_dtype param_dtype; /* compute copy: F32 (default) or BF16; begin always returns fp32 */
     zs_dtype grad_dtype;  /* gradient storage and reduction: F32 (default) or BF16 */
     uint64_t seed;        /* init seed (default 1337) */
-    const char *device;   /* "cpu" (default, NULL too): the module computes on the CPU */
+    const char *device;   /* "cpu" (default, NULL too) or "cuda": where parameters, gradients
+                             and optimizer state live and the pointers begin returns point */
     const char *name;     /* recorded in checkpoints (default "module") */
+    int tf32;             /* fp32 compute copy: GEMMs of models built on the module take TF32
+                             inputs (a bf16 copy always takes bf16 GEMMs) */
 } zs_module_config;
 
 zs_module_config zs_module_config_default(void);

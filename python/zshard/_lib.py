@@ -67,7 +67,8 @@ class TrainConfig(ctypes.Structure):
                 ("prefetch", ctypes.c_int), ("comm", ctypes.c_char_p),
                 ("comm_timeout_s", ctypes.c_double), ("recompute", ctypes.c_int),
                 ("attention", ctypes.c_int), ("dtype", ctypes.c_int),
-                ("reduce_dtype", ctypes.c_int), ("device", ctypes.c_char_p)]
+                ("reduce_dtype", ctypes.c_int), ("device", ctypes.c_char_p),
+                ("tf32", ctypes.c_int)]
 
 
 class StepStats(ctypes.Structure):
@@ -96,7 +97,7 @@ class ModuleConfig(ctypes.Structure):
     _fields_ = [("stage", ctypes.c_int), ("prefetch", ctypes.c_int),
                 ("param_dtype", ctypes.c_int), ("grad_dtype", ctypes.c_int),
                 ("seed", ctypes.c_uint64), ("device", ctypes.c_char_p),
-                ("name", ctypes.c_char_p)]
+                ("name", ctypes.c_char_p), ("tf32", ctypes.c_int)]
 
 
 class TensorInfo(ctypes.Structure):

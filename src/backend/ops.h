@@ -29,8 +29,17 @@ typedef struct zs_adamw_segs {
     unsigned char decay[ZS_ADAMW_SEGS];
 } zs_adamw_segs;
 
+/* The arithmetic of a table's gemm: plain fp32; fp32 whose inputs are first rounded to TF32
+ * (10 mantissa bits, to nearest with ties away from zero: opt-in, --tf32); or inputs rounded to
+ * bf16 (to nearest even), as --dtype bf16 computes. Products accumulate in fp32 in every mode; a
+ * GPU runs the rounded modes on tensor cores. */
+typedef enum zs_gemm_math { ZS_MATH_FP32 = 0, ZS_MATH_TF32, ZS_MATH_BF16 } zs_gemm_math;
+
 typedef struct zs_ops {
     const char *name;
+    zs_gemm_math gemm_math; /* this table's gemm */
+    /* The same backend's table whose gemm computes in `math` (every other op is the same). */
+    const struct zs_ops *(*with_math)(zs_gemm_math math);
 
     /* C[m,n] = alpha * op(A) * op(B) + beta * C, COLUMN-major, exactly the arguments of
      * cblas_sgemm(CblasColMajor, ...) and cublasGemmEx. trans* are 0 (N) or 1 (T). */

@@ -48,15 +48,18 @@ void zs_train_usage(FILE *f) {
             "                      resuming from --save-dir's latest checkpoint [0]\n"
             "  --prefetch N        ZeRO-3 units gathered ahead of the current one [1]\n"
             "  --dtype D           fp32|bf16: compute copy of the parameters and of the\n"
-            "                      residual stream kept between blocks (fp32 master and\n"
-            "                      Adam state either way) [fp32]\n"
+            "                      residual stream kept between blocks, and GEMMs on bf16\n"
+            "                      inputs with fp32 accumulation (tensor cores on a GPU);\n"
+            "                      fp32 master and Adam state either way [fp32]\n"
+            "  --tf32              fp32 GEMMs with TF32 inputs (tensor cores on a GPU; the\n"
+            "                      same rounding on the CPU) [off]\n"
             "  --reduce-dtype D    fp32|bf16: gradient storage and reduction [--dtype]\n"
             "  --recompute M       none|block: block keeps only each block's input and\n"
             "                      recomputes the block in its backward [none]\n"
             "  --attention K       flash|naive: flash keeps O(T) per head and recomputes\n"
             "                      probabilities in backward; naive keeps T x T [flash]\n"
-            "  --device D          cpu|cuda|auto: auto is the CPU until the trainer runs on\n"
-            "                      CUDA devices (docs/cuda.md) [auto]\n"
+            "  --device D          cpu|cuda|auto: auto takes a CUDA device when one is\n"
+            "                      visible, else the CPU (docs/cuda.md) [auto]\n"
             "  --comm NAME         auto|shm|mpi|nccl [auto, or $ZS_COMM]\n"
             "  --comm-timeout S    seconds before a stuck collective fails [300]\n"
             "evaluation and output:\n"
@@ -124,6 +127,10 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
         }
         if (!strcmp(a, "--mem-report")) {
             o->mem_report = 1;
+            continue;
+        }
+        if (!strcmp(a, "--tf32")) {
+            o->cfg.tf32 = 1;
             continue;
         }
         if (strncmp(a, "--", 2)) return zs_cli_fail(2, "train: unexpected argument '%s'", a);

@@ -166,6 +166,11 @@ zs_status zs_module_create(const zs_units_t *units, zs_comm_t *comm, const zs_mo
     m->world = comm ? zs_comm_world_size(comm) : 1;
     m->comm = m->world > 1 ? comm : NULL;
     ZS_CHECK(zs_backend_select(cfg->device, &m->ops, &m->dev));
+    /* The GEMMs of models on this module compute in the compute copy's precision: bf16 inputs
+     * for a bf16 copy, TF32 when asked for an fp32 one. */
+    m->ops = m->ops->with_math(cfg->param_dtype == ZS_DTYPE_BF16 ? ZS_MATH_BF16
+                               : cfg->tf32                       ? ZS_MATH_TF32
+                                                                 : ZS_MATH_FP32);
     if (!m->dev->host_memory) {
         /* One GPU per local rank where there are enough, else ranks share them. */
         int ndev = zs_cuda_device_count(), local = comm ? zs_comm_local_rank(comm) : 0;

@@ -195,6 +195,7 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     mc.seed = cfg->seed;
     mc.name = t->model_cfg.name;
     mc.device = t->device;
+    mc.tf32 = cfg->tf32;
     ZS_CHECK(zs_units_from_layout(&t->layout, &units));
     ZS_CHECK(zs_module_create(units, t->comm, &mc, &t->engine));
     /* The model computes where the module keeps its parameters, on its stream. */

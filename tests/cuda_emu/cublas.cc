@@ -7,6 +7,7 @@
  *  - bf16 (and fp16) inputs are widened exactly, products accumulate in fp32;
  *  - TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, or CUBLAS_TF32_TENSOR_OP_MATH with CUBLAS_COMPUTE_32F)
  *    rounds each fp32 input to 10 mantissa bits first, to nearest with ties away from zero;
+ *    CUBLAS_COMPUTE_32F_FAST_16BF rounds each fp32 input to bf16, to nearest even;
  *  - a bf16 output is rounded to nearest even from the fp32 result;
  *  - beta == 0 does not read C.
  * The summation order is OpenBLAS's, not a tensor core's: results agree with a GPU's within the
@@ -144,6 +145,14 @@ uint16_t to_bf16(float x) {
     return (uint16_t)(b >> 16);
 }
 
+/* FAST_16BF's down-conversion of an fp32 input: to nearest even bf16, widened back. */
+float bf16r(float x) {
+    uint32_t b = (uint32_t)to_bf16(x) << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
 size_t type_size(cudaDataType t) {
     return t == CUDA_R_32F ? 4 : 2;
 }
@@ -168,18 +177,18 @@ bool supported(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType
 /* One product, column-major: C = alpha op(A) op(B) + beta C, on kernel-view pointers. */
 void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A, cudaDataType at,
               int lda, const void *B, cudaDataType bt, int ldb, float beta, void *C,
-              cudaDataType ct, int ldc, bool round_tf32) {
+              cudaDataType ct, int ldc, bool round_tf32, bool round_bf16) {
     int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
     std::vector<float> a((size_t)arows * acols), b((size_t)brows * bcols), c((size_t)m * n);
     for (int j = 0; j < acols; j++)
         for (int i = 0; i < arows; i++) {
             float v = widen(A, at, (size_t)j * lda + i);
-            a[(size_t)j * arows + i] = round_tf32 ? tf32(v) : v;
+            a[(size_t)j * arows + i] = round_tf32 ? tf32(v) : round_bf16 ? bf16r(v) : v;
         }
     for (int j = 0; j < bcols; j++)
         for (int i = 0; i < brows; i++) {
             float v = widen(B, bt, (size_t)j * ldb + i);
-            b[(size_t)j * brows + i] = round_tf32 ? tf32(v) : v;
+            b[(size_t)j * brows + i] = round_tf32 ? tf32(v) : round_bf16 ? bf16r(v) : v;
         }
     if (beta != 0.0f)
         for (int j = 0; j < n; j++)
@@ -224,6 +233,7 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
     bool round = comp == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                  (comp == CUBLAS_COMPUTE_32F && (h->math & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH &&
                   at == CUDA_R_32F);
+    bool round16 = comp == CUBLAS_COMPUTE_32F_FAST_16BF;
     const void *va = view(A), *vb = view(B);
     void *vc = view(C);
     const void *ha = A, *hb = B;
@@ -239,7 +249,7 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
                            "ABC"[i], ptrs[i]);
                 return;
             }
-        bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round;
+        bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round && !round16;
         for (int bi = 0; bi < batch && plain; bi++) { /* fp32 as it is: OpenBLAS in place */
             float *cb = (float *)vc + (size_t)(bi * sc);
             if (be == 0.0f) /* beta 0 must not read C (NaN there stays out of the result) */
@@ -258,7 +268,7 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
         for (int bi = 0; bi < batch && !plain; bi++)
             gemm_one(ta, tb, m, n, k, al, (const char *)va + (size_t)(bi * sa) * aes, at, lda,
                      (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, be,
-                     (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round);
+                     (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round, round16);
         check_redzone(hc);
     });
     return CUBLAS_STATUS_SUCCESS;

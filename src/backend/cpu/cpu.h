@@ -61,6 +61,19 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
                                      const float *v, const float *out, const float *lse, int B,
                                      int T, int NH, int NKV, int hs, int ldq, int ldkv);
 
+/* gemm_cpu.c: the gemm of each arithmetic, and the shape checks every one makes. */
+#define ZS_CPU_GEMM_ARGS                                                                           \
+    zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha, const float *A,      \
+        int lda, const float *B, int ldb, float beta, float *C, int ldc
+zs_status zs_cpu_gemm_fp32(ZS_CPU_GEMM_ARGS);
+zs_status zs_cpu_gemm_tf32(ZS_CPU_GEMM_ARGS);
+zs_status zs_cpu_gemm_bf16(ZS_CPU_GEMM_ARGS);
+zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float *A, int lda,
+                        const float *B, int ldb, const float *C, int ldc);
+/* The rounded modes' panel size in floats (0: the default, 16 MiB); tests make it small to
+ * reach the multi-panel paths with small shapes. */
+void zs_cpu_gemm_panel(size_t floats);
+
 /* decode_cpu.c; zs_kv_attention_check is decode_attention's shape check, shared by backends. */
 zs_status zs_cpu_sample(zs_stream_t *s, int32_t *token, const float *logits, int V,
                         float temperature, uint64_t seed, uint64_t index);

@@ -1,6 +1,6 @@
-/* The CPU backend's ops table: gemm through OpenBLAS, bias, elementwise and optimizer ops,
- * casts and Philox init as OpenMP loops over the shared per-element math in
- * backend/kernels. Network ops live in nn_cpu.c and attention_cpu.c. Every op is
+/* The CPU backend's ops tables: gemm through OpenBLAS (gemm_cpu.c, one table per arithmetic), bias,
+ * elementwise and optimizer ops, casts and Philox init as OpenMP loops over the shared per-element
+ * math in backend/kernels. Network ops live in nn_cpu.c and attention_cpu.c. Every op is
  * synchronous; the stream argument is ignored (NULL on the CPU). */
 #include "backend/cpu/cpu.h"
 #include "backend/kernels/adamw.h"
@@ -17,30 +17,6 @@
 /* Columns per task in the column-parallel reductions: each task owns its columns outright and
  * sums rows in index order, so no atomics and no dependence on scheduling. */
 #define ZS_COL_BLOCK 256
-
-static zs_status cpu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
-                          const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                          int ldc) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE((transa == 0 || transa == 1) && (transb == 0 || transb == 1), ZS_ERR_INVALID,
-               "gemm: trans flags must be 0 or 1 (got %d, %d)", transa, transb);
-    ZS_REQUIRE(m >= 0 && n >= 0 && k >= 0, ZS_ERR_INVALID, "gemm: negative size m=%d n=%d k=%d", m,
-               n, k);
-    /* Column-major: op(A) is m x k, so A itself has (transa ? k : m) rows; same for B. */
-    int arows = transa ? k : m, brows = transb ? n : k;
-    ZS_REQUIRE(lda >= (arows > 1 ? arows : 1) && ldb >= (brows > 1 ? brows : 1) &&
-                   ldc >= (m > 1 ? m : 1),
-               ZS_ERR_INVALID,
-               "gemm: leading dimension too small (lda=%d ldb=%d ldc=%d for "
-               "m=%d n=%d k=%d transa=%d transb=%d)",
-               lda, ldb, ldc, m, n, k, transa, transb);
-    if (m == 0 || n == 0) return ZS_OK;
-    ZS_REQUIRE(C && ((A && B) || k == 0), ZS_ERR_INVALID, "gemm: NULL operand");
-    cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans,
-                transb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-fail:
-    return st;
-}
 
 static zs_status cpu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
@@ -211,46 +187,37 @@ static zs_status cpu_sync(zs_stream_t *s) {
     return ZS_OK;
 }
 
-static const zs_ops cpu_ops = {
-    .name = "cpu",
-    .gemm = cpu_gemm,
-    .bias_fwd = cpu_bias_fwd,
-    .bias_bwd = cpu_bias_bwd,
-    .embedding_fwd = zs_cpu_embedding_fwd,
-    .embedding_bwd = zs_cpu_embedding_bwd,
-    .layernorm_fwd = zs_cpu_layernorm_fwd,
-    .layernorm_bwd = zs_cpu_layernorm_bwd,
-    .gelu_fwd = zs_cpu_gelu_fwd,
-    .gelu_bwd = zs_cpu_gelu_bwd,
-    .attention_fwd = zs_cpu_attention_fwd,
-    .attention_bwd = zs_cpu_attention_bwd,
-    .residual_fwd = cpu_residual_fwd,
-    .axpy = cpu_axpy,
-    .softmax_xent = zs_cpu_softmax_xent,
-    .adamw = cpu_adamw,
-    .adamw_segs = cpu_adamw_segs,
-    .cast = cpu_cast,
-    .scale = cpu_scale,
-    .sumsq = cpu_sumsq,
-    .sum = cpu_sum,
-    .fill = cpu_fill,
-    .copy = cpu_copy,
-    .init_normal = cpu_init_normal,
-    .sync = cpu_sync,
-    .rmsnorm_fwd = zs_cpu_rmsnorm_fwd,
-    .rmsnorm_bwd = zs_cpu_rmsnorm_bwd,
-    .rope_fwd = zs_cpu_rope_fwd,
-    .rope_bwd = zs_cpu_rope_bwd,
-    .swiglu_fwd = zs_cpu_swiglu_fwd,
-    .swiglu_bwd = zs_cpu_swiglu_bwd,
-    .attention_gqa_fwd = zs_cpu_attention_gqa_fwd,
-    .attention_gqa_bwd = zs_cpu_attention_gqa_bwd,
-    .flash_attention_fwd = zs_cpu_flash_attention_fwd,
-    .flash_attention_bwd = zs_cpu_flash_attention_bwd,
-    .decode_attention = zs_cpu_decode_attention,
-    .sample = zs_cpu_sample,
-};
+/* The three tables differ in their gemm's arithmetic only (gemm_cpu.c). */
+static const zs_ops *cpu_with_math(zs_gemm_math math);
+
+#define CPU_TABLE(math, gemm_fn)                                                                   \
+    {                                                                                              \
+        .name = "cpu", .gemm_math = math, .with_math = cpu_with_math, .gemm = gemm_fn,             \
+        .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd, .embedding_fwd = zs_cpu_embedding_fwd, \
+        .embedding_bwd = zs_cpu_embedding_bwd, .layernorm_fwd = zs_cpu_layernorm_fwd,              \
+        .layernorm_bwd = zs_cpu_layernorm_bwd, .gelu_fwd = zs_cpu_gelu_fwd,                        \
+        .gelu_bwd = zs_cpu_gelu_bwd, .attention_fwd = zs_cpu_attention_fwd,                        \
+        .attention_bwd = zs_cpu_attention_bwd, .residual_fwd = cpu_residual_fwd, .axpy = cpu_axpy, \
+        .softmax_xent = zs_cpu_softmax_xent, .adamw = cpu_adamw, .adamw_segs = cpu_adamw_segs,     \
+        .cast = cpu_cast, .scale = cpu_scale, .sumsq = cpu_sumsq, .sum = cpu_sum,                  \
+        .fill = cpu_fill, .copy = cpu_copy, .init_normal = cpu_init_normal, .sync = cpu_sync,      \
+        .rmsnorm_fwd = zs_cpu_rmsnorm_fwd, .rmsnorm_bwd = zs_cpu_rmsnorm_bwd,                      \
+        .rope_fwd = zs_cpu_rope_fwd, .rope_bwd = zs_cpu_rope_bwd, .swiglu_fwd = zs_cpu_swiglu_fwd, \
+        .swiglu_bwd = zs_cpu_swiglu_bwd, .attention_gqa_fwd = zs_cpu_attention_gqa_fwd,            \
+        .attention_gqa_bwd = zs_cpu_attention_gqa_bwd,                                             \
+        .flash_attention_fwd = zs_cpu_flash_attention_fwd,                                         \
+        .flash_attention_bwd = zs_cpu_flash_attention_bwd,                                         \
+        .decode_attention = zs_cpu_decode_attention, .sample = zs_cpu_sample,                      \
+    }
+
+static const zs_ops cpu_ops[3] = {CPU_TABLE(ZS_MATH_FP32, zs_cpu_gemm_fp32),
+                                  CPU_TABLE(ZS_MATH_TF32, zs_cpu_gemm_tf32),
+                                  CPU_TABLE(ZS_MATH_BF16, zs_cpu_gemm_bf16)};
+
+static const zs_ops *cpu_with_math(zs_gemm_math math) {
+    return &cpu_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];
+}
 
 const zs_ops *zs_ops_cpu(void) {
-    return &cpu_ops;
+    return cpu_with_math(ZS_MATH_FP32);
 }

@@ -13,9 +13,12 @@
 
 /* ---- gemm --------------------------------------------------------------------------- */
 
-static zs_status cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
-                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                         int ldc) {
+/* gemm in the table's arithmetic (ops.h, zs_gemm_math): plain fp32 (CUBLAS_COMPUTE_32F), or the
+ * inputs down-converted to TF32 or bf16 on tensor cores with fp32 accumulation
+ * (CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF). */
+static zs_status cu_gemm_math(cublasComputeType_t compute, zs_stream_t *s, int transa, int transb,
+                              int m, int n, int k, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     int locked = 0;
@@ -46,11 +49,32 @@ static zs_status cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, i
     /* k == 0 is C = beta C, as in BLAS; beta == 0 does not read C. */
     ZS_CUBLAS_CHECK(cublasGemmEx(h, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_32F,
-                                 lda, B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc,
-                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                 lda, B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc, compute,
+                                 CUBLAS_GEMM_DEFAULT));
 fail:
     if (locked) zs_cu_blas_unlock();
     return st;
+}
+
+static zs_status cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                         int ldc) {
+    return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
+                        C, ldc);
+}
+
+static zs_status cu_gemm_tf32(zs_stream_t *s, int transa, int transb, int m, int n, int k,
+                              float alpha, const float *A, int lda, const float *B, int ldb,
+                              float beta, float *C, int ldc) {
+    return cu_gemm_math(CUBLAS_COMPUTE_32F_FAST_TF32, s, transa, transb, m, n, k, alpha, A, lda, B,
+                        ldb, beta, C, ldc);
+}
+
+static zs_status cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, int k,
+                              float alpha, const float *A, int lda, const float *B, int ldb,
+                              float beta, float *C, int ldc) {
+    return cu_gemm_math(CUBLAS_COMPUTE_32F_FAST_16BF, s, transa, transb, m, n, k, alpha, A, lda, B,
+                        ldb, beta, C, ldc);
 }
 
 /* ---- bias --------------------------------------------------------------------------- */
@@ -434,47 +458,38 @@ fail:
 /* ---- the table ---------------------------------------------------------------------- */
 
 /* Designated initializers (C++20) must follow ops.h's field order: a reordered or renamed field
- * fails to compile here instead of landing in the wrong slot. */
-static const zs_ops cuda_ops = {
-    .name = "cuda",
-    .gemm = cu_gemm,
-    .bias_fwd = cu_bias_fwd,
-    .bias_bwd = cu_bias_bwd,
-    .embedding_fwd = zs_cu_embedding_fwd,
-    .embedding_bwd = zs_cu_embedding_bwd,
-    .layernorm_fwd = zs_cu_layernorm_fwd,
-    .layernorm_bwd = zs_cu_layernorm_bwd,
-    .gelu_fwd = zs_cu_gelu_fwd,
-    .gelu_bwd = zs_cu_gelu_bwd,
-    .attention_fwd = zs_cu_attention_fwd,
-    .attention_bwd = zs_cu_attention_bwd,
-    .residual_fwd = cu_residual_fwd,
-    .axpy = cu_axpy,
-    .softmax_xent = zs_cu_softmax_xent,
-    .adamw = cu_adamw,
-    .adamw_segs = cu_adamw_segs,
-    .cast = cu_cast,
-    .scale = cu_scale,
-    .sumsq = cu_sumsq,
-    .sum = cu_sum,
-    .fill = cu_fill,
-    .copy = cu_copy,
-    .init_normal = cu_init_normal,
-    .sync = cu_sync,
-    .rmsnorm_fwd = zs_cu_rmsnorm_fwd,
-    .rmsnorm_bwd = zs_cu_rmsnorm_bwd,
-    .rope_fwd = zs_cu_rope_fwd,
-    .rope_bwd = zs_cu_rope_bwd,
-    .swiglu_fwd = zs_cu_swiglu_fwd,
-    .swiglu_bwd = zs_cu_swiglu_bwd,
-    .attention_gqa_fwd = zs_cu_attention_gqa_fwd,
-    .attention_gqa_bwd = zs_cu_attention_gqa_bwd,
-    .flash_attention_fwd = zs_cu_flash_attention_fwd,
-    .flash_attention_bwd = zs_cu_flash_attention_bwd,
-    .decode_attention = zs_cu_decode_attention,
-    .sample = zs_cu_sample,
-};
+ * fails to compile here instead of landing in the wrong slot. The three tables differ in their
+ * gemm's arithmetic only. */
+static const zs_ops *cuda_with_math(zs_gemm_math math);
+
+#define CUDA_TABLE(math, gemm_fn)                                                                  \
+    {                                                                                              \
+        .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
+        .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd, .embedding_fwd = zs_cu_embedding_fwd,    \
+        .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
+        .layernorm_bwd = zs_cu_layernorm_bwd, .gelu_fwd = zs_cu_gelu_fwd,                          \
+        .gelu_bwd = zs_cu_gelu_bwd, .attention_fwd = zs_cu_attention_fwd,                          \
+        .attention_bwd = zs_cu_attention_bwd, .residual_fwd = cu_residual_fwd, .axpy = cu_axpy,    \
+        .softmax_xent = zs_cu_softmax_xent, .adamw = cu_adamw, .adamw_segs = cu_adamw_segs,        \
+        .cast = cu_cast, .scale = cu_scale, .sumsq = cu_sumsq, .sum = cu_sum, .fill = cu_fill,     \
+        .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
+        .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_bwd = zs_cu_rmsnorm_bwd,                        \
+        .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd, .swiglu_fwd = zs_cu_swiglu_fwd,    \
+        .swiglu_bwd = zs_cu_swiglu_bwd, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,              \
+        .attention_gqa_bwd = zs_cu_attention_gqa_bwd,                                              \
+        .flash_attention_fwd = zs_cu_flash_attention_fwd,                                          \
+        .flash_attention_bwd = zs_cu_flash_attention_bwd,                                          \
+        .decode_attention = zs_cu_decode_attention, .sample = zs_cu_sample,                        \
+    }
+
+static const zs_ops cuda_ops[3] = {CUDA_TABLE(ZS_MATH_FP32, cu_gemm),
+                                   CUDA_TABLE(ZS_MATH_TF32, cu_gemm_tf32),
+                                   CUDA_TABLE(ZS_MATH_BF16, cu_gemm_bf16)};
+
+static const zs_ops *cuda_with_math(zs_gemm_math math) {
+    return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];
+}
 
 extern "C" const zs_ops *zs_ops_cuda(void) {
-    return &cuda_ops;
+    return cuda_with_math(ZS_MATH_FP32);
 }
