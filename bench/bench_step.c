@@ -2,6 +2,7 @@
  * with the GEMM rate of the step's device measured in the same run on the step's own GEMM
  * shapes (OpenBLAS sgemm on the CPU, cuBLAS on a GPU: the ceiling, since a step cannot beat its
  * GEMMs run back to back with nothing else). */
+#include "backend/cuda_device.h"
 #include "backend/device.h"
 #include "bench/bench_util.h"
 #include "cli/args.h"
@@ -227,21 +228,35 @@ int zs_bench_step(int argc, char **argv) {
     double tps = (double)N / (med_ms * 1e-3);
     uint64_t hash = 0;
     zs_trainer_param_hash(t, &hash);
+    /* MFU on a GPU: the model FLOP/s over the device's dense peak in the step's arithmetic. */
+    char basis[192] = "";
+    int on_gpu = strcmp(zs_trainer_device(t, NULL), "cpu") != 0;
+    double peak_flops = on_gpu ? zs_cuda_peak_flops(zs_module_ops(zs_trainer_module(t))->gemm_math,
+                                                    basis, sizeof basis)
+                               : 0;
+    double mfu = peak_flops > 0 ? model_flops / (med_ms * 1e-3) / peak_flops : 0;
     int threads = openblas_get_num_threads();
     int par = openblas_get_parallel();
     const char *pname = par == 0 ? "sequential" : par == 1 ? "pthreads" : "openmp";
 
     if (json) {
+        char peak_s[32] = "null", mfu_s[32] = "null"; /* null: no peak known for the device */
+        if (peak_flops > 0) {
+            snprintf(peak_s, sizeof peak_s, "%.1f", peak_flops / 1e9);
+            snprintf(mfu_s, sizeof mfu_s, "%.4f", mfu);
+        }
         printf("{\"model\":\"%s\",\"dtype\":\"%s\",\"attention\":\"%s\",\"batch\":%d,\"seq\":%d,"
                "\"steps\":%d,"
                "\"ms_per_step\":%.3f,"
                "\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops\":%.3f,"
                "\"ratio\":%.4f,\"param_hash\":\"%016llx\",\"peak_bytes\":%llu,"
-               "\"blas_threads\":%d,\"blas_parallel\":\"%s\",\"device\":\"%s\"}\n",
+               "\"blas_threads\":%d,\"blas_parallel\":\"%s\",\"device\":\"%s\","
+               "\"peak_gflops\":%s,\"mfu\":%s}\n",
                mc->name, zs_dtype_name(cfg.dtype),
                cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq, steps,
                med_ms, tps, model_gflops, sgemm_gflops, ratio, (unsigned long long)hash,
-               (unsigned long long)mem.total_peak, threads, pname, zs_trainer_device(t, NULL));
+               (unsigned long long)mem.total_peak, threads, pname, zs_trainer_device(t, NULL),
+               peak_s, mfu_s);
     } else {
         char peak[32];
         zs_format_bytes(mem.total_peak, peak, sizeof peak);
@@ -260,6 +275,11 @@ int zs_bench_step(int argc, char **argv) {
         printf("| %s GFLOP/s, same shapes (ceiling) | %.2f |\n",
                strcmp(devname, "cpu") ? "cuBLAS" : "sgemm", sgemm_gflops);
         printf("| ratio | %.1f%% |\n", 100.0 * ratio);
+        if (on_gpu && peak_flops > 0)
+            printf("| MFU (of %.1f TFLOP/s dense peak: %s) | %.1f%% |\n", peak_flops / 1e12, basis,
+                   100.0 * mfu);
+        else if (on_gpu)
+            printf("| MFU | n/a (%s) |\n", basis);
         printf("| peak memory | %s |\n", peak);
         printf("| param_hash | %016llx |\n", (unsigned long long)hash);
     }

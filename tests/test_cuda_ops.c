@@ -176,6 +176,24 @@ static void check_table(void) {
              (int)gpu->gemm_math);
 }
 
+/* The dense peak behind bench step's MFU: unknown on the emulated GPU (no clock), saying so;
+ * on a known real GPU tensor-core arithmetics above fp32 and above a TFLOP/s. */
+static void check_peak(void) {
+    if (fake) return;
+    char basis[192] = "";
+    double p[3];
+    for (int m = 0; m < 3; m++)
+        p[m] = zs_cuda_peak_flops((zs_gemm_math)m, basis, sizeof basis);
+    const char *g = getenv("ZS_GPU");
+    if (g && !strcmp(g, "emu"))
+        ZT_CHECK(p[0] == 0 && p[2] == 0 && strstr(basis, "peak unknown"),
+                 "emulated GPU: peak %g, basis '%s'", p[2], basis);
+    else if (p[2] > 0)
+        ZT_CHECK(p[0] > 1e12 && p[1] > p[0] && p[2] > p[1], "peaks %g %g %g (%s)", p[0], p[1],
+                 p[2], basis);
+    printf("cuda_ops: peak: %s\n", basis);
+}
+
 static void check_memory(void) {
     if (fake) return;
     zs_mem_stats s0, s1, s2;
@@ -940,6 +958,7 @@ int main(void) {
         ZT_OK(zs_cuda_set_device(0));
     }
     check_table();
+    check_peak();
     check_memory();
     check_stream();
     for (int ta = 0; ta < 2; ta++)

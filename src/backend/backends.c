@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/status.h"
 
+#include <stdio.h>
 #include <string.h>
 
 zs_status zs_backend_select(const char *device, const zs_ops **ops, const zs_device **dev) {
@@ -44,6 +45,11 @@ int zs_cuda_built(void) {
     return 0;
 }
 int zs_cuda_device_count(void) {
+    return 0;
+}
+double zs_cuda_peak_flops(zs_gemm_math math, char *basis, size_t cap) {
+    (void)math;
+    if (cap) snprintf(basis, cap, "no CUDA backend in this build");
     return 0;
 }
 zs_status zs_cuda_set_device(int device) {

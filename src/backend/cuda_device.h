@@ -19,6 +19,12 @@ int zs_cuda_built(void);
 /* Number of visible CUDA devices; 0 when none, when the driver cannot be loaded or when the
  * build has no CUDA backend. Never fails. */
 int zs_cuda_device_count(void);
+/* Dense peak FLOP/s of the current device in GEMM arithmetic `math` (tensor cores for TF32 and
+ * bf16): SMs x peak clock x the architecture's FLOP per clock per SM, known for sm_80 and sm_90
+ * (A100; H100 and H200). Writes the device's name and the product it computed (or why there is
+ * none) to `basis`. 0 when unknown: another architecture, no clock reported (the emulated GPU),
+ * no device or no CUDA backend. */
+double zs_cuda_peak_flops(zs_gemm_math math, char *basis, size_t cap);
 /* Make `device` (0 <= device < zs_cuda_device_count()) current for the calling thread. */
 zs_status zs_cuda_set_device(int device);
 

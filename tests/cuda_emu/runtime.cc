@@ -427,6 +427,18 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int 
     return cudaSuccess;
 }
 
+/* The attributes zshard asks for; the emulator has no clock (0: "peak unknown"). */
+extern "C" cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
+    if (device < 0 || device >= settings().devices) return ret(cudaErrorInvalidDevice);
+    switch (attr) {
+    case cudaDevAttrClockRate: *value = 0; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = 1; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    default: return ret(cudaErrorInvalidValue);
+    }
+}
+
 extern "C" cudaError_t cudaDriverGetVersion(int *v) {
     *v = CUDART_VERSION;
     return cudaSuccess;

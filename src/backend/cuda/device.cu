@@ -37,6 +37,40 @@ extern "C" int zs_cuda_device_count(void) {
     return n;
 }
 
+/* Dense FLOP per clock per SM (an FMA counts 2): CUDA cores for fp32, tensor cores for TF32 and
+ * bf16. sm_80: 64 fp32 lanes, 512 TF32 and 1024 bf16 FMA a clock; sm_90 twice each. */
+static const struct {
+    int major, minor;
+    double per_sm[3]; /* ZS_MATH_FP32, TF32, BF16 */
+} k_rates[] = {{8, 0, {128, 1024, 2048}}, {9, 0, {256, 2048, 4096}}};
+
+extern "C" double zs_cuda_peak_flops(zs_gemm_math math, char *basis, size_t cap) {
+    int dev = 0, khz = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (cap) snprintf(basis, cap, "no CUDA device");
+        return 0;
+    }
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        khz = 0;
+    }
+    for (size_t i = 0; i < sizeof k_rates / sizeof k_rates[0]; i++) {
+        if (k_rates[i].major != prop.major || k_rates[i].minor != prop.minor) continue;
+        double rate = k_rates[i].per_sm[math];
+        if (khz <= 0) break;
+        if (cap)
+            snprintf(basis, cap, "%s: %d SMs x %d MHz x %.0f FLOP/clock", prop.name,
+                     prop.multiProcessorCount, khz / 1000, rate);
+        return prop.multiProcessorCount * (khz * 1e3) * rate;
+    }
+    if (cap)
+        snprintf(basis, cap, "%s (sm_%d%d%s): peak unknown", prop.name, prop.major, prop.minor,
+                 khz <= 0 ? ", no clock reported" : "");
+    return 0;
+}
+
 extern "C" zs_status zs_cuda_set_device(int device) {
     zs_status st = ZS_OK;
     int n = zs_cuda_device_count();
