@@ -174,15 +174,9 @@ int zs_bench_memory(int argc, char **argv) {
     memset(&mo, 0, sizeof mo);
     mo.dtype = ZS_DTYPE_F32;
     mo.reduce_dtype = ZS_DTYPE_F32;
-    if (!strcmp(dtype, "bf16"))
-        mo.dtype = ZS_DTYPE_BF16;
-    else if (strcmp(dtype, "fp32"))
-        return zs_cli_fail(2, "bench memory: --dtype '%s' is not fp32 or bf16", dtype);
+    if (zs_arg_dtype("--dtype", dtype, 0, &mo.dtype)) return 2;
     if (!rdtype) rdtype = dtype;
-    if (!strcmp(rdtype, "bf16"))
-        mo.reduce_dtype = ZS_DTYPE_BF16;
-    else if (strcmp(rdtype, "fp32"))
-        return zs_cli_fail(2, "bench memory: --reduce-dtype '%s' is not fp32 or bf16", rdtype);
+    if (zs_arg_dtype("--reduce-dtype", rdtype, 0, &mo.reduce_dtype)) return 2;
     const char *dev_chosen = NULL;
     char dev_why[160];
     if (zs_device_choose(device, &dev_chosen, dev_why, sizeof dev_why) != ZS_OK)

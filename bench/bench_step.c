@@ -142,10 +142,8 @@ int zs_bench_step(int argc, char **argv) {
         else if (!strcmp(a, "--vocab"))
             rc = zs_arg_int(a, v, &cfg.vocab);
         else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "bf16"))
-                cfg.dtype = cfg.reduce_dtype = ZS_DTYPE_BF16;
-            else if (strcmp(v, "fp32"))
-                return zs_cli_fail(2, "bench step: --dtype '%s' is not one of fp32, bf16", v);
+            rc = zs_arg_dtype(a, v, 0, &cfg.dtype);
+            cfg.reduce_dtype = cfg.dtype;
         } else if (!strcmp(a, "--device")) {
             rc = zs_arg_device(a, v, &cfg.device);
         } else if (!strcmp(a, "--attention")) {

@@ -95,7 +95,9 @@ zs_status zs_out_open(const char *path, char *tmp, size_t cap, int *fd) {
     if (access(path, F_OK) == 0)
         return zs_error(ZS_ERR_INVALID, "%s already exists (not overwritten)", path);
     *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (*fd < 0) return zs_error(ZS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (*fd < 0)
+        return zs_error(ZS_ERR_IO, "%s: cannot create it (staged as %s): %s", path, tmp,
+                        strerror(errno));
     return ZS_OK;
 }
 

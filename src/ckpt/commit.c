@@ -21,7 +21,11 @@ void zs_ckpt_step_name(int64_t step, char *buf, size_t cap) {
 }
 
 zs_status zs_path_join(char *out, size_t cap, const char *dir, const char *name) {
-    int n = snprintf(out, cap, "%s/%s", dir, name);
+    /* "ck/" + "step_1" is "ck/step_1", not "ck//step_1". */
+    size_t d = strlen(dir);
+    while (d > 1 && dir[d - 1] == '/')
+        d--;
+    int n = snprintf(out, cap, "%.*s/%s", (int)d, dir, name);
     if (n < 0 || (size_t)n >= cap)
         return zs_error(ZS_ERR_INVALID, "path too long: %s/%s", dir, name);
     return ZS_OK;

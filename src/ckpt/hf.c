@@ -263,7 +263,22 @@ fail:
     return st;
 }
 
+/* The shortest decimal that reads back as the same float: 1e-05, not 9.99999975e-06, in files
+ * people read (transformers parses either to the same value). */
+static const char *shortest(char buf[32], float v) {
+    if (v == (float)(int64_t)v && fabsf(v) < 1e9f) { /* 10000.0, as Hugging Face writes it */
+        snprintf(buf, 32, "%.1f", (double)v);
+        return buf;
+    }
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, 32, "%.*g", p, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
 static zs_status write_config(const zs_model_config *c, zs_dtype dt, const char *path) {
+    char eps[32], theta[32];
     zs_status st = ZS_OK;
     FILE *f = fopen(path, "w");
     ZS_REQUIRE(f, ZS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
@@ -288,15 +303,15 @@ static zs_status write_config(const zs_model_config *c, zs_dtype dt, const char 
                 "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                 "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
                 "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
-                "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
-                "  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
+                "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
+                "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
                 "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
                 "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n"
                 "  \"pretraining_tp\": 1,\n  \"tie_word_embeddings\": %s,\n"
                 "  \"use_cache\": true,\n  \"torch_dtype\": \"%s\"\n}\n",
                 c->vocab, c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head,
-                c->n_embd / c->n_head, c->max_seq, (double)c->norm_eps, (double)c->rope_theta, tie,
-                dtn);
+                c->n_embd / c->n_head, c->max_seq, shortest(eps, c->norm_eps),
+                shortest(theta, c->rope_theta), tie, dtn);
     ZS_REQUIRE(fflush(f) == 0 && fsync(fileno(f)) == 0, ZS_ERR_IO, "%s: write failed", path);
     int bad = fclose(f);
     f = NULL;
@@ -325,7 +340,8 @@ zs_status zs_hf_export(zs_ckpt_reader *r, const char *out, zs_dtype dt, uint64_t
     ZS_REQUIRE(strlen(out) + 5 < sizeof tmp, ZS_ERR_INVALID, "%s: path too long", out);
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
     zs_ckpt_remove_dir(tmp);
-    ZS_REQUIRE(mkdir(tmp, 0755) == 0, ZS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    ZS_REQUIRE(mkdir(tmp, 0755) == 0, ZS_ERR_IO, "%s: cannot create it (staged as %s): %s", out,
+               tmp, strerror(errno));
     staged = 1;
     map = calloc((size_t)l->n_tensors, sizeof *map);
     first = calloc((size_t)l->n_tensors + 1, sizeof *first);

@@ -371,6 +371,14 @@ zs_status zs_json_get_str(const zs_json *obj, const char *key, const char *what,
     return ZS_OK;
 }
 
+const char *zs_json_num(char buf[ZS_JSON_NUM_CAP], const char *fmt, double v) {
+    if (!isfinite(v))
+        snprintf(buf, ZS_JSON_NUM_CAP, "null");
+    else
+        snprintf(buf, ZS_JSON_NUM_CAP, fmt, v);
+    return buf;
+}
+
 void zs_json_write_string(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {

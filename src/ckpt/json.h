@@ -56,4 +56,10 @@ zs_status zs_json_get_str(const zs_json *obj, const char *key, const char *what,
 /* Write s as a JSON string literal (quotes and escapes). */
 void zs_json_write_string(FILE *f, const char *s);
 
+/* v printed with the printf format fmt (one double conversion) into buf, or "null" when v is
+ * NaN or infinite (JSON has no such numbers; writers list the fields in a "nonfinite" array).
+ * Returns buf. */
+#define ZS_JSON_NUM_CAP 40
+const char *zs_json_num(char buf[ZS_JSON_NUM_CAP], const char *fmt, double v);
+
 #endif

@@ -111,3 +111,17 @@ const char *zs_arg_value(int argc, char **argv, int *i) {
     }
     return argv[++*i];
 }
+
+int zs_arg_dtype(const char *flag, const char *text, int allow_f16, zs_dtype *out) {
+    if (!strcmp(text, "fp32") || !strcmp(text, "f32") || !strcmp(text, "float32"))
+        *out = ZS_DTYPE_F32;
+    else if (!strcmp(text, "bf16") || !strcmp(text, "bfloat16"))
+        *out = ZS_DTYPE_BF16;
+    else if (allow_f16 &&
+             (!strcmp(text, "fp16") || !strcmp(text, "f16") || !strcmp(text, "float16")))
+        *out = ZS_DTYPE_F16;
+    else
+        return zs_cli_fail(2, "%s: '%s' is not one of fp32 (f32), bf16%s", flag, text,
+                           allow_f16 ? ", fp16 (f16)" : "");
+    return 0;
+}

@@ -21,6 +21,9 @@ int zs_arg_stage(const char *flag, const char *text, zs_stage *out);
 int zs_arg_recompute(const char *flag, const char *text, zs_recompute *out);
 int zs_arg_attention(const char *flag, const char *text, zs_attention *out);
 int zs_arg_device(const char *flag, const char *text, const char **out);
+/* A dtype, spelled either way on every command: fp32/f32, bf16, fp16/f16 (only where
+ * allow_f16). */
+int zs_arg_dtype(const char *flag, const char *text, int allow_f16, zs_dtype *out);
 /* 1 for "--help" and "-h". */
 int zs_arg_is_help(const char *a);
 int zs_arg_u64(const char *flag, const char *text, uint64_t *out);

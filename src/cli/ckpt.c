@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
     fprintf(
@@ -131,6 +132,24 @@ static int format_of(const char *cmd, const char *f, int *fmt) {
     return 0;
 }
 
+/* DST's parent directory must exist: otherwise the error would name a staging path the user
+ * never gave. Returns 0, or the printed error's status. */
+static int check_dst(const char *cmd, const char *dst) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", dst);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        dir[--n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (!slash) return 0; /* the current directory */
+    *(slash == dir ? slash + 1 : slash) = '\0';
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return zs_cli_fail(1, "ckpt %s: %s: its directory %s does not exist (create it first)", cmd,
+                           dst, dir);
+    return 0;
+}
+
 int zs_cli_ckpt(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
@@ -143,23 +162,31 @@ int zs_cli_ckpt(int argc, char **argv) {
     if (rc) return rc < 0 ? 0 : rc;
     zs_status st = ZS_OK;
     if (!strcmp(cmd, "inspect")) {
-        if (a.npos != 1) return zs_cli_fail(2, "usage: zshard ckpt inspect DIR");
+        if (a.npos != 1)
+            return zs_cli_fail(2, "ckpt inspect: %s (usage: zshard ckpt inspect DIR)",
+                               a.npos ? "one checkpoint DIR, not several"
+                                      : "a checkpoint DIR is required");
         return inspect(a.pos[0]);
     }
     if (a.npos != 2) {
-        usage(stderr);
-        return 2;
+        int known = !strcmp(cmd, "export") || !strcmp(cmd, "import") || !strcmp(cmd, "reshard");
+        if (!known)
+            return zs_cli_fail(2, "ckpt: unknown command '%s' (inspect, export, import, reshard)",
+                               cmd);
+        return zs_cli_fail(2,
+                           "ckpt %s: %s (usage: zshard ckpt %s SRC DST [options], see "
+                           "zshard ckpt --help)",
+                           cmd,
+                           a.npos == 0   ? "SRC and DST are required"
+                           : a.npos == 1 ? "DST is required"
+                                         : "only SRC and DST, not more",
+                           cmd);
     }
+    if ((rc = check_dst(cmd, a.pos[1]))) return rc;
     if (!strcmp(cmd, "export")) {
         if ((rc = format_of(cmd, a.format, &llmc))) return rc;
         zs_dtype dt = ZS_DTYPE_F32;
-        if (a.dtype && !strcmp(a.dtype, "bf16"))
-            dt = ZS_DTYPE_BF16;
-        else if (a.dtype && !strcmp(a.dtype, "f16") && llmc != 1)
-            dt = ZS_DTYPE_F16;
-        else if (a.dtype && strcmp(a.dtype, "f32"))
-            return zs_cli_fail(2, "ckpt export: --dtype '%s' is not f32 or bf16%s", a.dtype,
-                               llmc == 1 ? "" : " or f16");
+        if (a.dtype && zs_arg_dtype("ckpt export: --dtype", a.dtype, llmc != 1, &dt)) return 2;
         uint64_t shard = ZS_HF_SHARD_BYTES;
         if (a.max_shard && (zs_parse_bytes(a.max_shard, &shard) != ZS_OK || shard == 0))
             return zs_cli_fail(2, "ckpt export: --max-shard-size '%s' is not a size", a.max_shard);

@@ -45,4 +45,9 @@ void zs_cli_set_argv(char **argv);
  * (or the exec failed). */
 int zs_cli_threads_setup(void);
 
+/* 1 when this process is one rank of a job of several that a launcher started (torchrun or
+ * zshard run, srun, mpirun: the variables of comm/env.h), with what says which, e.g.
+ * "mpirun (OMPI_COMM_WORLD_SIZE=2)"; else 0. */
+int zs_cli_launched_job(char *what, size_t cap);
+
 #endif

@@ -2,9 +2,12 @@
  * token or text file, through the trainer's own validation path, so the figure equals the
  * `val loss` a training run prints for the same batches, and is the same at any world size
  * and stage up to the order of the final sum. */
+#include "ckpt/ckpt.h"
+#include "ckpt/json.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/train_ops.h"
+#include "core/status.h"
 #include "zshard.h"
 
 #include <math.h>
@@ -22,9 +25,11 @@ static void usage(FILE *f) {
                "  --val-data FILE    a separate validation file (as train)\n"
                "  --val-frac F       held-out fraction, as train [0.1]\n"
                "  --vocab N          token shards: the tokenizer's vocabulary [the model's]\n"
-               "  --batch N          sequences per batch, all ranks [8]\n"
-               "  --seq T            sequence length [64]\n"
-               "  --batches N        batches [enough to cover the split once]\n"
+               "  --batch N          sequences per batch, all ranks [a zshard checkpoint's\n"
+               "                     training batch, else 8]\n"
+               "  --seq T            sequence length [the checkpoint's, else 64]\n"
+               "  --batches N|all    batches: N, or all to cover the split once [8, as train's\n"
+               "                     --val-batches: the defaults give train's validation loss]\n"
                "  --model NAME       must agree with SRC (supplies heads for a bare safetensors)\n"
                "  --device cpu|cuda|auto   where it computes (as train) [auto]\n"
                "  --nproc N, --stage ddp|1|2|3   ranks and sharding, as train [1, ddp]\n"
@@ -34,7 +39,7 @@ static void usage(FILE *f) {
 int zs_cli_eval(int argc, char **argv) {
     zs_train_config cfg = zs_train_config_default();
     const char *src = NULL, *model = NULL, *split = "val";
-    int batches = 0, nproc = 1, json = 0, rc = 0;
+    int batches = 8, nproc = 1, json = 0, rc = 0, batch_set = 0, seq_set = 0;
     float vf = 0.1f;
     cfg.steps = 1;
     for (int i = 1; i < argc; i++) {
@@ -64,12 +69,15 @@ int zs_cli_eval(int argc, char **argv) {
         else if (!strcmp(a, "--vocab"))
             rc = zs_arg_int(a, v, &cfg.vocab);
         else if (!strcmp(a, "--batch"))
-            rc = zs_arg_int(a, v, &cfg.batch);
+            rc = zs_arg_int(a, v, &cfg.batch), batch_set = 1;
         else if (!strcmp(a, "--seq"))
-            rc = zs_arg_int(a, v, &cfg.seq);
-        else if (!strcmp(a, "--batches"))
-            rc = zs_arg_int_range(a, v, 1, 1 << 30, &batches);
-        else if (!strcmp(a, "--model"))
+            rc = zs_arg_int(a, v, &cfg.seq), seq_set = 1;
+        else if (!strcmp(a, "--batches")) {
+            if (!strcmp(v, "all"))
+                batches = -1;
+            else
+                rc = zs_arg_int_range(a, v, 1, 1 << 30, &batches);
+        } else if (!strcmp(a, "--model"))
             model = v;
         else if (!strcmp(a, "--nproc"))
             rc = zs_arg_int_range(a, v, 1, 256, &nproc);
@@ -93,13 +101,24 @@ int zs_cli_eval(int argc, char **argv) {
     if (nproc > 1) return zs_cli_relaunch("eval", argc, argv, nproc, 0);
     zs_cli_threads_setup();
     if ((rc = zs_cli_model_from("eval", src, model, &cfg.model))) return rc;
+    /* A zshard checkpoint's batch and sequence length, so that the defaults reproduce the
+     * validation loss its training run logged. */
+    char dir[4200];
+    zs_manifest m;
+    if ((!batch_set || !seq_set) && zs_ckpt_resolve(src, dir, sizeof dir) == ZS_OK &&
+        zs_manifest_load(dir, &m) == ZS_OK) {
+        if (m.info.batch > 0 && !batch_set) cfg.batch = m.info.batch;
+        if (m.info.seq > 0 && !seq_set) cfg.seq = m.info.seq;
+        zs_manifest_free(&m);
+    }
+    zs_error_clear(); /* SRC need not be a zshard checkpoint */
     if (!cfg.vocab && cfg.model.vocab != 256) cfg.vocab = cfg.model.vocab;
 
     zs_trainer_t *t = NULL;
     float loss = 0.0f;
     zs_status st = zs_trainer_create(&cfg, &t);
     if (st == ZS_OK) st = zs_trainer_init_from(t, src);
-    if (st == ZS_OK && !batches) {
+    if (st == ZS_OK && batches < 0) {
         /* Cover the split once: its windows of seq+1 tokens, a batch at a time. */
         int64_t windows = zs_trainer_val_windows(t);
         batches = (int)(windows / cfg.batch > 0 ? windows / cfg.batch : 1);
@@ -112,17 +131,30 @@ int zs_cli_eval(int argc, char **argv) {
     const zs_model_config *mc = zs_trainer_model(t);
     if (zs_trainer_rank(t) == 0) {
         double tokens = (double)batches * cfg.batch * cfg.seq;
-        if (json)
-            printf("{\"loss\":%.9g,\"perplexity\":%.9g,\"batches\":%d,\"batch\":%d,\"seq\":%d,"
-                   "\"tokens\":%.0f,\"split\":\"%s\",\"model\":\"%s\",\"world_size\":%d}\n",
-                   (double)loss, exp((double)loss), batches, cfg.batch, cfg.seq, tokens, split,
-                   mc->name, zs_trainer_world_size(t));
-        else
+        if (json) {
+            /* Valid JSON whatever the values: null, named in "nonfinite". */
+            char lb[ZS_JSON_NUM_CAP], pb[ZS_JSON_NUM_CAP];
+            double ppl = exp((double)loss);
+            printf("{\"loss\":%s,\"perplexity\":%s,\"batches\":%d,\"batch\":%d,\"seq\":%d,"
+                   "\"tokens\":%.0f,\"split\":\"%s\",\"model\":",
+                   zs_json_num(lb, "%.9g", loss), zs_json_num(pb, "%.9g", ppl), batches, cfg.batch,
+                   cfg.seq, tokens, split);
+            zs_json_write_string(stdout, mc->name);
+            printf(",\"world_size\":%d", zs_trainer_world_size(t));
+            if (!isfinite(loss) || !isfinite(ppl))
+                printf(",\"nonfinite\":[%s%s%s]", isfinite(loss) ? "" : "\"loss\"",
+                       !isfinite(loss) && !isfinite(ppl) ? "," : "",
+                       isfinite(ppl) ? "" : "\"perplexity\"");
+            printf("}\n");
+        } else
             printf("eval: %s on %s (%s split): loss %.4f | perplexity %.3f | %d batches x %d x "
                    "%d = %.0f tokens\n",
                    src, cfg.data_path, split, (double)loss, exp((double)loss), batches, cfg.batch,
                    cfg.seq, tokens);
     }
     zs_trainer_destroy(t);
+    if (!isfinite(loss))
+        return zs_cli_fail(1, "eval: the loss of %s is %s: its weights are not usable", src,
+                           isnan(loss) ? "NaN" : "infinite");
     return 0;
 }

@@ -156,6 +156,9 @@ int zs_cli_generate(int argc, char **argv) {
                            src, V);
     if (ids && bytes)
         return zs_cli_fail(2, "generate: %s is a byte-level model: give --prompt TEXT", src);
+    if (bytes && prompt && !*prompt)
+        return zs_cli_fail(2, "generate: --prompt is empty: give some text, or leave --prompt out "
+                              "to start from a newline");
     if (!eos_set) g.eos = tok ? zs_tokenizer_eos(tok) : V == 50257 ? 50256 : -1;
     const char *ws = getenv("WORLD_SIZE");
     cfg.batch = ws && atoi(ws) > 0 ? atoi(ws) : 1; /* one sequence per rank, rank 0's used */
@@ -244,8 +247,9 @@ int zs_cli_generate(int argc, char **argv) {
         return zs_cli_fail(1, "generate: %s", zs_last_error());
     }
     if (zs_trainer_rank(t) == 0) {
-        fprintf(stderr, "zshard generate: %d tokens in %.2f s (%.1f tokens/s); %s\n", nout, secs,
-                secs > 0 ? nout / secs : 0.0, zs_trainer_generate_info(t));
+        const char *info = zs_trainer_generate_info(t);
+        fprintf(stderr, "zshard generate: %d tokens in %.2f s (%.1f tokens/s)%s%s\n", nout, secs,
+                secs > 0 ? nout / secs : 0.0, info[0] ? "; " : "", info);
         if (tok) {
             fwrite(text, 1, ntext, stdout);
             putchar('\n');

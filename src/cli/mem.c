@@ -3,6 +3,7 @@
  * DESIGN.md §4's model-state formula for each. Nothing is allocated. */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "data/data.h"
 #include "core/alloc.h"
 #include "zshard.h"
 
@@ -38,19 +39,13 @@ static const char *dtype_words(const zs_mem_options *mo) {
 }
 
 static int parse_dtype(const char *flag, const char *v, zs_dtype *dt) {
-    if (!strcmp(v, "fp32"))
-        *dt = ZS_DTYPE_F32;
-    else if (!strcmp(v, "bf16"))
-        *dt = ZS_DTYPE_BF16;
-    else
-        return zs_cli_fail(2, "%s: '%s' is not one of fp32, bf16", flag, v);
-    return 0;
+    return zs_arg_dtype(flag, v, 0, dt);
 }
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: zshard mem --model NAME [--nproc N] [--stage ddp|1|2|3] [--batch B]\n"
-            "                  [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
+            "usage: zshard mem [--model NAME] [--data FILE] [--nproc N] [--stage ddp|1|2|3]\n"
+            "                  [--batch B] [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
             "                  [--recompute none|block] [--attention flash|naive]\n"
             "                  [--dtype fp32|bf16] [--device cpu|cuda|auto]\n"
             "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|mpi|nccl]\n"
@@ -62,8 +57,12 @@ static void usage(FILE *f) {
             "  do not, what would (recompute, smaller micro-batches, more ranks). comm is the shm\n"
             "  backend's staging (auto = shm, ranks on one host), or mpi's fp32 reduction\n"
             "  staging; memory MPI and NCCL allocate themselves is not counted.\n"
-            "  --batch is the global batch (default: one sequence per rank); --vocab defaults\n"
-            "  to GPT-2's 50257, or LLaMA's 32000 for LLaMA models (256 for byte-level text).\n");
+            "  The defaults are train's (--model gpt2-tiny, --batch 8, --seq 64), so the same\n"
+            "  flags predict what `train --mem-report` measures. --data FILE gives the\n"
+            "  vocabulary as train reads it (256 for text; --vocab for token shards); without\n"
+            "  it GPT-2's 50257, or LLaMA's 32000 for LLaMA models. A --batch that the ranks\n"
+            "  and micro-batches do not divide is an error, as in train; without --batch,\n"
+            "  8 or else one sequence per rank and micro-batch.\n");
 }
 
 static double gib(uint64_t b) {
@@ -71,7 +70,7 @@ static double gib(uint64_t b) {
 }
 
 int zs_cli_mem(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = "gpt2-tiny", *data = NULL, *val_data = NULL;
     int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = -1;
     int compare = 0, rc = 0, reduce_set = 0, tie = 0;
     const char *device = "auto";
@@ -90,6 +89,10 @@ int zs_cli_mem(int argc, char **argv) {
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "--model"))
             model = v;
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--val-data"))
+            val_data = v;
         else if (!strcmp(a, "--tie-embeddings"))
             rc = zs_arg_tie(a, v, &tie);
         else if (!strcmp(a, "--nproc"))
@@ -128,7 +131,6 @@ int zs_cli_mem(int argc, char **argv) {
             return zs_cli_fail(2, "mem: unknown flag '%s' (see zshard mem --help)", a);
         if (rc) return rc;
     }
-    if (!model) return zs_cli_fail(2, "mem: --model NAME is required");
     if (!reduce_set) mo.reduce_dtype = mo.dtype;
     /* A prediction needs no GPU: auto predicts the device a run here would pick. */
     const char *chosen = "cpu";
@@ -141,13 +143,23 @@ int zs_cli_mem(int argc, char **argv) {
     if (nproc < 1 || seq < 1 || accum < 1 || prefetch < 0 || (vocab < 1 && vocab != -1) ||
         batch < 0)
         return zs_cli_fail(2, "mem: sizes must be positive");
-    if (!batch) batch = nproc * accum;
+    if (!batch) batch = 8 % (nproc * accum) == 0 ? 8 : nproc * accum; /* train's 8 if it divides */
+    if (batch % (nproc * accum))
+        return zs_cli_fail(2, "mem: --batch %d does not divide into %d rank%s x %d micro-batch%s",
+                           batch, nproc, nproc > 1 ? "s" : "", accum, accum > 1 ? "es" : "");
     zs_model_config cfg;
     if (zs_model_preset(model, &cfg) != ZS_OK) return zs_cli_fail(2, "mem: %s", zs_last_error());
     if (tie && cfg.tie_embeddings && tie != (int)cfg.tie_embeddings)
         return zs_cli_fail(2, "mem: --tie-embeddings %s contradicts %s's tie_embeddings",
                            tie == ZS_TIE_ON ? "on" : "off", model);
     if (tie) cfg.tie_embeddings = (zs_tie)tie;
+    if (data) { /* the vocabulary train would read from the data */
+        zs_dataset d;
+        if (zs_dataset_open_vocab(data, val_data, 0.1, vocab > 0 ? vocab : 0, &d) != ZS_OK)
+            return zs_cli_fail(1, "mem: --data: %s", zs_last_error());
+        vocab = d.vocab;
+        zs_dataset_close(&d);
+    }
     if (vocab == -1) vocab = cfg.arch == ZS_ARCH_LLAMA ? 32000 : 50257;
     zs_model_config_set_vocab(&cfg, vocab);
 

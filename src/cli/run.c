@@ -71,7 +71,9 @@ static void usage(FILE *f) {
             "  --drain S               seconds failed-job ranks get to exit by themselves\n"
             "                          before SIGTERM (default 3)\n"
             "  --kill-grace S          seconds between SIGTERM and SIGKILL (default 5)\n"
-            "  --no-prefix             pass output through without the \"[rank] \" prefix\n");
+            "  --no-prefix             pass output through without the \"[rank] \" prefix\n"
+            "  --no-stdout-prefix      stdout without the prefix, stderr with it (a command\n"
+            "                          whose rank 0 alone writes results, e.g. JSON)\n");
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
@@ -108,7 +110,15 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--no-prefix")) {
             o->prefix = 0;
             continue;
+        } else if (!strcmp(a, "--no-stdout-prefix")) {
+            o->prefix = ZS_RUN_PREFIX_STDERR;
+            continue;
         }
+        if (a[0] != '-')
+            return zs_cli_fail(2,
+                               "run: '%s' is not an option of zshard run: put the command after "
+                               "--, as in `zshard run -n N -- %s ...`",
+                               a, a);
         if (!v) return zs_cli_fail(2, "run: %s needs a value (see zshard run --help)", a);
         if (!strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--nproc-per-node"))
             bad = parse_int(v, 1, MAX_LOCAL, &o->nproc);
@@ -384,6 +394,12 @@ int zs_cli_run(int argc, char **argv) {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
+    char job[128];
+    if (zs_cli_launched_job(job, sizeof job))
+        return zs_cli_fail(2,
+                           "run: inside a job already launched by %s, every rank would start %d "
+                           "ranks of its own: start the command under one launcher",
+                           job, o.nproc);
     /* Threads per rank: --threads, else the user's OMP_NUM_THREADS, else a share of the cores
      * this launcher may use (affinity mask, cgroup quota). */
     char threads[16] = "";

@@ -30,6 +30,9 @@ typedef struct zs_rank_proc {
     size_t held_len;
 } zs_rank_proc;
 
+/* The job's prefix setting: 0 none, 1 "[rank] " on stdout and stderr, this: on stderr only. */
+#define ZS_RUN_PREFIX_STDERR 2
+
 typedef struct zs_run_job {
     zs_rank_proc *rp;
     int nproc, world, prefix;

@@ -29,7 +29,7 @@ static void set_first(zs_rank_proc *rp, const char *msg, size_t len, int final) 
 
 void zs_run_line(zs_rank_proc *rp, int prefix, int is_err, const char *line, size_t len) {
     if (!is_err) {
-        out_line(stdout, rp->rank, prefix, line, len);
+        out_line(stdout, rp->rank, prefix == 1, line, len);
         return;
     }
     static const char verdict[] = "zshard: ", logged[] = "zshard error: ";

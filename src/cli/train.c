@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,9 +79,10 @@ static void progress(const train_opts *o, const zs_step_stats *s, int tty, doubl
     double eta = elapsed / s->step * (o->cfg.steps - s->step);
     if (tty) {
         fprintf(stderr,
-                "\rstep %5d/%d | loss %.4f | lr %.2e | %8.0f tok/s | %7.1f ms/step | "
+                "\rstep %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms/step | "
                 "ETA %4.0fs | peak %s   ",
-                s->step, o->cfg.steps, s->loss, s->lr, s->tokens_per_s, s->ms, eta, mem);
+                s->step, o->cfg.steps, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, eta,
+                mem);
         if (s->step == o->cfg.steps) fputc('\n', stderr);
     } else if (o->print_every &&
                (s->step % o->print_every == 0 || s->step == 1 || s->step == o->cfg.steps)) {
@@ -145,19 +147,29 @@ static void mem_report(const train_opts *o, const zs_model_config *mc, int world
     (void)mc;
 }
 
+/* One step's JSONL record. Values that are not finite are written as null and named in a
+ * "nonfinite" array, so every line stays valid JSON. */
+static void write_step(FILE *log, const zs_step_stats *s, int do_val, float vl) {
+    char b[6][ZS_JSON_NUM_CAP];
+    const char *names[] = {"loss", "lr", "grad_norm", "ms", "tokens_per_s", "val_loss"};
+    double v[] = {s->loss, s->lr, s->grad_norm, s->ms, s->tokens_per_s, vl};
+    const char *fmt[] = {"%.9g", "%.9g", "%.9g", "%.3f", "%.1f", "%.9g"};
+    int n = do_val ? 6 : 5, bad = 0;
+    fprintf(log, "{\"step\":%d", s->step);
+    for (int i = 0; i < n; i++)
+        fprintf(log, ",\"%s\":%s", names[i], zs_json_num(b[i], fmt[i], v[i]));
+    for (int i = 0; i < n; i++)
+        if (!isfinite(v[i])) fprintf(log, "%s\"%s\"", bad++ ? "," : ",\"nonfinite\":[", names[i]);
+    fprintf(log, "%s}\n", bad ? "]" : "");
+    fflush(log);
+}
+
 int zs_cli_train(int argc, char **argv) {
     train_opts o;
     int rc = zs_train_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    if (o.nproc > 1 || o.max_restarts > 0) {
-        const char *ws = getenv("WORLD_SIZE");
-        if (ws && atoi(ws) > 1)
-            return zs_cli_fail(2,
-                               "train: --nproc and --max-restarts inside an already launched job "
-                               "(WORLD_SIZE=%s): give them to the launcher",
-                               ws);
+    if (o.nproc > 1 || o.max_restarts > 0)
         return zs_cli_relaunch("train", argc, argv, o.nproc, o.max_restarts);
-    }
     zs_cli_threads_setup(); /* may exec this command again, with the thread variables set */
 
     FILE *log = NULL;
@@ -169,10 +181,13 @@ int zs_cli_train(int argc, char **argv) {
      * own errors; the launcher shows identical ones once. */
     if ((rc = zs_train_env_rank(&rank))) return rc;
     int restart = zs_train_restart_count();
+    int resume_auto = (o.resume && !strcmp(o.resume, "auto")) || (!o.resume && restart > 0);
     o.resume = zs_train_resolve_resume(o.resume, o.save_dir, restart);
     if ((rc = zs_train_check_save_dir(o.save_dir, o.resume))) return rc;
-    /* A restarted job appends to the log it started, so the log tells the whole story. */
-    if ((rc = zs_train_log_open(o.log_path, rank, restart > 0, &log))) return rc;
+    char changes[1024];
+    if ((rc = zs_train_resume_settings(&o, changes, sizeof changes))) return rc;
+    /* A resumed or restarted run appends to its log, so the log tells the whole story. */
+    if ((rc = zs_train_log_open(o.log_path, rank, restart > 0 || o.resume, &log))) return rc;
     if (log && restart > 0) {
         fprintf(log, "{\"restart\":%d,\"resume\":", restart);
         zs_json_write_string(log, o.resume ? o.resume : "");
@@ -228,15 +243,32 @@ int zs_cli_train(int argc, char **argv) {
             goto fail;
         }
         first = zs_trainer_steps_done(t) + 1;
+        if (first == o.cfg.steps + 1 || (first > o.cfg.steps && resume_auto)) {
+            /* The run is complete: nothing to do is not a failure. */
+            if (rank == 0)
+                printf("zshard train: %s is at step %d of --steps %d: nothing to train\n", o.resume,
+                       first - 1, o.cfg.steps);
+            if (log) fclose(log);
+            zs_trainer_destroy(t);
+            return 0;
+        }
         if (first > o.cfg.steps) {
             st = zs_error(ZS_ERR_INVALID,
-                          "--resume: the checkpoint is at step %d, not before "
-                          "--steps %d: nothing to train",
+                          "--resume: the checkpoint is at step %d, past --steps %d: nothing to "
+                          "train (give a larger --steps to continue it)",
                           first - 1, o.cfg.steps);
             fprintf(stderr, "zshard: %s\n", zs_last_error());
             goto fail;
         }
+        if (log && restart == 0) { /* a restart wrote its record when it opened the log */
+            fprintf(log, "{\"resume\":");
+            zs_json_write_string(log, o.resume);
+            fprintf(log, ",\"step\":%d}\n", first - 1);
+            fflush(log);
+        }
         if (!o.quiet) printf("  resumed from %s at step %d\n", o.resume, first - 1);
+        if (rank == 0 && changes[0])
+            printf("  changed from the checkpoint's settings: %s\n", changes);
     }
     if (o.init_from) {
         if ((st = zs_trainer_init_from(t, o.init_from)) != ZS_OK) {
@@ -273,15 +305,19 @@ int zs_cli_train(int argc, char **argv) {
                 fflush(stdout);
             }
         }
-        if (log) {
-            fprintf(log,
-                    "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-                    "\"tokens_per_s\":%.1f",
-                    s.step, (double)s.loss, (double)s.lr, (double)s.grad_norm, s.ms,
-                    s.tokens_per_s);
-            if (do_val) fprintf(log, ",\"val_loss\":%.9g", (double)vl);
-            fprintf(log, "}\n");
-            fflush(log);
+        if (log) write_step(log, &s, do_val, vl);
+        /* A diverged run stops here, before anything could save its state as a checkpoint
+         * (the grad-norm check in the step catches it one step later, and a last step's
+         * validation not at all). */
+        if (!isfinite(s.loss) || (do_val && !isfinite(vl))) {
+            st = zs_error(ZS_ERR_INVALID,
+                          "%s is %s: the run diverged (lower --lr, or --grad-clip); no "
+                          "checkpoint is saved from it",
+                          !isfinite(s.loss) ? "the training loss" : "the validation loss",
+                          isnan(!isfinite(s.loss) ? s.loss : vl) ? "NaN" : "infinite");
+            if (tty && !o.quiet) fputc('\n', stderr);
+            fprintf(stderr, "zshard: step %d: %s\n", step, zs_last_error());
+            goto fail;
         }
         if (o.sample_every && !o.no_sample && step % o.sample_every == 0 && step != o.cfg.steps)
             print_sample(&o, t, step, train_s);

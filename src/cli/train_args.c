@@ -90,6 +90,12 @@ void zs_train_usage(FILE *f) {
             "                      `latest` in --save-dir (any world size and stage)\n"
             "  --resume auto       --save-dir's latest checkpoint if it has one, else start\n"
             "                      from scratch (what a restarted job does by itself)\n"
+            "                      A resumed run continues the stored one: model, --batch,\n"
+            "                      --seq, --seed and the schedule come from the checkpoint;\n"
+            "                      a different --steps, --lr, --warmup, --min-lr-frac,\n"
+            "                      --weight-decay, --grad-clip or --grad-accum is taken and\n"
+            "                      listed, a different --batch, --seq or --seed refused\n"
+            "  --override LIST     let a resume change these too: batch,seq,seed\n"
             "  --init-from PATH    start from these weights with a fresh optimizer at step 0\n"
             "                      (fine-tuning): a zshard checkpoint, a safetensors file, a\n"
             "                      Hugging Face directory or an llm.c model file; the model\n"
@@ -151,25 +157,27 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
             rc = zs_arg_float(a, v, &f);
             o->cfg.val_fraction = f;
         } else if (!strcmp(a, "--batch"))
-            rc = zs_arg_int(a, v, &o->cfg.batch);
+            rc = zs_arg_int(a, v, &o->cfg.batch), o->given |= ZS_GIVEN_BATCH;
         else if (!strcmp(a, "--seq"))
-            rc = zs_arg_int(a, v, &o->cfg.seq);
+            rc = zs_arg_int(a, v, &o->cfg.seq), o->given |= ZS_GIVEN_SEQ;
         else if (!strcmp(a, "--steps"))
-            rc = zs_arg_int(a, v, &o->cfg.steps);
+            rc = zs_arg_int(a, v, &o->cfg.steps), o->given |= ZS_GIVEN_STEPS;
         else if (!strcmp(a, "--grad-accum"))
-            rc = zs_arg_int(a, v, &o->cfg.grad_accum);
+            rc = zs_arg_int(a, v, &o->cfg.grad_accum), o->given |= ZS_GIVEN_ACCUM;
         else if (!strcmp(a, "--lr"))
-            rc = zs_arg_float(a, v, &o->cfg.lr);
+            rc = zs_arg_float(a, v, &o->cfg.lr), o->given |= ZS_GIVEN_LR;
         else if (!strcmp(a, "--min-lr-frac"))
-            rc = zs_arg_float(a, v, &o->cfg.min_lr_frac);
+            rc = zs_arg_float(a, v, &o->cfg.min_lr_frac), o->given |= ZS_GIVEN_MIN_LR;
         else if (!strcmp(a, "--warmup"))
-            rc = zs_arg_int(a, v, &o->cfg.warmup);
+            rc = zs_arg_int(a, v, &o->cfg.warmup), o->given |= ZS_GIVEN_WARMUP;
         else if (!strcmp(a, "--weight-decay"))
-            rc = zs_arg_float(a, v, &o->cfg.weight_decay);
+            rc = zs_arg_float(a, v, &o->cfg.weight_decay), o->given |= ZS_GIVEN_WD;
         else if (!strcmp(a, "--grad-clip"))
-            rc = zs_arg_float(a, v, &o->cfg.grad_clip);
+            rc = zs_arg_float(a, v, &o->cfg.grad_clip), o->given |= ZS_GIVEN_CLIP;
         else if (!strcmp(a, "--seed"))
-            rc = zs_arg_u64(a, v, &o->cfg.seed);
+            rc = zs_arg_u64(a, v, &o->cfg.seed), o->given |= ZS_GIVEN_SEED;
+        else if (!strcmp(a, "--override"))
+            o->override = v;
         else if (!strcmp(a, "--vocab"))
             rc = zs_arg_int(a, v, &o->cfg.vocab);
         else if (!strcmp(a, "--val-every"))
@@ -222,12 +230,7 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
         } else if (!strcmp(a, "--dtype") || !strcmp(a, "--reduce-dtype")) {
             zs_dtype *dt = a[2] == 'd' ? &o->cfg.dtype : &o->cfg.reduce_dtype;
             if (a[2] == 'r') o->reduce_dtype_set = 1;
-            if (!strcmp(v, "fp32"))
-                *dt = ZS_DTYPE_F32;
-            else if (!strcmp(v, "bf16"))
-                *dt = ZS_DTYPE_BF16;
-            else
-                return zs_cli_fail(2, "%s: '%s' is not one of fp32, bf16", a, v);
+            rc = zs_arg_dtype(a, v, 0, dt);
         } else if (!strcmp(a, "--recompute")) {
             rc = zs_arg_recompute(a, v, &o->cfg.recompute);
         } else if (!strcmp(a, "--device")) {

@@ -26,12 +26,33 @@ typedef struct train_opts {
     int model_set; /* --model given */
     int tie;       /* --tie-embeddings: ZS_TIE_ON/OFF, 0 = the model's own */
     int save_every, keep;
+    unsigned given;       /* ZS_GIVEN_* of the flags given explicitly (resume compares them) */
+    const char *override; /* --override: settings a resume may change (batch,seq,seed) */
 } train_opts;
+
+/* Flags whose value a resumed run takes from its checkpoint unless given. */
+enum {
+    ZS_GIVEN_BATCH = 1u << 0,
+    ZS_GIVEN_SEQ = 1u << 1,
+    ZS_GIVEN_SEED = 1u << 2,
+    ZS_GIVEN_STEPS = 1u << 3,
+    ZS_GIVEN_ACCUM = 1u << 4,
+    ZS_GIVEN_LR = 1u << 5,
+    ZS_GIVEN_MIN_LR = 1u << 6,
+    ZS_GIVEN_WARMUP = 1u << 7,
+    ZS_GIVEN_WD = 1u << 8,
+    ZS_GIVEN_CLIP = 1u << 9,
+};
 
 /* The help text. */
 void zs_train_usage(FILE *f);
 /* argv -> *o (defaults first). Returns 0, -1 when --help was printed, or the exit status of a
  * usage error (already printed). */
 int zs_train_parse(int argc, char **argv, train_opts *o);
+/* With --resume (already resolved): take the model and the settings the flags did not give
+ * from the checkpoint, refuse a changed batch, seq or seed (unless --override names it), and
+ * write the changes the flags make ("--lr 0.001 -> 0.005, ...") to `changes` (train_resume.c).
+ * Returns 0, or the exit status of the printed error. */
+int zs_train_resume_settings(train_opts *o, char *changes, size_t cap);
 
 #endif

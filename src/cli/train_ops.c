@@ -57,12 +57,43 @@ static int probe_dir(const char *dir, char *why, size_t cap) {
     return 0;
 }
 
+/* p with ".N" before its extension (run.jsonl -> run.1.jsonl), as the rank files are named. */
+static void numbered(const char *p, int n, char *out, size_t cap) {
+    const char *slash = strrchr(p, '/'), *dot = strrchr(p, '.');
+    if (dot && (!slash || dot > slash + 1) && dot != p)
+        snprintf(out, cap, "%.*s.%d%s", (int)(dot - p), p, n, dot);
+    else
+        snprintf(out, cap, "%s.%d", p, n);
+}
+
+/* A log that holds records is never overwritten: it moves to the first free run.N.jsonl, and
+ * the move is reported. Returns 0, or prints the error and returns 1. */
+static int keep_old_log(const char *p) {
+    struct stat sb;
+    if (stat(p, &sb) != 0 || sb.st_size == 0) return 0;
+    char to[4300];
+    for (int n = 1; n < 100000; n++) {
+        numbered(p, n, to, sizeof to);
+        if (access(to, F_OK) == 0) continue;
+        if (rename(p, to) != 0)
+            return zs_cli_fail(1,
+                               "--log %s holds an earlier run's records and cannot be moved "
+                               "aside to %s: %s",
+                               p, to, strerror(errno));
+        fprintf(stderr, "zshard: --log %s held an earlier run's records: moved them to %s\n", p,
+                to);
+        return 0;
+    }
+    return zs_cli_fail(1, "--log %s: no free name to keep its earlier records under", p);
+}
+
 int zs_train_log_open(const char *path, int rank, int append, FILE **out) {
     char p[4200];
     *out = NULL;
     if (!path) return 0;
     zs_train_log_path(path, rank, p, sizeof p);
     if (rank == 0) {
+        if (!append && keep_old_log(p)) return 1;
         if (!(*out = fopen(p, append ? "a" : "w")))
             return zs_cli_fail(1, "--log %s: %s", p, strerror(errno));
         return 0;
@@ -85,6 +116,7 @@ void zs_train_log_error(FILE *log, const char *path, int rank, int step, zs_stat
     FILE *f = log;
     if (!f && path) {
         zs_train_log_path(path, rank, p, sizeof p);
+        if (keep_old_log(p)) return;
         f = fopen(p, "w");
     }
     if (!f) return;
@@ -190,8 +222,32 @@ int zs_cli_model_from_tie(const char *who, const char *src, const char *model_fl
     return 0;
 }
 
+int zs_cli_launched_job(char *what, size_t cap) {
+    zs_comm_env env;
+    if (zs_comm_env_read(NULL, &env) != ZS_OK || env.world_size <= 1) return 0;
+    const char *var = !strcmp(env.source, "torchrun")  ? "WORLD_SIZE"
+                      : !strcmp(env.source, "srun")    ? "SLURM_NTASKS"
+                      : getenv("OMPI_COMM_WORLD_SIZE") ? "OMPI_COMM_WORLD_SIZE"
+                                                       : "PMI_SIZE";
+    const char *who = !strcmp(env.source, "torchrun") ? "torchrun or zshard run" : env.source;
+    snprintf(what, cap, "%s (%s=%d)", who, var, env.world_size);
+    return 1;
+}
+
 int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc, int max_restarts) {
-    char self[4096], n[16], mr[16];
+    char self[4096], n[16], mr[16], job[128];
+    /* Under a launcher every process would start a job of its own: as many jobs as ranks,
+     * writing the same save dir and log. */
+    if (zs_cli_launched_job(job, sizeof job)) {
+        const char *flags = nproc > 1 && max_restarts > 0 ? "--nproc and --max-restarts"
+                            : nproc > 1                   ? "--nproc"
+                                                          : "--max-restarts";
+        return zs_cli_fail(2,
+                           "%s: %s inside a job already launched by %s, where every rank would "
+                           "start a job of its own: leave %s out and give the launcher the "
+                           "rank count",
+                           sub, flags, job, flags);
+    }
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) return zs_cli_fail(1, "%s: cannot find the zshard executable to relaunch", sub);
     self[len] = '\0';
@@ -208,6 +264,8 @@ int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc, int max_r
         args[k++] = "--max-restarts";
         args[k++] = mr;
     }
+    /* eval and generate: rank 0 alone writes results (text, JSON) on stdout, unprefixed. */
+    if (strcmp(sub, "train")) args[k++] = "--no-stdout-prefix";
     args[k++] = "--";
     args[k++] = self;
     args[k++] = (char *)sub;

@@ -17,8 +17,10 @@ int zs_train_restart_count(void);
 /* The log file of a rank: rank 0 writes path itself, rank r > 0 path with ".rankR" before
  * the extension (run.jsonl -> run.rank1.jsonl). */
 void zs_train_log_path(const char *path, int rank, char *out, size_t cap);
-/* Rank 0: open its log now ("a" when append, else "w"). Other ranks: check that their log
- * could be created, open nothing (*out = NULL). Returns 0, or prints the error and returns 1. */
+/* Rank 0: open its log now, for appending (a resumed or restarted run), else a fresh one: an
+ * existing log holding records is first moved aside to the first free run.N.jsonl, with a
+ * message, never overwritten. Other ranks: check that their log could be created, open
+ * nothing (*out = NULL). Returns 0, or prints the error and returns 1. */
 int zs_train_log_open(const char *path, int rank, int append, FILE **out);
 /* Append the error record {"error", "status", "rank", "step"} to log, or, when log is NULL
  * and path is set, to this rank's own log file. */
@@ -58,7 +60,8 @@ int zs_cli_model_from_tie(const char *who, const char *src, const char *model_fl
                           zs_model_config *out);
 /* Re-execute as `zshard run -n nproc [--max-restarts R] -- zshard <sub> ARGS` (without
  * --nproc and --max-restarts; R only when max_restarts > 0); returns only on failure, with
- * the exit status. */
+ * the exit status. Refused inside a launched job (zs_cli_launched_job), where every rank would
+ * start a job of its own. */
 int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc, int max_restarts);
 
 #endif

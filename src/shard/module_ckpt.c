@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "shard/engine.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,12 @@ static zs_status write_rank_file(zs_module_t *mod, zs_manifest *m, const char *t
         /* DDP holds the whole unit; every stage writes the same canonical slice. */
         for (int k = 0; k < ZS_CKPT_NKINDS; k++) {
             ZS_CHECK(zs_module_state_read(mod, u, k, base, S, buf));
+            /* A diverged run's state is not a checkpoint to resume from. */
+            for (int64_t i = 0; i < S; i++)
+                ZS_REQUIRE(isfinite(buf[i]), ZS_ERR_INVALID,
+                           "%s of unit %s holds a non-finite value (element %lld of rank %d's "
+                           "shard): the run diverged, so it is not saved",
+                           zs_ckpt_kind_name(k), l->units[u].name, (long long)i, rank);
             ZS_CHECK(zs_ckpt_writer_put(w, u, k, buf, S));
         }
     }
@@ -129,6 +136,8 @@ zs_status zs_module_save_info(zs_module_t *mod, const char *save_dir, int keep,
         if (all[(size_t)r * words] != ZS_OK)
             local = zs_error((zs_status)all[(size_t)r * words],
                              "%s: rank %d failed to write its file (see its message)", what, r);
+    /* Nothing of a failed save is left behind: the staging directory goes. */
+    if (local != ZS_OK && rank == 0) zs_ckpt_remove_dir(tmp);
     if (local == ZS_OK && rank == 0) {
         for (int r = 0; r < world; r++) {
             zs_ckpt_file *f = &m.files[r];

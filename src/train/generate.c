@@ -239,7 +239,7 @@ zs_status zs_trainer_generate(zs_trainer_t *t, const zs_gen_config *g, const int
     int32_t *ctx = NULL;
     cand *c = NULL;
     *n_out = 0;
-    ZS_REQUIRE(n_prompt >= 1, ZS_ERR_INVALID, "generate: the prompt is empty");
+    ZS_REQUIRE(n_prompt >= 1, ZS_ERR_INVALID, "the prompt is empty: give at least one token");
     ZS_REQUIRE(g->max_tokens >= 0 && cap >= g->max_tokens, ZS_ERR_INVALID,
                "generate: %d tokens asked, room for %d", g->max_tokens, cap);
     ZS_REQUIRE(g->top_k >= 0 && g->top_p > 0.0f && isfinite(g->temperature), ZS_ERR_INVALID,

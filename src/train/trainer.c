@@ -157,12 +157,14 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     if (cfg->comm) ZS_CHECK(zs_comm_backend_parse(cfg->comm, &cc.backend));
     if (cfg->comm_timeout_s > 0) cc.timeout_s = cfg->comm_timeout_s;
     ZS_CHECK(choose_gpu_comm(t, &cc));
-    ZS_CHECK(zs_comm_create(&cc, &t->comm));
-    t->rank = zs_comm_rank(t->comm);
-    t->world = zs_comm_world_size(t->comm);
-    if (t->world == 1) {
-        zs_comm_destroy(t->comm);
-        t->comm = NULL;
+    zs_comm_env env;
+    ZS_CHECK(zs_comm_env_read(&cc, &env));
+    t->rank = 0;
+    t->world = 1;
+    if (env.world_size > 1) { /* else "comm local", and no backend is set up to say otherwise */
+        ZS_CHECK(zs_comm_create(&cc, &t->comm));
+        t->rank = zs_comm_rank(t->comm);
+        t->world = zs_comm_world_size(t->comm);
     }
     ZS_CHECK(validate(cfg, t->world));
     t->micro = cfg->batch / (t->world * cfg->grad_accum);
