@@ -164,8 +164,8 @@ static void test_accuracy(void) {
 static void test_bad_input(void) {
     char cmd[1024];
     const char *cases[][2] = {
-        {"--dtype fp16", "--dtype: 'fp16' is not one of fp32, bf16"},
-        {"--reduce-dtype int8", "--reduce-dtype: 'int8' is not one of fp32, bf16"},
+        {"--dtype fp16", "--dtype: 'fp16' is not one of fp32 (f32), bf16"},
+        {"--reduce-dtype int8", "--reduce-dtype: 'int8' is not one of fp32 (f32), bf16"},
     };
     for (int i = 0; i < 2; i++) {
         snprintf(cmd, sizeof cmd,
@@ -177,7 +177,7 @@ static void test_bad_input(void) {
     }
     snprintf(cmd, sizeof cmd, "%s mem --model gpt2-tiny --dtype f16 2>&1", zt_zshard_exe());
     int rc = zt_run(cmd, rl_out, sizeof rl_out);
-    ZT_CHECK(rc == 2 && strstr(rl_out, "--dtype: 'f16' is not one of fp32, bf16"),
+    ZT_CHECK(rc == 2 && strstr(rl_out, "--dtype: 'f16' is not one of fp32 (f32), bf16"),
              "mem --dtype f16: exit %d: %s", rc, rl_out);
     snprintf(cmd, sizeof cmd, "%s mem --model llama-7b --nproc 8 --dtype bf16 --compare 2>&1",
              zt_zshard_exe());
@@ -193,7 +193,7 @@ static void test_bad_input(void) {
              "mem --dtype bf16 --reduce-dtype fp32: exit %d: %s", rc, rl_out);
     snprintf(cmd, sizeof cmd, "%s mem --model gpt2-tiny --reduce-dtype fp16 2>&1", zt_zshard_exe());
     rc = zt_run(cmd, rl_out, sizeof rl_out);
-    ZT_CHECK(rc == 2 && strstr(rl_out, "--reduce-dtype: 'fp16' is not one of fp32, bf16"),
+    ZT_CHECK(rc == 2 && strstr(rl_out, "--reduce-dtype: 'fp16' is not one of fp32 (f32), bf16"),
              "mem --reduce-dtype fp16: exit %d: %s", rc, rl_out);
 }
 

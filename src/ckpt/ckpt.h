@@ -63,7 +63,8 @@ typedef struct zs_ckpt_info {
     int64_t step;          /* optimizer steps taken; Adam's t and the LR position */
     uint64_t seed;         /* init and data seed */
     int64_t data_position; /* batches consumed: batch s+1 is a pure function of (seed, s+1) */
-    /* Training settings at save time (a record; a resumed run takes its flags). */
+    /* Training settings at save time: `zshard train --resume` continues from them
+     * (src/cli/train_resume.c), `zshard eval` takes batch and seq as its defaults. */
     int batch, seq, grad_accum, warmup, total_steps;
     double lr, min_lr_frac, next_lr, beta1, beta2, eps, weight_decay, grad_clip;
     int level;

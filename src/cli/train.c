@@ -243,7 +243,7 @@ int zs_cli_train(int argc, char **argv) {
             goto fail;
         }
         first = zs_trainer_steps_done(t) + 1;
-        if (first == o.cfg.steps + 1 || (first > o.cfg.steps && resume_auto)) {
+        if (first > o.cfg.steps && resume_auto) {
             /* The run is complete: nothing to do is not a failure. */
             if (rank == 0)
                 printf("zshard train: %s is at step %d of --steps %d: nothing to train\n", o.resume,
