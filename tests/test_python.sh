@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Python package (python/) under pytest, installed with pip into BUILD_DIR/pyvenv as
-# scripts/setup.sh does (reinstalled here, offline, so the suite runs the tree's package), then
-# docs/embedding.md's Python example on 2 ranks. Skips (77) only when python3 is missing.
+# scripts/setup.sh does (reinstalled here, offline, so the suite runs the tree's package, with
+# BUILD_DIR's library and executable bundled into it), then docs/embedding.md's Python example
+# on 2 ranks. The suite runs without ZSHARD_LIB/ZSHARD_EXE: the installed package finds what it
+# bundles. Skips (77) only when python3 is missing.
 # Usage: test_python.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 B=$(cd "$1" && pwd)
@@ -9,8 +11,9 @@ S=$(cd "$2" && pwd)
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
 PY=$B/pyvenv/bin/python
 [ -x "$PY" ] || { echo "FAIL: $B/pyvenv missing: run scripts/setup.sh" >&2; exit 1; }
-"$PY" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$S/python"
-export ZSHARD_LIB=$B/libzshard.so ZSHARD_EXE=$B/zshard
+ZSHARD_LIB=$B/libzshard.so ZSHARD_EXE=$B/zshard \
+    "$PY" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$S/python"
+unset ZSHARD_LIB ZSHARD_EXE
 T=$(mktemp -d /tmp/zshard-python-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$T" # not the source tree: the installed package is the one imported

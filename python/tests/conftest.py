@@ -1,5 +1,4 @@
 import os
-import shutil
 
 import pytest
 
@@ -17,7 +16,10 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def zshard_exe():
-    exe = os.environ.get("ZSHARD_EXE") or shutil.which("zshard")
+    """The launcher: $ZSHARD_EXE, else the one the package bundles, else `zshard` on PATH."""
+    import zshard
+    exe = zshard.executable()
     if not exe:
-        pytest.fail("set ZSHARD_EXE to the zshard launcher (ctest does)")
+        pytest.fail("no zshard executable: build zshard before `pip install ./python`, or set "
+                    "ZSHARD_EXE to it")
     return exe

@@ -7,12 +7,13 @@
     units = zshard.Units().add_unit("layer").add_tensor("w", (4, 4), init="normal")
     m = zshard.Module(units, comm=zshard.Comm(), stage=3)
 
-Several ranks: `zshard run -n 2 -- python script.py`. Errors raise zshard.ZshardError carrying
-zs_last_error(). See docs/embedding.md."""
+Several ranks: `zshard run -n 2 -- python script.py` (zshard.executable() is the `zshard` the
+package bundles). Errors raise zshard.ZshardError carrying zs_last_error(). The library is the
+one bundled by `pip install ./python`, unless $ZSHARD_LIB names another. See docs/embedding.md."""
 from . import mem
-from ._lib import ZshardError
+from ._lib import ZshardError, executable
 from .module import Comm, Module, Units
 from .trainer import Trainer
 
 __version__ = "0.1.0"
-__all__ = ["Trainer", "Module", "Units", "Comm", "ZshardError", "mem"]
+__all__ = ["Trainer", "Module", "Units", "Comm", "ZshardError", "mem", "executable"]

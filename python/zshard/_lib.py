@@ -1,11 +1,18 @@
 """Loading libzshard and mirroring the public structs of <zshard.h> for ctypes.
 
-The library is found through $ZSHARD_LIB (a path to libzshard.so), then the system's library
-search (after `cmake --install`). Every mirrored struct is checked against zs_struct_size(), so a
-layout mismatch fails at import instead of corrupting memory."""
+The library is, in this order: $ZSHARD_LIB (a path to libzshard.so: an override, which must
+exist), the copy bundled into the package by `pip install ./python` (zshard/libzshard.so, see
+python/setup.py), then the system's library search (after `cmake --install`). Every mirrored
+struct is checked against zs_struct_size(), so a layout mismatch fails at import instead of
+corrupting memory."""
 import ctypes
 import ctypes.util
 import os
+import shutil
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+BUNDLED_LIB = os.path.join(_HERE, "libzshard.so")
+BUNDLED_EXE = os.path.join(_HERE, "bin", "zshard")
 
 c_float_p = ctypes.POINTER(ctypes.c_float)
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
@@ -182,12 +189,33 @@ _SIGS = {
 }
 
 
+def _find():
+    """The library to load and where it was found."""
+    env = os.environ.get("ZSHARD_LIB")
+    if env:
+        if not os.path.isfile(env):
+            raise ImportError(f"ZSHARD_LIB={env}: no such file (unset ZSHARD_LIB to use the "
+                              f"library bundled with the package)")
+        return env, "$ZSHARD_LIB"
+    if os.path.isfile(BUNDLED_LIB):
+        return BUNDLED_LIB, "bundled with the package"
+    found = ctypes.util.find_library("zshard")
+    if found:
+        return found, "the system's library search"
+    raise ImportError(
+        f"libzshard not found: tried $ZSHARD_LIB (not set), the library bundled with the package "
+        f"({BUNDLED_LIB}: absent, zshard was not built when the package was installed) and the "
+        f"system's library search (ctypes.util.find_library('zshard'): nothing). Build zshard "
+        f"(bash scripts/setup.sh, or cmake --build build), then `pip install ./python` again; "
+        f"or set ZSHARD_LIB=/path/to/libzshard.so")
+
+
 def _load():
-    path = os.environ.get("ZSHARD_LIB") or ctypes.util.find_library("zshard")
-    if not path:
-        raise ImportError("libzshard not found: set ZSHARD_LIB=/path/to/libzshard.so or install "
-                          "zshard (cmake --install build)")
-    lib = ctypes.CDLL(path)
+    path, how = _find()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(f"libzshard {path} ({how}) does not load: {e}") from e
     for name, (res, args) in _SIGS.items():
         fn = getattr(lib, name)
         fn.restype = res
@@ -197,10 +225,21 @@ def _load():
         if want != ctypes.sizeof(py):
             raise ImportError(f"{path}: struct {cname} is {want} bytes, the bindings expect "
                               f"{ctypes.sizeof(py)}: library and package versions differ")
-    return lib
+    return lib, path, how
 
 
-lib = _load()
+lib, lib_path, lib_source = _load()  # lib_source says which of the three places it came from
+
+
+def executable():
+    """Path of the `zshard` command-line tool (the launcher, `zshard run -n N -- python ...`):
+    $ZSHARD_EXE, else the one bundled with the package, else `zshard` on PATH; None if none."""
+    env = os.environ.get("ZSHARD_EXE")
+    if env:
+        return env
+    if os.access(BUNDLED_EXE, os.X_OK):
+        return BUNDLED_EXE
+    return shutil.which("zshard")
 
 
 def call(name, *args):
