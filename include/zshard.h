@@ -237,7 +237,9 @@ typedef struct zs_train_config {
     float grad_clip;         /* global-norm clip; <= 0 disables */
     uint64_t seed;
     zs_stage stage;
-    uint64_t device_mem;    /* per-rank cap in bytes; 0 = none */
+    uint64_t device_mem;    /* per-rank cap in bytes; 0 = none. The cap is process-wide
+                               (zs_mem_set_cap) while the trainer lives; destroy restores
+                               the cap it found */
     int prefetch;           /* ZeRO-3 units gathered ahead of the current one */
     const char *comm;       /* "auto", "shm", "mpi", "nccl" (NULL = auto / ZS_COMM) */
     double comm_timeout_s;  /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */

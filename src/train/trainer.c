@@ -168,7 +168,13 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     }
     ZS_CHECK(validate(cfg, t->world));
     t->micro = cfg->batch / (t->world * cfg->grad_accum);
-    if (cfg->device_mem) zs_mem_set_cap(cfg->device_mem);
+    if (cfg->device_mem) {
+        zs_mem_stats ms;
+        zs_mem_get_stats(&ms);
+        t->cap_before = ms.cap;
+        t->cap_set = 1;
+        zs_mem_set_cap(cfg->device_mem);
+    }
 
     if (cfg->data_path) {
         ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
@@ -225,6 +231,7 @@ void zs_trainer_destroy(zs_trainer_t *t) {
     zs_layout_free(&t->layout);
     zs_dataset_close(&t->data);
     zs_comm_destroy(t->comm);
+    if (t->cap_set) zs_mem_set_cap(t->cap_before);
     free(t);
 }
 

@@ -34,6 +34,8 @@ struct zs_trainer {
     int n_loss;
     int step;             /* optimizer steps taken */
     int has_data;         /* 0: no data_path, batches come from memory */
+    int cap_set;          /* cfg.device_mem set the process-wide cap; destroy restores: */
+    uint64_t cap_before;  /* the cap before it (one process may make several trainers) */
     float lr_override;    /* > 0: every step uses it instead of the schedule */
     const char *device;   /* zs_device_choose's choice */
     char device_why[256]; /* and its reason (with the comm backend's on a GPU), for the banner */
