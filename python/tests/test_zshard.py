@@ -31,8 +31,8 @@ def test_trainer_step_eval_generate_save_resume(tmp_path, corpus):
     losses = [a.step()["loss"] for _ in range(3)]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
     assert np.isfinite(a.eval(n_batches=2))
-    text = a.generate("the shard", n_tokens=8)
-    assert isinstance(text, str) and len(text) == 8
+    text = a.generate("the shard", max_tokens=8)
+    assert isinstance(text, str) and 0 < len(text) <= 8  # 8 bytes, decoded as UTF-8
     a.save(str(tmp_path / "ck"))
     for _ in range(3):
         a.step()

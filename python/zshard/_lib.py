@@ -113,6 +113,13 @@ class TensorInfo(ctypes.Structure):
                 ("shape", ctypes.c_int64 * 4), ("decay", ctypes.c_int)]
 
 
+class GenConfig(ctypes.Structure):
+    _fields_ = [("max_tokens", ctypes.c_int), ("temperature", ctypes.c_float),
+                ("top_k", ctypes.c_int), ("top_p", ctypes.c_float), ("seed", ctypes.c_uint64),
+                ("eos", ctypes.c_int), ("max_seconds", ctypes.c_double),
+                ("no_cache", ctypes.c_int)]
+
+
 class AdamwConfig(ctypes.Structure):
     _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
                 ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
@@ -124,7 +131,7 @@ _STRUCTS = {"zs_model_config": ModelConfig, "zs_mem_stats": MemStats,
             "zs_train_config": TrainConfig, "zs_step_stats": StepStats,
             "zs_comm_config": CommConfig, "zs_tensor_spec": TensorSpec,
             "zs_module_config": ModuleConfig, "zs_tensor_info": TensorInfo,
-            "zs_adamw_config": AdamwConfig}
+            "zs_adamw_config": AdamwConfig, "zs_gen_config": GenConfig}
 
 P = ctypes.c_void_p
 I = ctypes.c_int
@@ -153,6 +160,14 @@ _SIGS = {
     "zs_trainer_set_lr": (I, [P, ctypes.c_float]),
     "zs_trainer_get_param": (I, [P, S, c_float_p, ctypes.c_size_t]),
     "zs_trainer_set_param": (I, [P, S, c_float_p, ctypes.c_size_t]),
+    "zs_gen_config_default": (GenConfig, []),
+    "zs_trainer_generate": (I, [P, ctypes.POINTER(GenConfig), c_int32_p, I, c_int32_p, I,
+                                ctypes.POINTER(I)]),
+    "zs_trainer_model": (ctypes.POINTER(ModelConfig), [P]),
+    "zs_trainer_val_windows": (ctypes.c_int64, [P]),
+    "zs_model_config_from": (I, [S, ctypes.POINTER(ModelConfig), ctypes.POINTER(ModelConfig)]),
+    "zs_trainer_init_from": (I, [P, S]),
+    "zs_parse_bytes": (I, [S, ctypes.POINTER(ctypes.c_uint64)]),
     "zs_trainer_save": (I, [P, S, I]), "zs_trainer_resume": (I, [P, S]),
     "zs_trainer_steps_done": (I, [P]), "zs_trainer_rank": (I, [P]),
     "zs_trainer_world_size": (I, [P]), "zs_trainer_vocab": (I, [P]),

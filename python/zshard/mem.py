@@ -7,25 +7,49 @@ from ._lib import MEM_CATEGORIES, MemEstimate, MemOptions, call, dtype_of, enc, 
 STAGES = ("ddp", "1", "2", "3")
 
 
-def formula(stage, dtype="fp32", reduce_dtype="fp32"):
-    """DESIGN.md §4's model-state bytes per rank as (a, b): a·Ψ + b·Ψ/N."""
-    o = MemOptions(0, 0, dtype_of(dtype), dtype_of(reduce_dtype), None)
+def formula(stage, dtype="fp32", reduce_dtype=None):
+    """DESIGN.md §4's model-state bytes per rank as (a, b): a·Ψ + b·Ψ/N. reduce_dtype: the
+    gradients' dtype, None = dtype (as `zshard mem --reduce-dtype`)."""
+    o = MemOptions(0, 0, dtype_of(dtype), dtype_of(dtype if reduce_dtype is None else reduce_dtype),
+                   None)
     a, b = ctypes.c_int(), ctypes.c_int()
     lib.zs_mem_formula(stage_of(stage), ctypes.byref(o), ctypes.byref(a), ctypes.byref(b))
     return a.value, b.value
 
 
-def estimate(model="gpt2-124m", world_size=1, stage="ddp", batch=None, seq=1024, grad_accum=1,
-             prefetch=1, vocab=50257, dtype="fp32", reduce_dtype="fp32", recompute=False):
+def _recompute(r):
+    if r in (True, False):
+        return int(r)
+    if str(r).lower() not in ("none", "block"):
+        raise ValueError(f"recompute {r!r} is not one of none, block")
+    return int(str(r).lower() == "block")
+
+
+def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, grad_accum=1,
+             prefetch=1, vocab=None, dtype="fp32", reduce_dtype=None, recompute="none",
+             attention="flash"):
     """Predicted per-rank peak bytes: a dict of the categories (param, ..., comm) plus
-    model_states, total, params (Ψ) and padded. batch is the global batch (default: one
-    sequence per rank)."""
+    model_states, total, params (Ψ) and padded. The defaults are `zshard mem`'s (train's):
+    batch is the global batch, None = 8, or one sequence per rank and micro-batch when 8 does
+    not divide; vocab None = GPT-2's 50257, or 32000 for LLaMA models (256 for text data);
+    reduce_dtype None = dtype; recompute "none"|"block" (or a bool); attention "flash"|"naive"."""
     cfg = lib.zs_train_config_default().model
     call("zs_model_preset", enc(model), ctypes.byref(cfg))
+    if vocab is None:
+        vocab = 32000 if cfg.arch == 1 else 50257  # ZS_ARCH_LLAMA
     lib.zs_model_config_set_vocab(ctypes.byref(cfg), vocab)
-    o = MemOptions(1 if recompute else 0, 0, dtype_of(dtype), dtype_of(reduce_dtype), None)
+    if str(attention).lower() not in ("flash", "naive"):
+        raise ValueError(f"attention {attention!r} is not one of flash, naive")
+    o = MemOptions(_recompute(recompute), int(str(attention).lower() == "naive"),
+                   dtype_of(dtype), dtype_of(dtype if reduce_dtype is None else reduce_dtype),
+                   None)
     e = MemEstimate()
-    batch = batch or world_size * grad_accum
+    per = world_size * grad_accum
+    if batch is None:
+        batch = 8 if 8 % per == 0 else per
+    if batch % per:
+        raise ValueError(f"batch {batch} does not divide into {world_size} rank(s) x "
+                         f"{grad_accum} micro-batch(es)")
     call("zs_mem_estimate_compute_opts", ctypes.byref(cfg), world_size, stage_of(stage), batch,
          seq, grad_accum, prefetch, ctypes.byref(o), ctypes.byref(e))
     out = {c: int(e.bytes[i]) for i, c in enumerate(MEM_CATEGORIES)}
@@ -43,7 +67,7 @@ def compare(model="gpt2-124m", world_sizes=(1, 2, 4, 8), plot=None, **kw):
     for n in world_sizes:
         for s in STAGES:
             e = estimate(model=model, world_size=n, stage=s, **kw)
-            a, b = formula(s, kw.get("dtype", "fp32"), kw.get("reduce_dtype", "fp32"))
+            a, b = formula(s, kw.get("dtype", "fp32"), kw.get("reduce_dtype"))
             e.update(world_size=n, stage=s, formula=a * e["padded"] + b * e["padded"] // n)
             rows.append(e)
     if plot is None:

@@ -1,15 +1,28 @@
 """zshard.Trainer: the built-in GPT-2/LLaMA trainer (zs_trainer_*), fed from a data file or from
 numpy batches. Every method that trains, evaluates or touches parameters is collective: with
-several ranks (`zshard run -n 2 -- python script.py`) every rank calls it in the same order."""
+several ranks (`zshard run -n 2 -- python script.py`) every rank calls it in the same order.
+Names and defaults follow the CLI (`zshard train`, `eval`, `generate`); docs/embedding.md lists
+what differs."""
 import ctypes
+import warnings
 
 import numpy as np
 
-from ._lib import StepStats, ZshardError, call, dtype_of, enc, lib, stage_of
+from ._lib import ModelConfig, StepStats, ZshardError, call, dtype_of, enc, lib, stage_of
 
 _TRAIN_KEYS = ("batch", "seq", "steps", "grad_accum", "lr", "min_lr_frac", "warmup",
                "weight_decay", "beta1", "beta2", "eps", "grad_clip", "seed", "prefetch", "vocab",
-               "val_fraction", "device_mem", "comm_timeout_s")
+               "val_fraction", "comm_timeout_s")
+_RECOMPUTE = {"none": 0, "block": 1}
+_ATTENTION = {"flash": 0, "naive": 1}
+_DEVICES = ("cpu", "cuda", "auto")
+
+
+def _choice(what, value, table):
+    key = str(value).lower()
+    if key not in table:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(table)}")
+    return key
 
 
 def _i32(a, what):
@@ -19,23 +32,66 @@ def _i32(a, what):
     return a
 
 
+def _same_model(src, named, model, path):
+    """A model named next to init_from must be the source's (`zshard train --init-from`)."""
+    for f in ("arch", "n_layer", "n_head", "n_kv_head", "n_embd", "ffn_hidden", "max_seq",
+              "rope_theta", "norm_eps"):
+        a, b = getattr(src, f), getattr(named, f)
+        if a != b:
+            raise ValueError(f"model {model!r} contradicts {path}: {f} is {a:g} there, {b:g} in "
+                             f"model= (leave model out to take the source's model)")
+
+
 class Trainer:
-    """Trainer(model="gpt2-tiny", data=None, stage="ddp", dtype="fp32", **settings)
+    """Trainer(model=None, data=None, stage="ddp", dtype="fp32", init_from=None, **settings)
 
-    model: a preset name (zs_model_preset) or a model config .json. data: a text file or llm.c
-    token shard; None trains from memory only (then give vocab=). settings: batch (global rows
-    per step), seq, steps, grad_accum, lr, warmup, weight_decay, grad_clip, seed, prefetch,
-    vocab, ... as in zs_train_config. Raises ZshardError with zs_last_error()."""
+    model: a preset name (zs_model_preset) or a model config .json; None is gpt2-tiny, or with
+    init_from the source's model (as `zshard train --init-from` without --model). data: a text
+    file or llm.c token shard (`--data`); None trains from memory only (then give vocab=). val:
+    a separate validation file (`--val-data`). init_from: weights only from a zshard
+    checkpoint, safetensors file, Hugging Face directory or llm.c model file (step 0, fresh
+    optimizer, this run's schedule; zs_trainer_init_from). reduce_dtype: gradient dtype, None =
+    dtype. recompute "none"|"block", attention "flash"|"naive", device "cpu"|"cuda"|"auto",
+    tf32, device_mem (bytes, or a size such as "4G"). settings: batch (global rows per step),
+    seq, steps, grad_accum, lr, min_lr_frac, warmup, weight_decay, grad_clip, seed, prefetch,
+    vocab, val_fraction, comm_timeout_s, beta1, beta2, eps, as in zs_train_config; the defaults
+    are `zshard train`'s. Raises ZshardError with zs_last_error()."""
 
-    def __init__(self, model="gpt2-tiny", data=None, stage="ddp", dtype="fp32",
-                 reduce_dtype="fp32", val=None, comm=None, **settings):
+    def __init__(self, model=None, data=None, stage="ddp", dtype="fp32", reduce_dtype=None,
+                 val=None, comm=None, init_from=None, device=None, recompute="none",
+                 attention="flash", tf32=False, device_mem=0, **settings):
         cfg = lib.zs_train_config_default()
-        call("zs_model_preset", enc(model), ctypes.byref(cfg.model))
-        self._keep = [enc(data), enc(val), enc(comm)]  # the C config points at these bytes
-        cfg.data_path, cfg.val_path, cfg.comm = self._keep
+        if init_from is not None:
+            # The source's model; a named model is a hint it must agree with (as the CLI).
+            hint = None
+            if model is not None:
+                hint = ModelConfig()
+                call("zs_model_preset", enc(model), ctypes.byref(hint))
+            call("zs_model_config_from", enc(init_from),
+                 None if hint is None else ctypes.byref(hint), ctypes.byref(cfg.model))
+            if hint is not None:
+                _same_model(cfg.model, hint, model, init_from)
+            if cfg.model.vocab != 256:  # token shards take the source's vocabulary
+                cfg.vocab = cfg.model.vocab
+        else:
+            call("zs_model_preset", enc("gpt2-tiny" if model is None else model),
+                 ctypes.byref(cfg.model))
+        if device is not None:
+            _choice("device", device, _DEVICES)
+        self._keep = [enc(data), enc(val), enc(comm), enc(device)]  # the C config points here
+        cfg.data_path, cfg.val_path, cfg.comm, cfg.device = self._keep
         cfg.stage = stage_of(stage)
         cfg.dtype = dtype_of(dtype)
-        cfg.reduce_dtype = dtype_of(reduce_dtype)
+        cfg.reduce_dtype = dtype_of(dtype if reduce_dtype is None else reduce_dtype)
+        cfg.recompute = _RECOMPUTE[_choice("recompute", recompute, _RECOMPUTE)]
+        cfg.attention = _ATTENTION[_choice("attention", attention, _ATTENTION)]
+        cfg.tf32 = 1 if tf32 else 0
+        if isinstance(device_mem, str):
+            cap = ctypes.c_uint64()
+            call("zs_parse_bytes", enc(device_mem), ctypes.byref(cap))
+            cfg.device_mem = cap.value
+        else:
+            cfg.device_mem = device_mem
         for k, v in settings.items():
             if k not in _TRAIN_KEYS:
                 raise TypeError(f"unknown trainer setting {k!r}")
@@ -43,6 +99,8 @@ class Trainer:
         self._cfg = cfg
         self._t = ctypes.c_void_p()
         call("zs_trainer_create", ctypes.byref(cfg), ctypes.byref(self._t))
+        if init_from is not None:
+            call("zs_trainer_init_from", self._t, enc(init_from))
 
     def close(self):
         """Free the trainer (not collective). Also on garbage collection."""
@@ -74,10 +132,29 @@ class Trainer:
     def steps_done(self):
         return lib.zs_trainer_steps_done(self._t)
 
+    @property
+    def steps(self):
+        """The run's length (steps=): the learning-rate schedule spans it, step() stops there."""
+        return self._cfg.steps
+
+    @property
+    def model(self):
+        """The model's configuration: a dict of zs_model_config's fields."""
+        m = lib.zs_trainer_model(self._t).contents
+        return {f: (getattr(m, f).decode() if f == "name" else getattr(m, f))
+                for f, _ in ModelConfig._fields_}
+
     def step(self, tokens=None, targets=None):
         """One optimizer step: the data's next batch, or tokens/targets int32 [rows, seq] with
         rows = batch / world_size (this rank's slice) or batch (the global batch, each rank
-        takes its slice). Returns {"step", "loss", "lr", "grad_norm", "ms"}."""
+        takes its slice). Returns {"step", "loss", "lr", "grad_norm", "ms"}. A step past
+        steps= raises ZshardError (as `zshard train --steps N` stops at N)."""
+        if self.steps_done >= self._cfg.steps:
+            raise ZshardError("ZS_ERR_INVALID",
+                              f"step {self.steps_done + 1}: this trainer was made for "
+                              f"steps={self._cfg.steps} and has taken them all; the learning-"
+                              f"rate schedule ends there. Make the Trainer with a larger steps= "
+                              f"(and resume() a checkpoint to continue a run)")
         s = StepStats()
         if tokens is None:
             call("zs_trainer_step", self._t, ctypes.byref(s))
@@ -89,12 +166,17 @@ class Trainer:
                  ctypes.byref(s))
         return {"step": s.step, "loss": s.loss, "lr": s.lr, "grad_norm": s.grad_norm, "ms": s.ms}
 
-    def eval(self, tokens=None, targets=None, n_batches=1):
-        """Mean loss: over n_batches validation batches of the data, or over the given batch
-        (rows as in step)."""
+    def eval(self, tokens=None, targets=None, n_batches=8):
+        """Mean loss: over n_batches validation batches of the data (8, as `zshard train
+        --val-batches` and `zshard eval --batches`, so the same settings give the same number;
+        "all" covers the validation split once), or over the given batch (rows as in step)."""
         out = ctypes.c_float()
         if tokens is None:
-            call("zs_trainer_eval", self._t, n_batches, ctypes.byref(out))
+            if n_batches == "all":
+                n_batches = max(1, lib.zs_trainer_val_windows(self._t) // self._cfg.batch)
+            elif isinstance(n_batches, str) or int(n_batches) < 1:
+                raise ValueError(f"n_batches {n_batches!r} is not a positive count or 'all'")
+            call("zs_trainer_eval", self._t, int(n_batches), ctypes.byref(out))
         else:
             tk, tg = _i32(tokens, "tokens"), _i32(targets, "targets")
             call("zs_trainer_eval_batch", self._t, _p32(tk), _p32(tg), tk.shape[0],
@@ -109,12 +191,53 @@ class Trainer:
              out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
         return out
 
-    def generate(self, prompt="", n_tokens=32, temperature=0.0, seed=0):
-        """Text after prompt (byte-level data), or token ids as text; greedy at temperature 0."""
-        cap = 8 * n_tokens + 16
-        buf = ctypes.create_string_buffer(cap)
-        call("zs_trainer_sample", self._t, enc(prompt), n_tokens, temperature, seed, buf, cap)
-        return buf.value.decode("utf-8", errors="replace")
+    def generate(self, prompt=None, max_tokens=200, temperature=0.8, top_k=0, top_p=1.0,
+                 seed=1337, eos=None, no_cache=False, n_tokens=None):
+        """Continue prompt by up to max_tokens tokens (zs_trainer_generate: KV cache, the
+        `zshard generate` flags and defaults). Byte-level models: prompt is text (None = a
+        newline) and the generated text is returned, without the prompt. Token models: prompt
+        is a sequence of token ids (None = the EOS token, else 0) and a list of ids is returned.
+        temperature 0 is greedy; eos (None: 50256 for GPT-2's vocabulary, else -1 = never)
+        stops after that token. The window is the trainer's seq. n_tokens is a deprecated name
+        of max_tokens."""
+        if n_tokens is not None:
+            if max_tokens != 200:
+                raise TypeError("generate(): give max_tokens only (n_tokens is its old name)")
+            warnings.warn("generate(n_tokens=) is deprecated: use max_tokens= (as `zshard "
+                          "generate --max-tokens`)", DeprecationWarning, stacklevel=2)
+            max_tokens = n_tokens
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0 (got {max_tokens})")
+        g = lib.zs_gen_config_default()
+        g.max_tokens, g.temperature, g.top_k, g.top_p = max_tokens, temperature, top_k, top_p
+        g.seed, g.no_cache = seed, 1 if no_cache else 0
+        vocab = lib.zs_trainer_model(self._t).contents.vocab
+        g.eos = (50256 if vocab == 50257 else -1) if eos is None else eos
+        text = vocab == 256
+        if text:
+            if isinstance(prompt, (list, tuple, np.ndarray)):
+                raise ValueError("this is a byte-level model: give the prompt as text")
+            if prompt is not None and not prompt:
+                raise ValueError("the prompt is empty: give some text, or leave prompt out to "
+                                 "start from a newline")
+            raw = (prompt.encode() if isinstance(prompt, str) else bytes(prompt or b"\n"))
+            ids = np.frombuffer(raw, dtype=np.uint8).astype(np.int32)
+        else:
+            if isinstance(prompt, (str, bytes)):
+                raise ValueError(f"the model has a vocabulary of {vocab} tokens: give the prompt "
+                                 f"as token ids; text prompts need a byte-level model")
+            ids = np.ascontiguousarray([g.eos if g.eos >= 0 else 0] if prompt is None
+                                       else prompt, dtype=np.int32).reshape(-1)
+            if ids.size == 0:
+                raise ValueError("the prompt has no token ids")
+        out = np.empty(max(max_tokens, 1), dtype=np.int32)
+        n = ctypes.c_int()
+        call("zs_trainer_generate", self._t, ctypes.byref(g), _p32(ids), ids.size, _p32(out),
+             max_tokens, ctypes.byref(n))
+        got = out[:n.value]
+        if text:
+            return got.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+        return got.tolist()
 
     def save(self, save_dir, keep=0):
         """Checkpoint into save_dir/step_NNNNNNNN (collective); keep the newest keep (0: all)."""
@@ -123,6 +246,11 @@ class Trainer:
     def resume(self, path):
         """Load a checkpoint (a checkpoint dir or a save dir) at any world size and stage."""
         call("zs_trainer_resume", self._t, enc(path))
+
+    def init_from(self, path):
+        """Load only the weights of a source (as the init_from= argument): step 0, fresh
+        optimizer. Collective."""
+        call("zs_trainer_init_from", self._t, enc(path))
 
     def set_lr(self, lr):
         """LR of the following steps; 0 returns to the schedule."""

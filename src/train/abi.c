@@ -14,7 +14,7 @@ static const struct {
     ZS_SIZE(zs_mem_stats),   ZS_SIZE(zs_model_config), ZS_SIZE(zs_mem_estimate),
     ZS_SIZE(zs_mem_options), ZS_SIZE(zs_train_config), ZS_SIZE(zs_step_stats),
     ZS_SIZE(zs_comm_config), ZS_SIZE(zs_tensor_spec),  ZS_SIZE(zs_module_config),
-    ZS_SIZE(zs_tensor_info), ZS_SIZE(zs_adamw_config),
+    ZS_SIZE(zs_tensor_info), ZS_SIZE(zs_adamw_config), ZS_SIZE(zs_gen_config),
 };
 
 size_t zs_struct_size(const char *name) {
