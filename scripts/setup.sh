@@ -49,8 +49,9 @@ echo "setup: built build/zshard"
 # ctest's `python` test runs its pytest suite with that interpreter. The venv is Debian's
 # python3 (/usr/bin: a python3 earlier on PATH, e.g. pyenv's, would not see Debian's packages)
 # with the system's site-packages (numpy, pytest, setuptools, wheel: nothing is downloaded), and the
-# package itself is reinstalled offline on every run. A venv from an earlier setup that cannot
-# import them is made again.
+# package itself is reinstalled offline on every run, bundling build/libzshard.so and build/zshard
+# (python/setup.py), so that `import zshard` needs no ZSHARD_LIB. A venv from an earlier setup
+# that cannot import them is made again.
 PY=build/pyvenv/bin/python
 if [ -x "$PY" ] && ! "$PY" -c "import numpy, pytest, setuptools, wheel" 2>/dev/null; then
     rm -rf build/pyvenv
