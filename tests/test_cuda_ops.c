@@ -189,8 +189,8 @@ static void check_peak(void) {
         ZT_CHECK(p[0] == 0 && p[2] == 0 && strstr(basis, "peak unknown"),
                  "emulated GPU: peak %g, basis '%s'", p[2], basis);
     else if (p[2] > 0)
-        ZT_CHECK(p[0] > 1e12 && p[1] > p[0] && p[2] > p[1], "peaks %g %g %g (%s)", p[0], p[1],
-                 p[2], basis);
+        ZT_CHECK(p[0] > 1e12 && p[1] > p[0] && p[2] > p[1], "peaks %g %g %g (%s)", p[0], p[1], p[2],
+                 basis);
     printf("cuda_ops: peak: %s\n", basis);
 }
 
@@ -253,18 +253,6 @@ static void check_stream(void) {
 
 /* ---- gemm and the linear layer ------------------------------------------------------ */
 
-/* All four transpose combinations with padded leading dimensions, against a double reference
- * and the standard dot-product bound |err| <= gamma_k sum|a b| (any order, any FMA use), with
- * a factor 2 margin; rows between m and ldc must be untouched. beta = 0 must not read C. */
-/* An input as a GEMM arithmetic sees it, computed independently of the code under test:
- * TF32 keeps 11 significant bits (to nearest, ties away from zero), bf16 8 (to nearest even). */
-static double math_round(zs_gemm_math math, float x) {
-    if (math == ZS_MATH_FP32 || x == 0.0f || !isfinite(x)) return x;
-    int e, bits = math == ZS_MATH_TF32 ? 11 : 8;
-    double f = frexp((double)x, &e) * ldexp(1.0, bits);
-    return ldexp(math == ZS_MATH_TF32 ? round(f) : rint(f), e - bits);
-}
-
 /* gemm in one arithmetic against a double reference. Under the emulator (and the CPU stand-in)
  * the inputs are rounded exactly as ops.h documents, so the reference rounds them the same way
  * and the fp32 accumulation bound applies. A real GPU's tensor cores are only known to keep
@@ -296,8 +284,8 @@ static void check_gemm(zs_gemm_math math, int ta, int tb, float alpha, float bet
             for (int p = 0; p < k; p++) {
                 float a = ta ? A[p + (size_t)i * lda] : A[i + (size_t)p * lda];
                 float b = tb ? B[j + (size_t)p * ldb] : B[p + (size_t)j * ldb];
-                double ar = exact_rounding ? math_round(math, a) : a;
-                double br = exact_rounding ? math_round(math, b) : b;
+                double ar = exact_rounding ? zt_gemm_round((int)math, a) : a;
+                double br = exact_rounding ? zt_gemm_round((int)math, b) : b;
                 s += ar * br;
                 sa += fabs(ar * br);
             }

@@ -26,15 +26,6 @@ static size_t count_over(const float *got, const double *ref, const double *boun
 
 /* ---- gemm ---------------------------------------------------------------------------- */
 
-/* An input as a GEMM arithmetic sees it (ops.h), computed independently of gemm_cpu.c: TF32
- * keeps 11 significant bits, to nearest with ties away from zero; bf16 8, to nearest even. */
-static double math_round(zs_gemm_math math, float x) {
-    if (math == ZS_MATH_FP32 || x == 0.0f || !isfinite(x)) return x;
-    int e, bits = math == ZS_MATH_TF32 ? 11 : 8;
-    double f = frexp((double)x, &e) * ldexp(1.0, bits);
-    return ldexp(math == ZS_MATH_TF32 ? round(f) : rint(f), e - bits);
-}
-
 /* gemm in one arithmetic: the reference multiplies the rounded inputs in double, and the fp32
  * accumulation bound applies on top (an unrounded input would miss it by ~2^-9 relative). */
 static void check_gemm(zs_gemm_math math, int ta, int tb, float alpha, float beta) {
@@ -60,8 +51,10 @@ static void check_gemm(zs_gemm_math math, int ta, int tb, float alpha, float bet
             }
             double s = 0, sa = 0;
             for (int p = 0; p < k; p++) {
-                double a = math_round(math, ta ? A[p + (size_t)i * lda] : A[i + (size_t)p * lda]);
-                double b = math_round(math, tb ? B[j + (size_t)p * ldb] : B[p + (size_t)j * ldb]);
+                double a =
+                    zt_gemm_round((int)math, ta ? A[p + (size_t)i * lda] : A[i + (size_t)p * lda]);
+                double b =
+                    zt_gemm_round((int)math, tb ? B[j + (size_t)p * ldb] : B[p + (size_t)j * ldb]);
                 s += a * b;
                 sa += fabs(a * b);
             }
@@ -92,7 +85,7 @@ static void round_op(zs_gemm_math math, const float *X, int ld, int trans, int r
     for (int j = 0; j < cols; j++)
         for (int i = 0; i < rows; i++) {
             float v = trans ? X[j + (size_t)i * ld] : X[i + (size_t)j * ld];
-            r[i + (size_t)j * rows] = (float)math_round(math, v);
+            r[i + (size_t)j * rows] = (float)zt_gemm_round((int)math, v);
             abs_r[i + (size_t)j * rows] = fabsf(r[i + (size_t)j * rows]);
         }
 }

@@ -164,3 +164,10 @@ void zt_ckpt_hash(const char *ckpt, char out[17]) {
     ZT_CHECK(rc == 0 && h, "inspect %s: %s", ckpt, buf);
     if (h) snprintf(out, 17, "%.16s", h + 12);
 }
+
+double zt_gemm_round(int math, float x) {
+    if (math == 0 || x == 0.0f || !isfinite(x)) return x;
+    int e, bits = math == 1 ? 11 : 8;
+    double f = frexp((double)x, &e) * ldexp(1.0, bits);
+    return ldexp(math == 1 ? round(f) : rint(f), e - bits);
+}

@@ -56,6 +56,11 @@ void zt_gpu_require(void);
  * "not run: <what> needs n GPUs, k visible" so the log says what this machine left out. */
 int zt_gpus_for(int n, const char *what);
 
+/* An fp32 input as a GEMM arithmetic sees it (zs_gemm_math: 0 fp32, 1 TF32, 2 bf16), computed
+ * independently of the code under test: TF32 keeps 11 significant bits, to nearest with ties
+ * away from zero; bf16 8, to nearest even. */
+double zt_gemm_round(int math, float x);
+
 /* Uniform in [lo, hi) and standard normal, from the test RNG. */
 double zt_uniform(double lo, double hi);
 double zt_normal(void);

@@ -48,3 +48,24 @@ zs_status zs_adamw_segs_check(const zs_adamw_segs *segs, int t) {
                             (long long)segs->lo[k], (long long)segs->hi[k]);
     return ZS_OK;
 }
+
+zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float *A, int lda,
+                        const float *B, int ldb, const float *C, int ldc) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE((transa == 0 || transa == 1) && (transb == 0 || transb == 1), ZS_ERR_INVALID,
+               "gemm: trans flags must be 0 or 1 (got %d, %d)", transa, transb);
+    ZS_REQUIRE(m >= 0 && n >= 0 && k >= 0, ZS_ERR_INVALID, "gemm: negative size m=%d n=%d k=%d", m,
+               n, k);
+    /* Column-major: op(A) is m x k, so A itself has (transa ? k : m) rows; same for B. */
+    int arows = transa ? k : m, brows = transb ? n : k;
+    ZS_REQUIRE(lda >= (arows > 1 ? arows : 1) && ldb >= (brows > 1 ? brows : 1) &&
+                   ldc >= (m > 1 ? m : 1),
+               ZS_ERR_INVALID,
+               "gemm: leading dimension too small (lda=%d ldb=%d ldc=%d for "
+               "m=%d n=%d k=%d transa=%d transb=%d)",
+               lda, ldb, ldc, m, n, k, transa, transb);
+    ZS_REQUIRE(m == 0 || n == 0 || (C && ((A && B) || k == 0)), ZS_ERR_INVALID,
+               "gemm: NULL operand");
+fail:
+    return st;
+}

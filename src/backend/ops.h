@@ -235,6 +235,12 @@ zs_status zs_adamw_segs_check(const zs_adamw_segs *segs, int t);
 /* decode_attention's shape checks, shared by every backend (cpu/decode_cpu.c). */
 zs_status zs_kv_attention_check(int NH, int NKV, int hs, int pos, float theta);
 
+/* The argument checks every backend's gemm makes before any work (linear.c): trans flags 0 or
+ * 1, sizes >= 0, leading dimensions at least the rows of their operand (and 1), no NULL
+ * operand when there is something to compute. ZS_OK or ZS_ERR_INVALID naming the argument. */
+zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float *A, int lda,
+                        const float *B, int ldb, const float *C, int ldc);
+
 /* Row-major linear layer through the column-major gemm (DESIGN.md §12): a row-major X[r,c]
  * is the column-major X^T with ld c, so out = inp W^T becomes out^T = W inp^T, i.e.
  * gemm(T, N, m=OC, n=N, k=IC, W, IC, inp, IC, out, OC). This is the one place that mapping

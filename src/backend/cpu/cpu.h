@@ -68,8 +68,6 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
 zs_status zs_cpu_gemm_fp32(ZS_CPU_GEMM_ARGS);
 zs_status zs_cpu_gemm_tf32(ZS_CPU_GEMM_ARGS);
 zs_status zs_cpu_gemm_bf16(ZS_CPU_GEMM_ARGS);
-zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float *A, int lda,
-                        const float *B, int ldb, const float *C, int ldc);
 /* The rounded modes' panel size in floats (0: the default, 16 MiB); tests make it small to
  * reach the multi-panel paths with small shapes. */
 void zs_cpu_gemm_panel(size_t floats);

@@ -22,20 +22,8 @@ static zs_status cu_gemm_math(cublasComputeType_t compute, zs_stream_t *s, int t
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     int locked = 0;
-    /* Column-major: op(A) is m x k, so A itself has (transa ? k : m) rows; same for B. */
-    int arows = transa ? k : m, brows = transb ? n : k;
-    ZS_REQUIRE((transa == 0 || transa == 1) && (transb == 0 || transb == 1), ZS_ERR_INVALID,
-               "gemm: trans flags must be 0 or 1 (got %d, %d)", transa, transb);
-    ZS_REQUIRE(m >= 0 && n >= 0 && k >= 0, ZS_ERR_INVALID, "gemm: negative size m=%d n=%d k=%d", m,
-               n, k);
-    ZS_REQUIRE(lda >= (arows > 1 ? arows : 1) && ldb >= (brows > 1 ? brows : 1) &&
-                   ldc >= (m > 1 ? m : 1),
-               ZS_ERR_INVALID,
-               "gemm: leading dimension too small (lda=%d ldb=%d ldc=%d for "
-               "m=%d n=%d k=%d transa=%d transb=%d)",
-               lda, ldb, ldc, m, n, k, transa, transb);
+    ZS_CHECK(zs_gemm_check(transa, transb, m, n, k, A, lda, B, ldb, C, ldc));
     if (m == 0 || n == 0) return ZS_OK;
-    ZS_REQUIRE(C && ((A && B) || k == 0), ZS_ERR_INVALID, "gemm: NULL operand");
     ZS_CHECK(zs_cu_blas_lock(&h));
     locked = 1;
     ZS_CUBLAS_CHECK(cublasSetStream(h, zs_cu_stream(s)));
