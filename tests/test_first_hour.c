@@ -9,6 +9,8 @@
  *  - resume_continues: a resume takes the model, batch, seq, seed and schedule from the
  *    checkpoint (bitwise the uninterrupted run), refuses a changed batch, seq or seed unless
  *    --override names it, and lists the schedule changes it takes;
+ *  - mem_agrees: `zshard mem` with train's flags and --data predicts what train --mem-report
+ *    measures, with no other flag (train's defaults, the data's vocabulary);
  *  - flag_equals: --flag=value on every command, up to a `--` that ends zshard's flags;
  *  - small_ones: the smaller defects of the issue, each as the user met it. */
 #include "ckpt/json.h"
@@ -297,6 +299,30 @@ static void resume_continues(void) {
              g_out);
 }
 
+/* ---- 6. mem agrees with train ----------------------------------------------------------- */
+
+static void mem_agrees(void) {
+    int rc = sh("%s train --data %s --model gpt2-mini --steps 2 --mem-report --quiet "
+                "--sample-len 0 --log %s",
+                Z, P("corpus.txt"), P("mem.jsonl"));
+    ZT_REQUIRE(rc == 0, "train --mem-report: %s", g_out);
+    char *log = slurp(P("mem.jsonl")), *pk = log ? strstr(log, "\"peak_total_bytes\":") : NULL;
+    double measured = pk ? strtod(pk + 19, NULL) / 1073741824.0 : -1;
+    free(log);
+    rc = sh("%s mem --data %s --model gpt2-mini", Z, P("corpus.txt"));
+    const char *t = strstr(g_out, "| **total** | **");
+    double predicted = t ? strtod(t + 16, NULL) : -2;
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%.3f", measured);
+    snprintf(b, sizeof b, "%.3f", predicted);
+    ZT_CHECK(rc == 0 && strstr(g_out, "vocab 256 padded to 256") && !strcmp(a, b),
+             "mem --data: total %s GiB, train measured %s GiB:\n%s", b, a, g_out);
+    rc = sh("%s mem", Z); /* train's defaults: no flag needed */
+    ZT_CHECK(rc == 0 && strstr(g_out, "zshard mem: gpt2-tiny, 1 rank") &&
+                 strstr(g_out, "global batch 8 x seq 64"),
+             "mem with no flags: %d:\n%s", rc, g_out);
+}
+
 /* ---- 7. --flag=value -------------------------------------------------------------------- */
 
 static void flag_equals(void) {
@@ -421,6 +447,7 @@ int main(void) {
     diverged();
     log_kept();
     resume_continues();
+    mem_agrees();
     flag_equals();
     small_ones();
     ZT_CHECK(rl_cleanup() == 0, "cleanup");
