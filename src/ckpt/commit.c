@@ -226,8 +226,9 @@ zs_status zs_ckpt_resolve(const char *path, char *out, size_t cap) {
         if (!p[0]) snprintf(p, sizeof p, "/");
         return zs_ckpt_resolve(p, out, cap);
     }
-    ZS_REQUIRE(is_dir(path), ZS_ERR_IO, "checkpoint %s: %s", path,
-               exists(path) ? "not a directory" : "no such directory");
+    ZS_REQUIRE(is_dir(path), ZS_ERR_IO,
+               "checkpoint %s: %s (a checkpoint is SAVE_DIR, SAVE_DIR/latest or SAVE_DIR/step_N)",
+               path, exists(path) ? "not a checkpoint directory" : "no such directory");
     if (has_manifest(path)) {
         snprintf(out, cap, "%s", path);
         return ZS_OK;

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
         "                                   --model / --heads)\n"
         "  reshard DIR --nproc M [--stage ddp|1|2|3] OUT\n"
         "                                   rewrite for M ranks, one shard in memory at a time\n"
-        "DIR may be a checkpoint directory or a --save-dir (its latest checkpoint).\n");
+        "DIR may be a save dir (its latest checkpoint), SAVE_DIR/latest or a step dir.\n");
 }
 
 static int inspect(const char *dir) {
