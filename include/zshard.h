@@ -492,6 +492,10 @@ zs_status zs_comm_work_test(zs_comm_work_t *work, int *done);
  * save_dir/latest at it and keeps the newest `keep` checkpoints (keep <= 0: all). A crash at
  * any instant leaves the previous checkpoint loadable. Collective: every rank calls it. */
 zs_status zs_trainer_save(zs_trainer_t *t, const char *save_dir, int keep);
+/* Record the run's configuration, one JSON object (e.g. `zshard train --print-config`'s
+ * settings), in the manifest of every later save as "run_config". Copied; NULL clears it. A
+ * record only: resuming reads its settings from the manifest's own fields. */
+zs_status zs_trainer_set_run_config(zs_trainer_t *t, const char *json);
 /* Load a checkpoint into a freshly created trainer: path is a checkpoint directory or a save
  * dir (its `latest`). Any saved world size and stage loads at this run's world size and stage;
  * the model config must match. Continues bitwise-identically at the same world size and

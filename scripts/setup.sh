@@ -12,11 +12,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # Build: compiler, CMake, OpenBLAS (OpenMP flavour, so BLAS and our loops share one thread
-# pool), OpenMP, zstd. Data: `fortunes`, an offline English corpus from Debian itself.
+# pool), OpenMP, zstd, libyaml (train --config files). Data: `fortunes`, an offline English corpus from Debian itself.
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend.
 # Python: the package in python/ runs in a virtual environment that sees Debian's numpy,
 # pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
-PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev fortunes
+PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev libyaml-dev fortunes
           gnuplot-nox openmpi-bin libopenmpi-dev procps python3 python3-venv python3-numpy
           python3-pytest python3-setuptools python3-wheel)
 

@@ -181,7 +181,7 @@ static void diverged(void) {
              g_out);
     int n = json_lines(P("nan.jsonl"));
     char *log = slurp(P("nan.jsonl"));
-    ZT_CHECK(n == 3 && log && strstr(log, "\"val_loss\":null") &&
+    ZT_CHECK(n == 4 && log && strstr(log, "\"val_loss\":null") &&
                  strstr(log, "\"nonfinite\":[\"val_loss\"]") && strstr(log, "{\"error\":"),
              "log of the diverged run (%d lines):\n%s", n, log ? log : "");
     free(log);
@@ -217,7 +217,9 @@ static void log_kept(void) {
                 Z, P("corpus.txt"), P("log-ck"), P("run.jsonl"));
     ZT_REQUIRE(rc == 0, "first run: %s", g_out);
     char *first = slurp(P("run.jsonl"));
-    ZT_REQUIRE(first && count_lines(first) == 21, "first run's log");
+    /* the settings record, 20 steps, the final summary */
+    ZT_REQUIRE(first && count_lines(first) == 22 && !strncmp(first, "{\"config\":{", 11),
+               "first run's log");
     rc = sh("%s train --data %s --save-dir %s --resume %s/step_00000010 --log %s --quiet "
             "--val-every 0",
             Z, P("corpus.txt"), P("log-ck"), P("log-ck"), P("run.jsonl"));
@@ -225,11 +227,13 @@ static void log_kept(void) {
     char *both = slurp(P("run.jsonl"));
     char want[800];
     snprintf(want, sizeof want, "{\"resume\":\"%s/step_00000010\",\"step\":10}\n", P("log-ck"));
-    ZT_CHECK(both && !strncmp(both, first, strlen(first)) &&
-                 !strncmp(both + strlen(first), want, strlen(want)) && count_lines(both) == 33,
-             "the resumed log must keep the first run's 21 lines, then %s then 11 more:\n%s", want,
-             both ? both : "");
-    ZT_CHECK(json_lines(P("run.jsonl")) == 33, "resumed log is not JSONL");
+    const char *rest = both ? both + strlen(first) : "", *nl = strchr(rest, '\n');
+    ZT_CHECK(both && !strncmp(both, first, strlen(first)) && !strncmp(rest, "{\"config\":{", 11) &&
+                 nl && !strncmp(nl + 1, want, strlen(want)) && count_lines(both) == 35,
+             "the resumed log must keep the first run's 22 lines, then its settings, %s and 11 "
+             "more:\n%s",
+             want, both ? both : "");
+    ZT_CHECK(json_lines(P("run.jsonl")) == 35, "resumed log is not JSONL");
     /* A fresh run with the same --log keeps the old one under run.1.jsonl, and says so. */
     rc = sh("%s train --data %s --steps 3 --log %s --quiet --val-every 0", Z, P("corpus.txt"),
             P("run.jsonl"));
@@ -237,7 +241,7 @@ static void log_kept(void) {
              "fresh run over an old log: exit %d:\n%s", rc, g_out);
     char *kept = slurp(P("run.1.jsonl")), *fresh = slurp(P("run.jsonl"));
     ZT_CHECK(kept && both && !strcmp(kept, both), "run.1.jsonl is not the old log");
-    ZT_CHECK(fresh && count_lines(fresh) == 4, "the fresh log: %s", fresh ? fresh : "");
+    ZT_CHECK(fresh && count_lines(fresh) == 5, "the fresh log: %s", fresh ? fresh : "");
     free(first), free(both), free(kept), free(fresh);
 }
 
@@ -328,7 +332,7 @@ static void mem_agrees(void) {
 static void flag_equals(void) {
     int rc = sh("%s train --data=%s --steps=2 --batch=4 --sample-len=0 --val-every=0 --log=%s", Z,
                 P("corpus.txt"), P("eq.jsonl"));
-    ZT_CHECK(rc == 0 && strstr(g_out, "batch 4 x seq 64") && json_lines(P("eq.jsonl")) == 3,
+    ZT_CHECK(rc == 0 && strstr(g_out, "batch 4 x seq 64") && json_lines(P("eq.jsonl")) == 4,
              "train --flag=value: exit %d:\n%s", rc, g_out);
     rc = sh("%s mem --model=gpt2-mini --nproc=2 --stage=3", Z);
     ZT_CHECK(rc == 0 && strstr(g_out, "gpt2-mini, 2 ranks"), "mem --flag=value: %d:\n%s", rc,

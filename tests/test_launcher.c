@@ -73,13 +73,28 @@ static void test_failures(void) {
 }
 
 static void test_sigint(void) {
+    /* The launcher installs its handlers before it starts a rank, so once all three ranks
+     * have written their file it is ready for Ctrl-C (a fixed sleep is not enough on a loaded
+     * machine: an early SIGINT meets the default action). */
+    char dir[] = "/tmp/zshard-test-sigint-XXXXXX", cmd[256];
+    ZT_REQUIRE(mkdtemp(dir), "mkdtemp");
+    snprintf(cmd, sizeof cmd, "touch %s/ready.$RANK; exec sleep 60", dir);
     pid_t pid = fork();
     ZT_REQUIRE(pid >= 0, "fork");
     if (pid == 0) {
-        execl(zt_zshard_exe(), "zshard", "run", "-n", "3", "--", "sleep", "60", (char *)NULL);
+        execl(zt_zshard_exe(), "zshard", "run", "-n", "3", "--", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    usleep(500000);
+    for (int waited = 0, ready = 0; ready < 3; waited++) {
+        ZT_REQUIRE(waited < 6000, "the 3 ranks did not start within 60 s");
+        usleep(10000);
+        ready = 0;
+        for (int r = 0; r < 3; r++) {
+            char p[300];
+            snprintf(p, sizeof p, "%s/ready.%d", dir, r);
+            ready += access(p, F_OK) == 0;
+        }
+    }
     kill(pid, SIGINT); /* what Ctrl-C delivers to the launcher */
     double t = zs_now_s();
     int status = 0;
@@ -87,6 +102,9 @@ static void test_sigint(void) {
     ZT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 130,
              "Ctrl-C: launcher exit status %d expected 130", status);
     ZT_CHECK(zs_now_s() - t < 5, "Ctrl-C took %.1f s", zs_now_s() - t);
+    char rm[300];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    ZT_CHECK(system(rm) == 0, "%s", rm);
 }
 
 static void test_bad_args(void) {

@@ -70,6 +70,10 @@ typedef struct zs_ckpt_info {
     int level;
     int64_t block_elems;
     char source[32]; /* "train", "import", "reshard", "module" */
+    /* The run's configuration as one JSON object (`zshard train --print-config`), written
+     * verbatim as the manifest's "run_config"; NULL: none. Not read back: a record for people
+     * and tools, never an input to a resume. */
+    const char *run_config;
     /* ZS_ARCH_CUSTOM: the declared units (finalized for any world size), which the manifest
      * records instead of a model config; NULL otherwise. zs_manifest_init copies them. */
     const zs_layout *layout;

@@ -115,6 +115,7 @@ static void write_info(FILE *f, const zs_manifest *m) {
     fprintf(f, "\"world_size\":%d,\n\"stage\":\"%s\",\n", in->world_size,
             zs_ckpt_stage_name(in->stage));
     fprintf(f, "\"dtypes\":{\"master\":\"f32\",\"adam_m\":\"f32\",\"adam_v\":\"f32\"},\n");
+    if (in->run_config) fprintf(f, "\"run_config\":%s,\n", in->run_config);
     fprintf(f, "\"model\":{\"arch\":\"%s\",\"name\":", zs_ckpt_arch_name(c->arch));
     zs_json_write_string(f, c->name);
     if (c->arch == ZS_ARCH_CUSTOM) /* the layout below is the whole model description */

@@ -98,7 +98,7 @@ int zs_cli_eval(int argc, char **argv) {
         cfg.val_path = cfg.data_path; /* the whole file is the evaluation set */
     }
     cfg.val_fraction = vf;
-    if (nproc > 1) return zs_cli_relaunch("eval", argc, argv, nproc, 0);
+    if (nproc > 1 && !zs_cli_relaunched()) return zs_cli_relaunch("eval", argc, argv, nproc, 0);
     zs_cli_threads_setup();
     if ((rc = zs_cli_model_from("eval", src, model, &cfg.model))) return rc;
     /* A zshard checkpoint's batch and sequence length, so that the defaults reproduce the

@@ -129,7 +129,7 @@ int zs_cli_generate(int argc, char **argv) {
     if (!src) return zs_cli_fail(2, "generate: a weights source SRC is required");
     if (prompt && ids) return zs_cli_fail(2, "generate: --prompt and --prompt-ids: pick one");
     if (g.top_p <= 0.0f) return zs_cli_fail(2, "generate: --top-p must be positive");
-    if (nproc > 1) return zs_cli_relaunch("generate", argc, argv, nproc, 0);
+    if (nproc > 1 && !zs_cli_relaunched()) return zs_cli_relaunch("generate", argc, argv, nproc, 0);
     zs_cli_threads_setup();
     if ((rc = zs_cli_model_from("generate", src, model, &cfg.model))) return rc;
     int V = cfg.model.vocab, bytes = V == 256 && !tok_path;

@@ -4,6 +4,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/train_args.h"
+#include "cli/train_flags.h"
 #include "cli/train_ops.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/json.h"
@@ -164,11 +165,25 @@ static void write_step(FILE *log, const zs_step_stats *s, int do_val, float vl) 
     fflush(log);
 }
 
+/* --print-config: the settings this command line (and --config) would run, a resume's taken
+ * from its checkpoint as the run itself would take them. */
+static int print_config(train_opts *o) {
+    int rc = 0;
+    if (o->resume && strcmp(o->resume, "auto")) {
+        char changes[1024];
+        o->resume = zs_train_resolve_resume(o->resume, o->save_dir, 0);
+        if ((rc = zs_train_resume_settings(o, changes, sizeof changes))) return rc;
+    }
+    zs_train_config_write_yaml(o, stdout);
+    return fflush(stdout) ? zs_cli_fail(1, "--print-config: write failed") : 0;
+}
+
 int zs_cli_train(int argc, char **argv) {
     train_opts o;
     int rc = zs_train_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    if (o.nproc > 1 || o.max_restarts > 0)
+    if (o.print_config) return print_config(&o);
+    if ((o.nproc > 1 || o.max_restarts > 0) && !zs_cli_relaunched())
         return zs_cli_relaunch("train", argc, argv, o.nproc, o.max_restarts);
     zs_cli_threads_setup(); /* may exec this command again, with the thread variables set */
 
@@ -188,6 +203,14 @@ int zs_cli_train(int argc, char **argv) {
     if ((rc = zs_train_resume_settings(&o, changes, sizeof changes))) return rc;
     /* A resumed or restarted run appends to its log, so the log tells the whole story. */
     if ((rc = zs_train_log_open(o.log_path, rank, restart > 0 || o.resume, &log))) return rc;
+    /* Every start of the run (fresh, resumed, restarted) records the settings it runs with. */
+    char *config_json = zs_train_config_json(&o);
+    if (!config_json) return zs_cli_fail(1, "out of memory");
+    if (log) {
+        fprintf(log, "{\"config\":%s}\n", config_json);
+        fflush(log);
+    }
+    free(config_json);
     if (log && restart > 0) {
         fprintf(log, "{\"restart\":%d,\"resume\":", restart);
         zs_json_write_string(log, o.resume ? o.resume : "");
@@ -206,6 +229,15 @@ int zs_cli_train(int argc, char **argv) {
     }
 
     st = zs_trainer_create(&o.cfg, &t);
+    if (st != ZS_OK) {
+        fprintf(stderr, "zshard: %s\n", zs_last_error());
+        goto fail;
+    }
+    /* ... and every checkpoint it saves keeps them in its manifest. */
+    config_json = zs_train_config_json(&o);
+    st = config_json ? zs_trainer_set_run_config(t, config_json)
+                     : zs_error(ZS_ERR_OOM, "out of memory");
+    free(config_json);
     if (st != ZS_OK) {
         fprintf(stderr, "zshard: %s\n", zs_last_error());
         goto fail;

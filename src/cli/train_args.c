@@ -4,6 +4,8 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/config.h"
+#include "cli/train_flags.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -105,6 +107,42 @@ void zs_train_usage(FILE *f) {
             zs_model_preset_names());
 }
 
+/* The --config file, loaded once per process; train_opts points into its strings. */
+static zs_config g_config;
+
+/* --config FILE: every entry through the flag table, named "FILE:LINE: key" in messages. */
+static int apply_config(train_opts *o, const char *path) {
+    int rc = zs_config_load(path, &g_config);
+    if (rc) return rc;
+    for (int i = 0; i < g_config.n; i++) {
+        const zs_config_entry *e = &g_config.e[i];
+        char what[1200];
+        snprintf(what, sizeof what, "%s:%d: %s", path, e->line, e->key);
+        if (!strcmp(e->key, "config") || !strcmp(e->key, "print-config") ||
+            !strcmp(e->key, "print_config") || !strcmp(e->key, "help"))
+            return zs_cli_fail(2, "%s: not a setting (give it on the command line)", what);
+        const train_flag *f = zs_train_flag_find(e->key);
+        if (!f)
+            return zs_cli_fail(2,
+                               "%s:%d: unknown key '%s' (did you mean '%s'? the keys are "
+                               "train's long flags: zshard train --help)",
+                               path, e->line, e->key, zs_train_flag_nearest(e->key));
+        if (!e->value) {
+            if (f->kind != TF_STR) return zs_cli_fail(2, "%s: has no value", what);
+            continue; /* null: the flag's default */
+        }
+        if ((rc = zs_train_flag_apply(o, f, e->value, what))) return rc;
+    }
+    return 0;
+}
+
+static int is_bool_word(const char *t) {
+    static const char *w[] = {"true", "false", "yes", "no", "on", "off"};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (!strcmp(t, w[i])) return 1;
+    return 0;
+}
+
 int zs_train_parse(int argc, char **argv, train_opts *o) {
     memset(o, 0, sizeof *o);
     o->nproc = 1;
@@ -116,133 +154,48 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
     o->print_every = 10;
     o->temperature = 0.8f;
     o->sample_budget = 0.02;
+    /* The file first, whatever its place among the flags, so that flags override it. */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int rc = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (zs_arg_is_help(argv[i])) {
             zs_train_usage(stdout);
             return -1;
         }
-        if (!strcmp(a, "--quiet")) {
-            o->quiet = o->no_sample = 1;
+        if (!strcmp(argv[i], "--config")) {
+            const char *v = zs_arg_value(argc, argv, &i);
+            if (!v) return 2;
+            if (o->config_path) return zs_cli_fail(2, "train: --config given twice");
+            o->config_path = v;
+        }
+    }
+    if (o->config_path) {
+        int rc = apply_config(o, o->config_path);
+        if (rc) return rc;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--config")) {
+            i++;
             continue;
         }
-        if (!strcmp(a, "--verbose")) {
-            zs_log_set_level(ZS_LOG_DEBUG);
-            continue;
-        }
-        if (!strcmp(a, "--mem-report")) {
-            o->mem_report = 1;
-            continue;
-        }
-        if (!strcmp(a, "--tf32")) {
-            o->cfg.tf32 = 1;
+        if (!strcmp(a, "--print-config")) {
+            o->print_config = 1;
             continue;
         }
         if (strncmp(a, "--", 2)) return zs_cli_fail(2, "train: unexpected argument '%s'", a);
-        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) {
-            o->model_name = v;
-            o->model_set = 1;
-        } else if (!strcmp(a, "--tie-embeddings"))
-            rc = zs_arg_tie(a, v, &o->tie);
-        else if (!strcmp(a, "--init-from"))
-            o->init_from = v;
-        else if (!strcmp(a, "--data"))
-            o->cfg.data_path = v;
-        else if (!strcmp(a, "--val-data"))
-            o->cfg.val_path = v;
-        else if (!strcmp(a, "--val-frac")) {
-            float f;
-            rc = zs_arg_float(a, v, &f);
-            o->cfg.val_fraction = f;
-        } else if (!strcmp(a, "--batch"))
-            rc = zs_arg_int(a, v, &o->cfg.batch), o->given |= ZS_GIVEN_BATCH;
-        else if (!strcmp(a, "--seq"))
-            rc = zs_arg_int(a, v, &o->cfg.seq), o->given |= ZS_GIVEN_SEQ;
-        else if (!strcmp(a, "--steps"))
-            rc = zs_arg_int(a, v, &o->cfg.steps), o->given |= ZS_GIVEN_STEPS;
-        else if (!strcmp(a, "--grad-accum"))
-            rc = zs_arg_int(a, v, &o->cfg.grad_accum), o->given |= ZS_GIVEN_ACCUM;
-        else if (!strcmp(a, "--lr"))
-            rc = zs_arg_float(a, v, &o->cfg.lr), o->given |= ZS_GIVEN_LR;
-        else if (!strcmp(a, "--min-lr-frac"))
-            rc = zs_arg_float(a, v, &o->cfg.min_lr_frac), o->given |= ZS_GIVEN_MIN_LR;
-        else if (!strcmp(a, "--warmup"))
-            rc = zs_arg_int(a, v, &o->cfg.warmup), o->given |= ZS_GIVEN_WARMUP;
-        else if (!strcmp(a, "--weight-decay"))
-            rc = zs_arg_float(a, v, &o->cfg.weight_decay), o->given |= ZS_GIVEN_WD;
-        else if (!strcmp(a, "--grad-clip"))
-            rc = zs_arg_float(a, v, &o->cfg.grad_clip), o->given |= ZS_GIVEN_CLIP;
-        else if (!strcmp(a, "--seed"))
-            rc = zs_arg_u64(a, v, &o->cfg.seed), o->given |= ZS_GIVEN_SEED;
-        else if (!strcmp(a, "--override"))
-            o->override = v;
-        else if (!strcmp(a, "--vocab"))
-            rc = zs_arg_int(a, v, &o->cfg.vocab);
-        else if (!strcmp(a, "--val-every"))
-            rc = zs_arg_int(a, v, &o->val_every);
-        else if (!strcmp(a, "--val-batches"))
-            rc = zs_arg_int(a, v, &o->val_batches);
-        else if (!strcmp(a, "--sample-every"))
-            rc = zs_arg_int(a, v, &o->sample_every);
-        else if (!strcmp(a, "--sample-len")) {
-            rc = zs_arg_int(a, v, &o->sample_len);
-            o->sample_len_set = 1;
-        } else if (!strcmp(a, "--sample-budget")) {
-            float f = 0.0f;
-            rc = zs_arg_float(a, v, &f);
-            o->sample_budget = f;
-        } else if (!strcmp(a, "--prompt"))
-            o->prompt = v;
-        else if (!strcmp(a, "--temperature"))
-            rc = zs_arg_float(a, v, &o->temperature);
-        else if (!strcmp(a, "--print-every"))
-            rc = zs_arg_int(a, v, &o->print_every);
-        else if (!strcmp(a, "--log"))
-            o->log_path = v;
-        else if (!strcmp(a, "--dump-params"))
-            o->dump_path = v;
-        else if (!strcmp(a, "--save-dir"))
-            o->save_dir = v;
-        else if (!strcmp(a, "--save-every"))
-            rc = zs_arg_int(a, v, &o->save_every);
-        else if (!strcmp(a, "--keep"))
-            rc = zs_arg_int(a, v, &o->keep);
-        else if (!strcmp(a, "--resume"))
-            o->resume = v;
-        else if (!strcmp(a, "--nproc"))
-            rc = zs_arg_int_range(a, v, 1, 256, &o->nproc);
-        else if (!strcmp(a, "--max-restarts"))
-            rc = zs_arg_int_range(a, v, 0, 1000, &o->max_restarts);
-        else if (!strcmp(a, "--prefetch"))
-            rc = zs_arg_int(a, v, &o->cfg.prefetch);
-        else if (!strcmp(a, "--comm"))
-            o->cfg.comm = v;
-        else if (!strcmp(a, "--comm-timeout")) {
-            float f;
-            rc = zs_arg_float(a, v, &f);
-            if (!rc && f <= 0) return zs_cli_fail(2, "--comm-timeout must be positive");
-            o->cfg.comm_timeout_s = f;
-        } else if (!strcmp(a, "--device-mem")) {
-            if (zs_parse_bytes(v, &o->cfg.device_mem) != ZS_OK)
-                return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
-        } else if (!strcmp(a, "--dtype") || !strcmp(a, "--reduce-dtype")) {
-            zs_dtype *dt = a[2] == 'd' ? &o->cfg.dtype : &o->cfg.reduce_dtype;
-            if (a[2] == 'r') o->reduce_dtype_set = 1;
-            rc = zs_arg_dtype(a, v, 0, dt);
-        } else if (!strcmp(a, "--recompute")) {
-            rc = zs_arg_recompute(a, v, &o->cfg.recompute);
-        } else if (!strcmp(a, "--device")) {
-            rc = zs_arg_device(a, v, &o->cfg.device);
-        } else if (!strcmp(a, "--attention")) {
-            rc = zs_arg_attention(a, v, &o->cfg.attention);
-        } else if (!strcmp(a, "--stage")) {
-            rc = zs_arg_stage(a, v, &o->cfg.stage);
-        } else
+        const train_flag *f = zs_train_flag_find(a + 2);
+        if (!f || strchr(a + 2, '_')) /* flags are spelled with '-' on the command line */
             return zs_cli_fail(2, "train: unknown flag '%s' (see zshard train --help)", a);
+        const char *v = NULL;
+        if (f->kind == TF_SWITCH) {
+            /* --quiet, or --quiet=false (split into two words by main) */
+            if (i + 1 < argc && is_bool_word(argv[i + 1])) v = argv[++i];
+        } else if (!(v = zs_arg_value(argc, argv, &i))) {
+            return 2;
+        }
+        int rc = zs_train_flag_apply(o, f, v, a);
         if (rc) return rc;
     }
+    if (o->verbose) zs_log_set_level(ZS_LOG_DEBUG);
     if (!o->cfg.data_path) return zs_cli_fail(2, "train: --data FILE is required");
     if (o->val_every < 0 || o->sample_every < 0 || o->print_every < 0)
         return zs_cli_fail(2, "train: --val-every, --sample-every, --print-every must be >= 0");

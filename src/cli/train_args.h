@@ -28,6 +28,9 @@ typedef struct train_opts {
     int save_every, keep;
     unsigned given;       /* ZS_GIVEN_* of the flags given explicitly (resume compares them) */
     const char *override; /* --override: settings a resume may change (batch,seq,seed) */
+    int verbose;          /* --verbose: debug logging */
+    const char *config_path; /* --config FILE: settings read before the flags */
+    int print_config;        /* --print-config: print the effective configuration and stop */
 } train_opts;
 
 /* Flags whose value a resumed run takes from its checkpoint unless given. */

@@ -234,6 +234,11 @@ int zs_cli_launched_job(char *what, size_t cap) {
     return 1;
 }
 
+int zs_cli_relaunched(void) {
+    const char *v = getenv(ZS_RELAUNCHED_ENV);
+    return v && !strcmp(v, "1");
+}
+
 int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc, int max_restarts) {
     char self[4096], n[16], mr[16], job[128];
     /* Under a launcher every process would start a job of its own: as many jobs as ranks,
@@ -269,14 +274,12 @@ int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc, int max_r
     args[k++] = "--";
     args[k++] = self;
     args[k++] = (char *)sub;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
-            i++;
-            continue;
-        }
+    /* The ranks get the command as given (a --config file may hold --nproc too, and the log
+     * records the settings as the user gave them); the variable tells them not to relaunch. */
+    for (int i = 1; i < argc; i++)
         args[k++] = argv[i];
-    }
     args[k] = NULL;
+    setenv(ZS_RELAUNCHED_ENV, "1", 1);
     fflush(NULL);
     execv(self, args);
     free(args);

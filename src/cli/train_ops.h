@@ -58,10 +58,14 @@ int zs_cli_model_from(const char *who, const char *src, const char *model_flag,
  * must agree with the source's head too. */
 int zs_cli_model_from_tie(const char *who, const char *src, const char *model_flag, int tie,
                           zs_model_config *out);
-/* Re-execute as `zshard run -n nproc [--max-restarts R] -- zshard <sub> ARGS` (without
- * --nproc and --max-restarts; R only when max_restarts > 0); returns only on failure, with
- * the exit status. Refused inside a launched job (zs_cli_launched_job), where every rank would
- * start a job of its own. */
+/* Re-execute as `zshard run -n nproc [--max-restarts R] -- zshard <sub> ARGS` (R only when
+ * max_restarts > 0) with ZS_RELAUNCHED=1 in the ranks' environment; returns only on failure,
+ * with the exit status. Refused inside a launched job (zs_cli_launched_job), where every rank
+ * would start a job of its own. */
+#define ZS_RELAUNCHED_ENV "ZS_RELAUNCHED"
 int zs_cli_relaunch(const char *sub, int argc, char **argv, int nproc, int max_restarts);
+/* 1 in a rank that zs_cli_relaunch started: its --nproc/--max-restarts (from the command line
+ * or a --config file) describe the job it is part of, not one to start. */
+int zs_cli_relaunched(void);
 
 #endif

@@ -40,6 +40,7 @@ static void fill_info(const zs_trainer_t *t, zs_ckpt_info *in) {
     in->level = ZS_CKPT_LEVEL;
     in->block_elems = ZS_CKPT_BLOCK_ELEMS;
     snprintf(in->source, sizeof in->source, "train");
+    in->run_config = t->run_config;
 }
 
 /* The checkpoint must describe this run's model: same config, hence the same layout. */
@@ -69,6 +70,23 @@ zs_status zs_trainer_save(zs_trainer_t *t, const char *save_dir, int keep) {
     zs_ckpt_info info;
     fill_info(t, &info);
     return zs_module_save_info(t->engine, save_dir, keep, &info);
+}
+
+zs_status zs_trainer_set_run_config(zs_trainer_t *t, const char *json) {
+    zs_status st = ZS_OK;
+    char *copy = NULL;
+    ZS_REQUIRE(t, ZS_ERR_INVALID, "zs_trainer_set_run_config: no trainer");
+    if (json) {
+        size_t n = strlen(json);
+        ZS_REQUIRE(n >= 2 && json[0] == '{' && json[n - 1] == '}', ZS_ERR_INVALID,
+                   "zs_trainer_set_run_config: not a JSON object");
+        copy = strdup(json);
+        ZS_REQUIRE(copy, ZS_ERR_OOM, "zs_trainer_set_run_config: out of memory");
+    }
+    free(t->run_config);
+    t->run_config = copy;
+fail:
+    return st;
 }
 
 zs_status zs_trainer_resume(zs_trainer_t *t, const char *path) {

@@ -232,6 +232,7 @@ void zs_trainer_destroy(zs_trainer_t *t) {
     zs_dataset_close(&t->data);
     zs_comm_destroy(t->comm);
     if (t->cap_set) zs_mem_set_cap(t->cap_before);
+    free(t->run_config);
     free(t);
 }
 

@@ -40,6 +40,7 @@ struct zs_trainer {
     const char *device;   /* zs_device_choose's choice */
     char device_why[256]; /* and its reason (with the comm backend's on a GPU), for the banner */
     char gen_info[256];   /* zs_trainer_generate_info */
+    char *run_config;     /* zs_trainer_set_run_config: a JSON object for the manifests */
 };
 
 /* Device traffic (trainer_io.c). io_next returns the host staging buffers of the next upload

@@ -1,0 +1,25 @@
+/* Run configuration files for `zshard train --config FILE`: YAML (libyaml) or JSON (which YAML
+ * reads too), one mapping of long flag names to single values. Validation against the flags
+ * happens in train_args.c through the flag table (train_flags.h). */
+#ifndef ZS_CLI_CONFIG_H
+#define ZS_CLI_CONFIG_H
+
+typedef struct zs_config_entry {
+    char *key;
+    char *value; /* NULL for a YAML null (~, null, or nothing after the colon) */
+    int line;    /* 1-based, for messages */
+} zs_config_entry;
+
+typedef struct zs_config {
+    char *path;
+    int n;
+    zs_config_entry *e;
+} zs_config;
+
+/* Read path. Returns 0, or prints one message naming the file (and line) and returns 2: a file
+ * that cannot be read, a syntax error, a top level that is not a mapping, a key that is not a
+ * plain name, a value that is a list or mapping, a key given twice. */
+int zs_config_load(const char *path, zs_config *out);
+void zs_config_free(zs_config *c);
+
+#endif
