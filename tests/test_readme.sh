@@ -24,7 +24,7 @@ NOT_RUN=(
     "cmake --build build|builds the checkout: the build this test runs from"
     "ctest --test-dir build|runs the whole suite, this test included"
 )
-OUTPUT_LANGS=" json text "  # fenced blocks that show output or records, never commands
+OUTPUT_LANGS=" json text yaml "  # fenced blocks that show output or records, never commands
 
 T=$(mktemp -d /tmp/zshard-readme-XXXXXX)
 trap 'rm -rf "$T"' EXIT

@@ -17,7 +17,13 @@
 void zs_train_usage(FILE *f) {
     fprintf(f,
             "usage: zshard train --data FILE [options]\n"
+            "       zshard train --config FILE [options]\n"
             "\n"
+            "configuration:\n"
+            "  --config FILE       settings from a YAML or JSON file whose keys are the long\n"
+            "                      flags below (save-every or save_every); flags given on the\n"
+            "                      command line override it\n"
+            "  --print-config      print the effective settings as such a file and stop\n"
             "model and data:\n"
             "  --model NAME        preset (%s) [gpt2-tiny]\n"
             "  --tie-embeddings on|off  output head tied to the token embedding, or its own\n"
