@@ -387,7 +387,7 @@ void zs_json_write_string(FILE *f, const char *s) {
             fprintf(f, "\\%c", c);
         else if (c == '\n')
             fputs("\\n", f);
-        else if (c < 0x20)
+        else if (c < 0x20 || c == 0x7f) /* DEL too: YAML reads these strings as well */
             fprintf(f, "\\u%04x", c);
         else
             fputc(c, f);

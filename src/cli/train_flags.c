@@ -4,6 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "ckpt/json.h"
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/log.h"
@@ -288,25 +289,6 @@ static int shown(const train_opts *o, const train_flag *f) {
     return 1;
 }
 
-/* A JSON string literal, which YAML's double-quoted style reads the same way. */
-static void write_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c == '\t')
-            fputs("\\t", f);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 void zs_train_config_write_yaml(const train_opts *o, FILE *f) {
     char v[4200];
     fprintf(f, "# zshard train: the effective configuration; `zshard train --config FILE` runs "
@@ -318,7 +300,7 @@ void zs_train_config_write_yaml(const train_opts *o, FILE *f) {
         if (!shown(o, fl) || !zs_train_flag_value(o, fl, v, sizeof v)) continue;
         fprintf(f, "%s: ", fl->name);
         if (quoted(fl))
-            write_string(f, v);
+            zs_json_write_string(f, v);
         else
             fputs(v, f);
         fputc('\n', f);
@@ -338,9 +320,9 @@ char *zs_train_config_json(const train_opts *o) {
         fprintf(f, "%s\"%s\":", n++ ? "," : "", fl->name);
         if (quoted(fl) || fl->kind == TF_STAGE || fl->kind == TF_DTYPE ||
             fl->kind == TF_RECOMPUTE || fl->kind == TF_ATTENTION || fl->kind == TF_TIE)
-            write_string(f, v);
+            zs_json_write_string(f, v);
         else if (fl->kind == TF_U64)
-            write_string(f, v); /* a 64-bit seed does not survive a double */
+            zs_json_write_string(f, v); /* a 64-bit seed does not survive a double */
         else
             fputs(v, f);
     }
