@@ -15,6 +15,7 @@ int zs_cli_mem(int argc, char **argv);
 int zs_cli_ckpt(int argc, char **argv);
 int zs_cli_eval(int argc, char **argv);
 int zs_cli_generate(int argc, char **argv);
+int zs_cli_tokenize(int argc, char **argv);
 
 /* Benchmarks (bench/): `zshard bench step ...` and `zshard bench comm ...`. */
 int zs_bench_step(int argc, char **argv);
