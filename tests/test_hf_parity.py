@@ -50,6 +50,41 @@ def compare(name, tok, eos, docs, stream):
     return bad
 
 
+def pretok_check(dump, name, pre, texts):
+    """Word boundaries of zshard's pre-tokenizer (tests/pretok_dump) against pre_tokenize_str of
+    Hugging Face's: trained merges rarely cross a boundary, so the ids alone would not show a
+    wrong Unicode class; this does. Returns the number of documents that differ."""
+    import struct
+    blob = b"".join(struct.pack("<I", len(b)) + b for b in (t.encode() for t in texts))
+    r = subprocess.run([dump, name], input=blob, capture_output=True)
+    if r.returncode != 0:
+        print("FAIL pretok %s: pretok_dump exited %d: %s" % (name, r.returncode, r.stderr))
+        return 1
+    lines = r.stdout.decode().split("\n")
+    bad = 0
+    for text, line in zip(texts, lines):
+        # Byte offsets to char offsets.
+        ends_b = [int(x) for x in line.split()]
+        b2c, k = {}, 0
+        for i, ch in enumerate(text):
+            b2c[k] = i
+            k += len(ch.encode())
+        b2c[k] = len(text)
+        ours = [b2c[e] for e in ends_b]
+        theirs = [e for _, (_, e) in pre.pre_tokenize_str(text)]
+        if ours != theirs:
+            bad += 1
+            if bad <= 5:
+                i = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                         min(len(ours), len(theirs)))
+                at = ours[i - 1] if i else 0
+                print("  pretok %s: %r: words end at %s (zshard) vs %s (HF) after %r" % (
+                    name, text[:40], ours[i:i + 3], theirs[i:i + 3], text[at:at + 12]))
+    print("%s pretok %s: %d documents, %d differ from tokenizers' pre-tokenizer" % (
+        "FAIL" if bad else "ok  ", name, len(texts), bad))
+    return bad
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -73,6 +108,14 @@ def main():
         print("corpus: %d documents, %.2f MB, languages %s" % (len(docs), nbytes / 1e6,
                                                               " ".join(langs)))
         texts = [t for _, t in docs]
+        from tokenizers import Regex, pre_tokenizers
+        dump = os.path.join(sys.argv[1], "tests", "pretok_dump")
+        for name, pre in [("gpt2", pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                             use_regex=True)),
+                          ("llama3", pre_tokenizers.Split(Regex(F.LLAMA3_PATTERN),
+                                                          behavior="isolated"))]:
+            checks += 1
+            failures += pretok_check(dump, name, pre, texts) > 0
         for fam, make in F.FAMILIES.items():
             tok = make(texts)
             tdir = os.path.join(tmp, fam)
