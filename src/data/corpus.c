@@ -307,11 +307,9 @@ static zs_status read_line(zs_corpus_t *c, int *have) {
         c->line_len += keep;
         c->line[c->line_len] = 0;
         c->rpos += take + (nl != NULL);
+        if (!*have) c->line_no++; /* counted where it starts: a last line may lack its '\n' */
         *have = 1;
-        if (nl) {
-            c->line_no++;
-            return ZS_OK;
-        }
+        if (nl) return ZS_OK;
     }
 }
 
