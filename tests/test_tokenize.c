@@ -474,6 +474,39 @@ static void test_cli(void) {
     ZT_CHECK(rc == 2 && strstr(buf, "--tokenizer"), "no tokenizer (rc %d): %s", rc, buf);
 }
 
+/* eval --data TEXT --tokenizer: the same loss as eval on the shards `zshard tokenize` writes
+ * from that text (all documents in one split), at 1 and 2 ranks. */
+static void test_eval_text(void) {
+    static char buf[1 << 16], a[512];
+    const char *z = zt_zshard_exe();
+    int rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
+                                      "--val-frac 0 --quiet",
+                     z, path("th"), path("ident"), path("ev"));
+    ZT_REQUIRE(rc == 0, "tokenize: %s", buf);
+    rc = zt_runf(buf, sizeof buf, "%s train --model gpt2-tiny --data '%s/train_*.bin' --vocab 257 "
+                                  "--batch 4 --seq 32 --steps 3 --sample-len 0 --quiet "
+                                  "--save-dir %s",
+                 z, path("ev"), path("ev-ck"));
+    ZT_REQUIRE(rc == 0, "train: %s", buf);
+    rc = zt_runf(buf, sizeof buf, "%s eval %s --data '%s/train_*.bin' --split all --batches 6 "
+                                  "--json",
+                 z, path("ev-ck"), path("ev"));
+    snprintf(a, sizeof a, "%.*s", (int)strcspn(buf, ","), buf);
+    ZT_CHECK(rc == 0 && strstr(a, "\"loss\":"), "eval on shards: %s", buf);
+    const char *tail[] = {"", " --nproc 2 --stage 3"};
+    for (int k = 0; k < 2; k++) {
+        rc = zt_runf(buf, sizeof buf, "%s eval %s --data %s --tokenizer %s --doc-sep %% "
+                                      "--split all --batches 6 --json%s 2>/dev/null",
+                     z, path("ev-ck"), path("th"), path("ident"), tail[k]);
+        const char *j = strstr(buf, "{\"loss\"");
+        ZT_CHECK(rc == 0 && j && !strncmp(j, a, strlen(a)),
+                 "eval --tokenizer%s: %s, want the loss of %s", tail[k], buf, a);
+    }
+    rc = zt_runf(buf, sizeof buf, "%s eval %s --data %s --doc-sep %%", z, path("ev-ck"),
+                 path("th"));
+    ZT_CHECK(rc == 2 && strstr(buf, "--tokenizer"), "--doc-sep without --tokenizer: %s", buf);
+}
+
 int main(void) {
     zt_init("tokenize");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
@@ -483,6 +516,7 @@ int main(void) {
     test_threads();
     test_memory();
     test_cli();
+    test_eval_text();
     int rc = zt_finish();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
