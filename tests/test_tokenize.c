@@ -53,8 +53,9 @@ static unsigned byte_cp(unsigned b) {
 static void write_ident(const char *dir, int eos_id, int bos) {
     static char j[65536];
     mkdir(dir, 0700);
-    int k = sprintf(j, "{\"added_tokens\": [{\"id\": %d, \"content\": \"<|endoftext|>\", "
-                       "\"special\": true, \"normalized\": false}%s],\n",
+    int k = sprintf(j,
+                    "{\"added_tokens\": [{\"id\": %d, \"content\": \"<|endoftext|>\", "
+                    "\"special\": true, \"normalized\": false}%s],\n",
                     eos_id,
                     bos ? ", {\"id\": 257, \"content\": \"<s>\", \"special\": true, "
                           "\"normalized\": false}"
@@ -203,8 +204,8 @@ static void test_text_rules(void) {
     c.strict = 1;
     c.out_dir = path("o4");
     zs_status st = zs_tokenize_run(&c, &s);
-    ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "a.txt:1: too_long"),
-             "strict: %s: %s", zs_status_string(st), zs_last_error());
+    ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "a.txt:1: too_long"), "strict: %s: %s",
+             zs_status_string(st), zs_last_error());
     t = read_split(path("o4"), "train", &files);
     ZT_CHECK(files == 0 && access(path("o4/dataset.json"), F_OK) != 0,
              "a failed run left %d shards or its dataset.json", files);
@@ -212,18 +213,19 @@ static void test_text_rules(void) {
 }
 
 static void test_jsonl_rules(void) {
-    write_text(path("d.jsonl"),
-               "{\"id\": 1, \"text\": \"plain\"}\n"
-               "\n"
-               "{\"text\": \"esc \\\"q\\\" \\n \\u00e9 \\ud83d\\ude00 lone \\ud800 x\", \"n\": [1, {}]}\n"
-               "{\"title\": \"no text field\"}\n"
-               "{\"text\": 42}\n"
-               "{\"text\": null}\n"
-               "not json at all\n"
-               "{\"text\": \"dup\", \"text\": \"second wins\"}\n"
-               "{\"text\": \"\"}\n"
-               "{\"text\": \"raw \xc3\x28 bytes\"}\n"
-               "{\"text\": \"cut off in the mid");
+    write_text(
+        path("d.jsonl"),
+        "{\"id\": 1, \"text\": \"plain\"}\n"
+        "\n"
+        "{\"text\": \"esc \\\"q\\\" \\n \\u00e9 \\ud83d\\ude00 lone \\ud800 x\", \"n\": [1, {}]}\n"
+        "{\"title\": \"no text field\"}\n"
+        "{\"text\": 42}\n"
+        "{\"text\": null}\n"
+        "not json at all\n"
+        "{\"text\": \"dup\", \"text\": \"second wins\"}\n"
+        "{\"text\": \"\"}\n"
+        "{\"text\": \"raw \xc3\x28 bytes\"}\n"
+        "{\"text\": \"cut off in the mid");
     const char *in[] = {path("d.jsonl")};
     zs_tokenize_config c = config(in, 1, path("ident"), path("o5"));
     zs_tokenize_stats s;
@@ -325,11 +327,16 @@ static void test_layout(void) {
     size_t n = j ? fread(buf, 1, sizeof buf - 1, j) : 0;
     if (j) fclose(j);
     buf[n] = 0;
-    const char *keys[] = {"\"format\": \"zshard-tokens\"", "\"version\": 1",
-                          "\"vocab_size\": 70001",         "\"eos_id\": 70000",
-                          "\"bos_id\": 257",               "\"pad_id\": null",
-                          "\"doc_boundary\": \"eos_after\"", "\"bits\": 32",
-                          "\"train\": {\"files\": [\"train_000000.bin\"", "\"val\": {\"files\": "};
+    const char *keys[] = {"\"format\": \"zshard-tokens\"",
+                          "\"version\": 1",
+                          "\"vocab_size\": 70001",
+                          "\"eos_id\": 70000",
+                          "\"bos_id\": 257",
+                          "\"pad_id\": null",
+                          "\"doc_boundary\": \"eos_after\"",
+                          "\"bits\": 32",
+                          "\"train\": {\"files\": [\"train_000000.bin\"",
+                          "\"val\": {\"files\": "};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         ZT_CHECK(strstr(buf, keys[i]), "dataset.json lacks %s:\n%s", keys[i], buf);
     free(t[0].v);
@@ -436,8 +443,7 @@ static void test_memory(void) {
     long small = child_peak_kib(path("m8"), 8), big = child_peak_kib(path("m32"), 32);
     printf("peak RSS: %ld KiB for 8 MB of text, %ld KiB for 32 MB\n", small, big);
     /* 24 MB more text (24M more tokens, 48 MB of shards) may not cost 8 MB more memory. */
-    ZT_CHECK(big - small < 8 * 1024, "peak RSS grew by %ld KiB with 24 MB more text",
-             big - small);
+    ZT_CHECK(big - small < 8 * 1024, "peak RSS grew by %ld KiB with 24 MB more text", big - small);
 }
 
 /* ---- the CLI ------------------------------------------------------------------------------- */
@@ -445,14 +451,21 @@ static void test_memory(void) {
 static void test_cli(void) {
     static char buf[1 << 16];
     const char *z = zt_zshard_exe();
-    int rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
-                                      "--threads 2",
+    int rc = zt_runf(buf, sizeof buf,
+                     "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
+                     "--threads 2",
                      z, path("t1"), path("ident"), path("c1"));
     ZT_CHECK(rc == 0 && strstr(buf, "tokenize: 6 documents") &&
                  strstr(buf, "skipped 3 documents (empty 2, binary_file 1)") &&
                  strstr(buf, "a.txt:5: empty (only white space)") &&
                  strstr(buf, "invalid UTF-8 replaced 3"),
              "summary (rc %d):\n%s", rc, buf);
+    rc = zt_runf(buf, sizeof buf,
+                 "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
+                 "--exclude '*.bin' --quiet",
+                 z, path("t1"), path("ident"), path("c0"));
+    ZT_CHECK(rc == 0 && strstr(buf, "read 2 files") && strstr(buf, "skipped 2 documents (empty 2)"),
+             "--exclude '*.bin' (rc %d):\n%s", rc, buf);
     rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s --doc-sep %%", z,
                  path("t1"), path("ident"), path("c1"));
     ZT_CHECK(rc == 1 && strstr(buf, "already holds") && strstr(buf, "--overwrite"),
@@ -479,31 +492,35 @@ static void test_cli(void) {
 static void test_eval_text(void) {
     static char buf[1 << 16], a[512];
     const char *z = zt_zshard_exe();
-    int rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
-                                      "--val-frac 0 --quiet",
+    int rc = zt_runf(buf, sizeof buf,
+                     "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
+                     "--val-frac 0 --quiet",
                      z, path("th"), path("ident"), path("ev"));
     ZT_REQUIRE(rc == 0, "tokenize: %s", buf);
-    rc = zt_runf(buf, sizeof buf, "%s train --model gpt2-tiny --data '%s/train_*.bin' --vocab 257 "
-                                  "--batch 4 --seq 32 --steps 3 --sample-len 0 --quiet "
-                                  "--save-dir %s",
+    rc = zt_runf(buf, sizeof buf,
+                 "%s train --model gpt2-tiny --data '%s/train_*.bin' --vocab 257 "
+                 "--batch 4 --seq 32 --steps 3 --sample-len 0 --quiet "
+                 "--save-dir %s",
                  z, path("ev"), path("ev-ck"));
     ZT_REQUIRE(rc == 0, "train: %s", buf);
-    rc = zt_runf(buf, sizeof buf, "%s eval %s --data '%s/train_*.bin' --split all --batches 6 "
-                                  "--json",
+    rc = zt_runf(buf, sizeof buf,
+                 "%s eval %s --data '%s/train_*.bin' --split all --batches 6 "
+                 "--json",
                  z, path("ev-ck"), path("ev"));
     snprintf(a, sizeof a, "%.*s", (int)strcspn(buf, ","), buf);
     ZT_CHECK(rc == 0 && strstr(a, "\"loss\":"), "eval on shards: %s", buf);
     const char *tail[] = {"", " --nproc 2 --stage 3"};
     for (int k = 0; k < 2; k++) {
-        rc = zt_runf(buf, sizeof buf, "%s eval %s --data %s --tokenizer %s --doc-sep %% "
-                                      "--split all --batches 6 --json%s 2>/dev/null",
+        rc = zt_runf(buf, sizeof buf,
+                     "%s eval %s --data %s --tokenizer %s --doc-sep %% "
+                     "--split all --batches 6 --json%s 2>/dev/null",
                      z, path("ev-ck"), path("th"), path("ident"), tail[k]);
         const char *j = strstr(buf, "{\"loss\"");
         ZT_CHECK(rc == 0 && j && !strncmp(j, a, strlen(a)),
                  "eval --tokenizer%s: %s, want the loss of %s", tail[k], buf, a);
     }
-    rc = zt_runf(buf, sizeof buf, "%s eval %s --data %s --doc-sep %%", z, path("ev-ck"),
-                 path("th"));
+    rc =
+        zt_runf(buf, sizeof buf, "%s eval %s --data %s --doc-sep %%", z, path("ev-ck"), path("th"));
     ZT_CHECK(rc == 2 && strstr(buf, "--tokenizer"), "--doc-sep without --tokenizer: %s", buf);
 }
 

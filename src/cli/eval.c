@@ -153,8 +153,8 @@ int zs_cli_eval(int argc, char **argv) {
             }
             cfg.val_path = tv.pattern;
         }
-        fprintf(stderr, "eval: %s tokenized with %s: %lld documents, %lld tokens%s\n", data,
-                tok, (long long)td.documents, (long long)td.tokens,
+        fprintf(stderr, "eval: %s tokenized with %s: %lld documents, %lld tokens%s\n", data, tok,
+                (long long)td.documents, (long long)td.tokens,
                 td.skipped ? " (some skipped: zshard tokenize shows which)" : "");
     }
     rc = eval_run(&cfg, src, data_name, split, batches, json);
@@ -202,8 +202,8 @@ static int eval_run(zs_train_config *cfgp, const char *src, const char *data, co
         } else
             printf("eval: %s on %s (%s split): loss %.4f | perplexity %.3f | %d batches x %d x "
                    "%d = %.0f tokens\n",
-                   src, data, split, (double)loss, exp((double)loss), batches, cfg.batch,
-                   cfg.seq, tokens);
+                   src, data, split, (double)loss, exp((double)loss), batches, cfg.batch, cfg.seq,
+                   tokens);
     }
     zs_trainer_destroy(t);
     if (!isfinite(loss))

@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     static char help_flag[] = "--help";
     char *help_argv[4] = {argv[0], NULL, help_flag, NULL};
     if (!strcmp(cmd, "help") && argc >= 3 && argv[2][0] != '-') {
-        static const char *known[] = {"train", "run",  "bench",   "mem",
+        static const char *known[] = {"train", "run",  "bench",    "mem",
                                       "ckpt",  "eval", "generate", "tokenize"};
         int found = 0;
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)

@@ -13,36 +13,37 @@
 #include <unistd.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: zshard tokenize INPUT... --tokenizer PATH --out DIR [options]\n"
-            "INPUT: text files, folders (their files, recursively; hidden files and links\n"
-            "left out), quoted patterns ('data/*.txt'), JSONL files (.jsonl, .ndjson).\n"
-            "Writes DIR/train_000000.bin ..., DIR/val_000000.bin ... (llm.c token shards:\n"
-            "uint16 when the vocabulary fits, else uint32) and DIR/dataset.json. Each document\n"
-            "is the tokenizer's template (e.g. LLaMA's <s>) around its tokens, then the EOS.\n"
-            "  --tokenizer PATH   a Hugging Face tokenizer: a folder with tokenizer.json or\n"
-            "                     vocab.json + merges.txt, or one of those files (required)\n"
-            "  --out DIR          the output folder, created if missing (required)\n"
-            "  --doc-sep LINE     text files: a line equal to LINE ends a document, e.g. %%\n"
-            "                     (fortune files) or '' (blank lines) [one document per file]\n"
-            "  --field NAME       JSONL: the string field holding the text [text]\n"
-            "  --format F         auto, text or jsonl: how to read every input [auto: .jsonl\n"
-            "                     and .ndjson files are JSONL, the others text]\n"
-            "  --shard-size N     tokens per shard file [100000000]\n"
-            "  --val-frac F       share of documents that go to val, chosen by a hash of each\n"
-            "                     document's index and --seed [0.1]\n"
-            "  --seed S           seed of that choice [1337]\n"
-            "  --threads N        encoding threads [the cores this process may use]; the\n"
-            "                     output is the same bytes for any N\n"
-            "  --eos TOKEN        the end-of-document token [the tokenizer's EOS]\n"
-            "  --max-doc-bytes B  longer documents are skipped, e.g. 64M [64M]\n"
-            "  --strict           a document that would be skipped (empty, bad JSONL line,\n"
-            "                     missing or non-string field, too long, binary file) is an\n"
-            "                     error instead\n"
-            "  --overwrite        replace the shards and dataset.json of an earlier run in DIR\n"
-            "  --quiet            no progress display\n"
-            "Invalid UTF-8 is read as U+FFFD, one per maximal invalid sequence (as Python's\n"
-            "errors='replace'). docs/tokenizer.md has the rules.\n");
+    fprintf(f, "usage: zshard tokenize INPUT... --tokenizer PATH --out DIR [options]\n"
+               "INPUT: text files, folders (their files, recursively; hidden files and links\n"
+               "left out), quoted patterns ('data/*.txt'), JSONL files (.jsonl, .ndjson).\n"
+               "Writes DIR/train_000000.bin ..., DIR/val_000000.bin ... (llm.c token shards:\n"
+               "uint16 when the vocabulary fits, else uint32) and DIR/dataset.json. Each document\n"
+               "is the tokenizer's template (e.g. LLaMA's <s>) around its tokens, then the EOS.\n"
+               "  --tokenizer PATH   a Hugging Face tokenizer: a folder with tokenizer.json or\n"
+               "                     vocab.json + merges.txt, or one of those files (required)\n"
+               "  --out DIR          the output folder, created if missing (required)\n"
+               "  --doc-sep LINE     text files: a line equal to LINE ends a document, e.g. %%\n"
+               "                     (fortune files) or '' (blank lines) [one document per file]\n"
+               "  --field NAME       JSONL: the string field holding the text [text]\n"
+               "  --exclude GLOB     leave out files whose name matches, e.g. '*.dat' (repeat\n"
+               "                     for more)\n"
+               "  --format F         auto, text or jsonl: how to read every input [auto: .jsonl\n"
+               "                     and .ndjson files are JSONL, the others text]\n"
+               "  --shard-size N     tokens per shard file [100000000]\n"
+               "  --val-frac F       share of documents that go to val, chosen by a hash of each\n"
+               "                     document's index and --seed [0.1]\n"
+               "  --seed S           seed of that choice [1337]\n"
+               "  --threads N        encoding threads [the cores this process may use]; the\n"
+               "                     output is the same bytes for any N\n"
+               "  --eos TOKEN        the end-of-document token [the tokenizer's EOS]\n"
+               "  --max-doc-bytes B  longer documents are skipped, e.g. 64M [64M]\n"
+               "  --strict           a document that would be skipped (empty, bad JSONL line,\n"
+               "                     missing or non-string field, too long, binary file) is an\n"
+               "                     error instead\n"
+               "  --overwrite        replace the shards and dataset.json of an earlier run in DIR\n"
+               "  --quiet            no progress display\n"
+               "Invalid UTF-8 is read as U+FFFD, one per maximal invalid sequence (as Python's\n"
+               "errors='replace'). docs/tokenizer.md has the rules.\n");
 }
 
 typedef struct progress {
@@ -131,14 +132,20 @@ static void summary(const zs_tokenize_config *c, const zs_tokenize_stats *s) {
 int zs_cli_tokenize(int argc, char **argv) {
     zs_tokenize_config c = zs_tokenize_config_default();
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    int n_in = 0, rc = 0, quiet = 0, threads_set = 0;
+    const char **excl = calloc((size_t)argc + 1, sizeof *excl);
+    int n_ex = 0, n_in = 0, rc = 0, quiet = 0, threads_set = 0;
     float vf = 0.1f;
-    if (!inputs) return zs_cli_fail(1, "tokenize: out of memory");
+    if (!inputs || !excl) {
+        free(inputs);
+        free(excl);
+        return zs_cli_fail(1, "tokenize: out of memory");
+    }
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i], *v;
         if (zs_arg_is_help(a)) {
             usage(stdout);
             free(inputs);
+            free(excl);
             return 0;
         }
         if (strncmp(a, "--", 2) || !strcmp(a, "-")) {
@@ -170,6 +177,8 @@ int zs_cli_tokenize(int argc, char **argv) {
             c.corpus.doc_sep = v;
         else if (!strcmp(a, "--field"))
             c.corpus.field = v;
+        else if (!strcmp(a, "--exclude"))
+            excl[n_ex++] = v;
         else if (!strcmp(a, "--format")) {
             if (!strcmp(v, "auto"))
                 c.corpus.format = ZS_CORPUS_AUTO;
@@ -207,12 +216,15 @@ int zs_cli_tokenize(int argc, char **argv) {
     if (!rc && !c.out_dir) rc = zs_cli_fail(2, "tokenize: --out DIR is required");
     if (rc) {
         free(inputs);
+        free(excl);
         return rc;
     }
     c.val_frac = vf;
     if (!threads_set) c.threads = zs_cli_cores();
     c.corpus.inputs = inputs;
     c.corpus.n_inputs = n_in;
+    c.corpus.exclude = excl;
+    c.corpus.n_exclude = n_ex;
     progress p = {isatty(2), 0};
     if (!quiet) {
         c.progress = on_progress;
@@ -224,9 +236,11 @@ int zs_cli_tokenize(int argc, char **argv) {
     if (st != ZS_OK) {
         if (p.shown && p.tty) fprintf(stderr, "\n");
         free(inputs);
+        free(excl);
         return zs_cli_fail(1, "tokenize: %s", zs_last_error());
     }
     summary(&c, &s);
     free(inputs);
+    free(excl);
     return 0;
 }

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +38,9 @@ struct zs_corpus {
 };
 
 const char *zs_doc_skip_name(zs_doc_skip s) {
-    static const char *names[] = {"ok",          "empty",      "too_long",   "invalid_json",
-                                  "truncated_json", "missing_field", "not_string", "binary_file"};
+    static const char *names[] = {"ok",           "empty",          "too_long",
+                                  "invalid_json", "truncated_json", "missing_field",
+                                  "not_string",   "binary_file"};
     return s >= 0 && s < ZS_DOC_SKIP_COUNT ? names[s] : "?";
 }
 
@@ -53,6 +55,9 @@ zs_corpus_config zs_corpus_config_default(void) {
 /* ---- the file list ------------------------------------------------------------------------- */
 
 static zs_status add_file(zs_corpus_t *c, const char *path) {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    for (int i = 0; i < c->cfg.n_exclude; i++)
+        if (fnmatch(c->cfg.exclude[i], base, 0) == 0) return ZS_OK;
     if (c->n_files == c->cap_files) {
         int cap = c->cap_files ? 2 * c->cap_files : 64;
         char **g = realloc(c->files, (size_t)cap * sizeof *g);
@@ -148,8 +153,8 @@ zs_status zs_corpus_open(const zs_corpus_config *cfg, zs_corpus_t **out) {
                "corpus: max_doc_bytes %zu is out of range", cfg->max_doc_bytes);
     for (int i = 0; i < cfg->n_inputs; i++)
         ZS_CHECK(add_input(c, cfg->inputs[i]));
-    ZS_REQUIRE(c->n_files > 0, ZS_ERR_IO, "corpus: the inputs hold no files (%s%s)",
-               cfg->inputs[0], cfg->n_inputs > 1 ? ", ..." : "");
+    ZS_REQUIRE(c->n_files > 0, ZS_ERR_IO, "corpus: the inputs hold no files (%s%s)", cfg->inputs[0],
+               cfg->n_inputs > 1 ? ", ..." : "");
     c->rbuf = malloc(READ_CHUNK);
     ZS_REQUIRE(c->rbuf, ZS_ERR_OOM, "corpus: out of memory");
     *out = c;
@@ -327,9 +332,8 @@ static zs_status open_next_file(zs_corpus_t *c, int *have) {
     c->line_no = 0;
     size_t L = strlen(path);
     c->jsonl = c->cfg.format == ZS_CORPUS_JSONL ||
-               (c->cfg.format == ZS_CORPUS_AUTO &&
-                ((L > 6 && !strcmp(path + L - 6, ".jsonl")) ||
-                 (L > 7 && !strcmp(path + L - 7, ".ndjson"))));
+               (c->cfg.format == ZS_CORPUS_AUTO && ((L > 6 && !strcmp(path + L - 6, ".jsonl")) ||
+                                                    (L > 7 && !strcmp(path + L - 7, ".ndjson"))));
     c->whole = !c->jsonl && !c->cfg.doc_sep;
     *have = 1;
     return fill(c);

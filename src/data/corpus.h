@@ -37,9 +37,11 @@ typedef struct zs_corpus_config {
     const char *const *inputs; /* files, folders, glob patterns */
     int n_inputs;
     zs_corpus_format format;
-    const char *field;    /* JSONL: the field holding the text ["text"] */
-    const char *doc_sep;  /* text: a line equal to this ends a document; NULL: one per file */
-    size_t max_doc_bytes; /* longer documents are skipped [64 MiB] */
+    const char *field;          /* JSONL: the field holding the text ["text"] */
+    const char *doc_sep;        /* text: a line equal to this ends a document; NULL: one per file */
+    size_t max_doc_bytes;       /* longer documents are skipped [64 MiB] */
+    const char *const *exclude; /* files whose name matches one of these globs are left out */
+    int n_exclude;
 } zs_corpus_config;
 
 zs_corpus_config zs_corpus_config_default(void);
@@ -51,9 +53,9 @@ typedef struct zs_doc {
     int file;      /* index into the file list */
     int64_t line;  /* 1-based line where it starts; 0 for a whole file */
     zs_doc_skip skip;
-    char why[200];     /* a skipped document: what was wrong, e.g. "field 'text' is a number" */
-    int64_t replaced;  /* invalid UTF-8 sequences replaced by U+FFFD */
-    int eos_in_text;   /* filled in by the caller that encodes it */
+    char why[200];    /* a skipped document: what was wrong, e.g. "field 'text' is a number" */
+    int64_t replaced; /* invalid UTF-8 sequences replaced by U+FFFD */
+    int eos_in_text;  /* filled in by the caller that encodes it */
 } zs_doc;
 
 typedef struct zs_corpus zs_corpus_t;

@@ -125,8 +125,7 @@ static int string(parser *p, sink *k) {
             p->i += 2;
             continue;
         }
-        if (esc != 'u')
-            return fail(p, R_BAD, "invalid escape '\\%c' at byte %zu", esc, p->i + 1);
+        if (esc != 'u') return fail(p, R_BAD, "invalid escape '\\%c' at byte %zu", esc, p->i + 1);
         long v = hex4(p, p->i + 2);
         if (v == -2) break;
         if (v < 0) return fail(p, R_BAD, "invalid \\u escape at byte %zu", p->i + 1);
@@ -164,8 +163,7 @@ static int container(parser *p, int depth, char open) {
         ws(p);
         if (p->i >= p->n) break;
         if (open == '{') {
-            if (p->s[p->i] != '"')
-                return fail(p, R_BAD, "expected a key at byte %zu", p->i + 1);
+            if (p->s[p->i] != '"') return fail(p, R_BAD, "expected a key at byte %zu", p->i + 1);
             if ((r = string(p, NULL)) != R_OK) return r;
             ws(p);
             if (p->i >= p->n) break;
@@ -212,10 +210,12 @@ static int value(parser *p, int depth, const char **type) {
     ws(p);
     if (p->i >= p->n) return fail(p, R_TRUNC, "the line ends where a value should be");
     char c = p->s[p->i];
-    *type = c == '"' ? "a string" : c == '{' ? "an object" : c == '[' ? "an array"
-            : c == 't' || c == 'f'                          ? "a boolean"
-            : c == 'n'                                      ? "null"
-                                                            : "a number";
+    *type = c == '"'               ? "a string"
+            : c == '{'             ? "an object"
+            : c == '['             ? "an array"
+            : c == 't' || c == 'f' ? "a boolean"
+            : c == 'n'             ? "null"
+                                   : "a number";
     if (c == '"') return string(p, NULL);
     if (c == '{' || c == '[') return container(p, depth, c);
     if (c == 't') return literal(p, "true");

@@ -149,7 +149,8 @@ static void *worker(void *arg) {
         zs_status st = est != ZS_OK ? est : encode_batch(j, enc, b);
         pthread_mutex_lock(&j->mu);
         b->st = st;
-        if (st != ZS_OK) snprintf(b->err, sizeof b->err, "%s", est != ZS_OK ? emsg : zs_last_error());
+        if (st != ZS_OK)
+            snprintf(b->err, sizeof b->err, "%s", est != ZS_OK ? emsg : zs_last_error());
         b->state = 3;
         pthread_cond_broadcast(&j->done);
     }
@@ -281,8 +282,8 @@ static zs_status prepare_dir(const char *dir, int overwrite) {
     for (struct dirent *e; (e = readdir(d));) {
         if (!ours(e->d_name)) continue;
         ZS_REQUIRE(overwrite, ZS_ERR_INVALID,
-                   "%s already holds %s from an earlier run: --overwrite replaces that output",
-                   dir, e->d_name);
+                   "%s already holds %s from an earlier run: --overwrite replaces that output", dir,
+                   e->d_name);
         char f[4400];
         snprintf(f, sizeof f, "%s/%s", dir, e->d_name);
         ZS_REQUIRE(unlink(f) == 0, ZS_ERR_IO, "%s: cannot remove: %s", f, strerror(errno));

@@ -129,8 +129,7 @@ zs_status zs_split_out_append(zs_split_out *o, const int32_t *ids, size_t n) {
                 o->files = g;
                 o->cap_files = cap;
             }
-            snprintf(o->files[o->n_files], sizeof o->files[0], "%s_%06d.bin", o->name,
-                     o->n_files);
+            snprintf(o->files[o->n_files], sizeof o->files[0], "%s_%06d.bin", o->name, o->n_files);
             snprintf(path, sizeof path, "%s/%s", o->dir, o->files[o->n_files]);
             ZS_CHECK(zs_shard_writer_open(path, o->bits, &o->w));
             o->n_files++;
@@ -213,22 +212,25 @@ zs_status zs_dataset_json_write(const char *dir, const zs_dataset_info *info,
         fprintf(f, "], \"documents\": %lld, \"tokens\": %lld},\n", (long long)s->docs[k],
                 (long long)s->tokens[k]);
     }
-    fprintf(f, "  \"shard_size\": %lld,\n  \"template\": {\"before\": [", (long long)info->shard_size);
+    fprintf(f, "  \"shard_size\": %lld,\n  \"template\": {\"before\": [",
+            (long long)info->shard_size);
     for (int i = 0; i < info->n_pre; i++)
         fprintf(f, "%s%d", i ? ", " : "", info->pre[i]);
     fprintf(f, "], \"after\": [");
     for (int i = 0; i < info->n_post; i++)
         fprintf(f, "%s%d", i ? ", " : "", info->post[i]);
-    fprintf(f, "]},\n  \"split\": {\"rule\": \"splitmix64(splitmix64(seed) ^ index) / 2^64 < "
-               "val_frac\", \"seed\": %llu, \"val_frac\": %.17g},\n",
+    fprintf(f,
+            "]},\n  \"split\": {\"rule\": \"splitmix64(splitmix64(seed) ^ index) / 2^64 < "
+            "val_frac\", \"seed\": %llu, \"val_frac\": %.17g},\n",
             (unsigned long long)info->seed, info->val_frac);
     fprintf(f, "  \"documents_seen\": %lld,\n  \"skipped\": {", (long long)s->docs_seen);
     for (int k = 1; k < ZS_DOC_SKIP_COUNT; k++)
         fprintf(f, "%s\"%s\": %lld", k > 1 ? ", " : "", zs_doc_skip_name((zs_doc_skip)k),
                 (long long)s->skipped[k]);
-    fprintf(f, "},\n  \"utf8_replaced\": %lld,\n  \"unk_tokens\": %lld,\n"
-               "  \"byte_fallback_tokens\": %lld,\n  \"dropped_chars\": %lld,\n"
-               "  \"eos_in_text\": %lld,\n  \"text_bytes\": %lld,\n  \"inputs\": [",
+    fprintf(f,
+            "},\n  \"utf8_replaced\": %lld,\n  \"unk_tokens\": %lld,\n"
+            "  \"byte_fallback_tokens\": %lld,\n  \"dropped_chars\": %lld,\n"
+            "  \"eos_in_text\": %lld,\n  \"text_bytes\": %lld,\n  \"inputs\": [",
             (long long)s->utf8_replaced, (long long)s->unk, (long long)s->byte_fallback,
             (long long)s->dropped, (long long)s->eos_in_text, (long long)s->text_bytes);
     for (int i = 0; i < info->n_inputs; i++) {

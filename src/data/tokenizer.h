@@ -32,9 +32,10 @@ const char *zs_tokenizer_token(const zs_tokenizer_t *t, int id);
 int zs_tokenizer_id(const zs_tokenizer_t *t, const char *token);
 
 /* Encode text[0, nbytes) (UTF-8; an invalid byte is a char of its own, which the byte-level
- * path maps as any byte and byte fallback gives as its <0xNN>). Added tokens (<|endoftext|>, <s>, ...) found in the
- * text become their single id. add_special applies the tokenizer.json's post-processor
- * template (e.g. LLaMA's leading <s>). *ids is malloc'd (caller frees), *count elements. */
+ * path maps as any byte and byte fallback gives as its <0xNN>). Added tokens (<|endoftext|>, <s>,
+ * ...) found in the text become their single id. add_special applies the tokenizer.json's
+ * post-processor template (e.g. LLaMA's leading <s>). *ids is malloc'd (caller frees), *count
+ * elements. */
 zs_status zs_tokenizer_encode(const zs_tokenizer_t *t, const char *text, size_t nbytes,
                               int add_special, int32_t **ids, int *count);
 

@@ -80,7 +80,8 @@ static size_t normalize(const zs_tokenizer_t *t, const char *s, size_t n, int at
     size_t k = 0;
     if (n == 0) return 0;
     int starts_meta = t->replace_space ? s[0] == ' ' : n >= 3 && !memcmp(s, META, 3);
-    if (t->prepend == ZS_TOK_PREPEND_ALWAYS || (t->prepend == ZS_TOK_PREPEND_META && !starts_meta) ||
+    if (t->prepend == ZS_TOK_PREPEND_ALWAYS ||
+        (t->prepend == ZS_TOK_PREPEND_META && !starts_meta) ||
         (t->prepend == ZS_TOK_PREPEND_FIRST && at_start && !starts_meta))
         memcpy(o, META, 3), k = 3;
     else if (t->prefix_space && s[0] != ' ')
@@ -133,8 +134,8 @@ zs_status zs_tok_finish(zs_tokenizer_t *t) {
     ZS_REQUIRE(tmp_ids && tmp_len && tmp_s && order && t->araw && t->anorm && t->anorm_str &&
                    t->anorm_len && t->cp_id,
                ZS_ERR_OOM, "%s: out of memory", t->what);
-    int norm_ok = !t->prefix_space && t->prepend != ZS_TOK_PREPEND_META &&
-                  t->prepend != ZS_TOK_PREPEND_FIRST;
+    int norm_ok =
+        !t->prefix_space && t->prepend != ZS_TOK_PREPEND_META && t->prepend != ZS_TOK_PREPEND_FIRST;
     /* Raw added tokens. */
     for (int a = 0; a < n; a++) {
         int id = t->added[a];

@@ -63,10 +63,10 @@ struct zs_tokenizer {
      * araw[araw_at[b] .. araw_at[b + 1]), normalized ones likewise in anorm (their content
      * normalized as the text is). */
     int *araw, araw_at[257], *anorm, anorm_at[257];
-    char **anorm_str;          /* anorm[i]'s normalized content */
+    char **anorm_str; /* anorm[i]'s normalized content */
     int *anorm_len;
-    int32_t byte_id[256];      /* byte-level: the token of each byte's char, -1 if none */
-    int32_t *cp_id;            /* code point < 0x10000 -> its one-char token, -1 if none */
+    int32_t byte_id[256]; /* byte-level: the token of each byte's char, -1 if none */
+    int32_t *cp_id;       /* code point < 0x10000 -> its one-char token, -1 if none */
 
     int byte_level;         /* pieces are mapped byte -> char before BPE */
     int prefix_space;       /* ByteLevel add_prefix_space */
