@@ -12,13 +12,17 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # Build: compiler, CMake, OpenBLAS (OpenMP flavour, so BLAS and our loops share one thread
-# pool), OpenMP, zstd, libyaml (train --config files). Data: `fortunes`, an offline English corpus from Debian itself.
+# pool), OpenMP, zstd, libyaml (train --config files). Data: `fortunes`, an offline English corpus from Debian itself, and the
+# fortune files of other languages (German, Russian, Chinese, Spanish, Italian, Polish, Czech,
+# Bulgarian): real multilingual text for the tokenizer parity test and benchmark (issue 18).
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend.
 # Python: the package in python/ runs in a virtual environment that sees Debian's numpy,
 # pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
+# ca-certificates: pip's TLS to PyPI (for `tokenizers`, below) fails on a fresh root without.
 PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev libyaml-dev fortunes
-          gnuplot-nox openmpi-bin libopenmpi-dev procps python3 python3-venv python3-numpy
-          python3-pytest python3-setuptools python3-wheel)
+          fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs
+          fortunes-bg gnuplot-nox openmpi-bin libopenmpi-dev procps python3 python3-venv
+          python3-numpy python3-pytest python3-setuptools python3-wheel ca-certificates)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -59,3 +63,14 @@ fi
 [ -x "$PY" ] || /usr/bin/python3 -m venv --system-site-packages build/pyvenv
 "$PY" -m pip install -q --no-deps --no-build-isolation --force-reinstall ./python
 echo "setup: installed the python package into build/pyvenv"
+
+# Hugging Face `tokenizers` (PyPI) in the same venv: the reference the hf_parity test compares
+# zshard's ids with, and bench/tokenize_bench.sh's rival. Optional: when PyPI cannot be reached
+# setup warns and goes on, and hf_parity skips (77) saying why.
+if ! "$PY" -c "import tokenizers" 2>/dev/null; then
+    if "$PY" -m pip install -q --disable-pip-version-check --timeout 30 --retries 1 tokenizers; then
+        echo "setup: installed tokenizers into build/pyvenv"
+    else
+        echo "setup: warning: could not install tokenizers from PyPI; the hf_parity test will skip" >&2
+    fi
+fi

@@ -81,10 +81,12 @@ reason_for() {
     done
 }
 
-# A scratch directory as the README's reader has it: the checkout's build/zshard and a corpus.
+# A scratch directory as the README's reader has it: the checkout's build/zshard, its examples/
+# (the tokenizer of the tokenize example) and a corpus.
 scratch() {
     mkdir -p "$1/build"
     ln -s "$B/zshard" "$1/build/zshard"
+    ln -s "$S/examples" "$1/examples"
     ln -s "$T/corpus.txt" "$1/corpus.txt"
 }
 

@@ -167,7 +167,7 @@ static zs_status collect(void *ctx, size_t start, size_t len) {
 
 static void expect_split(zs_tok_split split, const char *text, const char *want) {
     spans sp = {.text = text};
-    ZT_OK(zs_tok_pretokenize(split, text, strlen(text), collect, &sp));
+    ZT_OK(zs_tok_pretokenize(split, text, strlen(text), collect, &sp, NULL));
     ZT_CHECK(!strcmp(sp.out, want), "split %d of '%s': got '%s', want '%s'", (int)split, text,
              sp.out, want);
 }

@@ -15,11 +15,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int eval_run(zs_train_config *cfgp, const char *src, const char *data, const char *split,
+                    int batches, int json);
+
 static void usage(FILE *f) {
     fprintf(f, "usage: zshard eval SRC --data FILE [options]\n"
                "SRC: a zshard checkpoint (or save dir), a safetensors file, a Hugging Face\n"
                "directory or an llm.c model file; the model is the source's.\n"
-               "  --data FILE        text or token shards (a quoted pattern joins shards)\n"
+               "  --data FILE        text or token shards (a quoted pattern joins shards); with\n"
+               "                     --tokenizer, text files, a folder or JSONL to tokenize\n"
+               "  --tokenizer PATH   a Hugging Face tokenizer: --data (and --val-data) are\n"
+               "                     tokenized as `zshard tokenize` does (documents, EOS after\n"
+               "                     each, BOS where the template has one) into a temporary\n"
+               "                     folder, removed at the end\n"
+               "  --doc-sep LINE     with --tokenizer: a line equal to LINE ends a document\n"
+               "                     [one document per file]\n"
+               "  --field NAME       with --tokenizer: the JSONL field holding the text [text]\n"
                "  --split val|all    val: the held-out tail that `train` validates on (the last\n"
                "                     --val-frac, or all of --val-data); all: the whole file [val]\n"
                "  --val-data FILE    a separate validation file (as train)\n"
@@ -38,7 +49,8 @@ static void usage(FILE *f) {
 
 int zs_cli_eval(int argc, char **argv) {
     zs_train_config cfg = zs_train_config_default();
-    const char *src = NULL, *model = NULL, *split = "val";
+    const char *src = NULL, *model = NULL, *split = "val", *tok = NULL, *doc_sep = NULL,
+               *field = NULL;
     int batches = 8, nproc = 1, json = 0, rc = 0, batch_set = 0, seq_set = 0;
     float vf = 0.1f;
     cfg.steps = 1;
@@ -62,6 +74,12 @@ int zs_cli_eval(int argc, char **argv) {
             cfg.data_path = v;
         else if (!strcmp(a, "--val-data"))
             cfg.val_path = v;
+        else if (!strcmp(a, "--tokenizer"))
+            tok = v;
+        else if (!strcmp(a, "--doc-sep"))
+            doc_sep = v;
+        else if (!strcmp(a, "--field"))
+            field = v;
         else if (!strcmp(a, "--val-frac"))
             rc = zs_arg_float(a, v, &vf);
         else if (!strcmp(a, "--split"))
@@ -113,7 +131,42 @@ int zs_cli_eval(int argc, char **argv) {
     }
     zs_error_clear(); /* SRC need not be a zshard checkpoint */
     if (!cfg.vocab && cfg.model.vocab != 256) cfg.vocab = cfg.model.vocab;
+    if (!tok && (doc_sep || field))
+        return zs_cli_fail(2, "eval: --doc-sep and --field apply with --tokenizer");
+    zs_cli_temp_shards td = {0}, tv = {0};
+    const char *data_name = cfg.data_path;
+    if (tok) {
+        const char *data = cfg.data_path;
+        if ((rc = zs_cli_text_to_shards("eval", data, tok, doc_sep, field, &td))) return rc;
+        if (td.vocab > cfg.model.vocab) {
+            zs_cli_temp_shards_remove(&td);
+            return zs_cli_fail(1, "eval: the tokenizer has %d ids, more than the model's %d",
+                               td.vocab, cfg.model.vocab);
+        }
+        cfg.data_path = td.pattern;
+        if (cfg.val_path && !strcmp(cfg.val_path, data))
+            cfg.val_path = td.pattern;
+        else if (cfg.val_path) {
+            if ((rc = zs_cli_text_to_shards("eval", cfg.val_path, tok, doc_sep, field, &tv))) {
+                zs_cli_temp_shards_remove(&td);
+                return rc;
+            }
+            cfg.val_path = tv.pattern;
+        }
+        fprintf(stderr, "eval: %s tokenized with %s: %lld documents, %lld tokens%s\n", data, tok,
+                (long long)td.documents, (long long)td.tokens,
+                td.skipped ? " (some skipped: zshard tokenize shows which)" : "");
+    }
+    rc = eval_run(&cfg, src, data_name, split, batches, json);
+    zs_cli_temp_shards_remove(&td);
+    zs_cli_temp_shards_remove(&tv);
+    return rc;
+}
 
+/* The evaluation itself; data is the --data the user gave (the text, when tokenized). */
+static int eval_run(zs_train_config *cfgp, const char *src, const char *data, const char *split,
+                    int batches, int json) {
+    zs_train_config cfg = *cfgp;
     zs_trainer_t *t = NULL;
     float loss = 0.0f;
     zs_status st = zs_trainer_create(&cfg, &t);
@@ -149,8 +202,8 @@ int zs_cli_eval(int argc, char **argv) {
         } else
             printf("eval: %s on %s (%s split): loss %.4f | perplexity %.3f | %d batches x %d x "
                    "%d = %.0f tokens\n",
-                   src, cfg.data_path, split, (double)loss, exp((double)loss), batches, cfg.batch,
-                   cfg.seq, tokens);
+                   src, data, split, (double)loss, exp((double)loss), batches, cfg.batch, cfg.seq,
+                   tokens);
     }
     zs_trainer_destroy(t);
     if (!isfinite(loss))

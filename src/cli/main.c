@@ -31,6 +31,8 @@ static void usage(FILE *f) {
             "  ckpt      checkpoints: inspect, export (hf, safetensors, llm.c), import, reshard\n"
             "  eval      loss and perplexity of a model on a text or token file\n"
             "  generate  text or tokens from a model (KV cache; temperature, top-k, top-p)\n"
+            "  tokenize  a corpus (text, folders, JSONL) into token shards with a Hugging Face\n"
+            "            tokenizer\n"
             "  help      this text; `zshard <command> --help` for a command's flags\n",
             ZS_VERSION_MAJOR, ZS_VERSION_MINOR, ZS_VERSION_PATCH);
 }
@@ -75,7 +77,8 @@ int main(int argc, char **argv) {
     static char help_flag[] = "--help";
     char *help_argv[4] = {argv[0], NULL, help_flag, NULL};
     if (!strcmp(cmd, "help") && argc >= 3 && argv[2][0] != '-') {
-        static const char *known[] = {"train", "run", "bench", "mem", "ckpt", "eval", "generate"};
+        static const char *known[] = {"train", "run",  "bench",    "mem",
+                                      "ckpt",  "eval", "generate", "tokenize"};
         int found = 0;
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             found |= !strcmp(argv[2], known[i]);
@@ -93,6 +96,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return zs_cli_ckpt(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return zs_cli_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return zs_cli_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return zs_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

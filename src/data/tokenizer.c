@@ -1,7 +1,5 @@
-/* BPE encoding and decoding over the tables tokenizer_load.c fills: added tokens are cut out
- * of the raw text first, each remaining piece is normalized ('▁' conventions), split into
- * words (pretok.c), mapped to byte-level chars when the model is byte-level, and each word's
- * symbols are merged by rank, lowest first, leftmost among equals, as Hugging Face does. */
+/* The tokenizer's tables (token strings, the string -> id hash, the merges) that
+ * tokenizer_load.c fills, and decoding ids back to text. Encoding is tokenizer_encode.c. */
 #include "core/status.h"
 #include "data/tokenizer_internal.h"
 
@@ -30,7 +28,8 @@ zs_status zs_tok_alloc(zs_tokenizer_t *t, int n) {
     t->tok_len = calloc((size_t)n, sizeof *t->tok_len);
     t->special = calloc((size_t)n, 1);
     t->added = calloc((size_t)n, sizeof *t->added);
-    ZS_REQUIRE(t->tok && t->tok_len && t->special && t->added, ZS_ERR_OOM,
+    t->added_norm = calloc((size_t)n, 1);
+    ZS_REQUIRE(t->tok && t->tok_len && t->special && t->added && t->added_norm, ZS_ERR_OOM,
                "%s: out of memory for %d tokens", t->what, n);
     t->n = n;
 fail:
@@ -101,7 +100,7 @@ fail:
     return st;
 }
 
-static int merge_find(const zs_tokenizer_t *t, int a, int b, int *merged) {
+int32_t zs_tok_merge_find(const zs_tokenizer_t *t, int32_t a, int32_t b, int32_t *merged) {
     if (!t->mcap) return -1;
     uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
     for (size_t h = mix(key) & (t->mcap - 1); t->mkey[h]; h = (h + 1) & (t->mcap - 1)) {
@@ -121,7 +120,8 @@ zs_status zs_tok_add_merge(zs_tokenizer_t *t, int rank, const char *a, size_t na
     memcpy(ab, a, na);
     memcpy(ab + na, b, nb);
     int ia = zs_tok_lookup(t, a, na), ib = zs_tok_lookup(t, b, nb);
-    int iab = zs_tok_lookup(t, ab, na + nb), old;
+    int iab = zs_tok_lookup(t, ab, na + nb);
+    int32_t old;
     ZS_REQUIRE(ia >= 0 && ib >= 0 && iab >= 0, ZS_ERR_FORMAT,
                "%s: merge %d ('%.*s' '%.*s'): '%.*s' is not in the vocabulary", t->what, rank,
                (int)na, a, (int)nb, b,
@@ -131,7 +131,7 @@ zs_status zs_tok_add_merge(zs_tokenizer_t *t, int rank, const char *a, size_t na
                ia < 0   ? a
                : ib < 0 ? b
                         : ab);
-    if (merge_find(t, ia, ib, &old) >= 0) goto fail; /* a repeat: the first rank stands */
+    if (zs_tok_merge_find(t, ia, ib, &old) >= 0) goto fail; /* a repeat: the first rank stands */
     uint64_t key = ((uint64_t)(uint32_t)ia << 32 | (uint32_t)ib) + 1;
     size_t h = mix(key) & (t->mcap - 1);
     while (t->mkey[h])
@@ -141,207 +141,6 @@ zs_status zs_tok_add_merge(zs_tokenizer_t *t, int rank, const char *a, size_t na
     t->mid[h] = iab;
 fail:
     free(ab);
-    return st;
-}
-
-/* ---- encode ------------------------------------------------------------------------------ */
-
-typedef struct ids {
-    int32_t *v;
-    int n, cap;
-} ids;
-
-static zs_status push(ids *o, int32_t id) {
-    if (o->n == o->cap) {
-        int cap = o->cap ? 2 * o->cap : 64;
-        int32_t *g = realloc(o->v, (size_t)cap * sizeof *g);
-        if (!g) return zs_error(ZS_ERR_OOM, "tokenizer: out of memory");
-        o->v = g;
-        o->cap = cap;
-    }
-    o->v[o->n++] = id;
-    return ZS_OK;
-}
-
-/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 map in
- * order to U+0100.., so every byte is a visible char (space is 'Ġ' U+0120). */
-static uint32_t byte_char(unsigned b) {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) return b;
-    unsigned k = 0;
-    for (unsigned x = 0; x < b; x++)
-        k += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
-    return 256 + k;
-}
-
-static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) return o[0] = (char)cp, 1;
-    if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3F)), 2;
-    o[0] = (char)(0xE0 | cp >> 12);
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-}
-
-typedef struct enc {
-    const zs_tokenizer_t *t;
-    const char *text;
-    ids *out;
-    ids sym;       /* the word's symbols being merged */
-    int32_t *rank; /* rank of the pair (sym[i], sym[i+1]), -1 if none */
-    int rcap;
-} enc;
-
-/* The initial symbols of one char: its token, else its bytes as <0xNN>, else <unk>. */
-static zs_status char_symbols(enc *e, const char *s, size_t n) {
-    const zs_tokenizer_t *t = e->t;
-    int id = zs_tok_lookup(t, s, n);
-    if (id >= 0) return push(&e->sym, id);
-    if (t->byte_fallback) {
-        for (size_t i = 0; i < n; i++) {
-            char hex[8];
-            snprintf(hex, sizeof hex, "<0x%02X>", (unsigned char)s[i]);
-            int b = zs_tok_lookup(t, hex, 6);
-            if (b < 0)
-                return zs_error(ZS_ERR_FORMAT, "%s: byte_fallback is set but %s is not a token",
-                                t->what, hex);
-            zs_status st = push(&e->sym, b);
-            if (st != ZS_OK) return st;
-        }
-        return ZS_OK;
-    }
-    if (t->unk >= 0) {
-        /* fuse_unk as SentencePiece does: a run of unknown chars is one <unk>. */
-        if (e->sym.n && e->sym.v[e->sym.n - 1] == t->unk) return ZS_OK;
-        return push(&e->sym, t->unk);
-    }
-    return zs_error(ZS_ERR_INVALID,
-                    "%s: the text has '%.*s', which is no token, and the tokenizer has neither "
-                    "byte_fallback nor an unk_token",
-                    t->what, (int)n, s);
-}
-
-static zs_status bpe_word(enc *e, const char *w, size_t n) {
-    zs_status st = ZS_OK;
-    const zs_tokenizer_t *t = e->t;
-    int whole = t->ignore_merges ? zs_tok_lookup(t, w, n) : -1;
-    if (whole >= 0) return push(e->out, whole);
-    e->sym.n = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t k = zs_tok_utf8((const unsigned char *)w + i, n - i, &cp);
-        ZS_CHECK(char_symbols(e, w + i, k));
-        i += k;
-    }
-    if (e->sym.n > e->rcap) {
-        int32_t *g = realloc(e->rank, (size_t)e->sym.n * sizeof *g);
-        ZS_REQUIRE(g, ZS_ERR_OOM, "tokenizer: out of memory");
-        e->rank = g;
-        e->rcap = e->sym.n;
-    }
-    int32_t *s = e->sym.v, *r = e->rank, m;
-    int ns = e->sym.n;
-    for (int i = 0; i + 1 < ns; i++)
-        r[i] = merge_find(t, s[i], s[i + 1], &m);
-    for (;;) {
-        int best = -1;
-        for (int i = 0; i + 1 < ns; i++)
-            if (r[i] >= 0 && (best < 0 || r[i] < r[best])) best = i;
-        if (best < 0) break;
-        merge_find(t, s[best], s[best + 1], &s[best]);
-        memmove(s + best + 1, s + best + 2, (size_t)(ns - best - 2) * sizeof *s);
-        memmove(r + best + 1, r + best + 2, (size_t)(ns - best - 2) * sizeof *r);
-        ns--;
-        if (best > 0) r[best - 1] = merge_find(t, s[best - 1], s[best], &m);
-        if (best + 1 < ns) r[best] = merge_find(t, s[best], s[best + 1], &m);
-    }
-    for (int i = 0; i < ns; i++)
-        ZS_CHECK(push(e->out, s[i]));
-fail:
-    return st;
-}
-
-static zs_status emit_word(void *ctx, size_t start, size_t len) {
-    enc *e = ctx;
-    const char *w = e->text + start;
-    if (!e->t->byte_level) return bpe_word(e, w, len);
-    char *m = malloc(2 * len + 1); /* each byte's char is at most 2 UTF-8 bytes (< U+0144) */
-    if (!m) return zs_error(ZS_ERR_OOM, "tokenizer: out of memory");
-    size_t k = 0;
-    for (size_t i = 0; i < len; i++)
-        k += put_utf8(m + k, byte_char((unsigned char)w[i]));
-    zs_status st = bpe_word(e, m, k);
-    free(m);
-    return st;
-}
-
-/* One stretch of text between added tokens: normalize, pre-tokenize, merge. */
-static zs_status encode_piece(enc *e, const char *s, size_t n, int at_start) {
-    const zs_tokenizer_t *t = e->t;
-    static const char meta[] = "\xE2\x96\x81"; /* '▁' U+2581 */
-    if (n == 0) return ZS_OK;
-    char *b = malloc(3 * n + 4);
-    if (!b) return zs_error(ZS_ERR_OOM, "tokenizer: out of memory");
-    size_t k = 0;
-    int starts_meta = t->replace_space ? s[0] == ' ' : n >= 3 && !memcmp(s, meta, 3);
-    if (t->prepend == ZS_TOK_PREPEND_ALWAYS ||
-        (t->prepend == ZS_TOK_PREPEND_META && !starts_meta) ||
-        (t->prepend == ZS_TOK_PREPEND_FIRST && at_start && !starts_meta))
-        memcpy(b, meta, 3), k = 3;
-    else if (t->prefix_space && s[0] != ' ')
-        b[k++] = ' ';
-    for (size_t i = 0; i < n; i++) {
-        if (t->replace_space && s[i] == ' ')
-            memcpy(b + k, meta, 3), k += 3;
-        else
-            b[k++] = s[i];
-    }
-    e->text = b;
-    zs_status st = zs_tok_pretokenize(t->split, b, k, emit_word, e);
-    free(b);
-    return st;
-}
-
-zs_status zs_tokenizer_encode(const zs_tokenizer_t *t, const char *text, size_t nbytes,
-                              int add_special, int32_t **out_ids, int *count) {
-    zs_status st = ZS_OK;
-    ids out = {0};
-    enc e = {.t = t, .out = &out};
-    *out_ids = NULL;
-    *count = 0;
-    for (int i = 0; add_special && i < t->n_pre; i++)
-        ZS_CHECK(push(&out, t->pre[i]));
-    size_t piece = 0;
-    for (size_t i = 0; i <= nbytes;) {
-        /* The longest added token starting here, as the Aho-Corasick leftmost-longest match
-         * Hugging Face uses would pick. */
-        int best = -1;
-        for (int a = 0; i < nbytes && a < t->n_added; a++) {
-            int id = t->added[a];
-            size_t L = (size_t)t->tok_len[id];
-            if (L && L <= nbytes - i && !memcmp(text + i, t->tok[id], L) &&
-                (best < 0 || L > (size_t)t->tok_len[best]))
-                best = id;
-        }
-        if (best < 0 && i < nbytes) {
-            i++;
-            continue;
-        }
-        ZS_CHECK(encode_piece(&e, text + piece, i - piece, piece == 0));
-        if (best < 0) break;
-        ZS_CHECK(push(&out, best));
-        i += (size_t)t->tok_len[best];
-        piece = i;
-    }
-    for (int i = 0; add_special && i < t->n_post; i++)
-        ZS_CHECK(push(&out, t->post[i]));
-    *out_ids = out.v ? out.v : malloc(sizeof(int32_t));
-    ZS_REQUIRE(*out_ids, ZS_ERR_OOM, "tokenizer: out of memory");
-    *count = out.n;
-    out.v = NULL;
-fail:
-    free(out.v);
-    free(e.sym.v);
-    free(e.rank);
     return st;
 }
 
@@ -429,7 +228,7 @@ zs_status zs_tokenizer_decode(const zs_tokenizer_t *t, const int32_t *idv, int c
     for (int i = 0; i < 324; i++)
         inv[i] = -1;
     for (unsigned c = 0; c < 256; c++)
-        inv[byte_char(c)] = (int)c;
+        inv[zs_tok_byte_char(c)] = (int)c;
     for (int i = 0; i < count; i++) {
         int id = idv[i];
         ZS_REQUIRE(id >= 0 && id < t->n && t->tok[id], ZS_ERR_INVALID,

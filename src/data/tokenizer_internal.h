@@ -58,6 +58,16 @@ struct zs_tokenizer {
     int32_t *mrank, *mid;
     size_t mcap;
 
+    unsigned char *added_norm; /* id -> 1 for an added token matched after normalization */
+    /* Added tokens indexed by first byte, longest first: raw ones (matched in the text) at
+     * araw[araw_at[b] .. araw_at[b + 1]), normalized ones likewise in anorm (their content
+     * normalized as the text is). */
+    int *araw, araw_at[257], *anorm, anorm_at[257];
+    char **anorm_str; /* anorm[i]'s normalized content */
+    int *anorm_len;
+    int32_t byte_id[256]; /* byte-level: the token of each byte's char, -1 if none */
+    int32_t *cp_id;       /* code point < 0x10000 -> its one-char token, -1 if none */
+
     int byte_level;         /* pieces are mapped byte -> char before BPE */
     int prefix_space;       /* ByteLevel add_prefix_space */
     zs_tok_split split;     /* pre-tokenization */
@@ -65,7 +75,8 @@ struct zs_tokenizer {
     int replace_space;      /* ' ' -> '▁' (normalizer Replace or Metaspace) */
     int byte_fallback;      /* an unknown char becomes its <0xNN> byte tokens */
     int ignore_merges;      /* a word that is itself a token skips the merges (Llama-3) */
-    int unk, eos;           /* ids or -1 */
+    int fuse_unk;           /* consecutive unknown chars give one unk token */
+    int unk, eos, pad;      /* ids or -1 */
     int pre[ZS_TOK_MAX_TEMPLATE], n_pre, post[ZS_TOK_MAX_TEMPLATE], n_post; /* template */
     zs_tok_dec dec[ZS_TOK_MAX_DEC];
     int n_dec;
@@ -82,11 +93,29 @@ zs_status zs_tok_add_merge(zs_tokenizer_t *t, int rank, const char *a, size_t na
                            size_t nb);
 int zs_tok_lookup(const zs_tokenizer_t *t, const char *s, size_t len);
 
+/* After the files are read: the added-token indexes and the one-char lookup tables that
+ * encoding uses (tokenizer_encode.c). */
+zs_status zs_tok_finish(zs_tokenizer_t *t);
+/* GPT-2's bytes_to_unicode: the char that stands for byte b in byte-level tokens. */
+uint32_t zs_tok_byte_char(unsigned b);
+int32_t zs_tok_merge_find(const zs_tokenizer_t *t, int32_t a, int32_t b, int32_t *merged);
+
+/* Code points of a piece of text, kept between calls so that splitting does not allocate. */
+typedef struct zs_tok_cpbuf {
+    uint32_t *cp;
+    size_t *off;
+    size_t n, cap;
+} zs_tok_cpbuf;
+
 /* Split text[0, n) into words by the pattern: calls emit(ctx, start, len) for each, in
- * order, covering every byte (pretok.c). */
+ * order, covering every byte (pretok.c). buf may be NULL (then allocated for this call). */
 typedef zs_status (*zs_tok_emit_fn)(void *ctx, size_t start, size_t len);
 zs_status zs_tok_pretokenize(zs_tok_split split, const char *text, size_t n, zs_tok_emit_fn emit,
-                             void *ctx);
+                             void *ctx, zs_tok_cpbuf *buf);
+/* The class of a code point for the regexes: 0 \p{L}, 1 \p{N}, 2 \s, 3 other
+ * (unicode_class.c, generated), and the Unicode version of that table. */
+int zs_tok_unicode_class(uint32_t cp);
+const char *zs_tok_unicode_version(void);
 /* One UTF-8 code point at s[0, n): its length in bytes; an invalid byte is one code point of
  * that byte's value (Latin-1), so every byte string splits somewhere. */
 size_t zs_tok_utf8(const unsigned char *s, size_t n, uint32_t *cp);

@@ -85,11 +85,13 @@ fail:
     return st;
 }
 
-static void mark_added(zs_tokenizer_t *t, int id, int special) {
+/* normalized: matched in normalized text (Hugging Face's default for a non-special token). */
+static void mark_added(zs_tokenizer_t *t, int id, int special, int normalized) {
     for (int a = 0; a < t->n_added; a++)
         if (t->added[a] == id) return;
     t->added[t->n_added++] = id;
     t->special[id] = (unsigned char)special;
+    t->added_norm[id] = (unsigned char)normalized;
 }
 
 /* ---- GPT-2 files ------------------------------------------------------------------------- */
@@ -109,7 +111,7 @@ static zs_status load_gpt2(zs_tokenizer_t *t, const char *vocab_path, const char
     /* GPT-2's tokenizer treats <|endoftext|> as a special token although vocab.json lists
      * it with the others: it is matched whole in text and is the EOS. */
     int eot = zs_tok_lookup(t, "<|endoftext|>", 13);
-    if (eot >= 0) mark_added(t, eot, 1);
+    if (eot >= 0) mark_added(t, eot, 1, 0);
     t->byte_level = 1;
     t->split = ZS_TOK_SPLIT_GPT2;
     t->dec[t->n_dec++].kind = ZS_TOK_DEC_BYTELEVEL;
@@ -182,7 +184,8 @@ static zs_status model(zs_tokenizer_t *t, const zs_json *root) {
         const char *c = jstr(a, "content");
         int id = (int)zs_json_get(a, "id")->ival;
         ZS_CHECK(zs_tok_add_token(t, id, c, strlen(c)));
-        mark_added(t, id, jbool(a, "special", 0));
+        int special = jbool(a, "special", 0);
+        mark_added(t, id, special, jbool(a, "normalized", !special));
     }
     ZS_CHECK(zs_tok_build_hash(t));
     ZS_CHECK(zs_tok_merges_alloc(t, (size_t)merges->n));
@@ -208,6 +211,7 @@ static zs_status model(zs_tokenizer_t *t, const zs_json *root) {
     }
     t->byte_fallback = jbool(m, "byte_fallback", 0);
     t->ignore_merges = jbool(m, "ignore_merges", 0);
+    t->fuse_unk = jbool(m, "fuse_unk", 0);
     const char *unk = jstr(m, "unk_token");
     t->unk = unk ? zs_tok_lookup(t, unk, strlen(unk)) : -1;
     ZS_REQUIRE(!unk || t->unk >= 0, ZS_ERR_FORMAT, "%s: model.unk_token '%s' is not a token",
@@ -411,6 +415,8 @@ static zs_status load_json(zs_tokenizer_t *t, const char *path) {
     ZS_CHECK(pre_tokenizer(t, zs_json_get(root, "pre_tokenizer")));
     ZS_CHECK(post_processor(t, zs_json_get(root, "post_processor")));
     ZS_CHECK(decoder(t, zs_json_get(root, "decoder")));
+    const char *pad = jstr(zs_json_get(root, "padding"), "pad_token");
+    if (pad) t->pad = zs_tok_lookup(t, pad, strlen(pad));
 fail:
     zs_json_free(root);
     return st;
@@ -432,6 +438,12 @@ static zs_status config_eos(zs_tokenizer_t *t, const char *dir) {
         t->eos = zs_tok_lookup(t, name, strlen(name));
         if (t->eos < 0) st = zs_error(ZS_ERR_FORMAT, "%s: eos_token '%s' is not a token", p, name);
     }
+    e = zs_json_get(root, "pad_token");
+    name = e && e->type == ZS_JSON_STRING ? e->str : jstr(e, "content");
+    if (name && st == ZS_OK) {
+        t->pad = zs_tok_lookup(t, name, strlen(name));
+        if (t->pad < 0) st = zs_error(ZS_ERR_FORMAT, "%s: pad_token '%s' is not a token", p, name);
+    }
     zs_json_free(root);
     return st;
 }
@@ -443,7 +455,7 @@ zs_status zs_tokenizer_load(const char *path, zs_tokenizer_t **out) {
     zs_tokenizer_t *t = calloc(1, sizeof *t);
     *out = NULL;
     ZS_REQUIRE(t, ZS_ERR_OOM, "tokenizer: out of memory");
-    t->unk = t->eos = -1;
+    t->unk = t->eos = t->pad = -1;
     ZS_REQUIRE(stat(path, &s) == 0, ZS_ERR_IO, "tokenizer %s: no such file or directory", path);
     snprintf(dir, sizeof dir, "%s", path);
     const char *base = path;
@@ -477,6 +489,10 @@ zs_status zs_tokenizer_load(const char *path, zs_tokenizer_t **out) {
     static const char *eos_names[] = {"<|endoftext|>", "</s>", "<|end_of_text|>"};
     for (int i = 0; t->eos < 0 && i < 3; i++)
         t->eos = zs_tok_lookup(t, eos_names[i], strlen(eos_names[i]));
+    static const char *pad_names[] = {"<pad>", "<|pad|>", "[PAD]", "<|padding|>"};
+    for (int i = 0; t->pad < 0 && i < 4; i++)
+        t->pad = zs_tok_lookup(t, pad_names[i], strlen(pad_names[i]));
+    ZS_CHECK(zs_tok_finish(t));
     *out = t;
     return ZS_OK;
 fail:
@@ -496,6 +512,14 @@ void zs_tokenizer_destroy(zs_tokenizer_t *t) {
     free(t->mkey);
     free(t->mrank);
     free(t->mid);
+    free(t->added_norm);
+    free(t->araw);
+    free(t->anorm);
+    for (int i = 0; t->anorm_str && i < t->anorm_at[256]; i++)
+        free(t->anorm_str[i]);
+    free(t->anorm_str);
+    free(t->anorm_len);
+    free(t->cp_id);
     free(t);
 }
 
@@ -504,6 +528,19 @@ int zs_tokenizer_vocab_size(const zs_tokenizer_t *t) {
 }
 int zs_tokenizer_eos(const zs_tokenizer_t *t) {
     return t->eos;
+}
+int zs_tokenizer_bos(const zs_tokenizer_t *t) {
+    return t->n_pre == 1 ? t->pre[0] : -1;
+}
+int zs_tokenizer_pad(const zs_tokenizer_t *t) {
+    return t->pad;
+}
+void zs_tokenizer_template(const zs_tokenizer_t *t, const int **pre, int *n_pre, const int **post,
+                           int *n_post) {
+    *pre = t->pre;
+    *n_pre = t->n_pre;
+    *post = t->post;
+    *n_post = t->n_post;
 }
 const char *zs_tokenizer_token(const zs_tokenizer_t *t, int id) {
     return id >= 0 && id < t->n ? t->tok[id] : NULL;

@@ -1,0 +1,246 @@
+/* `zshard tokenize INPUT... --tokenizer PATH --out DIR`: a corpus of text files, folders,
+ * patterns or JSONL into llm.c token shards and dataset.json, with a progress bar on a
+ * terminal and a summary at the end. The work is src/data/tokenize.c's. */
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "core/status.h"
+#include "data/tokenize.h"
+#include "zshard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: zshard tokenize INPUT... --tokenizer PATH --out DIR [options]\n"
+               "INPUT: text files, folders (their files, recursively; hidden files and links\n"
+               "left out), quoted patterns ('data/*.txt'), JSONL files (.jsonl, .ndjson).\n"
+               "Writes DIR/train_000000.bin ..., DIR/val_000000.bin ... (llm.c token shards:\n"
+               "uint16 when the vocabulary fits, else uint32) and DIR/dataset.json. Each document\n"
+               "is the tokenizer's template (e.g. LLaMA's <s>) around its tokens, then the EOS.\n"
+               "  --tokenizer PATH   a Hugging Face tokenizer: a folder with tokenizer.json or\n"
+               "                     vocab.json + merges.txt, or one of those files (required)\n"
+               "  --out DIR          the output folder, created if missing (required)\n"
+               "  --doc-sep LINE     text files: a line equal to LINE ends a document, e.g. %%\n"
+               "                     (fortune files) or '' (blank lines) [one document per file]\n"
+               "  --field NAME       JSONL: the string field holding the text [text]\n"
+               "  --exclude GLOB     leave out files whose name matches, e.g. '*.dat' (repeat\n"
+               "                     for more)\n"
+               "  --format F         auto, text or jsonl: how to read every input [auto: .jsonl\n"
+               "                     and .ndjson files are JSONL, the others text]\n"
+               "  --shard-size N     tokens per shard file [100000000]\n"
+               "  --val-frac F       share of documents that go to val, chosen by a hash of each\n"
+               "                     document's index and --seed [0.1]\n"
+               "  --seed S           seed of that choice [1337]\n"
+               "  --threads N        encoding threads [the cores this process may use]; the\n"
+               "                     output is the same bytes for any N\n"
+               "  --eos TOKEN        the end-of-document token [the tokenizer's EOS]\n"
+               "  --max-doc-bytes B  longer documents are skipped, e.g. 64M [64M]\n"
+               "  --strict           a document that would be skipped (empty, bad JSONL line,\n"
+               "                     missing or non-string field, too long, binary file) is an\n"
+               "                     error instead\n"
+               "  --overwrite        replace the shards and dataset.json of an earlier run in DIR\n"
+               "  --quiet            no progress display\n"
+               "Invalid UTF-8 is read as U+FFFD, one per maximal invalid sequence (as Python's\n"
+               "errors='replace'). docs/tokenizer.md has the rules.\n");
+}
+
+typedef struct progress {
+    int tty;
+    int shown;
+} progress;
+
+static void human(char *b, size_t n, double v) {
+    if (v >= 1e9)
+        snprintf(b, n, "%.2fG", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(b, n, "%.2fM", v / 1e6);
+    else if (v >= 1e4)
+        snprintf(b, n, "%.1fk", v / 1e3);
+    else
+        snprintf(b, n, "%.0f", v);
+}
+
+static void on_progress(void *ctx, const zs_tokenize_stats *s, int done) {
+    progress *p = ctx;
+    char docs[32], toks[32];
+    human(docs, sizeof docs, (double)(s->docs[0] + s->docs[1]));
+    human(toks, sizeof toks, (double)(s->tokens[0] + s->tokens[1]));
+    double mb = (double)s->bytes_read / 1e6, rate = s->seconds > 0 ? mb / s->seconds : 0;
+    double frac = s->total_bytes > 0 ? (double)s->bytes_read / (double)s->total_bytes : 0;
+    if (frac > 1) frac = 1;
+    if (p->tty) {
+        char bar[31];
+        int fill = (int)(frac * 30 + 0.5);
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[30] = 0;
+        fprintf(stderr, "\r[%s] %3.0f%% | %s docs | %s tokens | %.1f MB at %.2f MB/s  ", bar,
+                100 * frac, docs, toks, mb, rate);
+        if (done) fprintf(stderr, "\n");
+    } else if (!done) {
+        fprintf(stderr, "tokenize: %3.0f%% | %s docs | %s tokens | %.1f MB at %.2f MB/s\n",
+                100 * frac, docs, toks, mb, rate);
+    }
+    fflush(stderr);
+    p->shown = 1;
+}
+
+static void summary(const zs_tokenize_config *c, const zs_tokenize_stats *s) {
+    int64_t docs = s->docs[0] + s->docs[1], toks = s->tokens[0] + s->tokens[1];
+    double mb = (double)s->bytes_read / 1e6;
+    printf("tokenize: %lld documents (%lld train, %lld val), %lld tokens (%lld train, %lld "
+           "val), %.1f tokens per document\n",
+           (long long)docs, (long long)s->docs[0], (long long)s->docs[1], (long long)toks,
+           (long long)s->tokens[0], (long long)s->tokens[1],
+           docs ? (double)toks / (double)docs : 0.0);
+    printf("  read %d file%s, %.2f MB in %.2f s (%.2f MB/s) with %d thread%s\n", s->files,
+           s->files == 1 ? "" : "s", mb, s->seconds, s->seconds > 0 ? mb / s->seconds : 0.0,
+           c->threads, c->threads == 1 ? "" : "s");
+    printf("  wrote %s/: %lld train shard%s, %lld val shard%s of up to %lld tokens, "
+           "dataset.json\n",
+           c->out_dir, (long long)s->shards[0], s->shards[0] == 1 ? "" : "s",
+           (long long)s->shards[1], s->shards[1] == 1 ? "" : "s", (long long)c->shard_size);
+    printf("  unknown tokens %lld, byte-fallback tokens %lld, dropped chars %lld, invalid UTF-8 "
+           "replaced %lld\n",
+           (long long)s->unk, (long long)s->byte_fallback, (long long)s->dropped,
+           (long long)s->utf8_replaced);
+    int64_t skipped = 0;
+    for (int k = 1; k < ZS_DOC_SKIP_COUNT; k++)
+        skipped += s->skipped[k];
+    printf("  skipped %lld document%s", (long long)skipped, skipped == 1 ? "" : "s");
+    const char *sep = " (";
+    for (int k = 1; k < ZS_DOC_SKIP_COUNT; k++)
+        if (s->skipped[k]) {
+            printf("%s%s %lld", sep, zs_doc_skip_name((zs_doc_skip)k), (long long)s->skipped[k]);
+            sep = ", ";
+        }
+    printf("%s\n", skipped ? ")" : "");
+    for (int i = 0; i < s->n_bad; i++)
+        printf("    %s\n", s->bad[i]);
+    if (skipped > s->n_bad) printf("    ... and %lld more\n", (long long)(skipped - s->n_bad));
+    if (s->eos_in_text)
+        printf("  note: %lld document%s hold the EOS token's text itself, encoded as the EOS: "
+               "each reads as two documents\n",
+               (long long)s->eos_in_text, s->eos_in_text == 1 ? "" : "s");
+    if (docs && !s->docs[1] && c->val_frac > 0)
+        printf("  note: no document went to val (--val-frac %g of %lld)\n", c->val_frac,
+               (long long)docs);
+}
+
+int zs_cli_tokenize(int argc, char **argv) {
+    zs_tokenize_config c = zs_tokenize_config_default();
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    const char **excl = calloc((size_t)argc + 1, sizeof *excl);
+    int n_ex = 0, n_in = 0, rc = 0, quiet = 0, threads_set = 0;
+    float vf = 0.1f;
+    if (!inputs || !excl) {
+        free(inputs);
+        free(excl);
+        return zs_cli_fail(1, "tokenize: out of memory");
+    }
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i], *v;
+        if (zs_arg_is_help(a)) {
+            usage(stdout);
+            free(inputs);
+            free(excl);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) || !strcmp(a, "-")) {
+            inputs[n_in++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--strict")) {
+            c.strict = 1;
+            continue;
+        }
+        if (!strcmp(a, "--overwrite")) {
+            c.overwrite = 1;
+            continue;
+        }
+        if (!strcmp(a, "--quiet")) {
+            quiet = 1;
+            continue;
+        }
+        if (!(v = zs_arg_value(argc, argv, &i))) {
+            rc = 2;
+            break;
+        }
+        uint64_t u = 0;
+        if (!strcmp(a, "--tokenizer"))
+            c.tokenizer = v;
+        else if (!strcmp(a, "--out"))
+            c.out_dir = v;
+        else if (!strcmp(a, "--doc-sep"))
+            c.corpus.doc_sep = v;
+        else if (!strcmp(a, "--field"))
+            c.corpus.field = v;
+        else if (!strcmp(a, "--exclude"))
+            excl[n_ex++] = v;
+        else if (!strcmp(a, "--format")) {
+            if (!strcmp(v, "auto"))
+                c.corpus.format = ZS_CORPUS_AUTO;
+            else if (!strcmp(v, "text"))
+                c.corpus.format = ZS_CORPUS_TEXT;
+            else if (!strcmp(v, "jsonl"))
+                c.corpus.format = ZS_CORPUS_JSONL;
+            else
+                rc = zs_cli_fail(2, "--format: '%s' is not one of auto, text, jsonl", v);
+        } else if (!strcmp(a, "--shard-size")) {
+            rc = zs_arg_u64(a, v, &u);
+            if (!rc && (u < 1 || u > 2147483647u))
+                rc = zs_cli_fail(2, "--shard-size: %s is out of range [1, 2147483647]", v);
+            c.shard_size = (int64_t)u;
+        } else if (!strcmp(a, "--val-frac")) {
+            rc = zs_arg_float(a, v, &vf);
+            if (!rc && (vf < 0 || vf > 1))
+                rc = zs_cli_fail(2, "--val-frac: %s is out of range [0, 1]", v);
+        } else if (!strcmp(a, "--seed"))
+            rc = zs_arg_u64(a, v, &c.seed);
+        else if (!strcmp(a, "--threads")) {
+            rc = zs_arg_int_range(a, v, 1, 1024, &c.threads);
+            threads_set = 1;
+        } else if (!strcmp(a, "--eos"))
+            c.eos = v;
+        else if (!strcmp(a, "--max-doc-bytes")) {
+            if (zs_parse_bytes(v, &u) != ZS_OK || u < 1 || u > ((uint64_t)1 << 36))
+                rc = zs_cli_fail(2, "--max-doc-bytes: '%s' is not a size in [1, 64G]", v);
+            c.corpus.max_doc_bytes = (size_t)u;
+        } else
+            rc = zs_cli_fail(2, "tokenize: unknown flag '%s' (see zshard tokenize --help)", a);
+    }
+    if (!rc && !n_in) rc = zs_cli_fail(2, "tokenize: no INPUT given (zshard tokenize --help)");
+    if (!rc && !c.tokenizer) rc = zs_cli_fail(2, "tokenize: --tokenizer PATH is required");
+    if (!rc && !c.out_dir) rc = zs_cli_fail(2, "tokenize: --out DIR is required");
+    if (rc) {
+        free(inputs);
+        free(excl);
+        return rc;
+    }
+    c.val_frac = vf;
+    if (!threads_set) c.threads = zs_cli_cores();
+    c.corpus.inputs = inputs;
+    c.corpus.n_inputs = n_in;
+    c.corpus.exclude = excl;
+    c.corpus.n_exclude = n_ex;
+    progress p = {isatty(2), 0};
+    if (!quiet) {
+        c.progress = on_progress;
+        c.progress_ctx = &p;
+        c.progress_s = p.tty ? 0.2 : 10;
+    }
+    zs_tokenize_stats s;
+    zs_status st = zs_tokenize_run(&c, &s);
+    if (st != ZS_OK) {
+        if (p.shown && p.tty) fprintf(stderr, "\n");
+        free(inputs);
+        free(excl);
+        return zs_cli_fail(1, "tokenize: %s", zs_last_error());
+    }
+    summary(&c, &s);
+    free(inputs);
+    free(excl);
+    return 0;
+}
