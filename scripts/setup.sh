@@ -12,8 +12,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # Build: compiler, CMake, OpenBLAS (OpenMP flavour, so BLAS and our loops share one thread
-# pool), OpenMP, zstd, libyaml (train --config files). Data: `fortunes`, an offline English corpus from Debian itself, and the
-# fortune files of other languages (German, Russian, Chinese, Spanish, Italian, Polish, Czech,
+# pool), OpenMP, zstd, libyaml (train --config files). Data: `fortunes`, an offline English
+# corpus from Debian itself, and the fortune files of other languages (German, Russian, Chinese, Spanish, Italian, Polish, Czech,
 # Bulgarian): real multilingual text for the tokenizer parity test and benchmark (issue 18).
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend.
 # Python: the package in python/ runs in a virtual environment that sees Debian's numpy,
