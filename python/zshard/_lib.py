@@ -58,7 +58,8 @@ class MemEstimate(ctypes.Structure):
 class MemOptions(ctypes.Structure):
     _fields_ = [("recompute", ctypes.c_int), ("attention", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("reduce_dtype", ctypes.c_int),
-                ("comm", ctypes.c_char_p), ("device", ctypes.c_char_p)]
+                ("comm", ctypes.c_char_p), ("device", ctypes.c_char_p),
+                ("docs", ctypes.c_int)]
 
 
 class TrainConfig(ctypes.Structure):
@@ -75,7 +76,9 @@ class TrainConfig(ctypes.Structure):
                 ("comm_timeout_s", ctypes.c_double), ("recompute", ctypes.c_int),
                 ("attention", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("reduce_dtype", ctypes.c_int), ("device", ctypes.c_char_p),
-                ("tf32", ctypes.c_int)]
+                ("tf32", ctypes.c_int), ("docs", ctypes.c_int), ("epochs", ctypes.c_int),
+                ("eos_id", ctypes.c_int64), ("pad_id", ctypes.c_int64),
+                ("doc_sep", ctypes.c_char_p)]
 
 
 class StepStats(ctypes.Structure):

@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
+#include "data/data.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -29,11 +30,25 @@ void zs_train_usage(FILE *f) {
             "                      LLaMA-2's, up to 16777216 with uint32 shards [50257 for\n"
             "                      uint16 shards, 128256 for uint32]; text is always 256\n"
             "                      bytes\n"
+            "documents and epochs (docs/data.md):\n"
+            "  --docs MODE         read the data as documents, walked in epochs: pack (windows\n"
+            "                      over the documents; attention and positions stay inside each\n"
+            "                      document, the target across a boundary is left out), concat\n"
+            "                      (the same windows, unmasked) or pad (a document per row, a\n"
+            "                      longer one split into more rows, the rest padded) [none:\n"
+            "                      random windows]\n"
+            "  --epochs N          train N epochs (each sample once per epoch, in an order drawn\n"
+            "                      from --seed and the epoch); --steps, when given, caps them\n"
+            "  --eos-id N          the id that ends a document [dataset.json's beside --data,\n"
+            "                      else 50256 for GPT-2 shards]\n"
+            "  --pad-id N          the input id of padding [dataset.json's, else the end id]\n"
+            "  --doc-sep LINE      byte-level text: a line equal to LINE ends a document, e.g.\n"
+            "                      --doc-sep %% for fortune files\n"
             "batch and schedule:\n"
             "  --batch N           global batch: sequences per optimizer step, summed over all\n"
             "                      ranks and micro-batches [8]\n"
             "  --seq T             sequence length [64]\n"
-            "  --steps N           optimizer steps [100]\n"
+            "  --steps N           optimizer steps [100; with --epochs, their steps]\n"
             "  --grad-accum K      micro-batches per step [1]\n"
             "  --lr LR             peak learning rate [1e-3]\n"
             "  --min-lr-frac F     cosine floor as a fraction of --lr [0.1]\n"
@@ -178,7 +193,26 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
             rc = zs_arg_u64(a, v, &o->cfg.seed), o->given |= ZS_GIVEN_SEED;
         else if (!strcmp(a, "--override"))
             o->override = v;
-        else if (!strcmp(a, "--vocab"))
+        else if (!strcmp(a, "--docs")) {
+            if (zs_docs_mode_parse(v, &o->cfg.docs) != ZS_OK)
+                return zs_cli_fail(2, "train: %s", zs_last_error());
+            o->given |= ZS_GIVEN_DOCS;
+        } else if (!strcmp(a, "--epochs"))
+            rc = zs_arg_int_range(a, v, 1, 1 << 30, &o->cfg.epochs), o->given |= ZS_GIVEN_EPOCHS;
+        else if (!strcmp(a, "--eos-id")) {
+            int id = 0;
+            rc = zs_arg_int_range(a, v, 0, ZS_MAX_VOCAB - 1, &id);
+            o->cfg.eos_id = id;
+            o->given |= ZS_GIVEN_EOS;
+        } else if (!strcmp(a, "--pad-id")) {
+            int id = 0;
+            rc = zs_arg_int_range(a, v, 0, ZS_MAX_VOCAB - 1, &id);
+            o->cfg.pad_id = id;
+            o->given |= ZS_GIVEN_PAD;
+        } else if (!strcmp(a, "--doc-sep")) {
+            o->cfg.doc_sep = v;
+            o->given |= ZS_GIVEN_SEP;
+        } else if (!strcmp(a, "--vocab"))
             rc = zs_arg_int(a, v, &o->cfg.vocab);
         else if (!strcmp(a, "--val-every"))
             rc = zs_arg_int(a, v, &o->val_every);
@@ -244,6 +278,8 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
         if (rc) return rc;
     }
     if (!o->cfg.data_path) return zs_cli_fail(2, "train: --data FILE is required");
+    /* --epochs without --steps: the epochs decide the length (the trainer counts the steps). */
+    if ((o->given & ZS_GIVEN_EPOCHS) && !(o->given & ZS_GIVEN_STEPS)) o->cfg.steps = 0;
     if (o->val_every < 0 || o->sample_every < 0 || o->print_every < 0)
         return zs_cli_fail(2, "train: --val-every, --sample-every, --print-every must be >= 0");
     if (o->val_batches < 1) return zs_cli_fail(2, "train: --val-batches must be positive");

@@ -40,6 +40,7 @@ static void fill_info(const zs_trainer_t *t, zs_ckpt_info *in) {
     in->level = ZS_CKPT_LEVEL;
     in->block_elems = ZS_CKPT_BLOCK_ELEMS;
     snprintf(in->source, sizeof in->source, "train");
+    zs_trainer_docs_info((zs_trainer_t *)t, in);
 }
 
 /* The checkpoint must describe this run's model: same config, hence the same layout. */
@@ -65,6 +66,17 @@ fail:
     return st;
 }
 
+/* A resumed run continues the stored one: its model, and with documents its epochs, which
+ * only the same data and document settings continue. An imported checkpoint (no training
+ * record) has no epochs to continue. */
+static zs_status check_resume(const zs_manifest *m, const char *dir, void *ctx) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(check_model(m, dir, ctx));
+    if (m->info.batch > 0) ZS_CHECK(zs_trainer_docs_check((zs_trainer_t *)ctx, &m->info, dir));
+fail:
+    return st;
+}
+
 zs_status zs_trainer_save(zs_trainer_t *t, const char *save_dir, int keep) {
     zs_ckpt_info info;
     fill_info(t, &info);
@@ -72,7 +84,7 @@ zs_status zs_trainer_save(zs_trainer_t *t, const char *save_dir, int keep) {
 }
 
 zs_status zs_trainer_resume(zs_trainer_t *t, const char *path) {
-    zs_status st = zs_module_load(t->engine, path, check_model, t);
+    zs_status st = zs_module_load(t->engine, path, check_resume, t);
     if (st == ZS_OK) t->step = zs_module_steps_done(t->engine);
     return st;
 }
