@@ -303,6 +303,7 @@ typedef struct zs_step_stats {
     float grad_norm; /* global norm before clipping */
     double ms;       /* wall time of the step */
     double tokens_per_s;
+    int64_t targets; /* real targets the loss averages: batch x seq, fewer with documents */
 } zs_step_stats;
 
 /* Builds model, data, optimizer. Allocates all persistent state (accounted). On error
@@ -347,7 +348,9 @@ int zs_trainer_vocab(const zs_trainer_t *t);
  * that should follow tokens[i]. The global batch of a step is cfg.batch rows. Each rank
  * passes either its own slice, rows = batch / world_size (rank r holds global rows
  * [r * rows, (r + 1) * rows), the same rule as the data loader), or the whole global batch,
- * rows = batch, of which each rank uses that same slice. Every call here is collective. */
+ * rows = batch, of which each rank uses that same slice. Every call here is collective.
+ * Batches from memory are plain streams: no document masks, every target in [0, vocab), and
+ * the loss divides by batch x seq. Documents (cfg.docs) come from data_path. */
 
 /* One optimizer step on the given batch; the loss in stats is the global batch's mean.
  * Micro-batches (cfg.grad_accum) are consecutive rows of the rank's slice. */

@@ -84,7 +84,7 @@ class TrainConfig(ctypes.Structure):
 class StepStats(ctypes.Structure):
     _fields_ = [("step", ctypes.c_int), ("loss", ctypes.c_float), ("lr", ctypes.c_float),
                 ("grad_norm", ctypes.c_float), ("ms", ctypes.c_double),
-                ("tokens_per_s", ctypes.c_double)]
+                ("tokens_per_s", ctypes.c_double), ("targets", ctypes.c_int64)]
 
 
 class CommConfig(ctypes.Structure):
@@ -168,6 +168,7 @@ _SIGS = {
                                 ctypes.POINTER(I)]),
     "zs_trainer_model": (ctypes.POINTER(ModelConfig), [P]),
     "zs_trainer_val_windows": (ctypes.c_int64, [P]),
+    "zs_trainer_total_steps": (I, [P]),
     "zs_model_config_from": (I, [S, ctypes.POINTER(ModelConfig), ctypes.POINTER(ModelConfig)]),
     "zs_trainer_init_from": (I, [P, S]),
     "zs_parse_bytes": (I, [S, ctypes.POINTER(ctypes.c_uint64)]),

@@ -168,8 +168,9 @@ static void write_step(FILE *log, const zs_step_stats *s, const zs_data_position
     int n = do_val ? 6 : 5, bad = 0;
     fprintf(log, "{\"step\":%d", s->step);
     if (dp->samples)
-        fprintf(log, ",\"epoch\":%lld,\"position\":%lld,\"samples\":%lld", (long long)dp->epoch,
-                (long long)dp->position, (long long)dp->samples);
+        fprintf(log, ",\"epoch\":%lld,\"position\":%lld,\"samples\":%lld,\"targets\":%lld",
+                (long long)dp->epoch, (long long)dp->position, (long long)dp->samples,
+                (long long)s->targets);
     for (int i = 0; i < n; i++)
         fprintf(log, ",\"%s\":%s", names[i], zs_json_num(b[i], fmt[i], v[i]));
     for (int i = 0; i < n; i++)

@@ -319,6 +319,7 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
         stats->grad_norm = norm;
         stats->ms = ms;
         stats->tokens_per_s = (double)c->batch * c->seq / (ms * 1e-3);
+        stats->targets = (int64_t)count;
     }
 fail:
     return st;
