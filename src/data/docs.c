@@ -260,8 +260,11 @@ uint64_t zs_docs_fingerprint(const zs_tokens *train, const zs_doc_rules *r) {
     for (const char *c = r->sep; c && *c; c++)
         MIX((unsigned char)*c);
     MIX(train->n);
-    for (int64_t i = 0; i < train->n; i++)
-        MIX(train->tok[i]);
+    /* A token at a time (not a byte): one multiply per token, about a second per 10^9. */
+    for (int64_t i = 0; i < train->n; i++) {
+        h ^= train->tok[i];
+        h *= prime;
+    }
 #undef MIX
     return h;
 }

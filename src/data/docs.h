@@ -66,8 +66,9 @@ int64_t zs_docs_steps_per_epoch(int64_t n, int batch);
  * document end. */
 zs_status zs_docs_align_split(zs_dataset *d, const zs_doc_rules *r);
 
-/* FNV-1a 64 of the training tokens and the rules that cut them: what a checkpoint records so
- * that a resume on other data, or other document settings, is refused. */
+/* An FNV-1a-style 64-bit hash of the rules that cut the training tokens (byte by byte) and of
+ * the tokens (one 32-bit id at a time): what a checkpoint records so that a resume on other
+ * data, or other document settings, is refused. */
 uint64_t zs_docs_fingerprint(const zs_tokens *train, const zs_doc_rules *r);
 
 #endif

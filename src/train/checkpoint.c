@@ -40,7 +40,7 @@ static void fill_info(const zs_trainer_t *t, zs_ckpt_info *in) {
     in->level = ZS_CKPT_LEVEL;
     in->block_elems = ZS_CKPT_BLOCK_ELEMS;
     snprintf(in->source, sizeof in->source, "train");
-    zs_trainer_docs_info((zs_trainer_t *)t, in);
+    zs_trainer_docs_info(t, in);
 }
 
 /* The checkpoint must describe this run's model: same config, hence the same layout. */
@@ -72,7 +72,8 @@ fail:
 static zs_status check_resume(const zs_manifest *m, const char *dir, void *ctx) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_model(m, dir, ctx));
-    if (m->info.batch > 0) ZS_CHECK(zs_trainer_docs_check((zs_trainer_t *)ctx, &m->info, dir));
+    if (m->info.batch > 0)
+        ZS_CHECK(zs_trainer_docs_check((const zs_trainer_t *)ctx, &m->info, dir));
 fail:
     return st;
 }

@@ -136,7 +136,7 @@ int zs_trainer_total_steps(const zs_trainer_t *t) {
     return t->cfg.steps;
 }
 
-void zs_trainer_docs_info(zs_trainer_t *t, zs_ckpt_info *in) {
+void zs_trainer_docs_info(const zs_trainer_t *t, zs_ckpt_info *in) {
     zs_data_position p;
     if (t->cfg.docs == ZS_DOCS_NONE) return;
     zs_trainer_data_position(t, t->step, &p);
@@ -154,7 +154,7 @@ void zs_trainer_docs_info(zs_trainer_t *t, zs_ckpt_info *in) {
     if (t->docr.sep) snprintf(in->doc_sep, sizeof in->doc_sep, "%s", t->docr.sep);
 }
 
-zs_status zs_trainer_docs_check(zs_trainer_t *t, const zs_ckpt_info *in, const char *dir) {
+zs_status zs_trainer_docs_check(const zs_trainer_t *t, const zs_ckpt_info *in, const char *dir) {
     zs_status st = ZS_OK;
     const char *mode = zs_docs_mode_name(t->cfg.docs);
     const char *was = in->has_docs ? in->docs : "none";

@@ -87,8 +87,8 @@ void zs_trainer_docs_val_fill(zs_trainer_t *t, int64_t k, int first, int32_t *in
                               int32_t *seg);
 int64_t zs_trainer_docs_val_targets(const zs_trainer_t *t, int64_t k);
 /* The checkpoint's data record (ckpt.h zs_ckpt_info) and the check of a resumed one. */
-void zs_trainer_docs_info(zs_trainer_t *t, zs_ckpt_info *in);
-zs_status zs_trainer_docs_check(zs_trainer_t *t, const zs_ckpt_info *in, const char *dir);
+void zs_trainer_docs_info(const zs_trainer_t *t, zs_ckpt_info *in);
+zs_status zs_trainer_docs_check(const zs_trainer_t *t, const zs_ckpt_info *in, const char *dir);
 
 /* One optimizer step; tokens/targets NULL: the data's batch of the step, else this rank's
  * [batch / world, seq] rows from memory (validated by the caller). */
