@@ -11,8 +11,8 @@
  *    order; the log's epoch and position;
  *  - resume mid-epoch: at another stage (same world size), and at another world size (one rank
  *    with K micro-batches and K ranks with one reduce in the same order, so the bits can be
- *    compared): the same per-step losses and param_hash as the run that never stopped; a
- *    resume on other data, or with another --docs, is refused;
+ *    compared), pack and pad on 2 and 3 ranks: the same per-step losses and param_hash as the
+ *    run that never stopped; a resume on other data, or with another --docs, is refused;
  *  - token shards with the dataset.json `zshard tokenize` writes: its end-of-document id and
  *    vocabulary are used, a --vocab that disagrees is refused;
  *  - memory: --mem-report's measured bytes equal the estimate in every category, and the
@@ -363,13 +363,13 @@ static void test_resume(void) {
      * through each world size's own shards) one rank and K ranks give the same bits. */
     const char *env = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1";
     const char *modes[] = {"pack", "pad"};
-    for (int m = 0; m < 2; m++) {
-        int K = m ? 3 : 2;
+    for (int c = 0; c < 4; c++) {
+        int m = c % 2, K = 2 + c / 2; /* pack and pad, on 2 and on 3 ranks */
         char base[400], extra[1200], what[160];
         snprintf(base, sizeof base,
                  "--docs %s --data %s/small.txt --seq 32 --batch 12 --epochs 3 --grad-clip 0",
                  modes[m], rl_dir());
-        snprintf(extra, sizeof extra, "%s --save-dir %s/full%d --save-every 1", base, rl_dir(), m);
+        snprintf(extra, sizeof extra, "%s --save-dir %s/full%d --save-every 1", base, rl_dir(), c);
         rl_run full = docs_ok(env, K, "3", extra);
         int spe = (int)log_value(rl_last_log(), 1, "samples");
         spe = (spe + 11) / 12;
@@ -377,25 +377,25 @@ static void test_resume(void) {
         ZT_CHECK(full.n_steps == 3 * spe && mid > spe && mid < 2 * spe, "%s: %d steps, %d/epoch",
                  modes[m], full.n_steps, spe);
         /* Same world size, another stage. */
-        snprintf(extra, sizeof extra, "%s --resume %s/full%d/step_%08d", base, rl_dir(), m, mid);
+        snprintf(extra, sizeof extra, "%s --resume %s/full%d/step_%08d", base, rl_dir(), c, mid);
         snprintf(what, sizeof what, "--docs %s: N=%d stage 3 -> ddp at step %d", modes[m], K, mid);
         same_tail(&full, (rl_run[]){docs_ok(env, K, "ddp", extra)}, what);
         /* Another world size: one rank with K micro-batches until mid-epoch, then K ranks. */
         snprintf(extra, sizeof extra, "%s --grad-accum %d --save-dir %s/one%d --save-every %d",
-                 base, K, rl_dir(), m, mid);
+                 base, K, rl_dir(), c, mid);
         rl_run one = docs_ok(env, 1, "2", extra);
         ZT_CHECK(!strcmp(one.hash, full.hash),
                  "--docs %s: 1 rank x %d micro-batches (%s) vs %d "
                  "ranks (%s): not the same bits, so the resume below compares nothing",
                  modes[m], K, one.hash, K, full.hash);
         snprintf(extra, sizeof extra, "%s --grad-accum 1 --resume %s/one%d/step_%08d", base,
-                 rl_dir(), m, mid);
+                 rl_dir(), c, mid);
         snprintf(what, sizeof what, "--docs %s: 1 rank -> %d ranks at step %d (epoch 2)", modes[m],
                  K, mid);
         same_tail(&full, (rl_run[]){docs_ok(env, K, "3", extra)}, what);
         /* And back: K ranks' checkpoint continued by one rank. */
         snprintf(extra, sizeof extra, "%s --grad-accum %d --resume %s/full%d/step_%08d", base, K,
-                 rl_dir(), m, mid);
+                 rl_dir(), c, mid);
         snprintf(what, sizeof what, "--docs %s: %d ranks -> 1 rank at step %d", modes[m], K, mid);
         same_tail(&full, (rl_run[]){docs_ok(env, 1, "3", extra)}, what);
     }

@@ -261,7 +261,10 @@ static void check_fd(int kern, int NKV, int packed) {
 static void check_isolation(int kern, int NKV, int packed) {
     int B = 3, T = 150, NH = 4, hs = 8; /* T > 2 key blocks of flash */
     int32_t *seg = make_seg(B, T, 0.02);
-    /* The document holding row 0's token 100 (it spans a block boundary of 64 when long). */
+    /* Row 0: documents [0, 37), [37, 90), [90, 140), [140, 150); the one looked at is [90, 140),
+     * across flash's key-block boundary at 128. */
+    for (int t = 0; t < T; t++)
+        seg[t] = t < 37 ? 0 : t < 90 ? 37 : t < 140 ? 90 : 140;
     int b0 = 0, s0 = seg[100];
     view a = make_att(B, T, NH, NKV, hs, packed, seg);
     size_t nl = (size_t)B * NH * T;
