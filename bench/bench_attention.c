@@ -110,20 +110,21 @@ static int time_kernels(const zs_model_config *c, int B, int T, int reps, kernel
             int which = (r & 1) ? 1 - kind : kind; /* alternate which kernel goes first */
             double t0 = zs_now_s(), t1, t2;
             if (which == 0) {
-                ok = packed ? o->attention_fwd(NULL, out, att, q, B, T, (int)QD, NH) == ZS_OK
-                            : o->attention_gqa_fwd(NULL, out, att, q, k, v, B, T, NH, NKV, hs) ==
-                                  ZS_OK;
+                ok = packed ? o->attention_fwd(NULL, out, att, q, B, T, (int)QD, NH, NULL) == ZS_OK
+                            : o->attention_gqa_fwd(NULL, out, att, q, k, v, B, T, NH, NKV, hs,
+                                                   NULL) == ZS_OK;
                 t1 = zs_now_s();
                 ok = ok && (packed ? o->attention_bwd(NULL, dq, datt, dout, q, att, B, T, (int)QD,
-                                                      NH) == ZS_OK
+                                                      NH, NULL) == ZS_OK
                                    : o->attention_gqa_bwd(NULL, dq, dk, dv, datt, dout, q, k, v,
-                                                          att, B, T, NH, NKV, hs) == ZS_OK);
+                                                          att, B, T, NH, NKV, hs, NULL) == ZS_OK);
             } else {
                 ok = o->flash_attention_fwd(NULL, out, lse, q, k, v, B, T, NH, NKV, hs, (int)ldq,
-                                            (int)ldkv) == ZS_OK;
+                                            (int)ldkv, NULL) == ZS_OK;
                 t1 = zs_now_s();
-                ok = ok && o->flash_attention_bwd(NULL, dq, dk, dv, delta, dout, q, k, v, out, lse,
-                                                  B, T, NH, NKV, hs, (int)ldq, (int)ldkv) == ZS_OK;
+                ok = ok &&
+                     o->flash_attention_bwd(NULL, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T,
+                                            NH, NKV, hs, (int)ldq, (int)ldkv, NULL) == ZS_OK;
             }
             t2 = zs_now_s();
             if (r >= 0) tf[which][r] = t1 - t0, tb[which][r] = t2 - t1;

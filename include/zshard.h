@@ -173,6 +173,28 @@ typedef enum zs_attention {
     ZS_ATTENTION_NAIVE,
 } zs_attention;
 
+/* How training data becomes samples (docs/data.md). NONE: every step draws random windows of
+ * the token stream. The others read the data as documents (token shards: a document ends with
+ * the end-of-text id, inclusive; byte-level text: with a separator line) and walk their samples
+ * in epochs, each a permutation seeded by (seed, epoch):
+ *  PACK    non-overlapping windows of seq tokens over the documents, attention kept inside
+ *          each document (a block-diagonal causal mask), positions restarting at each document
+ *          start, and the target that crosses into the next document left out of the loss;
+ *  CONCAT  the same windows without masks: running positions, every target counts;
+ *  PAD     one document per row, a longer one continued in further rows of seq tokens (each
+ *          row its own sequence), the rest padded; padding takes no part in attention or loss.
+ * With any of them the loss is the mean over the real targets of the whole global batch. */
+typedef enum zs_docs_mode {
+    ZS_DOCS_NONE = 0,
+    ZS_DOCS_PACK,
+    ZS_DOCS_CONCAT,
+    ZS_DOCS_PAD,
+} zs_docs_mode;
+
+/* "none", "pack", "concat", "pad" and back (ZS_ERR_INVALID naming the choices). */
+const char *zs_docs_mode_name(zs_docs_mode m);
+zs_status zs_docs_mode_parse(const char *name, zs_docs_mode *out);
+
 /* Training settings that change memory but not the model. All-zero = fp32, no recompute,
  * flash attention. */
 typedef struct zs_mem_options {
@@ -185,6 +207,7 @@ typedef struct zs_mem_options {
     const char *device;    /* "cpu" (NULL too) or "cuda": the device whose memory is predicted.
                               On a GPU, host memory (the comm backends' and the tokens' pinned
                               staging) is not part of it; the reductions' scratch is. */
+    zs_docs_mode docs;     /* PACK and PAD add each token's document start to the batch */
 } zs_mem_options;
 
 /* DESIGN.md §4's model-state formula for a stage and opts' dtypes (NULL: fp32): per-rank
@@ -250,6 +273,16 @@ typedef struct zs_train_config {
     const char *device;     /* "cpu", "cuda" or "auto" (NULL = auto): see zs_device_choose */
     int tf32;               /* fp32 GEMMs with TF32 inputs (tensor cores on a GPU; the same
                                rounding on the CPU); bf16 runs use bf16 GEMMs either way */
+    /* Documents and epochs (docs/data.md); data_path is required for any docs mode. */
+    zs_docs_mode docs;   /* NONE (default): random windows, as without these fields */
+    int epochs;          /* > 0 (docs modes): train epochs x steps-per-epoch steps, or `steps`
+                            when that is positive and smaller (zs_trainer_total_steps) */
+    int64_t eos_id;      /* token shards: the id that ends a document; -1 (default):
+                            dataset.json's beside data_path, else 50256 for GPT-2's vocabulary */
+    int64_t pad_id;      /* the input id of padding; -1 (default): dataset.json's pad_id, else
+                            the end-of-document id (text: the separator line's first byte) */
+    const char *doc_sep; /* byte-level text: a line equal to this ends a document (the line
+                            belongs to the document it ends); NULL: text has no documents */
 } zs_train_config;
 
 /* The compute device for `device` ("cpu", "cuda", "auto" or NULL = auto): *chosen becomes
@@ -270,6 +303,7 @@ typedef struct zs_step_stats {
     float grad_norm; /* global norm before clipping */
     double ms;       /* wall time of the step */
     double tokens_per_s;
+    int64_t targets; /* real targets the loss averages: batch x seq, fewer with documents */
 } zs_step_stats;
 
 /* Builds model, data, optimizer. Allocates all persistent state (accounted). On error
@@ -314,7 +348,9 @@ int zs_trainer_vocab(const zs_trainer_t *t);
  * that should follow tokens[i]. The global batch of a step is cfg.batch rows. Each rank
  * passes either its own slice, rows = batch / world_size (rank r holds global rows
  * [r * rows, (r + 1) * rows), the same rule as the data loader), or the whole global batch,
- * rows = batch, of which each rank uses that same slice. Every call here is collective. */
+ * rows = batch, of which each rank uses that same slice. Every call here is collective.
+ * Batches from memory are plain streams: no document masks, every target in [0, vocab), and
+ * the loss divides by batch x seq. Documents (cfg.docs) come from data_path. */
 
 /* One optimizer step on the given batch; the loss in stats is the global batch's mean.
  * Micro-batches (cfg.grad_accum) are consecutive rows of the rank's slice. */
@@ -546,8 +582,25 @@ zs_status zs_trainer_generate(zs_trainer_t *t, const zs_gen_config *cfg, const i
 /* One line on the last zs_trainer_generate: cache or not, the cache's bytes, and under
  * ZeRO-3 whether the whole model was gathered once or each unit once per token. Owned by t. */
 const char *zs_trainer_generate_info(const zs_trainer_t *t);
-/* Windows of seq+1 tokens in the validation split (what zs_trainer_eval cycles through). */
+/* Windows of seq+1 tokens in the validation split (what zs_trainer_eval cycles through); with
+ * documents, the validation split's samples (windows or rows). */
 int64_t zs_trainer_val_windows(const zs_trainer_t *t);
+
+/* Where the data stands (docs modes; all zero without them). After step s (1-based) the run is
+ * in epoch `epoch` (1-based) and has taken `position` of its `samples` samples; the global
+ * batch of a step holds `batch` samples, the last step of an epoch fewer (its remaining rows
+ * are empty: no targets, so they change nothing). `fingerprint` identifies the training data
+ * and the document settings (a resume on other data is refused). */
+typedef struct zs_data_position {
+    int64_t epoch, position, samples, steps_per_epoch;
+    int64_t documents; /* in the training split */
+    uint64_t fingerprint;
+} zs_data_position;
+/* The position after `step` (0: before the first step). */
+zs_status zs_trainer_data_position(const zs_trainer_t *t, int64_t step, zs_data_position *out);
+/* The run's length in steps: cfg.steps, or with cfg.epochs the steps of that many epochs
+ * (capped by a positive cfg.steps). */
+int zs_trainer_total_steps(const zs_trainer_t *t);
 
 #ifdef __cplusplus
 }

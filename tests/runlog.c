@@ -9,6 +9,7 @@
 char rl_out[RL_OUT_CAP];
 static char g_dir[512];
 static char g_cmd[8192];
+static char g_log[600];
 
 void rl_setup(const char *name) {
     snprintf(g_dir, sizeof g_dir, "/tmp/zshard-test-%s-XXXXXX", name);
@@ -98,7 +99,12 @@ rl_run rl_train(const char *prefix, const char *fmt, ...) {
              zt_zshard_exe(), g_dir, args, log);
     r.rc = zt_run(g_cmd, rl_out, sizeof rl_out);
     parse_log(log, &r);
+    snprintf(g_log, sizeof g_log, "%s", log);
     return r;
+}
+
+const char *rl_last_log(void) {
+    return g_log;
 }
 
 int rl_check_exit(const rl_run *r) {

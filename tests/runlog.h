@@ -45,6 +45,8 @@ int rl_cleanup(void);
  * formatted like printf, and read the log (whatever it holds, also when the job failed). The
  * prefix holds what goes before the executable: `timeout`, environment, a launcher. */
 rl_run rl_train(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The JSONL log of the last rl_train (for records rl_run does not keep). */
+const char *rl_last_log(void);
 /* A failed check, with the command and its output, unless r exited 0; returns r->rc == 0. */
 int rl_check_exit(const rl_run *r);
 

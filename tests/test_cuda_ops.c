@@ -1,6 +1,9 @@
 /* The CUDA backend against its oracle, the CPU backend (ctest label gpu): every op of the
  * zs_ops table on fresh random inputs, outputs poisoned (NaN) before the call so an unwritten
  * element fails, accumulating outputs started from the same random values on both sides.
+ * The attention kernels, RoPE and the position embedding run once more with document masks
+ * (backend/ops.h "Documents": random documents and a padded row), bitwise against the CPU
+ * (RoPE within its bound).
  *
  * Comparisons are bitwise wherever both backends run the same shared backend/kernels math in
  * the same order (elementwise ops, norms, attention, the column-owned weight and bias
@@ -109,6 +112,24 @@ static float *poisoned(size_t n) {
     float *x = hf(n);
     zt_poison(x, n);
     return x;
+}
+
+/* Document starts (backend/ops.h "Documents") for B rows of T, or NULL without documents: a
+ * new document at t > 0 with probability 1/8; row 1 padded (m real tokens, then documents of
+ * one). The host copy is *h (NULL without). */
+static const int32_t *docs_seg(int docs, int B, int T, const int32_t **h) {
+    *h = NULL;
+    if (!docs) return NULL;
+    int32_t *seg = hbuf((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {
+        int m = b == 1 ? 1 + (int)zt_uniform(0, T) : T;
+        for (int t = 0; t < T; t++) {
+            int32_t *r = seg + (size_t)b * T;
+            r[t] = t == 0 ? 0 : t >= m ? t : zt_uniform(0, 1) < 0.125 ? t : r[t - 1];
+        }
+    }
+    *h = seg;
+    return upi(seg, (size_t)B * T);
 }
 
 static float *clone(const float *x, size_t n) {
@@ -375,8 +396,9 @@ static void check_bias(void) {
     release();
 }
 
-static void check_embedding(int with_wpe, int grads) {
+static void check_embedding(int with_wpe, int grads, int docs) {
     int B = 3, T = 7, C = 70, V = 11; /* V small: tokens repeat */
+    const int32_t *seg = NULL, *d_seg = docs_seg(docs, B, T, &seg);
     size_t nbt = (size_t)B * T, no = nbt * C;
     int32_t *tok = hbuf(nbt * sizeof(int32_t));
     for (size_t i = 0; i < nbt; i++)
@@ -384,21 +406,24 @@ static void check_embedding(int with_wpe, int grads) {
     float *wte = randn((size_t)V * C, 1.0f), *wpe = with_wpe ? randn((size_t)T * C, 1.0f) : NULL;
     float *out = poisoned(no), *d_out = up(out, no);
     int32_t *d_tok = upi(tok, nbt);
-    ZT_OK(cpu->embedding_fwd(NULL, out, tok, wte, wpe, B, T, C));
+    ZT_OK(cpu->embedding_fwd(NULL, out, tok, wte, wpe, B, T, C, seg));
     ZT_OK(gpu->embedding_fwd(NULL, d_out, d_tok, up(wte, (size_t)V * C),
-                             wpe ? up(wpe, (size_t)T * C) : NULL, B, T, C));
-    expect_bits(with_wpe ? "embedding_fwd" : "embedding_fwd (no wpe)", d_out, out, no);
+                             wpe ? up(wpe, (size_t)T * C) : NULL, B, T, C, d_seg));
+    expect_bits(with_wpe ? (docs ? "embedding_fwd (documents)" : "embedding_fwd")
+                         : "embedding_fwd (no wpe)",
+                d_out, out, no);
     /* grads: 1 dwte only, 2 dwpe only, 3 both. */
     float *dout = randn(no, 1.0f);
     float *dwte0 = randn((size_t)V * C, 1.0f), *dwpe0 = randn((size_t)T * C, 1.0f);
     float *dwte = clone(dwte0, (size_t)V * C), *dwpe = clone(dwpe0, (size_t)T * C);
     float *d_dwte = up(dwte0, (size_t)V * C), *d_dwpe = up(dwpe0, (size_t)T * C);
     ZT_OK(cpu->embedding_bwd(NULL, grads & 1 ? dwte : NULL, grads & 2 ? dwpe : NULL, dout, tok, B,
-                             T, C));
+                             T, C, seg));
     ZT_OK(gpu->embedding_bwd(NULL, grads & 1 ? d_dwte : NULL, grads & 2 ? d_dwpe : NULL,
-                             up(dout, no), d_tok, B, T, C));
+                             up(dout, no), d_tok, B, T, C, d_seg));
     expect_bits("embedding_bwd dwte", d_dwte, dwte, (size_t)V * C);
-    expect_bits("embedding_bwd dwpe", d_dwpe, dwpe, (size_t)T * C);
+    expect_bits(docs ? "embedding_bwd dwpe (documents)" : "embedding_bwd dwpe", d_dwpe, dwpe,
+                (size_t)T * C);
     release();
 }
 
@@ -499,51 +524,56 @@ static void check_swiglu(void) {
 
 /* ---- attention ---------------------------------------------------------------------- */
 
-static void check_attention(void) {
+static void check_attention(int docs) {
     int B = 2, T = 13, C = 48, NH = 4; /* hs = 12: lane tails */
+    const int32_t *seg = NULL, *d_seg = docs_seg(docs, B, T, &seg);
     size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = randn(nqkv, 1.0f), *out = poisoned(no), *att = poisoned(na);
     float *d_qkv = up(qkv, nqkv), *d_out = up(out, no), *d_att = up(att, na);
-    ZT_OK(cpu->attention_fwd(NULL, out, att, qkv, B, T, C, NH));
-    ZT_OK(gpu->attention_fwd(NULL, d_out, d_att, d_qkv, B, T, C, NH));
-    expect_bits("attention_fwd out", d_out, out, no);
-    expect_bits("attention_fwd att", d_att, att, na);
+    ZT_OK(cpu->attention_fwd(NULL, out, att, qkv, B, T, C, NH, seg));
+    ZT_OK(gpu->attention_fwd(NULL, d_out, d_att, d_qkv, B, T, C, NH, d_seg));
+    expect_bits(docs ? "attention_fwd out (documents)" : "attention_fwd out", d_out, out, no);
+    expect_bits(docs ? "attention_fwd att (documents)" : "attention_fwd att", d_att, att, na);
     float *dout = randn(no, 1.0f), *dqkv0 = randn(nqkv, 1.0f), *dqkv = clone(dqkv0, nqkv);
     float *d_dqkv = up(dqkv0, nqkv);
-    ZT_OK(cpu->attention_bwd(NULL, dqkv, poisoned(na), dout, qkv, att, B, T, C, NH));
+    ZT_OK(cpu->attention_bwd(NULL, dqkv, poisoned(na), dout, qkv, att, B, T, C, NH, seg));
     ZT_OK(gpu->attention_bwd(NULL, d_dqkv, up(poisoned(na), na), up(dout, no), d_qkv, up(att, na),
-                             B, T, C, NH));
-    expect_bits("attention_bwd dqkv (accumulates)", d_dqkv, dqkv, nqkv);
+                             B, T, C, NH, d_seg));
+    expect_bits(docs ? "attention_bwd dqkv (accumulates, documents)"
+                     : "attention_bwd dqkv (accumulates)",
+                d_dqkv, dqkv, nqkv);
     release();
 }
 
-static void check_attention_gqa(int NH, int NKV) {
+static void check_attention_gqa(int NH, int NKV, int docs) {
     int B = 2, T = 11, hs = 10;
+    const int32_t *seg = NULL, *d_seg = docs_seg(docs, B, T, &seg);
     size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, na = (size_t)B * NH * T * T;
     float *q = randn(nq, 1.0f), *k = randn(nk, 1.0f), *v = randn(nk, 1.0f);
     float *out = poisoned(nq), *att = poisoned(na);
     float *d_q = up(q, nq), *d_k = up(k, nk), *d_v = up(v, nk), *d_out = up(out, nq),
           *d_att = up(att, na);
     char what[96];
-    ZT_OK(cpu->attention_gqa_fwd(NULL, out, att, q, k, v, B, T, NH, NKV, hs));
-    ZT_OK(gpu->attention_gqa_fwd(NULL, d_out, d_att, d_q, d_k, d_v, B, T, NH, NKV, hs));
-    snprintf(what, sizeof what, "attention_gqa_fwd NH=%d NKV=%d out", NH, NKV);
+    const char *dw = docs ? " (documents)" : "";
+    ZT_OK(cpu->attention_gqa_fwd(NULL, out, att, q, k, v, B, T, NH, NKV, hs, seg));
+    ZT_OK(gpu->attention_gqa_fwd(NULL, d_out, d_att, d_q, d_k, d_v, B, T, NH, NKV, hs, d_seg));
+    snprintf(what, sizeof what, "attention_gqa_fwd NH=%d NKV=%d out%s", NH, NKV, dw);
     expect_bits(what, d_out, out, nq);
-    snprintf(what, sizeof what, "attention_gqa_fwd NH=%d NKV=%d att", NH, NKV);
+    snprintf(what, sizeof what, "attention_gqa_fwd NH=%d NKV=%d att%s", NH, NKV, dw);
     expect_bits(what, d_att, att, na);
     float *dout = randn(nq, 1.0f), *dq0 = randn(nq, 1.0f), *dk0 = randn(nk, 1.0f),
           *dv0 = randn(nk, 1.0f);
     float *dq = clone(dq0, nq), *dk = clone(dk0, nk), *dv = clone(dv0, nk);
     float *d_dq = up(dq0, nq), *d_dk = up(dk0, nk), *d_dv = up(dv0, nk);
     ZT_OK(cpu->attention_gqa_bwd(NULL, dq, dk, dv, poisoned(na), dout, q, k, v, att, B, T, NH, NKV,
-                                 hs));
+                                 hs, seg));
     ZT_OK(gpu->attention_gqa_bwd(NULL, d_dq, d_dk, d_dv, up(poisoned(na), na), up(dout, nq), d_q,
-                                 d_k, d_v, up(att, na), B, T, NH, NKV, hs));
-    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dq", NH, NKV);
+                                 d_k, d_v, up(att, na), B, T, NH, NKV, hs, d_seg));
+    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dq%s", NH, NKV, dw);
     expect_bits(what, d_dq, dq, nq);
-    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dk", NH, NKV);
+    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dk%s", NH, NKV, dw);
     expect_bits(what, d_dk, dk, nk);
-    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dv", NH, NKV);
+    snprintf(what, sizeof what, "attention_gqa_bwd NH=%d NKV=%d dv%s", NH, NKV, dw);
     expect_bits(what, d_dv, dv, nk);
     release();
 }
@@ -551,8 +581,10 @@ static void check_attention_gqa(int NH, int NKV) {
 /* Memory-efficient attention: same bits as the CPU (backend/kernels/flash.h runs the same
  * operations on both), for T past one key block (ZS_FA_BK = 64) with a partial last block,
  * GQA and GPT-2's packed rows (q, k, v and their gradients as views into one buffer). */
-static void check_flash(int NH, int NKV, int packed) {
-    int B = 2, T = 70, hs = 12;
+static void check_flash(int NH, int NKV, int packed, int docs) {
+    int B = 2, T = docs ? 150 : 70, hs = 12; /* documents: across key blocks, from a late one */
+    const int32_t *seg = NULL, *d_seg = docs_seg(docs, B, T, &seg);
+    const char *dw = docs ? " documents" : "";
     size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs, BT = (size_t)B * T;
     size_t ldq = packed ? QD + 2 * KD : QD, ldkv = packed ? ldq : KD;
     size_t nq = BT * ldq, nk = packed ? 0 : BT * KD, no = BT * QD, nl = (size_t)B * NH * T;
@@ -563,26 +595,26 @@ static void check_flash(int NH, int NKV, int packed) {
     float *out = poisoned(no), *lse = poisoned(nl), *d_out = up(out, no), *d_lse = up(lse, nl);
     char what[96];
     ZT_OK(cpu->flash_attention_fwd(NULL, out, lse, qb, kb, vb, B, T, NH, NKV, hs, (int)ldq,
-                                   (int)ldkv));
+                                   (int)ldkv, seg));
     ZT_OK(gpu->flash_attention_fwd(NULL, d_out, d_lse, d_qb, d_kb, d_vb, B, T, NH, NKV, hs,
-                                   (int)ldq, (int)ldkv));
-    snprintf(what, sizeof what, "flash_attention_fwd NH=%d NKV=%d%s out", NH, NKV,
-             packed ? " packed" : "");
+                                   (int)ldq, (int)ldkv, d_seg));
+    snprintf(what, sizeof what, "flash_attention_fwd NH=%d NKV=%d%s%s out", NH, NKV,
+             packed ? " packed" : "", dw);
     expect_bits(what, d_out, out, no);
-    snprintf(what, sizeof what, "flash_attention_fwd NH=%d NKV=%d%s lse", NH, NKV,
-             packed ? " packed" : "");
+    snprintf(what, sizeof what, "flash_attention_fwd NH=%d NKV=%d%s%s lse", NH, NKV,
+             packed ? " packed" : "", dw);
     expect_bits(what, d_lse, lse, nl);
     /* Gradients accumulate onto random prefills. */
     size_t ng = packed ? nq : nq + 2 * nk;
     float *g0 = randn(ng, 1.0f), *g = clone(g0, ng), *d_g = up(g0, ng), *dout = randn(no, 1.0f);
     size_t ok = packed ? QD : nq, ov = packed ? QD + KD : nq + nk;
     ZT_OK(cpu->flash_attention_bwd(NULL, g, g + ok, g + ov, poisoned(nl), dout, qb, kb, vb, out,
-                                   lse, B, T, NH, NKV, hs, (int)ldq, (int)ldkv));
+                                   lse, B, T, NH, NKV, hs, (int)ldq, (int)ldkv, seg));
     ZT_OK(gpu->flash_attention_bwd(NULL, d_g, d_g + ok, d_g + ov, up(poisoned(nl), nl),
                                    up(dout, no), d_qb, d_kb, d_vb, d_out, d_lse, B, T, NH, NKV, hs,
-                                   (int)ldq, (int)ldkv));
-    snprintf(what, sizeof what, "flash_attention_bwd NH=%d NKV=%d%s dq | dk | dv (accumulate)", NH,
-             NKV, packed ? " packed" : "");
+                                   (int)ldq, (int)ldkv, d_seg));
+    snprintf(what, sizeof what, "flash_attention_bwd NH=%d NKV=%d%s%s dq | dk | dv (accumulate)",
+             NH, NKV, packed ? " packed" : "", dw);
     expect_bits(what, d_g, g, ng);
     release();
 }
@@ -591,8 +623,9 @@ static void check_flash(int NH, int NKV, int packed) {
  * ulp: inv_freq by up to ~4 ulp, so the angle pos*inv_freq by ~5e-7 relative (at most
  * T * 5e-7 absolute), and cos/sin by ~2 ulp more. An output x1 c - x2 s then moves by at most
  * (|x1| + |x2|) times that; the bound below doubles it. A wrong pairing or position is O(1). */
-static void check_rope(void) {
+static void check_rope(int docs) {
     int B = 2, T = 9, NH = 3, hs = 16, half = hs / 2;
+    const int32_t *seg = NULL, *d_seg = docs_seg(docs, B, T, &seg);
     float theta = 10000.0f;
     size_t n = (size_t)B * T * NH * hs;
     float *x = randn(n, 1.0f), *out = poisoned(n), *d_x = up(x, n), *d_out = up(out, n);
@@ -602,19 +635,19 @@ static void check_rope(void) {
         double pair = fabs(x[i]) + fabs(x[head * hs + pj]);
         bound[i] = 2.0 * pair * (T * 5e-7 + 4 * U32) + 4 * U32;
     }
-    ZT_OK(cpu->rope_fwd(NULL, out, x, B, T, NH, hs, theta));
-    ZT_OK(gpu->rope_fwd(NULL, d_out, d_x, B, T, NH, hs, theta));
-    expect_bounded("rope_fwd", d_out, out, bound, n);
+    ZT_OK(cpu->rope_fwd(NULL, out, x, B, T, NH, hs, theta, seg));
+    ZT_OK(gpu->rope_fwd(NULL, d_out, d_x, B, T, NH, hs, theta, d_seg));
+    expect_bounded(docs ? "rope_fwd (documents)" : "rope_fwd", d_out, out, bound, n);
     float *gpu_out = down(d_out, n);
     float *d_y = up(x, n);
-    ZT_OK(gpu->rope_fwd(NULL, d_y, d_y, B, T, NH, hs, theta));
+    ZT_OK(gpu->rope_fwd(NULL, d_y, d_y, B, T, NH, hs, theta, d_seg));
     expect_bits("rope_fwd in place (against out of place)", d_y, gpu_out, n);
     float *din = poisoned(n), *d_din = up(din, n);
-    ZT_OK(cpu->rope_bwd(NULL, din, x, B, T, NH, hs, theta));
-    ZT_OK(gpu->rope_bwd(NULL, d_din, d_x, B, T, NH, hs, theta));
-    expect_bounded("rope_bwd", d_din, din, bound, n);
+    ZT_OK(cpu->rope_bwd(NULL, din, x, B, T, NH, hs, theta, seg));
+    ZT_OK(gpu->rope_bwd(NULL, d_din, d_x, B, T, NH, hs, theta, d_seg));
+    expect_bounded(docs ? "rope_bwd (documents)" : "rope_bwd", d_din, din, bound, n);
     /* bwd(fwd(x)) = x up to rounding: the rotation is orthogonal. */
-    ZT_OK(gpu->rope_bwd(NULL, d_y, d_y, B, T, NH, hs, theta));
+    ZT_OK(gpu->rope_bwd(NULL, d_y, d_y, B, T, NH, hs, theta, d_seg));
     expect_close("rope_bwd(rope_fwd(x)) in place", d_y, x, n, 1e-5);
     release();
 }
@@ -906,11 +939,12 @@ static void check_errors(void) {
              "gemm: lda < m");
     ZT_CHECK(gpu->layernorm_fwd(NULL, d, d, d, d, d, d, 4, 0) == ZS_ERR_INVALID,
              "layernorm: C = 0");
-    ZT_CHECK(gpu->attention_fwd(NULL, d, d, d, 1, 2, 6, 4) == ZS_ERR_INVALID,
+    ZT_CHECK(gpu->attention_fwd(NULL, d, d, d, 1, 2, 6, 4, NULL) == ZS_ERR_INVALID,
              "attention: C not a multiple of NH");
-    ZT_CHECK(gpu->attention_gqa_fwd(NULL, d, d, d, d, d, 1, 2, 4, 3, 2) == ZS_ERR_INVALID,
+    ZT_CHECK(gpu->attention_gqa_fwd(NULL, d, d, d, d, d, 1, 2, 4, 3, 2, NULL) == ZS_ERR_INVALID,
              "attention_gqa: NKV does not divide NH");
-    ZT_CHECK(gpu->rope_fwd(NULL, d, d, 1, 2, 1, 3, 10000.0f) == ZS_ERR_INVALID, "rope: odd hs");
+    ZT_CHECK(gpu->rope_fwd(NULL, d, d, 1, 2, 1, 3, 10000.0f, NULL) == ZS_ERR_INVALID,
+             "rope: odd hs");
     ZT_CHECK(gpu->adamw(NULL, d, d, d, d, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 0) ==
                  ZS_ERR_INVALID,
              "adamw: t = 0");
@@ -959,21 +993,24 @@ int main(void) {
     check_linear();
     check_bias();
     for (int grads = 1; grads <= 3; grads++) {
-        check_embedding(1, grads);
-        check_embedding(0, grads);
+        check_embedding(1, grads, 0);
+        check_embedding(0, grads, 0);
+        check_embedding(1, grads, 1);
     }
     check_layernorm();
     check_rmsnorm();
     check_gelu();
     check_swiglu();
-    check_attention();
-    check_attention_gqa(6, 2);
-    check_attention_gqa(4, 4);
-    check_attention_gqa(3, 1);
-    check_flash(4, 4, 1);
-    check_flash(6, 2, 0);
-    check_flash(4, 1, 0);
-    check_rope();
+    for (int docs = 0; docs < 2; docs++) { /* without, then with document masks */
+        check_attention(docs);
+        check_attention_gqa(6, 2, docs);
+        check_attention_gqa(4, 4, docs);
+        check_attention_gqa(3, 1, docs);
+        check_flash(4, 4, 1, docs);
+        check_flash(6, 2, 0, docs);
+        check_flash(4, 1, 0, docs);
+        check_rope(docs);
+    }
     check_softmax_xent(37, 40);
     check_softmax_xent(3001, 3072);
     check_adamw();

@@ -161,7 +161,7 @@ static void check_shape(const shape *s, int bf16) {
     zt_poison(out, no);
     zt_poison(lse, nl);
     ZT_OK(ops->flash_attention_fwd(NULL, out, lse, x.q, x.k, x.v, s->B, s->T, s->NH, s->NKV, s->hs,
-                                   (int)x.ldq, (int)x.ldkv));
+                                   (int)x.ldq, (int)x.ldkv, NULL));
     char what[128];
     snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d hs=%d %s%s", s->B, s->T, s->NH, s->NKV,
              s->hs, s->packed ? "packed" : "separate", bf16 ? " bf16" : "");
@@ -179,7 +179,7 @@ static void check_shape(const shape *s, int bf16) {
           *pv = s->packed ? pq + 2 * hsN : fcopy(dvb, x.nkv);
     zt_poison(delta, nl);
     ZT_OK(ops->flash_attention_bwd(NULL, dq, dk, dv, delta, dout, x.q, x.k, x.v, out, lse, s->B,
-                                   s->T, s->NH, s->NKV, s->hs, (int)x.ldq, (int)x.ldkv));
+                                   s->T, s->NH, s->NKV, s->hs, (int)x.ldq, (int)x.ldkv, NULL));
     double eq = view_err(dq, pq, rq, s, x.ldq, s->NH, x.nq);
     double ek = view_err(dk, pk, rk, s, x.ldkv, s->NKV, x.nkv);
     double ev = view_err(dv, pv, rv, s, x.ldkv, s->NKV, x.nkv);
@@ -206,9 +206,10 @@ static void check_determinism_and_naive(void) {
         gv[r] = fbuf(x.nkv);
         memset(gq[r], 0, x.nq * 4), memset(gk[r], 0, x.nkv * 4), memset(gv[r], 0, x.nkv * 4);
         ZT_OK(ops->flash_attention_fwd(NULL, o[r], l[r], x.q, x.k, x.v, s.B, s.T, s.NH, s.NKV, s.hs,
-                                       (int)x.ldq, (int)x.ldkv));
+                                       (int)x.ldq, (int)x.ldkv, NULL));
         ZT_OK(ops->flash_attention_bwd(NULL, gq[r], gk[r], gv[r], delta, dout, x.q, x.k, x.v, o[r],
-                                       l[r], s.B, s.T, s.NH, s.NKV, s.hs, (int)x.ldq, (int)x.ldkv));
+                                       l[r], s.B, s.T, s.NH, s.NKV, s.hs, (int)x.ldq, (int)x.ldkv,
+                                       NULL));
     }
     omp_set_num_threads(2);
     for (int r = 1; r < 3; r++)
@@ -221,9 +222,9 @@ static void check_determinism_and_naive(void) {
     float *att = fbuf(na), *datt = fbuf(na), *no_ = fbuf(no), *nq = fbuf(x.nq), *nk = fbuf(x.nkv),
           *nv = fbuf(x.nkv);
     memset(nq, 0, x.nq * 4), memset(nk, 0, x.nkv * 4), memset(nv, 0, x.nkv * 4);
-    ZT_OK(ops->attention_gqa_fwd(NULL, no_, att, x.q, x.k, x.v, s.B, s.T, s.NH, s.NKV, s.hs));
+    ZT_OK(ops->attention_gqa_fwd(NULL, no_, att, x.q, x.k, x.v, s.B, s.T, s.NH, s.NKV, s.hs, NULL));
     ZT_OK(ops->attention_gqa_bwd(NULL, nq, nk, nv, datt, dout, x.q, x.k, x.v, att, s.B, s.T, s.NH,
-                                 s.NKV, s.hs));
+                                 s.NKV, s.hs, NULL));
     double d_o = zt_max_err(o[0], to_double(no_, no), no);
     double d_q = acc_err(gq[0], NULL, to_double(nq, x.nq), x.nq);
     double d_k = acc_err(gk[0], NULL, to_double(nk, x.nkv), x.nkv);
@@ -251,9 +252,9 @@ static void check_device_order(const shape *s) {
     float *g0 = rnd(nd, 1.0f), *g = fcopy(g0, nd), *e = fcopy(g0, nd);
     size_t ok = s->packed ? hsN : x.nq, ov = s->packed ? 2 * hsN : x.nq + x.nkv;
     ZT_OK(ops->flash_attention_fwd(NULL, out, lse, x.q, x.k, x.v, s->B, T, s->NH, s->NKV, hs,
-                                   (int)x.ldq, (int)x.ldkv));
+                                   (int)x.ldq, (int)x.ldkv, NULL));
     ZT_OK(ops->flash_attention_bwd(NULL, g, g + ok, g + ov, delta, dout, x.q, x.k, x.v, out, lse,
-                                   s->B, T, s->NH, s->NKV, hs, (int)x.ldq, (int)x.ldkv));
+                                   s->B, T, s->NH, s->NKV, hs, (int)x.ldq, (int)x.ldkv, NULL));
     for (int b = 0; b < s->B; b++)
         for (int h = 0; h < s->NH; h++)
             for (int i = 0; i < T; i++) {
@@ -310,12 +311,14 @@ static void check_device_order(const shape *s) {
 
 static void check_bad_shapes(void) {
     float z[64];
-    ZT_CHECK(ops->flash_attention_fwd(NULL, z, z, z, z, z, 1, 2, 6, 4, 2, 12, 8) == ZS_ERR_INVALID,
-             "NKV not dividing NH rejected");
-    ZT_CHECK(ops->flash_attention_fwd(NULL, z, z, z, z, z, 1, 2, 4, 2, 2, 7, 4) == ZS_ERR_INVALID,
-             "ldq shorter than the heads rejected");
-    ZT_CHECK(ops->flash_attention_bwd(NULL, z, z, z, z, z, z, z, z, z, z, 1, 2, 4, 2, 2, 8, 3) ==
+    ZT_CHECK(ops->flash_attention_fwd(NULL, z, z, z, z, z, 1, 2, 6, 4, 2, 12, 8, NULL) ==
                  ZS_ERR_INVALID,
+             "NKV not dividing NH rejected");
+    ZT_CHECK(ops->flash_attention_fwd(NULL, z, z, z, z, z, 1, 2, 4, 2, 2, 7, 4, NULL) ==
+                 ZS_ERR_INVALID,
+             "ldq shorter than the heads rejected");
+    ZT_CHECK(ops->flash_attention_bwd(NULL, z, z, z, z, z, z, z, z, z, z, 1, 2, 4, 2, 2, 8, 3,
+                                      NULL) == ZS_ERR_INVALID,
              "ldkv shorter than the kv heads rejected");
 }
 

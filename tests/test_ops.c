@@ -218,7 +218,7 @@ static void test_bias_embedding(void) {
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++)
             eref[bt * C + c] = (double)wte[tokens[bt] * C + c] + wpe[(bt % T) * C + c];
-    ZT_OK(ops->embedding_fwd(NULL, emb, tokens, wte, wpe, B, T, C));
+    ZT_OK(ops->embedding_fwd(NULL, emb, tokens, wte, wpe, B, T, C, NULL));
     ZT_CHECK(zt_max_err(emb, eref, (size_t)B * T * C) <= U32, "embedding_fwd err %g",
              zt_max_err(emb, eref, (size_t)B * T * C));
     free(out), free(out0), free(bias), free(ref), free(wte), free(wpe), free(emb), free(eref);
@@ -378,7 +378,7 @@ static void test_attention_fwd(void) {
         zt_fill_normal(qkv, nq, 1.5f);
         zt_poison(out, no), zt_poison(att, na);
         attention_ref(ro, ra, qkv, B, T, C, NH);
-        ZT_OK(ops->attention_fwd(NULL, out, att, qkv, B, T, C, NH));
+        ZT_OK(ops->attention_fwd(NULL, out, att, qkv, B, T, C, NH, NULL));
         /* Scores are fp32 dots of hs terms (~hs 2^-24 relative), exp to ~2 ulp, rows of at
          * most T probabilities: 1e-5 mixed on both. */
         ZT_CHECK(zt_max_err(out, ro, no) <= 1e-5, "attention out err %g", zt_max_err(out, ro, no));
@@ -392,7 +392,8 @@ static void test_attention_fwd(void) {
         free(qkv), free(out), free(att), free(ro), free(ra);
     }
     float x[4];
-    ZT_CHECK(ops->attention_fwd(NULL, x, x, x, 1, 1, 10, 3) == ZS_ERR_INVALID, "C %% NH rejected");
+    ZT_CHECK(ops->attention_fwd(NULL, x, x, x, 1, 1, 10, 3, NULL) == ZS_ERR_INVALID,
+             "C %% NH rejected");
 }
 
 /* ---- softmax + cross-entropy ---------------------------------------------------------- */
@@ -694,7 +695,7 @@ static void test_threads_fwd(void) {
         ls[k] = fbuf(NS), dl[k] = fbuf(ns);
         omp_set_num_threads(k == 0 ? 1 : 3);
         ZT_OK(ops->layernorm_fwd(NULL, o[k], mu[k], rs[k], x, w, b, N, C));
-        ZT_OK(ops->attention_fwd(NULL, ao[k], aa[k], qkv, B, T, AC, NH));
+        ZT_OK(ops->attention_fwd(NULL, ao[k], aa[k], qkv, B, T, AC, NH, NULL));
         ZT_OK(ops->softmax_xent(NULL, ls[k], dl[k], lg, tg, NS, V, Vp, 1.0f / NS));
     }
     omp_set_num_threads(nt);

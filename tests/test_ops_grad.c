@@ -122,13 +122,13 @@ static void test_embedding_bwd(void) {
     double *ge = dbuf(ne), *gp = dbuf(np);
     fd_grad(emb_loss, &c, c.wte, ne, ge);
     fd_grad(emb_loss, &c, c.wpe, np, gp);
-    ZT_OK(ops->embedding_bwd(NULL, dwte, dwpe, r, tok, B, T, C));
+    ZT_OK(ops->embedding_bwd(NULL, dwte, dwpe, r, tok, B, T, C, NULL));
     /* Sums of at most B*T = 15 O(1) terms in fp32: 1e-5. */
     ZT_CHECK(acc_err(dwte, pe, ge, ne) <= 1e-5, "embedding dwte err %g", acc_err(dwte, pe, ge, ne));
     ZT_CHECK(acc_err(dwpe, pp, gp, np) <= 1e-5, "embedding dwpe err %g", acc_err(dwpe, pp, gp, np));
     float *d1 = fcopy(pe, ne), *d2 = fcopy(pp, np);
-    ZT_OK(ops->embedding_bwd(NULL, d1, NULL, r, tok, B, T, C));
-    ZT_OK(ops->embedding_bwd(NULL, NULL, d2, r, tok, B, T, C));
+    ZT_OK(ops->embedding_bwd(NULL, d1, NULL, r, tok, B, T, C, NULL));
+    ZT_OK(ops->embedding_bwd(NULL, NULL, d2, r, tok, B, T, C, NULL));
     ZT_CHECK(bits_equal(d1, dwte, ne * 4) && bits_equal(d2, dwpe, np * 4),
              "embedding_bwd with a NULL gradient differs");
     free(r), free(dwte), free(dwpe), free(pe), free(pp), free(c.wte), free(c.wpe), free(c.r);
@@ -265,12 +265,12 @@ static void test_attention_bwd(void) {
         float *r = fbuf(no), *dq = fbuf(nq);
         zt_fill_normal(qkv, nq, 1.0f), zt_fill_normal(r, no, 1.0f), zt_fill_normal(dq, nq, 1.0f);
         float *pq = fcopy(dq, nq);
-        ZT_OK(ops->attention_fwd(NULL, out, att, qkv, B, T, C, NH));
+        ZT_OK(ops->attention_fwd(NULL, out, att, qkv, B, T, C, NH, NULL));
         att_ctx c = {B, T, C, NH, to_double(qkv, nq), to_double(r, no)};
         double *g = dbuf(nq);
         fd_grad(att_loss, &c, c.qkv, nq, g);
         zt_poison(datt, na); /* scratch: whatever is in it must not matter */
-        ZT_OK(ops->attention_bwd(NULL, dq, datt, r, qkv, att, B, T, C, NH));
+        ZT_OK(ops->attention_bwd(NULL, dq, datt, r, qkv, att, B, T, C, NH, NULL));
         /* fp32 dots of hs terms and sums over T rows of O(1) values: 2e-5 mixed. */
         ZT_CHECK(acc_err(dq, pq, g, nq) <= 2e-5, "attention dqkv (T=%d hs=%d) err %g", T, C / NH,
                  acc_err(dq, pq, g, nq));
@@ -336,7 +336,7 @@ static void test_threads_bwd(void) {
     zt_fill_normal(dout, nl, 1.0f), zt_fill_normal(db_in, nb, 1.0f);
     zt_fill_normal(qkv, nq, 1.0f), zt_fill_normal(ar, no, 1.0f);
     ZT_OK(ops->layernorm_fwd(NULL, ln, mean, rstd, x, w, b, N, C));
-    ZT_OK(ops->attention_fwd(NULL, ao, att, qkv, B, T, AC, NH));
+    ZT_OK(ops->attention_fwd(NULL, ao, att, qkv, B, T, AC, NH, NULL));
     float *dx[2], *dw[2], *dbb[2], *dbias[2], *dwte[2], *dwpe[2], *dq[2];
     int nt = omp_get_max_threads();
     for (int k = 0; k < 2; k++) {
@@ -348,8 +348,8 @@ static void test_threads_bwd(void) {
         omp_set_num_threads(k == 0 ? 1 : 3);
         ZT_OK(ops->layernorm_bwd(NULL, dx[k], dw[k], dbb[k], dout, x, w, mean, rstd, N, C));
         ZT_OK(ops->bias_bwd(NULL, dbias[k], db_in, N, OC));
-        ZT_OK(ops->embedding_bwd(NULL, dwte[k], dwpe[k], dout, tok, N / T, T, C));
-        ZT_OK(ops->attention_bwd(NULL, dq[k], datt, ar, qkv, att, B, T, AC, NH));
+        ZT_OK(ops->embedding_bwd(NULL, dwte[k], dwpe[k], dout, tok, N / T, T, C, NULL));
+        ZT_OK(ops->attention_bwd(NULL, dq[k], datt, ar, qkv, att, B, T, AC, NH, NULL));
     }
     omp_set_num_threads(nt);
     ZT_CHECK(bits_equal(dx[0], dx[1], nl * 4) && bits_equal(dw[0], dw[1], C * 4) &&

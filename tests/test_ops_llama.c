@@ -135,13 +135,13 @@ static void test_rope(void) {
         double *ref = dbuf(n), *xd = to_double(x, n);
         zt_poison(out, n);
         rope_ref(ref, xd, B, T, NH, hs, thetas[si], 0);
-        ZT_OK(ops->rope_fwd(NULL, out, x, B, T, NH, hs, thetas[si]));
+        ZT_OK(ops->rope_fwd(NULL, out, x, B, T, NH, hs, thetas[si], NULL));
         /* The angle t * inv_freq is formed in fp32 as HF forms it, off by ~t 2^-23 rad from
          * the double angle: at t = 60 that is 7e-6 times |x| ~ 4: 5e-5 mixed. */
         ZT_CHECK(zt_max_err(out, ref, n) <= 5e-5, "rope_fwd hs=%d err %g", hs,
                  zt_max_err(out, ref, n));
         float *inpl = fcopy(x, n);
-        ZT_OK(ops->rope_fwd(NULL, inpl, inpl, B, T, NH, hs, thetas[si]));
+        ZT_OK(ops->rope_fwd(NULL, inpl, inpl, B, T, NH, hs, thetas[si], NULL));
         ZT_CHECK(bits_equal(inpl, out, n * 4), "rope_fwd in place differs");
         /* Backward = transpose = inverse rotation: against finite differences, and undoing
          * the forward. */
@@ -149,11 +149,11 @@ static void test_rope(void) {
         double *g = dbuf(n);
         fd_grad(rope_loss, &c, c.x, n, g);
         zt_poison(back, n);
-        ZT_OK(ops->rope_bwd(NULL, back, r, B, T, NH, hs, thetas[si]));
+        ZT_OK(ops->rope_bwd(NULL, back, r, B, T, NH, hs, thetas[si], NULL));
         /* The same fp32 angle as the forward against the double one: 5e-5 mixed. */
         ZT_CHECK(acc_err(back, NULL, g, n) <= 5e-5, "rope_bwd hs=%d err %g", hs,
                  acc_err(back, NULL, g, n));
-        ZT_OK(ops->rope_bwd(NULL, inpl, inpl, B, T, NH, hs, thetas[si]));
+        ZT_OK(ops->rope_bwd(NULL, inpl, inpl, B, T, NH, hs, thetas[si], NULL));
         /* R^T R x = x up to the roundings of two rotations: 1e-6 mixed. */
         ZT_CHECK(zt_max_err(inpl, xd, n) <= 1e-6, "rope_bwd(rope_fwd(x)) != x: %g",
                  zt_max_err(inpl, xd, n));
@@ -161,8 +161,10 @@ static void test_rope(void) {
         free(c.tmp), free(g);
     }
     float z[8];
-    ZT_CHECK(ops->rope_fwd(NULL, z, z, 1, 1, 1, 5, 1e4f) == ZS_ERR_INVALID, "odd hs rejected");
-    ZT_CHECK(ops->rope_fwd(NULL, z, z, 1, 1, 1, 4, 0.0f) == ZS_ERR_INVALID, "theta 0 rejected");
+    ZT_CHECK(ops->rope_fwd(NULL, z, z, 1, 1, 1, 5, 1e4f, NULL) == ZS_ERR_INVALID,
+             "odd hs rejected");
+    ZT_CHECK(ops->rope_fwd(NULL, z, z, 1, 1, 1, 4, 0.0f, NULL) == ZS_ERR_INVALID,
+             "theta 0 rejected");
 }
 
 /* ---- SwiGLU ---------------------------------------------------------------------------- */
@@ -270,7 +272,7 @@ static void test_attention_gqa(void) {
         c.q = to_double(q, nq), c.k = to_double(k, nk), c.v = to_double(v, nk);
         c.r = to_double(r, nq);
         gqa_loss(&c);
-        ZT_OK(ops->attention_gqa_fwd(NULL, out, att, q, k, v, B, T, NH, NKV, hs));
+        ZT_OK(ops->attention_gqa_fwd(NULL, out, att, q, k, v, B, T, NH, NKV, hs, NULL));
         /* As attention_fwd: fp32 dots of hs terms, exp ~2 ulp, rows of <= T terms: 1e-5. */
         ZT_CHECK(zt_max_err(out, c.out, nq) <= 1e-5, "gqa out NH=%d NKV=%d err %g", NH, NKV,
                  zt_max_err(out, c.out, nq));
@@ -286,7 +288,8 @@ static void test_attention_gqa(void) {
         float *dq = rnd(nq, 1.0f), *dk = rnd(nk, 1.0f), *dv = rnd(nk, 1.0f);
         float *pq = fcopy(dq, nq), *pk = fcopy(dk, nk), *pv = fcopy(dv, nk);
         zt_poison(datt, na); /* scratch: whatever is in it must not matter */
-        ZT_OK(ops->attention_gqa_bwd(NULL, dq, dk, dv, datt, r, q, k, v, att, B, T, NH, NKV, hs));
+        ZT_OK(ops->attention_gqa_bwd(NULL, dq, dk, dv, datt, r, q, k, v, att, B, T, NH, NKV, hs,
+                                     NULL));
         /* fp32 dots of hs terms, sums over T rows and NH/NKV heads of O(1) values: 2e-5. */
         ZT_CHECK(acc_err(dq, pq, gq, nq) <= 2e-5, "gqa dq NH=%d NKV=%d err %g", NH, NKV,
                  acc_err(dq, pq, gq, nq));
@@ -305,14 +308,14 @@ static void test_attention_gqa(void) {
                 memcpy(qkv + (size_t)bt * 3 * C + C, k + (size_t)bt * C, C * 4);
                 memcpy(qkv + (size_t)bt * 3 * C + 2 * C, v + (size_t)bt * C, C * 4);
             }
-            ZT_OK(ops->attention_fwd(NULL, o2, a2, qkv, B, T, C, NH));
+            ZT_OK(ops->attention_fwd(NULL, o2, a2, qkv, B, T, C, NH, NULL));
             ZT_CHECK(bits_equal(o2, out, nq * 4) && bits_equal(a2, att, na * 4),
                      "gqa with NKV = NH differs from attention_fwd");
             memset(d3, 0, n3 * 4), memset(dq, 0, nq * 4), memset(dk, 0, nk * 4);
             memset(dv, 0, nk * 4);
-            ZT_OK(ops->attention_bwd(NULL, d3, datt, r, qkv, att, B, T, C, NH));
-            ZT_OK(
-                ops->attention_gqa_bwd(NULL, dq, dk, dv, datt, r, q, k, v, att, B, T, NH, NKV, hs));
+            ZT_OK(ops->attention_bwd(NULL, d3, datt, r, qkv, att, B, T, C, NH, NULL));
+            ZT_OK(ops->attention_gqa_bwd(NULL, dq, dk, dv, datt, r, q, k, v, att, B, T, NH, NKV, hs,
+                                         NULL));
             int same = 1;
             for (int bt = 0; bt < B * T; bt++)
                 same &= bits_equal(d3 + (size_t)bt * 3 * C, dq + (size_t)bt * C, C * 4) &&
@@ -326,7 +329,7 @@ static void test_attention_gqa(void) {
         free(dv), free(pq), free(pk), free(pv);
     }
     float z[4];
-    ZT_CHECK(ops->attention_gqa_fwd(NULL, z, z, z, z, z, 1, 1, 6, 4, 2) == ZS_ERR_INVALID,
+    ZT_CHECK(ops->attention_gqa_fwd(NULL, z, z, z, z, z, 1, 1, 6, 4, 2, NULL) == ZS_ERR_INVALID,
              "NKV not dividing NH rejected");
 }
 
@@ -341,7 +344,7 @@ static void test_threads(void) {
     float *ao = fbuf(nq), *att = fbuf(na), *datt = fbuf(na), *ar = rnd(nq, 1.0f);
     float *gt = rnd(nf, 2.0f), *up = rnd(nf, 1.0f), *dsw = rnd(nf, 1.0f);
     ZT_OK(ops->rmsnorm_fwd(NULL, ln, rstd, x, w, N, C, 1e-5f));
-    ZT_OK(ops->attention_gqa_fwd(NULL, ao, att, q, k, v, B, T, NH, NKV, hs));
+    ZT_OK(ops->attention_gqa_fwd(NULL, ao, att, q, k, v, B, T, NH, NKV, hs, NULL));
     float *dx[2], *dw[2], *dq[2], *dk[2], *dv[2], *rq[2], *fo[2], *dg[2], *du[2];
     int nt = omp_get_max_threads();
     for (int t = 0; t < 2; t++) {
@@ -353,8 +356,8 @@ static void test_threads(void) {
         omp_set_num_threads(t == 0 ? 1 : 3);
         ZT_OK(ops->rmsnorm_bwd(NULL, dx[t], dw[t], dout, x, w, rstd, N, C));
         ZT_OK(ops->attention_gqa_bwd(NULL, dq[t], dk[t], dv[t], datt, ar, q, k, v, att, B, T, NH,
-                                     NKV, hs));
-        ZT_OK(ops->rope_fwd(NULL, rq[t], q, B, T, NH, hs, 10000.0f));
+                                     NKV, hs, NULL));
+        ZT_OK(ops->rope_fwd(NULL, rq[t], q, B, T, NH, hs, 10000.0f, NULL));
         ZT_OK(ops->swiglu_fwd(NULL, fo[t], gt, up, nf));
         ZT_OK(ops->swiglu_bwd(NULL, dg[t], du[t], dsw, gt, up, nf));
     }
@@ -383,7 +386,7 @@ static void test_embedding_no_wpe(void) {
     for (int i = 0; i < B * T; i++)
         tok[i] = (int32_t)zt_uniform(0, V);
     zt_poison(out, (size_t)B * T * C);
-    ZT_OK(ops->embedding_fwd(NULL, out, tok, wte, NULL, B, T, C));
+    ZT_OK(ops->embedding_fwd(NULL, out, tok, wte, NULL, B, T, C, NULL));
     int same = 1;
     for (int i = 0; i < B * T; i++)
         same &= bits_equal(out + (size_t)i * C, wte + (size_t)tok[i] * C, C * 4);

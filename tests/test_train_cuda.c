@@ -12,6 +12,8 @@
  *  - --tf32 on the GPU follows --tf32 on the CPU, its stages bitwise equal, and TF32 really is
  *    in use (the CPU's --tf32 losses differ from its fp32 ones);
  *  - eval and generate --device cuda agree with the CPU;
+ *  - documents (--docs pad and pack: masks, positions, the loss over real targets): stages
+ *    bitwise over NCCL, the CPU's losses within the tolerance, GPU memory as predicted;
  *  - a rank killed on the NCCL path ends the job with the launcher naming it, within the
  *    timeout. */
 #include "runlog.h"
@@ -220,6 +222,43 @@ static void quick(void) {
     rl_check_same(&z3, &ddp, "quick: N=2 nccl stage 3 vs ddp");
 }
 
+/* --docs pad (GPT-2's learned positions) and pack (LLaMA's RoPE) on a corpus of '%'-separated
+ * documents: the document starts go to the GPU with the tokens, and every masked kernel runs. */
+static void documents(void) {
+    char path[600], extra[800];
+    snprintf(path, sizeof path, "%s/docs.txt", rl_dir());
+    FILE *f = fopen(path, "w");
+    ZT_REQUIRE(f, "create %s", path);
+    for (int d = 0; d < 400; d++) {
+        for (int w = 0; w <= (d * 7) % 23; w++)
+            fprintf(f, "%s%s", w ? " " : "", (d + w) % 3 ? "the sea" : "a king");
+        fprintf(f, ".\n%%\n");
+    }
+    fclose(f);
+    const char *modes[][2] = {{"pad", "gpt2-tiny"}, {"pack", "llama-tiny"}};
+    for (int m = 0; m < 2; m++) {
+        char what[160];
+        snprintf(extra, sizeof extra, "--data %s --docs %s --doc-sep %%", path, modes[m][0]);
+        rl_run cpu = job("", modes[m][1], 1, "ddp", "fp32", "cpu", extra);
+        snprintf(what, sizeof what, "--docs %s %s", modes[m][0], modes[m][1]);
+        if (!zt_gpus_for(2, what)) continue;
+        rl_run ddp = job("ZS_EMU_DEVICES=2", modes[m][1], 2, "ddp", "fp32", "cuda", extra);
+        rl_run z3 = job("ZS_EMU_DEVICES=2", modes[m][1], 2, "3", "fp32", "cuda", extra);
+        snprintf(what, sizeof what, "--docs %s %s N=2 nccl ddp", modes[m][0], modes[m][1]);
+        check_follows(&ddp, &cpu, what, tolerance("fp32"));
+        snprintf(what, sizeof what, "--docs %s %s N=2 nccl stage 3 vs ddp", modes[m][0],
+                 modes[m][1]);
+        rl_check_same(&z3, &ddp, what);
+        for (int k = 0; k < z3.world; k++)
+            for (int c = 0; c <= ZS_MEM_NCAT; c++)
+                ZT_CHECK(z3.peak[k][c] == z3.est[c],
+                         "--docs %s rank %d %s: GPU measured %llu bytes, predicted %llu",
+                         modes[m][0], k,
+                         c < ZS_MEM_NCAT ? zs_mem_category_name((zs_mem_category)c) : "total",
+                         (unsigned long long)z3.peak[k][c], (unsigned long long)z3.est[c]);
+    }
+}
+
 int main(void) {
     zt_init("train_cuda");
     zt_gpu_require();
@@ -233,6 +272,7 @@ int main(void) {
     tf32();
     checkpoints();
     eval_generate();
+    documents();
     /* With 3 micro-batches a token upload waits behind ZeRO-3's gathers: that wait too must
      * see the dead peer. */
     killed_rank(1);

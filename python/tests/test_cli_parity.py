@@ -151,3 +151,30 @@ def test_mem_estimate_defaults_give_zshard_mem(zshard_exe, args, kw):
     e = zshard.mem.estimate(**kw)
     assert {c: f"{e[c] / 2**30:.3f}" for c in table} == table
     assert e["model_states"] > 0 and e["activation"] > 0
+
+
+def test_docs_as_train_flags(tmp_path, zshard_exe):
+    """docs=, doc_sep=, epochs= as `zshard train --docs --doc-sep --epochs`: the same steps,
+    losses and weights; the step reports the real targets its loss averages."""
+    docs = "".join(f"{' '.join(['tide', 'shard', 'rank'][: 1 + i % 3] * (1 + i % 7))}.\n%\n"
+                   for i in range(80))
+    p = tmp_path / "docs.txt"
+    p.write_text(docs)
+    kw = dict(data=str(p), docs="pad", doc_sep="%", batch=4, seq=16, epochs=1, steps=3)
+    t = zshard.Trainer("gpt2-tiny", **kw)
+    assert t.steps == 3  # --steps caps --epochs
+    stats = [t.step() for _ in range(3)]
+    assert all(0 < s["targets"] < 4 * 16 for s in stats)  # padding is not a target
+    log = tmp_path / "run.jsonl"
+    _cli(zshard_exe, "train", "--data", p, "--docs", "pad", "--doc-sep", "%", "--batch", 4,
+         "--seq", 16, "--epochs", 1, "--steps", 3, "--sample-len", 0, "--quiet", "--log", log)
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    steps = [r for r in recs if "step" in r and "loss" in r]
+    assert [np.float32(r["loss"]) for r in steps] == [np.float32(s["loss"]) for s in stats]
+    assert [r["targets"] for r in steps] == [s["targets"] for s in stats]
+    final = [r for r in recs if r.get("final")][0]
+    assert final["param_hash"] == t.param_hash()
+    with pytest.raises(ValueError, match="docs 'packed' is not one of"):
+        zshard.Trainer("gpt2-tiny", data=str(p), docs="packed")
+    with pytest.raises(zshard.ZshardError, match="--doc-sep LINE"):
+        zshard.Trainer("gpt2-tiny", data=str(p), docs="pack")

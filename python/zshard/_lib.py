@@ -58,7 +58,8 @@ class MemEstimate(ctypes.Structure):
 class MemOptions(ctypes.Structure):
     _fields_ = [("recompute", ctypes.c_int), ("attention", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("reduce_dtype", ctypes.c_int),
-                ("comm", ctypes.c_char_p), ("device", ctypes.c_char_p)]
+                ("comm", ctypes.c_char_p), ("device", ctypes.c_char_p),
+                ("docs", ctypes.c_int)]
 
 
 class TrainConfig(ctypes.Structure):
@@ -75,13 +76,15 @@ class TrainConfig(ctypes.Structure):
                 ("comm_timeout_s", ctypes.c_double), ("recompute", ctypes.c_int),
                 ("attention", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("reduce_dtype", ctypes.c_int), ("device", ctypes.c_char_p),
-                ("tf32", ctypes.c_int)]
+                ("tf32", ctypes.c_int), ("docs", ctypes.c_int), ("epochs", ctypes.c_int),
+                ("eos_id", ctypes.c_int64), ("pad_id", ctypes.c_int64),
+                ("doc_sep", ctypes.c_char_p)]
 
 
 class StepStats(ctypes.Structure):
     _fields_ = [("step", ctypes.c_int), ("loss", ctypes.c_float), ("lr", ctypes.c_float),
                 ("grad_norm", ctypes.c_float), ("ms", ctypes.c_double),
-                ("tokens_per_s", ctypes.c_double)]
+                ("tokens_per_s", ctypes.c_double), ("targets", ctypes.c_int64)]
 
 
 class CommConfig(ctypes.Structure):
@@ -165,6 +168,7 @@ _SIGS = {
                                 ctypes.POINTER(I)]),
     "zs_trainer_model": (ctypes.POINTER(ModelConfig), [P]),
     "zs_trainer_val_windows": (ctypes.c_int64, [P]),
+    "zs_trainer_total_steps": (I, [P]),
     "zs_model_config_from": (I, [S, ctypes.POINTER(ModelConfig), ctypes.POINTER(ModelConfig)]),
     "zs_trainer_init_from": (I, [P, S]),
     "zs_parse_bytes": (I, [S, ctypes.POINTER(ctypes.c_uint64)]),

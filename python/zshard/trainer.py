@@ -12,7 +12,8 @@ from ._lib import ModelConfig, StepStats, ZshardError, call, dtype_of, enc, lib,
 
 _TRAIN_KEYS = ("batch", "seq", "steps", "grad_accum", "lr", "min_lr_frac", "warmup",
                "weight_decay", "beta1", "beta2", "eps", "grad_clip", "seed", "prefetch", "vocab",
-               "val_fraction", "comm_timeout_s")
+               "val_fraction", "comm_timeout_s", "epochs", "eos_id", "pad_id")
+_DOCS = {"none": 0, "pack": 1, "concat": 2, "pad": 3}
 _RECOMPUTE = {"none": 0, "block": 1}
 _ATTENTION = {"flash": 0, "naive": 1}
 _DEVICES = ("cpu", "cuda", "auto")
@@ -52,14 +53,17 @@ class Trainer:
     checkpoint, safetensors file, Hugging Face directory or llm.c model file (step 0, fresh
     optimizer, this run's schedule; zs_trainer_init_from). reduce_dtype: gradient dtype, None =
     dtype. recompute "none"|"block", attention "flash"|"naive", device "cpu"|"cuda"|"auto",
-    tf32, device_mem (bytes, or a size such as "4G"). settings: batch (global rows per step),
-    seq, steps, grad_accum, lr, min_lr_frac, warmup, weight_decay, grad_clip, seed, prefetch,
-    vocab, val_fraction, comm_timeout_s, beta1, beta2, eps, as in zs_train_config; the defaults
-    are `zshard train`'s. Raises ZshardError with zs_last_error()."""
+    tf32, device_mem (bytes, or a size such as "4G"). docs "none"|"pack"|"concat"|"pad" and
+    doc_sep: documents as `--docs` and `--doc-sep` read them (docs/data.md). settings: batch
+    (global rows per step), seq, steps, grad_accum, lr, min_lr_frac, warmup, weight_decay,
+    grad_clip, seed, prefetch, vocab, val_fraction, comm_timeout_s, beta1, beta2, eps, epochs,
+    eos_id, pad_id, as in zs_train_config; the defaults are `zshard train`'s (with epochs and
+    no steps, the epochs set the length). Raises ZshardError with zs_last_error()."""
 
     def __init__(self, model=None, data=None, stage="ddp", dtype="fp32", reduce_dtype=None,
                  val=None, comm=None, init_from=None, device=None, recompute="none",
-                 attention="flash", tf32=False, device_mem=0, **settings):
+                 attention="flash", tf32=False, device_mem=0, docs="none", doc_sep=None,
+                 **settings):
         cfg = lib.zs_train_config_default()
         if init_from is not None:
             # The source's model; a named model is a hint it must agree with (as the CLI).
@@ -78,8 +82,12 @@ class Trainer:
                  ctypes.byref(cfg.model))
         if device is not None:
             _choice("device", device, _DEVICES)
-        self._keep = [enc(data), enc(val), enc(comm), enc(device)]  # the C config points here
-        cfg.data_path, cfg.val_path, cfg.comm, cfg.device = self._keep
+        # The C config points at these.
+        self._keep = [enc(data), enc(val), enc(comm), enc(device), enc(doc_sep)]
+        cfg.data_path, cfg.val_path, cfg.comm, cfg.device, cfg.doc_sep = self._keep
+        cfg.docs = _DOCS[_choice("docs", docs, _DOCS)]
+        if "epochs" in settings and "steps" not in settings:
+            cfg.steps = 0  # as `zshard train --epochs N`: the epochs set the length
         cfg.stage = stage_of(stage)
         cfg.dtype = dtype_of(dtype)
         cfg.reduce_dtype = dtype_of(dtype if reduce_dtype is None else reduce_dtype)
@@ -134,8 +142,9 @@ class Trainer:
 
     @property
     def steps(self):
-        """The run's length (steps=): the learning-rate schedule spans it, step() stops there."""
-        return self._cfg.steps
+        """The run's length (steps=, or epochs= of documents): the learning-rate schedule spans
+        it, step() stops there."""
+        return lib.zs_trainer_total_steps(self._t)
 
     @property
     def model(self):
@@ -147,12 +156,13 @@ class Trainer:
     def step(self, tokens=None, targets=None):
         """One optimizer step: the data's next batch, or tokens/targets int32 [rows, seq] with
         rows = batch / world_size (this rank's slice) or batch (the global batch, each rank
-        takes its slice). Returns {"step", "loss", "lr", "grad_norm", "ms"}. A step past
+        takes its slice). Returns {"step", "loss", "lr", "grad_norm", "ms", "targets"} (targets:
+        the real targets the loss averages, fewer than batch x seq with docs=). A step past
         steps= raises ZshardError (as `zshard train --steps N` stops at N)."""
-        if self.steps_done >= self._cfg.steps:
+        if self.steps_done >= self.steps:
             raise ZshardError("ZS_ERR_INVALID",
                               f"step {self.steps_done + 1}: this trainer was made for "
-                              f"steps={self._cfg.steps} and has taken them all; the learning-"
+                              f"steps={self.steps} and has taken them all; the learning-"
                               f"rate schedule ends there. Make the Trainer with a larger steps= "
                               f"(and resume() a checkpoint to continue a run)")
         s = StepStats()
@@ -164,7 +174,8 @@ class Trainer:
                 raise ValueError(f"tokens and targets must both be [rows, {self._cfg.seq}]")
             call("zs_trainer_step_batch", self._t, _p32(tk), _p32(tg), tk.shape[0],
                  ctypes.byref(s))
-        return {"step": s.step, "loss": s.loss, "lr": s.lr, "grad_norm": s.grad_norm, "ms": s.ms}
+        return {"step": s.step, "loss": s.loss, "lr": s.lr, "grad_norm": s.grad_norm, "ms": s.ms,
+                "targets": s.targets}
 
     def eval(self, tokens=None, targets=None, n_batches=8):
         """Mean loss: over n_batches validation batches of the data (8, as `zshard train

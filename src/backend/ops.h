@@ -8,7 +8,15 @@
  *  - counts are elements; tensors are row-major unless the op says otherwise;
  *  - "accumulates" means the op adds into its output (+=), as backward passes need when a
  *    tensor feeds several consumers; other outputs are overwritten;
- *  - outputs must not alias inputs unless the op says so. */
+ *  - outputs must not alias inputs unless the op says so.
+ *
+ * Documents (docs/data.md): the attention ops, RoPE and the position embedding take seg, device
+ * memory [B*T] or NULL. seg[b*T+t] is the position in row b where the document holding token t
+ * starts: 0 <= seg[b*T+t] <= t, and each row is cut into consecutive segments (seg[b*T+t] is t,
+ * or seg[b*T+t-1]). Token t then attends to keys seg..t only (a block-diagonal causal mask) and
+ * its position is t - seg (RoPE, learned positions). NULL means one document per row: keys
+ * 0..t and position t, the very same arithmetic as before masks existed. The data layer builds
+ * seg (data/docs.c); the ops trust it. */
 #ifndef ZS_BACKEND_OPS_H
 #define ZS_BACKEND_OPS_H
 
@@ -52,15 +60,16 @@ typedef struct zs_ops {
     /* dbias[OC] += sum over rows of dout[N,OC] (accumulates). */
     zs_status (*bias_bwd)(zs_stream_t *s, float *dbias, const float *dout, int N, int OC);
 
-    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens in [0, V) are the caller's
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[pos(b,t),:]; tokens in [0, V) are the caller's
      * responsibility (validated by the data layer). wpe may be NULL (no position table,
-     * e.g. LLaMA): out[b,t,:] = wte[tokens[b,t],:]. */
+     * e.g. LLaMA): out[b,t,:] = wte[tokens[b,t],:]. pos is the position in the document (see
+     * "Documents" below; t when seg is NULL). */
     zs_status (*embedding_fwd)(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
-                               const float *wpe, int B, int T, int C);
-    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (accumulates). Either
-     * gradient pointer may be NULL to skip it. */
+                               const float *wpe, int B, int T, int C, const int32_t *seg);
+    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[pos(b,t),:] += dout[b,t,:] (accumulates), the
+     * rows b*T+t added in increasing order. Either gradient pointer may be NULL to skip it. */
     zs_status (*embedding_bwd)(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *tokens, int B, int T, int C);
+                               const int32_t *tokens, int B, int T, int C, const int32_t *seg);
 
     /* Layer norm over the last dim C of N rows, eps 1e-5: out = (x-mean)*rstd*w + b. Saves
      * mean[N] and rstd[N] for backward. */
@@ -78,13 +87,14 @@ typedef struct zs_ops {
                           size_t n);
 
     /* Causal multi-head self-attention. qkv[B,T,3C] holds q | k | v, each [NH heads x hs]
-     * with hs = C/NH; out[B,T,C]; att[B,NH,T,T] receives the softmax probabilities (rows
-     * above the diagonal set to 0) for backward. Scale 1/sqrt(hs). */
+     * with hs = C/NH; out[B,T,C]; att[B,NH,T,T] receives the softmax probabilities (0 outside
+     * each row's keys seg..t) for backward. Scale 1/sqrt(hs). */
     zs_status (*attention_fwd)(zs_stream_t *s, float *out, float *att, const float *qkv, int B,
-                               int T, int C, int NH);
+                               int T, int C, int NH, const int32_t *seg);
     /* Accumulates dqkv[B,T,3C]. datt[B,NH,T,T] is scratch owned by the caller. */
     zs_status (*attention_bwd)(zs_stream_t *s, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH);
+                               const float *qkv, const float *att, int B, int T, int C, int NH,
+                               const int32_t *seg);
 
     /* out = a + b elementwise (out may alias a or b). */
     zs_status (*residual_fwd)(zs_stream_t *s, float *out, const float *a, const float *b, size_t n);
@@ -147,13 +157,14 @@ typedef struct zs_ops {
 
     /* Rotary position embedding of x[B,T,NH,hs] (hs even, at most 1024), Hugging Face's
      * rotate_half layout: in each head, elements i and i + hs/2 are rotated by the angle
-     * t * theta^(-2i/hs), t the row's position 0..T-1. Overwrites out; out MAY alias inp. */
+     * pos * theta^(-2i/hs), pos the row's position in its document (t - seg[b*T+t]; t, i.e.
+     * 0..T-1, when seg is NULL). Overwrites out; out MAY alias inp. */
     zs_status (*rope_fwd)(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH,
-                          int hs, float theta);
+                          int hs, float theta, const int32_t *seg);
     /* Backward of rope_fwd: dinp = R^T dout, the rotation by the negative angle. Overwrites
      * dinp (it does NOT accumulate); dinp MAY alias dout. */
     zs_status (*rope_bwd)(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
-                          int hs, float theta);
+                          int hs, float theta, const int32_t *seg);
 
     /* SwiGLU gate, elementwise over n: out = silu(gate) * up, silu(x) = x sigmoid(x). out may
      * alias gate or up. */
@@ -167,16 +178,17 @@ typedef struct zs_ops {
      * (separate buffers, head-major within a row), NKV divides NH, query head h attends with
      * key/value head h / (NH/NKV) (Hugging Face's repeat_kv). out[B,T,NH*hs]; att[B,NH,T,T]
      * receives the softmax probabilities (0 above the diagonal) for backward. Scale
-     * 1/sqrt(hs). With NKV == NH it computes what attention_fwd does on q | k | v. */
+     * 1/sqrt(hs). With NKV == NH it computes what attention_fwd does on q | k | v. Document
+     * masks as attention_fwd (seg). */
     zs_status (*attention_gqa_fwd)(zs_stream_t *s, float *out, float *att, const float *q,
                                    const float *k, const float *v, int B, int T, int NH, int NKV,
-                                   int hs);
+                                   int hs, const int32_t *seg);
     /* Accumulates dq, dk, dv (shapes of q, k, v). datt[B,NH,T,T] is scratch owned by the
      * caller. */
     zs_status (*attention_gqa_bwd)(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
                                    const float *dout, const float *q, const float *k,
                                    const float *v, const float *att, int B, int T, int NH, int NKV,
-                                   int hs);
+                                   int hs, const int32_t *seg);
     /* ---- memory-efficient causal attention (backend/kernels/flash.h, docs/models.md) ---- */
 
     /* Causal self-attention over strided row views, O(T) memory: q[B,T] rows of stride ldq
@@ -185,16 +197,18 @@ typedef struct zs_ops {
      * v = qkv + 2C with ldq = ldkv = 3C. out[B,T,NH*hs] (overwritten); lse[B,NH,T] receives
      * each row's log-sum-exp of its scaled scores, the only thing backward needs besides out.
      * Scale 1/sqrt(hs). Keys are processed in blocks of ZS_FA_BK with an online softmax; the
-     * results are the same bits on every backend and thread count. */
+     * results are the same bits on every backend and thread count. Row t reads keys
+     * seg[b*T+t]..t ("Documents" above). */
     zs_status (*flash_attention_fwd)(zs_stream_t *s, float *out, float *lse, const float *q,
                                      const float *k, const float *v, int B, int T, int NH, int NKV,
-                                     int hs, int ldq, int ldkv);
+                                     int hs, int ldq, int ldkv, const int32_t *seg);
     /* Accumulates dq (stride ldq), dk and dv (stride ldkv), which may be views into one packed
      * buffer as q, k, v are. delta[B,NH,T] is scratch owned by the caller (dO.O per row). */
     zs_status (*flash_attention_bwd)(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
                                      const float *dout, const float *q, const float *k,
                                      const float *v, const float *out, const float *lse, int B,
-                                     int T, int NH, int NKV, int hs, int ldq, int ldkv);
+                                     int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                     const int32_t *seg);
 
     /* ---- decoding with a KV cache (models/decode.c) ---- */
 

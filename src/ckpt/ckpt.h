@@ -74,6 +74,18 @@ typedef struct zs_ckpt_info {
      * verbatim as the manifest's "run_config"; NULL: none. Not read back: a record for people
      * and tools, never an input to a resume. */
     const char *run_config;
+    /* The data record of a run with documents (docs/data.md), written as "data" only when
+     * has_docs: the docs mode, the epochs asked for (0: none), the epoch (1-based) and the
+     * samples of it taken after `step`, the samples per epoch and steps per epoch, and the
+     * fingerprint of the training data and document settings (zs_docs_fingerprint), and those
+     * settings, so that a resume can take them. */
+    int has_docs;
+    char docs[16];
+    int64_t epochs, epoch, epoch_position, samples, steps_per_epoch;
+    uint64_t fingerprint;
+    int64_t eos_id, pad_id; /* the document rules (-1: none) */
+    int has_doc_sep;
+    char doc_sep[64];
     /* ZS_ARCH_CUSTOM: the declared units (finalized for any world size), which the manifest
      * records instead of a model config; NULL otherwise. zs_manifest_init copies them. */
     const zs_layout *layout;

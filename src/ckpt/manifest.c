@@ -135,6 +135,22 @@ static void write_info(FILE *f, const zs_manifest *m) {
             in->batch, in->seq, in->grad_accum, in->total_steps, in->warmup, in->lr,
             in->min_lr_frac, in->next_lr, in->beta1, in->beta2, in->eps, in->weight_decay,
             in->grad_clip);
+    if (in->has_docs) {
+        fprintf(f, "\"data\":{\"docs\":");
+        zs_json_write_string(f, in->docs);
+        fprintf(f,
+                ",\"epochs\":%lld,\"epoch\":%lld,\"position\":%lld,\"samples\":%lld,"
+                "\"steps_per_epoch\":%lld,\"fingerprint\":\"%016llx\",\"eos_id\":%lld,"
+                "\"pad_id\":%lld,\"doc_sep\":",
+                (long long)in->epochs, (long long)in->epoch, (long long)in->epoch_position,
+                (long long)in->samples, (long long)in->steps_per_epoch,
+                (unsigned long long)in->fingerprint, (long long)in->eos_id, (long long)in->pad_id);
+        if (in->has_doc_sep)
+            zs_json_write_string(f, in->doc_sep);
+        else
+            fprintf(f, "null");
+        fprintf(f, "},\n");
+    }
     fprintf(f, "\"compression\":{\"codec\":\"zstd\",\"level\":%d,\"block_elems\":%lld},\n",
             in->level, (long long)in->block_elems);
     fprintf(f, "\"checksum\":\"crc32c\",\n");

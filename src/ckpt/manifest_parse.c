@@ -168,6 +168,35 @@ static zs_status parse_info(const zs_json *root, int64_t version, const char *wh
     GETD(t, "eps", in->eps);
     GETD(t, "weight_decay", in->weight_decay);
     GETD(t, "grad_clip", in->grad_clip);
+    const zs_json *dj = zs_json_get(root, "data"); /* optional: runs with documents */
+    if (dj) {
+        ZS_REQUIRE(dj->type == ZS_JSON_OBJECT, ZS_ERR_FORMAT, "%s: \"data\" is not an object",
+                   what);
+        ZS_CHECK(zs_json_get_str(dj, "docs", what, &s));
+        ZS_REQUIRE(strlen(s) < sizeof in->docs, ZS_ERR_FORMAT, "%s: data.docs '%s'", what, s);
+        snprintf(in->docs, sizeof in->docs, "%s", s);
+        GETI(dj, "epochs", 0, INT64_MAX, in->epochs);
+        GETI(dj, "epoch", 0, INT64_MAX, in->epoch);
+        GETI(dj, "position", 0, INT64_MAX, in->epoch_position);
+        GETI(dj, "samples", 0, INT64_MAX, in->samples);
+        GETI(dj, "steps_per_epoch", 0, INT64_MAX, in->steps_per_epoch);
+        ZS_CHECK(zs_json_get_str(dj, "fingerprint", what, &s));
+        end = NULL;
+        errno = 0;
+        in->fingerprint = strtoull(s, &end, 16);
+        ZS_REQUIRE(strlen(s) == 16 && !*end && !errno, ZS_ERR_FORMAT,
+                   "%s: data.fingerprint '%s' is not 16 hex digits", what, s);
+        GETI(dj, "eos_id", -1, 1 << 24, in->eos_id);
+        GETI(dj, "pad_id", -1, 1 << 24, in->pad_id);
+        const zs_json *sep = zs_json_get(dj, "doc_sep");
+        ZS_REQUIRE(sep && (sep->type == ZS_JSON_NULL ||
+                           (sep->type == ZS_JSON_STRING && sep->len < sizeof in->doc_sep &&
+                            strlen(sep->str) == sep->len)),
+                   ZS_ERR_FORMAT, "%s: data.doc_sep must be null or a short string", what);
+        in->has_doc_sep = sep->type == ZS_JSON_STRING;
+        if (in->has_doc_sep) snprintf(in->doc_sep, sizeof in->doc_sep, "%s", sep->str);
+        in->has_docs = 1;
+    }
     const zs_json *z = zs_json_get(root, "compression");
     ZS_CHECK(zs_json_get_str(z, "codec", what, &s));
     ZS_REQUIRE(!strcmp(s, "zstd"), ZS_ERR_FORMAT, "%s: codec '%s' is not supported (zstd)", what,

@@ -28,8 +28,9 @@ static void usage(FILE *f) {
                "                     tokenized as `zshard tokenize` does (documents, EOS after\n"
                "                     each, BOS where the template has one) into a temporary\n"
                "                     folder, removed at the end\n"
-               "  --doc-sep LINE     with --tokenizer: a line equal to LINE ends a document\n"
-               "                     [one document per file]\n"
+               "  --doc-sep LINE     a line equal to LINE ends a document: with --tokenizer, as\n"
+               "                     `zshard tokenize` reads it [one document per file];\n"
+               "                     without, byte-level text's rule for --docs, as train's\n"
                "  --field NAME       with --tokenizer: the JSONL field holding the text [text]\n"
                "  --split val|all    val: the held-out tail that `train` validates on (the last\n"
                "                     --val-frac, or all of --val-data); all: the whole file [val]\n"
@@ -41,6 +42,11 @@ static void usage(FILE *f) {
                "  --seq T            sequence length [the checkpoint's, else 64]\n"
                "  --batches N|all    batches: N, or all to cover the split once [8, as train's\n"
                "                     --val-batches: the defaults give train's validation loss]\n"
+               "  --docs MODE        pack|concat|pad: documents as train reads them, the loss the\n"
+               "                     mean over the real targets (docs/data.md) [a zshard\n"
+               "                     checkpoint's, else none: windows of the stream]\n"
+               "  --eos-id N, --pad-id N   document rules, as train [the checkpoint's, else\n"
+               "                     train's defaults]\n"
                "  --model NAME       must agree with SRC (supplies heads for a bare safetensors)\n"
                "  --device cpu|cuda|auto   where it computes (as train) [auto]\n"
                "  --nproc N, --stage ddp|1|2|3   ranks and sharding, as train [1, ddp]\n"
@@ -51,7 +57,9 @@ int zs_cli_eval(int argc, char **argv) {
     zs_train_config cfg = zs_train_config_default();
     const char *src = NULL, *model = NULL, *split = "val", *tok = NULL, *doc_sep = NULL,
                *field = NULL;
-    int batches = 8, nproc = 1, json = 0, rc = 0, batch_set = 0, seq_set = 0;
+    int batches = 8, nproc = 1, json = 0, rc = 0, batch_set = 0, seq_set = 0, docs_set = 0;
+    int eos_set = 0, pad_set = 0;
+    static char sep_buf[64];
     float vf = 0.1f;
     cfg.steps = 1;
     for (int i = 1; i < argc; i++) {
@@ -97,7 +105,16 @@ int zs_cli_eval(int argc, char **argv) {
                 rc = zs_arg_int_range(a, v, 1, 1 << 30, &batches);
         } else if (!strcmp(a, "--model"))
             model = v;
-        else if (!strcmp(a, "--nproc"))
+        else if (!strcmp(a, "--docs")) {
+            if (zs_docs_mode_parse(v, &cfg.docs) != ZS_OK)
+                return zs_cli_fail(2, "eval: %s", zs_last_error());
+            docs_set = 1;
+        } else if (!strcmp(a, "--eos-id") || !strcmp(a, "--pad-id")) {
+            int id = 0;
+            rc = zs_arg_int_range(a, v, 0, (1 << 24) - 1, &id);
+            *(a[2] == 'e' ? &cfg.eos_id : &cfg.pad_id) = id;
+            *(a[2] == 'e' ? &eos_set : &pad_set) = 1;
+        } else if (!strcmp(a, "--nproc"))
             rc = zs_arg_int_range(a, v, 1, 256, &nproc);
         else if (!strcmp(a, "--stage"))
             rc = zs_arg_stage(a, v, &cfg.stage);
@@ -116,23 +133,35 @@ int zs_cli_eval(int argc, char **argv) {
         cfg.val_path = cfg.data_path; /* the whole file is the evaluation set */
     }
     cfg.val_fraction = vf;
+    /* --doc-sep: with --tokenizer, the text's separator line for tokenizing (the shards then end
+     * documents with EOS); without, the byte-level text's document rule, as train's. */
+    if (!tok && doc_sep) cfg.doc_sep = doc_sep;
     if (nproc > 1 && !zs_cli_relaunched()) return zs_cli_relaunch("eval", argc, argv, nproc, 0);
     zs_cli_threads_setup();
     if ((rc = zs_cli_model_from("eval", src, model, &cfg.model))) return rc;
-    /* A zshard checkpoint's batch and sequence length, so that the defaults reproduce the
-     * validation loss its training run logged. */
+    /* A zshard checkpoint's batch, sequence length and documents, so that the defaults reproduce
+     * the validation loss its training run logged. */
     char dir[4200];
     zs_manifest m;
-    if ((!batch_set || !seq_set) && zs_ckpt_resolve(src, dir, sizeof dir) == ZS_OK &&
-        zs_manifest_load(dir, &m) == ZS_OK) {
+    if (zs_ckpt_resolve(src, dir, sizeof dir) == ZS_OK && zs_manifest_load(dir, &m) == ZS_OK) {
         if (m.info.batch > 0 && !batch_set) cfg.batch = m.info.batch;
         if (m.info.seq > 0 && !seq_set) cfg.seq = m.info.seq;
+        /* And its documents, so that the loss is the one its run validated. */
+        if (m.info.has_docs && !docs_set && zs_docs_mode_parse(m.info.docs, &cfg.docs) != ZS_OK)
+            cfg.docs = ZS_DOCS_NONE;
+        if (m.info.has_docs && cfg.docs != ZS_DOCS_NONE) {
+            if (!eos_set) cfg.eos_id = m.info.eos_id;
+            if (!pad_set) cfg.pad_id = m.info.pad_id;
+            if (!tok && !cfg.doc_sep && m.info.has_doc_sep) {
+                snprintf(sep_buf, sizeof sep_buf, "%s", m.info.doc_sep);
+                cfg.doc_sep = sep_buf;
+            }
+        }
         zs_manifest_free(&m);
     }
     zs_error_clear(); /* SRC need not be a zshard checkpoint */
     if (!cfg.vocab && cfg.model.vocab != 256) cfg.vocab = cfg.model.vocab;
-    if (!tok && (doc_sep || field))
-        return zs_cli_fail(2, "eval: --doc-sep and --field apply with --tokenizer");
+    if (!tok && field) return zs_cli_fail(2, "eval: --field applies with --tokenizer");
     zs_cli_temp_shards td = {0}, tv = {0};
     const char *data_name = cfg.data_path;
     if (tok) {
@@ -184,6 +213,7 @@ static int eval_run(zs_train_config *cfgp, const char *src, const char *data, co
     const zs_model_config *mc = zs_trainer_model(t);
     if (zs_trainer_rank(t) == 0) {
         double tokens = (double)batches * cfg.batch * cfg.seq;
+        const char *docs = zs_docs_mode_name(cfg.docs);
         if (json) {
             /* Valid JSON whatever the values: null, named in "nonfinite". */
             char lb[ZS_JSON_NUM_CAP], pb[ZS_JSON_NUM_CAP];
@@ -193,17 +223,17 @@ static int eval_run(zs_train_config *cfgp, const char *src, const char *data, co
                    zs_json_num(lb, "%.9g", loss), zs_json_num(pb, "%.9g", ppl), batches, cfg.batch,
                    cfg.seq, tokens, split);
             zs_json_write_string(stdout, mc->name);
-            printf(",\"world_size\":%d", zs_trainer_world_size(t));
+            printf(",\"world_size\":%d,\"docs\":\"%s\"", zs_trainer_world_size(t), docs);
             if (!isfinite(loss) || !isfinite(ppl))
                 printf(",\"nonfinite\":[%s%s%s]", isfinite(loss) ? "" : "\"loss\"",
                        !isfinite(loss) && !isfinite(ppl) ? "," : "",
                        isfinite(ppl) ? "" : "\"perplexity\"");
             printf("}\n");
         } else
-            printf("eval: %s on %s (%s split): loss %.4f | perplexity %.3f | %d batches x %d x "
-                   "%d = %.0f tokens\n",
-                   src, data, split, (double)loss, exp((double)loss), batches, cfg.batch, cfg.seq,
-                   tokens);
+            printf("eval: %s on %s (%s split%s%s): loss %.4f | perplexity %.3f | %d batches x %d "
+                   "x %d = %.0f tokens\n",
+                   src, data, split, cfg.docs ? ", --docs " : "", cfg.docs ? docs : "",
+                   (double)loss, exp((double)loss), batches, cfg.batch, cfg.seq, tokens);
     }
     zs_trainer_destroy(t);
     if (!isfinite(loss))

@@ -4,6 +4,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "data/data.h"
+#include "train/docs_setup.h"
 #include "core/alloc.h"
 #include "zshard.h"
 
@@ -50,6 +51,7 @@ static void usage(FILE *f) {
             "                  [--dtype fp32|bf16] [--device cpu|cuda|auto]\n"
             "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|mpi|nccl]\n"
             "                  [--device-mem SIZE] [--tie-embeddings on|off] [--compare]\n"
+            "                  [--docs none|pack|concat|pad]\n"
             "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
             "  copy of the parameters, --reduce-dtype the gradients' (default: --dtype); the\n"
             "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
@@ -62,7 +64,8 @@ static void usage(FILE *f) {
             "  vocabulary as train reads it (256 for text; --vocab for token shards); without\n"
             "  it GPT-2's 50257, or LLaMA's 32000 for LLaMA models. A --batch that the ranks\n"
             "  and micro-batches do not divide is an error, as in train; without --batch,\n"
-            "  8 or else one sequence per rank and micro-batch.\n");
+            "  8 or else one sequence per rank and micro-batch. --docs pack|pad adds each token's\n"
+            "  document start to the batch buffers, as train does (docs/data.md).\n");
 }
 
 static double gib(uint64_t b) {
@@ -111,7 +114,10 @@ int zs_cli_mem(int argc, char **argv) {
             rc = parse_dtype(a, v, &mo.dtype);
         else if (!strcmp(a, "--comm"))
             mo.comm = v;
-        else if (!strcmp(a, "--device-mem")) {
+        else if (!strcmp(a, "--docs")) {
+            if (zs_docs_mode_parse(v, &mo.docs) != ZS_OK)
+                return zs_cli_fail(2, "mem: %s", zs_last_error());
+        } else if (!strcmp(a, "--device-mem")) {
             if (zs_parse_bytes(v, &device_mem) != ZS_OK)
                 return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
         } else if (!strcmp(a, "--reduce-dtype")) {
@@ -153,8 +159,12 @@ int zs_cli_mem(int argc, char **argv) {
         return zs_cli_fail(2, "mem: --tie-embeddings %s contradicts %s's tie_embeddings",
                            tie == ZS_TIE_ON ? "on" : "off", model);
     if (tie) cfg.tie_embeddings = (zs_tie)tie;
-    if (data) { /* the vocabulary train would read from the data */
+    if (data) { /* the vocabulary train would read from the data (and its dataset.json) */
         zs_dataset d;
+        zs_docs_meta meta;
+        if (zs_docs_meta_read(data, &meta) != ZS_OK)
+            return zs_cli_fail(1, "mem: --data: %s", zs_last_error());
+        if (vocab <= 0 && meta.found) vocab = meta.vocab;
         if (zs_dataset_open_vocab(data, val_data, 0.1, vocab > 0 ? vocab : 0, &d) != ZS_OK)
             return zs_cli_fail(1, "mem: --data: %s", zs_last_error());
         vocab = d.vocab;
@@ -171,10 +181,11 @@ int zs_cli_mem(int argc, char **argv) {
             return zs_cli_fail(2, "mem: %s", zs_last_error());
     const zs_mem_estimate *e0 = &est[first];
     printf("zshard mem: %s, %d rank%s, %s, global batch %d x seq %d (%d per rank per "
-           "micro-batch), prefetch %d, recompute %s, %s attention\n",
+           "micro-batch), prefetch %d, recompute %s, %s attention%s%s\n",
            model, nproc, nproc > 1 ? "s" : "", dtype_words(&mo), batch, seq,
            batch / (nproc * accum), prefetch, mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none",
-           mo.attention == ZS_ATTENTION_NAIVE ? "naive (T x T)" : "flash");
+           mo.attention == ZS_ATTENTION_NAIVE ? "naive (T x T)" : "flash",
+           mo.docs ? ", --docs " : "", mo.docs ? zs_docs_mode_name(mo.docs) : "");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);

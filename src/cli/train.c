@@ -71,25 +71,35 @@ static void print_sample(const train_opts *o, zs_trainer_t *t, int step, double 
     free(out);
 }
 
-static void progress(const train_opts *o, const zs_step_stats *s, int tty, double elapsed) {
+/* With documents: " | epoch E P/N" (the epoch of the step and the samples of it taken). */
+static void epoch_text(const zs_data_position *dp, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (dp->samples)
+        snprintf(buf, n, " | epoch %lld %lld/%lld", (long long)dp->epoch, (long long)dp->position,
+                 (long long)dp->samples);
+}
+
+static void progress(const train_opts *o, const zs_step_stats *s, const zs_data_position *dp,
+                     int tty, double elapsed) {
     if (o->quiet) return;
     zs_mem_stats ms;
     zs_mem_get_stats(&ms);
-    char mem[32];
+    char mem[32], ep[64];
     zs_format_bytes(ms.total_peak, mem, sizeof mem);
+    epoch_text(dp, ep, sizeof ep);
     double eta = elapsed / s->step * (o->cfg.steps - s->step);
     if (tty) {
         fprintf(stderr,
-                "\rstep %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms/step | "
+                "\rstep %5d/%d%s | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms/step | "
                 "ETA %4.0fs | peak %s   ",
-                s->step, o->cfg.steps, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, eta,
-                mem);
+                s->step, o->cfg.steps, ep, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms,
+                eta, mem);
         if (s->step == o->cfg.steps) fputc('\n', stderr);
     } else if (o->print_every &&
                (s->step % o->print_every == 0 || s->step == 1 || s->step == o->cfg.steps)) {
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms/step | "
+        printf("step %5d/%d%s | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms/step | "
                "ETA %.0fs | peak %s\n",
-               s->step, o->cfg.steps, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, eta,
+               s->step, o->cfg.steps, ep, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, eta,
                mem);
         fflush(stdout);
     }
@@ -150,13 +160,18 @@ static void mem_report(const train_opts *o, const zs_model_config *mc, int world
 
 /* One step's JSONL record. Values that are not finite are written as null and named in a
  * "nonfinite" array, so every line stays valid JSON. */
-static void write_step(FILE *log, const zs_step_stats *s, int do_val, float vl) {
+static void write_step(FILE *log, const zs_step_stats *s, const zs_data_position *dp, int do_val,
+                       float vl) {
     char b[6][ZS_JSON_NUM_CAP];
     const char *names[] = {"loss", "lr", "grad_norm", "ms", "tokens_per_s", "val_loss"};
     double v[] = {s->loss, s->lr, s->grad_norm, s->ms, s->tokens_per_s, vl};
     const char *fmt[] = {"%.9g", "%.9g", "%.9g", "%.3f", "%.1f", "%.9g"};
     int n = do_val ? 6 : 5, bad = 0;
     fprintf(log, "{\"step\":%d", s->step);
+    if (dp->samples)
+        fprintf(log, ",\"epoch\":%lld,\"position\":%lld,\"samples\":%lld,\"targets\":%lld",
+                (long long)dp->epoch, (long long)dp->position, (long long)dp->samples,
+                (long long)s->targets);
     for (int i = 0; i < n; i++)
         fprintf(log, ",\"%s\":%s", names[i], zs_json_num(b[i], fmt[i], v[i]));
     for (int i = 0; i < n; i++)
@@ -244,6 +259,9 @@ int zs_cli_train(int argc, char **argv) {
     }
     const zs_model_config *mc = zs_trainer_model(t);
     int world = zs_trainer_world_size(t);
+    o.cfg.steps = zs_trainer_total_steps(t); /* --epochs: the steps of that many epochs */
+    zs_data_position dp0;
+    zs_trainer_data_position(t, 0, &dp0);
     if (rank != 0) o.quiet = 1; /* rank 0 reports and logs; the others print only errors */
     if (!o.quiet) {
         printf("zshard train: model %s (%d layers, %d heads, width %d, vocab %d padded to %d, "
@@ -256,6 +274,12 @@ int zs_cli_train(int argc, char **argv) {
                world, world > 1 ? "s" : "", stages[o.cfg.stage], o.cfg.batch, o.cfg.seq,
                o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "", o.cfg.steps, (double)o.cfg.lr,
                o.cfg.warmup, (unsigned long long)o.cfg.seed);
+        if (dp0.samples)
+            printf("  documents: --docs %s, %lld %s from %lld documents, %lld steps per epoch%s\n",
+                   zs_docs_mode_name(o.cfg.docs), (long long)dp0.samples,
+                   o.cfg.docs == ZS_DOCS_PAD ? "rows" : "windows", (long long)dp0.documents,
+                   (long long)dp0.steps_per_epoch,
+                   o.cfg.epochs ? "" : " (no --epochs: --steps sets the length)");
         const char *why = NULL, *dev = zs_trainer_device(t, &why);
         printf("  device %s (%s), comm %s\n", dev, why, zs_trainer_comm_name(t));
         const char *omp = getenv("OMP_NUM_THREADS"), *wp = getenv("OMP_WAIT_POLICY");
@@ -322,7 +346,9 @@ int zs_cli_train(int argc, char **argv) {
         }
         train_s += s.ms * 1e-3;
         last_loss = s.loss;
-        progress(&o, &s, tty, train_s);
+        zs_data_position dp;
+        zs_trainer_data_position(t, step, &dp);
+        progress(&o, &s, &dp, tty, train_s);
         int do_val = (o.val_every && step % o.val_every == 0) || step == o.cfg.steps;
         float vl = 0.0f;
         if (do_val) {
@@ -337,7 +363,7 @@ int zs_cli_train(int argc, char **argv) {
                 fflush(stdout);
             }
         }
-        if (log) write_step(log, &s, do_val, vl);
+        if (log) write_step(log, &s, &dp, do_val, vl);
         /* A diverged run stops here, before anything could save its state as a checkpoint
          * (the grad-norm check in the step catches it one step later, and a last step's
          * validation not at all). */
@@ -394,7 +420,8 @@ int zs_cli_train(int argc, char **argv) {
                          .dtype = o.cfg.dtype,
                          .reduce_dtype = o.cfg.reduce_dtype,
                          .comm = o.cfg.comm,
-                         .device = zs_trainer_device(t, NULL)};
+                         .device = zs_trainer_device(t, NULL),
+                         .docs = o.cfg.docs};
     zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,
                                  o.cfg.grad_accum, o.cfg.prefetch, &mo, &est);
     if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est);

@@ -7,6 +7,7 @@
 #include "cli/config.h"
 #include "cli/train_flags.h"
 #include "core/alloc.h"
+#include "data/data.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -37,11 +38,25 @@ void zs_train_usage(FILE *f) {
             "                      LLaMA-2's, up to 16777216 with uint32 shards [50257 for\n"
             "                      uint16 shards, 128256 for uint32]; text is always 256\n"
             "                      bytes\n"
+            "documents and epochs (docs/data.md):\n"
+            "  --docs MODE         read the data as documents, walked in epochs: pack (windows\n"
+            "                      over the documents; attention and positions stay inside each\n"
+            "                      document, the target across a boundary is left out), concat\n"
+            "                      (the same windows, unmasked) or pad (a document per row, a\n"
+            "                      longer one split into more rows, the rest padded) [none:\n"
+            "                      random windows]\n"
+            "  --epochs N          train N epochs (each sample once per epoch, in an order drawn\n"
+            "                      from --seed and the epoch); --steps, when given, caps them\n"
+            "  --eos-id N          the id that ends a document [dataset.json's beside --data,\n"
+            "                      else 50256 for GPT-2 shards]\n"
+            "  --pad-id N          the input id of padding [dataset.json's, else the end id]\n"
+            "  --doc-sep LINE      byte-level text: a line equal to LINE ends a document, e.g.\n"
+            "                      --doc-sep %% for fortune files\n"
             "batch and schedule:\n"
             "  --batch N           global batch: sequences per optimizer step, summed over all\n"
             "                      ranks and micro-batches [8]\n"
             "  --seq T             sequence length [64]\n"
-            "  --steps N           optimizer steps [100]\n"
+            "  --steps N           optimizer steps [100; with --epochs, their steps]\n"
             "  --grad-accum K      micro-batches per step [1]\n"
             "  --lr LR             peak learning rate [1e-3]\n"
             "  --min-lr-frac F     cosine floor as a fraction of --lr [0.1]\n"
@@ -203,6 +218,8 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
     }
     if (o->verbose) zs_log_set_level(ZS_LOG_DEBUG);
     if (!o->cfg.data_path) return zs_cli_fail(2, "train: --data FILE is required");
+    /* --epochs without --steps: the epochs decide the length (the trainer counts the steps). */
+    if ((o->given & ZS_GIVEN_EPOCHS) && !(o->given & ZS_GIVEN_STEPS)) o->cfg.steps = 0;
     if (o->val_every < 0 || o->sample_every < 0 || o->print_every < 0)
         return zs_cli_fail(2, "train: --val-every, --sample-every, --print-every must be >= 0");
     if (o->val_batches < 1) return zs_cli_fail(2, "train: --val-batches must be positive");

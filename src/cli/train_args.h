@@ -26,11 +26,12 @@ typedef struct train_opts {
     int model_set; /* --model given */
     int tie;       /* --tie-embeddings: ZS_TIE_ON/OFF, 0 = the model's own */
     int save_every, keep;
-    unsigned given;       /* ZS_GIVEN_* of the flags given explicitly (resume compares them) */
-    const char *override; /* --override: settings a resume may change (batch,seq,seed) */
-    int verbose;          /* --verbose: debug logging */
+    unsigned given;          /* ZS_GIVEN_* of the flags given explicitly (resume compares them) */
+    const char *override;    /* --override: settings a resume may change (batch,seq,seed) */
+    int verbose;             /* --verbose: debug logging */
     const char *config_path; /* --config FILE: settings read before the flags */
     int print_config;        /* --print-config: print the effective configuration and stop */
+    char doc_sep[64];        /* a resumed run's --doc-sep, taken from its checkpoint */
 } train_opts;
 
 /* Flags whose value a resumed run takes from its checkpoint unless given. */
@@ -45,6 +46,11 @@ enum {
     ZS_GIVEN_WARMUP = 1u << 7,
     ZS_GIVEN_WD = 1u << 8,
     ZS_GIVEN_CLIP = 1u << 9,
+    ZS_GIVEN_DOCS = 1u << 10, /* --docs, --eos-id, --pad-id, --doc-sep, --epochs */
+    ZS_GIVEN_EOS = 1u << 11,
+    ZS_GIVEN_PAD = 1u << 12,
+    ZS_GIVEN_SEP = 1u << 13,
+    ZS_GIVEN_EPOCHS = 1u << 14,
 };
 
 /* The help text. */

@@ -8,6 +8,7 @@
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/log.h"
+#include "data/data.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -29,6 +30,11 @@ static const train_flag FLAGS[] = {
     {"val-data", TF_STR, OFF(cfg.val_path), NONE},
     {"val-frac", TF_DOUBLE, OFF(cfg.val_fraction), 0, 0, -1, 0},
     {"vocab", TF_INT, OFF(cfg.vocab), NONNEG},
+    {"docs", TF_DOCS, OFF(cfg.docs), ZS_GIVEN_DOCS, 0, 0, 0},
+    {"epochs", TF_INT, OFF(cfg.epochs), ZS_GIVEN_EPOCHS, 1, 1 << 30, 0},
+    {"eos-id", TF_I64, OFF(cfg.eos_id), ZS_GIVEN_EOS, 0, ZS_MAX_VOCAB - 1, 0},
+    {"pad-id", TF_I64, OFF(cfg.pad_id), ZS_GIVEN_PAD, 0, ZS_MAX_VOCAB - 1, 0},
+    {"doc-sep", TF_STR, OFF(cfg.doc_sep), ZS_GIVEN_SEP, 0, 0, 0},
     {"batch", TF_INT, OFF(cfg.batch), ZS_GIVEN_BATCH, 1, INT_MAX, 0},
     {"seq", TF_INT, OFF(cfg.seq), ZS_GIVEN_SEQ, 1, INT_MAX, 0},
     {"steps", TF_INT, OFF(cfg.steps), ZS_GIVEN_STEPS, 1, INT_MAX, 0},
@@ -205,6 +211,16 @@ int zs_train_flag_apply(train_opts *o, const train_flag *f, const char *text, co
         if (zs_parse_bytes(text, (uint64_t *)p) != ZS_OK)
             return zs_cli_fail(2, "%s: %s", what, zs_last_error());
         break;
+    case TF_I64: {
+        int v = 0;
+        if ((rc = zs_arg_int_range(what, text, (int)f->lo, (int)f->hi, &v))) return rc;
+        *(int64_t *)p = v;
+        break;
+    }
+    case TF_DOCS:
+        if (zs_docs_mode_parse(text, (zs_docs_mode *)p) != ZS_OK)
+            return zs_cli_fail(2, "%s: '%s' is not one of pack, concat, pad, none", what, text);
+        break;
     }
     o->given |= f->given;
     if (f->set_off) *(int *)(base + f->set_off) = 1;
@@ -273,6 +289,13 @@ int zs_train_flag_value(const train_opts *o, const train_flag *f, char *buf, siz
         if (!*(const uint64_t *)p) return 0;
         snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)p);
         return 1;
+    case TF_I64:
+        if (*(const int64_t *)p < 0) return 0;
+        snprintf(buf, cap, "%" PRId64, *(const int64_t *)p);
+        return 1;
+    case TF_DOCS:
+        snprintf(buf, cap, "%s", zs_docs_mode_name(*(const zs_docs_mode *)p));
+        return 1;
     }
     return 0;
 }
@@ -286,6 +309,11 @@ static int quoted(const train_flag *f) {
  * take it from their checkpoint or weights, and a --model then has to agree). */
 static int shown(const train_opts *o, const train_flag *f) {
     if (!strcmp(f->name, "model")) return o->model_set || (!o->resume && !o->init_from);
+    /* --epochs without --steps: the epochs decide the length (steps 0 until the trainer
+     * counts them). */
+    if (!strcmp(f->name, "steps")) return o->cfg.steps > 0;
+    if (!strcmp(f->name, "epochs")) return o->cfg.epochs > 0;
+    if (!strcmp(f->name, "docs")) return o->cfg.docs != ZS_DOCS_NONE;
     return 1;
 }
 
@@ -318,7 +346,7 @@ char *zs_train_config_json(const train_opts *o) {
         const train_flag *fl = &FLAGS[i];
         if (!shown(o, fl) || !zs_train_flag_value(o, fl, v, sizeof v)) continue;
         fprintf(f, "%s\"%s\":", n++ ? "," : "", fl->name);
-        if (quoted(fl) || fl->kind == TF_STAGE || fl->kind == TF_DTYPE ||
+        if (quoted(fl) || fl->kind == TF_STAGE || fl->kind == TF_DTYPE || fl->kind == TF_DOCS ||
             fl->kind == TF_RECOMPUTE || fl->kind == TF_ATTENTION || fl->kind == TF_TIE)
             zs_json_write_string(f, v);
         else if (fl->kind == TF_U64)

@@ -23,6 +23,8 @@ typedef enum train_flag_kind {
     TF_DEVICE,    /* const char *: cpu|cuda|auto */
     TF_TIE,       /* int: ZS_TIE_ON/OFF, 0 = the model's */
     TF_BYTES,     /* uint64_t from a size such as 4G */
+    TF_I64,       /* int64_t within [lo, hi]; shown only when >= 0 (-1: unset) */
+    TF_DOCS,      /* zs_docs_mode: pack|concat|pad|none */
 } train_flag_kind;
 
 typedef struct train_flag {

@@ -3,7 +3,8 @@
  * checkpoint's manifest unless a flag gives them. A flag that changes what data the run sees
  * or how it is cut (batch, seq, seed) is refused unless --override names it; one that only
  * changes the schedule or the micro-batching (steps, lr, warmup, min-lr-frac, weight decay,
- * grad clip, grad-accum) is taken and listed. */
+ * grad clip, grad-accum) is taken and listed. A run over documents also takes its --docs mode
+ * and document rules (--eos-id, --pad-id, --doc-sep, --epochs) from the checkpoint. */
 #include "cli/train_args.h"
 
 #include "ckpt/ckpt.h"
@@ -115,12 +116,29 @@ int zs_train_resume_settings(train_opts *o, char *changes, size_t cap) {
         if (!(o->given & ZS_GIVEN_SEED)) o->cfg.seed = k->seed;
         INT_SETTING(ZS_GIVEN_ACCUM, "--grad-accum", "grad-accum", 0, o->cfg.grad_accum,
                     k->grad_accum);
-        INT_SETTING(ZS_GIVEN_STEPS, "--steps", "steps", 0, o->cfg.steps, k->total_steps);
+        /* --epochs without --steps: the epochs set the length, not the stored --steps. */
+        if (!(o->given & ZS_GIVEN_EPOCHS) || (o->given & ZS_GIVEN_STEPS))
+            INT_SETTING(ZS_GIVEN_STEPS, "--steps", "steps", 0, o->cfg.steps, k->total_steps);
         INT_SETTING(ZS_GIVEN_WARMUP, "--warmup", "warmup", 0, o->cfg.warmup, k->warmup);
         FLOAT_SETTING(ZS_GIVEN_LR, "--lr", o->cfg.lr, k->lr);
         FLOAT_SETTING(ZS_GIVEN_MIN_LR, "--min-lr-frac", o->cfg.min_lr_frac, k->min_lr_frac);
         FLOAT_SETTING(ZS_GIVEN_WD, "--weight-decay", o->cfg.weight_decay, k->weight_decay);
         FLOAT_SETTING(ZS_GIVEN_CLIP, "--grad-clip", o->cfg.grad_clip, k->grad_clip);
+    }
+    /* A run over documents: its mode and document rules, unless the flags give them (the
+     * trainer then refuses settings that would not continue its epochs). */
+    if (k->has_docs) {
+        if (!(o->given & ZS_GIVEN_DOCS) && zs_docs_mode_parse(k->docs, &o->cfg.docs) != ZS_OK) {
+            rc = zs_cli_fail(1, "--resume %s: %s", dir, zs_last_error());
+            goto done;
+        }
+        if (!(o->given & ZS_GIVEN_EOS)) o->cfg.eos_id = k->eos_id;
+        if (!(o->given & ZS_GIVEN_PAD)) o->cfg.pad_id = k->pad_id;
+        if (!(o->given & ZS_GIVEN_EPOCHS)) o->cfg.epochs = (int)k->epochs;
+        if (!(o->given & ZS_GIVEN_SEP) && k->has_doc_sep) {
+            snprintf(o->doc_sep, sizeof o->doc_sep, "%s", k->doc_sep);
+            o->cfg.doc_sep = o->doc_sep;
+        }
     }
 done:
     zs_manifest_free(&m);

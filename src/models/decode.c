@@ -315,7 +315,7 @@ static zs_status release(zs_decoder_t *d, int unit) {
 /* x = the embedding of the token in d->tok (device) plus its position's (GPT-2). */
 static zs_status embed_dev(zs_decoder_t *d, const float *p, int pos) {
     const float *wpe = d->off_wpe >= 0 ? p + d->off_wpe + (int64_t)pos * d->C : NULL;
-    return d->o->embedding_fwd(d->s, d->x, d->tok, p + d->off_wte, wpe, 1, 1, d->C);
+    return d->o->embedding_fwd(d->s, d->x, d->tok, p + d->off_wte, wpe, 1, 1, d->C, NULL);
 }
 
 /* The same for a token the host holds: it goes to the device first. */

@@ -66,7 +66,8 @@ struct zs_gpt2 {
     float *losses;  /* [BT] */
     float *scratch; /* workspace: gradients of activations, reused per layer */
     float *dres, *dtmp4, *dtmp4b, *dqkv, *dC;
-    float *datt; /* naive: [B,NH,T,T] probability gradients; flash: [B,NH,T] delta rows */
+    float *datt;        /* naive: [B,NH,T,T] probability gradients; flash: [B,NH,T] delta rows */
+    const int32_t *seg; /* this pass's document starts (device memory), or NULL */
 };
 
 static int unit_block(int l) {
@@ -293,10 +294,10 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
                               BT, C));
     ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
     if (m->naive)
-        ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH));
+        ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH, m->seg));
     else /* q | k | v packed in each row of qkv: strided views, kv heads = heads */
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, B,
-                                        T, NH, NH, C / NH, 3 * C, 3 * C));
+                                        T, NH, NH, C / NH, 3 * C, 3 * C, m->seg));
     ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->atty, p + t[B_PROJW], p + t[B_PROJB], BT, C, C));
     ZS_CHECK(o->residual_fwd(s, a->res2, x, m->dC, (size_t)BT * C));
     ZS_CHECK(o->layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W],
@@ -338,11 +339,11 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
                            p + t[B_PROJW], BT, C, C));
     ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
     if (m->naive)
-        ZS_CHECK(o->attention_bwd(s, m->dqkv, m->datt, m->dC, a->qkv, a->att, B, T, C, NH));
+        ZS_CHECK(o->attention_bwd(s, m->dqkv, m->datt, m->dC, a->qkv, a->att, B, T, C, NH, m->seg));
     else
         ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, m->datt, m->dC,
                                         a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,
-                                        NH, NH, C / NH, 3 * C, 3 * C));
+                                        NH, NH, C / NH, 3 * C, 3 * C, m->seg));
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1,
                            p + t[B_QKVW], BT, C, 3 * C));
@@ -368,8 +369,9 @@ static zs_stack stack_of(zs_gpt2_t *m) {
 }
 
 /* Forward through embeddings, blocks and final norm into m->logits. */
-zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
+zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, const int32_t *seg, int B, int T) {
     zs_status st = ZS_OK;
+    m->seg = seg; /* the blocks read it (block_forward, block_backward) */
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
     const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
@@ -377,7 +379,7 @@ zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
 
     ZS_CHECK(zs_module_forward_begin(m->engine, 0, &p));
     ZS_CHECK(o->embedding_fwd(s, zs_resid_out(&m->resid, 0), in, p + m->off_wte, p + m->off_wpe, B,
-                              T, C));
+                              T, C, m->seg));
     ZS_CHECK(zs_module_forward_end(m->engine, 0));
 
     const float *x = NULL;
@@ -401,8 +403,9 @@ fail:
     return st;
 }
 
-zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
+zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, const int32_t *seg, int B, int T) {
     zs_status st = ZS_OK;
+    m->seg = seg; /* the blocks read it (block_forward, block_backward) */
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
     const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
@@ -433,7 +436,7 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_stack_backward(&k, B, T, nC));
 
     ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
-    ZS_CHECK(o->embedding_bwd(s, g + m->off_wte, g + m->off_wpe, m->dres, in, B, T, C));
+    ZS_CHECK(o->embedding_bwd(s, g + m->off_wte, g + m->off_wpe, m->dres, in, B, T, C, m->seg));
     ZS_CHECK(zs_module_backward_end(m->engine, 0));
 fail:
     return st;

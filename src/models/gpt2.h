@@ -13,9 +13,11 @@ zs_status zs_gpt2_create(const zs_model_config *cfg, const zs_model_options *opt
                          int max_seq, zs_gpt2_t **out);
 void zs_gpt2_destroy(zs_gpt2_t *m);
 /* Forward over inputs[B*T] into the logits buffer; backward from the dlogits that
- * zs_model_forward_backward leaves in that same buffer. B, T within the allocated sizes. */
-zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *inputs, int B, int T);
-zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *inputs, int B, int T);
+ * zs_model_forward_backward leaves in that same buffer. B, T within the allocated sizes. seg:
+ * the document starts of the tokens (backend/ops.h "Documents"), or NULL; backward must get
+ * the forward's. */
+zs_status zs_gpt2_forward(zs_gpt2_t *m, const int32_t *inputs, const int32_t *seg, int B, int T);
+zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *inputs, const int32_t *seg, int B, int T);
 /* The [B*T, padded_vocab] logits buffer (dlogits in place after the loss) and losses[B*T]. */
 void zs_gpt2_outputs(zs_gpt2_t *m, float **logits, float **losses);
 uint64_t zs_gpt2_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,

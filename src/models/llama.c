@@ -53,7 +53,8 @@ struct zs_llama {
     float *scratch; /* workspace: logits and activation gradients, reused per layer */
     float *logits;  /* [BT,Vp]; backward overwrites it with dlogits in place */
     float *dres, *dC, *dq, *dk, *dv, *dh, *dgate, *dup;
-    float *datt; /* naive: [B,NH,T,T] probability gradients; flash: [B,NH,T] delta rows */
+    float *datt;        /* naive: [B,NH,T,T] probability gradients; flash: [B,NH,T] delta rows */
+    const int32_t *seg; /* this pass's document starts (device memory), or NULL */
 };
 
 static int unit_block(int l) {
@@ -286,14 +287,14 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     ZS_CHECK(zs_linear_fwd(o, s, a->q, a->ln1, p + t[L_Q], NULL, BT, C, QD));
     ZS_CHECK(zs_linear_fwd(o, s, a->k, a->ln1, p + t[L_K], NULL, BT, C, KD));
     ZS_CHECK(zs_linear_fwd(o, s, a->v, a->ln1, p + t[L_V], NULL, BT, C, KD));
-    ZS_CHECK(o->rope_fwd(s, a->q, a->q, B, T, c->n_head, m->hs, c->rope_theta));
-    ZS_CHECK(o->rope_fwd(s, a->k, a->k, B, T, c->n_kv_head, m->hs, c->rope_theta));
+    ZS_CHECK(o->rope_fwd(s, a->q, a->q, B, T, c->n_head, m->hs, c->rope_theta, m->seg));
+    ZS_CHECK(o->rope_fwd(s, a->k, a->k, B, T, c->n_kv_head, m->hs, c->rope_theta, m->seg));
     if (m->naive)
         ZS_CHECK(o->attention_gqa_fwd(s, a->atty, a->att, a->q, a->k, a->v, B, T, c->n_head,
-                                      c->n_kv_head, m->hs));
+                                      c->n_kv_head, m->hs, m->seg));
     else
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->q, a->k, a->v, B, T, c->n_head,
-                                        c->n_kv_head, m->hs, QD, KD));
+                                        c->n_kv_head, m->hs, QD, KD, m->seg));
     ZS_CHECK(zs_linear_fwd(o, s, m->dC, a->atty, p + t[L_O], NULL, BT, QD, C));
     ZS_CHECK(o->residual_fwd(s, a->res2, x, m->dC, (size_t)BT * C));
     ZS_CHECK(o->rmsnorm_fwd(s, a->ln2, a->ln2_rstd, a->res2, p + t[L_NORM2], BT, C, c->norm_eps));
@@ -340,15 +341,15 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     ZS_CHECK(o->fill(s, m->dv, 0.0f, (size_t)BT * KD));
     if (m->naive)
         ZS_CHECK(o->attention_gqa_bwd(s, m->dq, m->dk, m->dv, m->datt, m->dC, a->q, a->k, a->v,
-                                      a->att, B, T, c->n_head, c->n_kv_head, m->hs));
+                                      a->att, B, T, c->n_head, c->n_kv_head, m->hs, m->seg));
     else
         ZS_CHECK(o->flash_attention_bwd(s, m->dq, m->dk, m->dv, m->datt, m->dC, a->q, a->k, a->v,
                                         a->atty, a->lse, B, T, c->n_head, c->n_kv_head, m->hs, QD,
-                                        KD));
+                                        KD, m->seg));
     /* The saved q and k are post-RoPE; their gradients go back through the inverse rotation
      * to the projections' outputs. */
-    ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, m->hs, c->rope_theta));
-    ZS_CHECK(o->rope_bwd(s, m->dk, m->dk, B, T, c->n_kv_head, m->hs, c->rope_theta));
+    ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, m->hs, c->rope_theta, m->seg));
+    ZS_CHECK(o->rope_bwd(s, m->dk, m->dk, B, T, c->n_kv_head, m->hs, c->rope_theta, m->seg));
     ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_Q], NULL, m->dq, a->ln1, p + t[L_Q], BT, C, QD));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_K], NULL, m->dk, a->ln1, p + t[L_K], BT, C, KD));
@@ -375,8 +376,9 @@ static zs_stack stack_of(zs_llama_t *m) {
 }
 
 /* Forward through embedding, blocks, final norm and head into m->logits. */
-zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, int B, int T) {
+zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, const int32_t *seg, int B, int T) {
     zs_status st = ZS_OK;
+    m->seg = seg; /* the blocks read it (block_forward, block_backward) */
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
     const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
@@ -384,7 +386,8 @@ zs_status zs_llama_forward(zs_llama_t *m, const int32_t *in, int B, int T) {
     float *p = NULL;
 
     ZS_CHECK(zs_module_forward_begin(m->engine, 0, &p));
-    ZS_CHECK(o->embedding_fwd(s, zs_resid_out(&m->resid, 0), in, p + m->off_embed, NULL, B, T, C));
+    ZS_CHECK(
+        o->embedding_fwd(s, zs_resid_out(&m->resid, 0), in, p + m->off_embed, NULL, B, T, C, NULL));
     ZS_CHECK(zs_module_forward_end(m->engine, 0));
 
     const float *x = NULL;
@@ -406,8 +409,9 @@ fail:
     return st;
 }
 
-zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
+zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, const int32_t *seg, int B, int T) {
     zs_status st = ZS_OK;
+    m->seg = seg; /* the blocks read it (block_forward, block_backward) */
     const zs_ops *o = m->ops;
     zs_stream_t *s = m->s;
     const int C = m->cfg.n_embd, BT = B * T, Vp = m->cfg.padded_vocab;
@@ -438,7 +442,7 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, int B, int T) {
     ZS_CHECK(zs_stack_backward(&k, B, T, nC));
 
     ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
-    ZS_CHECK(o->embedding_bwd(s, g + m->off_embed, NULL, m->dres, in, B, T, C));
+    ZS_CHECK(o->embedding_bwd(s, g + m->off_embed, NULL, m->dres, in, B, T, C, NULL));
     ZS_CHECK(zs_module_backward_end(m->engine, 0));
 fail:
     return st;

@@ -104,27 +104,27 @@ void zs_model_destroy(zs_model_t *m) {
     free(m);
 }
 
-static zs_status arch_forward(zs_model_t *m, const int32_t *in, int B, int T) {
+static zs_status arch_forward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B, int T) {
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
         return zs_error(ZS_ERR_INTERNAL, "model: batch %dx%d exceeds allocated %dx%d", B, T,
                         m->max_B, m->max_T);
     switch (m->arch) {
     case ZS_ARCH_GPT2:
-        return zs_gpt2_forward(m->impl, in, B, T);
+        return zs_gpt2_forward(m->impl, in, seg, B, T);
     case ZS_ARCH_LLAMA:
-        return zs_llama_forward(m->impl, in, B, T);
+        return zs_llama_forward(m->impl, in, seg, B, T);
     default:
         break;
     }
     return zs_error(ZS_ERR_INTERNAL, "model: unknown architecture");
 }
 
-static zs_status arch_backward(zs_model_t *m, const int32_t *in, int B, int T) {
+static zs_status arch_backward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B, int T) {
     switch (m->arch) {
     case ZS_ARCH_GPT2:
-        return zs_gpt2_backward(m->impl, in, B, T);
+        return zs_gpt2_backward(m->impl, in, seg, B, T);
     case ZS_ARCH_LLAMA:
-        return zs_llama_backward(m->impl, in, B, T);
+        return zs_llama_backward(m->impl, in, seg, B, T);
     default:
         break;
     }
@@ -135,20 +135,27 @@ static zs_status arch_backward(zs_model_t *m, const int32_t *in, int B, int T) {
  * backward from them: the same sequence for every architecture. */
 zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
                                     int B, int T, float dloss, int backward, double *loss_sum) {
+    return zs_model_forward_backward_docs(m, inputs, targets, NULL, B, T, dloss, backward,
+                                          loss_sum);
+}
+
+zs_status zs_model_forward_backward_docs(zs_model_t *m, const int32_t *inputs,
+                                         const int32_t *targets, const int32_t *seg, int B, int T,
+                                         float dloss, int backward, double *loss_sum) {
     zs_status st = ZS_OK;
     const int BT = B * T;
-    ZS_CHECK(arch_forward(m, inputs, B, T));
+    ZS_CHECK(arch_forward(m, inputs, seg, B, T));
     ZS_CHECK(m->ops->softmax_xent(m->s, m->losses, backward ? m->logits : NULL, m->logits, targets,
                                   BT, m->vocab, m->padded_vocab, dloss));
     ZS_CHECK(m->ops->sum(m->s, loss_sum, m->losses, (size_t)BT));
-    if (backward) ZS_CHECK(arch_backward(m, inputs, B, T));
+    if (backward) ZS_CHECK(arch_backward(m, inputs, seg, B, T));
 fail:
     return st;
 }
 
 zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits) {
     zs_status st = ZS_OK;
-    ZS_CHECK(arch_forward(m, inputs, B, T));
+    ZS_CHECK(arch_forward(m, inputs, NULL, B, T));
     *logits = m->logits;
 fail:
     return st;

@@ -39,6 +39,13 @@ void zs_model_destroy(zs_model_t *m);
  * the summed gradients the global mean). On the CPU, device memory is host memory. */
 zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
                                     int B, int T, float dloss, int backward, double *loss_sum);
+/* The same over documents (docs/data.md): seg[B*T] (device memory) holds each token's document
+ * start in its row (backend/ops.h "Documents"): attention stays inside a document and positions
+ * restart at each start. Targets of -1 (padding, a target in the next document) add nothing to
+ * the loss sum or the gradients. seg NULL is zs_model_forward_backward. */
+zs_status zs_model_forward_backward_docs(zs_model_t *m, const int32_t *inputs,
+                                         const int32_t *targets, const int32_t *seg, int B, int T,
+                                         float dloss, int backward, double *loss_sum);
 
 /* Forward only (inputs in device memory); *logits points at [B*T, padded_vocab] logits in device
  * memory, complete in stream order, valid until the next call. */

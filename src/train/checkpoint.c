@@ -41,6 +41,7 @@ static void fill_info(const zs_trainer_t *t, zs_ckpt_info *in) {
     in->block_elems = ZS_CKPT_BLOCK_ELEMS;
     snprintf(in->source, sizeof in->source, "train");
     in->run_config = t->run_config;
+    zs_trainer_docs_info(t, in);
 }
 
 /* The checkpoint must describe this run's model: same config, hence the same layout. */
@@ -62,6 +63,18 @@ static zs_status check_model(const zs_manifest *m, const char *dir, void *ctx) {
                a->n_embd, a->ffn_hidden, a->max_seq, a->vocab, zs_model_tied(a) ? "on" : "off",
                b->name, zs_ckpt_arch_name(b->arch), b->n_layer, b->n_head, b->n_embd, b->ffn_hidden,
                b->max_seq, b->vocab, zs_model_tied(b) ? "on" : "off");
+fail:
+    return st;
+}
+
+/* A resumed run continues the stored one: its model, and with documents its epochs, which
+ * only the same data and document settings continue. An imported checkpoint (no training
+ * record) has no epochs to continue. */
+static zs_status check_resume(const zs_manifest *m, const char *dir, void *ctx) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(check_model(m, dir, ctx));
+    if (m->info.batch > 0)
+        ZS_CHECK(zs_trainer_docs_check((const zs_trainer_t *)ctx, &m->info, dir));
 fail:
     return st;
 }
@@ -90,7 +103,7 @@ fail:
 }
 
 zs_status zs_trainer_resume(zs_trainer_t *t, const char *path) {
-    zs_status st = zs_module_load(t->engine, path, check_model, t);
+    zs_status st = zs_module_load(t->engine, path, check_resume, t);
     if (st == ZS_OK) t->step = zs_module_steps_done(t->engine);
     return st;
 }

@@ -116,8 +116,9 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     b[ZS_MEM_ACTIVATION] = zs_model_activation_bytes(cfg, &mo, micro, seq);
     /* Logits and activation gradients, and the batch's tokens (with their host staging where
      * that is the device's memory) and loss sums. */
-    b[ZS_MEM_WORKSPACE] = zs_model_workspace_bytes(cfg, &mo, micro, seq) +
-                          zs_trainer_io_bytes(micro, seq, grad_accum, host);
+    b[ZS_MEM_WORKSPACE] =
+        zs_model_workspace_bytes(cfg, &mo, micro, seq) +
+        zs_trainer_io_bytes(micro, seq, grad_accum, host, zs_trainer_io_masks(opts->docs));
     if (g16) b[ZS_MEM_WORKSPACE] += 2 * ZS_ENGINE_CAST_CHUNK * sizeof(float);
     if (!host) {
         /* A GPU's reductions (gradient norm, loss) keep their chunk sums in a scratch of the

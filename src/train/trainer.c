@@ -44,6 +44,8 @@ zs_train_config zs_train_config_default(void) {
     c.seed = 1337;
     c.stage = ZS_STAGE_DDP;
     c.prefetch = 1;
+    c.eos_id = -1;
+    c.pad_id = -1;
     return c;
 }
 
@@ -51,7 +53,11 @@ static zs_status validate(const zs_train_config *c, int world) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(c->batch > 0, ZS_ERR_INVALID, "--batch must be positive (got %d)", c->batch);
     ZS_REQUIRE(c->seq > 0, ZS_ERR_INVALID, "--seq must be positive (got %d)", c->seq);
-    ZS_REQUIRE(c->steps > 0, ZS_ERR_INVALID, "--steps must be positive (got %d)", c->steps);
+    ZS_REQUIRE(c->steps > 0 || (c->steps == 0 && c->epochs > 0), ZS_ERR_INVALID,
+               "--steps must be positive (got %d)", c->steps);
+    ZS_REQUIRE(c->epochs >= 0, ZS_ERR_INVALID, "--epochs must be >= 0 (got %d)", c->epochs);
+    ZS_REQUIRE(c->docs >= ZS_DOCS_NONE && c->docs <= ZS_DOCS_PAD, ZS_ERR_INVALID,
+               "docs mode %d is not none, pack, concat or pad", (int)c->docs);
     ZS_REQUIRE(c->grad_accum > 0, ZS_ERR_INVALID, "--grad-accum must be positive (got %d)",
                c->grad_accum);
     ZS_REQUIRE(c->lr > 0 && isfinite(c->lr), ZS_ERR_INVALID, "--lr must be positive");
@@ -89,7 +95,8 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
                          .dtype = c->dtype,
                          .reduce_dtype = c->reduce_dtype,
                          .comm = c->comm,
-                         .device = t->device};
+                         .device = t->device,
+                         .docs = c->docs};
     zs_status st = zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->stage, c->batch, c->seq,
                                                 c->grad_accum, c->prefetch, &mo, &est);
     if (st != ZS_OK || est.total <= c->device_mem) return st;
@@ -176,11 +183,21 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
         zs_mem_set_cap(cfg->device_mem);
     }
 
+    zs_docs_meta meta;
+    ZS_CHECK(zs_docs_meta_read(cfg->data_path, &meta));
     if (cfg->data_path) {
-        ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, cfg->vocab,
+        /* A tokenizer's dataset.json says the vocabulary; --vocab (or the model of
+         * --init-from) must then agree with it. */
+        int vocab = cfg->vocab ? cfg->vocab : meta.vocab;
+        ZS_REQUIRE(!meta.found || vocab == meta.vocab, ZS_ERR_INVALID,
+                   "--data %s: %s says vocab_size %d, but this run has vocabulary %d (--vocab, or "
+                   "the model it starts from): the ids would mean other tokens",
+                   cfg->data_path, meta.path, meta.vocab, vocab);
+        ZS_CHECK(zs_dataset_open_vocab(cfg->data_path, cfg->val_path, cfg->val_fraction, vocab,
                                        &t->data));
-        ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
         t->has_data = 1;
+        ZS_CHECK(zs_trainer_docs_setup(t, &meta));
+        ZS_CHECK(zs_dataset_check(&t->data, cfg->seq));
     } else {
         /* No data file: batches come from memory (zs_trainer_step_batch), or there are none
          * (generation). The vocabulary is cfg->vocab, else the model's; 256 means bytes. */
@@ -188,6 +205,7 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
         ZS_REQUIRE(v > 0 && v < (1 << 24), ZS_ERR_INVALID, "trainer: vocab %d", v);
         t->data.vocab = v;
         t->data.is_text = v == 256;
+        ZS_CHECK(zs_trainer_docs_setup(t, &meta));
     }
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
@@ -226,6 +244,7 @@ fail:
 void zs_trainer_destroy(zs_trainer_t *t) {
     if (!t) return;
     zs_trainer_io_destroy(t);
+    zs_trainer_docs_free(t);
     zs_model_destroy(t->model);
     zs_module_destroy(t->engine);
     zs_layout_free(&t->layout);
@@ -250,8 +269,16 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
     double t0 = zs_now_s();
     int step = t->step + 1;
     /* Every token of the global batch carries weight 1/(B*T): summed over micro-batches (and
-     * later over ranks) the gradients are exactly the global mean. */
+     * later over ranks) the gradients are exactly the global mean. With documents the weight
+     * is 1 / (the real targets of the global batch), which every rank counts alike from the
+     * step's samples: padding and left-out targets weigh nothing, and ranks holding fewer
+     * real targets still give the global mean. */
+    double count = (double)c->batch * c->seq;
     float dloss = 1.0f / ((float)c->batch * (float)c->seq);
+    if (c->docs != ZS_DOCS_NONE && !tokens) {
+        count = (double)zs_trainer_docs_targets(t, step);
+        dloss = count > 0 ? 1.0f / (float)count : 0.0f;
+    }
     double loss_sum = 0.0;
     size_t n = (size_t)t->micro * c->seq;
     ZS_CHECK(zs_module_zero_grad(t->engine));
@@ -264,6 +291,8 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
         if (tokens) { /* the caller's rows of this rank, micro-batch k */
             memcpy(in, tokens + (size_t)k * n, n * sizeof *in);
             memcpy(tg, targets + (size_t)k * n, n * sizeof *tg);
+        } else if (c->docs != ZS_DOCS_NONE) {
+            ZS_CHECK(zs_trainer_docs_fill(t, step, first, in, tg, zs_trainer_io_seg(t)));
         } else {
             zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, in, tg);
         }
@@ -286,11 +315,12 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
     double ms = (zs_now_s() - t0) * 1e3;
     if (stats) {
         stats->step = step;
-        stats->loss = (float)(loss_sum / ((double)c->batch * c->seq));
+        stats->loss = count > 0 ? (float)(loss_sum / count) : 0.0f;
         stats->lr = h.lr;
         stats->grad_norm = norm;
         stats->ms = ms;
         stats->tokens_per_s = (double)c->batch * c->seq / (ms * 1e-3);
+        stats->targets = (int64_t)count;
     }
 fail:
     return st;
@@ -301,23 +331,29 @@ zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
     ZS_REQUIRE(t->has_data, ZS_ERR_INVALID,
                "trainer: no data_path was given: evaluate with zs_trainer_eval_batch");
     const zs_train_config *c = &t->cfg;
-    double sum = 0.0, part = 0.0;
+    double sum = 0.0, part = 0.0, count = 0.0;
     int per_rank = c->batch / t->world;
     for (int k = 0; k < n_batches; k++) {
         for (int j = 0; j < c->grad_accum; j++) {
             int first = t->rank * per_rank + j * t->micro;
             int32_t *in = NULL, *tg = NULL;
             ZS_CHECK(zs_trainer_io_next(t, &in, &tg));
-            zs_batch_val(&t->data, k, c->batch, c->seq, first, t->micro, in, tg);
+            if (c->docs != ZS_DOCS_NONE)
+                zs_trainer_docs_val_fill(t, k, first, in, tg, zs_trainer_io_seg(t));
+            else
+                zs_batch_val(&t->data, k, c->batch, c->seq, first, t->micro, in, tg);
             ZS_CHECK(zs_trainer_io_pass(t, t->micro, c->seq, 0.0f, 0, j));
         }
         /* One running sum over every micro-batch in order: the same bits on every device. */
         ZS_CHECK(zs_trainer_io_losses(t, c->grad_accum, &part));
         for (int j = 0; j < c->grad_accum; j++)
             sum += t->h_loss[j];
+        count += c->docs != ZS_DOCS_NONE ? (double)zs_trainer_docs_val_targets(t, k)
+                                         : (double)c->batch * c->seq;
     }
     ZS_CHECK(zs_module_allsum(t->engine, sum, &sum));
-    *loss = (float)(sum / ((double)n_batches * c->batch * c->seq));
+    /* The mean over the real targets of every batch (all of them without documents). */
+    *loss = count > 0 ? (float)(sum / count) : 0.0f;
 fail:
     return st;
 }
@@ -461,5 +497,6 @@ int zs_trainer_vocab(const zs_trainer_t *t) {
 }
 
 int64_t zs_trainer_val_windows(const zs_trainer_t *t) {
+    if (t->cfg.docs != ZS_DOCS_NONE) return t->dval.n_samples;
     return (t->data.val.n - 1) / t->cfg.seq;
 }

@@ -6,8 +6,11 @@
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "data/data.h"
+#include "data/docs.h"
+#include "ckpt/ckpt.h"
 #include "models/model.h"
 #include "shard/module.h"
+#include "train/docs_setup.h"
 #include "zshard.h"
 
 struct zs_trainer {
@@ -41,6 +44,16 @@ struct zs_trainer {
     char device_why[256]; /* and its reason (with the comm backend's on a GPU), for the banner */
     char gen_info[256];   /* zs_trainer_generate_info */
     char *run_config;     /* zs_trainer_set_run_config: a JSON object for the manifests */
+    /* Documents (cfg.docs, trainer_docs.c): the rules, both splits' samples, the epoch layout,
+     * the fingerprint of the training data (computed once, when first needed) and the token's
+     * document starts staged and on the device (PACK and PAD only; NULL otherwise). */
+    zs_doc_rules docr;
+    zs_doc_index dtrain, dval;
+    int64_t steps_per_epoch;
+    uint64_t fingerprint;
+    int fingerprint_done;
+    int32_t *h_seg[2], *d_seg;
+    FILE *trace; /* ZS_DATA_TRACE: every rank's samples, step by step (tests) */
 };
 
 /* Device traffic (trainer_io.c). io_next returns the host staging buffers of the next upload
@@ -53,8 +66,30 @@ void zs_trainer_io_destroy(zs_trainer_t *t);
 zs_status zs_trainer_io_next(zs_trainer_t *t, int32_t **in, int32_t **tg);
 zs_status zs_trainer_io_upload(zs_trainer_t *t, int rows, int seq, int targets);
 zs_status zs_trainer_io_pass(zs_trainer_t *t, int rows, int seq, float dloss, int backward, int k);
+/* The staging buffer of the next upload's document starts (NULL unless the run masks). */
+int32_t *zs_trainer_io_seg(zs_trainer_t *t);
 zs_status zs_trainer_io_losses(zs_trainer_t *t, int n, double *sum);
-uint64_t zs_trainer_io_bytes(int micro, int seq, int grad_accum, int host_memory);
+uint64_t zs_trainer_io_bytes(int micro, int seq, int grad_accum, int host_memory, int seg);
+/* Whether a docs mode masks attention (and so stages document starts): PACK and PAD. */
+int zs_trainer_io_masks(zs_docs_mode docs);
+
+/* Documents (trainer_docs.c). setup: after the data is open, resolve the rules, move the split
+ * to a document boundary, index both splits, and fix the run's steps (cfg.epochs). */
+zs_status zs_trainer_docs_setup(zs_trainer_t *t, const zs_docs_meta *meta);
+void zs_trainer_docs_free(zs_trainer_t *t);
+/* Fill t->micro rows of step `step`'s global batch from slot `first` (this rank's micro-batch);
+ * the real targets of the whole global batch of a step (every rank computes it alike). */
+zs_status zs_trainer_docs_fill(zs_trainer_t *t, int64_t step, int first, int32_t *in, int32_t *tg,
+                               int32_t *seg);
+int64_t zs_trainer_docs_targets(const zs_trainer_t *t, int64_t step);
+/* Validation batch k (0-based) with documents: its rows from slot `first`; the real targets of
+ * the whole global batch. */
+void zs_trainer_docs_val_fill(zs_trainer_t *t, int64_t k, int first, int32_t *in, int32_t *tg,
+                              int32_t *seg);
+int64_t zs_trainer_docs_val_targets(const zs_trainer_t *t, int64_t k);
+/* The checkpoint's data record (ckpt.h zs_ckpt_info) and the check of a resumed one. */
+void zs_trainer_docs_info(const zs_trainer_t *t, zs_ckpt_info *in);
+zs_status zs_trainer_docs_check(const zs_trainer_t *t, const zs_ckpt_info *in, const char *dir);
 
 /* One optimizer step; tokens/targets NULL: the data's batch of the step, else this rank's
  * [batch / world, seq] rows from memory (validated by the caller). */

@@ -3,7 +3,8 @@
  * Hugging Face's repeat_kv does. Forward runs each (batch, query head) pair as a task.
  * Backward runs each (batch, kv head) pair as a task that walks its NH / NKV query heads in
  * order: the key/value gradient a group shares is then written by one task only, so no
- * atomics and no dependence on the thread count. */
+ * atomics and no dependence on the thread count. Row t reads keys lo..t, lo its document's
+ * start (seg, backend/ops.h "Documents") or 0. */
 #include "backend/cpu/cpu.h"
 #include "backend/kernels/attention.h"
 #include "core/status.h"
@@ -22,7 +23,7 @@ fail:
 
 zs_status zs_cpu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const float *q,
                                    const float *k, const float *v, int B, int T, int NH, int NKV,
-                                   int hs) {
+                                   int hs, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_shape("attention_gqa_fwd", B, T, NH, NKV, hs));
     size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs;
@@ -37,12 +38,13 @@ zs_status zs_cpu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const
         for (int t = 0; t < T; t++) {
             const float *qt = qb + t * QD;
             float *p = att + ((size_t)bh * T + t) * T;
-            for (int t2 = 0; t2 <= t; t2++)
+            int lo = zs_seg_lo(seg, (size_t)b * T + t);
+            for (int t2 = lo; t2 <= t; t2++)
                 p[t2] = zs_dot(qt, kb + t2 * KD, hs) * scale;
-            zs_causal_softmax_row(p, t, T);
+            zs_causal_softmax_span(p, lo, t, T);
             float *o = out + ((size_t)b * T + t) * QD + (size_t)h * hs;
             memset(o, 0, (size_t)hs * sizeof *o);
-            for (int t2 = 0; t2 <= t; t2++)
+            for (int t2 = lo; t2 <= t; t2++)
                 zs_axpy_row(o, p[t2], vb + t2 * KD, hs);
         }
     }
@@ -53,7 +55,7 @@ fail:
 zs_status zs_cpu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
                                    const float *dout, const float *q, const float *k,
                                    const float *v, const float *att, int B, int T, int NH, int NKV,
-                                   int hs) {
+                                   int hs, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_shape("attention_gqa_bwd", B, T, NH, NKV, hs));
     size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs;
@@ -72,16 +74,17 @@ zs_status zs_cpu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *
                 const float *p = att + (bh * T + t) * T;
                 float *dp = datt + (bh * T + t) * T;
                 const float *dO = dout + qoff + t * QD;
+                int lo = zs_seg_lo(seg, (size_t)b * T + t);
                 /* out_t = sum_t2 p[t2] v_t2: gradients to p and to v. */
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     dp[t2] = zs_dot(dO, vb + t2 * KD, hs);
                     zs_axpy_row(dvb + t2 * KD, p[t2], dO, hs);
                 }
-                zs_causal_softmax_row_bwd(dp, p, t, scale);
+                zs_causal_softmax_span_bwd(dp, p, lo, t, scale);
                 /* scores[t2] = scale q_t . k_t2 (scale already folded into dp). */
                 const float *qt = q + qoff + t * QD;
                 float *dqt = dq + qoff + t * QD;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     zs_axpy_row(dqt, dp[t2], kb + t2 * KD, hs);
                     zs_axpy_row(dkb + t2 * KD, dp[t2], qt, hs);
                 }

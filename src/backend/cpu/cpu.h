@@ -13,9 +13,9 @@
 #define ZS_CPU_PAR_MIN ((size_t)1 << 15)
 
 zs_status zs_cpu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
-                               const float *wpe, int B, int T, int C);
+                               const float *wpe, int B, int T, int C, const int32_t *seg);
 zs_status zs_cpu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *tokens, int B, int T, int C);
+                               const int32_t *tokens, int B, int T, int C, const int32_t *seg);
 zs_status zs_cpu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
                                const float *inp, const float *w, const float *b, int N, int C);
 zs_status zs_cpu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
@@ -27,9 +27,10 @@ zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const f
 zs_status zs_cpu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
                               const int32_t *targets, int N, int V, int Vp, float dloss);
 zs_status zs_cpu_attention_fwd(zs_stream_t *s, float *out, float *att, const float *qkv, int B,
-                               int T, int C, int NH);
+                               int T, int C, int NH, const int32_t *seg);
 zs_status zs_cpu_attention_bwd(zs_stream_t *s, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH);
+                               const float *qkv, const float *att, int B, int T, int C, int NH,
+                               const int32_t *seg);
 
 /* LLaMA-family ops: llama_cpu.c and attention_gqa_cpu.c. */
 zs_status zs_cpu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
@@ -37,29 +38,30 @@ zs_status zs_cpu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const floa
 zs_status zs_cpu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
                              const float *inp, const float *w, const float *rstd, int N, int C);
 zs_status zs_cpu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH,
-                          int hs, float theta);
+                          int hs, float theta, const int32_t *seg);
 zs_status zs_cpu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
-                          int hs, float theta);
+                          int hs, float theta, const int32_t *seg);
 zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
                             size_t n);
 zs_status zs_cpu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, size_t n);
 zs_status zs_cpu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const float *q,
                                    const float *k, const float *v, int B, int T, int NH, int NKV,
-                                   int hs);
+                                   int hs, const int32_t *seg);
 zs_status zs_cpu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
                                    const float *dout, const float *q, const float *k,
                                    const float *v, const float *att, int B, int T, int NH, int NKV,
-                                   int hs);
+                                   int hs, const int32_t *seg);
 
 /* Memory-efficient attention: flash_cpu.c. */
 zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
                                      const float *k, const float *v, int B, int T, int NH, int NKV,
-                                     int hs, int ldq, int ldkv);
+                                     int hs, int ldq, int ldkv, const int32_t *seg);
 zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
                                      const float *dout, const float *q, const float *k,
                                      const float *v, const float *out, const float *lse, int B,
-                                     int T, int NH, int NKV, int hs, int ldq, int ldkv);
+                                     int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                     const int32_t *seg);
 
 /* gemm_cpu.c: the gemm of each arithmetic, and the shape checks every one makes. */
 #define ZS_CPU_GEMM_ARGS                                                                           \

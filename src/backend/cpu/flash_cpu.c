@@ -8,6 +8,7 @@
  *    the key blocks, and for each its group's query heads and every query row at or after
  *    the block, recomputing probabilities from lse. The task owns its kv head's dk and dv
  *    and its query heads' dq, so no atomics and no dependence on the thread count.
+ * Document masks (seg): a row reads the keys of its own document only (kernels/flash.h).
  * Per-task buffers (4 * ZS_FA_BK * hs floats at most) come from malloc and are not counted
  * in the memory categories, as OpenBLAS's own buffers are not. */
 #include "backend/cpu/cpu.h"
@@ -30,7 +31,7 @@ static void transpose_block(float *dst, const float *src, size_t ld, int n, int 
 
 zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
                                      const float *k, const float *v, int B, int T, int NH, int NKV,
-                                     int hs, int ldq, int ldkv) {
+                                     int hs, int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_CHECK(zs_flash_attention_check("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
     const int rep = NH / NKV, nqb = (T + ZS_FA_BQ - 1) / ZS_FA_BQ;
@@ -57,16 +58,21 @@ zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, con
             l[r] = 0.0f;
             memset(out + ((size_t)b * T + i0 + r) * ldo + (size_t)h * hs, 0, (size_t)hs * 4);
         }
-        for (int j0 = 0; j0 <= i0 + nq - 1; j0 += ZS_FA_BK) {
+        /* Rows read their document's keys only (lo..i); seg is non-decreasing along a row, so
+         * the task's first row has the smallest lo. */
+        int lo0 = zs_seg_lo(seg, (size_t)b * T + i0);
+        for (int j0 = zs_fa_first_block(lo0); j0 <= i0 + nq - 1; j0 += ZS_FA_BK) {
             int n = T - j0 < ZS_FA_BK ? T - j0 : ZS_FA_BK;
             transpose_block(kt, kb + (size_t)j0 * ldkv, (size_t)ldkv, n, hs);
             for (int r = 0; r < nq; r++) {
-                int i = i0 + r, ni = i - j0 + 1 < n ? i - j0 + 1 : n; /* causal: keys j <= i */
+                int i = i0 + r, a = 0;
+                int ni = zs_fa_span(i, zs_seg_lo(seg, (size_t)b * T + i), j0, n, &a);
                 if (ni <= 0) continue;
                 const float *qi = q + ((size_t)b * T + i) * ldq + (size_t)h * hs;
                 float *oi = out + ((size_t)b * T + i) * ldo + (size_t)h * hs;
-                zs_fa_dots(sc, qi, kt, 1, ZS_FA_BK, ni, hs, scale);
-                zs_fa_fwd_block(sc, oi, &m[r], &l[r], vb + (size_t)j0 * ldkv, (size_t)ldkv, ni, hs);
+                zs_fa_dots(sc, qi, kt + a, 1, ZS_FA_BK, ni, hs, scale);
+                zs_fa_fwd_block(sc, oi, &m[r], &l[r], vb + (size_t)(j0 + a) * ldkv, (size_t)ldkv,
+                                ni, hs);
             }
         }
         for (int r = 0; r < nq; r++) {
@@ -84,7 +90,8 @@ fail:
 zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
                                      const float *dout, const float *q, const float *k,
                                      const float *v, const float *out, const float *lse, int B,
-                                     int T, int NH, int NKV, int hs, int ldq, int ldkv) {
+                                     int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                     const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_CHECK(zs_flash_attention_check("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
     const int rep = NH / NKV;
@@ -128,26 +135,32 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
                 for (int i = j0; i < T; i += BWD_ROWS) {
                     int gn = T - i < BWD_ROWS ? T - i : BWD_ROWS;
                     const float *qr[BWD_ROWS], *dOr[BWD_ROWS];
+                    int a[BWD_ROWS], ni[BWD_ROWS];
                     for (int r = 0; r < gn; r++) {
-                        int ir = i + r, ni = ir - j0 + 1 < n ? ir - j0 + 1 : n;
+                        int ir = i + r;
+                        qr[r] = dOr[r] = NULL;
+                        ni[r] = zs_fa_span(ir, zs_seg_lo(seg, (size_t)b * T + ir), j0, n, &a[r]);
+                        if (ni[r] <= 0) continue; /* the block is before its document */
                         size_t qo = ((size_t)b * T + ir) * ldq + (size_t)h * hs;
                         qr[r] = q + qo;
                         dOr[r] = dout + ((size_t)b * T + ir) * ldo + (size_t)h * hs;
-                        zs_fa_dots(sc[r], qr[r], kt, 1, ZS_FA_BK, ni, hs, scale);
-                        zs_fa_dots(dp[r], dOr[r], vt, 1, ZS_FA_BK, ni, hs, 1.0f);
-                        zs_fa_bwd_block(sc[r], dp[r], lse[bh * T + ir], delta[bh * T + ir], scale,
-                                        ni);
+                        float *s_r = sc[r] + a[r], *dp_r = dp[r] + a[r];
+                        zs_fa_dots(s_r, qr[r], kt + a[r], 1, ZS_FA_BK, ni[r], hs, scale);
+                        zs_fa_dots(dp_r, dOr[r], vt + a[r], 1, ZS_FA_BK, ni[r], hs, 1.0f);
+                        zs_fa_bwd_block(s_r, dp_r, lse[bh * T + ir], delta[bh * T + ir], scale,
+                                        ni[r]);
                         float *dqi = dq + qo;
-                        for (int j = 0; j < ni; j++)
+                        for (int j = a[r]; j < a[r] + ni[r]; j++)
                             zs_axpy_row(dqi, dp[r][j], kj + (size_t)j * ldkv, hs);
                     }
                     for (int j = 0; j < n; j++) {
-                        /* Rows at or after key j0 + j see it: a suffix of the group. */
-                        int r0 = j0 + j - i > 0 ? j0 + j - i : 0;
-                        for (int r = r0; r < gn; r++)
-                            zs_axpy_row(dkj + (size_t)j * ldkv, dp[r][j], qr[r], hs);
-                        for (int r = r0; r < gn; r++)
-                            zs_axpy_row(dvj + (size_t)j * ldkv, sc[r][j], dOr[r], hs);
+                        /* The rows that see key j0 + j: at or after it, in its document. */
+                        for (int r = 0; r < gn; r++)
+                            if (j >= a[r] && j < a[r] + ni[r])
+                                zs_axpy_row(dkj + (size_t)j * ldkv, dp[r][j], qr[r], hs);
+                        for (int r = 0; r < gn; r++)
+                            if (j >= a[r] && j < a[r] + ni[r])
+                                zs_axpy_row(dvj + (size_t)j * ldkv, sc[r][j], dOr[r], hs);
                     }
                 }
             }

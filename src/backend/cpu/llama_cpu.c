@@ -59,9 +59,11 @@ fail:
 
 /* Forward (inverse 0) and backward (inverse 1) share one loop: the backward of a rotation is
  * the rotation by the negative angle. Positions are parallel; each computes its cos/sin
- * table once and applies it to every batch row and head at that position. */
+ * table once and applies it to every batch row and head at that position. With document masks
+ * (seg) a row's position is t - seg, so each (row, t) computes the table of its own position:
+ * the same function of (position, pair), hence the same values. */
 static zs_status rope(const char *op, float *out, const float *inp, int B, int T, int NH, int hs,
-                      float theta, int inverse) {
+                      float theta, int inverse, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && hs >= 2 && hs % 2 == 0 && hs / 2 <= ROPE_MAX_HALF &&
                    theta > 0.0f,
@@ -70,6 +72,20 @@ static zs_status rope(const char *op, float *out, const float *inp, int B, int T
                NH, hs, 2 * ROPE_MAX_HALF, (double)theta);
     int half = hs / 2;
     size_t D = (size_t)NH * hs;
+    if (seg) {
+#pragma omp parallel for schedule(static) if ((size_t)B * T * D >= ZS_CPU_PAR_MIN)
+        for (long bt = 0; bt < (long)B * T; bt++) {
+            float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+            int pos = (int)(bt % T) - seg[bt];
+            for (int i = 0; i < half; i++)
+                zs_rope_cos_sin(&cs[i], &sn[i], pos, i, hs, theta);
+            for (int h = 0; h < NH; h++) {
+                size_t off = (size_t)bt * D + (size_t)h * hs;
+                zs_rope_head(out + off, inp + off, cs, sn, half, inverse);
+            }
+        }
+        return ZS_OK;
+    }
 #pragma omp parallel for schedule(static) if ((size_t)B * T * D >= ZS_CPU_PAR_MIN)
     for (int t = 0; t < T; t++) {
         float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
@@ -86,13 +102,13 @@ fail:
 }
 
 zs_status zs_cpu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH,
-                          int hs, float theta) {
-    return rope("rope_fwd", out, inp, B, T, NH, hs, theta, 0);
+                          int hs, float theta, const int32_t *seg) {
+    return rope("rope_fwd", out, inp, B, T, NH, hs, theta, 0, seg);
 }
 
 zs_status zs_cpu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
-                          int hs, float theta) {
-    return rope("rope_bwd", dinp, dout, B, T, NH, hs, theta, 1);
+                          int hs, float theta, const int32_t *seg) {
+    return rope("rope_bwd", dinp, dout, B, T, NH, hs, theta, 1, seg);
 }
 
 zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,

@@ -14,7 +14,7 @@
 #define NN_COL_BLOCK 64
 
 zs_status zs_cpu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
-                               const float *wpe, int B, int T, int C) {
+                               const float *wpe, int B, int T, int C, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
                "embedding_fwd: negative shape B=%d T=%d C=%d", B, T, C);
@@ -26,7 +26,8 @@ zs_status zs_cpu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens
             memcpy(o, te, (size_t)C * sizeof *o);
             continue;
         }
-        const float *pe = wpe + (size_t)(bt % T) * C;
+        /* The position in its document: t - seg (t without document masks). */
+        const float *pe = wpe + (size_t)(bt % T - zs_seg_lo(seg, (size_t)bt)) * C;
         for (int c = 0; c < C; c++)
             o[c] = te[c] + pe[c];
     }
@@ -35,7 +36,7 @@ fail:
 }
 
 zs_status zs_cpu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *tokens, int B, int T, int C) {
+                               const int32_t *tokens, int B, int T, int C, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
                "embedding_bwd: negative shape B=%d T=%d C=%d", B, T, C);
@@ -48,7 +49,9 @@ zs_status zs_cpu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const f
         for (int bt = 0; bt < B * T; bt++) {
             const float *d = dout + (size_t)bt * C + c0;
             if (dwte) zs_axpy_row(dwte + (size_t)tokens[bt] * C + c0, 1.0f, d, nc);
-            if (dwpe) zs_axpy_row(dwpe + (size_t)(bt % T) * C + c0, 1.0f, d, nc);
+            if (dwpe)
+                zs_axpy_row(dwpe + (size_t)(bt % T - zs_seg_lo(seg, (size_t)bt)) * C + c0, 1.0f, d,
+                            nc);
         }
     }
 fail:

@@ -7,7 +7,9 @@
  *  - forward: a thread per query row (b, h, t): scores, causal softmax into att, out row;
  *  - backward 1: a thread per query row: datt row (softmax backward) and its dq row;
  *  - backward 2: a thread per key/value row (b, g, t2): dk and dv, summing over the group's
- *    query heads h in order and, inside each, over query rows t = t2..T-1 in order. */
+ *    query heads h in order and, inside each, over query rows t = t2..T-1 in order.
+ * With document masks (seg, backend/ops.h "Documents") row t reads keys lo..t only, and a key
+ * row stops at the first query row of a later document. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/attention.h"
 
@@ -21,7 +23,7 @@ typedef struct attn_view {
 } attn_view;
 
 static __global__ void attn_fwd_kernel(float *out, float *att, const float *q, const float *k,
-                                       const float *v, attn_view a) {
+                                       const float *v, const int32_t *seg, attn_view a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
         int t = (int)(idx % (size_t)a.T);
         size_t bh = idx / (size_t)a.T;
@@ -31,20 +33,22 @@ static __global__ void attn_fwd_kernel(float *out, float *att, const float *q, c
         const float *kb = k + (size_t)b * a.T * a.kvs + (size_t)g * a.hs;
         const float *vb = v + (size_t)b * a.T * a.kvs + (size_t)g * a.hs;
         float *p = att + (bh * a.T + t) * a.T;
-        for (int t2 = 0; t2 <= t; t2++)
+        int lo = zs_seg_lo(seg, (size_t)b * a.T + t);
+        for (int t2 = lo; t2 <= t; t2++)
             p[t2] = zs_dot(qt, kb + t2 * a.kvs, a.hs) * a.scale;
-        zs_causal_softmax_row(p, t, a.T);
+        zs_causal_softmax_span(p, lo, t, a.T);
         float *o = out + ((size_t)b * a.T + t) * ((size_t)a.NH * a.hs) + (size_t)h * a.hs;
         for (int i = 0; i < a.hs; i++)
             o[i] = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++)
+        for (int t2 = lo; t2 <= t; t2++)
             zs_axpy_row(o, p[t2], vb + t2 * a.kvs, a.hs);
     }
 }
 
 /* Query rows: datt row = softmax backward of (dout . v), then dq_t += sum_t2 datt[t2] k_t2. */
 static __global__ void attn_bwd_q_kernel(float *dq, float *datt, const float *dout, const float *k,
-                                         const float *v, const float *att, attn_view a) {
+                                         const float *v, const float *att, const int32_t *seg,
+                                         attn_view a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
         int t = (int)(idx % (size_t)a.T);
         size_t bh = idx / (size_t)a.T;
@@ -55,11 +59,12 @@ static __global__ void attn_bwd_q_kernel(float *dq, float *datt, const float *do
         const float *p = att + (bh * a.T + t) * a.T;
         float *dp = datt + (bh * a.T + t) * a.T;
         const float *dO = dout + ((size_t)b * a.T + t) * ((size_t)a.NH * a.hs) + (size_t)h * a.hs;
-        for (int t2 = 0; t2 <= t; t2++)
+        int lo = zs_seg_lo(seg, (size_t)b * a.T + t);
+        for (int t2 = lo; t2 <= t; t2++)
             dp[t2] = zs_dot(dO, vb + t2 * a.kvs, a.hs);
-        zs_causal_softmax_row_bwd(dp, p, t, a.scale);
+        zs_causal_softmax_span_bwd(dp, p, lo, t, a.scale);
         float *dqt = dq + ((size_t)b * a.T + t) * a.qs + (size_t)h * a.hs;
-        for (int t2 = 0; t2 <= t; t2++)
+        for (int t2 = lo; t2 <= t; t2++)
             zs_axpy_row(dqt, dp[t2], kb + t2 * a.kvs, a.hs);
     }
 }
@@ -68,7 +73,7 @@ static __global__ void attn_bwd_q_kernel(float *dq, float *datt, const float *do
  * group's heads in order, then t = t2..T-1 in order (the CPU's order). */
 static __global__ void attn_bwd_kv_kernel(float *dk, float *dv, const float *datt,
                                           const float *dout, const float *q, const float *att,
-                                          attn_view a) {
+                                          const int32_t *seg, attn_view a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NKV * a.T) {
         int t2 = (int)(idx % (size_t)a.T);
         size_t bg = idx / (size_t)a.T;
@@ -79,6 +84,7 @@ static __global__ void attn_bwd_kv_kernel(float *dk, float *dv, const float *dat
         for (int h = g * rep; h < (g + 1) * rep; h++) {
             size_t bh = (size_t)b * a.NH + h;
             for (int t = t2; t < a.T; t++) {
+                if (zs_seg_lo(seg, (size_t)b * a.T + t) > t2) break; /* a later document */
                 size_t pi = (bh * a.T + t) * a.T + t2;
                 const float *dO =
                     dout + ((size_t)b * a.T + t) * ((size_t)a.NH * a.hs) + (size_t)h * a.hs;
@@ -91,14 +97,14 @@ static __global__ void attn_bwd_kv_kernel(float *dk, float *dv, const float *dat
 }
 
 static zs_status launch_attn_fwd(cudaStream_t cs, float *out, float *att, const float *q,
-                                 const float *k, const float *v, attn_view a) {
+                                 const float *k, const float *v, const int32_t *seg, attn_view a) {
     zs_status st = ZS_OK;
     size_t rows = (size_t)a.B * a.NH * a.T;
     if (rows == 0) return ZS_OK;
     ZS_REQUIRE(out && att && q && k && v, ZS_ERR_INVALID, "attention_fwd: NULL buffer");
     ZS_REQUIRE(a.NKV >= 1 && a.NH % a.NKV == 0 && a.hs >= 1, ZS_ERR_INVALID,
                "attention_fwd: bad heads NH=%d NKV=%d hs=%d", a.NH, a.NKV, a.hs);
-    ZS_LAUNCH(attn_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, out, att, q, k, v, a);
+    ZS_LAUNCH(attn_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, out, att, q, k, v, seg, a);
     ZS_CUDA_CHECK_LAUNCH(attn_fwd_kernel);
 fail:
     return st;
@@ -107,7 +113,7 @@ fail:
 /* The kv pass reads datt rows the q pass writes: stream order keeps them in sequence. */
 static zs_status launch_attn_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float *datt,
                                  const float *dout, const float *q, const float *k, const float *v,
-                                 const float *att, attn_view a) {
+                                 const float *att, const int32_t *seg, attn_view a) {
     zs_status st = ZS_OK;
     size_t rows = (size_t)a.B * a.NH * a.T, kvrows = (size_t)a.B * a.NKV * a.T;
     if (rows == 0) return ZS_OK;
@@ -116,10 +122,10 @@ static zs_status launch_attn_bwd(cudaStream_t cs, float *dq, float *dk, float *d
     ZS_REQUIRE(a.NKV >= 1 && a.NH % a.NKV == 0 && a.hs >= 1, ZS_ERR_INVALID,
                "attention_bwd: bad heads NH=%d NKV=%d hs=%d", a.NH, a.NKV, a.hs);
     ZS_LAUNCH(attn_bwd_q_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, dq, datt, dout, k, v,
-              att, a);
+              att, seg, a);
     ZS_CUDA_CHECK_LAUNCH(attn_bwd_q_kernel);
     ZS_LAUNCH(attn_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, dk, dv, datt, dout, q,
-              att, a);
+              att, seg, a);
     ZS_CUDA_CHECK_LAUNCH(attn_bwd_kv_kernel);
 fail:
     return st;
@@ -169,22 +175,23 @@ fail:
 }
 
 zs_status zs_cu_attention_fwd(zs_stream_t *s, float *out, float *att, const float *qkv, int B,
-                              int T, int C, int NH) {
+                              int T, int C, int NH, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_mha("attention_fwd", B, T, C, NH));
     ZS_CHECK(launch_attn_fwd(zs_cu_stream(s), out, att, qkv, qkv ? qkv + C : NULL,
-                             qkv ? qkv + 2 * (size_t)C : NULL, mha_view(B, T, C, NH)));
+                             qkv ? qkv + 2 * (size_t)C : NULL, seg, mha_view(B, T, C, NH)));
 fail:
     return st;
 }
 
 zs_status zs_cu_attention_bwd(zs_stream_t *s, float *dqkv, float *datt, const float *dout,
-                              const float *qkv, const float *att, int B, int T, int C, int NH) {
+                              const float *qkv, const float *att, int B, int T, int C, int NH,
+                              const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_mha("attention_bwd", B, T, C, NH));
     ZS_CHECK(launch_attn_bwd(zs_cu_stream(s), dqkv, dqkv ? dqkv + C : NULL,
                              dqkv ? dqkv + 2 * (size_t)C : NULL, datt, dout, qkv,
-                             qkv ? qkv + C : NULL, qkv ? qkv + 2 * (size_t)C : NULL, att,
+                             qkv ? qkv + C : NULL, qkv ? qkv + 2 * (size_t)C : NULL, att, seg,
                              mha_view(B, T, C, NH)));
 fail:
     return st;
@@ -192,20 +199,21 @@ fail:
 
 zs_status zs_cu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const float *q,
                                   const float *k, const float *v, int B, int T, int NH, int NKV,
-                                  int hs) {
+                                  int hs, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_gqa("attention_gqa_fwd", B, T, NH, NKV, hs));
-    ZS_CHECK(launch_attn_fwd(zs_cu_stream(s), out, att, q, k, v, gqa_view(B, T, NH, NKV, hs)));
+    ZS_CHECK(launch_attn_fwd(zs_cu_stream(s), out, att, q, k, v, seg, gqa_view(B, T, NH, NKV, hs)));
 fail:
     return st;
 }
 
 zs_status zs_cu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
                                   const float *dout, const float *q, const float *k, const float *v,
-                                  const float *att, int B, int T, int NH, int NKV, int hs) {
+                                  const float *att, int B, int T, int NH, int NKV, int hs,
+                                  const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_CHECK(check_gqa("attention_gqa_bwd", B, T, NH, NKV, hs));
-    ZS_CHECK(launch_attn_bwd(zs_cu_stream(s), dq, dk, dv, datt, dout, q, k, v, att,
+    ZS_CHECK(launch_attn_bwd(zs_cu_stream(s), dq, dk, dv, datt, dout, q, k, v, att, seg,
                              gqa_view(B, T, NH, NKV, hs)));
 fail:
     return st;

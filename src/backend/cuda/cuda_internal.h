@@ -175,9 +175,9 @@ void zs_cu_blas_unlock(void);
 
 /* Network ops (nn_cuda.cu). */
 zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
-                              const float *wpe, int B, int T, int C);
+                              const float *wpe, int B, int T, int C, const int32_t *seg);
 zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
-                              const int32_t *tokens, int B, int T, int C);
+                              const int32_t *tokens, int B, int T, int C, const int32_t *seg);
 zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
                               const float *inp, const float *w, const float *b, int N, int C);
 zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
@@ -193,9 +193,9 @@ zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float
 zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, const float *rstd, int N, int C);
 zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH, int hs,
-                         float theta);
+                         float theta, const int32_t *seg);
 zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
-                         int hs, float theta);
+                         int hs, float theta, const int32_t *seg);
 zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
                            size_t n);
 zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
@@ -203,24 +203,27 @@ zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float
 
 /* Attention (attention_cuda.cu). */
 zs_status zs_cu_attention_fwd(zs_stream_t *s, float *out, float *att, const float *qkv, int B,
-                              int T, int C, int NH);
+                              int T, int C, int NH, const int32_t *seg);
 zs_status zs_cu_attention_bwd(zs_stream_t *s, float *dqkv, float *datt, const float *dout,
-                              const float *qkv, const float *att, int B, int T, int C, int NH);
+                              const float *qkv, const float *att, int B, int T, int C, int NH,
+                              const int32_t *seg);
 zs_status zs_cu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const float *q,
                                   const float *k, const float *v, int B, int T, int NH, int NKV,
-                                  int hs);
+                                  int hs, const int32_t *seg);
 zs_status zs_cu_attention_gqa_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *datt,
                                   const float *dout, const float *q, const float *k, const float *v,
-                                  const float *att, int B, int T, int NH, int NKV, int hs);
+                                  const float *att, int B, int T, int NH, int NKV, int hs,
+                                  const int32_t *seg);
 
 /* Memory-efficient attention (flash_cuda.cu). */
 zs_status zs_cu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
                                     const float *k, const float *v, int B, int T, int NH, int NKV,
-                                    int hs, int ldq, int ldkv);
+                                    int hs, int ldq, int ldkv, const int32_t *seg);
 zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
                                     const float *dout, const float *q, const float *k,
                                     const float *v, const float *out, const float *lse, int B,
-                                    int T, int NH, int NKV, int hs, int ldq, int ldkv);
+                                    int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                    const int32_t *seg);
 
 /* Decoding with a KV cache and drawing tokens (decode_cuda.cu). */
 zs_status zs_cu_sample(zs_stream_t *s, int32_t *token, const float *logits, int V,

@@ -8,6 +8,8 @@
  *  - backward q: a thread per query row: recomputed probabilities, dq row;
  *  - backward kv: a thread per key row (b, g, j): dk and dv, over the group's query heads in
  *    order and, inside each, over query rows i = j..T-1 in order.
+ * With document masks (seg) a row reads its document's keys only, from the block holding its
+ * start (kernels/flash.h: zs_fa_span), and a key row skips the query rows of later documents.
  * This is the correctness-first form (one row per thread, K and V read from global memory);
  * a tiled tensor-core version can replace the kernels behind the same contract, with the
  * CPU as its oracle within a stated tolerance. */
@@ -35,7 +37,7 @@ static __device__ size_t fa_orow(const fa_view &a, int b, int i, int h) {
 }
 
 static __global__ void fa_fwd_kernel(float *out, float *lse, const float *q, const float *k,
-                                     const float *v, fa_view a) {
+                                     const float *v, const int32_t *seg, fa_view a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
         int i = (int)(idx % (size_t)a.T);
         size_t bh = idx / (size_t)a.T;
@@ -44,13 +46,14 @@ static __global__ void fa_fwd_kernel(float *out, float *lse, const float *q, con
         const float *qi = q + fa_qrow(a, b, i, h);
         float *oi = out + fa_orow(a, b, i, h);
         float sc[ZS_FA_BK], m = -INFINITY, l = 0.0f;
+        int lo = zs_seg_lo(seg, (size_t)b * a.T + i);
         for (int e = 0; e < a.hs; e++)
             oi[e] = 0.0f;
-        for (int j0 = 0; j0 <= i; j0 += ZS_FA_BK) {
-            int n = a.T - j0 < ZS_FA_BK ? a.T - j0 : ZS_FA_BK;
-            int ni = i - j0 + 1 < n ? i - j0 + 1 : n;
-            zs_fa_dots(sc, qi, k + fa_kvrow(a, b, j0, g), a.ldkv, 1, ni, a.hs, a.scale);
-            zs_fa_fwd_block(sc, oi, &m, &l, v + fa_kvrow(a, b, j0, g), a.ldkv, ni, a.hs);
+        for (int j0 = zs_fa_first_block(lo); j0 <= i; j0 += ZS_FA_BK) {
+            int n = a.T - j0 < ZS_FA_BK ? a.T - j0 : ZS_FA_BK, f = 0;
+            int ni = zs_fa_span(i, lo, j0, n, &f);
+            zs_fa_dots(sc, qi, k + fa_kvrow(a, b, j0 + f, g), a.ldkv, 1, ni, a.hs, a.scale);
+            zs_fa_fwd_block(sc, oi, &m, &l, v + fa_kvrow(a, b, j0 + f, g), a.ldkv, ni, a.hs);
         }
         lse[bh * a.T + i] = zs_fa_fwd_finish(oi, m, l, a.hs);
     }
@@ -69,7 +72,7 @@ static __global__ void fa_delta_kernel(float *delta, const float *dout, const fl
 
 static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float *q, const float *k,
                                        const float *v, const float *lse, const float *delta,
-                                       fa_view a) {
+                                       const int32_t *seg, fa_view a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
         int i = (int)(idx % (size_t)a.T);
         size_t bh = idx / (size_t)a.T;
@@ -79,12 +82,13 @@ static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float
         const float *dOi = dout + fa_orow(a, b, i, h);
         float *dqi = dq + fa_qrow(a, b, i, h);
         float sc[ZS_FA_BK], dp[ZS_FA_BK];
-        for (int j0 = 0; j0 <= i; j0 += ZS_FA_BK) {
-            int n = a.T - j0 < ZS_FA_BK ? a.T - j0 : ZS_FA_BK;
-            int ni = i - j0 + 1 < n ? i - j0 + 1 : n;
-            const float *kj = k + fa_kvrow(a, b, j0, g);
+        int lo = zs_seg_lo(seg, (size_t)b * a.T + i);
+        for (int j0 = zs_fa_first_block(lo); j0 <= i; j0 += ZS_FA_BK) {
+            int n = a.T - j0 < ZS_FA_BK ? a.T - j0 : ZS_FA_BK, f = 0;
+            int ni = zs_fa_span(i, lo, j0, n, &f);
+            const float *kj = k + fa_kvrow(a, b, j0 + f, g);
             zs_fa_dots(sc, qi, kj, a.ldkv, 1, ni, a.hs, a.scale);
-            zs_fa_dots(dp, dOi, v + fa_kvrow(a, b, j0, g), a.ldkv, 1, ni, a.hs, 1.0f);
+            zs_fa_dots(dp, dOi, v + fa_kvrow(a, b, j0 + f, g), a.ldkv, 1, ni, a.hs, 1.0f);
             zs_fa_bwd_block(sc, dp, lse[bh * a.T + i], delta[bh * a.T + i], a.scale, ni);
             for (int j = 0; j < ni; j++)
                 zs_axpy_row(dqi, dp[j], kj + (size_t)j * a.ldkv, a.hs);
@@ -94,7 +98,7 @@ static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float
 
 static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout, const float *q,
                                         const float *k, const float *v, const float *lse,
-                                        const float *delta, fa_view a) {
+                                        const float *delta, const int32_t *seg, fa_view a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NKV * a.T) {
         int j = (int)(idx % (size_t)a.T);
         size_t bg = idx / (size_t)a.T;
@@ -104,6 +108,7 @@ static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout,
         for (int h = g * rep; h < (g + 1) * rep; h++) {
             size_t bh = (size_t)b * a.NH + h;
             for (int i = j; i < a.T; i++) {
+                if (zs_seg_lo(seg, (size_t)b * a.T + i) > j) break; /* a later document */
                 const float *qi = q + fa_qrow(a, b, i, h);
                 const float *dOi = dout + fa_orow(a, b, i, h);
                 float s1, dp1;
@@ -135,7 +140,7 @@ fail:
 
 zs_status zs_cu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
                                     const float *k, const float *v, int B, int T, int NH, int NKV,
-                                    int hs, int ldq, int ldkv) {
+                                    int hs, int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     fa_view a;
     size_t rows = 0;
@@ -144,7 +149,7 @@ zs_status zs_cu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, cons
     if (rows == 0) return ZS_OK;
     ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
     ZS_LAUNCH(fa_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, zs_cu_stream(s), out, lse, q, k,
-              v, a);
+              v, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_fwd_kernel);
 fail:
     return st;
@@ -155,7 +160,8 @@ fail:
 zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
                                     const float *dout, const float *q, const float *k,
                                     const float *v, const float *out, const float *lse, int B,
-                                    int T, int NH, int NKV, int hs, int ldq, int ldkv) {
+                                    int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                    const int32_t *seg) {
     zs_status st = ZS_OK;
     fa_view a;
     size_t rows = 0, kvrows = 0;
@@ -169,10 +175,10 @@ zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float 
     ZS_LAUNCH(fa_delta_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, delta, dout, out, a);
     ZS_CUDA_CHECK_LAUNCH(fa_delta_kernel);
     ZS_LAUNCH(fa_bwd_q_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, dq, dout, q, k, v, lse,
-              delta, a);
+              delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_bwd_q_kernel);
     ZS_LAUNCH(fa_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, dk, dv, dout, q, k, v,
-              lse, delta, a);
+              lse, delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_bwd_kv_kernel);
 fail:
     return st;

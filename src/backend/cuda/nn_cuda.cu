@@ -19,11 +19,13 @@
 /* ---- embedding ---------------------------------------------------------------------- */
 
 static __global__ void embedding_fwd_kernel(float *out, const int32_t *tokens, const float *wte,
-                                            const float *wpe, int T, int C, size_t total) {
+                                            const float *wpe, const int32_t *seg, int T, int C,
+                                            size_t total) {
     ZS_CU_FOR(i, total) {
         size_t bt = i / (size_t)C, c = i % (size_t)C;
         float te = wte[(size_t)tokens[bt] * C + c];
-        out[i] = wpe ? te + wpe[(bt % (size_t)T) * C + c] : te;
+        size_t pos = bt % (size_t)T - (size_t)zs_seg_lo(seg, bt); /* in its document */
+        out[i] = wpe ? te + wpe[pos * C + c] : te;
     }
 }
 
@@ -37,6 +39,16 @@ static __global__ void embedding_bwd_wte_kernel(float *dwte, const float *dout,
     }
 }
 
+/* With document masks positions repeat inside a row, so a thread owns a column of dwpe and
+ * walks the rows b*T+t in order, as for dwte (and the CPU, for either). */
+static __global__ void embedding_bwd_wpe_seg_kernel(float *dwpe, const float *dout,
+                                                    const int32_t *seg, int BT, int T, int C) {
+    ZS_CU_FOR(c, (size_t)C) {
+        for (int bt = 0; bt < BT; bt++)
+            dwpe[(size_t)(bt % T - seg[bt]) * C + c] += dout[(size_t)bt * C + c];
+    }
+}
+
 /* dwpe[t, c] sums the batch rows b in order. */
 static __global__ void embedding_bwd_wpe_kernel(float *dwpe, const float *dout, int B, int T,
                                                 int C) {
@@ -47,20 +59,22 @@ static __global__ void embedding_bwd_wpe_kernel(float *dwpe, const float *dout, 
 }
 
 static zs_status launch_embedding_fwd(cudaStream_t cs, float *out, const int32_t *tokens,
-                                      const float *wte, const float *wpe, int B, int T, int C) {
+                                      const float *wte, const float *wpe, int B, int T, int C,
+                                      const int32_t *seg) {
     zs_status st = ZS_OK;
     size_t total = (size_t)B * T * C;
     if (total == 0) return ZS_OK;
     ZS_REQUIRE(out && tokens && wte, ZS_ERR_INVALID, "embedding_fwd: NULL buffer");
     ZS_LAUNCH(embedding_fwd_kernel, zs_cu_blocks(total), ZS_CU_THREADS, 0, cs, out, tokens, wte,
-              wpe, T, C, total);
+              wpe, seg, T, C, total);
     ZS_CUDA_CHECK_LAUNCH(embedding_fwd_kernel);
 fail:
     return st;
 }
 
 static zs_status launch_embedding_bwd(cudaStream_t cs, float *dwte, float *dwpe, const float *dout,
-                                      const int32_t *tokens, int B, int T, int C) {
+                                      const int32_t *tokens, int B, int T, int C,
+                                      const int32_t *seg) {
     zs_status st = ZS_OK;
     if ((size_t)B * T * C == 0) return ZS_OK;
     ZS_REQUIRE(dout && (tokens || !dwte), ZS_ERR_INVALID, "embedding_bwd: NULL buffer");
@@ -69,7 +83,11 @@ static zs_status launch_embedding_bwd(cudaStream_t cs, float *dwte, float *dwpe,
                   dout, tokens, B * T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wte_kernel);
     }
-    if (dwpe) {
+    if (dwpe && seg) {
+        ZS_LAUNCH(embedding_bwd_wpe_seg_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dwpe,
+                  dout, seg, B * T, T, C);
+        ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wpe_seg_kernel);
+    } else if (dwpe) {
         ZS_LAUNCH(embedding_bwd_wpe_kernel, zs_cu_blocks((size_t)T * C), ZS_CU_THREADS, 0, cs, dwpe,
                   dout, B, T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wpe_kernel);
@@ -79,21 +97,21 @@ fail:
 }
 
 zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
-                              const float *wpe, int B, int T, int C) {
+                              const float *wpe, int B, int T, int C, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
                "embedding_fwd: negative shape B=%d T=%d C=%d", B, T, C);
-    ZS_CHECK(launch_embedding_fwd(zs_cu_stream(s), out, tokens, wte, wpe, B, T, C));
+    ZS_CHECK(launch_embedding_fwd(zs_cu_stream(s), out, tokens, wte, wpe, B, T, C, seg));
 fail:
     return st;
 }
 
 zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
-                              const int32_t *tokens, int B, int T, int C) {
+                              const int32_t *tokens, int B, int T, int C, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
                "embedding_bwd: negative shape B=%d T=%d C=%d", B, T, C);
-    ZS_CHECK(launch_embedding_bwd(zs_cu_stream(s), dwte, dwpe, dout, tokens, B, T, C));
+    ZS_CHECK(launch_embedding_bwd(zs_cu_stream(s), dwte, dwpe, dout, tokens, B, T, C, seg));
 fail:
     return st;
 }
@@ -427,15 +445,15 @@ fail:
 /* A thread per rotated pair (b, t, h, i): it computes its own cos/sin (the CPU shares one
  * table per position; the values are the same function of (t, i)) and rotates x[i] with
  * x[i + hs/2]. In place is safe: a pair is read whole before it is written. */
-static __global__ void rope_kernel(float *out, const float *inp, int T, int NH, int hs, float theta,
-                                   int inverse, size_t npairs) {
+static __global__ void rope_kernel(float *out, const float *inp, const int32_t *seg, int T, int NH,
+                                   int hs, float theta, int inverse, size_t npairs) {
     ZS_CU_FOR(p, npairs) {
         int half = hs / 2;
         int i = (int)(p % (size_t)half);
         size_t rest = p / (size_t)half; /* (b*T + t)*NH + h */
         int h = (int)(rest % (size_t)NH);
         size_t bt = rest / (size_t)NH;
-        int t = (int)(bt % (size_t)T);
+        int t = (int)(bt % (size_t)T) - zs_seg_lo(seg, bt); /* the position in its document */
         size_t off = bt * (size_t)NH * hs + (size_t)h * hs;
         float c, sn;
         zs_rope_cos_sin(&c, &sn, t, i, hs, theta);
@@ -446,39 +464,39 @@ static __global__ void rope_kernel(float *out, const float *inp, int T, int NH, 
 }
 
 static zs_status launch_rope(cudaStream_t cs, const char *op, float *out, const float *inp, int B,
-                             int T, int NH, int hs, float theta, int inverse) {
+                             int T, int NH, int hs, float theta, int inverse, const int32_t *seg) {
     zs_status st = ZS_OK;
     size_t npairs = (size_t)B * T * NH * (hs / 2);
     if (npairs == 0) return ZS_OK;
     ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "%s: NULL buffer", op);
-    ZS_LAUNCH(rope_kernel, zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs, out, inp, T, NH, hs, theta,
-              inverse, npairs);
+    ZS_LAUNCH(rope_kernel, zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs, out, inp, seg, T, NH, hs,
+              theta, inverse, npairs);
     ZS_CUDA_CHECK_LAUNCH(rope_kernel);
 fail:
     return st;
 }
 
 static zs_status rope(zs_stream_t *s, const char *op, float *out, const float *inp, int B, int T,
-                      int NH, int hs, float theta, int inverse) {
+                      int NH, int hs, float theta, int inverse, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && hs >= 2 && hs % 2 == 0 && hs / 2 <= ROPE_MAX_HALF &&
                    theta > 0.0f,
                ZS_ERR_INVALID,
                "%s: bad shape B=%d T=%d NH=%d hs=%d (hs even, at most %d) or theta %g", op, B, T,
                NH, hs, 2 * ROPE_MAX_HALF, (double)theta);
-    ZS_CHECK(launch_rope(zs_cu_stream(s), op, out, inp, B, T, NH, hs, theta, inverse));
+    ZS_CHECK(launch_rope(zs_cu_stream(s), op, out, inp, B, T, NH, hs, theta, inverse, seg));
 fail:
     return st;
 }
 
 zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH, int hs,
-                         float theta) {
-    return rope(s, "rope_fwd", out, inp, B, T, NH, hs, theta, 0);
+                         float theta, const int32_t *seg) {
+    return rope(s, "rope_fwd", out, inp, B, T, NH, hs, theta, 0, seg);
 }
 
 zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
-                         int hs, float theta) {
-    return rope(s, "rope_bwd", dinp, dout, B, T, NH, hs, theta, 1);
+                         int hs, float theta, const int32_t *seg) {
+    return rope(s, "rope_bwd", dinp, dout, B, T, NH, hs, theta, 1, seg);
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------------- */

@@ -45,6 +45,12 @@ static ZS_HD float zs_expf(float x) {
     return p * zs_bits_f32((uint32_t)e << 23) * lo;
 }
 
+/* The first key of row b*T+t under document masks (backend/ops.h "Documents"): where its
+ * document starts, or 0 without masks (seg NULL). */
+static ZS_HD int zs_seg_lo(const int32_t *seg, size_t bt) {
+    return seg ? (int)seg[bt] : 0;
+}
+
 /* Combine the lanes in a fixed pairwise order. */
 static ZS_HD float zs_lanes_sum(const float *acc) {
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));

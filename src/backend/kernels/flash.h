@@ -7,7 +7,10 @@
  * Numerics are part of the contract: key blocks are ZS_FA_BK wide from position 0, every sum
  * runs in a fixed order, and the host and the device execute the very same operations
  * (plain-arithmetic exp and log, no contraction), so both backends give the same bits
- * whatever the thread count or the launch geometry. */
+ * whatever the thread count or the launch geometry. With document masks (backend/ops.h
+ * "Documents") a row reads only its document's keys lo..i: the blocks stay aligned to 0, the
+ * first one it reads is the block holding lo, and inside it the row starts at lo (zs_fa_span);
+ * with lo = 0 that is exactly the unmasked computation. */
 #ifndef ZS_BACKEND_KERNELS_FLASH_H
 #define ZS_BACKEND_KERNELS_FLASH_H
 
@@ -46,6 +49,20 @@ static ZS_HD float zs_logf(float x) {
     y += -2.12194440e-4f * e;
     y += -0.5f * z;
     return f + y + 0.693359375f * e;
+}
+
+/* The keys of row i, whose document starts at lo, inside the key block [j0, j0 + n): the first
+ * at offset *a in the block, the return value how many (<= 0: none in this block). */
+static ZS_HD int zs_fa_span(int i, int lo, int j0, int n, int *a) {
+    int first = lo > j0 ? lo - j0 : 0;
+    int end = i - j0 + 1 < n ? i - j0 + 1 : n;
+    *a = first;
+    return end - first;
+}
+
+/* The first key block row i reads: the one holding its document's start lo. */
+static ZS_HD int zs_fa_first_block(int lo) {
+    return lo - lo % ZS_FA_BK;
 }
 
 /* s[j] = scale * sum_d a[d] * b(j, d) for j < n, with b(j, d) = b[j*sj + d*sd]. Each sum runs
