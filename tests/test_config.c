@@ -2,7 +2,8 @@
  * with `--config` gives the same run (param_hash) in YAML and in JSON, at 2 ranks with the
  * rank count in the file; flags override the file; the settings are recorded in the log and in
  * every checkpoint manifest; a bad file is one message naming the file, the line and the key
- * (and the nearest valid key for an unknown one). */
+ * (and the nearest valid key for an unknown one); examples/finetune/finetune.yaml runs as its
+ * README says. */
 #include "testutil.h"
 #include "zshard.h"
 
@@ -143,8 +144,52 @@ static void test_bad_files(void) {
     ZT_CHECK(rc == 0, "null log: %s", g_out);
 }
 
-int main(void) {
+/* The example config of examples/finetune, from the inputs its README makes: documents
+ * tokenized by zshard tokenize, weights exported as a Hugging Face directory. */
+static void test_example(const char *src) {
+    char doc[600];
+    snprintf(doc, sizeof doc, "%s/docs.txt", g_dir);
+    FILE *f = fopen(doc, "w");
+    ZT_REQUIRE(f, "docs.txt");
+    for (int d = 0; d < 120; d++) {
+        for (int w = 0; w < 5 + d % 17; w++)
+            fputs((const char *[]){"the cat ", "sat on ", "a mat ", "and ran. "}[(d + w * 3) % 4],
+                  f);
+        fputs("\n%\n", f);
+    }
+    fclose(f);
+    int rc = sh("cd %s && %s tokenize docs.txt --doc-sep %% --tokenizer "
+                "%s/examples/tokenizer/fortunes-bpe-4k --out docs-tok",
+                g_dir, g_exe, src);
+    ZT_REQUIRE(rc == 0, "tokenize: %s", g_out);
+    rc = sh("cd %s && %s train --data 'docs-tok/train_*.bin' --steps 3 --save-dir pre --quiet "
+            "--sample-len 0 && %s ckpt export pre --format hf pretrained",
+            g_dir, g_exe, g_exe);
+    ZT_REQUIRE(rc == 0, "pretrain and export: %s", g_out);
+
+    rc = sh("cd %s && %s train --config %s/examples/finetune/finetune.yaml --print-config", g_dir,
+            g_exe, src);
+    ZT_CHECK(rc == 0 && strstr(g_out, "\nbatch: 4\n") && strstr(g_out, "\nseq: 64\n") &&
+                 strstr(g_out, "\nsave-every: 50\n") && strstr(g_out, "\ndocs: pad\n") &&
+                 strstr(g_out, "\ninit-from: \"pretrained\"\n"),
+             "the example is not the seed-style run: %s", g_out);
+    /* As written, but short: 4 steps, a checkpoint every 2. */
+    rc = sh("cd %s && %s train --config %s/examples/finetune/finetune.yaml --steps 4 "
+            "--save-every 2 --val-every 2 --sample-len 0",
+            g_dir, g_exe, src);
+    ZT_CHECK(rc == 0 && strstr(g_out, "weights from pretrained") &&
+                 strstr(g_out, "summary: 4 steps"),
+             "the example config: %s", g_out);
+    rc = sh("cd %s && ls finetune-ck && grep -c '\"run_config\":{.*\"init-from\":\"pretrained\"' "
+            "finetune-ck/step_00000004/manifest.json",
+            g_dir);
+    ZT_CHECK(rc == 0 && strstr(g_out, "step_00000002") && strstr(g_out, "\n1\n"), "finetune-ck: %s",
+             g_out);
+}
+
+int main(int argc, char **argv) {
     zt_init("config");
+    ZT_REQUIRE(argc == 2, "usage: test_config SOURCE_DIR");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
     snprintf(g_exe, sizeof g_exe, "%s", zt_zshard_exe());
     char p[600];
@@ -159,6 +204,7 @@ int main(void) {
     test_round_trip();
     test_records();
     test_bad_files();
+    test_example(argv[1]);
 
     if (!zt_failures) sh("rm -rf %s", g_dir);
     return zt_finish();
