@@ -89,6 +89,7 @@ struct zs_comm_staging;                     /* staged.h */
 struct zs_comm {
     zs_comm_env env;
     zs_comm_backend backend;
+    char why[256]; /* why this backend: the banner's reason (zs_comm_backend_reason) */
     const zs_comm_backend_ops *ops;
     void *impl; /* backend state */
     double timeout_s;
@@ -124,6 +125,8 @@ struct zs_comm {
 extern const zs_comm_backend_ops zs_comm_shm_ops;
 const zs_comm_backend_ops *zs_comm_mpi_ops(void);
 const zs_comm_backend_ops *zs_comm_nccl_ops(void);
+/* gloo.cc: NULL when this build has no libgloo. */
+const zs_comm_backend_ops *zs_comm_gloo_ops(void);
 int zs_comm_nccl_device_count(void);
 /* MPI_Bcast of raw bytes over MPI_COMM_WORLD (initializing MPI if needed); bootstraps nccl
  * under mpirun. ZS_ERR_UNSUPPORTED without MPI. */
