@@ -3,13 +3,16 @@
 #include "comm/comm_internal.h"
 #include "comm/device.h"
 #include "comm/staged.h"
+#include "comm/store.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/timer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 zs_comm_config zs_comm_config_default(void) {
     zs_comm_config c;
@@ -160,6 +163,67 @@ static zs_status check_meeting_point(const zs_comm_env *env) {
                     env->rank, env->world_size);
 }
 
+zs_status zs_comm_store_open(zs_comm_t *c, zs_store **out, int *owned) {
+    *owned = c->store == NULL;
+    if (c->store) {
+        *out = c->store;
+        return ZS_OK;
+    }
+    return zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0,
+                           c->env.world_size, c->timeout_s, out);
+}
+
+void zs_comm_store_close(zs_store *s, int owned) {
+    if (owned) zs_store_destroy(s);
+}
+
+/* What makes two processes one host for the shm backend: the same kernel (boot id) and the same
+ * mount and network namespaces (one /dev/shm; containers and network namespaces count as hosts
+ * of their own). */
+static void host_identity(char *out, size_t cap) {
+    char boot[64] = "", mnt[64] = "", net[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f)) boot[0] = '\0';
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    ssize_t n = readlink("/proc/self/ns/mnt", mnt, sizeof mnt - 1);
+    mnt[n > 0 ? n : 0] = '\0';
+    n = readlink("/proc/self/ns/net", net, sizeof net - 1);
+    net[n > 0 ? n : 0] = '\0';
+    snprintf(out, cap, "%s %s %s", boot, mnt, net);
+}
+
+/* Ranks started by hand (RANK, WORLD_SIZE, MASTER_ADDR/PORT and no LOCAL_WORLD_SIZE, as the
+ * lecture's one-process-per-machine launch does): which of them share this host is asked of
+ * the store, so that auto picks shm only where it can work. The store stays open for the
+ * backend's init. */
+static zs_status discover_locality(zs_comm_t *c) {
+    zs_status st = ZS_OK;
+    char me[256], other[256], key[64];
+    int local = 0, before = 0;
+    host_identity(me, sizeof me);
+    ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0,
+                             c->env.world_size, c->timeout_s, &c->store));
+    snprintf(key, sizeof key, "local/%d", c->env.rank);
+    ZS_CHECK(zs_store_set(c->store, key, me, strlen(me) + 1));
+    for (int p = 0; p < c->env.world_size; p++) {
+        size_t len = 0;
+        snprintf(key, sizeof key, "local/%d", p);
+        ZS_CHECK(zs_store_get(c->store, key, other, sizeof other - 1, &len));
+        other[len < sizeof other ? len : sizeof other - 1] = '\0';
+        if (strcmp(other, me)) continue;
+        local++;
+        if (p < c->env.rank) before++;
+    }
+    c->env.local_world_size = local;
+    c->env.local_rank = before;
+    c->env.local_known = 1;
+fail:
+    return st;
+}
+
 zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
     zs_status st = ZS_OK;
     zs_comm_config cfg = cfg_in ? *cfg_in : zs_comm_config_default();
@@ -175,6 +239,10 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
     ZS_CHECK(zs_comm_env_read(&cfg, &c->env));
     if (c->env.world_size > 1) zs_log_set_rank(c->env.rank);
     ZS_CHECK(check_meeting_point(&c->env));
+    if (c->env.world_size > 1 && !c->env.local_known && c->env.master_port > 0) {
+        c->timeout_s = cfg.timeout_s;
+        ZS_CHECK(discover_locality(c));
+    }
     ZS_CHECK(resolve_backend(cfg.backend, &c->env, &c->backend, c->why, sizeof c->why));
     c->ops = c->backend == ZS_COMM_SHM    ? &zs_comm_shm_ops
              : c->backend == ZS_COMM_MPI  ? zs_comm_mpi_ops()
@@ -187,6 +255,8 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
     c->device = cfg.device >= 0 ? cfg.device : c->env.local_rank;
     c->t0 = zs_now_s();
     ZS_CHECK(c->ops->init(c));
+    zs_store_destroy(c->store);
+    c->store = NULL;
     ZS_CHECK(zs_queue_create(c, &c->queue));
     ZS_LOG_D("comm: rank %d of %d (local %d of %d, from %s), backend %s", c->env.rank,
              c->env.world_size, c->env.local_rank, c->env.local_world_size, c->env.source,
@@ -196,6 +266,7 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
 fail:
     if (c && c->impl && c->ops) c->ops->fini(c);
     if (c) {
+        zs_store_destroy(c->store);
         zs_queue_destroy(c->queue);
         free(c);
     }

@@ -422,6 +422,7 @@ void gloo_fini(zs_comm_t *c);
 zs_status gloo_init(zs_comm_t *c) {
     zs_status st = ZS_OK;
     zs_store *store = nullptr;
+    int store_owned = 0;
     Ctx *g = new (std::nothrow) Ctx;
     std::string shown;
     if (!g) return zs_error(ZS_ERR_OOM, "gloo: out of memory");
@@ -441,8 +442,7 @@ zs_status gloo_init(zs_comm_t *c) {
     {
         gloo::transport::tcp::attr attr;
         ZS_CHECK(pick_address(&c->env, &attr, &shown));
-        ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, g->rank == 0, g->world,
-                                 c->timeout_s, &store));
+        ZS_CHECK(zs_comm_store_open(c, &store, &store_owned));
         ZS_CHECK(check_world(store, g));
         try {
             g->dev = gloo::transport::tcp::CreateDevice(attr);
@@ -478,7 +478,7 @@ zs_status gloo_init(zs_comm_t *c) {
             goto fail;
         }
         ZS_CHECK(zs_store_barrier(store, "gloo/connected", g->world));
-        zs_store_destroy(store);
+        zs_comm_store_close(store, store_owned);
         store = nullptr;
         g->peer_host[g->rank] = shown;
     }
@@ -494,7 +494,7 @@ zs_status gloo_init(zs_comm_t *c) {
              g->dev->str().c_str());
     return ZS_OK;
 fail:
-    zs_store_destroy(store);
+    if (store) zs_comm_store_close(store, store_owned);
     return st;
 }
 

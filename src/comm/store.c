@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 enum { CMD_SET = 1, CMD_GET = 2, CMD_ADD = 3 };
-#define MAX_KEYS 256
+#define MAX_KEYS 4096 /* a few keys per rank: shm, gloo and the locality check */
 #define MAX_CLIENTS 1024
 #define MAX_LEN 65536
 
