@@ -201,9 +201,10 @@ static void host_identity(char *out, size_t cap) {
  * backend's init. */
 static zs_status discover_locality(zs_comm_t *c) {
     zs_status st = ZS_OK;
-    char me[256], other[256], key[64];
-    int local = 0, before = 0;
-    host_identity(me, sizeof me);
+    char me[300], other[300], key[64];
+    int local = 0, before = 0, theirs = 0, n = 0;
+    snprintf(me, sizeof me, "%d ", c->env.world_size);
+    host_identity(me + strlen(me), sizeof me - strlen(me));
     ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0,
                              c->env.world_size, c->timeout_s, &c->store));
     snprintf(key, sizeof key, "local/%d", c->env.rank);
@@ -213,6 +214,11 @@ static zs_status discover_locality(zs_comm_t *c) {
         snprintf(key, sizeof key, "local/%d", p);
         ZS_CHECK(zs_store_get(c->store, key, other, sizeof other - 1, &len));
         other[len < sizeof other ? len : sizeof other - 1] = '\0';
+        ZS_REQUIRE(sscanf(other, "%d %n", &theirs, &n) == 1 && theirs == c->env.world_size,
+                   ZS_ERR_INVALID,
+                   "mismatched world sizes: rank %d has WORLD_SIZE=%d but rank %d has %d; start "
+                   "every rank with the same WORLD_SIZE",
+                   p, theirs, c->env.rank, c->env.world_size);
         if (strcmp(other, me)) continue;
         local++;
         if (p < c->env.rank) before++;

@@ -198,15 +198,17 @@ zs_status gloo_error(Round &rd, const char *what, int where_peer) {
     std::vector<int> bad = rd.failed_peers(what, timed_out ? -1 : where_peer);
     std::vector<int> owing = rd.owing();
     if (!bad.empty())
-        return zs_error(ZS_ERR_COMM,
-                        "gloo: lost rank %s: the connection failed (the process died or its host "
-                        "left the network): %s",
-                        ranks_text(g, bad).c_str(), what);
+        return zs_error(
+            ZS_ERR_COMM,
+            "gloo: lost peer rank %s: the connection failed (the process died or its host "
+            "left the network): %s",
+            ranks_text(g, bad).c_str(), what);
     if (timed_out)
-        return zs_error(ZS_ERR_TIMEOUT,
-                        "gloo: no progress within %.1f s: still waiting for rank %s (dead, stuck, "
-                        "not calling this collective, or its host left the network)",
-                        g->timeout_s, owing.empty() ? "?" : ranks_text(g, owing).c_str());
+        return zs_error(
+            ZS_ERR_TIMEOUT,
+            "gloo: no progress within %.1f s: still waiting for peer rank %s (dead, stuck, "
+            "not calling this collective, or its host left the network)",
+            g->timeout_s, owing.empty() ? "?" : ranks_text(g, owing).c_str());
     return zs_error(ZS_ERR_COMM, "gloo: %s", what);
 }
 
