@@ -5,7 +5,8 @@
 # collide. Root (CAP_NET_ADMIN, CAP_SYS_ADMIN) is needed; nh_up says why when it cannot.
 #   nh_up N        make N hosts (0 when done; 1 with the reason in NH_WHY)
 #   nh_in K CMD..  run CMD in host K (ip netns exec)
-#   nh_netem K ARGS  tc qdisc for host K's link (e.g. "delay 2ms rate 1gbit")
+#   nh_shape K RATE DELAY  limit host K's link: tc netem (rate and delay), or where the kernel
+#                  has no netem, tc tbf (rate only); NH_SHAPED says which
 #   nh_unplug K    take host K off the network (its link down: no FIN, no RST); nh_plug K
 #   nh_down        remove everything nh_up made (idempotent; call it from an EXIT trap)
 
@@ -14,6 +15,7 @@ NH_SW="zs${NH_ID}sw"
 NH_NS=()
 NH_IP=()
 NH_WHY=""
+NH_SHAPED=""
 
 nh_up() {
     local n=$1 k err
@@ -49,12 +51,20 @@ nh_in() {
     ip netns exec "${NH_NS[k]}" "$@"
 }
 
-nh_netem() {
-    local k=$1
-    shift
-    # shape both directions: the host's side and the bridge's side of its cable
-    ip -n "${NH_NS[k]}" qdisc replace dev eth0 root netem "$@" &&
-        ip -n "$NH_SW" qdisc replace dev "v$k" root netem "$@"
+nh_shape() { # K RATE DELAY
+    local k=$1 rate=$2 delay=$3 ns
+    # both directions: the host's side and the bridge's side of its cable
+    for ns in "${NH_NS[k]}:eth0" "$NH_SW:v$k"; do
+        if ip netns exec "${ns%%:*}" tc qdisc replace dev "${ns#*:}" root netem delay "$delay" \
+            rate "$rate" 2> /dev/null; then
+            NH_SHAPED="tc netem delay $delay rate $rate"
+        elif ip netns exec "${ns%%:*}" tc qdisc replace dev "${ns#*:}" root tbf rate "$rate" \
+            burst 256kb latency 50ms; then
+            NH_SHAPED="tc tbf rate $rate (this kernel has no netem qdisc: no added delay)"
+        else
+            return 1
+        fi
+    done
 }
 
 nh_unplug() {
