@@ -36,9 +36,11 @@ namespace {
 
 using UBuf = gloo::transport::UnboundBuffer;
 
-constexpr size_t kDefaultChunk = 4u << 20; /* bytes per peer and window of a reduce-scatter */
-constexpr int kDepth = 2;                  /* reduce-scatter windows in flight */
-constexpr size_t kAlign = 32;              /* slice boundaries, elements (as shm's) */
+constexpr size_t kMaxChunk = 4u << 20; /* bytes per peer and window of a reduce-scatter */
+constexpr size_t kMinChunk = 256u << 10;
+constexpr size_t kStagingBudget = 16u << 20; /* all windows of a rank, where the chunk allows */
+constexpr int kDepth = 2;                    /* reduce-scatter windows in flight */
+constexpr size_t kAlign = 32;                /* slice boundaries, elements (as shm's) */
 
 /* A zshard failure raised through gloo's callbacks (the store), carrying the status. */
 struct ZsFailure : std::exception {
@@ -80,7 +82,7 @@ struct Ctx {
     std::shared_ptr<gloo::transport::Device> dev;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::vector<std::string> peer_host; /* the interface address each rank bound */
-    size_t chunk = kDefaultChunk;
+    size_t chunk = kMaxChunk;
     char *staging = nullptr; /* kDepth windows x (world-1) peers x chunk bytes */
     size_t staging_bytes = 0;
     /* receive buffers: [window slot][peer index], each one peer's part of one window */
@@ -89,6 +91,14 @@ struct Ctx {
     char token_out[1] = {1};
     std::vector<char> token_in;
 };
+
+/* The default window per peer: 4 MiB (long TCP transfers) while the windows of all peers fit
+ * in 16 MiB, smaller for large worlds, never under 256 KiB. */
+size_t default_chunk(int world) {
+    size_t c = world > 1 ? kStagingBudget / ((size_t)kDepth * (size_t)(world - 1)) : kMaxChunk;
+    c = c > kMaxChunk ? kMaxChunk : c < kMinChunk ? kMinChunk : c;
+    return c / 4096 * 4096;
+}
 
 std::chrono::milliseconds ms(double s) {
     return std::chrono::milliseconds((long long)(s * 1000.0) + 1);
@@ -433,6 +443,7 @@ zs_status gloo_init(zs_comm_t *c) {
     g->world = c->env.world_size;
     g->timeout_s = c->timeout_s;
     /* ZS_SHM_CHUNK (chunk_bytes) sizes these windows too: small ones test the windowing. */
+    g->chunk = default_chunk(g->world);
     if (c->chunk_bytes) g->chunk = c->chunk_bytes < 256 ? 256 : c->chunk_bytes / 256 * 256;
     g->token_in.assign((size_t)g->world, 0);
     g->peer_host.assign((size_t)g->world, "?");
@@ -548,5 +559,6 @@ extern "C" const zs_comm_backend_ops *zs_comm_gloo_ops(void) {
 }
 
 extern "C" size_t zs_comm_gloo_staging_bytes(int world_size) {
-    return world_size > 1 ? (size_t)kDepth * (size_t)(world_size - 1) * kDefaultChunk : 0;
+    return world_size > 1 ? (size_t)kDepth * (size_t)(world_size - 1) * default_chunk(world_size)
+                          : 0;
 }
