@@ -174,10 +174,18 @@ int main(void) {
     collectives(3, "", "--async");
     collectives(3, "", "--registered");
     collectives(3, "ZS_SHM_CHUNK=8K", "");
+    collectives(2, "ZS_SOCKET_IFNAME=lo", "");
+    char cmd[1024];
+    snprintf(
+        cmd, sizeof cmd,
+        "ZS_SOCKET_IFNAME=nosuch0 ZS_COMM_TIMEOUT=20 %s run -n 2 -- %s collectives --comm gloo",
+        zt_zshard_exe(), ct_worker());
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc != 0 && strstr(g_out, "ZS_SOCKET_IFNAME=nosuch0: no interface of that name"),
+             "unknown ZS_SOCKET_IFNAME: exit %d:\n%s", rc, g_out);
     killed_rank();
     stuck_rank();
     meeting_errors();
-    char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", ring_dir);
     zt_run(cmd, g_out, sizeof g_out);
     return zt_finish();

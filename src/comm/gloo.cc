@@ -19,6 +19,7 @@ extern "C" {
 #include <gloo/transport/unbound_buffer.h>
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,8 +54,8 @@ class ZsStore : public gloo::rendezvous::Store {
   public:
     explicit ZsStore(zs_store *s) : s_(s) {}
     void set(const std::string &key, const std::vector<char> &data) override {
-        if (zs_store_set(s_, ("gloo/" + key).c_str(), data.data(), data.size()) != ZS_OK)
-            throw ZsFailure(ZS_ERR_COMM);
+        zs_status st = zs_store_set(s_, ("gloo/" + key).c_str(), data.data(), data.size());
+        if (st != ZS_OK) throw ZsFailure(st);
     }
     std::vector<char> get(const std::string &key) override {
         std::vector<char> v(65536);
@@ -366,8 +367,28 @@ zs_status pick_address(const zs_comm_env *env, gloo::transport::tcp::attr *a, st
     const char *ifn = getenv("ZS_SOCKET_IFNAME");
     if (!ifn || !*ifn) ifn = getenv("GLOO_SOCKET_IFNAME");
     if (ifn && *ifn) {
+        /* the interface's address, for the messages; gloo binds by the name */
+        struct ifaddrs *all = nullptr;
+        char host[INET6_ADDRSTRLEN] = "";
+        if (getifaddrs(&all) == 0) {
+            for (struct ifaddrs *i = all; i && !host[0]; i = i->ifa_next)
+                if (i->ifa_addr && !strcmp(i->ifa_name, ifn) &&
+                    (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6))
+                    getnameinfo(i->ifa_addr,
+                                i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                  : sizeof(struct sockaddr_in6),
+                                host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+            freeifaddrs(all);
+        }
+        if (!host[0])
+            return zs_error(ZS_ERR_INVALID,
+                            "gloo: %s=%s: no interface of that name with an address on this host",
+                            getenv("ZS_SOCKET_IFNAME") && *getenv("ZS_SOCKET_IFNAME")
+                                ? "ZS_SOCKET_IFNAME"
+                                : "GLOO_SOCKET_IFNAME",
+                            ifn);
         a->iface = ifn;
-        *shown = ifn;
+        *shown = host;
         return ZS_OK;
     }
     struct addrinfo hints, *res = nullptr;
@@ -428,8 +449,6 @@ zs_status check_world(zs_store *s, const Ctx *g) {
 fail:
     return st;
 }
-
-void gloo_fini(zs_comm_t *c);
 
 zs_status gloo_init(zs_comm_t *c) {
     zs_status st = ZS_OK;
