@@ -15,12 +15,12 @@ fi
 # pool), OpenMP, zstd. Data: `fortunes`, an offline English corpus from Debian itself.
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend, libgloo-dev the
 # gloo backend (CPU ranks across hosts), iproute2 the network namespaces that stand in for
-# hosts in the multihost test and benchmark (ip netns, tc netem).
+# hosts in the multihost test and benchmark (ip netns, tc), iperf3 that benchmark's link rate.
 # Python: the package in python/ runs in a virtual environment that sees Debian's numpy,
 # pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
 PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev fortunes
-          gnuplot-nox openmpi-bin libopenmpi-dev libgloo-dev iproute2 procps python3 python3-venv python3-numpy
-          python3-pytest python3-setuptools python3-wheel)
+          gnuplot-nox openmpi-bin libopenmpi-dev libgloo-dev iproute2 iperf3 procps python3
+          python3-venv python3-numpy python3-pytest python3-setuptools python3-wheel)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -73,7 +73,7 @@ static int free_port(void) {
 
 /* Ranks started by hand, one per entry of env (variables for `env`): all but the last in the
  * background. rc[k] is each one's exit status; g_out holds every output, in order. */
-static void by_hand(int n, const char *const *env, int *rc) {
+static void by_hand(int n, const char *const *env, const char *mode, int *rc) {
     char cmd[8192], logs[8][64];
     size_t at = 0;
     ZT_REQUIRE(n <= 8, "too many ranks");
@@ -81,9 +81,9 @@ static void by_hand(int n, const char *const *env, int *rc) {
     for (int k = 0; k < n; k++) {
         snprintf(logs[k], sizeof logs[k], "/tmp/zshard-test-gloo-%d-%d.log", (int)getpid(), k);
         at += (size_t)snprintf(cmd + at, sizeof cmd - at,
-                               "( env %s %s collectives --comm gloo > %s 2>&1; echo \"exit $?\" "
+                               "( env %s %s %s --comm gloo > %s 2>&1; echo \"exit $?\" "
                                ">> %s ) %s ",
-                               env[k], ct_worker(), logs[k], logs[k], k + 1 < n ? "&" : ";");
+                               env[k], ct_worker(), mode, logs[k], logs[k], k + 1 < n ? "&" : ";");
     }
     snprintf(cmd + at, sizeof cmd - at, "wait; }");
     zt_run(cmd, g_out, sizeof g_out);
@@ -118,7 +118,7 @@ static void meeting_errors(void) {
     snprintf(e0, sizeof e0, "ZS_COMM_TIMEOUT=20 RANK=0 WORLD_SIZE=2 MASTER_PORT=%d", port);
     snprintf(e1, sizeof e1, "ZS_COMM_TIMEOUT=20 RANK=1 WORLD_SIZE=3 MASTER_PORT=%d", port);
     const char *two[2] = {e0, e1};
-    by_hand(2, two, rcs);
+    by_hand(2, two, "collectives", rcs);
     ZT_CHECK(rcs[0] != 0 && rcs[1] != 0 && ct_count(g_out, "mismatched world sizes: rank") == 2,
              "mismatched WORLD_SIZE: exits %d/%d:\n%s", rcs[0], rcs[1], g_out);
 
@@ -134,10 +134,20 @@ static void meeting_errors(void) {
              "LOCAL_RANK=0 MASTER_PORT=%d",
              port);
     const char *three[3] = {e0, e1, e1};
-    by_hand(3, three, rcs);
+    by_hand(3, three, "collectives", rcs);
     ZT_CHECK(rcs[0] != 0 && rcs[1] != 0 && rcs[2] != 0 &&
                  ct_count(g_out, "rank 1 joined the job at the master twice") == 1,
              "rank started twice: exits %d/%d/%d:\n%s", rcs[0], rcs[1], rcs[2], g_out);
+
+    /* Ranks started by hand, with no launcher ignoring SIGPIPE for them: the survivor of a killed
+     * peer reports it (libgloo writes without MSG_NOSIGNAL; the backend ignores SIGPIPE). */
+    port = free_port();
+    snprintf(e0, sizeof e0, "ZS_COMM_TIMEOUT=60 RANK=0 WORLD_SIZE=2 MASTER_PORT=%d", port);
+    snprintf(e1, sizeof e1, "ZS_COMM_TIMEOUT=60 RANK=1 WORLD_SIZE=2 MASTER_PORT=%d", port);
+    by_hand(2, two, "die --victim 1", rcs);
+    ZT_CHECK(rcs[0] == 3 && rcs[1] == 137 && strstr(g_out, "rank 0: FAILED ZS_ERR_COMM") &&
+                 strstr(g_out, "gloo: lost peer rank 1 "),
+             "by hand, rank 1 killed: exits %d/%d (want 3 and 137):\n%s", rcs[0], rcs[1], g_out);
 
     /* Nothing listens on the port: one line naming the address, after the (short) timeout. */
     port = free_port();

@@ -27,6 +27,7 @@ extern "C" {
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <csignal>
 #include <netdb.h>
 #include <string>
 #include <sys/socket.h>
@@ -467,6 +468,14 @@ zs_status gloo_init(zs_comm_t *c) {
     g->token_in.assign((size_t)g->world, 0);
     g->peer_host.assign((size_t)g->world, "?");
     if (g->world == 1) return ZS_OK;
+    {
+        /* libgloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this
+         * process with SIGPIPE before its error could be reported. Ignore it, as Python (and so
+         * torch) does, unless the program installed a handler of its own. */
+        struct sigaction old;
+        if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
+            signal(SIGPIPE, SIG_IGN);
+    }
     ZS_REQUIRE(c->env.master_port > 0, ZS_ERR_INVALID,
                "gloo: %d ranks need MASTER_ADDR and MASTER_PORT to meet (zshard run --nnodes, "
                "torchrun and srun set them; by hand: the same on every rank)",
