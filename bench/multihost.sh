@@ -6,15 +6,17 @@
 #      --nnodes 2) and over mpi (mpirun with an rsh agent entering the namespaces), each row
 #      as a share of that link rate;
 #   2. with `tc netem` shaping the links (delay and rate), the same, and ZeRO-3 training steps
-#      with --prefetch 1 and --prefetch 0 next to the same job on one host over shm (no network:
+#      with --prefetch 0, 1 and 2 next to the same job on one host over shm (no network:
 #      the step's compute), so that "communication exposed" = step - shm step, and the share
 #      of it that prefetching hides is read off.
-# Needs root (ip netns). Usage: bench/multihost.sh BUILD_DIR [RATE [DELAY]] (default 1gbit 1ms;
+# Needs root (ip netns). Usage: [ROUNDS=3] [STEPS_ONLY=1] [STEP_RATE=200mbit] bench/multihost.sh
+# BUILD_DIR [RATE [DELAY]] (default 1gbit 1ms; the training steps run at STEP_RATE;
 # where the kernel has no netem qdisc, tc tbf limits the rate alone). Prints markdown tables.
 set -uo pipefail
 B=$(cd "$1" && pwd)
 RATE=${2:-1gbit}
 DELAY=${3:-1ms}
+STEP_RATE=${STEP_RATE:-200mbit}
 Z=$B/zshard
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../tests/netns_hosts.sh"
@@ -132,15 +134,22 @@ echo "## Across hosts: gloo and mpi in network namespaces"
 echo
 echo "$(getconf _NPROCESSORS_ONLN) cores (load average $(cut -d" " -f1-3 /proc/loadavg) at the start), $(date -u +%Y-%m-%d); zshard $("$Z" --version | head -n 1)"
 echo
-l=$(link_rate)
-table "Unshaped veth links" "$l"
+# STEPS_ONLY=1: the training-step part alone (the links shaped the same way).
+if [[ "${STEPS_ONLY:-0}" != 1 ]]; then
+    l=$(link_rate)
+    table "Unshaped veth links" "$l"
+fi
 
 nh_shape 0 "$RATE" "$DELAY" && nh_shape 1 "$RATE" "$DELAY" || { echo "tc failed" >&2; exit 1; }
-l=$(link_rate)
-table "Links shaped: $NH_SHAPED (each host's cable, both ends)" "$l"
+if [[ "${STEPS_ONLY:-0}" != 1 ]]; then
+    l=$(link_rate)
+    table "Links shaped: $NH_SHAPED (each host's cable, both ends)" "$l"
+fi
 
-# ZeRO-3 steps: prefetch on and off over the shaped links, and the same job on one host; each
-# the median step of a run (steps 4.. of its log), best of ROUNDS runs taken in turns.
+# ZeRO-3 steps: prefetch on and off over links shaped to STEP_RATE (slower than RATE, so that
+# communication is as long as the step's compute), and the same job on one host; each the
+# median step of a run (steps 4.. of its log), best of ROUNDS runs taken in turns.
+nh_shape 0 "$STEP_RATE" "$DELAY" && nh_shape 1 "$STEP_RATE" "$DELAY" || { echo "tc failed" >&2; exit 1; }
 for i in $(seq 1 3000); do printf 'the king of %d. ' "$i"; done > c.txt
 ARGS=(train --data "$T/c.txt" --model gpt2-mini --stage 3 --batch 8 --seq 128 --steps 30
       --sample-len 0 --val-every 0)
@@ -154,7 +163,7 @@ for ((r = 0; r < ROUNDS; r++)); do
     rm -f shm.jsonl
     "$Z" run -n 2 --threads 1 -- "$Z" "${ARGS[@]}" --log "$T/shm.jsonl" > shm.out 2>&1
     v[0]=$(median_ms shm.jsonl)
-    for pf in 1 0; do
+    for pf in 2 1 0; do
         p=$(port)
         rm -f "pf$pf.jsonl"
         nh_in 1 "$Z" run -n 1 --threads 1 --nnodes 2 --node-rank 1 --master-addr "${NH_IP[0]}" \
@@ -163,18 +172,19 @@ for ((r = 0; r < ROUNDS; r++)); do
             --master-port "$p" -- "$Z" "${ARGS[@]}" --prefetch "$pf" --log "$T/pf$pf.jsonl" \
             > "pf$pf.0" 2>&1
         wait
-        v[2 - pf]=$(median_ms "pf$pf.jsonl")
+        v[3 - pf]=$(median_ms "pf$pf.jsonl")
     done
-    for k in 0 1 2; do
+    for k in 0 1 2 3; do
         if [[ -z "${best[k]:-}" ]] || awk -v a="${v[k]}" -v b="${best[k]}" 'BEGIN { exit !(a < b) }'; then
             best[k]=${v[k]}
         fi
     done
 done
 s=${best[0]}
-p1=${best[1]}
-p0=${best[2]}
-echo "### ZeRO-3 with and without prefetch over the shaped links"
+p2=${best[1]}
+p1=${best[2]}
+p0=${best[3]}
+echo "### ZeRO-3 with and without prefetch over the shaped links ($NH_SHAPED)"
 echo
 echo "gpt2-mini, batch 8 x seq 128, 2 hosts x 1 rank over gloo; the same 2 ranks on one host over"
 echo "shm give the step's compute (their communication is memory copies). Median step of a run"
@@ -183,8 +193,11 @@ echo
 echo "| run | ms/step | communication exposed (ms/step) |"
 echo "|---|---:|---:|"
 echo "| one host, shm (compute) | $s | - |"
-awk -v s="$s" -v a="$p0" -v b="$p1" 'BEGIN {
+awk -v s="$s" -v a="$p0" -v b="$p1" -v c="$p2" 'BEGIN {
     printf "| 2 hosts, gloo, --prefetch 0 | %s | %.1f |\n", a, a - s
     printf "| 2 hosts, gloo, --prefetch 1 | %s | %.1f |\n", b, b - s
-    if (a - s > 0) printf "\n--prefetch 1 hides %.0f%% of the communication --prefetch 0 exposes.\n", 100 * (1 - (b - s) / (a - s))
+    printf "| 2 hosts, gloo, --prefetch 2 | %s | %.1f |\n", c, c - s
+    if (a - s > 0)
+        printf "\nOf the communication --prefetch 0 exposes, --prefetch 1 hides %.0f%%, --prefetch 2 %.0f%%.\n",
+               100 * (1 - (b - s) / (a - s)), 100 * (1 - (c - s) / (a - s))
 }'

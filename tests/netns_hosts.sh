@@ -59,7 +59,7 @@ nh_shape() { # K RATE DELAY
             rate "$rate" 2> /dev/null; then
             NH_SHAPED="tc netem delay $delay rate $rate"
         elif ip netns exec "${ns%%:*}" tc qdisc replace dev "${ns#*:}" root tbf rate "$rate" \
-            burst 256kb latency 50ms; then
+            burst 64kb latency 5ms; then
             NH_SHAPED="tc tbf rate $rate (this kernel has no netem qdisc: no added delay)"
         else
             return 1
