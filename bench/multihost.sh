@@ -33,17 +33,26 @@ link_rate() {
     local p sink
     p=$(port)
     if command -v iperf3 > /dev/null; then
+        local ok=0
         nh_in 0 iperf3 -s -1 -B "${NH_IP[0]}" -p "$p" > /dev/null 2>&1 &
         sink=$!
-        for _ in $(seq 1 50); do
-            nh_in 1 iperf3 -c "${NH_IP[0]}" -p "$p" -t 3 -J > rate.json 2> /dev/null && break
+        # the server may take a while to listen on a loaded machine: up to 30 s of attempts
+        for ((i = 0; i < 300; i++)); do
+            if nh_in 1 iperf3 -c "${NH_IP[0]}" -p "$p" -t 3 -J > rate.json 2> /dev/null; then
+                ok=1
+                break
+            fi
             sleep 0.1
         done
+        ((ok)) || kill "$sink" 2> /dev/null
         wait "$sink"
-        python3 -c 'import json, sys
-print("%.3f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9))' \
-            rate.json
-        return
+        if ((ok)); then
+            python3 -c 'import json, sys
+print("%.3f iperf3" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9))' \
+                rate.json
+            return
+        fi
+        p=$(port)
     fi
     cat > sink.py << 'EOF'
 import socket, sys, time
@@ -71,7 +80,7 @@ EOF
     sink=$!
     nh_in 1 python3 source.py "${NH_IP[0]}" "$p"
     wait "$sink"
-    cat rate.out
+    echo "$(cat rate.out) Python"
 }
 
 bench_gloo() { # CEILING
@@ -111,12 +120,12 @@ EOF
 # Best of ROUNDS alternating gloo and mpi runs for each row: this machine is shared, and a
 # round that another job slowed says nothing about either backend.
 ROUNDS=${ROUNDS:-3}
-table() { # TITLE LINK
+table() { # TITLE LINK TOOL
     local r
     echo "### $1"
     echo
-    echo "One TCP stream between the namespaces ($(command -v iperf3 > /dev/null && echo iperf3 ||
-        echo a Python socket loop), host 1 to host 0): $2 GB/s. busbw as nccl-tests define it;"
+    echo "One TCP stream between the namespaces ($3, host 1 to host 0): $2 GB/s. busbw as nccl-tests"
+    echo "define it;"
     echo "%link = busbw / that stream's rate. 2 hosts x 1 rank; each row the best of $ROUNDS runs,"
     echo "gloo and mpi taking turns."
     echo
@@ -136,14 +145,14 @@ echo "$(getconf _NPROCESSORS_ONLN) cores (load average $(cut -d" " -f1-3 /proc/l
 echo
 # STEPS_ONLY=1: the training-step part alone (the links shaped the same way).
 if [[ "${STEPS_ONLY:-0}" != 1 ]]; then
-    l=$(link_rate)
-    table "Unshaped veth links" "$l"
+    read -r l tool <<< "$(link_rate)"
+    table "Unshaped veth links" "$l" "$tool"
 fi
 
 nh_shape 0 "$RATE" "$DELAY" && nh_shape 1 "$RATE" "$DELAY" || { echo "tc failed" >&2; exit 1; }
 if [[ "${STEPS_ONLY:-0}" != 1 ]]; then
-    l=$(link_rate)
-    table "Links shaped: $NH_SHAPED (each host's cable, both ends)" "$l"
+    read -r l tool <<< "$(link_rate)"
+    table "Links shaped: $NH_SHAPED (each host's cable, both ends)" "$l" "$tool"
 fi
 
 # ZeRO-3 steps: prefetch on and off over links shaped to STEP_RATE (slower than RATE, so that
