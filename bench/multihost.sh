@@ -33,23 +33,25 @@ link_rate() {
     local p sink
     p=$(port)
     if command -v iperf3 > /dev/null; then
-        local ok=0
-        nh_in 0 iperf3 -s -1 -B "${NH_IP[0]}" -p "$p" > /dev/null 2>&1 &
+        local i r=""
+        ip netns exec "${NH_NS[0]}" iperf3 -s -1 -B "${NH_IP[0]}" -p "$p" > /dev/null 2>&1 &
         sink=$!
-        # the server may take a while to listen on a loaded machine: up to 30 s of attempts
-        for ((i = 0; i < 300; i++)); do
-            if nh_in 1 iperf3 -c "${NH_IP[0]}" -p "$p" -t 3 -J > rate.json 2> /dev/null; then
-                ok=1
-                break
-            fi
+        # bounded waits for events: the server listening (a loaded machine can take seconds),
+        # then a client run whose report has the received rate
+        for ((i = 0; i < 600; i++)); do
+            [[ -n "$(ip netns exec "${NH_NS[0]}" ss -ltnH "sport = :$p")" ]] && break
             sleep 0.1
         done
-        ((ok)) || kill "$sink" 2> /dev/null
-        wait "$sink"
-        if ((ok)); then
-            python3 -c 'import json, sys
-print("%.3f iperf3" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9))' \
-                rate.json
+        for ((i = 0; i < 5 && -z "$r"; i++)); do
+            nh_in 1 iperf3 -c "${NH_IP[0]}" -p "$p" -t 3 -J > rate.json 2> /dev/null
+            r=$(python3 -c 'import json, sys
+try: print("%.3f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9))
+except Exception: pass' rate.json)
+        done
+        kill "$sink" 2> /dev/null
+        wait "$sink" 2> /dev/null
+        if [[ -n "$r" ]]; then
+            echo "$r iperf3"
             return
         fi
         p=$(port)
