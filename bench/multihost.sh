@@ -42,7 +42,8 @@ link_rate() {
             [[ -n "$(ip netns exec "${NH_NS[0]}" ss -ltnH "sport = :$p")" ]] && break
             sleep 0.1
         done
-        for ((i = 0; i < 5 && -z "$r"; i++)); do
+        for ((i = 0; i < 5; i++)); do
+            [[ -z "$r" ]] || break
             nh_in 1 iperf3 -c "${NH_IP[0]}" -p "$p" -t 3 -J > rate.json 2> /dev/null
             r=$(python3 -c 'import json, sys
 try: print("%.3f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9))
