@@ -127,10 +127,9 @@ table() { # TITLE LINK TOOL
     local r
     echo "### $1"
     echo
-    echo "One TCP stream between the namespaces ($3, host 1 to host 0): $2 GB/s. busbw as nccl-tests"
-    echo "define it;"
-    echo "%link = busbw / that stream's rate. 2 hosts x 1 rank; each row the best of $ROUNDS runs,"
-    echo "gloo and mpi taking turns."
+    echo "One TCP stream between the namespaces ($3, host 1 to host 0): $2 GB/s. busbw as"
+    echo "nccl-tests define it; %link = busbw / that stream's rate. 2 hosts x 1 rank; each row the"
+    echo "best of $ROUNDS runs, gloo and mpi taking turns."
     echo
     echo "| comm | op | bytes | ms | algbw GB/s | busbw GB/s | %link |"
     echo "|---|---|---:|---:|---:|---:|---:|"
