@@ -5,7 +5,9 @@
  * and all_gather's recv), algbw = size / time, busbw = algbw * 2(n-1)/n for all_reduce and
  * algbw * (n-1)/n for reduce_scatter and all_gather. Buffers come from zs_comm_mem_alloc
  * (registered: shm reads peers' buffers in place); "shm-staged" rows repeat shm on plain
- * buffers (the staged path). Run it under `zshard run -n N` or `mpirun -np N`; rank 0 prints. */
+ * buffers (the staged path). Run it under `zshard run -n N` or `mpirun -np N`; rank 0 prints.
+ * gloo rows need MASTER_ADDR/PORT (zshard run, torchrun); across hosts, --ceiling link=GBPS
+ * sets the column's reference to a link rate measured beside it (bench/multihost.sh). */
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "core/timer.h"
@@ -22,6 +24,8 @@ typedef struct bench_opts {
     int iters;        /* 0 = by size */
     const char *comm; /* comma list or NULL = every available */
     double timeout_s;
+    char ceil_name[32]; /* the last column's reference: memcpy, or --ceiling NAME=GBPS */
+    double ceil_gbps;   /* < 0: the memcpy rate measured here */
 } bench_opts;
 
 enum { OP_AR = 0, OP_RS, OP_AG, NOPS };
@@ -29,11 +33,13 @@ static const char *g_op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gath
 
 static void usage(FILE *f) {
     fprintf(f, "usage: zshard bench comm [--max-size 256M] [--min-size 4K] [--iters N]\n"
-               "                        [--comm shm,mpi,nccl] [--comm-timeout S] [--json]\n"
-               "                        [--no-staged]\n"
+               "                        [--comm shm,gloo,mpi] [--comm-timeout S] [--json]\n"
+               "                        [--no-staged] [--ceiling NAME=GBPS]\n"
                "Run under `zshard run -n N --` or `mpirun -np N`; rank 0 prints the table.\n"
                "shm rows use registered buffers (zs_comm_mem_alloc); shm-staged rows plain\n"
-               "ones (the staged path), unless --no-staged.\n");
+               "ones (the staged path), unless --no-staged. The last column is busbw as a\n"
+               "share of the memcpy rate measured first, or of --ceiling's rate (e.g. a network\n"
+               "link's, link=1.17).\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -44,6 +50,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->iters = 0;
     o->comm = NULL;
     o->timeout_s = 300;
+    snprintf(o->ceil_name, sizeof o->ceil_name, "memcpy");
+    o->ceil_gbps = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
@@ -71,6 +79,17 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->comm = v;
         } else if (!strcmp(a, "--comm-timeout")) {
             o->timeout_s = atof(v);
+        } else if (!strcmp(a, "--ceiling")) {
+            const char *eq = strchr(v, '=');
+            char *end = NULL;
+            double g = eq ? strtod(eq + 1, &end) : 0;
+            if (!eq || eq == v || eq - v >= (long)sizeof o->ceil_name || !end || *end || g <= 0)
+                return zs_cli_fail(2,
+                                   "bench comm: --ceiling wants NAME=GBPS (e.g. link=1.17), "
+                                   "not '%s'",
+                                   v);
+            snprintf(o->ceil_name, sizeof o->ceil_name, "%.*s", (int)(eq - v), v);
+            o->ceil_gbps = g;
         } else {
             return zs_cli_fail(2, "bench comm: unknown option '%s'", a);
         }
@@ -120,9 +139,14 @@ static int wanted(const bench_opts *o, const char *name) {
     return p && (p == o->comm || p[-1] == ',') && (p[l] == '\0' || p[l] == ',');
 }
 
-/* The backends this job can start: mpi only when MPI launched it (or a world of one). */
+/* The backends this job can start: mpi only when MPI launched it (or a world of one), gloo only
+ * with a rendezvous address (or a world of one). */
 static int usable(zs_comm_backend b) {
     if (!zs_comm_backend_available(b)) return 0;
+    if (b == ZS_COMM_GLOO) {
+        const char *ws = getenv("WORLD_SIZE"), *mp = getenv("MASTER_PORT");
+        return (mp && atoi(mp) > 0) || !ws || atoi(ws) <= 1;
+    }
     if (b == ZS_COMM_MPI) {
         const char *ws = getenv("WORLD_SIZE");
         return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || !ws || atoi(ws) <= 1;
@@ -201,11 +225,11 @@ int zs_bench_comm(int argc, char **argv) {
     bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
-    zs_comm_backend list[] = {ZS_COMM_SHM, ZS_COMM_MPI};
+    zs_comm_backend list[] = {ZS_COMM_SHM, ZS_COMM_GLOO, ZS_COMM_MPI};
     int code = 0, first_row = 1, is_rank0 = 0, ran = 0;
     size_t maxb = (size_t)o.max_bytes;
     double mc = -1;
-    for (int bi = 0; bi < 2 && code == 0; bi++) {
+    for (int bi = 0; bi < 3 && code == 0; bi++) {
         zs_comm_backend b = list[bi];
         if (!wanted(&o, zs_comm_backend_name(b)) || !usable(b)) continue;
         zs_comm_config cfg = zs_comm_config_default();
@@ -222,12 +246,20 @@ int zs_bench_comm(int argc, char **argv) {
             /* Measured alone: the other ranks wait in the barrier, off the cores. */
             if (rank == 0) mc = memcpy_gbps(64u << 20); /* DRAM, not cache */
             zs_comm_barrier(c, NULL, "memcpy");
+            char col[40];
+            snprintf(col, sizeof col, "%%%s", o.ceil_name);
             if (rank == 0 && o.json)
-                printf("{\"memcpy_gbps\": %.3f, \"ranks\": %d, \"results\": [", mc, n);
-            else if (rank == 0)
-                printf("memcpy (1 thread): %.2f GB/s   ranks: %d\n\n%-10s %-15s %12s %10s %10s "
-                       "%10s %9s\n",
-                       mc, n, "comm", "op", "bytes", "ms", "algbw", "busbw", "%memcpy");
+                printf("{\"memcpy_gbps\": %.3f, \"%s_gbps\": %.3f, \"ranks\": %d, "
+                       "\"results\": [",
+                       mc, o.ceil_name, o.ceil_gbps > 0 ? o.ceil_gbps : mc, n);
+            else if (rank == 0) {
+                printf("memcpy (1 thread): %.2f GB/s   ", mc);
+                if (o.ceil_gbps > 0)
+                    printf("%s (--ceiling): %.3f GB/s   ", o.ceil_name, o.ceil_gbps);
+                printf("ranks: %d\n\n%-10s %-15s %12s %10s %10s %10s %9s\n", n, "comm", "op",
+                       "bytes", "ms", "algbw", "busbw", col);
+            }
+            if (o.ceil_gbps > 0) mc = o.ceil_gbps;
             ran = 1;
         }
         /* shm: registered buffers (the direct path), then plain ones (the staged path) as

@@ -333,9 +333,10 @@ zs_status zs_trainer_any(zs_trainer_t *t, int flag, int *any);
 int zs_trainer_rank(const zs_trainer_t *t);
 int zs_trainer_world_size(const zs_trainer_t *t);
 /* The communication backend the trainer's communicator runs on ("local" for one process,
- * "shm", "mpi", "nccl"), and the device it computes on with the reason it was chosen
- * (zs_device_choose). */
+ * "shm", "gloo", "mpi", "nccl") and why it was chosen ("" for "local": zs_comm_backend_reason),
+ * and the device it computes on with the reason it was chosen (zs_device_choose). */
 const char *zs_trainer_comm_name(const zs_trainer_t *t);
+const char *zs_trainer_comm_reason(const zs_trainer_t *t);
 const char *zs_trainer_device(const zs_trainer_t *t, const char **why);
 /* Memory statistics of every rank, rank order, into all[world_size]. Collective. */
 zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all);
@@ -403,10 +404,13 @@ typedef struct zs_comm_work zs_comm_work_t;
 typedef struct zs_stream zs_stream_t; /* opaque; NULL on CPU (also declared by backend) */
 
 typedef enum zs_comm_backend {
-    ZS_COMM_AUTO = 0, /* ZS_COMM env, else shm when all ranks share a host, else mpi */
+    ZS_COMM_AUTO = 0, /* ZS_COMM env, else shm when all ranks share a host, else mpi under
+                         mpirun/srun, else gloo (docs/comm.md) */
     ZS_COMM_SHM,      /* CPU ranks on one host, POSIX shared memory */
-    ZS_COMM_MPI,      /* CPU ranks across hosts, when built with MPI */
+    ZS_COMM_MPI,      /* CPU ranks across hosts under mpirun/srun, when built with MPI */
     ZS_COMM_NCCL,     /* CUDA ranks, one GPU each, when built with NCCL */
+    ZS_COMM_GLOO,     /* CPU ranks across hosts met through MASTER_ADDR/MASTER_PORT, over
+                         libgloo's TCP transport, sums in rank order (bits equal to shm's) */
 } zs_comm_backend;
 
 typedef enum zs_reduce_op {
@@ -431,7 +435,7 @@ typedef struct zs_comm_config {
 } zs_comm_config;
 
 zs_comm_config zs_comm_config_default(void);
-/* "auto", "shm", "mpi", "nccl" <-> enum. */
+/* "auto", "shm", "mpi", "nccl", "gloo" <-> enum. */
 zs_status zs_comm_backend_parse(const char *name, zs_comm_backend *out);
 const char *zs_comm_backend_name(zs_comm_backend b);
 /* 1 if this build (and, for nccl, this machine) can create backend b. */
@@ -450,6 +454,9 @@ int zs_comm_world_size(const zs_comm_t *c);
 int zs_comm_local_rank(const zs_comm_t *c);
 int zs_comm_local_world_size(const zs_comm_t *c);
 zs_comm_backend zs_comm_get_backend(const zs_comm_t *c);
+/* Why this backend was chosen, for banners: "all 2 ranks on this host", "--comm gloo",
+ * "4 ranks on several hosts (2 here), met at 10.0.0.1:29500". Owned by c; "" for NULL. */
+const char *zs_comm_backend_reason(const zs_comm_t *c);
 
 /* Blocking collectives: return when recv holds the result (CPU) or, for nccl, when the
  * collective is enqueued on the stream. Issue order is kept with earlier async work. */
@@ -512,6 +519,9 @@ void zs_comm_mem_free(zs_comm_t *c, void *ptr);
  * one. The shm backend accounts exactly this in ZS_MEM_COMM while it is up, and the memory
  * estimator predicts it. MPI's and NCCL's internal buffers are theirs and not counted. */
 size_t zs_comm_shm_staging_bytes(int world_size);
+/* Bytes of receive windows the gloo backend allocates per rank (comm category) for world_size
+ * ranks at its default chunk; 0 when this build has no gloo. */
+size_t zs_comm_gloo_staging_bytes(int world_size);
 
 /* Block until the work is done (bounded by the comm timeout), then release the handle.
  * Returns the collective's status. */

@@ -23,6 +23,8 @@ NOT_RUN=(
     "cmake -S . -B build|configures the checkout: the build this test runs from"
     "cmake --build build|builds the checkout: the build this test runs from"
     "ctest --test-dir build|runs the whole suite, this test included"
+    "WORLD_SIZE=2 MASTER_ADDR=10.77.0.1|one process on each of two machines: test_multihost.sh runs it between network namespaces"
+    "--nnodes 2 --node-rank|one launcher on each of two machines: test_multihost.sh runs it between network namespaces"
 )
 OUTPUT_LANGS=" json text yaml "  # fenced blocks that show output or records, never commands
 

@@ -102,7 +102,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("zshard %d.%d.%d\n", ZS_VERSION_MAJOR, ZS_VERSION_MINOR, ZS_VERSION_PATCH);
+        printf("zshard %d.%d.%d\ncomm backends built:", ZS_VERSION_MAJOR, ZS_VERSION_MINOR,
+               ZS_VERSION_PATCH);
+        /* what this build can start (nccl also needs a GPU here) */
+        for (int b = ZS_COMM_SHM; b <= ZS_COMM_GLOO; b++)
+            if (zs_comm_backend_available((zs_comm_backend)b))
+                printf(" %s", zs_comm_backend_name((zs_comm_backend)b));
+        printf("\n");
         return 0;
     }
     fprintf(stderr, "zshard: unknown command '%s' (try `zshard help`)\n", cmd);

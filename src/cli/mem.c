@@ -49,7 +49,7 @@ static void usage(FILE *f) {
             "                  [--batch B] [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
             "                  [--recompute none|block] [--attention flash|naive]\n"
             "                  [--dtype fp32|bf16] [--device cpu|cuda|auto]\n"
-            "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|mpi|nccl]\n"
+            "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|gloo|mpi|nccl]\n"
             "                  [--device-mem SIZE] [--tie-embeddings on|off] [--compare]\n"
             "                  [--docs none|pack|concat|pad]\n"
             "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"

@@ -281,7 +281,9 @@ int zs_cli_train(int argc, char **argv) {
                    (long long)dp0.steps_per_epoch,
                    o.cfg.epochs ? "" : " (no --epochs: --steps sets the length)");
         const char *why = NULL, *dev = zs_trainer_device(t, &why);
-        printf("  device %s (%s), comm %s\n", dev, why, zs_trainer_comm_name(t));
+        const char *cwhy = zs_trainer_comm_reason(t);
+        printf("  device %s (%s), comm %s%s%s%s\n", dev, why, zs_trainer_comm_name(t),
+               *cwhy ? " (" : "", cwhy, *cwhy ? ")" : "");
         const char *omp = getenv("OMP_NUM_THREADS"), *wp = getenv("OMP_WAIT_POLICY");
         printf("  threads per rank: %s (OMP_WAIT_POLICY=%s; %d core%s usable)\n",
                omp ? omp : "runtime default", wp ? wp : "unset", zs_cli_cores(),
@@ -419,7 +421,7 @@ int zs_cli_train(int argc, char **argv) {
                          .attention = o.cfg.attention,
                          .dtype = o.cfg.dtype,
                          .reduce_dtype = o.cfg.reduce_dtype,
-                         .comm = o.cfg.comm,
+                         .comm = world > 1 ? zs_trainer_comm_name(t) : o.cfg.comm,
                          .device = zs_trainer_device(t, NULL),
                          .docs = o.cfg.docs};
     zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,

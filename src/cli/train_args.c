@@ -83,7 +83,7 @@ void zs_train_usage(FILE *f) {
             "                      probabilities in backward; naive keeps T x T [flash]\n"
             "  --device D          cpu|cuda|auto: auto takes a CUDA device when one is\n"
             "                      visible, else the CPU (docs/cuda.md) [auto]\n"
-            "  --comm NAME         auto|shm|mpi|nccl [auto, or $ZS_COMM]\n"
+            "  --comm NAME         auto|shm|gloo|mpi|nccl [auto, or $ZS_COMM]\n"
             "  --comm-timeout S    seconds before a stuck collective fails [300]\n"
             "evaluation and output:\n"
             "  --val-every N       validation loss every N steps, 0 = only at the end [50]\n"

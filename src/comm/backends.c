@@ -24,3 +24,13 @@ int zs_comm_nccl_device_count(void) {
     return 0;
 }
 #endif
+
+#ifndef ZS_HAVE_GLOO
+const zs_comm_backend_ops *zs_comm_gloo_ops(void) {
+    return NULL;
+}
+size_t zs_comm_gloo_staging_bytes(int world_size) {
+    (void)world_size;
+    return 0;
+}
+#endif

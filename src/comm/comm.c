@@ -3,13 +3,16 @@
 #include "comm/comm_internal.h"
 #include "comm/device.h"
 #include "comm/staged.h"
+#include "comm/store.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/timer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 zs_comm_config zs_comm_config_default(void) {
     zs_comm_config c;
@@ -30,13 +33,14 @@ zs_comm_config zs_comm_config_default(void) {
 }
 
 zs_status zs_comm_backend_parse(const char *name, zs_comm_backend *out) {
-    static const char *names[] = {"auto", "shm", "mpi", "nccl"};
-    for (int i = 0; i < 4; i++)
+    static const char *names[] = {"auto", "shm", "mpi", "nccl", "gloo"};
+    for (int i = 0; i < 5; i++)
         if (name && !strcmp(name, names[i])) {
             *out = (zs_comm_backend)i;
             return ZS_OK;
         }
-    return zs_error(ZS_ERR_INVALID, "unknown comm backend '%s' (expected auto, shm, mpi or nccl)",
+    return zs_error(ZS_ERR_INVALID,
+                    "unknown comm backend '%s' (expected auto, shm, mpi, nccl or gloo)",
                     name ? name : "(null)");
 }
 
@@ -50,6 +54,8 @@ const char *zs_comm_backend_name(zs_comm_backend b) {
         return "mpi";
     case ZS_COMM_NCCL:
         return "nccl";
+    case ZS_COMM_GLOO:
+        return "gloo";
     }
     return "unknown";
 }
@@ -63,6 +69,8 @@ int zs_comm_backend_available(zs_comm_backend b) {
         return zs_comm_mpi_ops() != NULL;
     case ZS_COMM_NCCL:
         return zs_comm_nccl_ops() != NULL && zs_comm_nccl_device_count() > 0;
+    case ZS_COMM_GLOO:
+        return zs_comm_gloo_ops() != NULL;
     }
     return 0;
 }
@@ -87,30 +95,137 @@ const char *zs_coll_name(zs_coll_kind k) {
     return "unknown";
 }
 
-static zs_status resolve_backend(zs_comm_backend want, const zs_comm_env *env,
-                                 zs_comm_backend *out) {
+/* Ranks that span hosts: mpi when an MPI launcher started them (it knows the job), else gloo
+ * through the rendezvous address, else mpi as the last resort. Fills why for the banner. */
+static zs_status resolve_backend(zs_comm_backend want, const zs_comm_env *env, zs_comm_backend *out,
+                                 char *why, size_t cap) {
     zs_status st = ZS_OK;
     const char *e = getenv("ZS_COMM");
-    if (want == ZS_COMM_AUTO && e && *e) ZS_CHECK(zs_comm_backend_parse(e, &want));
+    int by_mpi = !strcmp(env->source, "mpirun") || !strcmp(env->source, "srun");
+    if (want != ZS_COMM_AUTO) snprintf(why, cap, "--comm %s", zs_comm_backend_name(want));
+    if (want == ZS_COMM_AUTO && e && *e) {
+        ZS_CHECK(zs_comm_backend_parse(e, &want));
+        snprintf(why, cap, "ZS_COMM=%.32s", e);
+    }
     if (want == ZS_COMM_AUTO) {
-        if (env->local_world_size == env->world_size)
+        if (env->local_world_size == env->world_size) {
             want = ZS_COMM_SHM;
-        else if (zs_comm_mpi_ops())
+            snprintf(why, cap, "auto: all %d ranks on this host", env->world_size);
+        } else if (by_mpi && zs_comm_mpi_ops()) {
             want = ZS_COMM_MPI;
-        else
+            snprintf(why, cap, "auto: %d ranks on several hosts (%d here), started by %s",
+                     env->world_size, env->local_world_size, env->source);
+        } else if (zs_comm_gloo_ops() && env->master_port > 0) {
+            want = ZS_COMM_GLOO;
+            snprintf(why, cap, "auto: %d ranks on several hosts (%d here), met at %.64s:%d",
+                     env->world_size, env->local_world_size, env->master_addr, env->master_port);
+        } else if (zs_comm_mpi_ops()) {
+            want = ZS_COMM_MPI;
+            snprintf(why, cap, "auto: %d ranks on several hosts (%d here), no MASTER_PORT%s",
+                     env->world_size, env->local_world_size,
+                     zs_comm_gloo_ops() ? "" : " and no gloo in this build");
+        } else {
             ZS_REQUIRE(0, ZS_ERR_UNSUPPORTED,
-                       "the %d ranks span several hosts (%d local): that needs the mpi backend, "
-                       "and this build has no MPI",
+                       "the %d ranks span several hosts (%d local): that needs the gloo backend "
+                       "(configure with -DZS_GLOO=ON, libgloo-dev) or the mpi backend, and this "
+                       "build has neither",
                        env->world_size, env->local_world_size);
+        }
     }
     ZS_REQUIRE(want != ZS_COMM_MPI || zs_comm_mpi_ops(), ZS_ERR_UNSUPPORTED,
                "comm backend mpi: this build has no MPI (configure with -DZS_MPI=ON)");
     ZS_REQUIRE(want != ZS_COMM_NCCL || zs_comm_nccl_ops(), ZS_ERR_UNSUPPORTED,
                "comm backend nccl: this build has no NCCL (configure with -DZS_NCCL=ON)");
+    ZS_REQUIRE(want != ZS_COMM_GLOO || zs_comm_gloo_ops(), ZS_ERR_UNSUPPORTED,
+               "comm backend gloo: this build has no libgloo (install libgloo-dev and configure "
+               "with -DZS_GLOO=ON)");
     ZS_REQUIRE(want != ZS_COMM_SHM || env->local_world_size == env->world_size, ZS_ERR_UNSUPPORTED,
                "comm backend shm needs all ranks on one host, but only %d of %d are local",
                env->local_world_size, env->world_size);
     *out = want;
+fail:
+    return st;
+}
+
+/* Ranks started by hand with torchrun's RANK/WORLD_SIZE meet through MASTER_ADDR/MASTER_PORT
+ * (as torch's env:// does) or, on one host, through a shared ZS_JOB_ID. With neither, each
+ * would wait out the timeout for peers it cannot find: say what is missing at once. */
+static zs_status check_meeting_point(const zs_comm_env *env) {
+    const char *job = getenv("ZS_JOB_ID");
+    if (env->world_size <= 1 || env->master_port > 0 || (job && *job) ||
+        strcmp(env->source, "torchrun"))
+        return ZS_OK;
+    return zs_error(ZS_ERR_INVALID,
+                    "rank %d of %d (RANK/WORLD_SIZE from the environment) has no MASTER_PORT: "
+                    "set MASTER_ADDR (rank 0's host, default 127.0.0.1) and MASTER_PORT (a free "
+                    "port, the same on every rank), or on one host ZS_JOB_ID (any string shared "
+                    "by the ranks of this job); `zshard run` sets them for you",
+                    env->rank, env->world_size);
+}
+
+zs_status zs_comm_store_open(zs_comm_t *c, zs_store **out, int *owned) {
+    *owned = c->store == NULL;
+    if (c->store) {
+        *out = c->store;
+        return ZS_OK;
+    }
+    return zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0,
+                           c->env.world_size, c->timeout_s, out);
+}
+
+void zs_comm_store_close(zs_store *s, int owned) {
+    if (owned) zs_store_destroy(s);
+}
+
+/* What makes two processes one host for the shm backend: the same kernel (boot id) and the same
+ * mount and network namespaces (one /dev/shm; containers and network namespaces count as hosts
+ * of their own). */
+static void host_identity(char *out, size_t cap) {
+    char boot[64] = "", mnt[64] = "", net[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f)) boot[0] = '\0';
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    ssize_t n = readlink("/proc/self/ns/mnt", mnt, sizeof mnt - 1);
+    mnt[n > 0 ? n : 0] = '\0';
+    n = readlink("/proc/self/ns/net", net, sizeof net - 1);
+    net[n > 0 ? n : 0] = '\0';
+    snprintf(out, cap, "%s %s %s", boot, mnt, net);
+}
+
+/* Ranks started by hand (RANK, WORLD_SIZE, MASTER_ADDR/PORT and no LOCAL_WORLD_SIZE, as the
+ * lecture's one-process-per-machine launch does): which of them share this host is asked of
+ * the store, so that auto picks shm only where it can work. The store stays open for the
+ * backend's init. */
+static zs_status discover_locality(zs_comm_t *c) {
+    zs_status st = ZS_OK;
+    char me[300], other[300], key[64];
+    int local = 0, before = 0, theirs = 0, n = 0;
+    snprintf(me, sizeof me, "%d ", c->env.world_size);
+    host_identity(me + strlen(me), sizeof me - strlen(me));
+    ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0,
+                             c->env.world_size, c->timeout_s, &c->store));
+    snprintf(key, sizeof key, "local/%d", c->env.rank);
+    ZS_CHECK(zs_store_set(c->store, key, me, strlen(me) + 1));
+    for (int p = 0; p < c->env.world_size; p++) {
+        size_t len = 0;
+        snprintf(key, sizeof key, "local/%d", p);
+        ZS_CHECK(zs_store_get(c->store, key, other, sizeof other - 1, &len));
+        other[len < sizeof other ? len : sizeof other - 1] = '\0';
+        ZS_REQUIRE(sscanf(other, "%d %n", &theirs, &n) == 1 && theirs == c->env.world_size,
+                   ZS_ERR_INVALID,
+                   "mismatched world sizes: rank %d has WORLD_SIZE=%d but rank %d has %d; start "
+                   "every rank with the same WORLD_SIZE",
+                   p, theirs, c->env.rank, c->env.world_size);
+        if (strcmp(other, me)) continue;
+        local++;
+        if (p < c->env.rank) before++;
+    }
+    c->env.local_world_size = local;
+    c->env.local_rank = before;
+    c->env.local_known = 1;
 fail:
     return st;
 }
@@ -129,10 +244,16 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
     pthread_mutex_init(&c->ring_lock, NULL);
     ZS_CHECK(zs_comm_env_read(&cfg, &c->env));
     if (c->env.world_size > 1) zs_log_set_rank(c->env.rank);
-    ZS_CHECK(resolve_backend(cfg.backend, &c->env, &c->backend));
-    c->ops = c->backend == ZS_COMM_SHM   ? &zs_comm_shm_ops
-             : c->backend == ZS_COMM_MPI ? zs_comm_mpi_ops()
-                                         : zs_comm_nccl_ops();
+    ZS_CHECK(check_meeting_point(&c->env));
+    if (c->env.world_size > 1 && !c->env.local_known && c->env.master_port > 0) {
+        c->timeout_s = cfg.timeout_s;
+        ZS_CHECK(discover_locality(c));
+    }
+    ZS_CHECK(resolve_backend(cfg.backend, &c->env, &c->backend, c->why, sizeof c->why));
+    c->ops = c->backend == ZS_COMM_SHM    ? &zs_comm_shm_ops
+             : c->backend == ZS_COMM_MPI  ? zs_comm_mpi_ops()
+             : c->backend == ZS_COMM_GLOO ? zs_comm_gloo_ops()
+                                          : zs_comm_nccl_ops();
     c->timeout_s = cfg.timeout_s;
     c->check = cfg.check;
     c->delay_s = cfg.debug_delay_s;
@@ -140,6 +261,8 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
     c->device = cfg.device >= 0 ? cfg.device : c->env.local_rank;
     c->t0 = zs_now_s();
     ZS_CHECK(c->ops->init(c));
+    zs_store_destroy(c->store);
+    c->store = NULL;
     ZS_CHECK(zs_queue_create(c, &c->queue));
     ZS_LOG_D("comm: rank %d of %d (local %d of %d, from %s), backend %s", c->env.rank,
              c->env.world_size, c->env.local_rank, c->env.local_world_size, c->env.source,
@@ -149,6 +272,7 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
 fail:
     if (c && c->impl && c->ops) c->ops->fini(c);
     if (c) {
+        zs_store_destroy(c->store);
         zs_queue_destroy(c->queue);
         free(c);
     }
@@ -241,6 +365,9 @@ int zs_comm_local_world_size(const zs_comm_t *c) {
 }
 zs_comm_backend zs_comm_get_backend(const zs_comm_t *c) {
     return c ? c->backend : ZS_COMM_AUTO;
+}
+const char *zs_comm_backend_reason(const zs_comm_t *c) {
+    return c ? c->why : "";
 }
 
 /* ---- failure ---------------------------------------------------------------------------- */

@@ -89,6 +89,7 @@ struct zs_comm_staging;                     /* staged.h */
 struct zs_comm {
     zs_comm_env env;
     zs_comm_backend backend;
+    char why[256]; /* why this backend: the banner's reason (zs_comm_backend_reason) */
     const zs_comm_backend_ops *ops;
     void *impl; /* backend state */
     double timeout_s;
@@ -113,6 +114,10 @@ struct zs_comm {
 
     zs_comm_queue *queue;
 
+    /* The rendezvous store while the communicator is created, when comm.c opened it (the
+     * locality check); backends take it through zs_comm_store_open. */
+    struct zs_store *store;
+
     /* Device buffers (comm/device.h): the device, its stream for this communicator's work, and
      * the host staging that host backends run through (NULL: buffers are host-readable). */
     const zs_device *dev;
@@ -124,12 +129,20 @@ struct zs_comm {
 extern const zs_comm_backend_ops zs_comm_shm_ops;
 const zs_comm_backend_ops *zs_comm_mpi_ops(void);
 const zs_comm_backend_ops *zs_comm_nccl_ops(void);
+/* gloo.cc: NULL when this build has no libgloo. */
+const zs_comm_backend_ops *zs_comm_gloo_ops(void);
 int zs_comm_nccl_device_count(void);
 /* MPI_Bcast of raw bytes over MPI_COMM_WORLD (initializing MPI if needed); bootstraps nccl
  * under mpirun. ZS_ERR_UNSUPPORTED without MPI. */
 zs_status zs_comm_mpi_bcast_bytes(void *buf, size_t nbytes, int root);
 
 const char *zs_coll_name(zs_coll_kind k);
+
+/* The rendezvous store on MASTER_ADDR:MASTER_PORT for a backend's init: the communicator's
+ * own when it has one open (*owned = 0), else a new one (*owned = 1). zs_comm_store_close
+ * destroys it only when owned. */
+zs_status zs_comm_store_open(zs_comm_t *c, struct zs_store **out, int *owned);
+void zs_comm_store_close(struct zs_store *s, int owned);
 
 /* Run one collective now on this thread: delay, check mode, ring, backend, sticky error.
  * The single path used by the inline (sync) case and by the comm thread. */

@@ -69,6 +69,7 @@ zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *e) {
     e->world_size = 1;
     e->local_rank = 0;
     e->local_world_size = 1;
+    e->local_known = 1;
 
     ZS_CHECK(env_int("RANK", &rank));
     ZS_CHECK(env_int("WORLD_SIZE", &world));
@@ -80,6 +81,7 @@ zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *e) {
         e->world_size = world;
         e->local_rank = lrank >= 0 ? lrank : rank;
         e->local_world_size = lworld >= 0 ? lworld : world;
+        e->local_known = lworld >= 0;
     } else {
         ZS_CHECK(env_int("SLURM_PROCID", &rank));
         ZS_CHECK(env_int("SLURM_NTASKS", &world));
@@ -126,7 +128,8 @@ zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *e) {
         if (cfg->rank >= 0) e->rank = cfg->rank, e->source = "config";
         if (cfg->world_size >= 0) e->world_size = cfg->world_size;
         if (cfg->local_rank >= 0) e->local_rank = cfg->local_rank;
-        if (cfg->local_world_size >= 0) e->local_world_size = cfg->local_world_size;
+        if (cfg->local_world_size >= 0)
+            e->local_world_size = cfg->local_world_size, e->local_known = 1;
         if (cfg->master_addr) copy_str(e->master_addr, sizeof e->master_addr, cfg->master_addr);
         if (cfg->master_port > 0) e->master_port = cfg->master_port;
     }

@@ -11,6 +11,8 @@ typedef struct zs_comm_env {
     int world_size;
     int local_rank;
     int local_world_size;
+    int local_known;       /* 0: ranks started by hand with RANK/WORLD_SIZE and no
+                              LOCAL_WORLD_SIZE, so which ranks share a host is not yet known */
     char master_addr[256]; /* "" when no master is known */
     int master_port;       /* 0 when none */
     char job_key[128];     /* unique per job on a host: names the shm segment without a store */

@@ -53,11 +53,11 @@ int zs_comm_nccl_device_count(void) {
 static zs_status exchange_id(zs_comm_t *c, ncclUniqueId *id) {
     zs_status st = ZS_OK;
     zs_store *store = NULL;
+    int owned = 0;
     if (c->env.rank == 0) ZS_NCCL_CHECK(ncclGetUniqueId(id));
     if (c->env.world_size == 1) return ZS_OK;
     if (c->env.master_port > 0) {
-        ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0,
-                                 c->env.world_size, c->timeout_s, &store));
+        ZS_CHECK(zs_comm_store_open(c, &store, &owned));
         if (c->env.rank == 0)
             ZS_CHECK(zs_store_set(store, "nccl/id", id, sizeof *id));
         else
@@ -67,7 +67,7 @@ static zs_status exchange_id(zs_comm_t *c, ncclUniqueId *id) {
         ZS_CHECK(zs_comm_mpi_bcast_bytes(id, sizeof *id, 0));
     }
 fail:
-    zs_store_destroy(store);
+    zs_comm_store_close(store, owned);
     return st;
 }
 

@@ -218,6 +218,7 @@ static void shm_fini(zs_comm_t *c);
 static zs_status shm_init(zs_comm_t *c) {
     zs_status st = ZS_OK;
     zs_store *store = NULL;
+    int store_owned = 0;
     shm_ctx *s = calloc(1, sizeof *s);
     ZS_REQUIRE(s, ZS_ERR_OOM, "shm: out of memory");
     c->impl = s;
@@ -237,8 +238,7 @@ static zs_status shm_init(zs_comm_t *c) {
 
     if (c->env.master_port > 0) {
         /* The store names a fresh segment; the job key keeps it findable by the launcher. */
-        ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, s->rank == 0, s->world,
-                                 c->timeout_s, &store));
+        ZS_CHECK(zs_comm_store_open(c, &store, &store_owned));
         if (s->rank == 0) {
             unsigned rnd = (unsigned)(zs_now_ns() ^ ((uint64_t)getpid() << 16));
             snprintf(s->name, sizeof s->name, "/zshard-%s-%d-%08x", c->env.job_key, getpid(), rnd);
@@ -279,13 +279,13 @@ static zs_status shm_init(zs_comm_t *c) {
         s->unlinked = 1;
     }
     if (store) ZS_CHECK(zs_store_barrier(store, "shm/attached", s->world));
-    zs_store_destroy(store);
+    zs_comm_store_close(store, store_owned);
     /* This rank's share of the segment: its two slots (the header is a few KiB). */
     ZS_CHECK(zs_mem_account(ZS_MEM_COMM, (int64_t)(2 * s->slot_bytes), "shm staging"));
     s->staging_accounted = 1;
     return ZS_OK;
 fail:
-    zs_store_destroy(store);
+    zs_comm_store_close(store, store_owned);
     return st;
 }
 

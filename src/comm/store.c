@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 enum { CMD_SET = 1, CMD_GET = 2, CMD_ADD = 3 };
-#define MAX_KEYS 256
+#define MAX_KEYS 4096 /* a few keys per rank: shm, gloo and the locality check */
 #define MAX_CLIENTS 1024
 #define MAX_LEN 65536
 
@@ -244,6 +244,11 @@ static zs_status client_connect(zs_store *s, const char *addr, int port) {
         hints.ai_family = AF_UNSPEC;
         hints.ai_socktype = SOCK_STREAM;
         int gr = getaddrinfo(addr, portstr, &hints, &res);
+        if (gr == EAI_NONAME)
+            return zs_error(ZS_ERR_INVALID,
+                            "rendezvous master address '%s' does not resolve (%s): check "
+                            "MASTER_ADDR / --master-addr",
+                            addr, gai_strerror(gr));
         if (gr != 0) {
             why = gai_strerror(gr);
         } else {

@@ -147,6 +147,9 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
      * not allocated through zshard and are not counted. */
     else if (!strcmp(comm, "mpi") && world > 1 && (stage >= 1 || g16))
         b[ZS_MEM_COMM] = 2 * (uint64_t)sizes[0] * sizeof(float);
+    /* The gloo backend's receive windows (src/comm/gloo.cc), allocated once per communicator. */
+    else if (!strcmp(comm, "gloo"))
+        b[ZS_MEM_COMM] = zs_comm_gloo_staging_bytes(world);
     /* The engine's own scratch: host values through collectives, gradient-norm partial sums. */
     uint64_t xc = 0, xw = 0;
     zs_engine_scratch_bytes(&l, world, opts->reduce_dtype, &xc, &xw);

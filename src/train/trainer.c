@@ -479,6 +479,10 @@ const char *zs_trainer_comm_name(const zs_trainer_t *t) {
     return t->comm ? zs_comm_backend_name(zs_comm_get_backend(t->comm)) : "local";
 }
 
+const char *zs_trainer_comm_reason(const zs_trainer_t *t) {
+    return t->comm ? zs_comm_backend_reason(t->comm) : "";
+}
+
 const char *zs_trainer_device(const zs_trainer_t *t, const char **why) {
     if (why) *why = t->device_why;
     return t->device;

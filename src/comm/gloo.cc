@@ -1,0 +1,592 @@
+/* gloo backend: CPU ranks across hosts over libgloo's TCP transport, met through zshard's
+ * rendezvous store on MASTER_ADDR/MASTER_PORT. Only gloo's pairs and unbound buffers are used:
+ * each rank owns a slice, receives the N contributions to it and sums them in rank order with
+ * the shm backend's reduction (zs_reduce_*), so results equal shm's bit for bit; all_reduce is
+ * that reduce-scatter followed by an all-gather. The only C++ in zshard, behind the C table. */
+extern "C" {
+#include "comm/comm_internal.h"
+#include "comm/store.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/timer.h"
+}
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <csignal>
+#include <netdb.h>
+#include <string>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using UBuf = gloo::transport::UnboundBuffer;
+
+constexpr size_t kMaxChunk = 4u << 20; /* bytes per peer and window of a reduce-scatter */
+constexpr size_t kMinChunk = 256u << 10;
+constexpr size_t kStagingBudget = 16u << 20; /* all windows of a rank, where the chunk allows */
+constexpr int kDepth = 2;                    /* reduce-scatter windows in flight */
+constexpr size_t kAlign = 32;                /* slice boundaries, elements (as shm's) */
+
+/* A zshard failure raised through gloo's callbacks (the store), carrying the status. */
+struct ZsFailure : std::exception {
+    zs_status st;
+    explicit ZsFailure(zs_status s) : st(s) {}
+};
+
+/* gloo's rendezvous store over zshard's TCP store, keys under "gloo/". */
+class ZsStore : public gloo::rendezvous::Store {
+  public:
+    explicit ZsStore(zs_store *s) : s_(s) {}
+    void set(const std::string &key, const std::vector<char> &data) override {
+        zs_status st = zs_store_set(s_, ("gloo/" + key).c_str(), data.data(), data.size());
+        if (st != ZS_OK) throw ZsFailure(st);
+    }
+    std::vector<char> get(const std::string &key) override {
+        std::vector<char> v(65536);
+        size_t len = 0;
+        zs_status st = zs_store_get(s_, ("gloo/" + key).c_str(), v.data(), v.size(), &len);
+        if (st != ZS_OK) throw ZsFailure(st);
+        v.resize(len);
+        return v;
+    }
+    void wait(const std::vector<std::string> &keys) override {
+        for (const auto &k : keys)
+            get(k);
+    }
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &) override {
+        wait(keys);
+    }
+
+  private:
+    zs_store *s_;
+};
+
+struct Ctx {
+    int rank = 0, world = 1;
+    double timeout_s = 300;
+    std::shared_ptr<gloo::transport::Device> dev;
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::vector<std::string> peer_host; /* the interface address each rank bound */
+    size_t chunk = kMaxChunk;
+    char *staging = nullptr; /* kDepth windows x (world-1) peers x chunk bytes */
+    size_t staging_bytes = 0;
+    /* receive buffers: [window slot][peer index], each one peer's part of one window */
+    std::vector<std::vector<std::unique_ptr<UBuf>>> win;
+    uint64_t nops = 0; /* collectives run: the same count on every rank */
+    char token_out[1] = {1};
+    std::vector<char> token_in;
+};
+
+/* The default window per peer: 4 MiB (long TCP transfers) while the windows of all peers fit
+ * in 16 MiB, smaller for large worlds, never under 256 KiB. */
+size_t default_chunk(int world) {
+    size_t c = world > 1 ? kStagingBudget / ((size_t)kDepth * (size_t)(world - 1)) : kMaxChunk;
+    c = c > kMaxChunk ? kMaxChunk : c < kMinChunk ? kMinChunk : c;
+    return c / 4096 * 4096;
+}
+
+std::chrono::milliseconds ms(double s) {
+    return std::chrono::milliseconds((long long)(s * 1000.0) + 1);
+}
+
+/* One posted operation stream: a buffer that talks to one peer only, so that the buffer
+ * gloo raises an error on names the rank at fault. */
+struct Op {
+    UBuf *b;
+    int peer, is_send, left;
+};
+
+/* The unbound-buffer operations of one collective, and their completion. */
+struct Round {
+    Ctx *g;
+    std::vector<std::unique_ptr<UBuf>> owned;
+    std::vector<Op> ops;
+    int thrown_peer = -1; /* a post that threw: its pair had already failed */
+    explicit Round(Ctx *c) : g(c) {}
+    uint64_t slot(uint64_t k) const {
+        return (g->nops << 24) | (k & 0xffffff);
+    }
+    UBuf *make(const void *p, size_t nbytes) {
+        owned.push_back(g->ctx->createUnboundBuffer(const_cast<void *>(p), nbytes));
+        return owned.back().get();
+    }
+    Op &find(UBuf *b, int peer, int is_send) {
+        for (auto &o : ops)
+            if (o.b == b) return o;
+        ops.push_back(Op{b, peer, is_send, 0});
+        return ops.back();
+    }
+    void post(UBuf *b, int peer, int is_send, uint64_t k, size_t off, size_t n) {
+        if (!n) return;
+        thrown_peer = peer;
+        if (is_send)
+            b->send(peer, slot(k), off, n);
+        else
+            b->recv(peer, slot(k), off, n);
+        thrown_peer = -1;
+        find(b, peer, is_send).left++;
+    }
+    /* Every outstanding completion on b, each wait bounded by the comm timeout (no progress
+     * for that long fails; a long transfer that moves does not). */
+    void wait(UBuf *b) {
+        for (auto &o : ops) {
+            if (o.b != b) continue;
+            while (o.left > 0) {
+                if (o.is_send)
+                    o.b->waitSend(nullptr, ms(g->timeout_s));
+                else
+                    o.b->waitRecv(nullptr, ms(g->timeout_s));
+                o.left--;
+            }
+        }
+    }
+    void wait_sends() {
+        for (auto &o : ops)
+            if (o.is_send) wait(o.b);
+    }
+    /* After an exception: which peers' connections failed on their own (not through our
+     * timeout). Each buffer still owed completions is asked without waiting: those that came
+     * are counted, gloo keeps a failed pair's first error in its buffers, and the healthy ones
+     * report a timeout (ours, which closed every pair). */
+    std::vector<int> failed_peers(const char *first, int first_peer) {
+        std::vector<int> bad((size_t)g->world, 0), v;
+        if (first_peer >= 0 && !strstr(first, "imeout")) bad[(size_t)first_peer] = 1;
+        for (auto &o : ops) {
+            try {
+                while (o.left > 0) {
+                    if (o.is_send)
+                        o.b->waitSend(nullptr, std::chrono::milliseconds(0));
+                    else
+                        o.b->waitRecv(nullptr, std::chrono::milliseconds(0));
+                    o.left--;
+                }
+            } catch (const std::exception &e) {
+                if (!strstr(e.what(), "imeout")) bad[(size_t)o.peer] = 1;
+            }
+        }
+        for (int p = 0; p < g->world; p++)
+            if (bad[(size_t)p]) v.push_back(p);
+        return v;
+    }
+    std::vector<int> owing() const {
+        std::vector<int> has(g->world, 0), v;
+        for (auto &o : ops)
+            if (o.left > 0) has[o.peer] = 1;
+        for (int p = 0; p < g->world; p++)
+            if (has[p]) v.push_back(p);
+        return v;
+    }
+};
+
+std::string ranks_text(const Ctx *g, const std::vector<int> &v) {
+    std::string s;
+    for (int q : v)
+        s += (s.empty() ? "" : ", ") + std::to_string(q) + " (" + g->peer_host[q] + ")";
+    return s;
+}
+
+/* gloo's exception as zshard's error naming the rank at fault: a failed connection names its
+ * peer; our own timeout names the peers that still owed data. */
+zs_status gloo_error(Round &rd, const char *what, int where_peer) {
+    const Ctx *g = rd.g;
+    int timed_out = strstr(what, "Timed out") != nullptr;
+    std::vector<int> bad = rd.failed_peers(what, timed_out ? -1 : where_peer);
+    std::vector<int> owing = rd.owing();
+    if (!bad.empty())
+        return zs_error(
+            ZS_ERR_COMM,
+            "gloo: lost peer rank %s: the connection failed (the process died or its host "
+            "left the network): %s",
+            ranks_text(g, bad).c_str(), what);
+    if (timed_out)
+        return zs_error(
+            ZS_ERR_TIMEOUT,
+            "gloo: no progress within %.1f s: still waiting for peer rank %s (dead, stuck, "
+            "not calling this collective, or its host left the network)",
+            g->timeout_s, owing.empty() ? "?" : ranks_text(g, owing).c_str());
+    return zs_error(ZS_ERR_COMM, "gloo: %s", what);
+}
+
+void reduce_into(zs_dtype dt, void *out, const void *const *in, int n, size_t count, int avg) {
+    if (dt == ZS_DTYPE_F32)
+        zs_reduce_f32((float *const *)&out, 1, (const float *const *)in, n, count, avg, n, 0);
+    else
+        zs_reduce_bf16((uint16_t *const *)&out, 1, (const uint16_t *const *)in, n, count, avg, n,
+                       0);
+}
+
+/* Reduce-scatter over slices: rank q's slice of `send` is [off[q], off[q] + len[q]) elements;
+ * my slice's sum over all ranks, in rank order, goes to `out`. Windows of `chunk` bytes per
+ * peer, kDepth in flight; every send is posted at once (gloo writes each when its receiver has
+ * asked for it), so both directions of every link carry data together. */
+void rs_slices(Ctx *g, Round &rd, zs_dtype dt, int avg, const char *send,
+               const std::vector<size_t> &off, const std::vector<size_t> &len, char *out) {
+    const int n = g->world, r = g->rank;
+    const size_t esz = zs_dtype_size(dt), w = g->chunk / esz;
+    const size_t total = (off[n - 1] + len[n - 1]) * esz;
+    for (int q = 0; q < n; q++) {
+        if (q == r) continue;
+        UBuf *sb = rd.make(send, total);
+        for (size_t k = 0; k * w < len[q]; k++) {
+            size_t m = len[q] - k * w < w ? len[q] - k * w : w;
+            rd.post(sb, q, 1, k, (off[q] + k * w) * esz, m * esz);
+        }
+    }
+    const size_t nwin = (len[r] + w - 1) / w;
+    auto post = [&](size_t k) {
+        size_t m = len[r] - k * w < w ? len[r] - k * w : w;
+        for (int p = 0, i = 0; p < n; p++)
+            if (p != r) rd.post(g->win[k % kDepth][(size_t)i++].get(), p, 0, k, 0, m * esz);
+    };
+    for (size_t k = 0; k < nwin && k < (size_t)kDepth; k++)
+        post(k);
+    std::vector<const void *> in((size_t)n);
+    for (size_t k = 0; k < nwin; k++) {
+        const size_t m = len[r] - k * w < w ? len[r] - k * w : w;
+        for (int p = 0, i = 0; p < n; p++) {
+            if (p == r) {
+                in[(size_t)p] = send + (off[r] + k * w) * esz;
+                continue;
+            }
+            UBuf *b = g->win[k % kDepth][(size_t)i++].get();
+            rd.wait(b);
+            in[(size_t)p] = b->ptr;
+        }
+        reduce_into(dt, out + k * w * esz, in.data(), n, m, avg);
+        if (k + kDepth < nwin) post(k + kDepth);
+    }
+    rd.wait_sends();
+}
+
+/* All-gather over slices: my [off[r], +len[r]) of `recv` goes to every peer (from `mine`), and
+ * each peer's slice lands in place. Every transfer is posted at once, both directions. */
+void ag_slices(Ctx *g, Round &rd, size_t esz, const char *mine, const std::vector<size_t> &off,
+               const std::vector<size_t> &len, char *recv) {
+    const int n = g->world, r = g->rank;
+    std::vector<UBuf *> rb((size_t)n, nullptr);
+    for (int q = 0; q < n; q++)
+        if (q != r && len[q]) {
+            rb[(size_t)q] = rd.make(recv + off[q] * esz, len[q] * esz);
+            rd.post(rb[(size_t)q], q, 0, 0, 0, len[q] * esz);
+        }
+    for (int q = 0; q < n && len[r]; q++)
+        if (q != r) rd.post(rd.make(mine, len[r] * esz), q, 1, 0, 0, len[r] * esz);
+    if (mine != recv + off[r] * esz && len[r]) memcpy(recv + off[r] * esz, mine, len[r] * esz);
+    for (int q = 0; q < n; q++)
+        if (rb[(size_t)q]) rd.wait(rb[(size_t)q]);
+    rd.wait_sends();
+}
+
+/* Barrier (a byte to and from every peer) and broadcast (the root's buffer to every peer). */
+void small_round(Ctx *g, Round &rd, const zs_coll *op) {
+    const int n = g->world, r = g->rank, bar = op->kind == ZS_COLL_BARRIER;
+    const size_t nb = bar ? 1 : op->count * zs_dtype_size(op->dt);
+    char *recv = (char *)op->recv;
+    if (!bar && r == op->root && op->send != op->recv && nb) memcpy(recv, op->send, nb);
+    if (!nb) return;
+    for (int q = 0; q < n; q++) {
+        if (q == r) continue;
+        if (bar || q == op->root)
+            rd.post(rd.make(bar ? &g->token_in[(size_t)q] : recv, nb), q, 0, 0, 0, nb);
+        if (bar || r == op->root) rd.post(rd.make(bar ? g->token_out : recv, nb), q, 1, 0, 0, nb);
+    }
+    for (auto &o : rd.ops)
+        rd.wait(o.b);
+}
+
+zs_status run_op(Ctx *g, const zs_coll *op) {
+    const int n = g->world, r = g->rank, avg = op->op == ZS_REDUCE_AVG;
+    const size_t esz = zs_dtype_size(op->dt), count = op->count;
+    const char *send = (const char *)op->send;
+    char *recv = (char *)op->recv;
+    Round rd(g), ag(g);
+    Round *cur = &rd;
+    g->nops++;
+    try {
+        std::vector<size_t> off((size_t)n), len((size_t)n, count);
+        for (int q = 0; q < n; q++)
+            off[(size_t)q] = (size_t)q * count;
+        switch (op->kind) {
+        case ZS_COLL_BARRIER:
+        case ZS_COLL_BROADCAST:
+            small_round(g, rd, op);
+            return ZS_OK;
+        case ZS_COLL_ALL_GATHER:
+            ag_slices(g, rd, esz, send, off, len, recv);
+            return ZS_OK;
+        case ZS_COLL_REDUCE_SCATTER:
+            rs_slices(g, rd, op->dt, avg, send, off, len, recv);
+            return ZS_OK;
+        case ZS_COLL_ALL_REDUCE: {
+            /* Slices of about count/N on kAlign boundaries; the sums are elementwise in rank
+             * order, so the cut changes no bit. The gather starts after every reduce-scatter
+             * send completed: in place, it overwrites what those sends read. */
+            size_t per = (count + (size_t)n - 1) / (size_t)n;
+            per = (per + kAlign - 1) / kAlign * kAlign;
+            for (int q = 0; q < n; q++) {
+                size_t lo = (size_t)q * per < count ? (size_t)q * per : count;
+                size_t hi = lo + per < count ? lo + per : count;
+                off[(size_t)q] = lo, len[(size_t)q] = hi - lo;
+            }
+            rs_slices(g, rd, op->dt, avg, send, off, len, recv + off[(size_t)r] * esz);
+            g->nops++;
+            cur = &ag;
+            ag_slices(g, ag, esz, recv + off[(size_t)r] * esz, off, len, recv);
+            return ZS_OK;
+        }
+        default:
+            return zs_error(ZS_ERR_INTERNAL, "gloo: unknown collective %d", (int)op->kind);
+        }
+    } catch (const ZsFailure &f) {
+        return f.st;
+    } catch (const std::exception &e) {
+        return gloo_error(*cur, e.what(), cur->thrown_peer);
+    }
+}
+
+/* The address this rank's pairs listen on: ZS_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME, as torch
+ * reads it) names an interface; otherwise the local address of the route to the master, which
+ * is the interface the other hosts reach this one by in the common single-network case. */
+zs_status pick_address(const zs_comm_env *env, gloo::transport::tcp::attr *a, std::string *shown) {
+    const char *ifn = getenv("ZS_SOCKET_IFNAME");
+    if (!ifn || !*ifn) ifn = getenv("GLOO_SOCKET_IFNAME");
+    if (ifn && *ifn) {
+        /* the interface's address, for the messages; gloo binds by the name */
+        struct ifaddrs *all = nullptr;
+        char host[INET6_ADDRSTRLEN] = "";
+        if (getifaddrs(&all) == 0) {
+            for (struct ifaddrs *i = all; i && !host[0]; i = i->ifa_next)
+                if (i->ifa_addr && !strcmp(i->ifa_name, ifn) &&
+                    (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6))
+                    getnameinfo(i->ifa_addr,
+                                i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                  : sizeof(struct sockaddr_in6),
+                                host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+            freeifaddrs(all);
+        }
+        if (!host[0])
+            return zs_error(ZS_ERR_INVALID,
+                            "gloo: %s=%s: no interface of that name with an address on this host",
+                            getenv("ZS_SOCKET_IFNAME") && *getenv("ZS_SOCKET_IFNAME")
+                                ? "ZS_SOCKET_IFNAME"
+                                : "GLOO_SOCKET_IFNAME",
+                            ifn);
+        a->iface = ifn;
+        *shown = host;
+        return ZS_OK;
+    }
+    struct addrinfo hints, *res = nullptr;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_DGRAM;
+    char port[16];
+    snprintf(port, sizeof port, "%d", env->master_port);
+    int rc = getaddrinfo(env->master_addr, port, &hints, &res);
+    if (rc != 0)
+        return zs_error(ZS_ERR_INVALID, "gloo: MASTER_ADDR '%s' does not resolve (%s)",
+                        env->master_addr, gai_strerror(rc));
+    zs_status st = ZS_OK;
+    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage me;
+    socklen_t mlen = sizeof me;
+    char host[INET6_ADDRSTRLEN] = "";
+    if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0 ||
+        getsockname(fd, (struct sockaddr *)&me, &mlen) != 0 ||
+        getnameinfo((struct sockaddr *)&me, mlen, host, sizeof host, nullptr, 0, NI_NUMERICHOST))
+        st = zs_error(ZS_ERR_COMM,
+                      "gloo: no route from this host to MASTER_ADDR %s (%s); set "
+                      "ZS_SOCKET_IFNAME to the interface the other hosts reach",
+                      env->master_addr, strerror(errno));
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    if (st == ZS_OK) {
+        a->hostname = host;
+        *shown = host;
+    }
+    return st;
+}
+
+/* Every rank states its world size and claims its rank in the store before gloo meets, so
+ * that mismatched WORLD_SIZEs or a rank started twice fail at once with one clear line. */
+zs_status check_world(zs_store *s, const Ctx *g) {
+    zs_status st = ZS_OK;
+    char key[64];
+    int64_t claims = 0;
+    int32_t mine = g->world, theirs = 0;
+    snprintf(key, sizeof key, "zs/claim/%d", g->rank);
+    ZS_CHECK(zs_store_add(s, key, 1, &claims));
+    ZS_REQUIRE(claims == 1, ZS_ERR_INVALID,
+               "gloo: rank %d joined the job at the master twice (two processes with RANK=%d, "
+               "or a stale job on the same MASTER_PORT)",
+               g->rank, g->rank);
+    snprintf(key, sizeof key, "zs/world/%d", g->rank);
+    ZS_CHECK(zs_store_set(s, key, &mine, sizeof mine));
+    for (int p = 0; p < g->world; p++) {
+        if (p == g->rank) continue;
+        snprintf(key, sizeof key, "zs/world/%d", p);
+        ZS_CHECK(zs_store_get(s, key, &theirs, sizeof theirs, nullptr));
+        ZS_REQUIRE(theirs == mine, ZS_ERR_INVALID,
+                   "gloo: mismatched world sizes: rank %d has WORLD_SIZE=%d but rank %d has %d; "
+                   "start every rank with the same WORLD_SIZE (zshard run: the same --nnodes "
+                   "and -n on every host)",
+                   p, (int)theirs, g->rank, (int)mine);
+    }
+fail:
+    return st;
+}
+
+zs_status gloo_init(zs_comm_t *c) {
+    zs_status st = ZS_OK;
+    zs_store *store = nullptr;
+    int store_owned = 0;
+    Ctx *g = new (std::nothrow) Ctx;
+    std::string shown;
+    if (!g) return zs_error(ZS_ERR_OOM, "gloo: out of memory");
+    c->impl = g;
+    g->rank = c->env.rank;
+    g->world = c->env.world_size;
+    g->timeout_s = c->timeout_s;
+    /* ZS_SHM_CHUNK (chunk_bytes) sizes these windows too: small ones test the windowing. */
+    g->chunk = default_chunk(g->world);
+    if (c->chunk_bytes) g->chunk = c->chunk_bytes < 256 ? 256 : c->chunk_bytes / 256 * 256;
+    g->token_in.assign((size_t)g->world, 0);
+    g->peer_host.assign((size_t)g->world, "?");
+    if (g->world == 1) return ZS_OK;
+    {
+        /* libgloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this
+         * process with SIGPIPE before its error could be reported. Ignore it, as Python (and so
+         * torch) does, unless the program installed a handler of its own. */
+        struct sigaction old;
+        if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
+            signal(SIGPIPE, SIG_IGN);
+    }
+    ZS_REQUIRE(c->env.master_port > 0, ZS_ERR_INVALID,
+               "gloo: %d ranks need MASTER_ADDR and MASTER_PORT to meet (zshard run --nnodes, "
+               "torchrun and srun set them; by hand: the same on every rank)",
+               g->world);
+    {
+        gloo::transport::tcp::attr attr;
+        ZS_CHECK(pick_address(&c->env, &attr, &shown));
+        ZS_CHECK(zs_comm_store_open(c, &store, &store_owned));
+        ZS_CHECK(check_world(store, g));
+        try {
+            g->dev = gloo::transport::tcp::CreateDevice(attr);
+        } catch (const std::exception &e) {
+            st = zs_error(ZS_ERR_INVALID, "gloo: cannot use %s%s for this rank's connections: %s",
+                          attr.iface.empty() ? "address " : "interface ", shown.c_str(), e.what());
+            goto fail;
+        }
+        /* Each rank's address, for the messages that name peers. */
+        char key[64];
+        snprintf(key, sizeof key, "zs/host/%d", g->rank);
+        ZS_CHECK(zs_store_set(store, key, shown.data(), shown.size()));
+        try {
+            g->ctx = std::make_shared<gloo::rendezvous::Context>(g->rank, g->world);
+            g->ctx->setTimeout(ms(c->timeout_s));
+            ZsStore gs(store);
+            g->ctx->connectFullMesh(gs, g->dev);
+            for (int p = 0; p < g->world; p++) {
+                char hb[256];
+                size_t hl = 0;
+                snprintf(key, sizeof key, "zs/host/%d", p);
+                if (p != g->rank && zs_store_get(store, key, hb, sizeof hb - 1, &hl) == ZS_OK) {
+                    hb[hl < sizeof hb ? hl : sizeof hb - 1] = '\0';
+                    g->peer_host[(size_t)p] = hb;
+                }
+            }
+        } catch (const ZsFailure &f) {
+            st = f.st;
+            goto fail;
+        } catch (const std::exception &e) {
+            st = zs_error(ZS_ERR_COMM, "gloo: connecting the %d ranks failed: %s", g->world,
+                          e.what());
+            goto fail;
+        }
+        ZS_CHECK(zs_store_barrier(store, "gloo/connected", g->world));
+        zs_comm_store_close(store, store_owned);
+        store = nullptr;
+        g->peer_host[g->rank] = shown;
+    }
+    g->staging_bytes = (size_t)kDepth * (size_t)(g->world - 1) * g->chunk;
+    ZS_CHECK(zs_alloc(ZS_MEM_COMM, g->staging_bytes, "gloo staging", (void **)&g->staging));
+    g->win.resize(kDepth);
+    for (int k = 0; k < kDepth; k++)
+        for (int i = 0; i < g->world - 1; i++)
+            g->win[(size_t)k].push_back(g->ctx->createUnboundBuffer(
+                g->staging + ((size_t)k * (size_t)(g->world - 1) + (size_t)i) * g->chunk,
+                g->chunk));
+    ZS_LOG_D("gloo: rank %d of %d on %s (%s)", g->rank, g->world, shown.c_str(),
+             g->dev->str().c_str());
+    return ZS_OK;
+fail:
+    if (store) zs_comm_store_close(store, store_owned);
+    return st;
+}
+
+void gloo_fini(zs_comm_t *c) {
+    Ctx *g = (Ctx *)c->impl;
+    if (!g) return;
+    try {
+        g->win.clear();
+        g->ctx.reset();
+        g->dev.reset();
+    } catch (...) {
+        /* teardown after a failure: the process is leaving the job either way */
+    }
+    zs_free(g->staging);
+    delete g;
+    c->impl = nullptr;
+}
+
+zs_status gloo_run(zs_comm_t *c, const zs_coll *op) {
+    Ctx *g = (Ctx *)c->impl;
+    if (g->world == 1) {
+        if (op->kind != ZS_COLL_BARRIER && op->count && op->send != op->recv)
+            memcpy(op->recv, op->send, op->count * zs_dtype_size(op->dt));
+        return ZS_OK;
+    }
+    if (op->kind == ZS_COLL_CHECK || op->kind == ZS_COLL_MEM_ALLOC)
+        return zs_error(ZS_ERR_INTERNAL, "gloo: unexpected internal collective %d", (int)op->kind);
+    return run_op(g, op);
+}
+
+/* C++ has no designated initializers before C++20: the fields in the table's order. */
+const zs_comm_backend_ops g_gloo_ops = {
+    "gloo",    /* name */
+    gloo_init, /* init */
+    gloo_fini, /* fini */
+    gloo_run,  /* run */
+    nullptr,   /* mark_failed: a failed rank's pairs close, which its peers see at once */
+    nullptr,   /* sync */
+    nullptr,   /* query */
+    nullptr,   /* mem_free: no registered buffers, zs_comm_mem_alloc is zs_alloc */
+    nullptr,   /* health */
+    1,         /* needs_thread */
+};
+
+} // namespace
+
+extern "C" const zs_comm_backend_ops *zs_comm_gloo_ops(void) {
+    return &g_gloo_ops;
+}
+
+extern "C" size_t zs_comm_gloo_staging_bytes(int world_size) {
+    return world_size > 1 ? (size_t)kDepth * (size_t)(world_size - 1) * default_chunk(world_size)
+                          : 0;
+}

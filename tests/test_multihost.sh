@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# zshard across hosts (issue 19), each "host" a network namespace cabled to a bridge
+# (netns_hosts.sh), each running its own launcher as on separate machines:
+#   - 2 hosts x 2 ranks (zshard run --nnodes, torchrun's way) and 3 hosts x 1 rank (bf16) ZeRO-3
+#     end bitwise equal (param_hash) to the same world on one host over shm; the banner says
+#     gloo and why;
+#   - the lecture's launch, one process per host started by hand with RANK/WORLD_SIZE/
+#     MASTER_ADDR/MASTER_PORT, the same;
+#   - the same 2 x 2 job through mpirun --comm mpi, with an rsh agent that enters the
+#     namespaces, so the MPI path crosses a network too;
+#   - a killed rank on one host is named on the other, long before the timeout;
+#   - a host taken off the network ends the job on both hosts with the named error within
+#     --comm-timeout + 5 s, nothing left running;
+#   - --max-restarts with --resume auto on each host: a rank killed mid-run, both hosts restart
+#     and resume, and the result equals the run that never stopped.
+# Skips (77) with the reason when namespaces cannot be made or the build has no gloo.
+# Usage: test_multihost.sh BUILD_DIR
+set -uo pipefail
+B=$(cd "$1" && pwd)
+Z=$B/zshard
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/netns_hosts.sh"
+
+T=$(mktemp -d /tmp/zshard-multihost-XXXXXX)
+cleanup() {
+    nh_down
+    rm -rf "$T"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+skip() {
+    echo "SKIP: $*"
+    exit 77
+}
+
+[[ "$("$Z" --version)" == *" gloo"* ]] ||
+    skip "this build has no gloo (install libgloo-dev; -DZS_GLOO=ON)"
+nh_up 3 || skip "$NH_WHY"
+export ZS_JOB_ID="mh$$"
+cd "$T" || fail "cd $T"
+for i in $(seq 1 3000); do printf 'the king of %d. ' "$i"; done > c.txt
+
+# A fresh port per job: the namespaces are this run's alone, so any port is free in them.
+port() { shuf -i 20000-60000 -n 1; }
+ARGS=(train --data "$T/c.txt" --model gpt2-mini --batch 12 --seq 32 --sample-len 0
+      --val-every 0 --comm-timeout 20)
+hash_in() { grep -o 'param_hash [0-9a-f]*' "$1" | tail -n 1 | awk '{print $2}'; }
+
+# On one host over shm: the reference of each world size (one thread per rank everywhere, as
+# the thread count changes the GEMMs' bits).
+shm_ref() { # OUT NRANKS ARGS...
+    local out=$1 n=$2
+    shift 2
+    "$Z" run -n "$n" --threads 1 -- "$Z" "${ARGS[@]}" "$@" > "$out" 2>&1 ||
+        { cat "$out"; fail "shm reference on $n ranks"; }
+    [[ -n "$(hash_in "$out")" ]] || { cat "$out"; fail "no param_hash in $out"; }
+}
+
+# NNODES hosts x NPROC ranks, each host its own `zshard run --nnodes`; host 0's output in OUT,
+# host k's in OUT.k. Returns when every launcher has exited (each bounded by `timeout`).
+multi() { # OUT NNODES NPROC ARGS...
+    local out=$1 nn=$2 np=$3 p k
+    shift 3
+    p=$(port)
+    for ((k = nn - 1; k >= 0; k--)); do
+        nh_in "$k" timeout 300 "$Z" run -n "$np" --threads 1 --nnodes "$nn" --node-rank "$k" \
+            --master-addr "${NH_IP[0]}" --master-port "$p" -- "$Z" "${ARGS[@]}" "$@" \
+            > "$out.$k" 2>&1 &
+    done
+    wait
+    cp "$out.0" "$out"
+}
+
+# ---- bitwise equal to one host ------------------------------------------------------------
+shm_ref ref4 4 --stage 3 --steps 6
+multi m22 2 2 --stage 3 --steps 6
+grep -q "comm gloo (auto: 4 ranks on several hosts (2 here), met at ${NH_IP[0]}:" m22 ||
+    { cat m22; fail "2x2: the banner does not say gloo and why"; }
+[[ "$(hash_in m22)" == "$(hash_in ref4)" ]] ||
+    { cat m22 m22.1; fail "2 hosts x 2 ranks: $(hash_in m22) != shm on one host $(hash_in ref4)"; }
+echo "2 hosts x 2 ranks, ZeRO-3 over gloo: param_hash $(hash_in m22) = 4 ranks over shm"
+
+shm_ref ref3 3 --stage 3 --steps 6 --dtype bf16
+multi m31 3 1 --stage 3 --steps 6 --dtype bf16
+[[ "$(hash_in m31)" == "$(hash_in ref3)" ]] ||
+    { cat m31 m31.1 m31.2; fail "3 hosts x 1 rank: $(hash_in m31) != shm $(hash_in ref3)"; }
+echo "3 hosts x 1 rank, ZeRO-3 bf16 over gloo: param_hash $(hash_in m31) = 3 ranks over shm"
+
+# ---- the lecture's launch: one process per host, started by hand ---------------------------
+shm_ref ref2 2 --stage 2 --steps 6
+p=$(port)
+nh_in 1 env OMP_NUM_THREADS=1 RANK=1 WORLD_SIZE=2 MASTER_ADDR="${NH_IP[0]}" MASTER_PORT="$p" \
+    timeout 300 "$Z" "${ARGS[@]}" --stage 2 --steps 6 > hand.1 2>&1 &
+nh_in 0 env OMP_NUM_THREADS=1 RANK=0 WORLD_SIZE=2 MASTER_ADDR="${NH_IP[0]}" MASTER_PORT="$p" \
+    timeout 300 "$Z" "${ARGS[@]}" --stage 2 --steps 6 > hand.0 2>&1
+wait
+grep -q "comm gloo (auto: 2 ranks on several hosts (1 here)" hand.0 ||
+    { cat hand.0 hand.1; fail "by hand: not gloo across the namespaces"; }
+[[ "$(hash_in hand.0)" == "$(hash_in ref2)" ]] ||
+    { cat hand.0 hand.1; fail "by hand: $(hash_in hand.0) != shm $(hash_in ref2)"; }
+echo "2 hosts started by hand (RANK, WORLD_SIZE, MASTER_ADDR/PORT): param_hash $(hash_in hand.0)"
+
+# ---- the same job through mpirun --comm mpi --------------------------------------------------
+if command -v mpirun > /dev/null 2>&1 && [[ "$("$Z" --version)" == *" mpi"* ]]; then
+    # Open MPI calls its rsh agent as "AGENT [options] HOST COMMAND...": enter HOST's namespace.
+    # Both namespaces share this machine's /tmp and hostname, so each gets its own TMPDIR, and
+    # the MPI ranks use TCP only (vader's segments are named after the hostname).
+    mkdir -p tmp0 tmp1
+    cat > rsh.sh << EOF
+#!/bin/sh
+while [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1; shift
+case \$host in
+${NH_IP[0]}) ns=${NH_NS[0]}; t=$T/tmp0 ;;
+${NH_IP[1]}) ns=${NH_NS[1]}; t=$T/tmp1 ;;
+*) echo "rsh agent: unknown host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$ns" env TMPDIR="\$t" sh -c "\$*"
+EOF
+    chmod +x rsh.sh
+    TMPDIR=$T/tmp0 nh_in 0 timeout 300 mpirun --allow-run-as-root --oversubscribe -np 4 \
+        --host "${NH_IP[0]}:2,${NH_IP[1]}:2" --mca plm_rsh_agent "$T/rsh.sh" \
+        --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 \
+        --mca oob_tcp_if_include 10.77.0.0/24 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
+        -x ZS_JOB_ID "$Z" "${ARGS[@]}" --stage 3 --steps 6 --comm mpi > mpi.out 2>&1 ||
+        { cat mpi.out; fail "mpirun across the namespaces"; }
+    grep -q "comm mpi (--comm mpi)" mpi.out || { cat mpi.out; fail "mpirun: not the mpi backend"; }
+    # MPI sums in its own order: the losses agree with shm's to rounding, not bit for bit.
+    l_mpi=$(grep -o 'final train loss [0-9.]*' mpi.out | awk '{print $4}')
+    l_shm=$(grep -o 'final train loss [0-9.]*' ref4 | awk '{print $4}')
+    awk -v a="$l_mpi" -v b="$l_shm" 'BEGIN { d = a - b; exit !(a != "" && d < 1e-3 && d > -1e-3) }' ||
+        { cat mpi.out; fail "mpirun: final loss $l_mpi, shm $l_shm"; }
+    echo "mpirun across 2 namespaces x 2 ranks, --comm mpi: final loss $l_mpi (shm $l_shm)"
+else
+    echo "not run: the mpirun job (no mpirun, or this build has no MPI)"
+fi
+
+# ---- a killed rank on host 1 is named on host 0 ---------------------------------------------
+start=$(date +%s)
+ZS_FAULT_KILL=3:3 multi kill 2 2 --stage 3 --steps 50 --comm-timeout 60
+took=$(($(date +%s) - start))
+grep -q "gloo: lost peer rank 3 (${NH_IP[1]})" kill ||
+    { cat kill kill.1; fail "host 0 does not name the killed rank 3"; }
+grep -q "zshard run: rank 3 (pid .*) was killed by signal 9" kill.1 ||
+    { cat kill.1; fail "host 1's launcher does not name rank 3"; }
+((took < 40)) || fail "the killed rank took ${took} s to end the job (timeout 60 s)"
+echo "killed rank 3 on host 1: host 0 says: $(grep -o 'gloo: lost peer rank 3 ([0-9.]*)' kill | head -n 1)"
+
+# ---- a host taken off the network -----------------------------------------------------------
+p=$(port)
+for k in 1 0; do
+    nh_in "$k" timeout 300 "$Z" run -n 2 --threads 1 --nnodes 2 --node-rank "$k" \
+        --master-addr "${NH_IP[0]}" --master-port "$p" -- "$Z" "${ARGS[@]}" --stage 3 \
+        --steps 5000 --comm-timeout 8 --log "$T/drop.jsonl" > "drop.$k" 2>&1 &
+    pid[k]=$!
+done
+# The job is under way once its log has a few steps (bounded wait for an event, not a delay).
+for ((i = 0; i < 600; i++)); do
+    [[ -f drop.jsonl && $(wc -l < drop.jsonl) -ge 3 ]] && break
+    kill -0 "${pid[0]}" 2> /dev/null || break
+    sleep 0.1
+done
+[[ -f drop.jsonl && $(wc -l < drop.jsonl) -ge 3 ]] || { cat drop.0 drop.1; fail "drop: job never ran"; }
+nh_unplug 1
+t0=$(date +%s.%N)
+for k in 0 1; do
+    wait "${pid[k]}"
+    rc[k]=$?
+    end[k]=$(date +%s.%N)
+done
+for k in 0 1; do
+    secs=$(awk -v a="${end[k]}" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')
+    echo "host $k left the job ${secs} s after host 1 was unplugged (exit ${rc[k]})"
+    ((rc[k] != 0 && rc[k] != 124)) || { cat "drop.$k"; fail "host $k: exit ${rc[k]}"; }
+    awk -v s="$secs" 'BEGIN { exit !(s <= 8 + 5) }' ||
+        fail "host $k took ${secs} s, over --comm-timeout 8 + 5 s"
+done
+grep -q "still waiting for peer rank [23] (${NH_IP[1]})" drop.0 ||
+    { cat drop.0; fail "host 0 does not name host 1's ranks"; }
+grep -q "still waiting for peer rank [01] (${NH_IP[0]})" drop.1 ||
+    { cat drop.1; fail "host 1 does not name host 0's ranks"; }
+left=$(pgrep -f "$T/drop.jsonl" || true)
+[[ -z "$left" ]] || fail "processes left running: $left"
+nh_plug 1
+echo "host 1 unplugged: $(grep -o 'still waiting for peer rank [0-9]* ([0-9.]*)' drop.0 | head -n 1)"
+
+# ---- elastic restart and --resume auto on each host ------------------------------------------
+shm_ref ref_el 4 --stage 3 --steps 8
+p=$(port)
+for k in 1 0; do
+    nh_in "$k" env ZS_FAULT_KILL=3:5 timeout 300 "$Z" run -n 2 --threads 1 --nnodes 2 \
+        --node-rank "$k" --master-addr "${NH_IP[0]}" --master-port "$p" --max-restarts 2 \
+        --restart-backoff 0.5 -- "$Z" "${ARGS[@]}" --stage 3 --steps 8 --save-dir "$T/ck" \
+        --save-every 4 --resume auto > "el.$k" 2>&1 &
+done
+wait
+grep -q "zshard run: the job succeeded after 1 restart" el.0 &&
+    grep -q "zshard run: the job succeeded after 1 restart" el.1 ||
+    { cat el.0 el.1; fail "elastic: both hosts must restart once and succeed"; }
+[[ "$(hash_in el.0)" == "$(hash_in ref_el)" ]] ||
+    { cat el.0; fail "elastic: resumed $(hash_in el.0) != uninterrupted $(hash_in ref_el)"; }
+echo "rank 3 killed at step 5, both hosts restarted and resumed: param_hash $(hash_in el.0)"
+
+left=$(ls /dev/shm | grep -c "^zshard-job${ZS_JOB_ID}" || true)
+((left == 0)) || fail "$left zshard segments left in /dev/shm"
+echo "multihost: all checks passed"
