@@ -70,9 +70,10 @@ echo "setup: installed the python package into build/pyvenv"
 
 # Hugging Face `tokenizers` (PyPI) in the same venv: the reference the hf_parity test compares
 # zshard's ids with, and bench/tokenize_bench.sh's rival. Optional: when PyPI cannot be reached
-# setup warns and goes on, and hf_parity skips (77) saying why.
+# setup warns and goes on, and hf_parity skips (77) saying why. Pinned: the version the parity
+# test was checked against, so that a new release cannot change CI's reference under it.
 if ! "$PY" -c "import tokenizers" 2>/dev/null; then
-    if "$PY" -m pip install -q --disable-pip-version-check --timeout 30 --retries 1 tokenizers; then
+    if "$PY" -m pip install -q --disable-pip-version-check --timeout 30 --retries 1 tokenizers==0.23.3; then
         echo "setup: installed tokenizers into build/pyvenv"
     else
         echo "setup: warning: could not install tokenizers from PyPI; the hf_parity test will skip" >&2
