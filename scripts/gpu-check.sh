@@ -1,25 +1,49 @@
 #!/usr/bin/env bash
-# Everything a session with a real GPU runs, in one command of under 10 minutes, ending in one
-# report (docs/cuda.md, "On a real GPU"):
-#   1. the machine: GPU, driver, nvcc, CPU;
+# Everything a session with a real GPU runs, in one command of under 10 minutes (a 5-minute
+# slot with --quick), ending in one report (docs/cuda.md, "On a real GPU"):
+#   1. the machine: GPU, driver, nvcc, CPU, and which tools are there;
 #   2. build for the GPU's architecture (default 90, the H100/H200) with the CUDA backend and
-#      NCCL, tests against the real device (ZS_GPU_TESTS=REAL), no emulator;
-#   3. ctest -L gpu: cuda_ops, comm_nccl, train_cuda and the rest of the gpu label, on the GPU;
-#   4. bench step --device cuda: gpt2-124m, batch 16 x 1024, bf16, then fp32 with --tf32, each
-#      against cuBLAS on the same shapes in the same run (the ceiling);
-#   5. the same step in PyTorch (bench/torch_step.py), when python3 imports torch with CUDA.
+#      NCCL, tests against the real device (ZS_GPU_TESTS=REAL): the CLI and the gpu tests only;
+#   3. ctest -L gpu: cuda_ops, device_cuda, comm_nccl, train_cuda, on the GPU;
+#   4. compute-sanitizer: memcheck and racecheck on cuda_ops, memcheck on a short training job;
+#   5. bench step --device cuda: gpt2-124m, batch 16 x 1024, bf16 (then fp32 with --tf32),
+#      each against cuBLAS on the same shapes in the same run (the ceiling);
+#   6. Nsight Compute (ncu): the measured time of every kernel of one bf16 training step;
+#   7. the same step in PyTorch (bench/torch_step.py), when python3 imports torch with CUDA.
+# A tool that is missing or refuses the device is reported and the check goes on; every step
+# has a time limit, and a step that no longer fits the budget is skipped, saying so.
 # The GPU machine reaches no registry: run scripts/gpu-deps.sh here first and carry .gpu-deps;
-# packages the machine lacks are unpacked from it into a private prefix, never over /.
-#   device run:  bash scripts/gpu-check.sh      (carry: .gpu-deps; report under $OUT)
-# Without a GPU it still builds and runs step 3, whose tests then skip saying why.
-# ZS_GPU_DEPS_FORCE=1 uses the carried packages even where the system has its own (a dry run).
+# what the machine lacks is unpacked from it into a private prefix, never over /.
+#   device run:  bash scripts/gpu-check.sh [--quick]     (carry: .gpu-deps; report under $OUT)
+#   --dry-run:   machine, dependencies and build only, then stop where a GPU is needed (what
+#                tests/gpu_dryrun.sh runs in a bare root); without a visible GPU the check
+#                stops there too, and fails.
+# ZS_GPU_DEPS_FORCE=1 uses the carried packages even where the system has its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+quick=0
+dry=0
+for a in "$@"; do
+    case "$a" in
+    --quick) quick=1 ;;
+    --dry-run) dry=1 ;;
+    -h | --help)
+        sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "gpu-check: unknown option '$a' (--quick, --dry-run)" >&2
+        exit 2
+        ;;
+    esac
+done
 out=${OUT:-$root/out/gpu-check}
 build=${ZS_GPU_BUILD:-$root/build-gpu}
 arch=${ZS_CUDA_ARCH:-90}
 jobs=$(nproc)
+budget=${ZS_GPU_BUDGET:-$([ "$quick" = 1 ] && echo 285 || echo 570)} # seconds, all steps
+t_start=$(date +%s)
 mkdir -p "$out"
 report=$out/report.md
 log=$out/log.txt
@@ -27,51 +51,118 @@ log=$out/log.txt
 : >"$log"
 
 say() { echo "$*" | tee -a "$report"; }
-# step NAME SECONDS CMD...: runs CMD under a time limit, its output into the log (and the
-# report's tail on failure); returns CMD's status.
+left() { echo $((budget - ($(date +%s) - t_start))); }
+# step NAME SECONDS CMD...: runs CMD under a time limit (cut to what the budget has left), its
+# output into the log (and the report's tail on failure); returns CMD's status, 124 when
+# skipped for lack of time.
 step() {
-    local name=$1 limit=$2 rc t0 t1
+    local name=$1 limit=$2 rc t0 t1 rest
     shift 2
+    rest=$(left)
+    if [ "$rest" -lt 15 ]; then
+        say "- $name: skipped, the ${budget} s budget is spent"
+        return 124
+    fi
+    [ "$limit" -gt "$rest" ] && limit=$rest
     echo "== $name: $*" >>"$log"
     t0=$(date +%s)
     timeout --kill-after=10 "$limit" "$@" >"$out/$name.out" 2>&1
     rc=$?
     t1=$(date +%s)
     cat "$out/$name.out" >>"$log"
-    say "- $name: exit $rc in $((t1 - t0)) s"
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        say "- $name: cut at its ${limit} s limit"
+    else
+        say "- $name: exit $rc in $((t1 - t0)) s"
+    fi
     if [ "$rc" != 0 ]; then
         { echo '```'; tail -n 40 "$out/$name.out"; echo '```'; } >>"$report"
     fi
     return "$rc"
 }
+# The CUDA toolkit's own tools, from PATH or beside nvcc.
+tool() {
+    local t
+    t=$(command -v "$1" 2>/dev/null) && { echo "$t"; return 0; }
+    local nv
+    nv=$(command -v nvcc 2>/dev/null) || return 1
+    for t in "$(dirname "$nv")/$1" "$(dirname "$nv")/../compute-sanitizer/$1" \
+        "$(dirname "$nv")"/../../nsight-compute*/"$1"; do
+        [ -x "$t" ] && { echo "$t"; return 0; }
+    done
+    return 1
+}
 
-say "# zshard gpu-check, $(date -u '+%Y-%m-%d %H:%M UTC')"
+say "# zshard gpu-check, $(date -u '+%Y-%m-%d %H:%M UTC')$([ "$quick" = 1 ] && echo ' (--quick)')$([ "$dry" = 1 ] && echo ' (--dry-run)')"
 say ""
 say "## Machine"
 say '```'
+gpu_ok=0
 {
-    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 ||
-        echo "nvidia-smi: not available"
+    if ! command -v nvidia-smi >/dev/null; then
+        echo "nvidia-smi: not found"
+    elif smi=$(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1); then
+        echo "$smi"
+    else
+        echo "nvidia-smi: not available ($(echo "$smi" | head -n 1))"
+    fi
     nvcc --version 2>&1 | tail -n 2 || echo "nvcc: not on PATH"
     cmake --version 2>&1 | head -n 1
+    echo "C compiler: $(cc --version 2>&1 | head -n 1)"
     lscpu 2>/dev/null | grep -E '^(Model name|CPU\(s\))' || true
+    for t in ninja python3 compute-sanitizer ncu; do
+        p=$(tool "$t") && echo "$t: $p" || echo "$t: not found"
+    done
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>/dev/null ||
+        echo "torch: not importable"
     git -C "$root" rev-parse --short HEAD 2>/dev/null | sed 's/^/source: /' || echo "source: working tree copy"
-} 2>&1 | tee -a "$report"
+} >"$out/machine.txt" 2>&1
+nvidia-smi -L 2>/dev/null | grep -q GPU && gpu_ok=1
+tee -a "$report" <"$out/machine.txt"
 say '```'
 
 # ---- dependencies: the system's, else the carried .gpu-deps unpacked into a prefix ---------
+# A .deb is an ar archive of control and data tarballs; without dpkg-deb (a GPU image that is
+# not Debian's) Python unpacks it.
+unpack_deb() {
+    if command -v dpkg-deb >/dev/null; then
+        dpkg-deb -x "$1" "$2"
+    else
+        python3 - "$1" "$2" <<'EOF'
+import io, sys, tarfile
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"!<arch>\n", "not a .deb"
+pos = 8
+while pos < len(data):
+    name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2])
+    pos += 60 + size + (size & 1)
+EOF
+    fi
+}
 cmake_extra=()
-deps=/tmp/zs-gpu-deps
+deps=${ZS_GPU_DEPS_PREFIX:-/tmp/zs-gpu-deps}
 have_cblas() { printf '#include <cblas.h>\n' | cc -E -x c - -I/usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/openblas >/dev/null 2>&1; }
-have_zstd() { command -v pkg-config >/dev/null && pkg-config --exists libzstd; }
-if [ -n "${ZS_GPU_DEPS_FORCE:-}" ] || ! have_cblas || ! have_zstd; then
+have_pc() { command -v pkg-config >/dev/null && pkg-config --exists "$1"; }
+missing=()
+have_cblas || missing+=(OpenBLAS)
+have_pc libzstd || missing+=(zstd)
+have_pc yaml-0.1 || missing+=(libyaml)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+if [ -n "${ZS_GPU_DEPS_FORCE:-}" ] || [ ${#missing[@]} -gt 0 ]; then
     if ls .gpu-deps/*.deb >/dev/null 2>&1; then
         rm -rf "$deps" && mkdir -p "$deps"
-        for f in .gpu-deps/*.deb; do dpkg-deb -x "$f" "$deps"; done
+        for f in .gpu-deps/*.deb; do unpack_deb "$f" "$deps"; done
         lib=$deps/usr/lib/x86_64-linux-gnu
+        # The packages' .pc files name /usr: rewritten to the prefix, in a folder searched first.
         mkdir -p "$deps/pc"
-        sed -e "s|^prefix=.*|prefix=$deps/usr|" -e "s|^libdir=.*|libdir=$lib|" \
-            "$lib/pkgconfig/libzstd.pc" >"$deps/pc/libzstd.pc"
+        for pc in "$lib"/pkgconfig/*.pc "$deps"/usr/share/pkgconfig/*.pc; do
+            [ -f "$pc" ] || continue
+            sed -e "s|^prefix=.*|prefix=$deps/usr|" -e "s|^libdir=.*|libdir=$lib|" \
+                -e "s|^includedir=/usr|includedir=$deps/usr|" "$pc" >"$deps/pc/$(basename "$pc")"
+        done
         export PKG_CONFIG_PATH=$deps/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
         export LD_LIBRARY_PATH=$lib/openblas-openmp:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         export LIBRARY_PATH=$lib/openblas-openmp:$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
@@ -79,48 +170,144 @@ if [ -n "${ZS_GPU_DEPS_FORCE:-}" ] || ! have_cblas || ! have_zstd; then
                       "-DCMAKE_LIBRARY_PATH=$lib/openblas-openmp;$lib"
                       "-DCMAKE_INCLUDE_PATH=$deps/usr/include")
         command -v pkg-config >/dev/null || cmake_extra+=("-DPKG_CONFIG_EXECUTABLE=$deps/usr/bin/pkgconf")
-        say "- dependencies: unpacked $(ls .gpu-deps/*.deb | wc -l) carried packages into $deps"
+        say "- dependencies: ${missing[*]:-none} missing here; unpacked $(ls .gpu-deps/*.deb | wc -l) carried packages into $deps"
     else
-        say "- dependencies: OpenBLAS or zstd headers missing and no .gpu-deps carried (run scripts/gpu-deps.sh first)"
+        say "- dependencies: ${missing[*]} missing and no .gpu-deps carried (run scripts/gpu-deps.sh first)"
     fi
+else
+    say "- dependencies: the system's (OpenBLAS, zstd, libyaml, pkg-config all present)"
 fi
-# NCCL: the toolkit's or the system's, else the one PyTorch's wheels bring (nvidia-nccl-cu13).
-if ! ls /usr/include/nccl.h /usr/local/cuda/include/nccl.h >/dev/null 2>&1 && [ -z "${NCCL_HOME:-}" ]; then
-    nccl=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
-    if [ -n "$nccl" ] && [ -f "$nccl/include/nccl.h" ]; then
+# NCCL: the toolkit's or the system's, else the one PyTorch's wheels bring (nvidia-nccl-cu*).
+nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
+have_nccl=0
+for f in /usr/include/nccl.h /usr/local/cuda/include/nccl.h "$nvcc_dir/../include/nccl.h" \
+    ${NCCL_HOME:+"$NCCL_HOME/include/nccl.h"}; do
+    [ -f "$f" ] && have_nccl=1
+done
+# The toolkit's libraries (cudart, cuBLAS) where the loader may not look: a toolkit unpacked
+# without an ld.so.conf entry.
+for d in "$nvcc_dir/../lib64" "$nvcc_dir/../lib" "$nvcc_dir/../targets/x86_64-linux/lib"; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH=$(cd "$d" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+done
+if [ "$have_nccl" = 0 ]; then
+    nccl=$(python3 -c 'import nvidia, os, sys
+for p in nvidia.__path__:
+    for d, _, fs in os.walk(p):
+        if "nccl.h" in fs: print(os.path.dirname(d)); sys.exit()' 2>/dev/null || true)
+    if [ -n "$nccl" ]; then
         export NCCL_HOME=$nccl
         export LD_LIBRARY_PATH=$nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         say "- NCCL: PyTorch's, $nccl"
+    else
+        say "- NCCL: not in the toolkit and no PyTorch wheel of it: configure will say so"
     fi
 fi
 
-# ---- build -----------------------------------------------------------------------------------
+# ---- build: the CLI and the gpu tests --------------------------------------------------------
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 [ -f "$build/CMakeCache.txt" ] && gen=()
-step configure 120 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+step configure 180 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DZS_CUDA=ON -DZS_NCCL=ON -DZS_GPU_TESTS=REAL -DZS_CUDA_EMU=OFF -DZS_MPI=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cmake_extra[@]}" || { say "configure failed"; exit 1; }
-step build 300 cmake --build "$build" -j"$jobs" || { say "build failed"; exit 1; }
+targets=(zshard test_cuda_ops test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda)
+step build 420 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { say "build failed"; exit 1; }
+# The binaries load with what is here (cudart, cuBLAS, NCCL, the carried libraries).
+step loads 30 "$build/zshard" --version || { say "the built zshard does not start"; exit 1; }
+
+if [ "$dry" = 1 ] || [ "$gpu_ok" = 0 ]; then
+    say ""
+    if [ "$dry" = 1 ]; then
+        say "stopped where a GPU is needed (--dry-run): the CUDA backend and the gpu tests built for sm_$arch"
+        exit 0
+    fi
+    say "stopped where a GPU is needed: nvidia-smi lists no GPU here"
+    exit 3
+fi
 
 # ---- tests on the GPU -------------------------------------------------------------------------
-step ctest_gpu 300 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 280
+quick_env=()
+[ "$quick" = 1 ] && quick_env=(env ZS_TEST_QUICK=1)
+step ctest_gpu $([ "$quick" = 1 ] && echo 120 || echo 240) "${quick_env[@]}" \
+    ctest --test-dir "$build" -L gpu --output-on-failure --timeout 230
 grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|Skipped|not run:' "$out/ctest_gpu.out" |
     sed 's/^/    /' >>"$report"
+
+# ---- compute-sanitizer: races and bad accesses on the real device -------------------------------
+corpus=$out/corpus.txt
+for f in README.md docs/*.md; do cat "$f"; done >"$corpus"
+train_short=("$build/zshard" train --data "$corpus" --model gpt2-tiny --device cuda --steps 3
+             --batch 4 --seq 64 --stage 3 --dtype bf16)
+if cs=$(tool compute-sanitizer); then
+    say ""
+    say "## compute-sanitizer ($cs)"
+    cs_run() { # NAME TOOL LIMIT CMD...
+        local name=$1 t=$2 lim=$3
+        shift 3
+        step "$name" "$lim" env ZS_TEST_QUICK=1 "$cs" --tool "$t" --error-exitcode 9 \
+            --print-limit 20 "$@"
+        grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Error:|refus|not supported' "$out/$name.out" |
+            head -n 5 | sed 's/^/    /' >>"$report"
+    }
+    cs_run memcheck_cuda_ops memcheck 90 "$build/tests/test_cuda_ops"
+    if [ "$quick" = 0 ]; then
+        cs_run racecheck_cuda_ops racecheck 120 "$build/tests/test_cuda_ops"
+        cs_run memcheck_train memcheck 60 "${train_short[@]}"
+    fi
+else
+    say "- compute-sanitizer: not found (the toolkit's compute-sanitizer/ folder): racecheck and memcheck not run"
+fi
 
 # ---- step throughput: zshard, its cuBLAS ceiling, PyTorch ----------------------------------
 say ""
 say "## bench step, gpt2-124m, batch 16 x seq 1024"
-for mode in "bf16" "fp32 --tf32"; do
+modes=("bf16")
+[ "$quick" = 0 ] && modes+=("fp32 --tf32")
+for mode in "${modes[@]}"; do
     set -- $mode
     tag=bench_${1}${2:+_tf32}
     if step "$tag" 150 "$build/zshard" bench step --device cuda --model gpt2-124m --batch 16 \
-        --seq 1024 --steps 10 --dtype "$@"; then
+        --seq 1024 --steps $([ "$quick" = 1 ] && echo 3 || echo 10) --dtype "$@"; then
         grep -E '^\||device' "$out/$tag.out" >>"$report"
     fi
 done
+
+# ---- per-kernel times (Nsight Compute): what calibrates the emulator's predicted table -------
+if ncu=$(tool ncu); then
+    say ""
+    say "## measured time per kernel: bench step, gpt2-124m at 16 x 1024, bf16, 2 steps (ncu)"
+    # Every launch of the run: one warm-up step, one timed step and the cuBLAS ceiling's GEMMs.
+    if step ncu_step $([ "$quick" = 1 ] && echo 60 || echo 120) "$ncu" --csv \
+        --metrics gpu__time_duration.sum --print-units base \
+        "$build/zshard" bench step --device cuda --model gpt2-124m --batch 16 --seq 1024 \
+        --steps 1 --warmup-steps 1 --dtype bf16; then
+        python3 - "$out/ncu_step.out" >>"$report" <<'EOF' || say "- ncu: output not understood"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; rows = rows[1:]
+k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+tot = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    if r[m] == "gpu__time_duration.sum":
+        name = r[k].split("(")[0].split("<")[0].split()[-1]
+        tot[name][0] += 1; tot[name][1] += float(r[v].replace(",", "")) / 1e3
+print("| kernel | launches | total us |\n|---|---|---|")
+for name, (n, us) in sorted(tot.items(), key=lambda t: -t[1][1]):
+    print(f"| {name} | {n} | {us:.1f} |")
+print(f"| all (warm-up and timed step) | {sum(t[0] for t in tot.values())} | {sum(t[1] for t in tot.values()):.1f} |")
+EOF
+    else
+        grep -Ei 'ERR_NVGPUCTRPERM|permission|not supported' "$out/ncu_step.out" | head -n 3 |
+            sed 's/^/    /' >>"$report"
+    fi
+else
+    say "- ncu: not found: no measured per-kernel times"
+fi
+
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    for dt in bf16 tf32; do
+    say ""
+    say "## PyTorch, the same step"
+    for dt in bf16 $([ "$quick" = 0 ] && echo tf32); do
         step "torch_$dt" 120 python3 bench/torch_step.py --batch 16 --seq 1024 --steps 10 \
             --dtype "$dt" && grep -E '^\|' "$out/torch_$dt.out" >>"$report"
     done
@@ -128,4 +315,4 @@ else
     say "- PyTorch with CUDA not importable: no side-by-side"
 fi
 say ""
-say "Full log: log.txt beside this report."
+say "done in $(($(date +%s) - t_start)) s. Full log: log.txt beside this report."

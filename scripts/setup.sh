@@ -21,12 +21,13 @@ fi
 # hosts in the multihost test and benchmark (ip netns, tc), iperf3 that benchmark's link rate.
 # Python: the package in python/ runs in a virtual environment that sees Debian's numpy,
 # pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
+# debootstrap: the GPU check's dry run builds a bare Debian root with it (tests/gpu_dryrun.sh).
 # ca-certificates: pip's TLS to PyPI (for `tokenizers`, below) fails on a fresh root without.
 PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev libyaml-dev fortunes
           fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs
           fortunes-bg gnuplot-nox openmpi-bin libopenmpi-dev libgloo-dev iproute2 iperf3 procps
           python3 python3-venv python3-numpy python3-pytest python3-setuptools python3-wheel
-          ca-certificates)
+          ca-certificates debootstrap)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
