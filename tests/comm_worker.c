@@ -59,11 +59,21 @@ static void *mirror_ptr(const void *p) {
     return (void *)p;
 }
 
+/* Device mode reads results on a stream of its own, ordered after a collective only by what
+ * the collective itself provides (its completion event, or the host wait of the staged path):
+ * never through the legacy default stream, whose copies wait for every other stream's work and
+ * would hide a collective that reports done before its last copy has landed. */
+static zs_stream_t *g_rs;
+
+static zs_status wait_work(zs_comm_work_t *w) {
+    return g_dev ? zs_comm_work_wait_stream(w, g_rs) : zs_comm_work_wait(w);
+}
+
 /* Copy every mirror back to its host block and release them. */
 static void mirror_pull(void) {
     for (int i = 0; i < g_nmir; i++) {
-        ZT_OK(g_dev->copy_d2h(NULL, g_mir[i].host, g_mir[i].dev, g_mir[i].nbytes));
-        ZT_OK(g_dev->stream_sync(NULL));
+        ZT_OK(g_dev->copy_d2h(g_rs, g_mir[i].host, g_mir[i].dev, g_mir[i].nbytes));
+        ZT_OK(g_dev->stream_sync(g_rs));
         g_dev->free(g_mir[i].dev);
     }
     g_nmir = 0;
@@ -183,7 +193,7 @@ static void check_one(int kind, size_t count, zs_dtype dt, int avg, int inplace,
     mirror_add(a, big * esz);
     mirror_add(b, big * esz);
     ZT_OK(issue(async, &w, kind, send, recv, count, dt, op, tag));
-    if (async) ZT_OK(zs_comm_work_wait(w));
+    if (async) ZT_OK(wait_work(w));
     mirror_pull();
     int bad = 0;
     for (size_t i = 0; i < out_elems && bad < 3; i++) {
@@ -300,7 +310,7 @@ static void check_async_pipeline(void) {
     for (int k = 0; k < K; k++) {
         if (g_dev && k == K / 2) { /* the second half after the first half's copies */
             for (int j = 0; j < K / 2; j++)
-                ZT_OK(zs_comm_work_wait(w[j]));
+                ZT_OK(wait_work(w[j]));
             mirror_pull();
             for (int j = K / 2; j < K; j++) {
                 mirror_add(in[j], C * sizeof(float));
@@ -316,7 +326,7 @@ static void check_async_pipeline(void) {
         ZT_CHECK(!done, "last async work finished immediately despite the injected delay");
     }
     for (int k = g_dev ? K / 2 : 0; k < K; k++)
-        ZT_OK(zs_comm_work_wait(w[k]));
+        ZT_OK(wait_work(w[k]));
     if (g_dev) mirror_pull();
     for (int k = 0; k < K; k++) {
         for (size_t i = 0; i < C; i++) {
@@ -507,6 +517,7 @@ int main(int argc, char **argv) {
             ZT_OK(zs_cuda_set_device(zs_comm_local_rank(g_c) % ndev));
         }
         ZT_OK(zs_comm_set_device(g_c, g_dev, stage, 1000));
+        ZT_OK(g_dev->stream_create(&g_rs));
         zs_mem_get_ledger_stats(ZS_LEDGER_HOST, &m1);
         uint64_t want = stage && zs_comm_get_backend(g_c) != ZS_COMM_NCCL
                             ? zs_comm_staging_bytes(g_n, 1000)

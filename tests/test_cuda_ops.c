@@ -327,6 +327,39 @@ static void check_gemm(zs_gemm_math math, int ta, int tb, float alpha, float bet
     release();
 }
 
+/* Reduced-precision GEMM arithmetic really in use, in a form that holds on a real GPU as on the
+ * emulator: the result must stand off the fp32 product of the unrounded inputs by about what
+ * rounding the inputs to bf16 (TF32) moves it, not only stay within check_gemm's bound (which
+ * admits plain fp32). With inputs rounded to nearest (the emulator) the shift equals that of
+ * the rounded reference; with truncated inputs (allowed on a GPU) it is larger; an fp32
+ * product stays within fp32 rounding of the unrounded one, a thousand times less. So: the GPU's
+ * mean distance to the fp32 product must be at least half the rounded reference's. */
+static void check_gemm_precision(zs_gemm_math math) {
+    int m = 64, n = 48, k = 96;
+    float *A = randn((size_t)m * k, 1.0f), *B = randn((size_t)k * n, 1.0f);
+    double off_gpu = 0, off_ref = 0;
+    float *dC = dbuf((size_t)m * n * sizeof(float));
+    ZT_OK(gpu->with_math(math)->gemm(NULL, 0, 0, m, n, k, 1.0f, up(A, (size_t)m * k), m,
+                                     up(B, (size_t)k * n), k, 0.0f, dC, m));
+    float *C = down(dC, (size_t)m * n);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double exact = 0, rounded = 0;
+            for (int p = 0; p < k; p++) {
+                float a = A[i + (size_t)p * m], b = B[p + (size_t)j * k];
+                exact += (double)a * b;
+                rounded += zt_gemm_round((int)math, a) * zt_gemm_round((int)math, b);
+            }
+            off_gpu += fabs(C[i + (size_t)j * m] - exact);
+            off_ref += fabs(rounded - exact);
+        }
+    ZT_CHECK(off_ref > 0 && off_gpu >= 0.5 * off_ref,
+             "gemm math=%d: the result is %.3g from the fp32 product on average, where inputs "
+             "rounded to the arithmetic move it %.3g: the reduced precision is not in use",
+             (int)math, off_gpu / (m * n), off_ref / (m * n));
+    release();
+}
+
 /* Row-major linear forward and backward through zs_linear_* (the shared mapping onto the
  * column-major gemm), CUDA against CPU. Each element's tolerance scales with the same
  * computation on absolute values (sum |a b| over its dot products, plus |initial value| for
@@ -929,6 +962,37 @@ static void check_init_normal(void) {
     release();
 }
 
+/* Launches over more than 65535 blocks of 256 threads (grids are capped there, so only a
+ * grid-stride loop covers the rest): tensors the size of gpt2-124m's token embedding (50257 x
+ * 768 = 38.6M elements), through fill, scale, axpy, the casts and AdamW, bitwise as the CPU. */
+static void check_large(void) {
+    size_t n = (size_t)50257 * 768;
+    float *x = randn(n, 1.0f), *y = randn(n, 1.0f);
+    float *d_x = up(x, n), *d_y = up(y, n);
+    ZT_OK(cpu->scale(NULL, x, 0.75f, n));
+    ZT_OK(gpu->scale(NULL, d_x, 0.75f, n));
+    ZT_OK(cpu->axpy(NULL, y, -0.5f, x, n));
+    ZT_OK(gpu->axpy(NULL, d_y, -0.5f, d_x, n));
+    expect_bits("scale over 38.6M elements", d_x, x, n);
+    expect_bits("axpy over 38.6M elements", d_y, y, n);
+    zs_bf16 *d16 = dbuf(n * sizeof(zs_bf16));
+    ZT_OK(gpu->cast(NULL, d16, ZS_DTYPE_BF16, d_y, ZS_DTYPE_F32, n));
+    ZT_OK(gpu->fill(NULL, d_x, 3.0f, n));
+    ZT_OK(gpu->cast(NULL, d_x, ZS_DTYPE_F32, d16, ZS_DTYPE_BF16, n));
+    zs_bf16 *h16 = hbuf(n * sizeof(zs_bf16));
+    ZT_OK(cpu->cast(NULL, h16, ZS_DTYPE_BF16, y, ZS_DTYPE_F32, n));
+    ZT_OK(cpu->cast(NULL, x, ZS_DTYPE_F32, h16, ZS_DTYPE_BF16, n));
+    expect_bits("cast f32 -> bf16 -> f32 over 38.6M elements", d_x, x, n);
+    float *m = randn(n, 0.1f), *v = hf(n), *g = randn(n, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(i % 97) * 1e-4f;
+    float *d_m = up(m, n), *d_v = up(v, n);
+    ZT_OK(cpu->adamw(NULL, y, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
+    ZT_OK(gpu->adamw(NULL, d_y, up(g, n), d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
+    expect_bits("adamw over 38.6M elements", d_y, y, n);
+    release();
+}
+
 /* ---- argument validation ------------------------------------------------------------ */
 
 static void check_errors(void) {
@@ -990,6 +1054,8 @@ int main(void) {
                 check_gemm((zs_gemm_math)math, ta, tb, -1.3f, 0.5f);
             }
         }
+    check_gemm_precision(ZS_MATH_BF16);
+    check_gemm_precision(ZS_MATH_TF32);
     check_linear();
     check_bias();
     for (int grads = 1; grads <= 3; grads++) {
@@ -1023,6 +1089,7 @@ int main(void) {
     check_sample();
     check_copy();
     check_init_normal();
+    check_large();
     check_errors();
     return zt_finish();
 }

@@ -88,6 +88,9 @@ static zs_status reduce_scatter(zs_comm_t *c, zs_comm_staging *s, const zs_coll 
         ZS_CHECK(d->stream_sync(s->stream));
         ZS_CHECK(run_piece(c, op, ZS_COLL_REDUCE_SCATTER, s->in, s->out, n));
         ZS_CHECK(d->copy_h2d(s->stream, (char *)op->recv + k0 * esz, s->out, n * esz));
+#ifdef ZS_MUTANT_STAGED_NO_SYNC /* broken build: the last piece's copy back not waited for */
+        if (k0 + per < count)
+#endif
         ZS_CHECK(d->stream_sync(s->stream));
     } while ((k0 += per) < count);
 fail:

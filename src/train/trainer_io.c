@@ -80,11 +80,16 @@ zs_status zs_trainer_io_upload(zs_trainer_t *t, int rows, int seq, int targets) 
     zs_status st = ZS_OK;
     int j = t->turn;
     size_t nb = (size_t)rows * (size_t)seq * sizeof(int32_t);
+#ifdef ZS_MUTANT_EARLY_EVENT /* broken build: "copied" said before the copies are queued */
+    ZS_CHECK(t->dev->event_record(t->h_ev[j], t->stream));
+#endif
     ZS_CHECK(t->dev->copy_h2d(t->stream, t->d_in, t->h_in[j], nb));
     if (targets) ZS_CHECK(t->dev->copy_h2d(t->stream, t->d_tg, t->h_tg[j], nb));
     /* Document starts go with a training or validation pass (targets); inference has none. */
     if (targets && t->d_seg) ZS_CHECK(t->dev->copy_h2d(t->stream, t->d_seg, t->h_seg[j], nb));
+#ifndef ZS_MUTANT_EARLY_EVENT
     ZS_CHECK(t->dev->event_record(t->h_ev[j], t->stream));
+#endif
     t->turn ^= 1;
 fail:
     return st;

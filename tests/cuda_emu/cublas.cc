@@ -13,6 +13,7 @@
  * The summation order is OpenBLAS's, not a tensor core's: results agree with a GPU's within the
  * usual dot-product bound, not bit for bit (docs/cuda.md). */
 #include "emu_internal.h"
+#include "h100.h"
 
 #include <cublas_v2.h>
 #include <cblas.h>
@@ -239,6 +240,21 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
     const void *ha = A, *hb = B;
     const void *hc = C;
     size_t aes = type_size(at), bes = type_size(bt), ces = type_size(ct);
+    /* The H100 model's price (emu_profile.h): from the shape, in the arithmetic asked for. */
+    zs_emu_record price;
+    bool price_it = profiling() || predicting();
+    if (price_it) {
+        GemmMath gm = round16 || at == CUDA_R_16BF || at == CUDA_R_16F ? GEMM_BF16
+                      : round                                          ? GEMM_TF32
+                                                                       : GEMM_FP32;
+        double bytes = ((double)m * k * aes + (double)k * n * bes +
+                        (double)m * n * ces * (be != 0.0f ? 2 : 1)) * batch;
+        h100_gemm(&price, m, n, k, batch, gm, bytes, ta, tb);
+    }
+    if (predicting()) { /* cost only: priced in stream order, not run */
+        enqueue(stream_of(h->stream), "cublasGemmEx", [price] { profile_record(price); });
+        return CUBLAS_STATUS_SUCCESS;
+    }
     enqueue(stream_of(h->stream), "cublasGemmEx", [=] {
         const void *ptrs[3] = {ha, hb, hc};
         for (int i = 0; i < 3; i++)
@@ -270,6 +286,7 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
                      (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, be,
                      (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round, round16);
         check_redzone(hc);
+        if (price_it) profile_record(price);
     });
     return CUBLAS_STATUS_SUCCESS;
 }

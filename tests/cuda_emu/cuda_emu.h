@@ -71,10 +71,11 @@ enum {
 extern "C" uint64_t zs_emu_warp_op(const char *site, unsigned mask, int kind, uint64_t value,
                                    int arg, int width);
 extern "C" unsigned zs_emu_activemask(void);
-/* Shared memory of the running block: a static allocation identified by its declaration site
- * (the same pointer for every thread of the block), and the launch's dynamic part. Both are
- * filled with a poison pattern when the block starts. */
-extern "C" void *zs_emu_shared(const void *site, size_t nbytes, size_t align);
+/* Shared memory of the running block: a static array identified by its declaration site (the
+ * same pointer for every thread of the block), and the launch's dynamic part. Each is filled with
+ * a poison pattern when the block starts and has bounds of its own (red zones around it, every
+ * access checked against them). */
+extern "C" void *zs_emu_shared(const void *site, size_t nbytes, size_t align, const char *name);
 extern "C" void *zs_emu_dyn_shared(void);
 /* A trap in device code: the launch fails with cudaErrorAssert (sticky, as on a GPU). */
 extern "C" void zs_emu_trap(const char *what);
@@ -84,15 +85,15 @@ extern "C" void zs_emu_trap(const char *what);
 #define ZS_EMU_SITE __FILE__ ":" ZS_EMU_STR(__LINE__)
 
 #define __syncthreads() zs_emu_syncthreads(ZS_EMU_SITE)
-#define __syncwarp(...) zs_emu_syncwarp_(ZS_EMU_SITE, ##__VA_ARGS__)
+#define __syncwarp(...) zs_emu_syncwarp_(ZS_EMU_SITE __VA_OPT__(,) __VA_ARGS__)
 #define __shfl_sync(mask, v, lane, ...)                                                            \
-    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_IDX, lane, ##__VA_ARGS__)
+    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_IDX, lane __VA_OPT__(,) __VA_ARGS__)
 #define __shfl_xor_sync(mask, v, lm, ...)                                                          \
-    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_XOR, lm, ##__VA_ARGS__)
+    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_XOR, lm __VA_OPT__(,) __VA_ARGS__)
 #define __shfl_down_sync(mask, v, d, ...)                                                          \
-    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_DOWN, d, ##__VA_ARGS__)
+    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_DOWN, d __VA_OPT__(,) __VA_ARGS__)
 #define __shfl_up_sync(mask, v, d, ...)                                                            \
-    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_UP, d, ##__VA_ARGS__)
+    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_UP, d __VA_OPT__(,) __VA_ARGS__)
 #define __ballot_sync(mask, pred)                                                                  \
     ((unsigned)zs_emu_warp_op(ZS_EMU_SITE, mask, ZS_EMU_BALLOT, (pred) != 0, 0, 32))
 #define __any_sync(mask, pred) (__ballot_sync(mask, pred) != 0u)
@@ -161,6 +162,10 @@ static inline unsigned atomicAdd(unsigned *p, unsigned v) {
 }
 
 /* ---- launches ------------------------------------------------------------------------------- */
+
+/* ZS_COST: the FLOPs (fp32 pipes, tensor cores) and ideal bytes of the launch this host thread
+ * queues next, for the profiler (emu_profile.h). */
+extern "C" void zs_emu_declare_cost(double flops, double mma_flops, double bytes);
 
 /* The device view of a pointer argument (translated in strict mode; host pointers unchanged). */
 extern "C" void *zs_emu_kernel_ptr(const void *p);

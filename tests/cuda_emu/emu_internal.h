@@ -6,11 +6,14 @@
 
 #include <cuda_runtime.h>
 
+#include "emu_profile.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace zs_emu {
 
@@ -22,6 +25,8 @@ struct Settings {
     uint64_t device_mem;  /* ZS_EMU_DEVICE_MEM bytes per device (default 16 GiB) */
     int delay_us;         /* ZS_EMU_DELAY_US: random delay up to this before each stream task */
     std::string coverage; /* ZS_EMU_COVERAGE_DIR: kernel names launched, one file per process */
+    int check;            /* ZS_EMU_CHECK: the race checker (check.cc) on every launch */
+    int sched;            /* ZS_EMU_SCHED: thread orders (Sched; default SCHED_MIX) */
 };
 const Settings &settings();
 
@@ -47,6 +52,10 @@ void *view(const void *p);
 bool range_ok(const void *p, size_t n, char *why, size_t cap);
 /* Bytes of device memory in use, and the capacity. */
 void mem_info(size_t *used, size_t *total);
+/* Whether a is in the kernel view of device memory (what kernels address). */
+bool in_kernel_view(uintptr_t a);
+/* "a 4096-byte device allocation (device pointer 0x...), byte 128" for a kernel-view address. */
+void describe_view(uintptr_t a, char *buf, size_t cap);
 /* Install the fault handler that names kernel and allocation for a bad access. */
 void install_fault_handler();
 /* The red zones after live allocations a launch touched: report writes past their end. */
@@ -68,12 +77,95 @@ cudaError_t sticky();
 void set_last(cudaError_t e);
 uint64_t next_launch_id();
 
+/* The cost a launcher declared for the launch it is about to queue (ZS_COST): FLOPs on the
+ * fp32 pipes, FLOPs on tensor cores, and the ideal bytes (inputs read once, outputs written
+ * once). */
+struct Cost {
+    double flops, mma_flops, bytes;
+    bool declared;
+};
+
 /* ---- kernels (fiber.cc) ---------------------------------------------------------------------- */
+/* The orders in which a block's threads run between synchronisation points:
+ *  - FIFO: released threads run in a shuffled order, each until it blocks (barrier, warp op,
+ *    exit): no warp overtakes another inside a barrier interval;
+ *  - WARP: one warp at a time runs ahead, through its warp operations, to the next barrier,
+ *    before the others resume (a missing trailing barrier shows);
+ *  - INTERLEAVE: threads also switch at shared- and global-memory accesses, at random (a
+ *    read-modify-write race within one barrier interval shows);
+ *  - LOCKSTEP: the lanes of a warp take turns at every memory access, warp by warp (what the
+ *    profiler needs to group the k-th accesses of a warp's lanes into one request);
+ *  - MIX: FIFO, WARP or INTERLEAVE, drawn per block from the launch's seed (the default). */
+enum Sched { SCHED_FIFO, SCHED_WARP, SCHED_INTERLEAVE, SCHED_LOCKSTEP, SCHED_MIX };
+
 /* Run a whole grid on the calling (worker) thread; false after a fault (reported and sticky). */
 bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem,
-              const std::function<void()> &body, uint64_t rng_seed);
+              const std::function<void()> &body, uint64_t rng_seed, const Cost &cost);
 /* Name of the kernel running on this host thread (fault messages), or nullptr. */
 const char *running_kernel(char *where, size_t cap);
+
+/* ---- what the access hooks see of the running thread (fiber.cc -> check.cc) ------------------ */
+/* One __shared__ array of the running block: [off, off + nbytes) of its pool. */
+struct SmemArray {
+    const char *name;
+    size_t off, nbytes;
+};
+struct KernelCtx {
+    const char *kernel;
+    dim3 grid, bdim;
+    uint3 bid;
+    uint64_t block;  /* linear block index */
+    int nthreads;
+    int tid, warp, lane;          /* the running thread */
+    unsigned char *pool;          /* the block's shared memory: arrays separated by red zones */
+    size_t pool_bytes;
+    const uint16_t *owner;        /* per pool byte: 1 + index into arrays, 0 for a red zone */
+    const SmemArray *arrays;
+    size_t narrays;
+    const uint32_t *warp_syncs;   /* per warp: warp synchronisations completed */
+    uint32_t interval;            /* this block's barrier interval, unique per launch */
+    Sched sched;
+    uint64_t rng;
+};
+extern thread_local KernelCtx *t_kctx; /* non-null while a kernel thread runs */
+/* A fault in kernel code (the launch fails with code, naming kernel, block and thread). */
+[[noreturn]] void kernel_fault(cudaError_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Give the other threads of the block a turn (the INTERLEAVE and LOCKSTEP orders). */
+void kernel_yield();
+
+/* ---- the checker and the profiler (check.cc, profile.cc) ------------------------------------ */
+/* Per launch, on the stream worker that runs it. */
+struct LaunchInfo {
+    const char *name;
+    dim3 grid, block;
+    size_t shmem;
+    uint64_t serial;
+    Cost cost;
+};
+void check_launch_begin(const LaunchInfo &l);
+void check_block_begin();           /* t_kctx describes the new block */
+void check_barrier();               /* every thread of the block passed a __syncthreads */
+void check_warp_sync(int warp);     /* a warp operation of warp completed */
+void check_thread_exit();           /* t_kctx's thread returned */
+void check_block_end();
+void check_launch_end(bool ok);
+/* Whether this launch runs only the listed blocks (cost-only prediction: a sample, or none
+ * when it is priced as an identical earlier launch). */
+bool profile_sampling(const LaunchInfo &l, uint64_t nblocks, std::vector<uint64_t> *blocks);
+/* Whether a sampled grid may run another block (false once it has enough accesses). */
+bool profile_block_budget(uint64_t blocks_run);
+void profile_block_done();
+/* The cost declared on this host thread for its next launch (zeros, not declared, if none). */
+Cost take_declared_cost();
+/* Record a priced library call or copy (while recording). */
+void profile_record(const struct zs_emu_record &r);
+/* The running block reached a synchronisation point: warp (or every warp, -1) has no access
+ * pending any more (the profiler closes its requests). */
+void profile_sync(int warp);
+void profile_launch_end(bool ok);
+bool profiling();            /* counts are being recorded */
+bool predicting();           /* cost only: GEMMs priced not run, grids sampled, no poison */
 
 } // namespace zs_emu
 

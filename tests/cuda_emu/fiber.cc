@@ -2,12 +2,19 @@
  * thread, and each thread of a block is a fiber with a stack of its own, so __syncthreads and
  * warp operations suspend a thread until its block (or warp) catches up, as on a GPU.
  *
- * Fibers start lazily in a shuffled order and a finished fiber's stack serves the next one, so
- * a kernel without barriers needs one stack. The order of the released threads is shuffled again
- * at every barrier. Misuse that a GPU punishes with a hang or undefined results is a fault here,
- * reported with the kernel, block, thread and seed: a barrier some threads never reach (or reach
- * at a different __syncthreads), warp operations whose lanes disagree on site or mask, a mask
- * naming a lane that has exited, too much shared memory. */
+ * Fibers start lazily and a finished fiber's stack serves the next one, so a kernel without
+ * barriers needs one stack. Which ready thread runs next follows one of the orders of
+ * emu_internal.h (Sched), drawn per block from the launch's seed: threads shuffled at every
+ * barrier, one warp running ahead to the next barrier, or threads switching at memory accesses
+ * (the access hooks of check.cc call kernel_yield). Misuse that a GPU punishes with a hang or
+ * undefined results is a fault here, reported with the kernel, block, thread and seed: a barrier
+ * some threads never reach (or reach at a different __syncthreads), warp operations whose lanes
+ * disagree on site or mask, a mask naming a lane that has exited, too much shared memory.
+ *
+ * Shared memory: each __shared__ array (static, or the launch's dynamic part) gets its own
+ * place in the block's pool, poisoned, with a red zone after it, so the access hooks can hold
+ * every access to the array's own bounds (and a write into a red zone is also caught when the
+ * block ends). */
 #include "cuda_emu.h"
 #include "emu_internal.h"
 
@@ -17,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <deque>
 #include <stdexcept>
 #include <vector>
 
@@ -73,6 +81,9 @@ namespace {
 #define GUARD_BYTES 4096u
 #define STATIC_SMEM_MAX (48u << 10)
 #define SMEM_POISON 0xff
+#define SMEM_REDZONE 0xa5
+#define SMEM_RZ 64u       /* red zone bytes before and after every shared array */
+#define SMEM_ARRAYS 64u   /* most __shared__ arrays one block may declare */
 
 struct Stack {
     char *lo; /* usable [lo, lo + STACK_BYTES), a guard page below */
@@ -141,18 +152,29 @@ struct Block {
     const std::function<void()> *body;
     dim3 grid, bdim;
     uint3 bid;
+    uint64_t linear;
     int n; /* threads */
+    int nwarps;
     std::vector<Fiber> fibers;
-    std::vector<int> order, runq, waiters;
-    size_t runq_head;
-    int started, done;
+    std::vector<int> order;  /* the order in which fibers start */
+    std::deque<int> runq;    /* ready fibers (every order but LOCKSTEP) */
+    std::vector<int> waiters;
+    std::vector<uint32_t> ready_mask, new_mask; /* per warp (LOCKSTEP) */
+    int cur_warp, last_lane, leader;
+    int started, done, started_scan;
     const char *bar_site;
     int bar_count;
     std::vector<WarpOp> warps;
-    std::vector<unsigned char> smem; /* static part */
-    size_t smem_used;
-    std::vector<std::pair<const void *, size_t>> sites;
-    std::vector<unsigned char> dyn;
+    std::vector<uint32_t> warp_syncs;
+    /* shared memory: the pool, each byte's array, the arrays and their declaration sites */
+    std::vector<unsigned char> pool;
+    std::vector<uint16_t> owner;
+    std::vector<SmemArray> arrays;
+    std::vector<const void *> sites;
+    size_t pool_used, budget_used, dyn;
+    Sched sched;
+    KernelCtx ctx;
+    uint32_t interval;
     void *sched_sp;
     Rng rng;
     bool failed;
@@ -179,6 +201,7 @@ void fiber_entry(void *arg) {
     Block *b = t_block;
     try {
         (*b->body)();
+        check_thread_exit();
     } catch (const Fault &e) {
         if (!b->failed) {
             b->failed = true;
@@ -212,7 +235,8 @@ void start_fiber(Block *b, Fiber *f) {
     memcpy(&top[-8], csr, 8);
     f->sp = &top[-8];
     f->state = F_READY;
-    (void)b;
+    b->new_mask[(size_t)f->warp] &= ~(1u << f->lane);
+    b->started++;
 }
 
 void yield_to_scheduler() {
@@ -220,13 +244,71 @@ void yield_to_scheduler() {
     zs_emu_ctx_switch(&f->sp, t_block->sched_sp);
 }
 
+void push_ready(Block *b, int id) {
+    Fiber &f = b->fibers[(size_t)id];
+    f.state = F_READY;
+    if (b->sched == SCHED_LOCKSTEP)
+        b->ready_mask[(size_t)f.warp] |= 1u << f.lane;
+    else
+        b->runq.push_back(id);
+}
+
 /* Make the given waiting fibers runnable, in a shuffled order. */
 void release(Block *b, std::vector<int> &ids) {
     b->rng.shuffle(ids);
-    for (int id : ids) {
-        b->fibers[id].state = F_READY;
-        b->runq.push_back(id);
+    for (int id : ids)
+        push_ready(b, id);
+}
+
+/* LOCKSTEP: the lane after last_lane (cyclically) among the current warp's ready or unstarted
+ * lanes; when it has none, the next warp that has. -1 when nothing can run. */
+int pick_lockstep(Block *b) {
+    for (int k = 0; k < b->nwarps; k++) {
+        int w = (b->cur_warp + k) % b->nwarps;
+        uint32_t m = b->ready_mask[(size_t)w] | b->new_mask[(size_t)w];
+        if (!m) continue;
+        int from = w == b->cur_warp ? b->last_lane + 1 : 0;
+        uint32_t after = from >= 32 ? 0u : m & ~((1u << from) - 1u);
+        int lane = __builtin_ctz(after ? after : m);
+        b->cur_warp = w;
+        b->last_lane = lane;
+        b->ready_mask[(size_t)w] &= ~(1u << lane);
+        return w * 32 + lane;
     }
+    return -1;
+}
+
+/* The next fiber to run, by the block's order; starts it if it is new. nullptr: none. */
+Fiber *pick(Block *b) {
+    int id = -1;
+    if (b->sched == SCHED_LOCKSTEP) {
+        id = pick_lockstep(b);
+    } else {
+        if (b->sched == SCHED_WARP && b->leader >= 0) {
+            /* the leading warp runs on while any of its threads can */
+            for (auto it = b->runq.begin(); it != b->runq.end(); ++it)
+                if (b->fibers[(size_t)*it].warp == b->leader) {
+                    id = *it;
+                    b->runq.erase(it);
+                    break;
+                }
+            if (id < 0 && b->new_mask[(size_t)b->leader])
+                id = b->leader * 32 + __builtin_ctz(b->new_mask[(size_t)b->leader]);
+        }
+        if (id < 0 && !b->runq.empty()) {
+            id = b->runq.front();
+            b->runq.pop_front();
+        }
+        while (id < 0 && b->started < b->n) {
+            int c = b->order[(size_t)b->started_scan++];
+            if (b->fibers[(size_t)c].state == F_NEW) id = c;
+        }
+        if (id >= 0) b->leader = b->fibers[(size_t)id].warp;
+    }
+    if (id < 0) return nullptr;
+    Fiber *f = &b->fibers[(size_t)id];
+    if (f->state == F_NEW) start_fiber(b, f);
+    return f;
 }
 
 void describe_stuck(Block *b, char *buf, size_t cap) {
@@ -253,40 +335,105 @@ void describe_stuck(Block *b, char *buf, size_t cap) {
                  at_warp, wsite ? wsite : "?");
 }
 
+/* A red zone of the pool that is no longer intact: the array before it, else nullptr. */
+const SmemArray *smem_overrun(Block *b, size_t *at) {
+    for (size_t i = 0; i < b->pool_used; i++)
+        if (b->owner[i] == 0 && b->pool[i] != SMEM_REDZONE) {
+            *at = i;
+            const SmemArray *before = nullptr;
+            for (auto &a : b->arrays)
+                if (a.off + a.nbytes <= i) before = &a;
+            return before ? before : &b->arrays[0];
+        }
+    return nullptr;
+}
+
+void pool_reset(Block *b) {
+    b->arrays.clear();
+    b->sites.clear();
+    b->budget_used = b->dyn;
+    memset(b->pool.data(), SMEM_REDZONE, b->pool.size());
+    memset(b->owner.data(), 0, b->owner.size() * sizeof(uint16_t));
+    b->pool_used = SMEM_RZ;
+    if (b->dyn) {
+        /* the launch's dynamic shared memory is the first array */
+        b->arrays.push_back(SmemArray{"dynamic shared memory", b->pool_used, b->dyn});
+        b->sites.push_back(nullptr);
+        memset(b->pool.data() + b->pool_used, SMEM_POISON, b->dyn);
+        for (size_t i = 0; i < b->dyn; i++)
+            b->owner[b->pool_used + i] = 1;
+        b->pool_used += b->dyn + SMEM_RZ;
+    }
+}
+
 bool run_block(Block *b) {
     b->runq.clear();
-    b->runq_head = 0;
     b->started = b->done = 0;
+    b->started_scan = 0;
     b->bar_site = nullptr;
     b->bar_count = 0;
-    b->smem_used = 0;
-    b->sites.clear();
-    memset(b->smem.data(), SMEM_POISON, b->smem.size());
-    if (!b->dyn.empty()) memset(b->dyn.data(), SMEM_POISON, b->dyn.size());
+    b->cur_warp = 0;
+    b->last_lane = -1;
+    b->leader = -1;
+    pool_reset(b);
     for (auto &w : b->warps)
         w.arrived = 0;
+    for (auto &c : b->warp_syncs)
+        c = 0;
+    for (int w = 0; w < b->nwarps; w++) {
+        int lanes = b->n - w * 32 < 32 ? b->n - w * 32 : 32;
+        b->new_mask[(size_t)w] = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
+        b->ready_mask[(size_t)w] = 0;
+    }
     for (int i = 0; i < b->n; i++) {
-        Fiber &f = b->fibers[i];
+        Fiber &f = b->fibers[(size_t)i];
         f.state = F_NEW;
         f.site = nullptr;
         f.view.bid = b->bid;
     }
-    b->rng.shuffle(b->order);
+    Sched sched = (Sched)settings().sched;
+    if (sched == SCHED_MIX) sched = (Sched)(b->rng.next() % 3); /* FIFO, WARP, INTERLEAVE */
+    if (profiling()) sched = SCHED_LOCKSTEP; /* the profiler groups a warp's accesses */
+    b->sched = sched;
+    if (sched == SCHED_FIFO || sched == SCHED_INTERLEAVE) {
+        b->rng.shuffle(b->order);
+    } else { /* warps in a shuffled order, the lanes of each in order */
+        std::vector<int> ws((size_t)b->nwarps);
+        for (int w = 0; w < b->nwarps; w++)
+            ws[(size_t)w] = w;
+        b->rng.shuffle(ws);
+        size_t k = 0;
+        for (int w : ws)
+            for (int l = 0; l < 32 && w * 32 + l < b->n; l++)
+                b->order[k++] = w * 32 + l;
+        b->cur_warp = ws[0];
+    }
+    b->interval++;
+    KernelCtx &c = b->ctx;
+    c.bid = b->bid;
+    c.block = b->linear;
+    c.pool = b->pool.data();
+    c.pool_bytes = b->pool.size();
+    c.owner = b->owner.data();
+    c.arrays = b->arrays.data();
+    c.narrays = b->arrays.size();
+    c.warp_syncs = b->warp_syncs.data();
+    c.interval = b->interval;
+    c.sched = sched;
+    c.rng = b->rng.next();
+    check_block_begin();
     for (;;) {
-        Fiber *f = nullptr;
-        if (b->runq_head < b->runq.size())
-            f = &b->fibers[b->runq[b->runq_head++]];
-        else if (b->started < b->n) {
-            f = &b->fibers[b->order[b->started++]];
-            start_fiber(b, f);
-        } else
-            break;
-        if (b->runq_head == b->runq.size()) {
-            b->runq.clear();
-            b->runq_head = 0;
-        }
+        Fiber *f = pick(b);
+        if (!f) break;
         t_fiber = f;
+        c.tid = f->linear;
+        c.warp = f->warp;
+        c.lane = f->lane;
+        c.arrays = b->arrays.data();
+        c.narrays = b->arrays.size();
+        t_kctx = &c;
         zs_emu_ctx_switch(&b->sched_sp, f->sp);
+        t_kctx = nullptr;
         t_fiber = nullptr;
         if (f->state == F_DONE) {
             t_free_stacks.push_back(f->stack);
@@ -307,31 +454,55 @@ bool run_block(Block *b) {
         b->fault_code = cudaErrorLaunchFailure;
         b->fault = std::string("deadlock: ") + why;
     }
+    size_t at = 0;
+    const SmemArray *over = b->failed ? nullptr : smem_overrun(b, &at);
+    if (over) {
+        b->failed = true;
+        b->fault_code = cudaErrorIllegalAddress;
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "shared memory written out of bounds: the red zone after __shared__ array '%s' "
+                 "(%zu bytes) was overwritten at byte %zd relative to its start",
+                 over->name, over->nbytes, (ssize_t)at - (ssize_t)over->off);
+        b->fault = msg;
+    }
+    check_block_end();
     return !b->failed;
 }
 
 } // namespace
 
 bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem,
-              const std::function<void()> &body, uint64_t rng_seed) {
+              const std::function<void()> &body, uint64_t rng_seed, const Cost &cost) {
     Block b;
     b.kernel = name;
     b.body = &body;
     b.grid = grid;
     b.bdim = block;
     b.n = (int)(block.x * block.y * block.z);
+    b.nwarps = (b.n + 31) / 32;
     b.fibers.resize((size_t)b.n);
     b.order.resize((size_t)b.n);
-    b.warps.resize((size_t)(b.n + 31) / 32);
-    b.smem.resize(STATIC_SMEM_MAX);
-    b.dyn.resize(shmem);
+    b.warps.resize((size_t)b.nwarps);
+    b.warp_syncs.resize((size_t)b.nwarps);
+    b.ready_mask.resize((size_t)b.nwarps);
+    b.new_mask.resize((size_t)b.nwarps);
+    b.dyn = shmem;
+    b.pool.resize(SMEM_RZ + shmem + SMEM_RZ + STATIC_SMEM_MAX + SMEM_ARRAYS * (SMEM_RZ + 16));
+    b.owner.resize(b.pool.size());
     b.rng.s = rng_seed;
     b.failed = false;
+    b.interval = 0;
+    b.ctx.kernel = name;
+    b.ctx.grid = grid;
+    b.ctx.bdim = block;
+    b.ctx.nthreads = b.n;
     for (int i = 0; i < b.n; i++) {
         Fiber &f = b.fibers[(size_t)i];
         f.linear = i;
         f.warp = i / 32;
         f.lane = i % 32;
+        f.sp = nullptr;
         f.view.tid = uint3{(unsigned)i % block.x, (unsigned)(i / block.x) % block.y,
                            (unsigned)(i / (block.x * block.y))};
         f.view.bdim = block;
@@ -339,30 +510,64 @@ bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem,
         b.order[(size_t)i] = i;
     }
     uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    LaunchInfo li{name, grid, block, shmem, rng_seed, cost};
     std::vector<uint64_t> blocks;
-    bool shuffled = nblocks <= (1u << 22);
+    bool sampled = profile_sampling(li, nblocks, &blocks);
+    bool shuffled = !sampled && nblocks <= (1u << 22);
     if (shuffled) {
         blocks.resize(nblocks);
         for (uint64_t i = 0; i < nblocks; i++)
             blocks[i] = i;
         b.rng.shuffle(blocks);
     }
+    uint64_t count = sampled ? blocks.size() : nblocks;
+    check_launch_begin(li);
     Block *saved = t_block;
     t_block = &b;
     bool ok = true;
-    for (uint64_t k = 0; k < nblocks && ok; k++) {
-        uint64_t id = shuffled ? blocks[k] : k;
+    for (uint64_t k = 0; k < count && ok; k++) {
+        if (sampled && !profile_block_budget(k)) break;
+        uint64_t id = sampled || shuffled ? blocks[k] : k;
+        b.linear = id;
         b.bid = uint3{(unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
                       (unsigned)(id / ((uint64_t)grid.x * grid.y))};
         ok = run_block(&b);
+        if (ok) profile_block_done();
     }
     t_block = saved;
+    check_launch_end(ok);
     if (!ok) {
         set_sticky(b.fault_code, "kernel %s, block (%u,%u,%u): %s", name, b.bid.x, b.bid.y, b.bid.z,
                    b.fault.c_str());
     }
     return ok;
 }
+
+void kernel_fault(cudaError_t code, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    throw Fault(code, msg);
+}
+
+void kernel_yield() {
+    Block *b = t_block;
+    Fiber *f = t_fiber;
+    if (!b || !f) return;
+    if (b->sched == SCHED_INTERLEAVE) {
+        /* back into the ready queue at a random place */
+        f->state = F_READY;
+        size_t at = b->runq.empty() ? 0 : (size_t)(b->rng.next() % (b->runq.size() + 1));
+        b->runq.insert(b->runq.begin() + (ptrdiff_t)at, f->linear);
+    } else {
+        push_ready(b, f->linear);
+    }
+    zs_emu_ctx_switch(&f->sp, b->sched_sp);
+}
+
+thread_local KernelCtx *t_kctx;
 
 const char *running_kernel(char *where, size_t cap) {
     if (!t_block) return nullptr;
@@ -405,6 +610,8 @@ extern "C" void zs_emu_syncthreads(const char *site) {
     f->state = F_BLOCKED;
     f->site = site;
     if (++b->bar_count == b->n) {
+        check_barrier();
+        b->ctx.interval = ++b->interval;
         b->waiters.clear();
         for (auto &g : b->fibers)
             if (g.state == F_BLOCKED && g.site == site) b->waiters.push_back(g.linear);
@@ -484,6 +691,8 @@ extern "C" uint64_t zs_emu_warp_op(const char *site, unsigned mask, int kind, ui
     f->state = F_BLOCKED;
     f->site = site;
     if (w.arrived == mask) {
+        check_warp_sync(f->warp);
+        b->warp_syncs[(size_t)f->warp]++;
         b->waiters.clear();
         for (int l = 0; l < 32; l++)
             if (mask >> l & 1u) {
@@ -506,24 +715,37 @@ extern "C" unsigned zs_emu_activemask(void) {
     return m;
 }
 
-extern "C" void *zs_emu_shared(const void *site, size_t nbytes, size_t align) {
+extern "C" void *zs_emu_shared(const void *site, size_t nbytes, size_t align, const char *name) {
     Block *b = need_block("shared memory");
-    for (auto &s : b->sites)
-        if (s.first == site) return b->smem.data() + s.second;
-    size_t off = (b->smem_used + align - 1) / align * align;
-    if (off + nbytes + b->dyn.size() > STATIC_SMEM_MAX)
+    for (size_t i = 0; i < b->sites.size(); i++)
+        if (b->sites[i] == site) return b->pool.data() + b->arrays[i].off;
+    /* The budget counts the arrays as a GPU packs them; the pool spaces them by red zones. */
+    size_t budget = (b->budget_used + align - 1) / align * align + nbytes;
+    if (budget > STATIC_SMEM_MAX)
         fail(cudaErrorLaunchOutOfResources,
              "shared memory: %zu static bytes plus %zu dynamic exceed the %u bytes a block may "
              "use without opting in",
-             off + nbytes, b->dyn.size(), STATIC_SMEM_MAX);
-    b->smem_used = off + nbytes;
-    b->sites.emplace_back(site, off);
-    return b->smem.data() + off;
+             budget - b->dyn, b->dyn, STATIC_SMEM_MAX);
+    if (b->arrays.size() >= SMEM_ARRAYS)
+        fail(cudaErrorLaunchOutOfResources, "more than %u __shared__ arrays in one block",
+             SMEM_ARRAYS);
+    size_t a = align < 16 ? 16 : align;
+    size_t off = (b->pool_used + a - 1) / a * a;
+    b->budget_used = budget;
+    b->arrays.push_back(SmemArray{name, off, nbytes});
+    b->sites.push_back(site);
+    b->ctx.arrays = b->arrays.data();
+    b->ctx.narrays = b->arrays.size();
+    memset(b->pool.data() + off, SMEM_POISON, nbytes);
+    for (size_t i = 0; i < nbytes; i++)
+        b->owner[off + i] = (uint16_t)b->arrays.size();
+    b->pool_used = off + nbytes + SMEM_RZ;
+    return b->pool.data() + off;
 }
 
 extern "C" void *zs_emu_dyn_shared(void) {
     Block *b = need_block("dynamic shared memory");
-    return b->dyn.empty() ? nullptr : b->dyn.data();
+    return b->dyn ? b->pool.data() + b->arrays[0].off : nullptr;
 }
 
 extern "C" void zs_emu_trap(const char *what) {

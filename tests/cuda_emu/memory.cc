@@ -24,7 +24,7 @@
 namespace zs_emu {
 namespace {
 
-#define RESERVE (64ull << 30)
+#define RESERVE (256ull << 30) /* address space only: an H100's 80 GiB fits (predictions) */
 #define PAGE 4096ull
 #define POISON 0xff
 #define REDZONE 0xa5
@@ -33,6 +33,7 @@ struct Rec {
     size_t nbytes;     /* requested */
     uintptr_t span_lo; /* first mapped page */
     size_t span_len;   /* mapped bytes (the guard page after them is not mapped) */
+    bool light;        /* made while predicting: neither poisoned nor red-zoned */
 };
 
 std::mutex g_lock;
@@ -81,6 +82,7 @@ void unmap_span(uintptr_t lo, size_t len) {
 }
 
 bool redzone_intact(uintptr_t p, const Rec &r, size_t *bad) {
+    if (r.light) return true;
     const unsigned char *v = (const unsigned char *)(p - g_base + g_view);
     size_t n256 = (r.nbytes + 255) / 256 * 256;
     for (size_t i = r.nbytes; i < n256; i++)
@@ -134,9 +136,13 @@ void *dev_alloc(size_t nbytes) {
     }
     uintptr_t p = lo + len - n256;
     unsigned char *v = (unsigned char *)b;
-    memset(v, REDZONE, len);
-    memset(v + (p - lo), POISON, nbytes);
-    g_dev[p] = Rec{nbytes, lo, len};
+    /* Cost-only predictions touch nothing they need not: pages stay unmapped until a sampled
+     * block writes them. */
+    if (!predicting()) {
+        memset(v, REDZONE, len);
+        memset(v + (p - lo), POISON, nbytes);
+    }
+    g_dev[p] = Rec{nbytes, lo, len, predicting()};
     g_used += nbytes;
     return (void *)p;
 }
@@ -178,6 +184,25 @@ bool pinned_free(void *p) {
     }
     munmap(p, n ? n : 1);
     return true;
+}
+
+bool in_kernel_view(uintptr_t a) {
+    return g_view && in_view(a);
+}
+
+void describe_view(uintptr_t a, char *buf, size_t cap) {
+    uintptr_t d = a - g_view + g_base;
+    std::lock_guard<std::mutex> lk(g_lock);
+    auto it = g_dev.upper_bound(d);
+    if (it != g_dev.begin()) {
+        --it;
+        if (d >= it->first && d < it->first + it->second.nbytes) {
+            snprintf(buf, cap, "a %zu-byte device allocation (device pointer %p), byte %zu",
+                     it->second.nbytes, (void *)it->first, (size_t)(d - it->first));
+            return;
+        }
+    }
+    snprintf(buf, cap, "device address %p (in no live allocation)", (void *)d);
 }
 
 MemKind classify(const void *ptr, uintptr_t *base, size_t *nbytes) {

@@ -12,6 +12,7 @@
  * CUDA in one respect: a copy whose kind contradicts where its pointers live is refused. */
 #include "cuda_emu.h"
 #include "emu_internal.h"
+#include "h100.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -59,6 +60,17 @@ const Settings &settings() {
         s.delay_us = (int)env_u64("ZS_EMU_DELAY_US", 0);
         const char *c = getenv("ZS_EMU_COVERAGE_DIR");
         s.coverage = c ? c : "";
+        s.check = (int)env_u64("ZS_EMU_CHECK", 0);
+        const char *o = getenv("ZS_EMU_SCHED");
+        static const char *names[] = {"fifo", "warp", "interleave", "lockstep", "mix"};
+        s.sched = SCHED_MIX;
+        for (int i = 0; o && i < 5; i++)
+            if (!strcmp(o, names[i])) s.sched = i;
+        if (o && *o && s.sched == SCHED_MIX && strcmp(o, "mix") != 0) {
+            fprintf(stderr, "cuda-emu: ZS_EMU_SCHED=%s: expected fifo, warp, interleave, "
+                            "lockstep or mix\n", o);
+            abort();
+        }
     });
     return s;
 }
@@ -276,6 +288,20 @@ using namespace zs_emu;
 /* ---- launches ------------------------------------------------------------------------------- */
 
 static thread_local std::vector<const void *> t_launch_ptrs;
+static thread_local Cost t_cost;
+
+/* ZS_COST (cuda_internal.h): the cost of the launch this host thread queues next. */
+extern "C" void zs_emu_declare_cost(double flops, double mma_flops, double bytes) {
+    t_cost = Cost{flops, mma_flops, bytes, true};
+}
+
+namespace zs_emu {
+Cost take_declared_cost() {
+    Cost c = t_cost;
+    t_cost = Cost{0, 0, 0, false};
+    return c;
+}
+} // namespace zs_emu
 
 extern "C" void *zs_emu_kernel_ptr(const void *p) {
     t_launch_ptrs.push_back(p);
@@ -307,7 +333,8 @@ void zs_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shmem, cu
     }
     note_kernel(name);
     uint64_t seed = settings().seed * 0x9e3779b97f4a7c15ull + next_launch_id();
-    enqueue(stream_of(stream), name, [name, grid, block, shmem, body, ptrs, seed]() {
+    Cost cost = take_declared_cost();
+    enqueue(stream_of(stream), name, [name, grid, block, shmem, body, ptrs, seed, cost]() {
         for (size_t i = 0; i < ptrs.size(); i++)
             if (ptrs[i] && classify(ptrs[i]) == MEM_NONE && view(ptrs[i]) == ptrs[i]) {
                 set_sticky(cudaErrorIllegalAddress,
@@ -316,7 +343,7 @@ void zs_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shmem, cu
                            name, i, ptrs[i]);
                 return;
             }
-        if (!run_grid(name, grid, block, shmem, body, seed)) return;
+        if (!run_grid(name, grid, block, shmem, body, seed, cost)) return;
         for (const void *p : ptrs)
             check_redzone(p);
     });
@@ -565,7 +592,16 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t n, cudaMemcpy
     const void *vs = view(src);
     bool pageable_src = kind == cudaMemcpyHostToDevice && classify(src) != MEM_PINNED;
     bool pageable_dst = kind == cudaMemcpyDeviceToHost && classify(dst) != MEM_PINNED;
-    if (pageable_src) {
+    if (kind == cudaMemcpyDeviceToDevice && (profiling() || predicting())) {
+        zs_emu_record r;
+        h100_memory_op(&r, "cudaMemcpyAsync device to device", 2.0 * (double)n);
+        /* cost only: nothing is copied (the bytes are not needed, and would take memory) */
+        bool run = !predicting();
+        enqueue(st, "memcpy", [vd, vs, n, r, run] {
+            if (run) memmove(vd, vs, n);
+            profile_record(r);
+        });
+    } else if (pageable_src) {
         /* Staged at the call, as CUDA does for pageable sources: the caller may reuse it. */
         std::shared_ptr<std::vector<char>> copy(
             new std::vector<char>((const char *)src, (const char *)src + n));
@@ -598,7 +634,17 @@ static cudaError_t memset_async(void *p, int v, size_t n, cudaStream_t s, bool s
     }
     void *vp = view(p);
     Stream *st = stream_of(s);
-    enqueue(st, "memset", [vp, v, n] { memset(vp, v, n); });
+    if (profiling() || predicting()) {
+        zs_emu_record r;
+        h100_memory_op(&r, "cudaMemsetAsync", (double)n);
+        bool run = !predicting();
+        enqueue(st, "memset", [vp, v, n, r, run] {
+            if (run) memset(vp, v, n);
+            profile_record(r);
+        });
+    } else {
+        enqueue(st, "memset", [vp, v, n] { memset(vp, v, n); });
+    }
     if (sync) stream_wait_host(st);
     return cudaSuccess;
 }

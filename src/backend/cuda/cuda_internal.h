@@ -74,6 +74,17 @@ extern "C" {
     kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
 #endif
 
+/* Every launcher states the cost of its launch (STYLE.md, "Kernels") just before it: the FLOPs
+ * on the fp32 pipes, the FLOPs on tensor cores, and the ideal bytes (each input read once, each
+ * output written once), from its shapes. The emulated GPU's profiler records them beside the
+ * traffic it counts (docs/cuda.md, "The profiler"); a real build compiles them away. */
+#ifdef ZS_CUDA_EMU
+#define ZS_COST(flops, mma_flops, bytes)                                                           \
+    zs_emu_declare_cost((double)(flops), (double)(mma_flops), (double)(bytes))
+#else
+#define ZS_COST(flops, mma_flops, bytes) ((void)0)
+#endif
+
 /* Shared memory: ZS_SHARED(float, buf, 32) declares a block-wide array buf[32];
  * ZS_SHARED_DYN(float, buf) names the launch's dynamic shared memory. Kernels use these, never
  * __shared__ itself, so the emulated build gives every thread of a block the same (poisoned)
@@ -81,7 +92,8 @@ extern "C" {
 #ifdef ZS_CUDA_EMU
 #define ZS_SHARED(type, name, count)                                                               \
     static const char zs_site_##name = 0;                                                          \
-    type *name = (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count), alignof(type))
+    type *name =                                                                                   \
+        (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count), alignof(type), #name)
 #define ZS_SHARED_DYN(type, name) type *name = (type *)zs_emu_dyn_shared()
 #else
 #define ZS_SHARED(type, name, count) __shared__ type name[count]
@@ -159,14 +171,21 @@ static __device__ __forceinline__ float zs_cu_block_reduce(float v, float *red, 
 #endif
     for (int k = 0; k < ZS_ROW_THREADS / ZS_WARP; k++)
         t[k] = red[k];
+#ifndef ZS_MUTANT_NO_TRAILING_SYNC /* broken build: red overwritten while others still read it */
     __syncthreads();
+#endif
     return is_max ? zs_tree_max(t, ZS_ROW_THREADS / ZS_WARP) : zs_tree(t, ZS_ROW_THREADS / ZS_WARP);
 }
 
 /* Grid-stride loop over [0, n) with a size_t index. */
+#ifndef ZS_MUTANT_NO_GRID_STRIDE
 #define ZS_CU_FOR(i, n)                                                                            \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)
+#else /* broken build: one element per thread, so a capped grid leaves the tail undone */
+#define ZS_CU_FOR(i, n)                                                                            \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i = (n))
+#endif
 
 /* The process's cuBLAS handle (created on first use for the current device) and the lock
  * that serialises setting its stream and enqueuing on it. device.cu. */

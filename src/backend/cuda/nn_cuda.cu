@@ -287,7 +287,11 @@ zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const fl
 static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
                                            const int32_t *targets, int N, int V, int Vp,
                                            float dloss) {
+#ifndef ZS_MUTANT_SMEM_SHORT
     ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP);
+#else /* broken build: the warps' partials in an array one element too small */
+    ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP - 1);
+#endif
     size_t r = blockIdx.x, off = r * Vp;
     int t = (int)threadIdx.x, tg = targets[r];
     const float *x = logits + off;
@@ -308,7 +312,16 @@ static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const 
     float xt = x[tg], m = -INFINITY, s = 0.0f;
     for (int i = t; i < V; i += ZS_ROW_THREADS)
         m = x[i] > m ? x[i] : m;
+#ifndef ZS_MUTANT_SMEM_RMW
     float mx = zs_cu_block_reduce(m, red, 1);
+#else /* broken build: the block maximum by a plain read-modify-write of one shared float */
+    ZS_SHARED(float, bmax, 1);
+    if (t == 0) *bmax = -INFINITY;
+    __syncthreads();
+    if (m > *bmax) *bmax = m;
+    __syncthreads();
+    float mx = *bmax;
+#endif
     for (int i = t; i < V; i += ZS_ROW_THREADS) {
         float e = zs_expf(x[i] - mx);
         if (dx) dx[i] = e;

@@ -61,8 +61,13 @@ static zs_status cu_gemm_tf32(zs_stream_t *s, int transa, int transb, int m, int
 static zs_status cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, int k,
                               float alpha, const float *A, int lda, const float *B, int ldb,
                               float beta, float *C, int ldc) {
+#ifndef ZS_MUTANT_GEMM_32F
     return cu_gemm_math(CUBLAS_COMPUTE_32F_FAST_16BF, s, transa, transb, m, n, k, alpha, A, lda, B,
                         ldb, beta, C, ldc);
+#else /* broken build: the bf16 arithmetic asked for, fp32 computed */
+    return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb,
+                        beta, C, ldc);
+#endif
 }
 
 /* ---- bias --------------------------------------------------------------------------- */

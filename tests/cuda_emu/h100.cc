@@ -1,0 +1,134 @@
+/* The H100 SXM model (docs/cuda.md, "The profiler"): a launch's predicted time is the largest
+ * of its throughput terms plus a launch cost,
+ *   max(DRAM bytes / HBM bandwidth, sector bytes / L2 bandwidth, wavefronts / shared-memory rate,
+ *       tensor FLOPs / tensor peak, fp32 FLOPs / fp32 peak) + launch,
+ * each rate scaled by the share of the 132 SMs the grid can occupy (a grid of 3 blocks runs on 3
+ * SMs). What it ignores: caches beyond the unique-sector bound (a re-read that L2 would serve is
+ * priced at L2's rate, not free), occupancy within an SM, latency, instruction issue and integer
+ * arithmetic; so it is a lower bound for code bound by any of those. cuBLAS GEMMs are priced
+ * from their shapes: tensor-core peak times cuBLAS's large-GEMM efficiency, times the last
+ * wave's utilisation of the SMs by 128 x 256 output tiles. Every constant names its source;
+ * scripts/gpu-check.sh measures the kernels on a real H100 (ncu) to calibrate them. */
+#include "h100.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+namespace zs_emu {
+
+namespace {
+
+/* NVIDIA H100 SXM5 (datasheet "NVIDIA H100 Tensor Core GPU", and the Hopper architecture
+ * whitepaper for SMs and clock). Dense rates: the datasheet's "with sparsity" figures halved. */
+const double SMS = 132;              /* SMs on the SXM5 board (whitepaper) */
+const double CLOCK = 1.98e9;         /* max boost clock, Hz (nvidia-smi clocks.max.sm) */
+const double HBM = 3.35e12;          /* HBM3 bytes/s (datasheet) */
+const double BF16 = 989.4e12;        /* bf16 tensor FLOP/s, dense (datasheet 1,979 sparse) */
+const double TF32 = 494.7e12;        /* tf32 tensor FLOP/s, dense (datasheet 989 sparse) */
+const double FP32 = 66.9e12;         /* fp32 FLOP/s on the CUDA cores (datasheet 67) */
+/* Not on the datasheet: public microbenchmarks put H100's L2 bandwidth at 5.5-7 TB/s
+ * (chipsandcheese.com, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023, on the PCIe
+ * board); the SXM board's higher clock and power limit take the top of that range. */
+const double L2 = 7.0e12;
+/* Shared memory: 32 banks of 4 bytes, one wavefront per SM per clock (CUDA C++ Programming
+ * Guide, "Shared Memory" of compute capability 9.0). */
+const double SMEM_WAVES = SMS * CLOCK;
+/* Back-to-back kernels on one stream: the GPU-side gap between launches, 2 us as commonly
+ * measured without CUDA graphs (an assumption for the GPU check to calibrate). */
+const double LAUNCH = 2.0e-6;
+/* cuBLAS on large GEMMs: about 75% of the tensor peak for bf16 and tf32 (about 740 TFLOP/s
+ * bf16 at 8192^3 in public measurements), 85% of the fp32 peak for SIMT sgemm. Calibrated by
+ * the GPU check's bench step (its cuBLAS ceiling on the step's own shapes). */
+const double GEMM_EFF_TC = 0.75, GEMM_EFF_SIMT = 0.85;
+const double TILE_M = 128, TILE_N = 256; /* cuBLAS's usual tile for large bf16/tf32 GEMMs */
+
+} // namespace
+
+void h100_predict(zs_emu_record *r) {
+    double frac = r->blocks ? fmin(1.0, (double)r->blocks / SMS) : 1.0;
+    bool sampled = r->blocks_run && r->blocks_run < r->blocks;
+    double dram = sampled && r->declared ? r->ideal_bytes : r->dram_read + r->dram_write;
+    r->t_dram = dram / (HBM * frac);
+    r->t_l2 = (r->ld_sectors + r->st_sectors) * 32 / (L2 * frac);
+    r->t_smem = r->smem_wavefronts / (SMEM_WAVES * frac);
+    r->t_mma = r->mma_flops / (BF16 * frac);
+    r->t_fp32 = r->flops / (FP32 * frac);
+    r->t_launch = LAUNCH;
+    struct {
+        double t;
+        const char *name;
+    } terms[] = {{r->t_dram, "dram"}, {r->t_l2, "l2"}, {r->t_smem, "smem"},
+                 {r->t_mma, "tensor"}, {r->t_fp32, "fp32"}};
+    double best = 0;
+    r->bound = "launch";
+    for (auto &t : terms)
+        if (t.t > best) {
+            best = t.t;
+            r->bound = t.name;
+        }
+    if (best < LAUNCH) r->bound = "launch";
+    r->predicted = best + LAUNCH;
+}
+
+void h100_gemm(zs_emu_record *r, int m, int n, int k, int batch, GemmMath math, double bytes,
+               bool ta, bool tb) {
+    memset(r, 0, sizeof *r);
+    static const char *names[] = {"fp32", "tf32", "bf16"};
+    snprintf(r->name, sizeof r->name, "cuBLAS gemm %s %c%c %dx%dx%d%s", names[math],
+             ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, batch > 1 ? " batched" : "");
+    double fl = 2.0 * m * n * (double)k * batch;
+    double tiles = ceil(m / TILE_M) * ceil(n / TILE_N) * batch;
+    double waves = ceil(tiles / SMS);
+    double util = tiles > 0 ? tiles / (waves * SMS) : 1.0;
+    double rate = math == GEMM_FP32 ? FP32 * GEMM_EFF_SIMT
+                                    : (math == GEMM_BF16 ? BF16 : TF32) * GEMM_EFF_TC;
+    if (math == GEMM_FP32)
+        r->flops = fl;
+    else
+        r->mma_flops = fl;
+    r->ideal_bytes = bytes;
+    r->declared = 1;
+    r->blocks = (uint64_t)tiles;
+    r->blocks_run = (uint64_t)tiles;
+    r->t_dram = bytes / HBM;
+    double t_math = fl / (rate * util);
+    if (math == GEMM_FP32)
+        r->t_fp32 = t_math;
+    else
+        r->t_mma = t_math;
+    r->t_launch = LAUNCH;
+    r->bound = t_math >= r->t_dram ? (math == GEMM_FP32 ? "fp32" : "tensor") : "dram";
+    r->predicted = fmax(t_math, r->t_dram) + LAUNCH;
+}
+
+void h100_memory_op(zs_emu_record *r, const char *name, double bytes) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->ideal_bytes = bytes;
+    r->declared = 1;
+    r->t_dram = bytes / HBM;
+    r->t_launch = LAUNCH;
+    r->bound = r->t_dram > LAUNCH ? "dram" : "launch";
+    r->predicted = r->t_dram + LAUNCH;
+}
+
+} // namespace zs_emu
+
+extern "C" char *zs_emu_model_notes(void) {
+    using namespace zs_emu;
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "- SMs: %.0f; clock %.2f GHz (H100 SXM5 whitepaper; max boost)\n"
+             "- HBM3: %.2f TB/s (datasheet)\n"
+             "- L2: %.1f TB/s (public microbenchmarks: 5.5-7 TB/s; not on the datasheet)\n"
+             "- shared memory: one wavefront per SM per clock, %.1f G wavefronts/s\n"
+             "- tensor cores: %.1f TFLOP/s bf16, %.1f tf32, dense (datasheet)\n"
+             "- fp32: %.1f TFLOP/s (datasheet)\n"
+             "- launch: %.1f us per kernel (assumed)\n"
+             "- cuBLAS: %.0f%% of the tensor peak (%.0f%% of fp32 for SIMT), %gx%g tiles in "
+             "waves over the SMs\n",
+             SMS, CLOCK / 1e9, HBM / 1e12, L2 / 1e12, SMEM_WAVES / 1e9, BF16 / 1e12, TF32 / 1e12,
+             FP32 / 1e12, LAUNCH * 1e6, GEMM_EFF_TC * 100, GEMM_EFF_SIMT * 100, TILE_M, TILE_N);
+    return strdup(buf);
+}

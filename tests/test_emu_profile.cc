@@ -1,0 +1,264 @@
+/* The emulated GPU's profiler and checker on hand-made kernels whose counts are known by hand
+ * (docs/cuda.md, "The profiler", "The checker"). Built like zshard's .cu files (the emulator's
+ * kernel side, the same instrumentation), so what it measures here is what it measures there.
+ *
+ * Counts (n = 32768 floats, blocks of 256 threads: 1024 warps):
+ *  - coalesced copy out[i] = in[i]: per warp one load and one store of 32 x 4 contiguous bytes,
+ *    4 sectors each: 1024 requests, 4096 sectors, 128 KiB each way, all of it unique;
+ *  - strided copy out[i] = in[32 i]: each lane's load in its own 128-byte line, so 32 sectors
+ *    per load request (32768 in all, 1 MiB unique, 12.5% of it used); stores as above;
+ *  - 64 x 64 transpose through a 32 x 32 shared tile, blocks of 32 x 32 threads (4 blocks, 128
+ *    warps): a warp writes a tile row (32 banks, 1 wavefront) and reads a tile column, all 32
+ *    words in one bank: 32 wavefronts; padded to 33 columns the column spreads over the 32
+ *    banks: 1 wavefront. 256 shared requests of 128 bytes each, ideal 256 wavefronts;
+ *    conflicted 128 + 128 x 32 = 4224.
+ * Checker: a second block writing what the first wrote, a warp exchanging values through shared
+ * memory without __syncwarp, and a missing barrier are hazards, each reported in a child
+ * process (a hazard fails the launch, and device errors are sticky); the same exchange with
+ * __syncwarp, and atomics from every thread, are not. */
+#include "cuda_emu.h"
+#include "emu_profile.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SHARED(type, name, count)                                                                  \
+    static const char zs_site_##name = 0;                                                          \
+    type *name = (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count), alignof(type), #name)
+
+static int g_fail, g_checks;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        g_checks++;                                                                                \
+        if (!(cond)) {                                                                             \
+            g_fail++;                                                                              \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
+static void copy_coalesced(float *out, const float *in, int n) {
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) out[i] = in[i];
+}
+
+static void copy_strided(float *out, const float *in, int n) {
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) out[i] = in[(size_t)i * 32];
+}
+
+static void transpose(float *out, const float *in, int W, int pad) {
+    SHARED(float, tile, 32 * 33);
+    int stride = 32 + pad, tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+    int bx = (int)blockIdx.x * 32, by = (int)blockIdx.y * 32;
+    tile[ty * stride + tx] = in[(size_t)(by + ty) * W + bx + tx];
+    __syncthreads();
+    out[(size_t)(bx + ty) * W + by + tx] = tile[tx * stride + ty];
+}
+
+/* racy kernels for the checker */
+static void two_blocks_write(float *x) {
+    if (threadIdx.x == 0) x[0] = (float)blockIdx.x;
+}
+static void warp_exchange(float *out, int sync) {
+    SHARED(float, buf, 32);
+    int l = (int)threadIdx.x;
+    buf[l] = (float)l;
+    if (sync) __syncwarp();
+    out[l] = buf[(l + 1) % 32];
+}
+static void missing_barrier(float *out) {
+    SHARED(float, buf, 64);
+    int t = (int)threadIdx.x;
+    buf[t] = (float)t;
+    out[t] = buf[63 - t]; /* another warp's value, no __syncthreads between */
+}
+static void atomics(float *x) {
+    atomicAdd(x, 1.0f);
+}
+
+static float *dev(size_t n) {
+    void *p = nullptr;
+    if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess) {
+        printf("FAIL cudaMalloc\n");
+        exit(1);
+    }
+    cudaMemset(p, 0, n * sizeof(float));
+    return (float *)p;
+}
+
+static zs_emu_record last(void) {
+    zs_emu_record r;
+    memset(&r, 0, sizeof r);
+    size_t n = zs_emu_profile_count();
+    if (!n || zs_emu_profile_get(n - 1, &r) != 0) printf("FAIL: no record\n");
+    return r;
+}
+
+static zs_emu_record profile_one(const char *what, void (*launch)(void)) {
+    zs_emu_profile_start();
+    launch();
+    zs_emu_profile_stop();
+    zs_emu_record r = last();
+    printf("%-22s ld %6.0f req %6.0f sect %7.0f B | st %6.0f req %6.0f sect | dram %7.0f+%7.0f B | "
+           "smem %4.0f req %5.0f waves (ideal %4.0f)\n",
+           what, r.ld_requests, r.ld_sectors, r.ld_bytes, r.st_requests, r.st_sectors, r.dram_read,
+           r.dram_write, r.smem_requests, r.smem_wavefronts, r.smem_ideal);
+    return r;
+}
+
+enum { N = 32768 };
+static float *g_in, *g_out;
+static int g_pad;
+
+static void run_coalesced(void) {
+    zs_emu_launch("copy_coalesced", copy_coalesced, dim3(N / 256), dim3(256), 0, nullptr, g_out,
+                  g_in, N);
+}
+static void run_strided(void) {
+    zs_emu_launch("copy_strided", copy_strided, dim3(N / 256), dim3(256), 0, nullptr, g_out, g_in,
+                  N);
+}
+static void run_transpose(void) {
+    zs_emu_launch("transpose", transpose, dim3(2, 2), dim3(32, 32), 0, nullptr, g_out, g_in, 64,
+                  g_pad);
+}
+
+static void profiler(void) {
+    g_in = dev((size_t)N * 32);
+    g_out = dev(N);
+    zs_emu_record r = profile_one("coalesced copy", run_coalesced);
+    CHECK(r.ld_requests == 1024 && r.ld_sectors == 4096 && r.ld_bytes == 131072,
+          "coalesced loads: %g requests, %g sectors, %g bytes (want 1024, 4096, 131072)",
+          r.ld_requests, r.ld_sectors, r.ld_bytes);
+    CHECK(r.st_requests == 1024 && r.st_sectors == 4096 && r.st_bytes == 131072,
+          "coalesced stores: %g requests, %g sectors, %g bytes", r.st_requests, r.st_sectors,
+          r.st_bytes);
+    CHECK(r.dram_read == 131072 && r.dram_write == 131072, "coalesced unique: %g read, %g written",
+          r.dram_read, r.dram_write);
+    CHECK(r.smem_requests == 0 && r.atomics == 0, "coalesced: no shared memory, no atomics");
+    CHECK(r.blocks == N / 256 && r.blocks_run == N / 256 && r.threads == 256,
+          "coalesced: %llu blocks (%llu run) of %d threads", (unsigned long long)r.blocks,
+          (unsigned long long)r.blocks_run, r.threads);
+    CHECK(r.predicted > 0 && r.bound && !strcmp(r.bound, "launch"),
+          "coalesced: 256 KiB is launch-bound on an H100 (bound %s, %g s)", r.bound, r.predicted);
+
+    r = profile_one("strided copy", run_strided);
+    CHECK(r.ld_requests == 1024 && r.ld_sectors == 32768 && r.ld_bytes == 131072,
+          "strided loads: %g requests, %g sectors, %g bytes (want 1024, 32768, 131072)",
+          r.ld_requests, r.ld_sectors, r.ld_bytes);
+    CHECK(r.st_sectors == 4096 && r.dram_read == 1048576 && r.dram_write == 131072,
+          "strided: %g store sectors, %g bytes read, %g written (want 4096, 1 MiB, 128 KiB)",
+          r.st_sectors, r.dram_read, r.dram_write);
+
+    for (g_pad = 0; g_pad < 2; g_pad++) {
+        r = profile_one(g_pad ? "transpose, padded" : "transpose, conflicted", run_transpose);
+        double want = g_pad ? 256 : 4224;
+        CHECK(r.smem_requests == 256 && r.smem_ideal == 256 && r.smem_wavefronts == want,
+              "transpose pad %d: %g shared requests, %g wavefronts (ideal %g), want 256, %g, 256",
+              g_pad, r.smem_requests, r.smem_wavefronts, r.smem_ideal, want);
+        CHECK(r.ld_requests == 128 && r.ld_sectors == 512 && r.st_requests == 128 &&
+                  r.st_sectors == 512,
+              "transpose pad %d: global %g/%g load requests/sectors, %g/%g store (want 128/512)",
+              g_pad, r.ld_requests, r.ld_sectors, r.st_requests, r.st_sectors);
+    }
+    /* the transpose is right, whatever the counts */
+    float *h = (float *)malloc(64 * 64 * sizeof(float)), *t = (float *)malloc(64 * 64 * 4);
+    for (int i = 0; i < 64 * 64; i++)
+        h[i] = (float)i;
+    cudaMemcpy(g_in, h, 64 * 64 * 4, cudaMemcpyHostToDevice);
+    g_pad = 1;
+    run_transpose();
+    cudaMemcpy(t, g_out, 64 * 64 * 4, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++)
+            bad += t[i * 64 + j] != h[j * 64 + i];
+    CHECK(bad == 0 && cudaGetLastError() == cudaSuccess, "transpose: %d elements wrong", bad);
+    free(h);
+    free(t);
+}
+
+/* A checker case in a child process: its exit status and output. */
+static int child(const char *what, void (*body)(float *), char *out, size_t cap) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    fflush(stdout);
+    pid_t p = fork();
+    if (p == 0) {
+        dup2(fd[1], 1);
+        dup2(fd[1], 2);
+        close(fd[0]);
+        setenv("ZS_EMU_CHECK", "1", 1);
+        float *x = dev(64);
+        body(x);
+        cudaError_t e = cudaDeviceSynchronize();
+        printf("%s: %s\n", what, cudaGetErrorName(e));
+        fflush(stdout);
+        _exit(e == cudaSuccess ? 0 : 3);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t k;
+    while (n + 1 < cap && (k = read(fd[0], out + n, cap - 1 - n)) > 0)
+        n += (size_t)k;
+    out[n] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(p, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void c_two_blocks(float *x) {
+    zs_emu_launch("two_blocks_write", two_blocks_write, dim3(2), dim3(32), 0, nullptr, x);
+}
+static void c_exchange(float *x) {
+    zs_emu_launch("warp_exchange", warp_exchange, dim3(1), dim3(32), 0, nullptr, x, 0);
+}
+static void c_exchange_synced(float *x) {
+    zs_emu_launch("warp_exchange", warp_exchange, dim3(1), dim3(32), 0, nullptr, x, 1);
+}
+static void c_missing_barrier(float *x) {
+    zs_emu_launch("missing_barrier", missing_barrier, dim3(1), dim3(64), 0, nullptr, x);
+}
+static void c_atomics(float *x) {
+    zs_emu_launch("atomics", atomics, dim3(4), dim3(64), 0, nullptr, x);
+}
+
+static void checker(void) {
+    static char out[8192];
+    struct {
+        const char *what;
+        void (*body)(float *);
+        const char *want; /* in the report, or NULL: must pass */
+    } cases[] = {
+        {"two blocks write one address", c_two_blocks,
+         "race (write after write) on a 256-byte device allocation"},
+        {"warp exchange without __syncwarp", c_exchange, "on __shared__ array 'buf'"},
+        {"warp exchange with __syncwarp", c_exchange_synced, nullptr},
+        {"missing __syncthreads", c_missing_barrier, "within one barrier interval"},
+        {"atomicAdd from every thread", c_atomics, nullptr},
+    };
+    for (auto &c : cases) {
+        int rc = child(c.what, c.body, out, sizeof out);
+        if (c.want)
+            CHECK(rc == 3 && strstr(out, "race (") && strstr(out, c.want),
+                  "%s: exit %d, want a race report with '%s':\n%s", c.what, rc, c.want, out);
+        else
+            CHECK(rc == 0, "%s: exit %d, want no hazard:\n%s", c.what, rc, out);
+        printf("checker: %s: %s\n", c.what, rc == 3 ? "race reported" : rc == 0 ? "clean" : "?");
+    }
+}
+
+int main(void) {
+    checker(); /* first: the children must not inherit a running emulator */
+    profiler();
+    printf("emu_profile: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
