@@ -39,8 +39,10 @@ static int add_linear(gemm_shape *g, int n, int N, int IC, int OC, int count) {
 }
 
 /* Seconds for the step's GEMMs run back to back on the module's device through its ops table
- * (median of reps; each rep ends with a stream sync). */
-static double time_gemms(zs_module_t *mod, const gemm_shape *g, int ng, int reps, double *flops) {
+ * (median of reps; each rep ends with a stream sync). Without `fill` the operands keep whatever
+ * the device holds (a cost-only prediction reads no values). */
+static double time_gemms(zs_module_t *mod, const gemm_shape *g, int ng, int reps, int fill,
+                         double *flops) {
     const zs_ops *ops = zs_module_ops(mod);
     const zs_device *dev = zs_module_dev(mod);
     zs_stream_t *s = zs_module_stream(mod);
@@ -54,19 +56,20 @@ static double time_gemms(zs_module_t *mod, const gemm_shape *g, int ng, int reps
         if (c > maxc) maxc = c;
         *flops += 2.0 * g[i].m * g[i].n * g[i].k * g[i].count;
     }
-    float *hA = calloc(maxa, 4), *hB = calloc(maxb, 4), *A = NULL, *B = NULL, *C = NULL;
+    float *hA = fill ? calloc(maxa, 4) : NULL, *hB = fill ? calloc(maxb, 4) : NULL;
+    float *A = NULL, *B = NULL, *C = NULL;
     double *t = calloc((size_t)reps, sizeof *t), med = -1;
-    if (!hA || !hB || !t) goto done;
+    if ((fill && (!hA || !hB)) || !t) goto done;
     if (dev->alloc(ZS_MEM_WORKSPACE, maxa * 4, "bench A", (void **)&A) != ZS_OK ||
         dev->alloc(ZS_MEM_WORKSPACE, maxb * 4, "bench B", (void **)&B) != ZS_OK ||
         dev->alloc(ZS_MEM_WORKSPACE, maxc * 4, "bench C", (void **)&C) != ZS_OK)
         goto done;
-    for (size_t i = 0; i < maxa; i++)
+    for (size_t i = 0; fill && i < maxa; i++)
         hA[i] = (float)(i % 7) * 0.01f;
-    for (size_t i = 0; i < maxb; i++)
+    for (size_t i = 0; fill && i < maxb; i++)
         hB[i] = (float)(i % 5) * 0.01f;
-    if (dev->copy_h2d(s, A, hA, maxa * 4) || dev->copy_h2d(s, B, hB, maxb * 4) ||
-        dev->stream_sync(s))
+    if (fill && (dev->copy_h2d(s, A, hA, maxa * 4) || dev->copy_h2d(s, B, hB, maxb * 4) ||
+                 dev->stream_sync(s)))
         goto done;
     for (int r = -1; r < reps; r++) { /* r = -1 warms up */
         double t0 = zs_now_s();
@@ -171,6 +174,18 @@ int zs_bench_step(int argc, char **argv) {
         data = tmp;
     }
     cfg.data_path = data;
+    /* On the emulated GPU a wall-clock time means nothing: the step is priced on the H100 model
+     * instead (docs/cuda.md, "The profiler"), cost only, one step after the warm-up. */
+    int predict = (cfg.device == NULL || strcmp(cfg.device, "cpu") != 0) && zs_cuda_emulated() &&
+                  zs_cuda_device_count() > 0;
+    if (predict) {
+        steps = 1;
+        if (warm < 1) warm = 1;
+        if (zs_cuda_predict_enable() != ZS_OK) {
+            if (data == tmp) unlink(tmp);
+            return zs_cli_fail(1, "bench step: %s", zs_last_error());
+        }
+    }
     cfg.steps = steps + warm;
     cfg.warmup = 1;
     zs_trainer_t *t = NULL;
@@ -179,13 +194,19 @@ int zs_bench_step(int argc, char **argv) {
     if (st != ZS_OK) return zs_cli_fail(1, "bench step: %s", zs_last_error());
 
     double *ms = calloc((size_t)steps, sizeof *ms);
+    char *table = NULL;
     for (int s = 0; s < warm + steps && ms; s++) {
         zs_step_stats ss;
+        if (predict && s == warm && (st = zs_cuda_profile_start()) != ZS_OK) break;
         if ((st = zs_trainer_step(t, &ss)) != ZS_OK) break;
         if (s >= warm) ms[s - warm] = ss.ms;
+        double pred = 0;
+        if (predict && s >= warm && (st = zs_cuda_profile_stop(&pred, &table)) != ZS_OK) break;
+        if (predict && s >= warm) ms[s - warm] = pred * 1e3;
     }
     if (!ms || st != ZS_OK) {
         free(ms);
+        free(table);
         zs_trainer_destroy(t);
         return zs_cli_fail(1, "bench step: %s", ms ? zs_last_error() : "out of memory");
     }
@@ -214,8 +235,15 @@ int zs_bench_step(int argc, char **argv) {
     /* Memory of the training run itself, before the ceiling's buffers. */
     zs_mem_stats mem;
     zs_mem_get_stats(&mem);
-    double gemm_flops = 0;
-    double gemm_s = time_gemms(zs_trainer_module(t), g, ng, 5, &gemm_flops);
+    double gemm_flops = 0, gemm_s;
+    if (predict) { /* the model's price of the same GEMMs, once (time_gemms runs them twice) */
+        zs_cuda_profile_start();
+        time_gemms(zs_trainer_module(t), g, ng, 1, 0, &gemm_flops);
+        zs_cuda_profile_stop(&gemm_s, NULL);
+        gemm_s /= 2;
+    } else {
+        gemm_s = time_gemms(zs_trainer_module(t), g, ng, 5, 1, &gemm_flops);
+    }
     /* Model FLOPs: the GEMMs above plus causal attention's QK^T and AV (forward 4BT^2C per
      * layer, backward twice that), counted over the full T x T square as is customary. */
     double attn_flops = 12.0 * L * (double)cfg.batch * cfg.seq * cfg.seq * C;
@@ -229,9 +257,10 @@ int zs_bench_step(int argc, char **argv) {
     /* MFU on a GPU: the model FLOP/s over the device's dense peak in the step's arithmetic. */
     char basis[192] = "";
     int on_gpu = strcmp(zs_trainer_device(t, NULL), "cpu") != 0;
-    double peak_flops = on_gpu ? zs_cuda_peak_flops(zs_module_ops(zs_trainer_module(t))->gemm_math,
-                                                    basis, sizeof basis)
-                               : 0;
+    zs_gemm_math gm = zs_module_ops(zs_trainer_module(t))->gemm_math;
+    double peak_flops = predict  ? zs_cuda_model_peak_flops(gm, basis, sizeof basis)
+                        : on_gpu ? zs_cuda_peak_flops(gm, basis, sizeof basis)
+                                 : 0;
     double mfu = peak_flops > 0 ? model_flops / (med_ms * 1e-3) / peak_flops : 0;
     int threads = openblas_get_num_threads();
     int par = openblas_get_parallel();
@@ -249,12 +278,37 @@ int zs_bench_step(int argc, char **argv) {
                "\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops\":%.3f,"
                "\"ratio\":%.4f,\"param_hash\":\"%016llx\",\"peak_bytes\":%llu,"
                "\"blas_threads\":%d,\"blas_parallel\":\"%s\",\"device\":\"%s\","
-               "\"peak_gflops\":%s,\"mfu\":%s}\n",
+               "\"peak_gflops\":%s,\"mfu\":%s,\"predicted\":%s}\n",
                mc->name, zs_dtype_name(cfg.dtype),
                cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq, steps,
                med_ms, tps, model_gflops, sgemm_gflops, ratio, (unsigned long long)hash,
                (unsigned long long)mem.total_peak, threads, pname, zs_trainer_device(t, NULL),
-               peak_s, mfu_s);
+               peak_s, mfu_s, predict ? "true" : "false");
+    } else if (predict) {
+        char peak[32];
+        zs_format_bytes(mem.total_peak, peak, sizeof peak);
+        printf("bench step: %s, %s, %s attention, batch %d x seq %d, vocab %d: PREDICTED for one "
+               "H100 SXM by the emulated GPU's profiler from the traffic its kernels made (not "
+               "measured; docs/cuda.md, \"The profiler\")\n",
+               mc->name, zs_dtype_name(cfg.dtype),
+               cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq,
+               mc->vocab);
+        printf("| metric | predicted |\n|---|---|\n");
+        printf("| ms/step | %.2f |\n", med_ms);
+        printf("| tokens/s | %.0f |\n", tps);
+        printf("| model GFLOP/step | %.2f |\n", model_flops / 1e9);
+        printf("| model TFLOP/s | %.2f |\n", model_gflops / 1e3);
+        printf("| MFU (of %.1f TFLOP/s dense: %s) | %.2f%% |\n", peak_flops / 1e12, basis,
+               100.0 * mfu);
+        printf("| cuBLAS, the step's GEMM shapes (ceiling) | %.2f ms, %.1f TFLOP/s |\n",
+               gemm_s * 1e3, sgemm_gflops / 1e3);
+        printf("| step / ceiling | %.1f%% |\n", 100.0 * ratio);
+        printf("| device memory (this emulated run) | %s |\n", peak);
+        printf("\nkernels and library calls of one step, by predicted time (\"sampled\": a sample "
+               "of the grid's blocks ran and its counts were scaled to the grid; \"priced once\": "
+               "launches identical to an earlier one, same kernel, grid and declared cost, took "
+               "its price):\n\n%s",
+               table ? table : "(no records)\n");
     } else {
         char peak[32];
         zs_format_bytes(mem.total_peak, peak, sizeof peak);
@@ -281,6 +335,7 @@ int zs_bench_step(int argc, char **argv) {
         printf("| peak memory | %s |\n", peak);
         printf("| param_hash | %016llx |\n", (unsigned long long)hash);
     }
+    free(table);
     zs_trainer_destroy(t);
     return 0;
 }

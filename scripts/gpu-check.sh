@@ -208,13 +208,19 @@ gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 [ -f "$build/CMakeCache.txt" ] && gen=()
 step configure 180 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DZS_CUDA=ON -DZS_NCCL=ON -DZS_GPU_TESTS=REAL -DZS_CUDA_EMU=OFF -DZS_MPI=OFF \
+    -DZS_CUDA=ON -DZS_NCCL=ON -DZS_GPU_TESTS=REAL -DZS_CUDA_EMU=ON -DZS_MPI=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cmake_extra[@]}" || { say "configure failed"; exit 1; }
-targets=(zshard test_cuda_ops test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda)
+# zshard-emu: the emulated GPU's CLI, for the predicted per-kernel table beside ncu's.
+targets=(zshard test_cuda_ops test_cuda_flash_tc test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda
+         zshard-emu)
 step build 420 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { say "build failed"; exit 1; }
 # The binaries load with what is here (cudart, cuBLAS, NCCL, the carried libraries).
 step loads 30 "$build/zshard" --version || { say "the built zshard does not start"; exit 1; }
 
+# The emulated GPU runs here too (its prediction of a small step: no GPU needed).
+step predict_small 60 "$build/tests/zshard-emu" bench step --device cuda --model gpt2-tiny \
+    --batch 4 --seq 64 && grep -E '^\| ms/step' "$out/predict_small.out" |
+    sed 's/^/    gpt2-tiny, 4 x 64, predicted /' >>"$report"
 if [ "$dry" = 1 ] || [ "$gpu_ok" = 0 ]; then
     say ""
     if [ "$dry" = 1 ]; then
@@ -250,6 +256,8 @@ if cs=$(tool compute-sanitizer); then
             head -n 5 | sed 's/^/    /' >>"$report"
     }
     cs_run memcheck_cuda_ops memcheck 90 "$build/tests/test_cuda_ops"
+    # the tensor-core attention's shared tiles, the kernels a race would most likely hide in
+    cs_run racecheck_flash_tc racecheck 120 "$build/tests/test_cuda_flash_tc"
     if [ "$quick" = 0 ]; then
         cs_run racecheck_cuda_ops racecheck 120 "$build/tests/test_cuda_ops"
         cs_run memcheck_train memcheck 60 "${train_short[@]}"
@@ -272,36 +280,61 @@ for mode in "${modes[@]}"; do
     fi
 done
 
-# ---- per-kernel times (Nsight Compute): what calibrates the emulator's predicted table -------
+# ---- per-kernel times: predicted by the emulator's H100 model, measured by Nsight Compute -------
+# The emulated GPU's prediction of the same step (docs/cuda.md, "The profiler"), built here from
+# the same sources; then ncu's measured time of every kernel of one step (and of the cuBLAS
+# ceiling's GEMMs, 6 runs of the step's shapes, which is why the GEMM row divides by 7), side
+# by side: the numbers that calibrate the model.
+say ""
+say "## per kernel: predicted (emulated GPU, H100 model) and measured (ncu), one bf16 step of gpt2-124m at 16 x 1024"
+if step predict $([ "$quick" = 1 ] && echo 90 || echo 150) "$build/tests/zshard-emu" bench step \
+    --device cuda --model gpt2-124m --batch 16 --seq 1024 --dtype bf16; then
+    grep -E '^\| (ms/step|MFU)' "$out/predict.out" | sed 's/^/    predicted /' >>"$report"
+fi
 if ncu=$(tool ncu); then
-    say ""
-    say "## measured time per kernel: bench step, gpt2-124m at 16 x 1024, bf16, 2 steps (ncu)"
-    # Every launch of the run: one warm-up step, one timed step and the cuBLAS ceiling's GEMMs.
     if step ncu_step $([ "$quick" = 1 ] && echo 60 || echo 120) "$ncu" --csv \
         --metrics gpu__time_duration.sum --print-units base \
         "$build/zshard" bench step --device cuda --model gpt2-124m --batch 16 --seq 1024 \
-        --steps 1 --warmup-steps 1 --dtype bf16; then
-        python3 - "$out/ncu_step.out" >>"$report" <<'EOF' || say "- ncu: output not understood"
+        --steps 1 --warmup-steps 0 --dtype bf16; then
+        python3 - "$out/ncu_step.out" "$out/predict.out" >>"$report" <<'EOF' || say "- ncu: output not understood"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head = rows[0]; rows = rows[1:]
 k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
-tot = collections.defaultdict(lambda: [0, 0.0])
+meas = collections.defaultdict(float)
 for r in rows:
     if r[m] == "gpu__time_duration.sum":
-        name = r[k].split("(")[0].split("<")[0].split()[-1]
-        tot[name][0] += 1; tot[name][1] += float(r[v].replace(",", "")) / 1e3
-print("| kernel | launches | total us |\n|---|---|---|")
-for name, (n, us) in sorted(tot.items(), key=lambda t: -t[1][1]):
-    print(f"| {name} | {n} | {us:.1f} |")
-print(f"| all (warm-up and timed step) | {sum(t[0] for t in tot.values())} | {sum(t[1] for t in tot.values()):.1f} |")
+        meas[r[k].split("(")[0].split("<")[0].split()[-1]] += float(r[v].replace(",", "")) / 1e6
+pred = collections.defaultdict(float)
+try:
+    for line in open(sys.argv[2]):
+        c = [x.strip() for x in line.split("|")]
+        if len(c) > 4 and c[1] and c[1][0] != "*" and c[1] != "kernel or call":
+            try:
+                pred["cuBLAS GEMMs" if c[1].startswith("cuBLAS") else c[1]] += float(c[3])
+            except ValueError:
+                pass
+except OSError:
+    pass
+out = collections.defaultdict(float)
+for name, ms in meas.items():
+    out[name if name in pred else "cuBLAS GEMMs" if any(t in name.lower() for t in
+        ("gemm", "cutlass", "xmma", "sm90", "cublas")) else name] += ms
+if "cuBLAS GEMMs" in out:
+    out["cuBLAS GEMMs"] /= 7  # the step's own, of the step plus the ceiling's 6 runs
+print("| kernel | predicted ms | measured ms | measured / predicted |\n|---|---|---|---|")
+for name in sorted(set(out) | set(pred), key=lambda n: -max(out.get(n, 0), pred.get(n, 0))):
+    p, q = pred.get(name), out.get(name)
+    ratio = f"{q / p:.2f}" if p and q else "-"
+    print(f"| {name} | {p if p is not None else '-'} | {f'{q:.3f}' if q is not None else '-'} | {ratio} |")
+print(f"| all | {sum(pred.values()):.3f} | {sum(out.values()):.3f} | |")
 EOF
     else
         grep -Ei 'ERR_NVGPUCTRPERM|permission|not supported' "$out/ncu_step.out" | head -n 3 |
             sed 's/^/    /' >>"$report"
     fi
 else
-    say "- ncu: not found: no measured per-kernel times"
+    say "- ncu: not found: no measured per-kernel times (the predicted table is in predict.out)"
 fi
 
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

@@ -135,10 +135,11 @@ cat "$report" 2>/dev/null || tail -n 40 "$work/dry.log"
 echo "----"
 [ "$rc" = 0 ] || { tail -n 40 "$work/dry.log"; fail "gpu-check.sh --dry-run exited $rc in the bare root"; }
 grep -q 'stopped where a GPU is needed (--dry-run)' "$report" || fail "the report does not say where it stopped"
+grep -q 'predict_small: exit 0' "$report" || fail "the emulated GPU's prediction did not run in the bare root"
 grep -q 'dependencies: OpenBLAS zstd libyaml pkg-config missing here; unpacked' "$report" ||
     fail "the report does not list the four missing dependencies as unpacked"
-for b in zshard tests/test_cuda_ops tests/test_device_cuda tests/test_comm_nccl tests/comm_worker_gpu \
-    tests/test_train_cuda; do
+for b in zshard tests/test_cuda_ops tests/test_cuda_flash_tc tests/test_device_cuda tests/test_comm_nccl tests/comm_worker_gpu \
+    tests/test_train_cuda tests/zshard-emu; do
     [ -x "$proj/build-gpu/$b" ] || fail "build-gpu/$b was not built"
 done
 # nvcc was asked for sm_90 code (the toolkit here may have no cuobjdump to read it back).

@@ -768,6 +768,55 @@ static void check_adamw_segs(void) {
     release();
 }
 
+/* The bf16-gradient optimizer ops: sumsq16 by groups and adamw_segs16, bitwise as the CPU,
+ * and on each backend bitwise as widening the gradients and calling sumsq / adamw_segs (what
+ * the engine did before, chunk by chunk). */
+static void check_bf16_optimizer(void) {
+    size_t n = 100001, group = 16384, ng = (n + group - 1) / group;
+    float *x = randn(n, 1.0f), *w = hf(n);
+    zs_bf16 *h16 = hbuf(n * sizeof(zs_bf16));
+    ZT_OK(cpu->cast(NULL, h16, ZS_DTYPE_BF16, x, ZS_DTYPE_F32, n));
+    ZT_OK(cpu->cast(NULL, w, ZS_DTYPE_F32, h16, ZS_DTYPE_BF16, n));
+    zs_bf16 *d16 = dbuf(n * sizeof(zs_bf16));
+    h2d(d16, h16, n * sizeof(zs_bf16));
+    double *want = hbuf(ng * sizeof(double)), *cpu_g = hbuf(ng * sizeof(double));
+    double *got = hbuf(ng * sizeof(double)), *d_out = dbuf(ng * sizeof(double));
+    for (size_t k = 0; k < ng; k++)
+        ZT_OK(cpu->sumsq(NULL, &want[k], w + k * group,
+                         n - k * group < group ? n - k * group : group));
+    ZT_OK(cpu->sumsq16(NULL, cpu_g, h16, n, group));
+    ZT_OK(gpu->sumsq16(NULL, d_out, d16, n, group));
+    ZT_OK(gpu->sync(NULL));
+    d2h(got, d_out, ng * sizeof(double));
+    ZT_CHECK(memcmp(cpu_g, want, ng * sizeof(double)) == 0,
+             "sumsq16 on the CPU is not sumsq of the widened groups, bit for bit");
+    ZT_CHECK(memcmp(got, want, ng * sizeof(double)) == 0,
+             "sumsq16 on the GPU differs from the CPU");
+    ZT_CHECK(gpu->sumsq16(NULL, d_out, d16, n, 1000) == ZS_ERR_INVALID,
+             "sumsq16: a group that is no multiple of the sumsq chunk is refused");
+    /* AdamW over three segments with gaps, 3 steps */
+    float *p = randn(n, 1.0f), *m = randn(n, 0.1f), *v = hf(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)zt_uniform(0, 0.01);
+    float *p2 = clone(p, n), *m2 = clone(m, n), *v2 = clone(v, n);
+    zs_adamw_segs s = {
+        .n = 3, .lo = {16, 40000, 70000}, .hi = {39990, 69999, 100001}, .decay = {1, 0, 1}};
+    float *d_p = up(p, n), *d_m = up(m, n), *d_v = up(v, n);
+    for (int t = 1; t <= 3; t++) {
+        ZT_OK(cpu->adamw_segs16(NULL, p, h16, m, v, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t));
+        ZT_OK(cpu->adamw_segs(NULL, p2, w, m2, v2, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t));
+        ZT_OK(gpu->adamw_segs16(NULL, d_p, d16, d_m, d_v, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
+                                t));
+    }
+    ZT_CHECK(memcmp(p, p2, n * sizeof(float)) == 0 && memcmp(m, m2, n * sizeof(float)) == 0 &&
+                 memcmp(v, v2, n * sizeof(float)) == 0,
+             "adamw_segs16 on the CPU is not adamw_segs of the widened gradients, bit for bit");
+    expect_bits("adamw_segs16 param (3 steps, gaps untouched)", d_p, p, n);
+    expect_bits("adamw_segs16 m", d_m, m, n);
+    expect_bits("adamw_segs16 v", d_v, v, n);
+    release();
+}
+
 static void check_cast(void) {
     size_t n = 4099;
     float *x = randn(n, 100.0f);
@@ -1081,6 +1130,7 @@ int main(void) {
     check_softmax_xent(3001, 3072);
     check_adamw();
     check_adamw_segs();
+    check_bf16_optimizer();
     check_cast();
     check_scale_fill_residual();
     check_sumsq();

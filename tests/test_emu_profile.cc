@@ -28,7 +28,8 @@
 
 #define SHARED(type, name, count)                                                                  \
     static const char zs_site_##name = 0;                                                          \
-    type *name = (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count), alignof(type), #name)
+    type *name =                                                                                   \
+        (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count), alignof(type), #name)
 
 static int g_fail, g_checks;
 

@@ -52,6 +52,28 @@ double zs_cuda_peak_flops(zs_gemm_math math, char *basis, size_t cap) {
     if (cap) snprintf(basis, cap, "no CUDA backend in this build");
     return 0;
 }
+int zs_cuda_emulated(void) {
+    return 0;
+}
+zs_status zs_cuda_predict_enable(void) {
+    return not_built("zs_cuda_predict_enable");
+}
+zs_status zs_cuda_profile_start(void) {
+    return not_built("zs_cuda_profile_start");
+}
+zs_status zs_cuda_profile_stop(double *seconds, char **table) {
+    if (seconds) *seconds = 0;
+    if (table) *table = NULL;
+    return not_built("zs_cuda_profile_stop");
+}
+char *zs_cuda_model_notes(void) {
+    return NULL;
+}
+double zs_cuda_model_peak_flops(zs_gemm_math math, char *basis, size_t cap) {
+    (void)math;
+    if (cap) snprintf(basis, cap, "no CUDA backend in this build");
+    return 0;
+}
 zs_status zs_cuda_set_device(int device) {
     (void)device;
     return not_built("zs_cuda_set_device");

@@ -54,4 +54,27 @@ void *zs_cuda_stream_handle(zs_stream_t *s);
 zs_status zs_cuda_memcpy_h2d(void *dst_dev, const void *src_host, size_t nbytes);
 zs_status zs_cuda_memcpy_d2h(void *dst_host, const void *src_dev, size_t nbytes);
 
+/* ---- the emulated GPU's profiler (docs/cuda.md, "The profiler") ----------------------------
+ * On the emulated GPU of the tests (zshard-emu) the CUDA backend can record every launch's
+ * memory traffic and declared FLOPs and price them on an H100 SXM model. On a real GPU, or
+ * without the CUDA backend, zs_cuda_emulated() is 0 and the others fail with
+ * ZS_ERR_UNSUPPORTED (measure a real GPU with Nsight Compute: scripts/gpu-check.sh). */
+
+/* 1 on the emulated GPU, else 0. */
+int zs_cuda_emulated(void);
+/* Cost-only mode for the rest of the process (GEMMs priced, not run; large grids sampled;
+ * device memory neither poisoned nor filled; an 80 GiB device): call before the first device
+ * allocation. */
+zs_status zs_cuda_predict_enable(void);
+/* Start recording (the device drained first; earlier records dropped). */
+zs_status zs_cuda_profile_start(void);
+/* Stop recording: the predicted seconds of what was recorded and, when table is not NULL, a
+ * markdown table of it by kernel (malloc'd, the caller frees it). */
+zs_status zs_cuda_profile_stop(double *seconds, char **table);
+/* The H100 model's dense peak in GEMM arithmetic math (basis: what it is), 0 when there is no
+ * model (not the emulated GPU). */
+double zs_cuda_model_peak_flops(zs_gemm_math math, char *basis, size_t cap);
+/* The H100 model's constants with their sources, one line each (malloc'd), or NULL. */
+char *zs_cuda_model_notes(void);
+
 #endif

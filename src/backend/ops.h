@@ -20,6 +20,7 @@
 #ifndef ZS_BACKEND_OPS_H
 #define ZS_BACKEND_OPS_H
 
+#include "core/bf16.h"
 #include "zshard.h"
 
 #include <stddef.h>
@@ -122,6 +123,11 @@ typedef struct zs_ops {
     zs_status (*adamw_segs)(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
                             const zs_adamw_segs *segs, float lr, float beta1, float beta2,
                             float eps, float wd, float grad_scale, int t);
+    /* adamw_segs with bf16 gradients, widened as they are read: the same bits as casting them
+     * to fp32 and calling adamw_segs (bf16 to fp32 is exact). */
+    zs_status (*adamw_segs16)(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m, float *v,
+                              const zs_adamw_segs *segs, float lr, float beta1, float beta2,
+                              float eps, float wd, float grad_scale, int t);
 
     /* Convert n elements between f32 and bf16 (round to nearest even); same dtype copies. */
     zs_status (*cast)(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,
@@ -134,6 +140,11 @@ typedef struct zs_ops {
     zs_status (*sumsq)(zs_stream_t *s, double *out, const float *x, size_t n);
     /* *out = sum of x[i] in double, the same order as sumsq (device memory, stream order). */
     zs_status (*sum)(zs_stream_t *s, double *out, const float *x, size_t n);
+    /* Squared sums of bf16 values by groups (the norm of bf16 gradients): out[k] is sumsq's
+     * result on the widened elements [k group, min(n, (k+1) group)), for each of the
+     * ceil(n / group) groups (one, 0, when n is 0); group is a positive multiple of
+     * ZS_SUMSQ_CHUNK. One pass, the same bits as widening each group and calling sumsq. */
+    zs_status (*sumsq16)(zs_stream_t *s, double *out, const zs_bf16 *x, size_t n, size_t group);
     /* x[i] = value. */
     zs_status (*fill)(zs_stream_t *s, float *x, float value, size_t n);
     /* memcpy of nbytes within device memory. */

@@ -1,6 +1,7 @@
 /* `zshard train`: flags -> zs_train_config, then the loop with a live progress line (or
  * plain lines when stderr is not a terminal), periodic validation and samples, and the JSONL
  * log: one record per step and a final record carrying param_hash and peak memory. */
+#include "backend/cuda_device.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/train_args.h"
@@ -337,14 +338,33 @@ int zs_cli_train(int argc, char **argv) {
     }
     int saved = first - 1, stop = 0;
 
+    if (o.profile_step && (strcmp(zs_trainer_device(t, NULL), "cuda") || !zs_cuda_emulated())) {
+        st = zs_error(ZS_ERR_INVALID,
+                      "--profile-step: predicted kernel times come from the emulated GPU (the "
+                      "tests' zshard-emu with --device cuda); on a GPU, Nsight Compute measures "
+                      "them (scripts/gpu-check.sh)");
+        fprintf(stderr, "zshard: %s\n", zs_last_error());
+        goto fail;
+    }
     double t_start = zs_now_s(), train_s = 0.0, last_val = -1.0, last_loss = 0.0;
     for (step = first; step <= o.cfg.steps; step++) {
         zs_step_stats s;
         zs_train_faults_at(&faults, rank, step);
+        if (step == o.profile_step && (st = zs_cuda_profile_start()) != ZS_OK) goto fail;
         if ((st = zs_trainer_step(t, &s)) != ZS_OK) {
             if (tty && !o.quiet) fputc('\n', stderr);
             fprintf(stderr, "zshard: step %d: %s\n", step, zs_last_error());
             goto fail;
+        }
+        if (step == o.profile_step) {
+            double pred = 0;
+            char *table = NULL;
+            if ((st = zs_cuda_profile_stop(&pred, &table)) != ZS_OK) goto fail;
+            printf("\n[rank %d] step %d PREDICTED for one H100 SXM from the traffic of its kernels "
+                   "on the emulated GPU (not measured): %.3f ms\n\n%s\n",
+                   rank, step, pred * 1e3, table ? table : "");
+            fflush(stdout);
+            free(table);
         }
         train_s += s.ms * 1e-3;
         last_loss = s.loss;

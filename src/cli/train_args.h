@@ -21,6 +21,7 @@ typedef struct train_opts {
     int no_sample; /* --quiet as the user gave it: the same on every rank */
     int nproc, max_restarts;
     int mem_report;
+    int profile_step;     /* --profile-step N: the emulated GPU's predicted table of step N */
     int reduce_dtype_set; /* --reduce-dtype given; else it follows --dtype */
     const char *save_dir, *resume, *init_from;
     int model_set; /* --model given */

@@ -69,6 +69,7 @@ static const train_flag FLAGS[] = {
     {"dump-params", TF_STR, OFF(dump_path), NONE},
     {"device-mem", TF_BYTES, OFF(cfg.device_mem), NONE},
     {"mem-report", TF_SWITCH, OFF(mem_report), NONE},
+    {"profile-step", TF_INT, OFF(profile_step), NONNEG},
     {"quiet", TF_SWITCH, OFF(quiet), NONE},
     {"verbose", TF_SWITCH, OFF(verbose), NONE},
     {"save-dir", TF_STR, OFF(save_dir), NONE},

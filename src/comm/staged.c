@@ -91,7 +91,7 @@ static zs_status reduce_scatter(zs_comm_t *c, zs_comm_staging *s, const zs_coll 
 #ifdef ZS_MUTANT_STAGED_NO_SYNC /* broken build: the last piece's copy back not waited for */
         if (k0 + per < count)
 #endif
-        ZS_CHECK(d->stream_sync(s->stream));
+            ZS_CHECK(d->stream_sync(s->stream));
     } while ((k0 += per) < count);
 fail:
     return st;

@@ -372,16 +372,22 @@ static const void *grad_shard(zs_engine_t *e, int u) {
     return e->persist_grads ? (const void *)(us->grad + mine) : us->gshard;
 }
 
-/* One fused AdamW launch (adamw_segs) over a group of segments, rebased to its first one. */
-static zs_status launch_segs(zs_engine_t *e, zs_adamw_segs *g, float *param, const float *grad,
+/* One fused AdamW launch (adamw_segs, adamw_segs16 for bf16 gradients) over a group of
+ * segments, rebased to its first one. */
+static zs_status launch_segs(zs_engine_t *e, zs_adamw_segs *g, float *param, const void *grad,
                              float *m, float *v, const zs_adamw_hparams *h, float scale, int t) {
     int64_t off = g->lo[0];
     for (int k = 0; k < g->n; k++) {
         g->lo[k] -= off;
         g->hi[k] -= off;
     }
-    zs_status st = e->ops->adamw_segs(e->stream, param + off, grad + off, m + off, v + off, g,
-                                      h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, scale, t);
+    zs_status st = e->g16
+                       ? e->ops->adamw_segs16(e->stream, param + off, (const zs_bf16 *)grad + off,
+                                              m + off, v + off, g, h->lr, h->beta1, h->beta2,
+                                              h->eps, h->weight_decay, scale, t)
+                       : e->ops->adamw_segs(e->stream, param + off, (const float *)grad + off,
+                                            m + off, v + off, g, h->lr, h->beta1, h->beta2, h->eps,
+                                            h->weight_decay, scale, t);
     g->n = 0;
     return st;
 }
@@ -390,7 +396,7 @@ static zs_status launch_segs(zs_engine_t *e, zs_adamw_segs *g, float *param, con
  * master, gradient and moments: the unit's tensors inside it, in launches of at most
  * ZS_ADAMW_SEGS tensors. */
 static zs_status step_range(zs_engine_t *e, int u, int64_t a, int64_t b, float *param,
-                            const float *grad, float *m, float *v, const zs_adamw_hparams *h,
+                            const void *grad, float *m, float *v, const zs_adamw_hparams *h,
                             float scale, int t) {
     zs_status st = ZS_OK;
     const zs_unit_desc *ud = &e->layout->units[u];
@@ -462,24 +468,14 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
                "gradient norm is not finite at step %d (diverged: lower --lr?)", t);
     float scale = zs_clip_scale(norm, clip);
 
-    /* AdamW: one fused launch per unit (per cast chunk with bf16 gradients) over its tensors'
-     * elements in this rank's range; padding between tensors is never touched. */
+    /* AdamW: one fused launch per unit over its tensors' elements in this rank's range (bf16
+     * gradients widened as read); padding between tensors is never touched. */
     for (int u = 0; u < l->n_units; u++) {
         unit_state *us = &e->units[u];
-        int64_t n = us->opt_n;
-        if (!e->g16) {
-            const float *g = e->persist_grads ? us->grad + us->opt_base : us->gshard;
-            ZS_CHECK(step_range(e, u, 0, n, us->master, g, us->m, us->v, h, scale, t));
-            continue;
-        }
-        const zs_bf16 *g16 = e->persist_grads ? us->g16 + us->opt_base : us->gs16;
-        for (int64_t c = 0; c < n; c += ZS_ENGINE_CAST_CHUNK) {
-            int64_t len = n - c < ZS_ENGINE_CAST_CHUNK ? n - c : ZS_ENGINE_CAST_CHUNK;
-            ZS_CHECK(e->ops->cast(e->stream, e->gscratch, ZS_DTYPE_F32, g16 + c, ZS_DTYPE_BF16,
-                                  (size_t)len));
-            ZS_CHECK(step_range(e, u, c, c + len, us->master + c, e->gscratch, us->m + c, us->v + c,
-                                h, scale, t));
-        }
+        const void *g =
+            e->g16 ? (const void *)(e->persist_grads ? us->g16 + us->opt_base : us->gs16)
+                   : (const void *)(e->persist_grads ? us->grad + us->opt_base : us->gshard);
+        ZS_CHECK(step_range(e, u, 0, us->opt_n, us->master, g, us->m, us->v, h, scale, t));
     }
     /* ZeRO-1/2: bring every rank's updated shard back into the full params, asynchronously
      * (ordered after the update by the comm layer); the next forward_begin of each unit waits

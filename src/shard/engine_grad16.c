@@ -10,11 +10,12 @@
  * bf16 collectives sum in fp32 and round once, so an all-reduce's slice is the bits of the
  * matching reduce-scatter and every stage steps on the same gradient bits.
  *
- * Arithmetic on bf16 values goes through one small fp32 scratch (ZS_ENGINE_CAST_CHUNK
- * elements, twice) chunk by chunk: sums, the squared norm and Adam read widened copies, so
- * nothing of the size of a unit is ever widened. Chunks start at the same offsets on every
- * stage (multiples of the chunk from the start of the rank's shard), so chunked sums give
- * the same bits everywhere. */
+ * The squared norm (sumsq16) and Adam (adamw_segs16) read the bf16 gradients directly,
+ * widening each element as they go, one launch per unit; the norm keeps one partial sum per
+ * ZS_ENGINE_CAST_CHUNK elements from the start of the rank's shard, the same offsets on every
+ * stage, so the sums give the same bits everywhere. Accumulating into bf16 (micro-batches after
+ * the first) goes through one small fp32 scratch (ZS_ENGINE_CAST_CHUNK elements, twice) chunk
+ * by chunk, so nothing of the size of a unit is ever widened. */
 #include "shard/engine_internal.h"
 
 #include "core/alloc.h"
@@ -59,16 +60,10 @@ int zs_engine_sumsq16_parts(size_t n) {
     return n ? (int)((n + ZS_ENGINE_CAST_CHUNK - 1) / ZS_ENGINE_CAST_CHUNK) : 1;
 }
 
+/* One part per cast chunk, as when each chunk was widened into the scratch and summed: the
+ * parts keep their bits (and the host adds them as before), in one pass over the shard. */
 zs_status zs_engine_sumsq16(zs_engine_t *e, const zs_bf16 *g, size_t n, double *out) {
-    zs_status st = ZS_OK;
-    if (n == 0) return e->ops->sumsq(e->stream, out, e->gscratch, 0);
-    for (size_t i = 0; i < n; i += ZS_ENGINE_CAST_CHUNK) {
-        size_t c = chunk_len(n, i);
-        ZS_CHECK(e->ops->cast(e->stream, e->gscratch, ZS_DTYPE_F32, g + i, ZS_DTYPE_BF16, c));
-        ZS_CHECK(e->ops->sumsq(e->stream, out + i / ZS_ENGINE_CAST_CHUNK, e->gscratch, c));
-    }
-fail:
-    return st;
+    return e->ops->sumsq16(e->stream, out, g, n, ZS_ENGINE_CAST_CHUNK);
 }
 
 /* The unit's fp32 gradients in pool slot k are complete for this micro-batch (ddp, 1):

@@ -123,10 +123,13 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     if (!host) {
         /* A GPU's reductions (gradient norm, loss) keep their chunk sums in a scratch of the
          * compute stream that grows to a power of two (>= 64 doubles) covering the largest
-         * one: a gradient shard, a bf16 cast chunk, or a micro-batch's losses. */
+         * one: a gradient shard (fp32, or bf16 by cast chunks of whole pieces) or a
+         * micro-batch's losses. */
         uint64_t most = (uint64_t)micro * seq, need = 64;
         for (int u = 0; u < l.n_units; u++) {
-            uint64_t n = g16 ? ZS_ENGINE_CAST_CHUNK : (uint64_t)l.units[u].shard;
+            uint64_t n = (uint64_t)l.units[u].shard;
+            if (g16)
+                n = (n + ZS_ENGINE_CAST_CHUNK - 1) / ZS_ENGINE_CAST_CHUNK * ZS_ENGINE_CAST_CHUNK;
             if (n > most) most = n;
         }
         while (need < (most + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK)

@@ -164,7 +164,8 @@ std::string describe(const KernelCtx &c, uintptr_t a, bool shared) {
 
 [[noreturn]] void hazard(const KernelCtx &c, const char *kind, uintptr_t a, bool shared,
                          int this_tid, uint32_t this_blk, bool this_write, const void *this_pc,
-                         int other_tid, uint32_t other_blk, bool other_write, const void *other_pc) {
+                         int other_tid, uint32_t other_blk, bool other_write,
+                         const void *other_pc) {
     std::string what = describe(c, a, shared);
     std::string here = source_line(this_pc), there = source_line(other_pc);
     char other[96];
@@ -200,14 +201,14 @@ void check_shared(const KernelCtx &c, uintptr_t a, unsigned size, bool write, bo
         SCell &s = t_sh.smem[off + i];
         if (s.w_int == c.interval && s.w_tid != t && !(atomic && s.w_atomic) &&
             !warp_ordered(c, t, s.w_tid, s.w_sync))
-            hazard(c, write ? "write after write" : "read after write", a + i, true, t, NONE,
-                   write, pc, s.w_tid, NONE, true, s.w_pc);
+            hazard(c, write ? "write after write" : "read after write", a + i, true, t, NONE, write,
+                   pc, s.w_tid, NONE, true, s.w_pc);
         if (write && s.r_int == c.interval && (s.r_tid != t || (s.r_flags & R_MANY)) &&
             !(atomic && (s.r_flags & R_ATOMIC))) {
             bool ordered = !(s.r_flags & R_MULTIWARP) && warp_ordered(c, t, s.r_tid, s.r_sync);
             if (!ordered)
-                hazard(c, "write after read", a + i, true, t, NONE, true, pc, s.r_tid, NONE,
-                       false, s.r_pc);
+                hazard(c, "write after read", a + i, true, t, NONE, true, pc, s.r_tid, NONE, false,
+                       s.r_pc);
         }
         if (write) {
             s.w_int = c.interval;
@@ -242,16 +243,16 @@ void check_global(const KernelCtx &c, uintptr_t a, unsigned size, bool write, bo
         bool w_any = s->w_blk != NONE;
         if (w_any && !(atomic && s->w_atomic)) {
             if (s->w_blk != blk)
-                hazard(c, write ? "write after write" : "read after write", g, false, t, blk,
-                       write, pc, s->w_tid, s->w_blk, true, s->w_pc);
+                hazard(c, write ? "write after write" : "read after write", g, false, t, blk, write,
+                       pc, s->w_tid, s->w_blk, true, s->w_pc);
             if (s->w_int == c.interval && s->w_tid != t)
-                hazard(c, write ? "write after write" : "read after write", g, false, t, blk,
-                       write, pc, s->w_tid, NONE, true, s->w_pc);
+                hazard(c, write ? "write after write" : "read after write", g, false, t, blk, write,
+                       pc, s->w_tid, NONE, true, s->w_pc);
         }
         if (write && s->r_blk != NONE && !(atomic && (s->r_flags & R_ATOMIC))) {
             if (s->r_blk != blk || (s->r_flags & R_MULTIWARP))
-                hazard(c, "write after read", g, false, t, blk, true, pc, s->r_tid, s->r_blk,
-                       false, s->r_pc);
+                hazard(c, "write after read", g, false, t, blk, true, pc, s->r_tid, s->r_blk, false,
+                       s->r_pc);
             if (s->r_int == c.interval && (s->r_tid != t || (s->r_flags & R_MANY)))
                 hazard(c, "write after read", g, false, t, blk, true, pc, s->r_tid, NONE, false,
                        s->r_pc);
@@ -309,25 +310,25 @@ inline void access(uintptr_t a, unsigned size, bool write, bool atomic, const vo
                              "__shared__ array '%s' (%zu bytes), at %s",
                              write ? "write" : "read", size, (ssize_t)(off - before->off),
                              before->name, before->nbytes, line.c_str());
-            kernel_fault(cudaErrorIllegalAddress, "shared memory %s of %u bytes outside every "
-                         "__shared__ array, at %s", write ? "write" : "read", size, line.c_str());
+            kernel_fault(cudaErrorIllegalAddress,
+                         "shared memory %s of %u bytes outside every "
+                         "__shared__ array, at %s",
+                         write ? "write" : "read", size, line.c_str());
         }
-    } else if (!in_kernel_view(a)) {
+    } else if (a < c->view_lo || a >= c->view_hi) {
         return; /* the thread's own stack (registers and local memory on a GPU), host memory */
     }
-    if (settings().check) {
+    if (c->check) {
         if (shared)
             check_shared(*c, a, size, write, atomic, pc);
         else
             check_global(*c, a, size, write, atomic, pc);
     }
-    if (profiling()) profile_access(*c, a, size, write, atomic, shared, pc);
+    if (c->count) profile_access(*c, a, size, write, atomic, shared, pc);
     if (c->sched == SCHED_INTERLEAVE) {
         /* switch often at shared accesses, now and then at device ones */
         c->rng = c->rng * 6364136223846793005ull + 1442695040888963407ull;
         if ((c->rng >> 59) < (shared ? 16u : 1u)) kernel_yield();
-    } else if (c->sched == SCHED_LOCKSTEP) {
-        kernel_yield();
     }
 }
 
@@ -367,12 +368,24 @@ void __tsan_func_exit(void) {}
 void __tsan_vptr_update(void **, void *) {}
 void __tsan_vptr_read(void **) {}
 #define ZS_TSAN_RW(n)                                                                              \
-    void __tsan_read##n(void *a) { access((uintptr_t)a, n, false, false, RA); }                   \
-    void __tsan_write##n(void *a) { access((uintptr_t)a, n, true, false, RA); }                   \
-    void __tsan_unaligned_read##n(void *a) { access((uintptr_t)a, n, false, false, RA); }         \
-    void __tsan_unaligned_write##n(void *a) { access((uintptr_t)a, n, true, false, RA); }         \
-    void __tsan_volatile_read##n(void *a) { access((uintptr_t)a, n, false, false, RA); }          \
-    void __tsan_volatile_write##n(void *a) { access((uintptr_t)a, n, true, false, RA); }
+    void __tsan_read##n(void *a) {                                                                 \
+        access((uintptr_t)a, n, false, false, RA);                                                 \
+    }                                                                                              \
+    void __tsan_write##n(void *a) {                                                                \
+        access((uintptr_t)a, n, true, false, RA);                                                  \
+    }                                                                                              \
+    void __tsan_unaligned_read##n(void *a) {                                                       \
+        access((uintptr_t)a, n, false, false, RA);                                                 \
+    }                                                                                              \
+    void __tsan_unaligned_write##n(void *a) {                                                      \
+        access((uintptr_t)a, n, true, false, RA);                                                  \
+    }                                                                                              \
+    void __tsan_volatile_read##n(void *a) {                                                        \
+        access((uintptr_t)a, n, false, false, RA);                                                 \
+    }                                                                                              \
+    void __tsan_volatile_write##n(void *a) {                                                       \
+        access((uintptr_t)a, n, true, false, RA);                                                  \
+    }
 ZS_TSAN_RW(1)
 ZS_TSAN_RW(2)
 ZS_TSAN_RW(4)
@@ -388,49 +401,49 @@ void __tsan_write_range(void *a, unsigned long n) {
 /* Atomics: done for real (blocks of different streams run on different host threads), and
  * recorded as atomic accesses. The memory order is always the strongest. */
 #define ZS_TSAN_ATOMIC(n, T)                                                                       \
-    T __tsan_atomic##n##_load(const volatile T *a, int) {                                         \
-        access((uintptr_t)a, n / 8, false, true, RA);                                             \
+    T __tsan_atomic##n##_load(const volatile T *a, int) {                                          \
+        access((uintptr_t)a, n / 8, false, true, RA);                                              \
         return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                               \
     }                                                                                              \
-    void __tsan_atomic##n##_store(volatile T *a, T v, int) {                                      \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
+    void __tsan_atomic##n##_store(volatile T *a, T v, int) {                                       \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
         __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                  \
     }                                                                                              \
-    T __tsan_atomic##n##_exchange(volatile T *a, T v, int) {                                      \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
+    T __tsan_atomic##n##_exchange(volatile T *a, T v, int) {                                       \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
         return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                        \
     }                                                                                              \
-    T __tsan_atomic##n##_fetch_add(volatile T *a, T v, int) {                                     \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
+    T __tsan_atomic##n##_fetch_add(volatile T *a, T v, int) {                                      \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
         return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                         \
     }                                                                                              \
-    T __tsan_atomic##n##_fetch_sub(volatile T *a, T v, int) {                                     \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
+    T __tsan_atomic##n##_fetch_sub(volatile T *a, T v, int) {                                      \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
         return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                         \
     }                                                                                              \
-    T __tsan_atomic##n##_fetch_and(volatile T *a, T v, int) {                                     \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
+    T __tsan_atomic##n##_fetch_and(volatile T *a, T v, int) {                                      \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
         return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                         \
     }                                                                                              \
-    T __tsan_atomic##n##_fetch_or(volatile T *a, T v, int) {                                      \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
+    T __tsan_atomic##n##_fetch_or(volatile T *a, T v, int) {                                       \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
         return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                          \
     }                                                                                              \
-    T __tsan_atomic##n##_fetch_xor(volatile T *a, T v, int) {                                     \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
+    T __tsan_atomic##n##_fetch_xor(volatile T *a, T v, int) {                                      \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
         return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                         \
     }                                                                                              \
-    int __tsan_atomic##n##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) {          \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
-        return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);       \
+    int __tsan_atomic##n##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) {           \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
+        return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);        \
     }                                                                                              \
-    int __tsan_atomic##n##_compare_exchange_weak(volatile T *a, T *c, T v, int, int) {            \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
-        return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);       \
+    int __tsan_atomic##n##_compare_exchange_weak(volatile T *a, T *c, T v, int, int) {             \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
+        return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);        \
     }                                                                                              \
-    T __tsan_atomic##n##_compare_exchange_val(volatile T *a, T c, T v, int, int) {                \
-        access((uintptr_t)a, n / 8, true, true, RA);                                              \
-        __atomic_compare_exchange_n(a, &c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);             \
+    T __tsan_atomic##n##_compare_exchange_val(volatile T *a, T c, T v, int, int) {                 \
+        access((uintptr_t)a, n / 8, true, true, RA);                                               \
+        __atomic_compare_exchange_n(a, &c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);              \
         return c;                                                                                  \
     }
 ZS_TSAN_ATOMIC(8, uint8_t)

@@ -248,7 +248,8 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
                       : round                                          ? GEMM_TF32
                                                                        : GEMM_FP32;
         double bytes = ((double)m * k * aes + (double)k * n * bes +
-                        (double)m * n * ces * (be != 0.0f ? 2 : 1)) * batch;
+                        (double)m * n * ces * (be != 0.0f ? 2 : 1)) *
+                       batch;
         h100_gemm(&price, m, n, k, batch, gm, bytes, ta, tb);
     }
     if (predicting()) { /* cost only: priced in stream order, not run */

@@ -66,11 +66,19 @@ enum {
     ZS_EMU_SHFL_DOWN,
     ZS_EMU_SHFL_UP,
     ZS_EMU_BALLOT,
-    ZS_EMU_SYNCWARP
+    ZS_EMU_SYNCWARP,
+    ZS_EMU_MMA
 };
 extern "C" uint64_t zs_emu_warp_op(const char *site, unsigned mask, int kind, uint64_t value,
                                    int arg, int width);
 extern "C" unsigned zs_emu_activemask(void);
+/* One warp's tensor-core product, mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: every lane
+ * of the warp takes part with its fragments in the PTX ISA's layouts (a: 4 registers of two bf16
+ * of A[16][16], b: 2 of B[16][8], c and d: 4 floats of C, D[16][8]) and receives its part of
+ * D = A B + C. The products are exact in fp32 (bf16 x bf16); each element of D adds its 16
+ * products to C in k order in fp32. Counted by the profiler as 4096 tensor FLOPs. */
+extern "C" void zs_emu_mma_bf16_16816(const char *site, float d[4], const uint32_t a[4],
+                                      const uint32_t b[2], const float c[4]);
 /* Shared memory of the running block: a static array identified by its declaration site (the
  * same pointer for every thread of the block), and the launch's dynamic part. Each is filled with
  * a poison pattern when the block starts and has bounds of its own (red zones around it, every
@@ -85,15 +93,15 @@ extern "C" void zs_emu_trap(const char *what);
 #define ZS_EMU_SITE __FILE__ ":" ZS_EMU_STR(__LINE__)
 
 #define __syncthreads() zs_emu_syncthreads(ZS_EMU_SITE)
-#define __syncwarp(...) zs_emu_syncwarp_(ZS_EMU_SITE __VA_OPT__(,) __VA_ARGS__)
+#define __syncwarp(...) zs_emu_syncwarp_(ZS_EMU_SITE __VA_OPT__(, ) __VA_ARGS__)
 #define __shfl_sync(mask, v, lane, ...)                                                            \
-    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_IDX, lane __VA_OPT__(,) __VA_ARGS__)
+    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_IDX, lane __VA_OPT__(, ) __VA_ARGS__)
 #define __shfl_xor_sync(mask, v, lm, ...)                                                          \
-    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_XOR, lm __VA_OPT__(,) __VA_ARGS__)
+    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_XOR, lm __VA_OPT__(, ) __VA_ARGS__)
 #define __shfl_down_sync(mask, v, d, ...)                                                          \
-    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_DOWN, d __VA_OPT__(,) __VA_ARGS__)
+    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_DOWN, d __VA_OPT__(, ) __VA_ARGS__)
 #define __shfl_up_sync(mask, v, d, ...)                                                            \
-    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_UP, d __VA_OPT__(,) __VA_ARGS__)
+    zs_emu_shfl_(ZS_EMU_SITE, mask, v, ZS_EMU_SHFL_UP, d __VA_OPT__(, ) __VA_ARGS__)
 #define __ballot_sync(mask, pred)                                                                  \
     ((unsigned)zs_emu_warp_op(ZS_EMU_SITE, mask, ZS_EMU_BALLOT, (pred) != 0, 0, 32))
 #define __any_sync(mask, pred) (__ballot_sync(mask, pred) != 0u)

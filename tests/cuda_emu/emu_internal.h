@@ -29,6 +29,10 @@ struct Settings {
     int sched;            /* ZS_EMU_SCHED: thread orders (Sched; default SCHED_MIX) */
 };
 const Settings &settings();
+/* The device memory reported and enforced: ZS_EMU_DEVICE_MEM, or an H100's 80 GiB once
+ * predictions are enabled without it. */
+uint64_t device_mem();
+void set_device_mem(uint64_t bytes);
 
 /* Print "cuda-emu: <msg> (ZS_EMU_SEED=<seed> ...)" to stderr. */
 void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -52,8 +56,9 @@ void *view(const void *p);
 bool range_ok(const void *p, size_t n, char *why, size_t cap);
 /* Bytes of device memory in use, and the capacity. */
 void mem_info(size_t *used, size_t *total);
-/* Whether a is in the kernel view of device memory (what kernels address). */
+/* Whether a is in the kernel view of device memory (what kernels address), and its bounds. */
 bool in_kernel_view(uintptr_t a);
+void kernel_view_range(uintptr_t *lo, uintptr_t *hi);
 /* "a 4096-byte device allocation (device pointer 0x...), byte 128" for a kernel-view address. */
 void describe_view(uintptr_t a, char *buf, size_t cap);
 /* Install the fault handler that names kernel and allocation for a bad access. */
@@ -93,7 +98,7 @@ struct Cost {
  *    before the others resume (a missing trailing barrier shows);
  *  - INTERLEAVE: threads also switch at shared- and global-memory accesses, at random (a
  *    read-modify-write race within one barrier interval shows);
- *  - LOCKSTEP: the lanes of a warp take turns at every memory access, warp by warp (what the
+ *  - LOCKSTEP: the lanes of a warp take turns, every 32 memory accesses, warp by warp (what the
  *    profiler needs to group the k-th accesses of a warp's lanes into one request);
  *  - MIX: FIFO, WARP or INTERLEAVE, drawn per block from the launch's seed (the default). */
 enum Sched { SCHED_FIFO, SCHED_WARP, SCHED_INTERLEAVE, SCHED_LOCKSTEP, SCHED_MIX };
@@ -114,18 +119,20 @@ struct KernelCtx {
     const char *kernel;
     dim3 grid, bdim;
     uint3 bid;
-    uint64_t block;  /* linear block index */
+    uint64_t block; /* linear block index */
     int nthreads;
-    int tid, warp, lane;          /* the running thread */
-    unsigned char *pool;          /* the block's shared memory: arrays separated by red zones */
+    int tid, warp, lane; /* the running thread */
+    unsigned char *pool; /* the block's shared memory: arrays separated by red zones */
     size_t pool_bytes;
-    const uint16_t *owner;        /* per pool byte: 1 + index into arrays, 0 for a red zone */
+    const uint16_t *owner; /* per pool byte: 1 + index into arrays, 0 for a red zone */
     const SmemArray *arrays;
     size_t narrays;
-    const uint32_t *warp_syncs;   /* per warp: warp synchronisations completed */
-    uint32_t interval;            /* this block's barrier interval, unique per launch */
+    const uint32_t *warp_syncs; /* per warp: warp synchronisations completed */
+    uint32_t interval;          /* this block's barrier interval, unique per launch */
     Sched sched;
     uint64_t rng;
+    bool check, count;          /* the race checker on; the profiler counting */
+    uintptr_t view_lo, view_hi; /* the kernel view of device memory */
 };
 extern thread_local KernelCtx *t_kctx; /* non-null while a kernel thread runs */
 /* A fault in kernel code (the launch fails with code, naming kernel, block and thread). */
@@ -144,10 +151,10 @@ struct LaunchInfo {
     Cost cost;
 };
 void check_launch_begin(const LaunchInfo &l);
-void check_block_begin();           /* t_kctx describes the new block */
-void check_barrier();               /* every thread of the block passed a __syncthreads */
-void check_warp_sync(int warp);     /* a warp operation of warp completed */
-void check_thread_exit();           /* t_kctx's thread returned */
+void check_block_begin();       /* t_kctx describes the new block */
+void check_barrier();           /* every thread of the block passed a __syncthreads */
+void check_warp_sync(int warp); /* a warp operation of warp completed */
+void check_thread_exit();       /* t_kctx's thread returned */
 void check_block_end();
 void check_launch_end(bool ok);
 /* Whether this launch runs only the listed blocks (cost-only prediction: a sample, or none
@@ -163,9 +170,12 @@ void profile_record(const struct zs_emu_record &r);
 /* The running block reached a synchronisation point: warp (or every warp, -1) has no access
  * pending any more (the profiler closes its requests). */
 void profile_sync(int warp);
+/* A warp's tensor-core instruction of flops FLOPs completed (counted, not declared). */
+void profile_mma(double flops);
 void profile_launch_end(bool ok);
-bool profiling();            /* counts are being recorded */
-bool predicting();           /* cost only: GEMMs priced not run, grids sampled, no poison */
+bool profiling();  /* counts are being recorded */
+bool predicting(); /* cost only: GEMMs priced not run, grids sampled, no poison */
+bool counting();   /* either: kernels' accesses are counted */
 
 } // namespace zs_emu
 

@@ -21,15 +21,18 @@ extern "C" {
 typedef struct zs_emu_record {
     char name[96];       /* the kernel, or the library call with its shape */
     uint64_t blocks;     /* the grid's blocks */
-    uint64_t blocks_run; /* blocks that ran (fewer when sampled; 0 when priced as an earlier one) */
+    uint64_t blocks_run; /* blocks that ran (fewer when sampled) */
+    int reused;          /* priced as an identical earlier launch (cost-only mode) */
     int threads;         /* per block */
     /* from the accesses (extrapolated to the whole grid when sampled) */
     double ld_requests, st_requests; /* warp-level global loads and stores */
     double ld_sectors, st_sectors;   /* 32-byte sectors those requests touched */
     double ld_bytes, st_bytes;       /* bytes the threads asked for */
+    double distinct_bytes;           /* of those, distinct within each request (no broadcasts) */
     double dram_read, dram_write;    /* unique sectors read / written, in bytes */
     double smem_requests, smem_wavefronts, smem_ideal; /* ideal: bytes / 128 per request */
     double atomics;
+    double mma_counted; /* tensor FLOPs of the mma instructions the warps executed */
     /* declared by the launcher (ZS_COST), or priced by the library model */
     double flops, mma_flops, ideal_bytes;
     int declared;
@@ -52,6 +55,8 @@ int zs_emu_profile_get(size_t i, zs_emu_record *out);
 double zs_emu_profile_total(void);
 /* A markdown table of the records by kernel (or GEMM shape), by predicted time; malloc'd. */
 char *zs_emu_profile_table(void);
+/* The model's dense peak FLOP/s in GEMM arithmetic math (0 fp32, 1 tf32, 2 bf16). */
+double zs_emu_model_peak(int math);
 /* The model's constants, one "- name: value (source)" line each; malloc'd. */
 char *zs_emu_model_notes(void);
 

@@ -82,8 +82,8 @@ namespace {
 #define STATIC_SMEM_MAX (48u << 10)
 #define SMEM_POISON 0xff
 #define SMEM_REDZONE 0xa5
-#define SMEM_RZ 64u       /* red zone bytes before and after every shared array */
-#define SMEM_ARRAYS 64u   /* most __shared__ arrays one block may declare */
+#define SMEM_RZ 64u     /* red zone bytes before and after every shared array */
+#define SMEM_ARRAYS 64u /* most __shared__ arrays one block may declare */
 
 struct Stack {
     char *lo; /* usable [lo, lo + STACK_BYTES), a guard page below */
@@ -156,8 +156,8 @@ struct Block {
     int n; /* threads */
     int nwarps;
     std::vector<Fiber> fibers;
-    std::vector<int> order;  /* the order in which fibers start */
-    std::deque<int> runq;    /* ready fibers (every order but LOCKSTEP) */
+    std::vector<int> order; /* the order in which fibers start */
+    std::deque<int> runq;   /* ready fibers (every order but LOCKSTEP) */
     std::vector<int> waiters;
     std::vector<uint32_t> ready_mask, new_mask; /* per warp (LOCKSTEP) */
     int cur_warp, last_lane, leader;
@@ -393,7 +393,7 @@ bool run_block(Block *b) {
     }
     Sched sched = (Sched)settings().sched;
     if (sched == SCHED_MIX) sched = (Sched)(b->rng.next() % 3); /* FIFO, WARP, INTERLEAVE */
-    if (profiling()) sched = SCHED_LOCKSTEP; /* the profiler groups a warp's accesses */
+    if (counting()) sched = SCHED_LOCKSTEP; /* the profiler groups a warp's accesses */
     b->sched = sched;
     if (sched == SCHED_FIFO || sched == SCHED_INTERLEAVE) {
         b->rng.shuffle(b->order);
@@ -421,6 +421,9 @@ bool run_block(Block *b) {
     c.interval = b->interval;
     c.sched = sched;
     c.rng = b->rng.next();
+    c.check = settings().check != 0;
+    c.count = counting();
+    kernel_view_range(&c.view_lo, &c.view_hi);
     check_block_begin();
     for (;;) {
         Fiber *f = pick(b);
@@ -622,6 +625,69 @@ extern "C" void zs_emu_syncthreads(const char *site) {
     yield_to_scheduler();
 }
 
+namespace {
+struct MmaLane {
+    float *d;
+    const uint32_t *a, *b;
+    const float *c;
+};
+
+float bf16_lo(uint32_t r) {
+    uint32_t b = r << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+float bf16_hi(uint32_t r) {
+    uint32_t b = r & 0xffff0000u;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* D = A B + C of one m16n8k16 over the 32 lanes' fragments (the PTX ISA's layouts: groupID g =
+ * lane / 4, t = lane % 4; A: registers 0..3 hold (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..),
+ * (g+8, 2t+8..); B: registers 0, 1 hold (k = 2t..2t+1, n = g), (k = 2t+8.., n = g); C, D: (g, 2t),
+ * (g, 2t+1), (g+8, 2t), (g+8, 2t+1)). */
+void mma_16816(const MmaLane *l) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane / 4, t = lane % 4;
+        const uint32_t *a = l[lane].a, *b = l[lane].b;
+        const float *c = l[lane].c;
+        for (int r = 0; r < 4; r++) {
+            int row = g + (r & 1) * 8, col = 2 * t + (r >> 1) * 8;
+            A[row][col] = bf16_lo(a[r]);
+            A[row][col + 1] = bf16_hi(a[r]);
+        }
+        for (int r = 0; r < 2; r++) {
+            B[2 * t + r * 8][g] = bf16_lo(b[r]);
+            B[2 * t + r * 8 + 1][g] = bf16_hi(b[r]);
+        }
+        C[g][2 * t] = c[0];
+        C[g][2 * t + 1] = c[1];
+        C[g + 8][2 * t] = c[2];
+        C[g + 8][2 * t + 1] = c[3];
+    }
+    float D[16][8];
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            float acc = C[i][j];
+            for (int k = 0; k < 16; k++)
+                acc += A[i][k] * B[k][j]; /* the product is exact in fp32 */
+            D[i][j] = acc;
+        }
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane / 4, t = lane % 4;
+        float *d = l[lane].d;
+        d[0] = D[g][2 * t];
+        d[1] = D[g][2 * t + 1];
+        d[2] = D[g + 8][2 * t];
+        d[3] = D[g + 8][2 * t + 1];
+    }
+}
+} // namespace
+
 static uint64_t lane_result(const WarpOp &w, int lane) {
     int width = w.width, seg = lane / width * width, idx = lane % width, src = lane;
     switch (w.kind) {
@@ -693,6 +759,16 @@ extern "C" uint64_t zs_emu_warp_op(const char *site, unsigned mask, int kind, ui
     if (w.arrived == mask) {
         check_warp_sync(f->warp);
         b->warp_syncs[(size_t)f->warp]++;
+        if (kind == ZS_EMU_MMA) {
+            if (mask != 0xffffffffu)
+                fail(cudaErrorLaunchFailure,
+                     "mma.sync at %s: not every lane of the warp takes part", site);
+            MmaLane lanes[32];
+            for (int l = 0; l < 32; l++)
+                lanes[l] = *(const MmaLane *)(uintptr_t)w.val[l];
+            mma_16816(lanes);
+            profile_mma(4096.0);
+        }
         b->waiters.clear();
         for (int l = 0; l < 32; l++)
             if (mask >> l & 1u) {
@@ -704,6 +780,22 @@ extern "C" uint64_t zs_emu_warp_op(const char *site, unsigned mask, int kind, ui
     }
     yield_to_scheduler();
     return f->result;
+}
+
+extern "C" void zs_emu_mma_bf16_16816(const char *site, float d[4], const uint32_t a[4],
+                                      const uint32_t b[2], const float c[4]) {
+    Block *blk = need_block("mma.sync");
+    Fiber *f = t_fiber;
+    if (blk->n - f->warp * 32 < 32)
+        fail(cudaErrorLaunchFailure, "mma.sync at %s: warp %d is not a full warp of 32 threads",
+             site, f->warp);
+    /* Each lane's fragments stay on its own stack while it waits: the last lane to arrive
+     * computes for all of them. */
+    MmaLane mine{d, a, b, c};
+    float out[4];
+    mine.d = out;
+    (void)zs_emu_warp_op(site, 0xffffffffu, ZS_EMU_MMA, (uint64_t)(uintptr_t)&mine, 0, 32);
+    memcpy(d, out, sizeof out);
 }
 
 extern "C" unsigned zs_emu_activemask(void) {

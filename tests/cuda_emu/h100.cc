@@ -6,8 +6,9 @@
  * SMs). What it ignores: caches beyond the unique-sector bound (a re-read that L2 would serve is
  * priced at L2's rate, not free), occupancy within an SM, latency, instruction issue and integer
  * arithmetic; so it is a lower bound for code bound by any of those. cuBLAS GEMMs are priced
- * from their shapes: tensor-core peak times cuBLAS's large-GEMM efficiency, times the last
- * wave's utilisation of the SMs by 128 x 256 output tiles. Every constant names its source;
+ * from their shapes: tensor-core peak times cuBLAS's large-GEMM efficiency, times the waves'
+ * utilisation of the SMs by 128 x 256 output tiles (128 x 128 for SIMT sgemm), k split when the
+ * tiles alone cannot fill the SMs. Every constant names its source;
  * scripts/gpu-check.sh measures the kernels on a real H100 (ncu) to calibrate them. */
 #include "h100.h"
 
@@ -21,12 +22,12 @@ namespace {
 
 /* NVIDIA H100 SXM5 (datasheet "NVIDIA H100 Tensor Core GPU", and the Hopper architecture
  * whitepaper for SMs and clock). Dense rates: the datasheet's "with sparsity" figures halved. */
-const double SMS = 132;              /* SMs on the SXM5 board (whitepaper) */
-const double CLOCK = 1.98e9;         /* max boost clock, Hz (nvidia-smi clocks.max.sm) */
-const double HBM = 3.35e12;          /* HBM3 bytes/s (datasheet) */
-const double BF16 = 989.4e12;        /* bf16 tensor FLOP/s, dense (datasheet 1,979 sparse) */
-const double TF32 = 494.7e12;        /* tf32 tensor FLOP/s, dense (datasheet 989 sparse) */
-const double FP32 = 66.9e12;         /* fp32 FLOP/s on the CUDA cores (datasheet 67) */
+const double SMS = 132;       /* SMs on the SXM5 board (whitepaper) */
+const double CLOCK = 1.98e9;  /* max boost clock, Hz (nvidia-smi clocks.max.sm) */
+const double HBM = 3.35e12;   /* HBM3 bytes/s (datasheet) */
+const double BF16 = 989.4e12; /* bf16 tensor FLOP/s, dense (datasheet 1,979 sparse) */
+const double TF32 = 494.7e12; /* tf32 tensor FLOP/s, dense (datasheet 989 sparse) */
+const double FP32 = 66.9e12;  /* fp32 FLOP/s on the CUDA cores (datasheet 67) */
 /* Not on the datasheet: public microbenchmarks put H100's L2 bandwidth at 5.5-7 TB/s
  * (chipsandcheese.com, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023, on the PCIe
  * board); the SXM board's higher clock and power limit take the top of that range. */
@@ -42,6 +43,7 @@ const double LAUNCH = 2.0e-6;
  * the GPU check's bench step (its cuBLAS ceiling on the step's own shapes). */
 const double GEMM_EFF_TC = 0.75, GEMM_EFF_SIMT = 0.85;
 const double TILE_M = 128, TILE_N = 256; /* cuBLAS's usual tile for large bf16/tf32 GEMMs */
+const double SPLIT_K_MIN = 256;          /* k per split-K part, at least */
 
 } // namespace
 
@@ -52,14 +54,17 @@ void h100_predict(zs_emu_record *r) {
     r->t_dram = dram / (HBM * frac);
     r->t_l2 = (r->ld_sectors + r->st_sectors) * 32 / (L2 * frac);
     r->t_smem = r->smem_wavefronts / (SMEM_WAVES * frac);
-    r->t_mma = r->mma_flops / (BF16 * frac);
+    r->t_mma = fmax(r->mma_flops, r->mma_counted) / (BF16 * frac);
     r->t_fp32 = r->flops / (FP32 * frac);
     r->t_launch = LAUNCH;
     struct {
         double t;
         const char *name;
-    } terms[] = {{r->t_dram, "dram"}, {r->t_l2, "l2"}, {r->t_smem, "smem"},
-                 {r->t_mma, "tensor"}, {r->t_fp32, "fp32"}};
+    } terms[] = {{r->t_dram, "dram"},
+                 {r->t_l2, "l2"},
+                 {r->t_smem, "smem"},
+                 {r->t_mma, "tensor"},
+                 {r->t_fp32, "fp32"}};
     double best = 0;
     r->bound = "launch";
     for (auto &t : terms)
@@ -75,14 +80,20 @@ void h100_gemm(zs_emu_record *r, int m, int n, int k, int batch, GemmMath math, 
                bool ta, bool tb) {
     memset(r, 0, sizeof *r);
     static const char *names[] = {"fp32", "tf32", "bf16"};
-    snprintf(r->name, sizeof r->name, "cuBLAS gemm %s %c%c %dx%dx%d%s", names[math],
-             ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, batch > 1 ? " batched" : "");
+    snprintf(r->name, sizeof r->name, "cuBLAS gemm %s %c%c %dx%dx%d%s", names[math], ta ? 'T' : 'N',
+             tb ? 'T' : 'N', m, n, k, batch > 1 ? " batched" : "");
     double fl = 2.0 * m * n * (double)k * batch;
-    double tiles = ceil(m / TILE_M) * ceil(n / TILE_N) * batch;
-    double waves = ceil(tiles / SMS);
-    double util = tiles > 0 ? tiles / (waves * SMS) : 1.0;
-    double rate = math == GEMM_FP32 ? FP32 * GEMM_EFF_SIMT
-                                    : (math == GEMM_BF16 ? BF16 : TF32) * GEMM_EFF_TC;
+    double tn = math == GEMM_FP32 ? TILE_N / 2 : TILE_N; /* SIMT sgemm: 128 x 128 tiles */
+    double tiles = ceil(m / TILE_M) * ceil(n / tn) * batch;
+    /* Too few output tiles to fill the SMs: cuBLAS splits k (split-K) into parts of at least
+     * SPLIT_K_MIN, and sums the partial products afterwards (fp32 partials written and read). */
+    double splits = 1;
+    if (tiles < SMS) splits = fmax(1.0, fmin(floor(SMS / tiles), floor(k / SPLIT_K_MIN)));
+    if (splits > 1) bytes += 2.0 * m * (double)n * 4 * splits * batch;
+    double units = tiles * splits, waves = ceil(units / SMS);
+    double util = units > 0 ? units / (waves * SMS) : 1.0;
+    double rate =
+        math == GEMM_FP32 ? FP32 * GEMM_EFF_SIMT : (math == GEMM_BF16 ? BF16 : TF32) * GEMM_EFF_TC;
     if (math == GEMM_FP32)
         r->flops = fl;
     else
@@ -114,6 +125,11 @@ void h100_memory_op(zs_emu_record *r, const char *name, double bytes) {
 }
 
 } // namespace zs_emu
+
+extern "C" double zs_emu_model_peak(int math) {
+    using namespace zs_emu;
+    return math == GEMM_BF16 ? BF16 : math == GEMM_TF32 ? TF32 : FP32;
+}
 
 extern "C" char *zs_emu_model_notes(void) {
     using namespace zs_emu;

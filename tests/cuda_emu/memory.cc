@@ -106,7 +106,7 @@ void *dev_alloc(size_t nbytes) {
     size_t n256 = ((nbytes ? nbytes : 1) + 255) / 256 * 256;
     size_t len = (n256 + PAGE - 1) / PAGE * PAGE;
     std::lock_guard<std::mutex> lk(g_lock);
-    if (g_used + nbytes > settings().device_mem) return nullptr;
+    if (g_used + nbytes > device_mem()) return nullptr;
     if (g_next + len + PAGE > g_base + RESERVE) {
         /* Wrapped: start over below the live allocations' spans is not tracked, so look for a
          * gap between live spans from the bottom. */
@@ -190,6 +190,12 @@ bool in_kernel_view(uintptr_t a) {
     return g_view && in_view(a);
 }
 
+void kernel_view_range(uintptr_t *lo, uintptr_t *hi) {
+    std::call_once(g_once, reserve);
+    *lo = g_view;
+    *hi = g_view + RESERVE;
+}
+
 void describe_view(uintptr_t a, char *buf, size_t cap) {
     uintptr_t d = a - g_view + g_base;
     std::lock_guard<std::mutex> lk(g_lock);
@@ -259,7 +265,7 @@ bool range_ok(const void *ptr, size_t n, char *why, size_t cap) {
 void mem_info(size_t *used, size_t *total) {
     std::lock_guard<std::mutex> lk(g_lock);
     *used = g_used;
-    *total = settings().device_mem;
+    *total = device_mem();
 }
 
 void check_redzone(const void *ptr) {

@@ -2,10 +2,10 @@
  * really did to memory, counted as an H100 would see it, and a predicted time per launch from
  * the model in h100.cc.
  *
- * Grouping: while recording, the block's threads run in the LOCKSTEP order (fiber.cc): the
- * lanes of a warp take turns at every memory access, so the k-th accesses of the lanes form one
- * round. A round closes when a lane comes back for its next access, or at a synchronisation
- * point (barrier, warp operation, end of the block). The accesses of a round made at the same
+ * Grouping: while counting, the block's threads run in the LOCKSTEP order (fiber.cc): the
+ * lanes of a warp take turns, each making its next CHUNK accesses, so the k-th accesses of the
+ * lanes since the last synchronisation point (barrier, warp operation, end of the block) form
+ * one round. The accesses of a round made at the same
  * instruction (return address), of the same kind (global or shared, load or store), are one
  * warp-level request; lanes at different instructions in one round (divergence) are separate
  * requests, as a GPU issues each side of a branch separately. Lanes that diverge and make
@@ -64,6 +64,16 @@ struct Round {
     std::vector<Access> acc;
 };
 
+/* A warp's accesses not yet grouped: each lane's next CHUNK, in order. A lane that has made
+ * CHUNK accesses yields; when it comes back, every other lane that can run has made its CHUNK
+ * too (the LOCKSTEP order is round robin), and the k-th entries of the lanes form round k. So a
+ * thread switches once per CHUNK accesses, not at each. */
+#define CHUNK 32u
+struct Warp {
+    std::vector<Access> lane[32];
+    Round round;
+};
+
 /* The unique 32-byte sectors of a launch: a bitmap per 4 KiB page. */
 struct SectorSet {
     std::unordered_map<uint64_t, std::array<uint64_t, 2>> pages;
@@ -88,7 +98,7 @@ struct Launch {
     Cost cost;
     zs_emu_record rec;
     SectorSet rd, wr;
-    std::vector<Round> rounds; /* per warp of the running block */
+    std::vector<Warp> warps; /* of the running block */
     uint64_t accesses;
 };
 thread_local Launch t_l;
@@ -98,14 +108,19 @@ void close_round(Round &r) {
         r.lanes = 0;
         return;
     }
-    /* requests: same instruction, same kind */
-    std::stable_sort(r.acc.begin(), r.acc.end(), [](const Access &a, const Access &b) {
-        if (a.pc != b.pc) return a.pc < b.pc;
-        if (a.shared != b.shared) return a.shared < b.shared;
-        return a.write < b.write;
-    });
+    /* requests: same instruction, same kind (sorted only when a round mixes them: divergence) */
+    bool mixed = false;
+    for (size_t k = 1; k < r.acc.size() && !mixed; k++)
+        mixed = r.acc[k].pc != r.acc[0].pc || r.acc[k].shared != r.acc[0].shared ||
+                r.acc[k].write != r.acc[0].write;
+    if (mixed)
+        std::stable_sort(r.acc.begin(), r.acc.end(), [](const Access &a, const Access &b) {
+            if (a.pc != b.pc) return a.pc < b.pc;
+            if (a.shared != b.shared) return a.shared < b.shared;
+            return a.write < b.write;
+        });
     zs_emu_record &s = t_l.rec;
-    std::vector<uint64_t> sec;
+    static thread_local std::vector<uint64_t> sec;
     for (size_t i = 0; i < r.acc.size();) {
         size_t j = i;
         while (j < r.acc.size() && r.acc[j].pc == r.acc[i].pc &&
@@ -121,19 +136,24 @@ void close_round(Round &r) {
             unsigned per_phase = 128 / width; /* lanes served per wavefront at best */
             double waves = 0;
             for (unsigned p = 0; p < 32 / per_phase; p++) {
-                std::vector<uint64_t> words[32];
+                /* the distinct words each bank must serve in this phase */
+                uint64_t words[32][32]; /* at most 32 words a phase */
+                unsigned count[32] = {0}, most = 0;
                 bool any = false;
                 for (size_t k = i; k < j; k++) {
                     if (r.acc[k].lane / per_phase != p) continue;
                     any = true;
                     for (uintptr_t w = r.acc[k].addr / 4;
-                         w <= (r.acc[k].addr + r.acc[k].size - 1) / 4; w++)
-                        words[w % 32].push_back(w);
-                }
-                size_t most = 0;
-                for (auto &b : words) {
-                    std::sort(b.begin(), b.end());
-                    most = std::max(most, (size_t)(std::unique(b.begin(), b.end()) - b.begin()));
+                         w <= (r.acc[k].addr + r.acc[k].size - 1) / 4; w++) {
+                        unsigned b = (unsigned)(w % 32), c = count[b];
+                        bool dup = false;
+                        for (unsigned q = 0; q < c && !dup; q++)
+                            dup = words[b][q] == w;
+                        if (dup) continue;
+                        if (c < 32) words[b][c] = w;
+                        count[b] = c + 1;
+                        most = std::max(most, c + 1);
+                    }
                 }
                 if (any) waves += (double)most;
             }
@@ -142,13 +162,19 @@ void close_round(Round &r) {
             s.smem_ideal += ceil(bytes / 128.0);
         } else {
             sec.clear();
-            double bytes = 0;
+            double bytes = 0, distinct = 0;
             for (size_t k = i; k < j; k++) {
-                for (uintptr_t q = r.acc[k].addr / 32; q <= (r.acc[k].addr + r.acc[k].size - 1) / 32;
-                     q++)
+                for (uintptr_t q = r.acc[k].addr / 32;
+                     q <= (r.acc[k].addr + r.acc[k].size - 1) / 32; q++)
                     sec.push_back(q);
                 bytes += r.acc[k].size;
+                /* lanes reading one address share its bytes (a broadcast) */
+                bool seen = false;
+                for (size_t q = i; q < k && !seen; q++)
+                    seen = r.acc[q].addr == r.acc[k].addr;
+                if (!seen) distinct += r.acc[k].size;
             }
+            s.distinct_bytes += distinct;
             std::sort(sec.begin(), sec.end());
             sec.erase(std::unique(sec.begin(), sec.end()), sec.end());
             SectorSet &set = r.acc[i].write ? t_l.wr : t_l.rd;
@@ -186,32 +212,55 @@ bool profiling() {
 bool predicting() {
     return g_predict.load(std::memory_order_relaxed);
 }
+bool counting() {
+    return profiling() || predicting();
+}
+
+/* Group the buffered accesses of a warp: the k-th of every lane, round by round. */
+void flush_warp(Warp &w) {
+    size_t most = 0;
+    for (auto &l : w.lane)
+        most = std::max(most, l.size());
+    for (size_t k = 0; k < most; k++) {
+        for (auto &l : w.lane)
+            if (k < l.size()) w.round.acc.push_back(l[k]);
+        close_round(w.round);
+    }
+    for (auto &l : w.lane)
+        l.clear();
+}
 
 void profile_access(const KernelCtx &c, uintptr_t addr, unsigned size, bool write, bool atomic,
                     bool shared, const void *pc) {
     if (!t_l.active) return;
-    Round &r = t_l.rounds[(size_t)c.warp];
-    if (r.lanes >> c.lane & 1u) close_round(r);
-    r.lanes |= 1u << c.lane;
-    r.acc.push_back(Access{addr, pc, size, (uint8_t)c.lane, write, shared});
+    Warp &w = t_l.warps[(size_t)c.warp];
+    std::vector<Access> &mine = w.lane[c.lane];
+    if (mine.size() >= CHUNK) flush_warp(w); /* back after its turn: the others are done too */
+    mine.push_back(Access{addr, pc, size, (uint8_t)c.lane, write, shared});
     if (atomic) t_l.rec.atomics += 1;
     t_l.accesses++;
+    if (mine.size() >= CHUNK && c.sched == SCHED_LOCKSTEP) kernel_yield();
+}
+
+void profile_mma(double flops) {
+    if (t_l.active) t_l.rec.mma_counted += flops;
 }
 
 void profile_sync(int warp) {
     if (!t_l.active) return;
     if (warp >= 0)
-        close_round(t_l.rounds[(size_t)warp]);
+        flush_warp(t_l.warps[(size_t)warp]);
     else
-        for (auto &r : t_l.rounds)
-            close_round(r);
+        for (auto &w : t_l.warps)
+            flush_warp(w);
 }
 
 /* Sampling (cost-only mode): blocks at spread positions, first and last, then the middle, then
  * the quarters, ..., so that any prefix is spread too; the grid stops early once it has made
  * SAMPLE_ACCESSES accesses (profile_block_budget). */
 bool profile_sampling(const LaunchInfo &l, uint64_t nblocks, std::vector<uint64_t> *blocks) {
-    t_l.active = profiling();
+    /* counted when recording, and always in the cost-only mode (its prices are cached) */
+    t_l.active = counting();
     if (!t_l.active) return false;
     t_l.info = l;
     t_l.cost = l.cost;
@@ -225,7 +274,10 @@ bool profile_sampling(const LaunchInfo &l, uint64_t nblocks, std::vector<uint64_
     t_l.rec.declared = l.cost.declared;
     t_l.rd.clear();
     t_l.wr.clear();
-    t_l.rounds.assign((size_t)(t_l.rec.threads + 31) / 32, Round());
+    t_l.warps.resize((size_t)(t_l.rec.threads + 31) / 32);
+    for (auto &w : t_l.warps)
+        for (auto &l : w.lane)
+            l.clear();
     t_l.accesses = 0;
     if (!predicting()) return false;
     {
@@ -233,8 +285,8 @@ bool profile_sampling(const LaunchInfo &l, uint64_t nblocks, std::vector<uint64_
         auto it = g_priced.find(launch_key(l));
         if (it != g_priced.end()) { /* priced as the identical launch before it */
             zs_emu_record r = it->second;
-            r.blocks_run = 0;
-            g_records.push_back(r);
+            r.reused = 1;
+            if (profiling()) g_records.push_back(r);
             t_l.active = false;
             blocks->clear();
             return true;
@@ -267,14 +319,15 @@ void profile_launch_end(bool ok) {
     r.dram_write = (double)t_l.wr.count * 32;
     if (r.blocks_run && r.blocks_run < r.blocks) { /* sampled: scale to the whole grid */
         double f = (double)r.blocks / (double)r.blocks_run;
-        for (double *v : {&r.ld_requests, &r.st_requests, &r.ld_sectors, &r.st_sectors,
-                          &r.ld_bytes, &r.st_bytes, &r.dram_read, &r.dram_write,
-                          &r.smem_requests, &r.smem_wavefronts, &r.smem_ideal, &r.atomics})
+        for (double *v :
+             {&r.ld_requests, &r.st_requests, &r.ld_sectors, &r.st_sectors, &r.ld_bytes,
+              &r.st_bytes, &r.dram_read, &r.dram_write, &r.smem_requests, &r.smem_wavefronts,
+              &r.smem_ideal, &r.atomics, &r.distinct_bytes, &r.mma_counted})
             *v *= f;
     }
     h100_predict(&r);
     std::lock_guard<std::mutex> lk(g_lock);
-    g_records.push_back(r);
+    if (profiling()) g_records.push_back(r);
     if (predicting()) g_priced[launch_key(t_l.info)] = r;
 }
 
@@ -293,6 +346,7 @@ extern "C" int zs_emu_predict_enable(void) {
     mem_info(&used, &total);
     if (used) return -1;
     g_predict = true;
+    if (!getenv("ZS_EMU_DEVICE_MEM")) set_device_mem(80ull << 30); /* an H100's */
     return 0;
 }
 
@@ -335,7 +389,7 @@ extern "C" double zs_emu_profile_total(void) {
 extern "C" char *zs_emu_profile_table(void) {
     struct Row {
         std::string name;
-        double n = 0, run = 0, sampled = 0, t = 0, dram = 0, l2 = 0, req = 0, waves = 0,
+        double n = 0, reused = 0, sampled = 0, t = 0, dram = 0, l2 = 0, req = 0, waves = 0,
                ideal = 0, flops = 0, mma = 0;
         std::map<std::string, double> bound;
     };
@@ -347,16 +401,22 @@ extern "C" char *zs_emu_profile_table(void) {
             Row &w = rows[r.name];
             w.name = r.name;
             w.n += 1;
-            w.run += r.blocks_run > 0 || !r.blocks ? 1 : 0;
+            w.reused += r.reused;
             w.sampled += r.blocks_run && r.blocks_run < r.blocks ? 1 : 0;
             w.t += r.predicted;
-            w.dram += r.dram_read + r.dram_write;
+            /* the DRAM bytes the model used: measured, or declared for a sampled launch or a
+             * library call */
+            bool sampled = r.blocks_run && r.blocks_run < r.blocks;
+            w.dram += (sampled && r.declared) || !strcmp(r.bound ? r.bound : "", "library") ||
+                              (r.dram_read + r.dram_write == 0 && r.declared)
+                          ? r.ideal_bytes
+                          : r.dram_read + r.dram_write;
             w.l2 += (r.ld_sectors + r.st_sectors) * 32;
-            w.req += r.ld_bytes + r.st_bytes;
+            w.req += r.distinct_bytes;
             w.waves += r.smem_wavefronts;
             w.ideal += r.smem_ideal;
             w.flops += r.flops;
-            w.mma += r.mma_flops;
+            w.mma += r.mma_counted > r.mma_flops ? r.mma_counted : r.mma_flops;
             w.bound[r.bound ? r.bound : "?"] += r.predicted;
             total += r.predicted;
         }
@@ -378,10 +438,8 @@ extern "C" char *zs_emu_profile_table(void) {
                 bound = b.first;
             }
         char launches[64], use[32], waves[32];
-        snprintf(launches, sizeof launches, "%.0f%s", w.n,
-                 w.run < w.n ? (std::string(" (") + std::to_string((long)w.run) + " run)").c_str()
-                             : "");
-        if (w.sampled) snprintf(launches + strlen(launches), 20, ", sampled");
+        snprintf(launches, sizeof launches, "%.0f%s%s", w.n, w.reused ? " priced once" : "",
+                 w.sampled ? (w.reused ? ", sampled" : " sampled") : "");
         if (w.l2 > 0)
             snprintf(use, sizeof use, "%.0f%%", 100.0 * w.req / w.l2);
         else
@@ -390,7 +448,8 @@ extern "C" char *zs_emu_profile_table(void) {
             snprintf(waves, sizeof waves, "%.2f", w.waves / w.ideal);
         else
             snprintf(waves, sizeof waves, "-");
-        snprintf(line, sizeof line, "| %s | %s | %.3f | %.1f%% | %s | %.1f | %s | %s | %.2f (%.2f) |\n",
+        snprintf(line, sizeof line,
+                 "| %s | %s | %.3f | %.1f%% | %s | %.1f | %s | %s | %.2f (%.2f) |\n",
                  w.name.c_str(), launches, w.t * 1e3, total > 0 ? 100.0 * w.t / total : 0.0,
                  bound.c_str(), w.dram / 1e6, use, waves, (w.flops + w.mma) / 1e9, w.mma / 1e9);
         out += line;

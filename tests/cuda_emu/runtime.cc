@@ -67,12 +67,25 @@ const Settings &settings() {
         for (int i = 0; o && i < 5; i++)
             if (!strcmp(o, names[i])) s.sched = i;
         if (o && *o && s.sched == SCHED_MIX && strcmp(o, "mix") != 0) {
-            fprintf(stderr, "cuda-emu: ZS_EMU_SCHED=%s: expected fifo, warp, interleave, "
-                            "lockstep or mix\n", o);
+            fprintf(stderr,
+                    "cuda-emu: ZS_EMU_SCHED=%s: expected fifo, warp, interleave, "
+                    "lockstep or mix\n",
+                    o);
             abort();
         }
     });
     return s;
+}
+
+static std::atomic<uint64_t> g_device_mem{0};
+
+uint64_t device_mem() {
+    uint64_t m = g_device_mem.load();
+    return m ? m : settings().device_mem;
+}
+
+void set_device_mem(uint64_t bytes) {
+    g_device_mem = bytes;
 }
 
 void report(const char *fmt, ...) {
@@ -308,8 +321,21 @@ extern "C" void *zs_emu_kernel_ptr(const void *p) {
     return view(p);
 }
 
-void zs_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
+/* A kernel's name as its source defines it: ZS_LAUNCH passes the expression it was given, so
+ * a template's arguments ("fa_tc_fwd_kernel<HS>") are dropped. Interned: the pointer lasts. */
+static const char *kernel_name(const char *expr) {
+    static std::mutex mu;
+    static std::set<std::string> names;
+    std::string n(expr);
+    size_t lt = n.find('<');
+    if (lt != std::string::npos) n.resize(lt);
+    std::lock_guard<std::mutex> lk(mu);
+    return names.insert(n).first->c_str();
+}
+
+void zs_emu_launch_raw(const char *expr, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
                        std::function<void()> body) {
+    const char *name = kernel_name(expr);
     std::vector<const void *> ptrs;
     ptrs.swap(t_launch_ptrs);
     if (sticky() != cudaSuccess) {
@@ -444,7 +470,7 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int 
     if (device < 0 || device >= settings().devices) return ret(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "zshard emulated GPU (CPU fibers)");
-    prop->totalGlobalMem = settings().device_mem;
+    prop->totalGlobalMem = device_mem();
     prop->major = 9;
     prop->minor = 0;
     prop->multiProcessorCount = 1;
@@ -458,11 +484,20 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int 
 extern "C" cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
     if (device < 0 || device >= settings().devices) return ret(cudaErrorInvalidDevice);
     switch (attr) {
-    case cudaDevAttrClockRate: *value = 0; return cudaSuccess;
-    case cudaDevAttrMultiProcessorCount: *value = 1; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
-    default: return ret(cudaErrorInvalidValue);
+    case cudaDevAttrClockRate:
+        *value = 0;
+        return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+        *value = 1;
+        return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+        *value = 9;
+        return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+        *value = 0;
+        return cudaSuccess;
+    default:
+        return ret(cudaErrorInvalidValue);
     }
 }
 

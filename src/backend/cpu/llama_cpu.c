@@ -42,15 +42,16 @@ zs_status zs_cpu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float
         for (int blk = 0; blk < nblk; blk++) {
             int c0 = blk * RMS_COL_BLOCK;
             int nc = C - c0 < RMS_COL_BLOCK ? C - c0 : RMS_COL_BLOCK;
-            float aw[RMS_COL_BLOCK] = {0};
+            /* kernels/common.h's column-sum order, as the GPU adds */
+            float aw[ZS_COLSUM_GROUPS][RMS_COL_BLOCK] = {{0}};
             for (int r = 0; r < N; r++) {
                 const float *d = dout + (size_t)r * C + c0;
                 const float *x = inp + (size_t)r * C + c0;
-                float rs = rstd[r];
+                float rs = rstd[r], *pw = aw[zs_colsum_group(r)];
                 for (int c = 0; c < nc; c++)
-                    aw[c] += d[c] * (x[c] * rs);
+                    pw[c] += d[c] * (x[c] * rs);
             }
-            zs_axpy_row(dw + c0, 1.0f, aw, nc);
+            zs_colsum_finish(dw + c0, &aw[0][0], RMS_COL_BLOCK, nc);
         }
     }
 fail:

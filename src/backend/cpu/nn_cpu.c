@@ -86,18 +86,21 @@ zs_status zs_cpu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db
         for (int blk = 0; blk < nblk; blk++) {
             int c0 = blk * NN_COL_BLOCK;
             int nc = C - c0 < NN_COL_BLOCK ? C - c0 : NN_COL_BLOCK;
-            float aw[NN_COL_BLOCK] = {0}, ab[NN_COL_BLOCK] = {0};
+            /* kernels/common.h's column-sum order, as the GPU adds */
+            float aw[ZS_COLSUM_GROUPS][NN_COL_BLOCK] = {{0}};
+            float ab[ZS_COLSUM_GROUPS][NN_COL_BLOCK] = {{0}};
             for (int r = 0; r < N; r++) {
                 const float *d = dout + (size_t)r * C + c0;
                 const float *x = inp + (size_t)r * C + c0;
-                float mu = mean[r], rs = rstd[r];
+                float mu = mean[r], rs = rstd[r], *pw = aw[zs_colsum_group(r)],
+                      *pb = ab[zs_colsum_group(r)];
                 for (int c = 0; c < nc; c++) {
-                    aw[c] += d[c] * zs_layernorm_xhat(x[c], mu, rs);
-                    ab[c] += d[c];
+                    pw[c] += d[c] * zs_layernorm_xhat(x[c], mu, rs);
+                    pb[c] += d[c];
                 }
             }
-            zs_axpy_row(dw + c0, 1.0f, aw, nc);
-            zs_axpy_row(db + c0, 1.0f, ab, nc);
+            zs_colsum_finish(dw + c0, &aw[0][0], NN_COL_BLOCK, nc);
+            zs_colsum_finish(db + c0, &ab[0][0], NN_COL_BLOCK, nc);
         }
     }
 fail:

@@ -32,14 +32,15 @@ static zs_status cpu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, i
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_bwd: negative shape N=%d OC=%d", N, OC);
     int nblk = (OC + ZS_COL_BLOCK - 1) / ZS_COL_BLOCK;
+    /* in kernels/common.h's column-sum order (rotating partials), as the GPU adds */
 #pragma omp parallel for schedule(static) if ((size_t)N * OC >= ZS_CPU_PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * ZS_COL_BLOCK;
         int nc = OC - c0 < ZS_COL_BLOCK ? OC - c0 : ZS_COL_BLOCK;
-        float acc[ZS_COL_BLOCK] = {0};
+        float acc[ZS_COLSUM_GROUPS][ZS_COL_BLOCK] = {{0}};
         for (int r = 0; r < N; r++)
-            zs_axpy_row(acc, 1.0f, dout + (size_t)r * OC + c0, nc);
-        zs_axpy_row(dbias + c0, 1.0f, acc, nc);
+            zs_axpy_row(acc[zs_colsum_group(r)], 1.0f, dout + (size_t)r * OC + c0, nc);
+        zs_colsum_finish(dbias + c0, &acc[0][0], ZS_COL_BLOCK, nc);
     }
 fail:
     return st;
@@ -90,6 +91,25 @@ static zs_status cpu_adamw_segs(zs_stream_t *s, float *param, const float *grad,
         for (int64_t i = lo; i < hi; i++)
             zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps, w, grad_scale,
                           bc1, bc2);
+    }
+fail:
+    return st;
+}
+
+static zs_status cpu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m,
+                                  float *v, const zs_adamw_segs *segs, float lr, float beta1,
+                                  float beta2, float eps, float wd, float grad_scale, int t) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_adamw_segs_check(segs, t));
+    float bc1 = zs_adamw_bias_correction(beta1, t);
+    float bc2 = zs_adamw_bias_correction(beta2, t);
+    for (int k = 0; k < segs->n; k++) {
+        float w = segs->decay[k] ? wd : 0.0f;
+        int64_t lo = segs->lo[k], hi = segs->hi[k];
+#pragma omp parallel for schedule(static) if ((size_t)(hi - lo) >= ZS_CPU_PAR_MIN)
+        for (int64_t i = lo; i < hi; i++)
+            zs_adamw_elem(&param[i], &m[i], &v[i], zs_bf16_to_f32(grad[i]), lr, beta1, beta2, eps,
+                          w, grad_scale, bc1, bc2);
     }
 fail:
     return st;
@@ -163,6 +183,32 @@ static zs_status cpu_sum(zs_stream_t *s, double *out, const float *x, size_t n) 
     return chunked("sum", out, x, n, 0);
 }
 
+/* Each group as `chunked` sums it: its ZS_SUMSQ_CHUNK pieces, then their sums in order (one
+ * piece alone is its own sum). */
+static zs_status cpu_sumsq16(zs_stream_t *s, double *out, const zs_bf16 *x, size_t n,
+                             size_t group) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(out && group > 0 && group % ZS_SUMSQ_CHUNK == 0, ZS_ERR_INVALID,
+               "sumsq16: group %zu is not a positive multiple of %d", group, ZS_SUMSQ_CHUNK);
+    size_t ng = n ? (n + group - 1) / group : 1;
+    if (n == 0) out[0] = 0.0;
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t k = 0; k < (n ? ng : 0); k++) {
+        size_t g0 = k * group, len = n - g0 < group ? n - g0 : group;
+        size_t np = (len + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
+        double total = 0.0;
+        for (size_t c = 0; c < np; c++) {
+            size_t i0 = c * ZS_SUMSQ_CHUNK,
+                   m = len - i0 < ZS_SUMSQ_CHUNK ? len - i0 : ZS_SUMSQ_CHUNK;
+            double part = zs_sumsq16_chunk(x + g0 + i0, m);
+            total = np == 1 ? part : total + part;
+        }
+        out[k] = total;
+    }
+fail:
+    return st;
+}
+
 static zs_status cpu_fill(zs_stream_t *s, float *x, float value, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
@@ -199,8 +245,9 @@ static const zs_ops *cpu_with_math(zs_gemm_math math);
         .gelu_bwd = zs_cpu_gelu_bwd, .attention_fwd = zs_cpu_attention_fwd,                        \
         .attention_bwd = zs_cpu_attention_bwd, .residual_fwd = cpu_residual_fwd, .axpy = cpu_axpy, \
         .softmax_xent = zs_cpu_softmax_xent, .adamw = cpu_adamw, .adamw_segs = cpu_adamw_segs,     \
-        .cast = cpu_cast, .scale = cpu_scale, .sumsq = cpu_sumsq, .sum = cpu_sum,                  \
-        .fill = cpu_fill, .copy = cpu_copy, .init_normal = cpu_init_normal, .sync = cpu_sync,      \
+        .adamw_segs16 = cpu_adamw_segs16, .cast = cpu_cast, .scale = cpu_scale,                    \
+        .sumsq = cpu_sumsq, .sum = cpu_sum, .sumsq16 = cpu_sumsq16, .fill = cpu_fill,              \
+        .copy = cpu_copy, .init_normal = cpu_init_normal, .sync = cpu_sync,                        \
         .rmsnorm_fwd = zs_cpu_rmsnorm_fwd, .rmsnorm_bwd = zs_cpu_rmsnorm_bwd,                      \
         .rope_fwd = zs_cpu_rope_fwd, .rope_bwd = zs_cpu_rope_bwd, .swiglu_fwd = zs_cpu_swiglu_fwd, \
         .swiglu_bwd = zs_cpu_swiglu_bwd, .attention_gqa_fwd = zs_cpu_attention_gqa_fwd,            \

@@ -9,7 +9,8 @@
  *  - backward 2: a thread per key/value row (b, g, t2): dk and dv, summing over the group's
  *    query heads h in order and, inside each, over query rows t = t2..T-1 in order.
  * With document masks (seg, backend/ops.h "Documents") row t reads keys lo..t only, and a key
- * row stops at the first query row of a later document. */
+ * row stops at the first query row of a later document.
+ * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/attention.h"
 
@@ -96,6 +97,23 @@ static __global__ void attn_bwd_kv_kernel(float *dk, float *dv, const float *dat
     }
 }
 
+/* Costs count the (query, key) pairs the causal mask admits, T(T+1)/2 per (b, h). Document
+ * masks admit fewer, but seg lives in device memory (counting them would take a synchronising
+ * copy), so with seg these are upper bounds. Per pair: zs_dot (2hs + 7) and the scale, the
+ * softmax's exp, sum and scale (4), the output row (2hs). Only ZS_COST calls these helpers, and
+ * a real build compiles it away: hence [[maybe_unused]]. */
+[[maybe_unused]] static inline double attn_pairs(const attn_view &a) {
+    return (double)a.B * a.NH * a.T * (a.T + 1.0) / 2.0;
+}
+
+/* Elements of q (or out), of k (or v), and of seg. */
+[[maybe_unused]] static inline double attn_q_elems(const attn_view &a) {
+    return (double)a.B * a.T * a.NH * a.hs;
+}
+[[maybe_unused]] static inline double attn_kv_elems(const attn_view &a) {
+    return (double)a.B * a.T * a.NKV * a.hs;
+}
+
 static zs_status launch_attn_fwd(cudaStream_t cs, float *out, float *att, const float *q,
                                  const float *k, const float *v, const int32_t *seg, attn_view a) {
     zs_status st = ZS_OK;
@@ -104,6 +122,10 @@ static zs_status launch_attn_fwd(cudaStream_t cs, float *out, float *att, const 
     ZS_REQUIRE(out && att && q && k && v, ZS_ERR_INVALID, "attention_fwd: NULL buffer");
     ZS_REQUIRE(a.NKV >= 1 && a.NH % a.NKV == 0 && a.hs >= 1, ZS_ERR_INVALID,
                "attention_fwd: bad heads NH=%d NKV=%d hs=%d", a.NH, a.NKV, a.hs);
+    /* per row 8 more (the lanes' sum, 1 / sum); att written whole (zeros outside the span) */
+    ZS_COST(attn_pairs(a) * (4.0 * a.hs + 12.0) + 8.0 * rows, 0,
+            4.0 * (2.0 * attn_q_elems(a) + 2.0 * attn_kv_elems(a) + (double)rows * a.T +
+                   (seg ? (double)a.B * a.T : 0.0)));
     ZS_LAUNCH(attn_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, out, att, q, k, v, seg, a);
     ZS_CUDA_CHECK_LAUNCH(attn_fwd_kernel);
 fail:
@@ -121,9 +143,19 @@ static zs_status launch_attn_bwd(cudaStream_t cs, float *dq, float *dk, float *d
                "attention_bwd: NULL buffer");
     ZS_REQUIRE(a.NKV >= 1 && a.NH % a.NKV == 0 && a.hs >= 1, ZS_ERR_INVALID,
                "attention_bwd: bad heads NH=%d NKV=%d hs=%d", a.NH, a.NKV, a.hs);
+    /* per pair dout.v (2hs + 7), the softmax backward (5), dq (2hs); per row the lanes' sum of
+     * p.dp (7). att read and datt written over the admitted pairs, dq read and written. */
+    ZS_COST(attn_pairs(a) * (4.0 * a.hs + 12.0) + 7.0 * rows, 0,
+            4.0 * (3.0 * attn_q_elems(a) + 2.0 * attn_kv_elems(a) + 2.0 * attn_pairs(a) +
+                   (seg ? (double)a.B * a.T : 0.0)));
     ZS_LAUNCH(attn_bwd_q_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, dq, datt, dout, k, v,
               att, seg, a);
     ZS_CUDA_CHECK_LAUNCH(attn_bwd_q_kernel);
+    /* per pair two rows (dv, dk: 4hs); att and datt read over the pairs, dk and dv read and
+     * written */
+    ZS_COST(attn_pairs(a) * 4.0 * a.hs, 0,
+            4.0 * (2.0 * attn_pairs(a) + 2.0 * attn_q_elems(a) + 4.0 * attn_kv_elems(a) +
+                   (seg ? (double)a.B * a.T : 0.0)));
     ZS_LAUNCH(attn_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, dk, dv, datt, dout, q,
               att, seg, a);
     ZS_CUDA_CHECK_LAUNCH(attn_bwd_kv_kernel);

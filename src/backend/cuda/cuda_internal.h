@@ -177,6 +177,15 @@ static __device__ __forceinline__ float zs_cu_block_reduce(float v, float *red, 
     return is_max ? zs_tree_max(t, ZS_ROW_THREADS / ZS_WARP) : zs_tree(t, ZS_ROW_THREADS / ZS_WARP);
 }
 
+/* Column sums in kernels/common.h's order (bias and norm-weight gradients): a block of
+ * ZS_CU_COLS columns times ZS_COLSUM_GROUPS partial sums (256 threads; a warp reads two rows of
+ * 16 consecutive floats, whole sectors); the partials meet in shared memory and the first
+ * group's threads add them in group order. */
+#define ZS_CU_COLS 16
+static inline unsigned zs_cu_col_blocks(size_t cols) {
+    return (unsigned)((cols + ZS_CU_COLS - 1) / ZS_CU_COLS);
+}
+
 /* Grid-stride loop over [0, n) with a size_t index. */
 #ifndef ZS_MUTANT_NO_GRID_STRIDE
 #define ZS_CU_FOR(i, n)                                                                            \
@@ -243,6 +252,17 @@ zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float 
                                     const float *v, const float *out, const float *lse, int B,
                                     int T, int NH, int NKV, int hs, int ldq, int ldkv,
                                     const int32_t *seg);
+
+/* Flash attention on tensor cores, bf16 products (flash_tc_cuda.cu): the bf16 table's
+ * flash_attention_fwd/bwd for the head sizes zs_cu_flash_tc_eligible accepts. */
+int zs_cu_flash_tc_eligible(int hs);
+zs_status zs_cu_flash_tc_fwd(zs_stream_t *s, float *out, float *lse, const float *q, const float *k,
+                             const float *v, int B, int T, int NH, int NKV, int hs, int ldq,
+                             int ldkv, const int32_t *seg);
+zs_status zs_cu_flash_tc_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                             const float *dout, const float *q, const float *k, const float *v,
+                             const float *out, const float *lse, int B, int T, int NH, int NKV,
+                             int hs, int ldq, int ldkv, const int32_t *seg);
 
 /* Decoding with a KV cache and drawing tokens (decode_cuda.cu). */
 zs_status zs_cu_sample(zs_stream_t *s, int32_t *token, const float *logits, int V,

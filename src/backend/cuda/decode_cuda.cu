@@ -3,7 +3,8 @@
  * kernels/kvattn.h and kernels/sample.h. Two kernels in stream order: a thread per head
  * rotates q and k (RoPE at pos) and a thread per kv head stores k and v as cache row pos; then
  * a thread per query head attends over rows 0..pos in the CPU's order. Simple, like the other
- * row kernels here: decoding one token is latency-bound on the weights' GEMVs, not on this. */
+ * row kernels here: decoding one token is latency-bound on the weights' GEMVs, not on this.
+ * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/kvattn.h"
 #include "backend/kernels/sample.h"
@@ -43,9 +44,17 @@ zs_status zs_cu_decode_attention(zs_stream_t *s, float *out, float *q, float *k,
     ZS_CHECK(zs_kv_attention_check(NH, NKV, hs, pos, theta));
     ZS_REQUIRE(out && q && k && v && kc && vc && scores, ZS_ERR_INVALID,
                "decode_attention: NULL buffer");
+    /* RoPE: 12 per pair (the angle 6, the rotation 6) of q's and k's heads, rotated in place
+     * (read and written); v read; the cache rows at pos written */
+    ZS_COST(theta > 0.0f ? 6.0 * hs * (NH + NKV) : 0.0, 0,
+            4.0 * (theta > 0.0f ? 2.0 * hs * (NH + NKV) : (double)hs * NKV) + 12.0 * hs * NKV);
     ZS_LAUNCH(kv_store_kernel, zs_cu_blocks((size_t)NH), ZS_CU_THREADS, 0, cs, q, k, v, kc, vc, NH,
               NKV, hs, pos, theta);
     ZS_CUDA_CHECK_LAUNCH(kv_store_kernel);
+    /* per head and cached row: the score (2hs + 1), the softmax (4), the weighted row (2hs);
+     * q and the cache rows 0..pos read, scores and out written */
+    ZS_COST((double)NH * (pos + 1) * (4.0 * hs + 5.0), 0,
+            4.0 * (2.0 * NH * hs + 2.0 * (pos + 1.0) * NKV * hs + (double)NH * (pos + 1)));
     ZS_LAUNCH(kv_attend_kernel, zs_cu_blocks((size_t)NH), ZS_CU_THREADS, 0, cs, out, scores, q, kc,
               vc, NH, NKV, hs, pos, 1.0f / sqrtf((float)hs));
     ZS_CUDA_CHECK_LAUNCH(kv_attend_kernel);
@@ -84,6 +93,9 @@ zs_status zs_cu_sample(zs_stream_t *s, int32_t *token, const float *logits, int 
                        float temperature, uint64_t seed, uint64_t index) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(V >= 1 && token && logits, ZS_ERR_INVALID, "sample: V=%d or a NULL buffer", V);
+    /* With a temperature: 4 per logit for the weights and at most as many for the search (it
+     * stops at the drawn token), the block sum, the draw (3); greedy: comparisons only. */
+    ZS_COST(temperature > 0.0f ? 8.0 * V + 12.0 * ZS_ROW_THREADS + 3.0 : 0.0, 0, 4.0 * (V + 1.0));
     ZS_LAUNCH(sample_kernel, 1, ZS_ROW_THREADS, 0, zs_cu_stream(s), token, logits, V, temperature,
               (unsigned long long)seed, (unsigned long long)index);
     ZS_CUDA_CHECK_LAUNCH(sample_kernel);

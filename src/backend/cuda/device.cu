@@ -71,6 +71,81 @@ extern "C" double zs_cuda_peak_flops(zs_gemm_math math, char *basis, size_t cap)
     return 0;
 }
 
+/* ---- the emulated GPU's profiler ---------------------------------------------------------------
+ */
+#ifdef ZS_CUDA_EMU
+#include "emu_profile.h"
+#endif
+
+static zs_status no_profiler(const char *what) {
+    return zs_error(ZS_ERR_UNSUPPORTED,
+                    "%s: predicted timings need the emulated GPU (the tests' zshard-emu); on a "
+                    "GPU, Nsight Compute measures them (scripts/gpu-check.sh)",
+                    what);
+}
+
+extern "C" int zs_cuda_emulated(void) {
+#ifdef ZS_CUDA_EMU
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+extern "C" zs_status zs_cuda_predict_enable(void) {
+#ifdef ZS_CUDA_EMU
+    if (zs_emu_predict_enable() != 0)
+        return zs_error(ZS_ERR_INVALID, "predictions must be enabled before the first device "
+                                        "allocation");
+    return ZS_OK;
+#else
+    return no_profiler("zs_cuda_predict_enable");
+#endif
+}
+
+extern "C" zs_status zs_cuda_profile_start(void) {
+#ifdef ZS_CUDA_EMU
+    zs_emu_profile_start();
+    return ZS_OK;
+#else
+    return no_profiler("zs_cuda_profile_start");
+#endif
+}
+
+extern "C" zs_status zs_cuda_profile_stop(double *seconds, char **table) {
+#ifdef ZS_CUDA_EMU
+    zs_emu_profile_stop();
+    if (seconds) *seconds = zs_emu_profile_total();
+    if (table) *table = zs_emu_profile_table();
+    return ZS_OK;
+#else
+    if (seconds) *seconds = 0;
+    if (table) *table = NULL;
+    return no_profiler("zs_cuda_profile_stop");
+#endif
+}
+
+extern "C" double zs_cuda_model_peak_flops(zs_gemm_math math, char *basis, size_t cap) {
+#ifdef ZS_CUDA_EMU
+    static const char *names[] = {"fp32", "tf32 tensor", "bf16 tensor"};
+    double p = zs_emu_model_peak((int)math);
+    if (cap) snprintf(basis, cap, "H100 SXM model, %s", names[math]);
+    return p;
+#else
+    (void)math;
+    if (cap) snprintf(basis, cap, "no model: not the emulated GPU");
+    return 0;
+#endif
+}
+
+extern "C" char *zs_cuda_model_notes(void) {
+#ifdef ZS_CUDA_EMU
+    return zs_emu_model_notes();
+#else
+    return NULL;
+#endif
+}
+
 extern "C" zs_status zs_cuda_set_device(int device) {
     zs_status st = ZS_OK;
     int n = zs_cuda_device_count();

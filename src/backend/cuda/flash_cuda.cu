@@ -12,7 +12,8 @@
  * start (kernels/flash.h: zs_fa_span), and a key row skips the query rows of later documents.
  * This is the correctness-first form (one row per thread, K and V read from global memory);
  * a tiled tensor-core version can replace the kernels behind the same contract, with the
- * CPU as its oracle within a stated tolerance. */
+ * CPU as its oracle within a stated tolerance.
+ * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/flash.h"
 
@@ -122,6 +123,34 @@ static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout,
     }
 }
 
+/* Costs count the (query, key) pairs the causal mask admits, T(T+1)/2 per (b, h), and the key
+ * blocks the rows visit, i/ZS_FA_BK + 1 for row i. Document masks admit fewer, but seg lives
+ * in device memory (counting them would take a synchronising copy), so with seg these are
+ * upper bounds. Only ZS_COST calls these helpers, and a real build compiles it away: hence
+ * [[maybe_unused]]. */
+[[maybe_unused]] static inline double fa_pairs(const fa_view &a) {
+    return (double)a.B * a.NH * a.T * (a.T + 1.0) / 2.0;
+}
+
+[[maybe_unused]] static inline double fa_blocks(const fa_view &a) {
+    double q = (double)(a.T / ZS_FA_BK), r = (double)(a.T % ZS_FA_BK);
+    return (double)a.B * a.NH * (ZS_FA_BK * q * (q + 1.0) / 2.0 + r * (q + 1.0));
+}
+
+/* Query rows (b, h, i), and the elements of q (or out), of k (or v), and of seg. */
+[[maybe_unused]] static inline double fa_rows(const fa_view &a) {
+    return (double)a.B * a.NH * a.T;
+}
+[[maybe_unused]] static inline double fa_q_elems(const fa_view &a) {
+    return fa_rows(a) * a.hs;
+}
+[[maybe_unused]] static inline double fa_kv_elems(const fa_view &a) {
+    return (double)a.B * a.T * a.NKV * a.hs;
+}
+[[maybe_unused]] static inline double fa_seg_elems(const fa_view &a, const int32_t *seg) {
+    return seg ? (double)a.B * a.T : 0.0;
+}
+
 static zs_status make_view(const char *op, int B, int T, int NH, int NKV, int hs, int ldq, int ldkv,
                            fa_view *a) {
     zs_status st = ZS_OK;
@@ -148,6 +177,12 @@ zs_status zs_cu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, cons
     rows = (size_t)B * NH * T;
     if (rows == 0) return ZS_OK;
     ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
+    /* per pair q.k and its scale (2hs + 1), exp, the block's sum and o += p v (2hs + 3); per
+     * block the rescale (hs + 11); per row o / l and lse (hs + 3). q, k, v read; out, lse
+     * written. */
+    ZS_COST(fa_pairs(a) * (4.0 * hs + 4.0) + fa_blocks(a) * (hs + 11.0) + fa_rows(a) * (hs + 3.0),
+            0,
+            4.0 * (2.0 * fa_q_elems(a) + 2.0 * fa_kv_elems(a) + fa_rows(a) + fa_seg_elems(a, seg)));
     ZS_LAUNCH(fa_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, zs_cu_stream(s), out, lse, q, k,
               v, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_fwd_kernel);
@@ -172,11 +207,20 @@ zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float 
     if (rows == 0) return ZS_OK;
     ZS_REQUIRE(dq && dk && dv && delta && dout && q && k && v && out && lse, ZS_ERR_INVALID,
                "flash_attention_bwd: NULL buffer");
+    ZS_COST(fa_rows(a) * (2.0 * hs + 7.0), 0, 4.0 * (2.0 * fa_q_elems(a) + fa_rows(a)));
     ZS_LAUNCH(fa_delta_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, delta, dout, out, a);
     ZS_CUDA_CHECK_LAUNCH(fa_delta_kernel);
+    /* per pair q.k and dO.v (4hs + 2), p and ds (5), dq (2hs); dq read and written */
+    ZS_COST(fa_pairs(a) * (6.0 * hs + 7.0), 0,
+            4.0 * (4.0 * fa_q_elems(a) + 2.0 * fa_kv_elems(a) + 2.0 * fa_rows(a) +
+                   fa_seg_elems(a, seg)));
     ZS_LAUNCH(fa_bwd_q_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, dq, dout, q, k, v, lse,
               delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_bwd_q_kernel);
+    /* per pair q.k and dO.v (4hs + 2), p and ds (5), dk and dv (4hs); dk, dv read and written */
+    ZS_COST(fa_pairs(a) * (8.0 * hs + 7.0), 0,
+            4.0 * (2.0 * fa_q_elems(a) + 6.0 * fa_kv_elems(a) + 2.0 * fa_rows(a) +
+                   fa_seg_elems(a, seg)));
     ZS_LAUNCH(fa_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, dk, dv, dout, q, k, v,
               lse, delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_bwd_kv_kernel);

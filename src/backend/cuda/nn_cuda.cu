@@ -4,7 +4,10 @@
  * the softmax a block per row, with warp shuffles and block reductions whose order the CPU twins
  * follow (kernels/common.h), so the bits match. Reductions over rows (weight, bias and embedding
  * gradients) give each thread a column and sum rows in index order, as the CPU does: no
- * atomics. */
+ * atomics.
+ * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0.
+ * Row reductions count what every thread runs: a warp's butterfly is 5 adds in each of its 32
+ * lanes (WARP_SUM_FLOPS), a block's 5 + 7 in each of its 256 threads (BLOCK_SUM_FLOPS). */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/gelu.h"
 #include "backend/kernels/layernorm.h"
@@ -15,6 +18,10 @@
 
 /* Largest head size RoPE accepts, the CPU backend's limit (ops.h: hs at most 1024). */
 #define ROPE_MAX_HALF 512
+
+/* FLOPs of zs_cu_warp_sum over a warp and of zs_cu_block_reduce (sum) over a block. */
+#define WARP_SUM_FLOPS (5.0 * ZS_WARP)
+#define BLOCK_SUM_FLOPS (12.0 * ZS_ROW_THREADS)
 
 /* ---- embedding ---------------------------------------------------------------------- */
 
@@ -65,6 +72,11 @@ static zs_status launch_embedding_fwd(cudaStream_t cs, float *out, const int32_t
     size_t total = (size_t)B * T * C;
     if (total == 0) return ZS_OK;
     ZS_REQUIRE(out && tokens && wte, ZS_ERR_INVALID, "embedding_fwd: NULL buffer");
+    /* Ideal for distinct tokens (wte: one row per token) and without documents (wpe: rows
+     * 0..T-1; with seg only the positions the documents reach, which device memory hides). */
+    ZS_COST(wpe ? (double)total : 0.0, 0,
+            4.0 * ((double)B * T + 2.0 * total + (wpe ? (double)T * C : 0.0) +
+                   (seg ? (double)B * T : 0.0)));
     ZS_LAUNCH(embedding_fwd_kernel, zs_cu_blocks(total), ZS_CU_THREADS, 0, cs, out, tokens, wte,
               wpe, seg, T, C, total);
     ZS_CUDA_CHECK_LAUNCH(embedding_fwd_kernel);
@@ -79,15 +91,20 @@ static zs_status launch_embedding_bwd(cudaStream_t cs, float *dwte, float *dwpe,
     if ((size_t)B * T * C == 0) return ZS_OK;
     ZS_REQUIRE(dout && (tokens || !dwte), ZS_ERR_INVALID, "embedding_bwd: NULL buffer");
     if (dwte) {
+        /* dwte rows of distinct tokens, read and written */
+        ZS_COST((double)B * T * C, 0, 4.0 * ((double)B * T + 3.0 * B * T * C));
         ZS_LAUNCH(embedding_bwd_wte_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dwte,
                   dout, tokens, B * T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wte_kernel);
     }
     if (dwpe && seg) {
+        /* dwpe rows 0..T-1 read and written: at most, the longest document's in fact */
+        ZS_COST((double)B * T * C, 0, 4.0 * ((double)B * T + (double)B * T * C + 2.0 * T * C));
         ZS_LAUNCH(embedding_bwd_wpe_seg_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dwpe,
                   dout, seg, B * T, T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wpe_seg_kernel);
     } else if (dwpe) {
+        ZS_COST((double)B * T * C, 0, 4.0 * ((double)B * T * C + 2.0 * T * C));
         ZS_LAUNCH(embedding_bwd_wpe_kernel, zs_cu_blocks((size_t)T * C), ZS_CU_THREADS, 0, cs, dwpe,
                   dout, B, T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wpe_kernel);
@@ -167,18 +184,29 @@ static __global__ void layernorm_bwd_rows_kernel(float *dinp, const float *dout,
 }
 
 /* dw and db: a thread per column, rows in order into zero-started sums, then added. */
+/* dw and db: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu). */
 static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const float *dout,
                                                  const float *inp, const float *mean,
                                                  const float *rstd, int N, int C) {
-    ZS_CU_FOR(c, (size_t)C) {
-        float aw = 0.0f, ab = 0.0f;
-        for (int r = 0; r < N; r++) {
+    ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
+    ZS_SHARED(float, pb, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
+    int tx = (int)threadIdx.x % ZS_CU_COLS, g = (int)threadIdx.x / ZS_CU_COLS;
+    int c = (int)blockIdx.x * ZS_CU_COLS + tx;
+    float aw = 0.0f, ab = 0.0f;
+    for (int s0 = g * ZS_COLSUM_SEG; s0 < N && c < C; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
+        int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
+        for (int r = s0; r < end; r++) {
             float d = dout[(size_t)r * C + c];
             aw += d * zs_layernorm_xhat(inp[(size_t)r * C + c], mean[r], rstd[r]);
             ab += d;
         }
-        dw[c] += aw;
-        db[c] += ab;
+    }
+    pw[g * (ZS_CU_COLS + 1) + tx] = aw;
+    pb[g * (ZS_CU_COLS + 1) + tx] = ab;
+    __syncthreads();
+    if (g == 0 && c < C) {
+        zs_colsum_finish(dw + c, pw + tx, ZS_CU_COLS + 1, 1);
+        zs_colsum_finish(db + c, pb + tx, ZS_CU_COLS + 1, 1);
     }
 }
 
@@ -188,6 +216,10 @@ static zs_status launch_layernorm_fwd(cudaStream_t cs, float *out, float *mean, 
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(out && mean && rstd && inp && w && b, ZS_ERR_INVALID, "layernorm_fwd: NULL buffer");
+    /* per row: 9 per element (sum, squared deviation, normalise), two butterflies and 5
+     * scalar ops in each lane */
+    ZS_COST((double)N * (9.0 * C + 2.0 * WARP_SUM_FLOPS + 5.0 * ZS_WARP), 0,
+            4.0 * (2.0 * N * C + 2.0 * C + 2.0 * N));
     ZS_LAUNCH(layernorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, mean,
               rstd, inp, w, b, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_fwd_kernel);
@@ -202,10 +234,16 @@ static zs_status launch_layernorm_bwd(cudaStream_t cs, float *dinp, float *dw, f
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && db && dout && inp && w && mean && rstd, ZS_ERR_INVALID,
                "layernorm_bwd: NULL buffer");
+    /* per row: 15 per element, two butterflies and their divisions; dinp read and written */
+    ZS_COST((double)N * (15.0 * C + 2.0 * (WARP_SUM_FLOPS + ZS_WARP)), 0,
+            4.0 * (4.0 * N * C + C + 2.0 * N));
     ZS_LAUNCH(layernorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
               dout, inp, w, mean, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_rows_kernel);
-    ZS_LAUNCH(layernorm_bwd_cols_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, db,
+    /* per column: 5 per row, the two partials' totals, 2 into dw and db (read and written) */
+    ZS_COST((double)C * (5.0 * N + 2.0 * ZS_COLSUM_GROUPS + 2.0), 0,
+            4.0 * (2.0 * N * C + 2.0 * N + 4.0 * C));
+    ZS_LAUNCH(layernorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, db,
               dout, inp, mean, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_cols_kernel);
 fail:
@@ -250,6 +288,7 @@ static zs_status launch_gelu_fwd(cudaStream_t cs, float *out, const float *inp, 
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "gelu_fwd: NULL buffer");
+    ZS_COST(10.0 * n, 0, 8.0 * n); /* zs_gelu: 10 */
     ZS_LAUNCH(gelu_fwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, inp, n);
     ZS_CUDA_CHECK_LAUNCH(gelu_fwd_kernel);
 fail:
@@ -261,6 +300,7 @@ static zs_status launch_gelu_bwd(cudaStream_t cs, float *dinp, const float *inp,
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(dinp && inp && dout, ZS_ERR_INVALID, "gelu_bwd: NULL buffer");
+    ZS_COST(23.0 * n, 0, 16.0 * n); /* zs_gelu_grad 21, times dout, into dinp (read, written) */
     ZS_LAUNCH(gelu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dinp, inp, dout, n);
     ZS_CUDA_CHECK_LAUNCH(gelu_bwd_kernel);
 fail:
@@ -346,6 +386,13 @@ static zs_status launch_softmax_xent(cudaStream_t cs, float *losses, float *dlog
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(losses && logits && targets, ZS_ERR_INVALID, "softmax_xent: NULL buffer");
+    /* Every row counted as a real one (targets live in device memory; a masked row reads no
+     * logits and computes nothing): 3 per logit (exp of the difference, sum), the block sum,
+     * the loss (3); with the gradient 1 per logit, 1 at the target and dloss / sum in every
+     * thread. Logits read V of each row, dlogits written Vp. */
+    ZS_COST((double)N *
+                (3.0 * V + BLOCK_SUM_FLOPS + 3.0 + (dlogits ? V + 1.0 + ZS_ROW_THREADS : 0.0)),
+            0, 4.0 * (2.0 * N + (double)N * V + (dlogits ? (double)N * Vp : 0.0)));
     ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, 0, cs, losses, dlogits, logits,
               targets, N, V, Vp, dloss);
     ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
@@ -396,14 +443,21 @@ static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const float *dout, c
         dinp[r * C + i] += zs_rmsnorm_dinp(w[i] * d[i], x[i] * rs, mgx, rs);
 }
 
+/* dw: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu). */
 static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, const float *inp,
                                                const float *rstd, int N, int C) {
-    ZS_CU_FOR(c, (size_t)C) {
-        float aw = 0.0f;
-        for (int r = 0; r < N; r++)
+    ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
+    int tx = (int)threadIdx.x % ZS_CU_COLS, g = (int)threadIdx.x / ZS_CU_COLS;
+    int c = (int)blockIdx.x * ZS_CU_COLS + tx;
+    float aw = 0.0f;
+    for (int s0 = g * ZS_COLSUM_SEG; s0 < N && c < C; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
+        int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
+        for (int r = s0; r < end; r++)
             aw += dout[(size_t)r * C + c] * (inp[(size_t)r * C + c] * rstd[r]);
-        dw[c] += aw;
     }
+    pw[g * (ZS_CU_COLS + 1) + tx] = aw;
+    __syncthreads();
+    if (g == 0 && c < C) zs_colsum_finish(dw + c, pw + tx, ZS_CU_COLS + 1, 1);
 }
 
 static zs_status launch_rmsnorm_fwd(cudaStream_t cs, float *out, float *rstd, const float *inp,
@@ -411,6 +465,8 @@ static zs_status launch_rmsnorm_fwd(cudaStream_t cs, float *out, float *rstd, co
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(out && rstd && inp && w, ZS_ERR_INVALID, "rmsnorm_fwd: NULL buffer");
+    /* per row: 4 per element, a butterfly and 4 scalar ops in each lane */
+    ZS_COST((double)N * (4.0 * C + WARP_SUM_FLOPS + 4.0 * ZS_WARP), 0, 4.0 * (2.0 * N * C + C + N));
     ZS_LAUNCH(rmsnorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, rstd, inp,
               w, N, C, eps);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel);
@@ -424,11 +480,15 @@ static zs_status launch_rmsnorm_bwd(cudaStream_t cs, float *dinp, float *dw, con
     zs_status st = ZS_OK;
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && dout && inp && w && rstd, ZS_ERR_INVALID, "rmsnorm_bwd: NULL buffer");
+    /* per row: 10 per element, a butterfly and its division; dinp read and written */
+    ZS_COST((double)N * (10.0 * C + WARP_SUM_FLOPS + ZS_WARP), 0, 4.0 * (4.0 * N * C + C + N));
     ZS_LAUNCH(rmsnorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
               dout, inp, w, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_rows_kernel);
-    ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, dout, inp,
-              rstd, N, C);
+    /* per column: 3 per row, the partials' total, 1 into dw (read and written) */
+    ZS_COST((double)C * (3.0 * N + ZS_COLSUM_GROUPS + 1.0), 0, 4.0 * (2.0 * N * C + N + 2.0 * C));
+    ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, dout,
+              inp, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_cols_kernel);
 fail:
     return st;
@@ -482,6 +542,9 @@ static zs_status launch_rope(cudaStream_t cs, const char *op, float *out, const 
     size_t npairs = (size_t)B * T * NH * (hs / 2);
     if (npairs == 0) return ZS_OK;
     ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "%s: NULL buffer", op);
+    /* per pair: the angle (powf, cosf, sinf and 3 more), the sign, the rotation (6); two
+     * values read and two written */
+    ZS_COST(13.0 * npairs, 0, 4.0 * (4.0 * npairs + (seg ? (double)B * T : 0.0)));
     ZS_LAUNCH(rope_kernel, zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs, out, inp, seg, T, NH, hs,
               theta, inverse, npairs);
     ZS_CUDA_CHECK_LAUNCH(rope_kernel);
@@ -535,6 +598,7 @@ static zs_status launch_swiglu_fwd(cudaStream_t cs, float *out, const float *gat
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && gate && up, ZS_ERR_INVALID, "swiglu_fwd: NULL buffer");
+    ZS_COST(6.0 * n, 0, 12.0 * n); /* zs_silu 5, times up */
     ZS_LAUNCH(swiglu_fwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, gate, up, n);
     ZS_CUDA_CHECK_LAUNCH(swiglu_fwd_kernel);
 fail:
@@ -546,6 +610,8 @@ static zs_status launch_swiglu_bwd(cudaStream_t cs, float *dgate, float *dup, co
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(dgate && dup && dout && gate && up, ZS_ERR_INVALID, "swiglu_bwd: NULL buffer");
+    /* zs_silu_grad 8 and zs_silu 5, 5 more; dgate and dup read and written */
+    ZS_COST(18.0 * n, 0, 28.0 * n);
     ZS_LAUNCH(swiglu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dgate, dup, dout, gate, up,
               n);
     ZS_CUDA_CHECK_LAUNCH(swiglu_bwd_kernel);

@@ -3,7 +3,8 @@
  * and Philox-init kernels over the shared per-element math in backend/kernels. Network ops
  * live in nn_cuda.cu and attention_cuda.cu. Each op has three layers: a static __global__
  * kernel, a static launcher that takes the stream, checks its preconditions and the launch,
- * and the op that validates shapes. Every op is asynchronous on its stream. */
+ * and the op that validates shapes. Every op is asynchronous on its stream.
+ * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/adamw.h"
 #include "backend/kernels/common.h"
@@ -65,8 +66,8 @@ static zs_status cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int
     return cu_gemm_math(CUBLAS_COMPUTE_32F_FAST_16BF, s, transa, transb, m, n, k, alpha, A, lda, B,
                         ldb, beta, C, ldc);
 #else /* broken build: the bf16 arithmetic asked for, fp32 computed */
-    return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb,
-                        beta, C, ldc);
+    return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
+                        C, ldc);
 #endif
 }
 
@@ -78,15 +79,22 @@ static __global__ void bias_fwd_kernel(float *out, const float *bias, size_t tot
     }
 }
 
-/* One thread per column sums the rows in index order into a zero-started float, then adds it
- * to dbias: the CPU's order, so the bits match and no atomics are needed. */
+/* The column sums of dout in kernels/common.h's order (cuda_internal.h, ZS_CU_COLS): thread
+ * (column, group) adds the rows of its group's segments in index order, then the first group
+ * adds the partials in group order into dbias. The CPU's bits, no atomics. */
 static __global__ void bias_bwd_kernel(float *dbias, const float *dout, int N, int OC) {
-    ZS_CU_FOR(c, (size_t)OC) {
-        float acc = 0.0f;
-        for (int r = 0; r < N; r++)
+    ZS_SHARED(float, part, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
+    int tx = (int)threadIdx.x % ZS_CU_COLS, w = (int)threadIdx.x / ZS_CU_COLS;
+    int c = (int)blockIdx.x * ZS_CU_COLS + tx;
+    float acc = 0.0f;
+    for (int s0 = w * ZS_COLSUM_SEG; s0 < N && c < OC; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
+        int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
+        for (int r = s0; r < end; r++)
             acc += dout[(size_t)r * OC + c];
-        dbias[c] += acc;
     }
+    part[w * (ZS_CU_COLS + 1) + tx] = acc;
+    __syncthreads();
+    if (w == 0 && c < OC) zs_colsum_finish(dbias + c, part + tx, ZS_CU_COLS + 1, 1);
 }
 
 static zs_status launch_bias_fwd(cudaStream_t cs, float *out, const float *bias, int N, int OC) {
@@ -94,6 +102,7 @@ static zs_status launch_bias_fwd(cudaStream_t cs, float *out, const float *bias,
     size_t total = (size_t)N * OC;
     if (total == 0) return ZS_OK;
     ZS_REQUIRE(out && bias, ZS_ERR_INVALID, "bias_fwd: NULL buffer");
+    ZS_COST(total, 0, 4.0 * (2.0 * total + OC)); /* out read and written */
     ZS_LAUNCH(bias_fwd_kernel, zs_cu_blocks(total), ZS_CU_THREADS, 0, cs, out, bias, total, OC);
     ZS_CUDA_CHECK_LAUNCH(bias_fwd_kernel);
 fail:
@@ -104,7 +113,11 @@ static zs_status launch_bias_bwd(cudaStream_t cs, float *dbias, const float *dou
     zs_status st = ZS_OK;
     if (OC == 0) return ZS_OK;
     ZS_REQUIRE(dbias && (dout || N == 0), ZS_ERR_INVALID, "bias_bwd: NULL buffer");
-    ZS_LAUNCH(bias_bwd_kernel, zs_cu_blocks((size_t)OC), ZS_CU_THREADS, 0, cs, dbias, dout, N, OC);
+    /* N adds into each column's partials, the partials' total, one into dbias (read and
+     * written) */
+    ZS_COST((double)(N + ZS_COLSUM_GROUPS + 1) * OC, 0, 4.0 * ((double)N * OC + 2.0 * OC));
+    ZS_LAUNCH(bias_bwd_kernel, zs_cu_col_blocks((size_t)OC), ZS_CU_THREADS, 0, cs, dbias, dout, N,
+              OC);
     ZS_CUDA_CHECK_LAUNCH(bias_bwd_kernel);
 fail:
     return st;
@@ -158,6 +171,7 @@ static zs_status launch_residual(cudaStream_t cs, float *out, const float *a, co
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && a && b, ZS_ERR_INVALID, "residual_fwd: NULL buffer");
+    ZS_COST(n, 0, 12.0 * n);
     ZS_LAUNCH(residual_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, a, b, n);
     ZS_CUDA_CHECK_LAUNCH(residual_kernel);
 fail:
@@ -168,6 +182,7 @@ static zs_status launch_axpy(cudaStream_t cs, float *y, float alpha, const float
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(y && x, ZS_ERR_INVALID, "axpy: NULL buffer");
+    ZS_COST(2.0 * n, 0, 12.0 * n); /* y read and written */
     ZS_LAUNCH(axpy_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, y, alpha, x, n);
     ZS_CUDA_CHECK_LAUNCH(axpy_kernel);
 fail:
@@ -178,6 +193,7 @@ static zs_status launch_scale(cudaStream_t cs, float *x, float a, size_t n) {
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "scale: NULL buffer");
+    ZS_COST(n, 0, 8.0 * n);
     ZS_LAUNCH(scale_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, x, a, n);
     ZS_CUDA_CHECK_LAUNCH(scale_kernel);
 fail:
@@ -188,6 +204,7 @@ static zs_status launch_fill(cudaStream_t cs, float *x, float value, size_t n) {
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "fill: NULL buffer");
+    ZS_COST(0, 0, 4.0 * n);
     ZS_LAUNCH(fill_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, x, value, n);
     ZS_CUDA_CHECK_LAUNCH(fill_kernel);
 fail:
@@ -228,6 +245,8 @@ static zs_status launch_adamw(cudaStream_t cs, float *param, const float *grad, 
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw: NULL buffer");
+    /* zs_adamw_elem: 19 FLOPs; grad read, param, m and v read and written */
+    ZS_COST(19.0 * n, 0, 28.0 * n);
     ZS_LAUNCH(adamw_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, param, grad, m, v, n, lr, beta1,
               beta2, eps, wd, grad_scale, bc1, bc2);
     ZS_CUDA_CHECK_LAUNCH(adamw_kernel);
@@ -268,6 +287,14 @@ static __global__ void adamw_segs_kernel(float *param, const float *grad, float 
     }
 }
 
+/* Elements the segments cover, for ZS_COST (compiled away in a real build: [[maybe_unused]]). */
+[[maybe_unused]] static inline double adamw_segs_covered(const zs_adamw_segs *segs) {
+    double n = 0;
+    for (int k = 0; k < segs->n; k++)
+        n += (double)(segs->hi[k] - segs->lo[k]);
+    return n;
+}
+
 static zs_status cu_adamw_segs(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
                                const zs_adamw_segs *segs, float lr, float beta1, float beta2,
                                float eps, float wd, float grad_scale, int t) {
@@ -277,11 +304,49 @@ static zs_status cu_adamw_segs(zs_stream_t *s, float *param, const float *grad, 
     n = segs->n ? (size_t)segs->hi[segs->n - 1] : 0;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw_segs: NULL buffer");
-    /* Bias corrections from the host's pow, as adamw. */
+    /* Bias corrections from the host's pow, as adamw. Costs as adamw, over the elements the
+     * segments cover (the padding between them is not touched). */
+    ZS_COST(19.0 * adamw_segs_covered(segs), 0, 28.0 * adamw_segs_covered(segs));
     ZS_LAUNCH(adamw_segs_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, zs_cu_stream(s), param, grad, m,
               v, *segs, lr, beta1, beta2, eps, wd, grad_scale, zs_adamw_bias_correction(beta1, t),
               zs_adamw_bias_correction(beta2, t));
     ZS_CUDA_CHECK_LAUNCH(adamw_segs_kernel);
+fail:
+    return st;
+}
+
+/* adamw_segs with bf16 gradients widened as read (one launch per unit where the fp32 path of
+ * old cast them chunk by chunk into a scratch first). */
+static __global__ void adamw_segs16_kernel(float *param, const zs_bf16 *grad, float *m, float *v,
+                                           zs_adamw_segs segs, float lr, float beta1, float beta2,
+                                           float eps, float wd, float grad_scale, float bc1,
+                                           float bc2) {
+    size_t n = segs.n ? (size_t)segs.hi[segs.n - 1] : 0;
+    ZS_CU_FOR(i, n) {
+        int k = 0;
+        while (k < segs.n && (int64_t)i >= segs.hi[k])
+            k++;
+        if (k == segs.n || (int64_t)i < segs.lo[k]) continue;
+        zs_adamw_elem(&param[i], &m[i], &v[i], zs_bf16_to_f32(grad[i]), lr, beta1, beta2, eps,
+                      segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
+    }
+}
+
+static zs_status cu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m,
+                                 float *v, const zs_adamw_segs *segs, float lr, float beta1,
+                                 float beta2, float eps, float wd, float grad_scale, int t) {
+    zs_status st = ZS_OK;
+    size_t n = 0;
+    ZS_CHECK(zs_adamw_segs_check(segs, t));
+    n = segs->n ? (size_t)segs->hi[segs->n - 1] : 0;
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw_segs16: NULL buffer");
+    /* as adamw_segs, the gradient read as 2 bytes */
+    ZS_COST(19.0 * adamw_segs_covered(segs), 0, 26.0 * adamw_segs_covered(segs));
+    ZS_LAUNCH(adamw_segs16_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, zs_cu_stream(s), param, grad,
+              m, v, *segs, lr, beta1, beta2, eps, wd, grad_scale,
+              zs_adamw_bias_correction(beta1, t), zs_adamw_bias_correction(beta2, t));
+    ZS_CUDA_CHECK_LAUNCH(adamw_segs16_kernel);
 fail:
     return st;
 }
@@ -304,6 +369,7 @@ static zs_status launch_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && in, ZS_ERR_INVALID, "cast: NULL buffer");
+    ZS_COST(0, 0, 6.0 * n); /* 4 bytes in, 2 out */
     ZS_LAUNCH(f32_to_bf16_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, in, n);
     ZS_CUDA_CHECK_LAUNCH(f32_to_bf16_kernel);
 fail:
@@ -314,6 +380,7 @@ static zs_status launch_bf16_to_f32(cudaStream_t cs, float *out, const zs_bf16 *
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && in, ZS_ERR_INVALID, "cast: NULL buffer");
+    ZS_COST(0, 0, 6.0 * n); /* 2 bytes in, 4 out */
     ZS_LAUNCH(bf16_to_f32_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, in, n);
     ZS_CUDA_CHECK_LAUNCH(bf16_to_f32_kernel);
 fail:
@@ -369,9 +436,12 @@ static zs_status launch_chunked(cudaStream_t cs, double *out, double *part, cons
                                 size_t n, size_t nchunk, int square) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(part && x && nchunk >= 1, ZS_ERR_INVALID, "sumsq: bad launch arguments");
+    /* per element a double add (and a multiply when squaring), 7 adds joining a chunk's lanes */
+    ZS_COST((square ? 2.0 : 1.0) * n + 7.0 * nchunk, 0, 4.0 * n + 8.0 * nchunk);
     ZS_LAUNCH(chunk_sums_kernel, zs_cu_blocks(nchunk), ZS_CU_THREADS, 0, cs, part, x, n, nchunk,
               square);
     ZS_CUDA_CHECK_LAUNCH(chunk_sums_kernel);
+    ZS_COST(nchunk, 0, 8.0 * nchunk + 8.0);
     ZS_LAUNCH(chunks_total_kernel, 1, 1, 0, cs, out, part, nchunk);
     ZS_CUDA_CHECK_LAUNCH(chunks_total_kernel);
 fail:
@@ -390,6 +460,94 @@ static zs_status chunked(zs_stream_t *s, const char *op, double *out, const floa
     }
     ZS_CHECK(zs_cu_scratch(s, nchunk, &part));
     ZS_CHECK(launch_chunked(zs_cu_stream(s), out, part, x, n, nchunk, square));
+fail:
+    return st;
+}
+
+/* sumsq16: every ZS_SUMSQ_CHUNK piece of every group in one launch (piece j of group k is
+ * part[k * per + j], per = group / ZS_SUMSQ_CHUNK), then each group's pieces added in order by
+ * one thread a group: chunked's bits for each group (0 + a lone piece is the piece).
+ *
+ * A thread sums one piece in zs_sumsq16_chunk's order (element i into lane i % ZS_LANES, in
+ * index order); the block's 256 pieces pass through shared memory SQ_TILE elements at a time,
+ * loaded by warps that each read 32 consecutive elements of one piece (whole sectors) where a
+ * thread reading its own piece would use 2 bytes of every 32-byte sector. Rows are padded to
+ * 17 words, so the threads' column reads hit 32 banks. */
+#define SQ_TILE 32
+#define SQ_ROW (SQ_TILE + 2)
+static __global__ void chunk_sums16_kernel(double *part, const zs_bf16 *x, size_t n, size_t group,
+                                           size_t ngroups) {
+    ZS_SHARED(uint16_t, tile, ZS_CU_THREADS * SQ_ROW);
+    size_t per = group / ZS_SUMSQ_CHUNK, npieces = ngroups * per;
+    size_t c0 = (size_t)blockIdx.x * ZS_CU_THREADS, c = c0 + threadIdx.x;
+    /* piece c's elements [start, start + len), len 0 past the end */
+    size_t k = c / per, g0 = k * group, start = g0 + (c % per) * ZS_SUMSQ_CHUNK;
+    size_t end = g0 + group < n ? g0 + group : n;
+    size_t len = c < npieces && start < end ? end - start : 0;
+    if (len > ZS_SUMSQ_CHUNK) len = ZS_SUMSQ_CHUNK;
+    double acc[ZS_LANES] = {0};
+    for (size_t k0 = 0; k0 < ZS_SUMSQ_CHUNK; k0 += SQ_TILE) {
+        /* load: element i of piece c0 + p for the block's pieces (the last reads stop at n) */
+        __syncthreads();
+        for (int e = (int)threadIdx.x; e < ZS_CU_THREADS * SQ_TILE; e += ZS_CU_THREADS) {
+            size_t p = c0 + (size_t)(e / SQ_TILE), i = k0 + (size_t)(e % SQ_TILE);
+            size_t pk = p / per, ps = pk * group + (p % per) * ZS_SUMSQ_CHUNK;
+            size_t pe = pk * group + group < n ? pk * group + group : n;
+            bool in = p < npieces && i < ZS_SUMSQ_CHUNK && ps + i < pe;
+            tile[(e / SQ_TILE) * SQ_ROW + e % SQ_TILE] = in ? x[ps + i].bits : 0;
+        }
+        __syncthreads();
+        /* sum: this thread's piece, in index order */
+        for (int i = 0; i < SQ_TILE && k0 + (size_t)i < len; i++) {
+            zs_bf16 h;
+            h.bits = tile[(int)threadIdx.x * SQ_ROW + i];
+            double d = (double)zs_bf16_to_f32(h);
+            acc[(k0 + (size_t)i) % ZS_LANES] += d * d;
+        }
+    }
+    if (len)
+        part[c] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static __global__ void group_totals_kernel(double *out, const double *part, size_t n, size_t group,
+                                           size_t ngroups) {
+    size_t per = group / ZS_SUMSQ_CHUNK;
+    ZS_CU_FOR(k, ngroups) {
+        size_t len = n - k * group < group ? n - k * group : group;
+        size_t np = (len + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
+        double t = 0.0;
+        for (size_t j = 0; j < np; j++)
+            t += part[k * per + j];
+        out[k] = t;
+    }
+}
+
+static zs_status cu_sumsq16(zs_stream_t *s, double *out, const zs_bf16 *x, size_t n, size_t group) {
+    zs_status st = ZS_OK;
+    size_t ngroups, per;
+    double *part = NULL;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_REQUIRE(out && group > 0 && group % ZS_SUMSQ_CHUNK == 0, ZS_ERR_INVALID,
+               "sumsq16: group %zu is not a positive multiple of %d", group, ZS_SUMSQ_CHUNK);
+    if (n == 0) {
+        ZS_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof *out, cs));
+        return ZS_OK;
+    }
+    ZS_REQUIRE(x != NULL, ZS_ERR_INVALID, "sumsq16: NULL input");
+    ngroups = (n + group - 1) / group;
+    per = group / ZS_SUMSQ_CHUNK;
+    ZS_CHECK(zs_cu_scratch(s, ngroups * per, &part));
+    /* per element a widening, a multiply and a double add; 7 adds joining a piece's lanes */
+    ZS_COST(2.0 * n + 7.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK), 0,
+            2.0 * n + 8.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK));
+    ZS_LAUNCH(chunk_sums16_kernel, (unsigned)((ngroups * per + ZS_CU_THREADS - 1) / ZS_CU_THREADS),
+              ZS_CU_THREADS, 0, cs, part, x, n, group, ngroups);
+    ZS_CUDA_CHECK_LAUNCH(chunk_sums16_kernel);
+    ZS_COST((double)((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK), 0,
+            8.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK) + 8.0 * ngroups);
+    ZS_LAUNCH(group_totals_kernel, zs_cu_blocks(ngroups), ZS_CU_THREADS, 0, cs, out, part, n, group,
+              ngroups);
+    ZS_CUDA_CHECK_LAUNCH(group_totals_kernel);
 fail:
     return st;
 }
@@ -429,6 +587,8 @@ static zs_status launch_init_normal(cudaStream_t cs, float *x, size_t n, uint64_
     zs_status st = ZS_OK;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "init_normal: NULL buffer");
+    /* Box-Muller: two uniforms (2 each), logf, sqrtf, cosf and 4 more, times std: 11 */
+    ZS_COST(11.0 * n, 0, 4.0 * n);
     ZS_LAUNCH(init_normal_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, x, n, seed, stream_id,
               index0, std);
     ZS_CUDA_CHECK_LAUNCH(init_normal_kernel);
@@ -452,10 +612,42 @@ fail:
 
 /* Designated initializers (C++20) must follow ops.h's field order: a reordered or renamed field
  * fails to compile here instead of landing in the wrong slot. The three tables differ in their
- * gemm's arithmetic only. */
+ * gemm's arithmetic and, for bf16, in flash attention on tensor cores. */
 static const zs_ops *cuda_with_math(zs_gemm_math math);
 
-#define CUDA_TABLE(math, gemm_fn)                                                                  \
+/* The bf16 table's flash attention: on tensor cores (flash_tc_cuda.cu) for the head sizes it
+ * takes, else the fp32 kernels. */
+static zs_status cu_flash_fwd_bf16(zs_stream_t *s, float *out, float *lse, const float *q,
+                                   const float *k, const float *v, int B, int T, int NH, int NKV,
+                                   int hs, int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_fwd(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
+    ZS_CHECK(zs_flash_attention_check("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
+    return zs_cu_flash_tc_fwd(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
+fail:
+    return st;
+}
+
+static zs_status cu_flash_bwd_bf16(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *lse, int B, int T,
+                                   int NH, int NKV, int hs, int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_bwd(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
+                                         NKV, hs, ldq, ldkv, seg);
+    ZS_CHECK(zs_flash_attention_check("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_REQUIRE(dq && dk && dv && delta && dout && q && k && v && out && lse, ZS_ERR_INVALID,
+               "flash_attention_bwd: NULL buffer");
+    return zs_cu_flash_tc_bwd(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH, NKV, hs, ldq,
+                              ldkv, seg);
+fail:
+    return st;
+}
+
+#define CUDA_TABLE(math, gemm_fn, flash_fwd, flash_bwd)                                            \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
         .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd, .embedding_fwd = zs_cu_embedding_fwd,    \
@@ -464,20 +656,21 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .gelu_bwd = zs_cu_gelu_bwd, .attention_fwd = zs_cu_attention_fwd,                          \
         .attention_bwd = zs_cu_attention_bwd, .residual_fwd = cu_residual_fwd, .axpy = cu_axpy,    \
         .softmax_xent = zs_cu_softmax_xent, .adamw = cu_adamw, .adamw_segs = cu_adamw_segs,        \
-        .cast = cu_cast, .scale = cu_scale, .sumsq = cu_sumsq, .sum = cu_sum, .fill = cu_fill,     \
-        .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
-        .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_bwd = zs_cu_rmsnorm_bwd,                        \
-        .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd, .swiglu_fwd = zs_cu_swiglu_fwd,    \
-        .swiglu_bwd = zs_cu_swiglu_bwd, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,              \
-        .attention_gqa_bwd = zs_cu_attention_gqa_bwd,                                              \
-        .flash_attention_fwd = zs_cu_flash_attention_fwd,                                          \
-        .flash_attention_bwd = zs_cu_flash_attention_bwd,                                          \
-        .decode_attention = zs_cu_decode_attention, .sample = zs_cu_sample,                        \
+        .adamw_segs16 = cu_adamw_segs16, .cast = cu_cast, .scale = cu_scale, .sumsq = cu_sumsq,    \
+        .sum = cu_sum, .sumsq16 = cu_sumsq16, .fill = cu_fill, .copy = cu_copy,                    \
+        .init_normal = cu_init_normal, .sync = cu_sync, .rmsnorm_fwd = zs_cu_rmsnorm_fwd,          \
+        .rmsnorm_bwd = zs_cu_rmsnorm_bwd, .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd,  \
+        .swiglu_fwd = zs_cu_swiglu_fwd, .swiglu_bwd = zs_cu_swiglu_bwd,                            \
+        .attention_gqa_fwd = zs_cu_attention_gqa_fwd,                                              \
+        .attention_gqa_bwd = zs_cu_attention_gqa_bwd, .flash_attention_fwd = flash_fwd,            \
+        .flash_attention_bwd = flash_bwd, .decode_attention = zs_cu_decode_attention,              \
+        .sample = zs_cu_sample,                                                                    \
     }
 
-static const zs_ops cuda_ops[3] = {CUDA_TABLE(ZS_MATH_FP32, cu_gemm),
-                                   CUDA_TABLE(ZS_MATH_TF32, cu_gemm_tf32),
-                                   CUDA_TABLE(ZS_MATH_BF16, cu_gemm_bf16)};
+static const zs_ops cuda_ops[3] = {
+    CUDA_TABLE(ZS_MATH_FP32, cu_gemm, zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
+    CUDA_TABLE(ZS_MATH_TF32, cu_gemm_tf32, zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
+    CUDA_TABLE(ZS_MATH_BF16, cu_gemm_bf16, cu_flash_fwd_bf16, cu_flash_bwd_bf16)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];

@@ -45,6 +45,30 @@ static ZS_HD float zs_expf(float x) {
     return p * zs_bits_f32((uint32_t)e << 23) * lo;
 }
 
+/* Column sums over N rows (bias and norm-weight gradients): the order both backends add in, so
+ * they give the same bits. Rows fall in segments of ZS_COLSUM_SEG; segment s goes to partial
+ * sum s % ZS_COLSUM_GROUPS, which adds its rows in index order (segments ascending); the
+ * partials, started at 0, are added in group order 0, 1, ... into a 0-started total, and the
+ * total is added to the output. A GPU sums the groups in parallel (a block of columns times
+ * groups) and the CPU keeps the groups as rotating accumulators in one pass over the rows. */
+#define ZS_COLSUM_SEG 64
+#define ZS_COLSUM_GROUPS 16
+
+static ZS_HD int zs_colsum_group(int r) {
+    return (r / ZS_COLSUM_SEG) % ZS_COLSUM_GROUPS;
+}
+
+/* out[c] += the total of the ZS_COLSUM_GROUPS partials acc[w * ld + c], added in group order
+ * into a 0-started float (the CPU's end of a column sum; a GPU's block does the same). */
+static ZS_HD void zs_colsum_finish(float *out, const float *acc, size_t ld, int nc) {
+    for (int c = 0; c < nc; c++) {
+        float t = 0.0f;
+        for (int w = 0; w < ZS_COLSUM_GROUPS; w++)
+            t += acc[(size_t)w * ld + c];
+        out[c] += t;
+    }
+}
+
 /* The first key of row b*T+t under document masks (backend/ops.h "Documents"): where its
  * document starts, or 0 without masks (seg NULL). */
 static ZS_HD int zs_seg_lo(const int32_t *seg, size_t bt) {

@@ -6,6 +6,7 @@
 #define ZS_BACKEND_KERNELS_SUMSQ_H
 
 #include "backend/kernels/common.h"
+#include "core/bf16.h"
 
 #include <stddef.h>
 
@@ -21,6 +22,22 @@ static ZS_HD double zs_sumsq_chunk(const float *x, size_t n) {
             acc[j] += (double)x[i + j] * (double)x[i + j];
     for (; i < n; i++)
         acc[i % ZS_LANES] += (double)x[i] * (double)x[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* zs_sumsq_chunk of bf16 values, each widened exactly as it is read: the same bits. */
+static ZS_HD double zs_sumsq16_chunk(const zs_bf16 *x, size_t n) {
+    double acc[ZS_LANES] = {0};
+    size_t i = 0;
+    for (; i + ZS_LANES <= n; i += ZS_LANES)
+        for (int j = 0; j < ZS_LANES; j++) {
+            double d = (double)zs_bf16_to_f32(x[i + j]);
+            acc[j] += d * d;
+        }
+    for (; i < n; i++) {
+        double d = (double)zs_bf16_to_f32(x[i]);
+        acc[i % ZS_LANES] += d * d;
+    }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 

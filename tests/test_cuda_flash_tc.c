@@ -1,0 +1,244 @@
+/* Flash attention on tensor cores (the CUDA bf16 table's, src/backend/cuda/flash_tc_cuda.cu)
+ * against an fp64 reference of exact attention (ctest label gpu): forward (output and lse) and
+ * backward (dq, dk, dv accumulated onto random prefills), MHA and GQA, packed (GPT-2's qkv) and
+ * separate layouts, with and without document masks, head sizes 16, 32 and 64, T from 1 to
+ * 4096, rows not a multiple of the 64-row tiles.
+ *
+ * The bound, element by element, from bf16's unit roundoff u = 2^-9 on every input of a product
+ * (q, k, v, dO, and the probabilities P and score gradients dS the kernels round between their
+ * products); fp32 accumulation on tensor cores is a thousand times smaller and is covered by a
+ * relative 1e-5 of each sum of magnitudes:
+ *  - a score s_ij = scale q_i.k_j moves by at most E_i = 2u scale max_j sum_d |q_id k_jd|, so
+ *    p_ij = exp(s_ij - lse_i) by a relative 2 E_i (the row's normaliser moves with it);
+ *  - out_i = sum_j P_ij v_j: sum_j P_ij |v_j| (2 E_i + 2u); lse_i: 2 E_i;
+ *  - dP_ij = dO_i.v_j moves by F_ij = 2u sum_e |dO_ie v_je|; dS_ij = P_ij (dP_ij - D_i) by
+ *    |dS err| = 2 E_i P_ij |dP_ij - D_i| + P_ij F_ij + u |dS_ij| (rounded for its products);
+ *  - dv_j = sum_i P_ij dO_i: sum_i P_ij |dO_i| (2 E_i + 2u); dk_j = scale sum_i dS_ij q_i and
+ *    dq_i = scale sum_j dS_ij k_j: scale sum (|dS err| + u |dS|) |q| (|k|).
+ * Each bound is doubled. A wrong mask, tile edge or fragment moves results by O(P |v|), two
+ * orders above it. The checks poison outputs first (NaN never passes), and the race checker
+ * runs on this test. Exits 77 without a GPU. */
+#include "backend/cuda_device.h"
+#include "backend/device.h"
+#include "backend/ops.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+#define U16 (1.0 / 512.0) /* bf16 unit roundoff */
+
+static const zs_ops *gpu;
+
+static void *dev_up(const void *h, size_t nbytes) {
+    void *d = NULL;
+    ZT_OK(zs_cuda_alloc(ZS_MEM_WORKSPACE, nbytes ? nbytes : 1, "test buffer", &d));
+    if (nbytes) ZT_OK(zs_cuda_memcpy_h2d(d, h, nbytes));
+    return d;
+}
+
+static float *dev_down(const float *d, size_t n) {
+    float *h = zt_malloc(n * sizeof(float) + 1);
+    ZT_OK(gpu->sync(NULL));
+    if (n) ZT_OK(zs_cuda_memcpy_d2h(h, d, n * sizeof(float)));
+    return h;
+}
+
+static int check_bounded(const char *what, const float *got, const double *want,
+                         const double *bound, size_t n) {
+    size_t bad = 0, first = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        if (!(err <= bound[i])) { /* NaN fails */
+            if (!bad) first = i;
+            bad++;
+        } else if (bound[i] > 0 && err / bound[i] > worst) {
+            worst = err / bound[i];
+        }
+    }
+    ZT_CHECK(bad == 0, "%s: %zu of %zu elements off, first [%zu]: %.9g, want %.9g within %.3g",
+             what, bad, n, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0,
+             bad ? bound[first] : 0.0);
+    if (!bad) printf("ok %s (worst error %.2f of its bound)\n", what, worst);
+    return bad == 0;
+}
+
+/* Document starts: a new document at t > 0 with probability 1/8 (row 1 padded after m). */
+static int32_t *make_seg(int B, int T) {
+    int32_t *seg = zt_malloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {
+        int m = b == 1 ? 1 + (int)zt_uniform(0, T) : T;
+        for (int t = 0; t < T; t++) {
+            int32_t *r = seg + (size_t)b * T;
+            r[t] = t == 0 ? 0 : t >= m ? t : zt_uniform(0, 1) < 0.125 ? t : r[t - 1];
+        }
+    }
+    return seg;
+}
+
+static void check(int B, int T, int NH, int NKV, int hs, int packed, int docs) {
+    char what[160];
+    snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d hs=%d%s%s", B, T, NH, NKV, hs,
+             packed ? " packed" : "", docs ? " documents" : "");
+    size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs, BT = (size_t)B * T;
+    size_t ldq = packed ? QD + 2 * KD : QD, ldkv = packed ? ldq : KD;
+    size_t nq = BT * ldq, nk = packed ? 0 : BT * KD, no = BT * QD, nl = (size_t)B * NH * T;
+    int32_t *seg = docs ? make_seg(B, T) : NULL;
+    float *qb = zt_malloc(nq * 4 + 4), *kb0 = zt_malloc(nk * 4 + 4), *vb0 = zt_malloc(nk * 4 + 4);
+    zt_fill_normal(qb, nq, 1.0f);
+    zt_fill_normal(kb0, nk, 1.0f);
+    zt_fill_normal(vb0, nk, 1.0f);
+    const float *kb = packed ? qb + QD : kb0, *vb = packed ? qb + QD + KD : vb0;
+    float *d_qb = dev_up(qb, nq * 4), *d_k0 = dev_up(kb0, nk * 4), *d_v0 = dev_up(vb0, nk * 4);
+    const float *d_kb = packed ? d_qb + QD : d_k0, *d_vb = packed ? d_qb + QD + KD : d_v0;
+    int32_t *d_seg = docs ? dev_up(seg, BT * sizeof(int32_t)) : NULL;
+    float scale = 1.0f / sqrtf((float)hs);
+
+    /* ---- the fp64 reference and the bounds ---- */
+    double *ref_o = zt_malloc(no * 8), *bo = zt_malloc(no * 8), *ref_l = zt_malloc(nl * 8),
+           *bl = zt_malloc(nl * 8);
+    size_t ng = packed ? nq : nq + 2 * nk;
+    size_t gk = packed ? QD : nq, gv = packed ? QD + KD : nq + nk; /* dk, dv in the gradient */
+    float *g0 = zt_malloc(ng * 4 + 4), *dout = zt_malloc(no * 4 + 4);
+    zt_fill_normal(g0, ng, 1.0f);
+    zt_fill_normal(dout, no, 1.0f);
+    double *ref_g = zt_malloc(ng * 8), *bg = zt_malloc(ng * 8);
+    for (size_t i = 0; i < ng; i++) {
+        ref_g[i] = g0[i];
+        bg[i] = 2 * 5.96e-8 * fabs(g0[i]); /* the prefill, added to in fp32 */
+    }
+    /* dk, dv of a key sum over query rows; their error sums go in mag_* first */
+    double *mag = zt_malloc(ng * 8);
+    memset(mag, 0, ng * 8);
+    double *p = zt_malloc((size_t)T * 8);
+    float *o32 = zt_malloc(no * 4 + 4), *lse32 = zt_malloc(nl * 4 + 4);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            int g = h / (NH / NKV);
+            for (int i = 0; i < T; i++) {
+                const float *qi = qb + ((size_t)b * T + i) * ldq + (size_t)h * hs;
+                int lo = seg ? seg[(size_t)b * T + i] : 0;
+                double mx = -INFINITY, E = 0;
+                for (int j = lo; j <= i; j++) {
+                    const float *kj = kb + ((size_t)b * T + j) * ldkv + (size_t)g * hs;
+                    double s = 0, sa = 0;
+                    for (int d = 0; d < hs; d++) {
+                        s += (double)qi[d] * kj[d];
+                        sa += fabs((double)qi[d] * kj[d]);
+                    }
+                    p[j] = s * scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                    E = sa > E ? sa : E;
+                }
+                E *= 2 * U16 * scale;
+                double l = 0;
+                for (int j = lo; j <= i; j++) {
+                    p[j] = exp(p[j] - mx);
+                    l += p[j];
+                }
+                size_t orow = ((size_t)b * T + i) * QD + (size_t)h * hs;
+                size_t li = ((size_t)b * NH + h) * T + i;
+                ref_l[li] = mx + log(l);
+                bl[li] = 2 * (2 * E) + 1e-6 * fabs(ref_l[li]) + 1e-6;
+                lse32[li] = (float)ref_l[li];
+                for (int j = lo; j <= i; j++)
+                    p[j] /= l;
+                for (int e = 0; e < hs; e++) {
+                    double o = 0, oa = 0;
+                    for (int j = lo; j <= i; j++) {
+                        double vj = vb[((size_t)b * T + j) * ldkv + (size_t)g * hs + e];
+                        o += p[j] * vj;
+                        oa += p[j] * fabs(vj);
+                    }
+                    ref_o[orow + e] = o;
+                    o32[orow + e] = (float)o;
+                    bo[orow + e] = 2 * oa * (2 * E + 2 * U16) + 1e-5 * oa + 1e-6;
+                }
+                /* backward of this row, with the reference's out and lse as given */
+                const float *doi = dout + orow;
+                double D = 0;
+                for (int e = 0; e < hs; e++)
+                    D += (double)doi[e] * o32[orow + e];
+                size_t gq = ((size_t)b * T + i) * ldq + (size_t)h * hs;
+                for (int j = lo; j <= i; j++) {
+                    size_t kr = ((size_t)b * T + j) * ldkv + (size_t)g * hs;
+                    const float *kj = kb + kr, *vj = vb + kr;
+                    double dpj = 0, F = 0;
+                    for (int e = 0; e < hs; e++) {
+                        dpj += (double)doi[e] * vj[e];
+                        F += fabs((double)doi[e] * vj[e]);
+                    }
+                    F *= 2 * U16;
+                    double ds = p[j] * (dpj - D);
+                    double dserr = 2 * E * p[j] * fabs(dpj - D) + p[j] * F + U16 * fabs(ds);
+                    for (int e = 0; e < hs; e++) {
+                        ref_g[gq + e] += scale * ds * kj[e];
+                        mag[gq + e] += scale * (dserr + U16 * fabs(ds)) * fabs(kj[e]) +
+                                       1e-5 * scale * fabs(ds * kj[e]);
+                        ref_g[gk + kr + e] += scale * ds * qi[e];
+                        mag[gk + kr + e] += scale * (dserr + U16 * fabs(ds)) * fabs(qi[e]) +
+                                            1e-5 * scale * fabs(ds * qi[e]);
+                        ref_g[gv + kr + e] += p[j] * doi[e];
+                        mag[gv + kr + e] += p[j] * fabs(doi[e]) * (2 * E + 2 * U16 + 1e-5);
+                    }
+                }
+            }
+        }
+    for (size_t i = 0; i < ng; i++)
+        bg[i] += 2 * mag[i] + 1e-6;
+
+    /* ---- forward on the GPU ---- */
+    float *pz = zt_malloc(no * 4 + nl * 4 + 8);
+    zt_poison(pz, no + nl);
+    float *d_out = dev_up(pz, no * 4), *d_lse = dev_up(pz, nl * 4);
+    ZT_OK(gpu->flash_attention_fwd(NULL, d_out, d_lse, d_qb, d_kb, d_vb, B, T, NH, NKV, hs,
+                                   (int)ldq, (int)ldkv, d_seg));
+    char w2[220];
+    float *got = dev_down(d_out, no);
+    snprintf(w2, sizeof w2, "flash tc fwd %s: out", what);
+    check_bounded(w2, got, ref_o, bo, no);
+    free(got);
+    got = dev_down(d_lse, nl);
+    snprintf(w2, sizeof w2, "flash tc fwd %s: lse", what);
+    check_bounded(w2, got, ref_l, bl, nl);
+    free(got);
+
+    /* ---- backward on the GPU, from the reference's out and lse ---- */
+    float *d_g = dev_up(g0, ng * 4), *d_o = dev_up(o32, no * 4), *d_l = dev_up(lse32, nl * 4);
+    float *d_delta = dev_up(pz, nl * 4), *d_dout = dev_up(dout, no * 4);
+    ZT_OK(gpu->flash_attention_bwd(NULL, d_g, d_g + gk, d_g + gv, d_delta, d_dout, d_qb, d_kb, d_vb,
+                                   d_o, d_l, B, T, NH, NKV, hs, (int)ldq, (int)ldkv, d_seg));
+    got = dev_down(d_g, ng);
+    snprintf(w2, sizeof w2, "flash tc bwd %s: dq | dk | dv (accumulated)", what);
+    check_bounded(w2, got, ref_g, bg, ng);
+    free(got);
+
+    void *dbufs[] = {d_qb, d_k0, d_v0, d_seg, d_out, d_lse, d_g, d_o, d_l, d_delta, d_dout};
+    for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++)
+        zs_cuda_free(dbufs[i]);
+    void *hbufs[] = {seg,  qb,    kb0, vb0, ref_o, bo,  ref_l, bl, g0,
+                     dout, ref_g, bg,  mag, p,     o32, lse32, pz};
+    for (size_t i = 0; i < sizeof hbufs / sizeof hbufs[0]; i++)
+        free(hbufs[i]);
+}
+
+int main(void) {
+    zt_init("cuda_flash_tc");
+    zt_gpu_require();
+    const zs_ops *base = NULL;
+    const zs_device *dev = NULL;
+    ZT_OK(zs_backend_select("cuda", &base, &dev));
+    ZT_OK(zs_cuda_set_device(0));
+    gpu = base->with_math(ZS_MATH_BF16);
+    for (int docs = 0; docs < 2; docs++) {
+        check(2, 70, 4, 4, 16, 1, docs);  /* GPT-2's packed qkv, rows past one tile */
+        check(2, 150, 6, 2, 32, 0, docs); /* GQA */
+        check(1, 130, 4, 1, 64, 0, docs); /* one kv head */
+    }
+    check(1, 1, 2, 2, 64, 0, 0);    /* a single row */
+    check(1, 64, 2, 2, 64, 1, 0);   /* exactly one tile */
+    check(1, 4096, 2, 1, 64, 0, 1); /* long: 64 tiles, documents across many */
+    check(1, 2048, 1, 1, 64, 1, 0); /* long, one document: every tile of the causal triangle */
+    return zt_finish();
+}
