@@ -185,15 +185,18 @@ struct Block {
 thread_local Block *t_block;
 thread_local Fiber *t_fiber;
 
+[[noreturn]] void vfail(cudaError_t code, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    throw Fault(code, msg);
+}
+
 [[noreturn]] void fail(cudaError_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void fail(cudaError_t code, const char *fmt, ...) {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    throw Fault(code, msg);
+    vfail(code, fmt, ap);
 }
 
 void fiber_entry(void *arg) {
@@ -547,12 +550,9 @@ bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem,
 }
 
 void kernel_fault(cudaError_t code, const char *fmt, ...) {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    throw Fault(code, msg);
+    vfail(code, fmt, ap);
 }
 
 void kernel_yield() {

@@ -77,9 +77,10 @@ fail:
     return st;
 }
 
-static zs_status cpu_adamw_segs(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
-                                const zs_adamw_segs *segs, float lr, float beta1, float beta2,
-                                float eps, float wd, float grad_scale, int t) {
+/* adamw_segs over fp32 gradients (g32) or bf16 ones widened as read (g16; the other NULL). */
+static zs_status adamw_segs_any(float *param, const float *g32, const zs_bf16 *g16, float *m,
+                                float *v, const zs_adamw_segs *segs, float lr, float beta1,
+                                float beta2, float eps, float wd, float grad_scale, int t) {
     zs_status st = ZS_OK;
     ZS_CHECK(zs_adamw_segs_check(segs, t));
     float bc1 = zs_adamw_bias_correction(beta1, t);
@@ -89,30 +90,23 @@ static zs_status cpu_adamw_segs(zs_stream_t *s, float *param, const float *grad,
         int64_t lo = segs->lo[k], hi = segs->hi[k];
 #pragma omp parallel for schedule(static) if ((size_t)(hi - lo) >= ZS_CPU_PAR_MIN)
         for (int64_t i = lo; i < hi; i++)
-            zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps, w, grad_scale,
-                          bc1, bc2);
+            zs_adamw_elem(&param[i], &m[i], &v[i], g32 ? g32[i] : zs_bf16_to_f32(g16[i]), lr, beta1,
+                          beta2, eps, w, grad_scale, bc1, bc2);
     }
 fail:
     return st;
 }
 
+static zs_status cpu_adamw_segs(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
+                                const zs_adamw_segs *segs, float lr, float beta1, float beta2,
+                                float eps, float wd, float grad_scale, int t) {
+    return adamw_segs_any(param, grad, NULL, m, v, segs, lr, beta1, beta2, eps, wd, grad_scale, t);
+}
+
 static zs_status cpu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m,
                                   float *v, const zs_adamw_segs *segs, float lr, float beta1,
                                   float beta2, float eps, float wd, float grad_scale, int t) {
-    zs_status st = ZS_OK;
-    ZS_CHECK(zs_adamw_segs_check(segs, t));
-    float bc1 = zs_adamw_bias_correction(beta1, t);
-    float bc2 = zs_adamw_bias_correction(beta2, t);
-    for (int k = 0; k < segs->n; k++) {
-        float w = segs->decay[k] ? wd : 0.0f;
-        int64_t lo = segs->lo[k], hi = segs->hi[k];
-#pragma omp parallel for schedule(static) if ((size_t)(hi - lo) >= ZS_CPU_PAR_MIN)
-        for (int64_t i = lo; i < hi; i++)
-            zs_adamw_elem(&param[i], &m[i], &v[i], zs_bf16_to_f32(grad[i]), lr, beta1, beta2, eps,
-                          w, grad_scale, bc1, bc2);
-    }
-fail:
-    return st;
+    return adamw_segs_any(param, NULL, grad, m, v, segs, lr, beta1, beta2, eps, wd, grad_scale, t);
 }
 
 static zs_status cpu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in,

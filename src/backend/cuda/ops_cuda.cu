@@ -270,20 +270,25 @@ fail:
     return st;
 }
 
+/* The segment holding element i (at most ZS_ADAMW_SEGS, a short scan), or -1 in padding. */
+static __device__ __forceinline__ int adamw_seg_of(const zs_adamw_segs &segs, size_t i) {
+    int k = 0;
+    while (k < segs.n && (int64_t)i >= segs.hi[k])
+        k++;
+    return k == segs.n || (int64_t)i < segs.lo[k] ? -1 : k;
+}
+
 /* A unit's tensors in one launch: a thread per element of the covered span finds its segment
- * (at most ZS_ADAMW_SEGS, a short scan) and updates it, or leaves padding alone. */
+ * and updates it, or leaves padding alone. */
 static __global__ void adamw_segs_kernel(float *param, const float *grad, float *m, float *v,
                                          zs_adamw_segs segs, float lr, float beta1, float beta2,
                                          float eps, float wd, float grad_scale, float bc1,
                                          float bc2) {
-    size_t n = segs.n ? (size_t)segs.hi[segs.n - 1] : 0;
-    ZS_CU_FOR(i, n) {
-        int k = 0;
-        while (k < segs.n && (int64_t)i >= segs.hi[k])
-            k++;
-        if (k == segs.n || (int64_t)i < segs.lo[k]) continue;
-        zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps,
-                      segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
+    ZS_CU_FOR(i, segs.n ? (size_t)segs.hi[segs.n - 1] : 0) {
+        int k = adamw_seg_of(segs, i);
+        if (k >= 0)
+            zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps,
+                          segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
     }
 }
 
@@ -321,14 +326,11 @@ static __global__ void adamw_segs16_kernel(float *param, const zs_bf16 *grad, fl
                                            zs_adamw_segs segs, float lr, float beta1, float beta2,
                                            float eps, float wd, float grad_scale, float bc1,
                                            float bc2) {
-    size_t n = segs.n ? (size_t)segs.hi[segs.n - 1] : 0;
-    ZS_CU_FOR(i, n) {
-        int k = 0;
-        while (k < segs.n && (int64_t)i >= segs.hi[k])
-            k++;
-        if (k == segs.n || (int64_t)i < segs.lo[k]) continue;
-        zs_adamw_elem(&param[i], &m[i], &v[i], zs_bf16_to_f32(grad[i]), lr, beta1, beta2, eps,
-                      segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
+    ZS_CU_FOR(i, segs.n ? (size_t)segs.hi[segs.n - 1] : 0) {
+        int k = adamw_seg_of(segs, i);
+        if (k >= 0)
+            zs_adamw_elem(&param[i], &m[i], &v[i], zs_bf16_to_f32(grad[i]), lr, beta1, beta2, eps,
+                          segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
     }
 }
 
