@@ -5,16 +5,18 @@
  * (mma_cuda.h), the softmax in fp32. The fp32 table keeps flash_cuda.cu's kernels, bitwise
  * the CPU's.
  *
- * Tiles: a block of 4 warps takes 64 rows (query rows forward and for dq, key rows for dk/dv),
- * 16 per warp, against key (or query) blocks of ZS_FA_BK = 64, the CPU's blocks: a row's first
- * block is the one holding its document's start, as on the CPU, and the online softmax
- * rescales at the same block boundaries. Blocks are staged in shared memory as bf16, rows
+ * Tiles: a block of 8 warps takes 128 rows (query rows forward and for dq, key rows for dk/dv),
+ * 16 per warp, against key (or query) blocks of ZS_FA_BK = 64 staged in shared memory, the
+ * CPU's blocks: a row's first block is the one holding its document's start, as on the CPU,
+ * and the online softmax rescales at the same block boundaries. 128 rows share each staged
+ * block (half the re-reads of 64); a warp whose 16 rows the causal mask leaves nothing of in a
+ * block skips it. Blocks are staged in shared memory as bf16, rows
  * padded by FA_PAD elements so that the fragment loads of a warp hit 32 different banks; Q
  * (forward, dq) or K and V (dk/dv) stay in registers as A fragments; a product's fp32 result
  * becomes the next product's A fragment in registers (mma_cuda.h).
  *
- * Determinism without atomics: dq has its own kernel (a block per query block, looping over
- * key blocks in order), dk and dv theirs (a block per key block of a kv head, looping over the
+ * Determinism without atomics: dq has its own kernel (a block per 128 query rows, looping over
+ * key blocks in order), dk and dv theirs (a block per 128 keys of a kv head, looping over the
  * group's query heads and their query blocks in order), at the price of recomputing the scores
  * and dP = dO V^T in both (18 hs FLOPs per (query, key) pair in all, against FlashAttention-2's
  * 14 hs with atomic dq). Head sizes 16, 32 and 64 (the shared tiles of the dk/dv kernel fill 37
@@ -25,9 +27,11 @@
 #include "backend/cuda/mma_cuda.h"
 #include "backend/kernels/flash.h"
 
-#define FA_TC_ROWS 64 /* rows of a block: 4 warps of 16 (an mma's m) */
-#define FA_TC_THREADS 128
-#define FA_PAD 8 /* bf16 elements of padding per shared row (16 bytes) */
+#define FA_TC_WARPS 8                 /* a block's warps, 16 rows each (an mma's m) */
+#define FA_TC_ROWS (16 * FA_TC_WARPS) /* a block's rows: 128 */
+#define FA_TC_THREADS (32 * FA_TC_WARPS)
+#define FA_TC_TILE ZS_FA_BK /* the rows of a staged (key or query) block: 64 */
+#define FA_PAD 8            /* bf16 elements of padding per shared row (16 bytes) */
 #define FA_TC_MAX_HS 64
 
 /* One call's strided views, as flash_cuda.cu's. */
@@ -52,18 +56,18 @@ static __device__ __forceinline__ uint32_t tc_ld2(const uint16_t *p) {
     return *(const uint32_t *)p;
 }
 
-/* Stage rows [r0, r0 + 64) of a strided fp32 matrix (row stride ld, HS columns from col) as
- * bf16 into sm[64][HS + FA_PAD] (row-major) and/or smt[HS][64 + FA_PAD] (transposed); rows
- * past T are zeros. Consecutive threads read consecutive columns of a row (coalesced). */
+/* Stage rows [r0, r0 + 64) of a strided fp32 matrix (row stride ld) as bf16 into
+ * sm[64][HS + FA_PAD] (row-major) and/or smt[HS][64 + FA_PAD] (transposed); rows past T are
+ * zeros. Consecutive threads read consecutive columns of a row (coalesced). */
 template <int HS>
 static __device__ __forceinline__ void tc_stage(uint16_t *sm, uint16_t *smt, const float *src,
                                                 size_t ld, int r0, int T) {
-    for (int e = (int)threadIdx.x; e < FA_TC_ROWS * HS; e += FA_TC_THREADS) {
+    for (int e = (int)threadIdx.x; e < FA_TC_TILE * HS; e += FA_TC_THREADS) {
         int r = e / HS, d = e % HS;
         float x = r0 + r < T ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
         uint16_t bits = zs_f32_to_bf16(x).bits;
         if (sm) sm[r * (HS + FA_PAD) + d] = bits;
-        if (smt) smt[d * (FA_TC_ROWS + FA_PAD) + r] = bits;
+        if (smt) smt[d * (FA_TC_TILE + FA_PAD) + r] = bits;
     }
 }
 
@@ -116,7 +120,7 @@ static __device__ __forceinline__ void tc_mma_p(zs_mma_c *acc, const zs_mma_c *p
         pa.x[2] = zs_pack_bf16(p[2 * kk + 1].x[0], p[2 * kk + 1].x[1]);
         pa.x[3] = zs_pack_bf16(p[2 * kk + 1].x[2], p[2 * kk + 1].x[3]);
         for (int dt = 0; dt < HS / 8; dt++) {
-            const uint16_t *col = smt + (dt * 8 + g) * (FA_TC_ROWS + FA_PAD) + kk * 16 + 2 * t;
+            const uint16_t *col = smt + (dt * 8 + g) * (FA_TC_TILE + FA_PAD) + kk * 16 + 2 * t;
             zs_mma_b b;
             b.x[0] = tc_ld2(col);
             b.x[1] = tc_ld2(col + 8);
@@ -130,8 +134,8 @@ static __device__ __forceinline__ void tc_mma_p(zs_mma_c *acc, const zs_mma_c *p
 template <int HS>
 static __global__ void fa_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k,
                                         const float *v, const int32_t *seg, tc_view a) {
-    ZS_SHARED(uint16_t, ks, FA_TC_ROWS * (HS + FA_PAD)); /* K block [key][dim] */
-    ZS_SHARED(uint16_t, vt, HS * (FA_TC_ROWS + FA_PAD)); /* V block [dim][key] */
+    ZS_SHARED(uint16_t, ks, FA_TC_TILE * (HS + FA_PAD)); /* K block [key][dim] */
+    ZS_SHARED(uint16_t, vt, HS * (FA_TC_TILE + FA_PAD)); /* V block [dim][key] */
     int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
     int bh = (int)blockIdx.y, b = bh / a.NH, h = bh % a.NH, kvh = h / (a.NH / a.NKV);
     int q0 = (int)blockIdx.x * FA_TC_ROWS, row0 = q0 + w * 16, r[2] = {row0 + g, row0 + g + 8};
@@ -156,6 +160,9 @@ static __global__ void fa_tc_fwd_kernel(float *out, float *lse, const float *q, 
         tc_stage<HS>(ks, NULL, k + tc_kvrow(a, b, 0, kvh), a.ldkv, j0, a.T);
         tc_stage<HS>(NULL, vt, v + tc_kvrow(a, b, 0, kvh), a.ldkv, j0, a.T);
         __syncthreads();
+
+        /* a warp whose rows all precede the block (or lie past T) has nothing to add */
+        if (row0 >= a.T || j0 > row0 + 15) continue;
 
         /* MMA: scores S = Q K^T, 16 rows x 64 keys in 8 n-tiles */
         zs_mma_c s[8];
@@ -236,15 +243,15 @@ static __global__ void fa_tc_delta_kernel(float *delta, const float *dout, const
     }
 }
 
-/* dq for a block of 64 query rows of one head, over its key blocks in order:
+/* dq for a block of 128 query rows of one head, over its key blocks in order:
  * S = Q K^T, P = exp(S scale - lse), dP = dO V^T, dS = P (dP - delta), dq += scale dS K. */
 template <int HS>
 static __global__ void fa_tc_bwd_q_kernel(float *dq, const float *dout, const float *q,
                                           const float *k, const float *v, const float *lse,
                                           const float *delta, const int32_t *seg, tc_view a) {
-    ZS_SHARED(uint16_t, ks, FA_TC_ROWS * (HS + FA_PAD)); /* K [key][dim]: for Q K^T */
-    ZS_SHARED(uint16_t, kt, HS * (FA_TC_ROWS + FA_PAD)); /* K [dim][key]: for dS K */
-    ZS_SHARED(uint16_t, vs, FA_TC_ROWS * (HS + FA_PAD)); /* V [key][dim]: for dO V^T */
+    ZS_SHARED(uint16_t, ks, FA_TC_TILE * (HS + FA_PAD)); /* K [key][dim]: for Q K^T */
+    ZS_SHARED(uint16_t, kt, HS * (FA_TC_TILE + FA_PAD)); /* K [dim][key]: for dS K */
+    ZS_SHARED(uint16_t, vs, FA_TC_TILE * (HS + FA_PAD)); /* V [key][dim]: for dO V^T */
     int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
     int bh = (int)blockIdx.y, b = bh / a.NH, h = bh % a.NH, kvh = h / (a.NH / a.NKV);
     int q0 = (int)blockIdx.x * FA_TC_ROWS, row0 = q0 + w * 16, r[2] = {row0 + g, row0 + g + 8};
@@ -269,6 +276,7 @@ static __global__ void fa_tc_bwd_q_kernel(float *dq, const float *dout, const fl
         tc_stage<HS>(ks, kt, k + tc_kvrow(a, b, 0, kvh), a.ldkv, j0, a.T);
         tc_stage<HS>(vs, NULL, v + tc_kvrow(a, b, 0, kvh), a.ldkv, j0, a.T);
         __syncthreads();
+        if (row0 >= a.T || j0 > row0 + 15) continue; /* nothing this warp's rows can see */
         zs_mma_c s[8], dp[8];
         tc_mma_rows<HS>(s, qa, ks);
         tc_mma_rows<HS>(dp, da, vs);
@@ -291,20 +299,20 @@ static __global__ void fa_tc_bwd_q_kernel(float *dq, const float *dout, const fl
     }
 }
 
-/* dk and dv for a block of 64 key rows of one kv head, over the group's query heads and, in
+/* dk and dv for a block of 128 key rows of one kv head, over the group's query heads and, in
  * each, the query blocks that can see them, in order: S^T = K Q^T, P^T = exp(S^T scale - lse),
  * dP^T = V dO^T, dS^T = P^T (dP^T - delta), dv += P^T dO, dk += scale dS^T Q. */
 template <int HS>
 static __global__ void fa_tc_bwd_kv_kernel(float *dk, float *dv, const float *dout, const float *q,
                                            const float *k, const float *v, const float *lse,
                                            const float *delta, const int32_t *seg, tc_view a) {
-    ZS_SHARED(uint16_t, qs, FA_TC_ROWS * (HS + FA_PAD));  /* Q [query][dim]: K Q^T */
-    ZS_SHARED(uint16_t, qt, HS * (FA_TC_ROWS + FA_PAD));  /* Q [dim][query]: dS^T Q */
-    ZS_SHARED(uint16_t, ds, FA_TC_ROWS * (HS + FA_PAD));  /* dO [query][dim]: V dO^T */
-    ZS_SHARED(uint16_t, dtr, HS * (FA_TC_ROWS + FA_PAD)); /* dO [dim][query]: P^T dO */
-    ZS_SHARED(float, sl, FA_TC_ROWS);                     /* the queries' lse */
-    ZS_SHARED(float, sd, FA_TC_ROWS);                     /* and delta */
-    ZS_SHARED(int, slo, FA_TC_ROWS);                      /* and document starts */
+    ZS_SHARED(uint16_t, qs, FA_TC_TILE * (HS + FA_PAD));  /* Q [query][dim]: K Q^T */
+    ZS_SHARED(uint16_t, qt, HS * (FA_TC_TILE + FA_PAD));  /* Q [dim][query]: dS^T Q */
+    ZS_SHARED(uint16_t, ds, FA_TC_TILE * (HS + FA_PAD));  /* dO [query][dim]: V dO^T */
+    ZS_SHARED(uint16_t, dtr, HS * (FA_TC_TILE + FA_PAD)); /* dO [dim][query]: P^T dO */
+    ZS_SHARED(float, sl, FA_TC_TILE);                     /* the queries' lse */
+    ZS_SHARED(float, sd, FA_TC_TILE);                     /* and delta */
+    ZS_SHARED(int, slo, FA_TC_TILE);                      /* and document starts */
     int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
     int bg = (int)blockIdx.y, b = bg / a.NKV, kvh = bg % a.NKV, rep = a.NH / a.NKV;
     int j0 = (int)blockIdx.x * FA_TC_ROWS, key0 = j0 + w * 16, c[2] = {key0 + g, key0 + g + 8};
@@ -324,13 +332,15 @@ static __global__ void fa_tc_bwd_kv_kernel(float *dk, float *dv, const float *do
             __syncthreads();
             tc_stage<HS>(qs, qt, q + tc_qrow(a, b, 0, h), a.ldq, i0, a.T);
             tc_stage<HS>(ds, dtr, dout + tc_orow(a, b, 0, h), (size_t)a.NH * a.hs, i0, a.T);
-            for (int e = (int)threadIdx.x; e < FA_TC_ROWS; e += FA_TC_THREADS) {
+            for (int e = (int)threadIdx.x; e < FA_TC_TILE; e += FA_TC_THREADS) {
                 bool in = i0 + e < a.T;
                 sl[e] = in ? lse[bh * a.T + i0 + e] : 0.0f;
                 sd[e] = in ? delta[bh * a.T + i0 + e] : 0.0f;
                 slo[e] = in ? zs_seg_lo(seg, (size_t)b * a.T + i0 + e) : a.T;
             }
             __syncthreads();
+            /* a warp whose keys all follow the block's queries (or lie past T) adds nothing */
+            if (key0 >= a.T || i0 + FA_TC_TILE - 1 < key0) continue;
             zs_mma_c s[8], dp[8];
             tc_mma_rows<HS>(s, ka, qs);
             tc_mma_rows<HS>(dp, va, ds);
@@ -377,11 +387,22 @@ static tc_view tc_make(int B, int T, int NH, int NKV, int hs, int ldq, int ldkv)
     return a;
 }
 
-/* The key blocks the query blocks of a head visit, causal bound (document masks visit fewer;
- * their starts are device memory): for query block qb, blocks 0..qb. */
-static double tc_block_pairs(int T) {
-    double nb = (double)((T + FA_TC_ROWS - 1) / FA_TC_ROWS);
-    return nb * (nb + 1.0) / 2.0;
+/* The units of work of one head, a unit being a warp's 16 rows against one staged block of 64,
+ * causal bound (document masks visit fewer; their starts are device memory). Query-parallel
+ * kernels (forward, dq): the warp of rows 16g.. (below T) visits the key blocks up to its last
+ * row's. Key-parallel (dk, dv): the warp of keys 16g.. visits the query blocks from the one
+ * holding its first key to the last. */
+static double tc_units_q(int T) {
+    double u = 0;
+    for (int g = 0; 16 * g < T; g++)
+        u += (16 * g + 15 < T - 1 ? 16 * g + 15 : T - 1) / FA_TC_TILE + 1;
+    return u;
+}
+static double tc_units_kv(int T) {
+    double u = 0, nb = (double)((T + FA_TC_TILE - 1) / FA_TC_TILE);
+    for (int g = 0; 16 * g < T; g++)
+        u += nb - (16 * g) / FA_TC_TILE;
+    return u;
 }
 
 template <int HS>
@@ -389,11 +410,11 @@ static zs_status tc_fwd(cudaStream_t cs, float *out, float *lse, const float *q,
                         const float *v, const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
     dim3 grid((unsigned)((a.T + FA_TC_ROWS - 1) / FA_TC_ROWS), (unsigned)(a.B * a.NH));
-    double tiles = tc_block_pairs(a.T) * a.B * a.NH; /* (64 x 64) tiles of (query, key) */
-    /* per tile: S = Q K^T and O += P V, 2 x 64 x 64 x HS each; the softmax's scale, mask,
+    double units = tc_units_q(a.T) * a.B * a.NH; /* (16 rows x 64 keys) */
+    /* per unit: S = Q K^T and O += P V, 2 x 16 x 64 x HS each; the softmax's scale, mask,
      * max, exp, sum and rescale about 8 per score plus HS per row; per row the finish */
-    ZS_COST(tiles * (64.0 * 64.0 * 8.0 + 64.0 * HS) + (double)a.B * a.NH * a.T * (HS + 3.0),
-            tiles * 4.0 * 64.0 * 64.0 * HS,
+    ZS_COST(units * (16.0 * 64.0 * 8.0 + 16.0 * HS) + (double)a.B * a.NH * a.T * (HS + 3.0),
+            units * 4.0 * 16.0 * 64.0 * HS,
             4.0 * ((double)a.B * a.T * (a.NH * HS * 2.0 + a.NKV * HS * 2.0 + a.NH) +
                    (seg ? (double)a.B * a.T : 0.0)));
     ZS_LAUNCH(fa_tc_fwd_kernel<HS>, grid, FA_TC_THREADS, 0, cs, out, lse, q, k, v, seg, a);
@@ -410,21 +431,21 @@ static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float 
     size_t rows = (size_t)a.B * a.NH * a.T;
     dim3 gq((unsigned)((a.T + FA_TC_ROWS - 1) / FA_TC_ROWS), (unsigned)(a.B * a.NH));
     dim3 gkv((unsigned)((a.T + FA_TC_ROWS - 1) / FA_TC_ROWS), (unsigned)(a.B * a.NKV));
-    double tiles = tc_block_pairs(a.T) * a.B * a.NH;
+    double uq = tc_units_q(a.T) * a.B * a.NH, ukv = tc_units_kv(a.T) * a.B * a.NH;
     double qe = (double)a.B * a.T * a.NH * HS, kve = (double)a.B * a.T * a.NKV * HS;
     double sege = seg ? (double)a.B * a.T : 0.0;
     ZS_COST(rows * 2.0 * HS, 0, 4.0 * (2.0 * qe + (double)rows));
     ZS_LAUNCH(fa_tc_delta_kernel, zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta, dout, out,
               a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_delta_kernel);
-    /* per tile: S, dP and dq, 2 x 64 x 64 x HS each; p and dS about 6 per score */
-    ZS_COST(tiles * 64.0 * 64.0 * 6.0 + qe * 2.0, tiles * 6.0 * 64.0 * 64.0 * HS,
+    /* per unit: S, dP and dq, 2 x 16 x 64 x HS each; p and dS about 6 per score */
+    ZS_COST(uq * 16.0 * 64.0 * 6.0 + qe * 2.0, uq * 6.0 * 16.0 * 64.0 * HS,
             4.0 * (4.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege));
     ZS_LAUNCH(fa_tc_bwd_q_kernel<HS>, gq, FA_TC_THREADS, 0, cs, dq, dout, q, k, v, lse, delta, seg,
               a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_q_kernel);
-    /* per tile: S^T, dP^T, dv and dk, 2 x 64 x 64 x HS each */
-    ZS_COST(tiles * 64.0 * 64.0 * 6.0 + kve * 3.0, tiles * 8.0 * 64.0 * 64.0 * HS,
+    /* per unit: S^T, dP^T, dv and dk, 2 x 16 x 64 x HS each */
+    ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 3.0, ukv * 8.0 * 16.0 * 64.0 * HS,
             4.0 * (2.0 * qe + 6.0 * kve + 2.0 * (double)rows + sege));
     ZS_LAUNCH(fa_tc_bwd_kv_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k, v, lse, delta,
               seg, a);
