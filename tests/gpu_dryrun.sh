@@ -79,9 +79,18 @@ if [ ! -f "$gpuroot" ]; then
     mkdir -p "$root"
     tar -C "$root" -xf "$base"
     enter
-    in_root apt-get -qq update >/dev/null
-    in_root apt-get -qq install -y --no-install-recommends gcc g++ make cmake ninja-build \
-        python3 >"$work/apt.log" 2>&1 || { tail -n 20 "$work/apt.log"; fail "apt in the root failed"; }
+    # the mirror is the network's: two tries, then a skip that says so
+    ok=0
+    for try in 1 2; do
+        if in_root apt-get -qq update >"$work/apt.log" 2>&1 &&
+            in_root apt-get -qq install -y --no-install-recommends gcc g++ make cmake ninja-build \
+                python3 >>"$work/apt.log" 2>&1; then
+            ok=1
+            break
+        fi
+        sleep 5
+    done
+    [ "$ok" = 1 ] || { tail -n 20 "$work/apt.log"; skip "apt could not install the GPU machine's compiler and CMake in the root (the mirror, twice; above)"; }
     in_root apt-get -qq clean
     leave
     tar -C "$root" -cf "$gpuroot.tmp" . && mv "$gpuroot.tmp" "$gpuroot"
@@ -103,7 +112,9 @@ proj=$root/root/project
 mkdir -p "$proj"
 (cd "$src" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) |
     tar -C "$proj" -xf -
-ZS_GPU_DEPS_DIR=$work/deps bash "$src/scripts/gpu-deps.sh"
+ZS_GPU_DEPS_DIR=$work/deps bash "$src/scripts/gpu-deps.sh" ||
+    ZS_GPU_DEPS_DIR=$work/deps bash "$src/scripts/gpu-deps.sh" ||
+    skip "apt could not download the packages gpu-deps.sh carries (twice)"
 
 # ---- 1. without libyaml: configure must fail, naming it -------------------------------------
 mkdir -p "$proj/.gpu-deps"

@@ -19,21 +19,34 @@ fail:
     return st;
 }
 
-zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                        const float *dout, const float *inp, const float *W, int N, int IC,
-                        int OC) {
+/* dinp_beta: 1 adds to dinp, 0 overwrites it (and does not read it). */
+static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                            const float *dout, const float *inp, const float *W, int N, int IC,
+                            int OC, float dinp_beta) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
     /* dinp[N,IC] += dout[N,OC] W[OC,IC]  <=>  dinp^T (IC x N) += W^T (IC x OC) dout^T (OC x N);
      * both column-major views are the stored arrays as they are: no transposes. */
-    if (dinp) ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, 1.0f, dinp, IC));
+    if (dinp) ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
     /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
      * dout is dout^T (OC x N) column-major, hence transb = T. */
     if (dW) ZS_CHECK(ops->gemm(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
     if (dbias) ZS_CHECK(ops->bias_bwd(s, dbias, dout, N, OC));
 fail:
     return st;
+}
+
+zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                        const float *dout, const float *inp, const float *W, int N, int IC,
+                        int OC) {
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, inp, W, N, IC, OC, 1.0f);
+}
+
+zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                            const float *dout, const float *inp, const float *W, int N, int IC,
+                            int OC) {
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, inp, W, N, IC, OC, 0.0f);
 }
 
 zs_status zs_adamw_segs_check(const zs_adamw_segs *segs, int t) {

@@ -277,5 +277,10 @@ zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const flo
  * dout^T @ inp; dbias[OC] += colsum(dout). dinp, dW or dbias may be NULL to skip. */
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                         const float *dout, const float *inp, const float *W, int N, int IC, int OC);
+/* zs_linear_bwd with dinp overwritten, dinp = dout @ W, for its first contribution: nothing
+ * has to zero dinp before, and the GEMM does not read it (dW and dbias still accumulate). */
+zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                            const float *dout, const float *inp, const float *W, int N, int IC,
+                            int OC);
 
 #endif

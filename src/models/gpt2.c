@@ -323,20 +323,17 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     const size_t nC = (size_t)BT * C;
     const int64_t *t = m->toff;
     /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
-    ZS_CHECK(o->fill(s, m->dtmp4, 0.0f, 4 * nC));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], m->dres, a->fch_gelu,
-                           p + t[B_FCPW], BT, 4 * C, C));
+    ZS_CHECK(zs_linear_bwd_set(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], m->dres, a->fch_gelu,
+                               p + t[B_FCPW], BT, 4 * C, C));
     ZS_CHECK(o->fill(s, m->dtmp4b, 0.0f, 4 * nC));
     ZS_CHECK(o->gelu_bwd(s, m->dtmp4b, a->fch, m->dtmp4, 4 * nC));
-    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4b, a->ln2, p + t[B_FCW],
-                           BT, C, 4 * C));
+    ZS_CHECK(zs_linear_bwd_set(o, s, m->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4b, a->ln2,
+                               p + t[B_FCW], BT, C, 4 * C));
     ZS_CHECK(o->layernorm_bwd(s, m->dres, g + t[B_LN2W], g + t[B_LN2B], m->dC, a->res2,
                               p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
     /* res2 = x + attn_proj(atty). */
-    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_PROJW], g + t[B_PROJB], m->dres, a->atty,
-                           p + t[B_PROJW], BT, C, C));
+    ZS_CHECK(zs_linear_bwd_set(o, s, m->dC, g + t[B_PROJW], g + t[B_PROJB], m->dres, a->atty,
+                               p + t[B_PROJW], BT, C, C));
     ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
     if (m->naive)
         ZS_CHECK(o->attention_bwd(s, m->dqkv, m->datt, m->dC, a->qkv, a->att, B, T, C, NH, m->seg));
@@ -344,9 +341,8 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, m->datt, m->dC,
                                         a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,
                                         NH, NH, C / NH, 3 * C, 3 * C, m->seg));
-    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1,
-                           p + t[B_QKVW], BT, C, 3 * C));
+    ZS_CHECK(zs_linear_bwd_set(o, s, m->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1,
+                               p + t[B_QKVW], BT, C, 3 * C));
     ZS_CHECK(o->layernorm_bwd(s, m->dres, g + t[B_LN1W], g + t[B_LN1B], m->dC, x, p + t[B_LN1W],
                               a->ln1_mean, a->ln1_rstd, BT, C));
 fail:
@@ -412,12 +408,12 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, const int32_t *seg, 
     const size_t nC = (size_t)BT * C;
     float *p = NULL, *g = NULL;
 
-    /* Head: m->logits already holds dlogits (written in place by softmax_xent). */
-    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
+    /* Head: m->logits already holds dlogits (written in place by softmax_xent); dC is the
+     * head's input gradient, from the tied embedding's weights or the separate head's. */
     if (m->tied) {
         ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
-        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_wte, NULL, m->logits, m->lnf, p + m->off_wte,
-                               BT, C, Vp));
+        ZS_CHECK(zs_linear_bwd_set(o, s, m->dC, g + m->off_wte, NULL, m->logits, m->lnf,
+                                   p + m->off_wte, BT, C, Vp));
         ZS_CHECK(zs_module_backward_end(m->engine, 0));
     }
 
@@ -426,8 +422,8 @@ zs_status zs_gpt2_backward(zs_gpt2_t *m, const int32_t *in, const int32_t *seg, 
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
     ZS_CHECK(zs_module_backward_begin(m->engine, unit_final(&m->cfg), &p, &g));
     if (!m->tied)
-        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf,
-                               p + m->off_head, BT, C, Vp));
+        ZS_CHECK(zs_linear_bwd_set(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf,
+                                   p + m->off_head, BT, C, Vp));
     ZS_CHECK(o->layernorm_bwd(s, m->dres, g + m->off_lnfw, g + m->off_lnfb, m->dC, xlast,
                               p + m->off_lnfw, m->lnf_mean, m->lnf_rstd, BT, C));
     ZS_CHECK(zs_module_backward_end(m->engine, unit_final(&m->cfg)));

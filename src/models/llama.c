@@ -318,24 +318,22 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     zs_stream_t *s = m->s;
     const zs_model_config *c = &m->cfg;
     const int C = c->n_embd, F = c->ffn_hidden, BT = B * T, QD = m->QD, KD = m->KD;
-    const size_t nC = (size_t)BT * C, nF = (size_t)BT * F;
+    const size_t nF = (size_t)BT * F;
     const int64_t *t = m->toff;
     /* res3 = res2 + down(silu(gate) * up): dres flows unchanged into res2 and into the MLP. */
-    ZS_CHECK(o->fill(s, m->dh, 0.0f, nF));
-    ZS_CHECK(
-        zs_linear_bwd(o, s, m->dh, g + t[L_DOWN], NULL, m->dres, a->h, p + t[L_DOWN], BT, F, C));
+    ZS_CHECK(zs_linear_bwd_set(o, s, m->dh, g + t[L_DOWN], NULL, m->dres, a->h, p + t[L_DOWN], BT,
+                               F, C));
     ZS_CHECK(o->fill(s, m->dgate, 0.0f, nF));
     ZS_CHECK(o->fill(s, m->dup, 0.0f, nF));
     ZS_CHECK(o->swiglu_bwd(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF));
-    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-    ZS_CHECK(
-        zs_linear_bwd(o, s, m->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, p + t[L_GATE], BT, C, F));
+    ZS_CHECK(zs_linear_bwd_set(o, s, m->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, p + t[L_GATE],
+                               BT, C, F));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_UP], NULL, m->dup, a->ln2, p + t[L_UP], BT, C, F));
     ZS_CHECK(o->rmsnorm_bwd(s, m->dres, g + t[L_NORM2], m->dC, a->res2, p + t[L_NORM2], a->ln2_rstd,
                             BT, C));
     /* res2 = x + o_proj(atty). */
-    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_O], NULL, m->dres, a->atty, p + t[L_O], BT, QD, C));
+    ZS_CHECK(
+        zs_linear_bwd_set(o, s, m->dC, g + t[L_O], NULL, m->dres, a->atty, p + t[L_O], BT, QD, C));
     ZS_CHECK(o->fill(s, m->dq, 0.0f, (size_t)BT * QD));
     ZS_CHECK(o->fill(s, m->dk, 0.0f, (size_t)BT * KD));
     ZS_CHECK(o->fill(s, m->dv, 0.0f, (size_t)BT * KD));
@@ -350,8 +348,8 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
      * to the projections' outputs. */
     ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, m->hs, c->rope_theta, m->seg));
     ZS_CHECK(o->rope_bwd(s, m->dk, m->dk, B, T, c->n_kv_head, m->hs, c->rope_theta, m->seg));
-    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
-    ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_Q], NULL, m->dq, a->ln1, p + t[L_Q], BT, C, QD));
+    ZS_CHECK(
+        zs_linear_bwd_set(o, s, m->dC, g + t[L_Q], NULL, m->dq, a->ln1, p + t[L_Q], BT, C, QD));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_K], NULL, m->dk, a->ln1, p + t[L_K], BT, C, KD));
     ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + t[L_V], NULL, m->dv, a->ln1, p + t[L_V], BT, C, KD));
     ZS_CHECK(
@@ -422,18 +420,17 @@ zs_status zs_llama_backward(zs_llama_t *m, const int32_t *in, const int32_t *seg
     /* Head and final norm: m->logits already holds dlogits (softmax_xent wrote in place). */
     const float *xlast = NULL;
     ZS_CHECK(zs_resid_load(&m->resid, o, s, m->cfg.n_layer, nC, &xlast));
-    ZS_CHECK(o->fill(s, m->dC, 0.0f, nC));
     ZS_CHECK(o->fill(s, m->dres, 0.0f, nC));
-    if (m->tied) {
+    if (m->tied) { /* dC: the head's input gradient, from the tied or the separate head */
         ZS_CHECK(zs_module_backward_begin(m->engine, 0, &p, &g));
-        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_embed, NULL, m->logits, m->lnf,
-                               p + m->off_embed, BT, C, Vp));
+        ZS_CHECK(zs_linear_bwd_set(o, s, m->dC, g + m->off_embed, NULL, m->logits, m->lnf,
+                                   p + m->off_embed, BT, C, Vp));
         ZS_CHECK(zs_module_backward_end(m->engine, 0));
     }
     ZS_CHECK(zs_module_backward_begin(m->engine, uh, &p, &g));
     if (!m->tied)
-        ZS_CHECK(zs_linear_bwd(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf,
-                               p + m->off_head, BT, C, Vp));
+        ZS_CHECK(zs_linear_bwd_set(o, s, m->dC, g + m->off_head, NULL, m->logits, m->lnf,
+                                   p + m->off_head, BT, C, Vp));
     ZS_CHECK(o->rmsnorm_bwd(s, m->dres, g + m->off_norm, m->dC, xlast, p + m->off_norm, m->lnf_rstd,
                             BT, C));
     ZS_CHECK(zs_module_backward_end(m->engine, uh));
