@@ -4,11 +4,14 @@
 #   1. the machine: GPU, driver, nvcc, CPU, and which tools are there;
 #   2. build for the GPU's architecture (default 90, the H100/H200) with the CUDA backend and
 #      NCCL, tests against the real device (ZS_GPU_TESTS=REAL): the CLI and the gpu tests only;
-#   3. ctest -L gpu: cuda_ops, device_cuda, comm_nccl, train_cuda, on the GPU;
-#   4. compute-sanitizer: memcheck and racecheck on cuda_ops, memcheck on a short training job;
+#   3. ctest -L gpu: cuda_ops, cuda_flash_tc, device_cuda, comm_nccl, train_cuda, on the GPU
+#      (emu_profile, the emulator's own test, is left to CI);
+#   4. (last, so that a short slot gets the numbers first) compute-sanitizer: memcheck and
+#      racecheck on cuda_ops, memcheck on a short training job;
 #   5. bench step --device cuda: gpt2-124m, batch 16 x 1024, bf16 (then fp32 with --tf32),
 #      each against cuBLAS on the same shapes in the same run (the ceiling);
-#   6. Nsight Compute (ncu): the measured time of every kernel of one bf16 training step;
+#   6. Nsight Compute (ncu): the measured time of every kernel of one bf16 training step, and
+#      the attention kernels' occupancy and warp stalls;
 #   7. the same step in PyTorch (bench/torch_step.py), when python3 imports torch with CUDA.
 # A tool that is missing or refuses the device is reported and the check goes on; every step
 # has a time limit, and a step that no longer fits the budget is skipped, saying so.
@@ -19,6 +22,9 @@
 #                tests/gpu_dryrun.sh runs in a bare root); without a visible GPU the check
 #                stops there too, and fails.
 # ZS_GPU_DEPS_FORCE=1 uses the carried packages even where the system has its own.
+# ZS_GPU_PREDICTED=DIR takes the emulated GPU's predictions (predict.out, predict_small.out of
+# the same commit, made here: they need no GPU) from DIR instead of building zshard-emu there,
+# which saves the lease the emulator's build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -211,15 +217,31 @@ step configure 180 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release
     -DZS_CUDA=ON -DZS_NCCL=ON -DZS_GPU_TESTS=REAL -DZS_CUDA_EMU=ON -DZS_MPI=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cmake_extra[@]}" || { say "configure failed"; exit 1; }
 # zshard-emu: the emulated GPU's CLI, for the predicted per-kernel table beside ncu's.
-targets=(zshard test_cuda_ops test_cuda_flash_tc test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda
-         zshard-emu)
+targets=(zshard test_cuda_ops test_cuda_flash_tc test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda)
+predicted=${ZS_GPU_PREDICTED:-}
+if [ -n "$predicted" ] && [ -f "$predicted/predict.out" ] && [ -f "$predicted/predict_small.out" ]; then
+    cp "$predicted/predict.out" "$predicted/predict_small.out" "$out/"
+    say "- predictions: carried from $predicted (zshard-emu not built here)"
+else
+    predicted=
+    targets+=(zshard-emu)
+fi
+# predict NAME LIMIT ARGS...: the emulated GPU's table, made here or carried.
+predict() {
+    local name=$1 lim=$2
+    shift 2
+    if [ -n "$predicted" ]; then
+        say "- $name: carried"
+        return 0
+    fi
+    step "$name" "$lim" "$build/tests/zshard-emu" "$@"
+}
 step build 420 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { say "build failed"; exit 1; }
 # The binaries load with what is here (cudart, cuBLAS, NCCL, the carried libraries).
 step loads 30 "$build/zshard" --version || { say "the built zshard does not start"; exit 1; }
 
 # The emulated GPU runs here too (its prediction of a small step: no GPU needed).
-step predict_small 60 "$build/tests/zshard-emu" bench step --device cuda --model gpt2-tiny \
-    --batch 4 --seq 64 && grep -E '^\| ms/step' "$out/predict_small.out" |
+predict predict_small 60 bench step --device cuda --model gpt2-tiny --batch 4 --seq 64 && grep -E '^\| ms/step' "$out/predict_small.out" |
     sed 's/^/    gpt2-tiny, 4 x 64, predicted /' >>"$report"
 if [ "$dry" = 1 ] || [ "$gpu_ok" = 0 ]; then
     say ""
@@ -235,36 +257,9 @@ fi
 quick_env=()
 [ "$quick" = 1 ] && quick_env=(env ZS_TEST_QUICK=1)
 step ctest_gpu $([ "$quick" = 1 ] && echo 120 || echo 240) "${quick_env[@]}" \
-    ctest --test-dir "$build" -L gpu --output-on-failure --timeout 230
+    ctest --test-dir "$build" -L gpu -E '^emu_profile$' --output-on-failure --timeout 230
 grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|Skipped|not run:' "$out/ctest_gpu.out" |
     sed 's/^/    /' >>"$report"
-
-# ---- compute-sanitizer: races and bad accesses on the real device -------------------------------
-corpus=$out/corpus.txt
-for f in README.md docs/*.md; do cat "$f"; done >"$corpus"
-train_short=("$build/zshard" train --data "$corpus" --model gpt2-tiny --device cuda --steps 3
-             --batch 4 --seq 64 --stage 3 --dtype bf16)
-if cs=$(tool compute-sanitizer); then
-    say ""
-    say "## compute-sanitizer ($cs)"
-    cs_run() { # NAME TOOL LIMIT CMD...
-        local name=$1 t=$2 lim=$3
-        shift 3
-        step "$name" "$lim" env ZS_TEST_QUICK=1 "$cs" --tool "$t" --error-exitcode 9 \
-            --print-limit 20 "$@"
-        grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Error:|refus|not supported' "$out/$name.out" |
-            head -n 5 | sed 's/^/    /' >>"$report"
-    }
-    cs_run memcheck_cuda_ops memcheck 90 "$build/tests/test_cuda_ops"
-    # the tensor-core attention's shared tiles, the kernels a race would most likely hide in
-    cs_run racecheck_flash_tc racecheck 120 "$build/tests/test_cuda_flash_tc"
-    if [ "$quick" = 0 ]; then
-        cs_run racecheck_cuda_ops racecheck 120 "$build/tests/test_cuda_ops"
-        cs_run memcheck_train memcheck 60 "${train_short[@]}"
-    fi
-else
-    say "- compute-sanitizer: not found (the toolkit's compute-sanitizer/ folder): racecheck and memcheck not run"
-fi
 
 # ---- step throughput: zshard, its cuBLAS ceiling, PyTorch ----------------------------------
 say ""
@@ -287,8 +282,7 @@ done
 # by side: the numbers that calibrate the model.
 say ""
 say "## per kernel: predicted (emulated GPU, H100 model) and measured (ncu), one bf16 step of gpt2-124m at 16 x 1024"
-if step predict $([ "$quick" = 1 ] && echo 90 || echo 150) "$build/tests/zshard-emu" bench step \
-    --device cuda --model gpt2-124m --batch 16 --seq 1024 --dtype bf16; then
+if predict predict $([ "$quick" = 1 ] && echo 90 || echo 150) bench step --device cuda --model gpt2-124m --batch 16 --seq 1024 --dtype bf16; then
     grep -E '^\| (ms/step|MFU)' "$out/predict.out" | sed 's/^/    predicted /' >>"$report"
 fi
 if ncu=$(tool ncu); then
@@ -333,6 +327,16 @@ EOF
         grep -Ei 'ERR_NVGPUCTRPERM|permission|not supported' "$out/ncu_step.out" | head -n 3 |
             sed 's/^/    /' >>"$report"
     fi
+    # Why the slowest hand-written kernels take what they take: ncu's speed-of-light, occupancy
+    # and warp-stall sections for the first launch of each attention kernel (ncu_detail.out).
+    if step ncu_detail 75 "$ncu" --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+        -k 'regex:fa_tc_(fwd|bwd_q|bwd_kv)' --launch-count 3 \
+        "$build/zshard" bench step --device cuda --model gpt2-124m --batch 16 --seq 1024 \
+        --steps 1 --warmup-steps 0 --dtype bf16; then
+        grep -E '^  [a-z_]+_kernel|Duration|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Stall|stall' \
+            "$out/ncu_detail.out" | head -n 60 | sed 's/^/    /' >>"$report"
+    fi
 else
     say "- ncu: not found: no measured per-kernel times (the predicted table is in predict.out)"
 fi
@@ -347,5 +351,33 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 else
     say "- PyTorch with CUDA not importable: no side-by-side"
 fi
+# ---- compute-sanitizer: races and bad accesses on the real device -------------------------------
+corpus=$out/corpus.txt
+for f in README.md docs/*.md; do cat "$f"; done >"$corpus"
+train_short=("$build/zshard" train --data "$corpus" --model gpt2-tiny --device cuda --steps 3
+             --batch 4 --seq 64 --stage 3 --dtype bf16)
+if cs=$(tool compute-sanitizer); then
+    say ""
+    say "## compute-sanitizer ($cs)"
+    cs_run() { # NAME TOOL LIMIT CMD...
+        local name=$1 t=$2 lim=$3
+        shift 3
+        # ZS_GPU=real as ctest gives the gpu tests (tests/CMakeLists.txt): the real GPU's checks
+        step "$name" "$lim" env ZS_TEST_QUICK=1 ZS_GPU=real "$cs" --tool "$t" --error-exitcode 9 \
+            --print-limit 20 "$@"
+        grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Error:|refus|not supported' "$out/$name.out" |
+            head -n 5 | sed 's/^/    /' >>"$report"
+    }
+    cs_run memcheck_cuda_ops memcheck 90 "$build/tests/test_cuda_ops"
+    # the tensor-core attention's shared tiles, the kernels a race would most likely hide in
+    cs_run racecheck_flash_tc racecheck 120 "$build/tests/test_cuda_flash_tc"
+    if [ "$quick" = 0 ]; then
+        cs_run racecheck_cuda_ops racecheck 120 "$build/tests/test_cuda_ops"
+        cs_run memcheck_train memcheck 60 "${train_short[@]}"
+    fi
+else
+    say "- compute-sanitizer: not found (the toolkit's compute-sanitizer/ folder): racecheck and memcheck not run"
+fi
+
 say ""
 say "done in $(($(date +%s) - t_start)) s. Full log: log.txt beside this report."

@@ -42,6 +42,10 @@ const double LAUNCH = 2.0e-6;
  * bf16 at 8192^3 in public measurements), 85% of the fp32 peak for SIMT sgemm. Calibrated by
  * the GPU check's bench step (its cuBLAS ceiling on the step's own shapes). */
 const double GEMM_EFF_TC = 0.75, GEMM_EFF_SIMT = 0.85;
+/* Measured on an H100 SXM (gpu-check, 2026-11-25): cuBLAS runs CUBLAS_COMPUTE_32F_FAST_16BF on
+ * fp32 operands as TF32 (its sm90_xmma_gemm_f32f32_tf32f32 kernels), at 243-245 TFLOP/s on
+ * gpt2-124m's step shapes at 16 x 1024: about half the TF32 dense peak. */
+const double GEMM_EFF_TF32 = 0.50;
 const double TILE_M = 128, TILE_N = 256; /* cuBLAS's usual tile for large bf16/tf32 GEMMs */
 const double SPLIT_K_MIN = 256;          /* k per split-K part, at least */
 
@@ -93,7 +97,7 @@ void h100_gemm(zs_emu_record *r, int m, int n, int k, int batch, GemmMath math, 
     double units = tiles * splits, waves = ceil(units / SMS);
     double util = units > 0 ? units / (waves * SMS) : 1.0;
     double rate =
-        math == GEMM_FP32 ? FP32 * GEMM_EFF_SIMT : (math == GEMM_BF16 ? BF16 : TF32) * GEMM_EFF_TC;
+        math == GEMM_FP32 ? FP32 * GEMM_EFF_SIMT : math == GEMM_BF16 ? BF16 * GEMM_EFF_TC : TF32 * GEMM_EFF_TF32;
     if (math == GEMM_FP32)
         r->flops = fl;
     else

@@ -85,6 +85,14 @@ extern "C" {
 #define ZS_COST(flops, mma_flops, bytes) ((void)0)
 #endif
 
+/* ZS_UNROLL before a loop of a fixed count: unrolled by nvcc (so that arrays it indexes stay in
+ * registers); the emulated build's host compiler decides for itself. */
+#ifdef ZS_CUDA_EMU
+#define ZS_UNROLL
+#else
+#define ZS_UNROLL _Pragma("unroll")
+#endif
+
 /* Shared memory: ZS_SHARED(float, buf, 32) declares a block-wide array buf[32];
  * ZS_SHARED_DYN(float, buf) names the launch's dynamic shared memory. Kernels use these, never
  * __shared__ itself, so the emulated build gives every thread of a block the same (poisoned)
@@ -182,6 +190,9 @@ static __device__ __forceinline__ float zs_cu_block_reduce(float v, float *red, 
  * 16 consecutive floats, whole sectors); the partials meet in shared memory and the first
  * group's threads add them in group order. */
 #define ZS_CU_COLS 16
+/* The column-sum kernels read this many rows of a segment ahead (all loads in flight), then
+ * add them in order: one load's latency per batch, not per row. */
+#define ZS_CU_COL_BATCH 16
 static inline unsigned zs_cu_col_blocks(size_t cols) {
     return (unsigned)((cols + ZS_CU_COLS - 1) / ZS_CU_COLS);
 }

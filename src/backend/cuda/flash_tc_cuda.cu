@@ -56,18 +56,45 @@ static __device__ __forceinline__ uint32_t tc_ld2(const uint16_t *p) {
     return *(const uint32_t *)p;
 }
 
-/* Stage rows [r0, r0 + 64) of a strided fp32 matrix (row stride ld) as bf16 into
- * sm[64][HS + FA_PAD] (row-major) and/or smt[HS][64 + FA_PAD] (transposed); rows past T are
- * zeros. Consecutive threads read consecutive columns of a row (coalesced). */
+/* Staging rows [r0, r0 + 64) of a strided fp32 matrix (row stride ld) as bf16 into
+ * sm[64][HS + FA_PAD] (row-major) and/or smt[HS][64 + FA_PAD] (transposed), in two halves:
+ * tc_fetch loads a thread's HS / 4 elements into registers (consecutive threads, consecutive
+ * columns of a row: coalesced; rows past T zeros), all of them in flight at once, and tc_put
+ * rounds and stores them. Between the two the kernels compute on the block staged before, so
+ * the loads' latency hides behind the products; a load followed at once by its store would
+ * wait out each load's latency in turn, the shared store being a possible alias of the next
+ * load (10x the predicted time on an H100, docs/cuda.md "On a real GPU"). */
+#define FA_TC_PER(HS) (FA_TC_TILE * (HS) / FA_TC_THREADS)
+template <int HS, int N = FA_TC_PER(HS)>
+static __device__ __forceinline__ void tc_fetch(float *buf, const float *__restrict__ src,
+                                                size_t ld, int r0, int T, int u0 = 0) {
+ZS_UNROLL
+    for (int u = 0; u < N; u++) {
+        int e = (int)threadIdx.x + (u0 + u) * FA_TC_THREADS, r = e / HS, d = e % HS;
+        buf[u] = r0 + r < T ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+    }
+}
+template <int HS, int N = FA_TC_PER(HS)>
+static __device__ __forceinline__ void tc_put(uint16_t *sm, uint16_t *smt, const float *buf,
+                                              int u0 = 0) {
+ZS_UNROLL
+    for (int u = 0; u < N; u++) {
+        int e = (int)threadIdx.x + (u0 + u) * FA_TC_THREADS, r = e / HS, d = e % HS;
+        uint16_t bits = zs_f32_to_bf16(buf[u]).bits;
+        if (sm) sm[r * (HS + FA_PAD) + d] = bits;
+        if (smt) smt[d * (FA_TC_TILE + FA_PAD) + r] = bits;
+    }
+}
+/* Both halves at once, in rounds of up to 8 loads in flight (for a kernel whose registers
+ * cannot hold a whole block's). */
 template <int HS>
 static __device__ __forceinline__ void tc_stage(uint16_t *sm, uint16_t *smt, const float *src,
                                                 size_t ld, int r0, int T) {
-    for (int e = (int)threadIdx.x; e < FA_TC_TILE * HS; e += FA_TC_THREADS) {
-        int r = e / HS, d = e % HS;
-        float x = r0 + r < T ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
-        uint16_t bits = zs_f32_to_bf16(x).bits;
-        if (sm) sm[r * (HS + FA_PAD) + d] = bits;
-        if (smt) smt[d * (FA_TC_TILE + FA_PAD) + r] = bits;
+    constexpr int N = FA_TC_PER(HS) < 8 ? FA_TC_PER(HS) : 8;
+    float buf[N];
+    for (int u0 = 0; u0 < FA_TC_PER(HS); u0 += N) {
+        tc_fetch<HS, N>(buf, src, ld, r0, T, u0);
+        tc_put<HS, N>(sm, smt, buf, u0);
     }
 }
 
@@ -154,12 +181,20 @@ static __global__ void fa_tc_fwd_kernel(float *out, float *lse, const float *q, 
     /* document starts never decrease along a row, so row q0's block is the first any reads */
     int first = zs_fa_first_block(zs_seg_lo(seg, (size_t)b * a.T + q0));
     int last = q0 + FA_TC_ROWS - 1 < a.T - 1 ? q0 + FA_TC_ROWS - 1 : a.T - 1;
+    const float *kb = k + tc_kvrow(a, b, 0, kvh), *vb = v + tc_kvrow(a, b, 0, kvh);
+    float kr[FA_TC_PER(HS)], vr[FA_TC_PER(HS)]; /* the next key block, in flight */
+    tc_fetch<HS>(kr, kb, a.ldkv, first, a.T);
+    tc_fetch<HS>(vr, vb, a.ldkv, first, a.T);
     for (int j0 = first; j0 <= last; j0 += ZS_FA_BK) {
-        /* load: the key block (the previous one's readers are done) */
+        /* store: the key block (the previous one's readers are done); load the next one */
         __syncthreads();
-        tc_stage<HS>(ks, NULL, k + tc_kvrow(a, b, 0, kvh), a.ldkv, j0, a.T);
-        tc_stage<HS>(NULL, vt, v + tc_kvrow(a, b, 0, kvh), a.ldkv, j0, a.T);
+        tc_put<HS>(ks, NULL, kr);
+        tc_put<HS>(NULL, vt, vr);
         __syncthreads();
+        if (j0 + ZS_FA_BK <= last) {
+            tc_fetch<HS>(kr, kb, a.ldkv, j0 + ZS_FA_BK, a.T);
+            tc_fetch<HS>(vr, vb, a.ldkv, j0 + ZS_FA_BK, a.T);
+        }
 
         /* a warp whose rows all precede the block (or lie past T) has nothing to add */
         if (row0 >= a.T || j0 > row0 + 15) continue;
@@ -271,11 +306,19 @@ static __global__ void fa_tc_bwd_q_kernel(float *dq, const float *dout, const fl
         zs_mma_zero(acc[dt]);
     int first = zs_fa_first_block(zs_seg_lo(seg, (size_t)b * a.T + q0));
     int last = q0 + FA_TC_ROWS - 1 < a.T - 1 ? q0 + FA_TC_ROWS - 1 : a.T - 1;
+    const float *kb = k + tc_kvrow(a, b, 0, kvh), *vb = v + tc_kvrow(a, b, 0, kvh);
+    float kr[FA_TC_PER(HS)], vr[FA_TC_PER(HS)]; /* the next key block, in flight */
+    tc_fetch<HS>(kr, kb, a.ldkv, first, a.T);
+    tc_fetch<HS>(vr, vb, a.ldkv, first, a.T);
     for (int j0 = first; j0 <= last; j0 += ZS_FA_BK) {
         __syncthreads();
-        tc_stage<HS>(ks, kt, k + tc_kvrow(a, b, 0, kvh), a.ldkv, j0, a.T);
-        tc_stage<HS>(vs, NULL, v + tc_kvrow(a, b, 0, kvh), a.ldkv, j0, a.T);
+        tc_put<HS>(ks, kt, kr);
+        tc_put<HS>(vs, NULL, vr);
         __syncthreads();
+        if (j0 + ZS_FA_BK <= last) {
+            tc_fetch<HS>(kr, kb, a.ldkv, j0 + ZS_FA_BK, a.T);
+            tc_fetch<HS>(vr, vb, a.ldkv, j0 + ZS_FA_BK, a.T);
+        }
         if (row0 >= a.T || j0 > row0 + 15) continue; /* nothing this warp's rows can see */
         zs_mma_c s[8], dp[8];
         tc_mma_rows<HS>(s, qa, ks);

@@ -89,8 +89,16 @@ static __global__ void bias_bwd_kernel(float *dbias, const float *dout, int N, i
     float acc = 0.0f;
     for (int s0 = w * ZS_COLSUM_SEG; s0 < N && c < OC; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
         int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
-        for (int r = s0; r < end; r++)
-            acc += dout[(size_t)r * OC + c];
+        /* ZS_CU_COL_BATCH rows' loads in flight, then added in order (cuda_internal.h) */
+        for (int r0 = s0; r0 < end; r0 += ZS_CU_COL_BATCH) {
+            float v[ZS_CU_COL_BATCH];
+            ZS_UNROLL
+            for (int u = 0; u < ZS_CU_COL_BATCH; u++)
+                v[u] = r0 + u < end ? dout[(size_t)(r0 + u) * OC + c] : 0.0f;
+            ZS_UNROLL
+            for (int u = 0; u < ZS_CU_COL_BATCH; u++)
+                if (r0 + u < end) acc += v[u];
+        }
     }
     part[w * (ZS_CU_COLS + 1) + tx] = acc;
     __syncthreads();
@@ -471,44 +479,50 @@ fail:
  * one thread a group: chunked's bits for each group (0 + a lone piece is the piece).
  *
  * A thread sums one piece in zs_sumsq16_chunk's order (element i into lane i % ZS_LANES, in
- * index order); the block's 256 pieces pass through shared memory SQ_TILE elements at a time,
- * loaded by warps that each read 32 consecutive elements of one piece (whole sectors) where a
- * thread reading its own piece would use 2 bytes of every 32-byte sector. Rows are padded to
- * 17 words, so the threads' column reads hit 32 banks. */
-#define SQ_TILE 32
-#define SQ_ROW (SQ_TILE + 2)
+ * index order), 8 elements at a time: one 16-byte load where the piece is 16-byte aligned, and
+ * element 8j + l always into lane l, so the 8 accumulators stay in registers (an index known
+ * only at run time would put them in local memory, one serial round trip per element: 2.5 ms a
+ * launch on an H100, docs/cuda.md "On a real GPU"). Small blocks spread the few pieces (1728
+ * for 7M elements) over as many SMs as they can fill. */
+#define SQ_THREADS 64
+static __device__ __forceinline__ void sq8(double *acc, const uint16_t *h, int valid) {
+ZS_UNROLL
+    for (int l = 0; l < ZS_LANES; l++)
+        if (l < valid) {
+            zs_bf16 v;
+            v.bits = h[l];
+            double d = (double)zs_bf16_to_f32(v);
+            acc[l] += d * d;
+        }
+}
 static __global__ void chunk_sums16_kernel(double *part, const zs_bf16 *x, size_t n, size_t group,
                                            size_t ngroups) {
-    ZS_SHARED(uint16_t, tile, ZS_CU_THREADS * SQ_ROW);
     size_t per = group / ZS_SUMSQ_CHUNK, npieces = ngroups * per;
-    size_t c0 = (size_t)blockIdx.x * ZS_CU_THREADS, c = c0 + threadIdx.x;
-    /* piece c's elements [start, start + len), len 0 past the end */
-    size_t k = c / per, g0 = k * group, start = g0 + (c % per) * ZS_SUMSQ_CHUNK;
-    size_t end = g0 + group < n ? g0 + group : n;
-    size_t len = c < npieces && start < end ? end - start : 0;
-    if (len > ZS_SUMSQ_CHUNK) len = ZS_SUMSQ_CHUNK;
-    double acc[ZS_LANES] = {0};
-    for (size_t k0 = 0; k0 < ZS_SUMSQ_CHUNK; k0 += SQ_TILE) {
-        /* load: element i of piece c0 + p for the block's pieces (the last reads stop at n) */
-        __syncthreads();
-        for (int e = (int)threadIdx.x; e < ZS_CU_THREADS * SQ_TILE; e += ZS_CU_THREADS) {
-            size_t p = c0 + (size_t)(e / SQ_TILE), i = k0 + (size_t)(e % SQ_TILE);
-            size_t pk = p / per, ps = pk * group + (p % per) * ZS_SUMSQ_CHUNK;
-            size_t pe = pk * group + group < n ? pk * group + group : n;
-            bool in = p < npieces && i < ZS_SUMSQ_CHUNK && ps + i < pe;
-            tile[(e / SQ_TILE) * SQ_ROW + e % SQ_TILE] = in ? x[ps + i].bits : 0;
+    ZS_CU_FOR(c, npieces) {
+        size_t k = c / per, g0 = k * group, start = g0 + (c % per) * ZS_SUMSQ_CHUNK;
+        size_t end = g0 + group < n ? g0 + group : n;
+        if (start >= end) continue; /* past the end: no piece */
+        size_t len = end - start < ZS_SUMSQ_CHUNK ? end - start : ZS_SUMSQ_CHUNK, i = 0;
+        const uint16_t *p = (const uint16_t *)(x + start);
+        double acc[ZS_LANES] = {0};
+        if (((uintptr_t)p & 15) == 0)
+            for (; i + ZS_LANES <= len; i += ZS_LANES) {
+                uint4 w = *(const uint4 *)(p + i);
+                uint16_t h[ZS_LANES] = {(uint16_t)w.x, (uint16_t)(w.x >> 16), (uint16_t)w.y,
+                                        (uint16_t)(w.y >> 16), (uint16_t)w.z, (uint16_t)(w.z >> 16),
+                                        (uint16_t)w.w, (uint16_t)(w.w >> 16)};
+                sq8(acc, h, ZS_LANES);
+            }
+        for (; i < len; i += ZS_LANES) { /* unaligned, and the tail: i stays a multiple of 8 */
+            uint16_t h[ZS_LANES];
+            int valid = len - i < ZS_LANES ? (int)(len - i) : ZS_LANES;
+ZS_UNROLL
+            for (int l = 0; l < ZS_LANES; l++)
+                h[l] = l < valid ? p[i + l] : 0;
+            sq8(acc, h, valid);
         }
-        __syncthreads();
-        /* sum: this thread's piece, in index order */
-        for (int i = 0; i < SQ_TILE && k0 + (size_t)i < len; i++) {
-            zs_bf16 h;
-            h.bits = tile[(int)threadIdx.x * SQ_ROW + i];
-            double d = (double)zs_bf16_to_f32(h);
-            acc[(k0 + (size_t)i) % ZS_LANES] += d * d;
-        }
-    }
-    if (len)
         part[c] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
 }
 
 static __global__ void group_totals_kernel(double *out, const double *part, size_t n, size_t group,
@@ -526,7 +540,7 @@ static __global__ void group_totals_kernel(double *out, const double *part, size
 
 static zs_status cu_sumsq16(zs_stream_t *s, double *out, const zs_bf16 *x, size_t n, size_t group) {
     zs_status st = ZS_OK;
-    size_t ngroups, per;
+    size_t ngroups, per, blocks;
     double *part = NULL;
     cudaStream_t cs = zs_cu_stream(s);
     ZS_REQUIRE(out && group > 0 && group % ZS_SUMSQ_CHUNK == 0, ZS_ERR_INVALID,
@@ -542,8 +556,9 @@ static zs_status cu_sumsq16(zs_stream_t *s, double *out, const zs_bf16 *x, size_
     /* per element a widening, a multiply and a double add; 7 adds joining a piece's lanes */
     ZS_COST(2.0 * n + 7.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK), 0,
             2.0 * n + 8.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK));
-    ZS_LAUNCH(chunk_sums16_kernel, (unsigned)((ngroups * per + ZS_CU_THREADS - 1) / ZS_CU_THREADS),
-              ZS_CU_THREADS, 0, cs, part, x, n, group, ngroups);
+    blocks = (ngroups * per + SQ_THREADS - 1) / SQ_THREADS;
+    ZS_LAUNCH(chunk_sums16_kernel, (unsigned)(blocks < ZS_CU_MAX_BLOCKS ? blocks : ZS_CU_MAX_BLOCKS),
+              SQ_THREADS, 0, cs, part, x, n, group, ngroups);
     ZS_CUDA_CHECK_LAUNCH(chunk_sums16_kernel);
     ZS_COST((double)((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK), 0,
             8.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK) + 8.0 * ngroups);
