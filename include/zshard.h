@@ -312,7 +312,9 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out);
 void zs_trainer_destroy(zs_trainer_t *t);
 /* One optimizer step over the global batch of step (current step + 1). */
 zs_status zs_trainer_step(zs_trainer_t *t, zs_step_stats *stats);
-/* Mean loss over n_batches fixed validation batches. */
+/* Mean loss over n_batches fixed validation batches, at most zs_trainer_val_batches(t): each
+ * window (or document sample) of the split counts once, the last batch's rows past the split
+ * are empty. zs_trainer_last_eval says how many batches and real targets it took. */
 zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss);
 /* Generate n_tokens after prompt (byte text for byte-level data), greedy if temperature<=0.
  * Writes a NUL-terminated string of at most cap bytes to out (raw bytes for byte models,
@@ -595,6 +597,10 @@ const char *zs_trainer_generate_info(const zs_trainer_t *t);
 /* Windows of seq+1 tokens in the validation split (what zs_trainer_eval cycles through); with
  * documents, the validation split's samples (windows or rows). */
 int64_t zs_trainer_val_windows(const zs_trainer_t *t);
+/* The validation batches that cover the split once (the last one partly), at least 1. */
+int zs_trainer_val_batches(const zs_trainer_t *t);
+/* The last zs_trainer_eval's batches (after the cap) and the real targets its mean is over. */
+void zs_trainer_last_eval(const zs_trainer_t *t, int *batches, int64_t *targets);
 
 /* Where the data stands (docs modes; all zero without them). After step s (1-based) the run is
  * in epoch `epoch` (1-based) and has taken `position` of its `samples` samples; the global

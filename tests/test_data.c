@@ -59,6 +59,24 @@ static void test_text(void) {
     ZT_CHECK(memcmp(in, in2, sizeof in), "another step, another batch");
     zs_batch_val(&d, 0, B, T, 0, B, in2, tg2);
     ZT_CHECK(in2[0] == (int32_t)d.val.tok[0], "validation starts at the held-out tail");
+    /* Each window once: the rows of the batch that holds the split's last window past it are
+     * empty (targets -1), and so is every row of a later batch. */
+    int64_t windows = (d.val.n - 1) / T, last = (windows - 1) / B;
+    zs_batch_val(&d, last, B, T, 0, B, in2, tg2);
+    int rows_ok = 1;
+    for (int i = 0; i < B; i++) {
+        int64_t w = last * B + i;
+        for (int j = 0; j < T; j++)
+            rows_ok &= w < windows ? tg2[i * T + j] == (int32_t)d.val.tok[w * T + j + 1]
+                                   : tg2[i * T + j] == -1;
+    }
+    ZT_CHECK(rows_ok, "validation batch %lld of %lld windows: real rows then empty ones",
+             (long long)last, (long long)windows);
+    zs_batch_val(&d, last + 1, B, T, 0, B, in2, tg2);
+    int empty = 1;
+    for (int i = 0; i < B * T; i++)
+        empty &= tg2[i] == -1;
+    ZT_CHECK(empty, "a validation batch past the split has no targets (windows do not repeat)");
     zs_dataset_close(&d);
 }
 

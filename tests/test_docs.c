@@ -522,6 +522,24 @@ static void test_memory_eval_errors(void) {
     double got = l ? atof(l + 7) : NAN;
     ZT_CHECK(rc == 0 && strstr(rl_out, "\"docs\":\"pad\"") && fabs(got - val) <= 1e-6 * val,
              "eval --docs pad %.9g vs the run's val loss %.9g: %s", got, val, rl_out);
+    /* Past the split: each sample counts once. --batches 100 takes the batches that cover the
+     * split (the last partly), says so, and gives --batches all's loss and target count. */
+    char all[RL_OUT_CAP];
+    rc = zt_runf(all, sizeof all, "%s eval %s/ev --data %s/docs.txt --batches all --json",
+                 zt_zshard_exe(), rl_dir(), rl_dir());
+    int rc100 = zt_runf(rl_out, RL_OUT_CAP,
+                        "%s eval %s/ev --data %s/docs.txt --batches 100 --json", zt_zshard_exe(),
+                        rl_dir(), rl_dir());
+    const char *la = strstr(all, "\"loss\":"), *l100 = strstr(rl_out, "\"loss\":");
+    const char *ba = strstr(all, "\"batches\":"), *b100 = strstr(rl_out, "\"batches\":");
+    const char *ta = strstr(all, "\"tokens\":"), *t100 = strstr(rl_out, "\"tokens\":");
+    int nb = ba ? atoi(ba + 10) : -1;
+    ZT_CHECK(rc == 0 && rc100 == 0 && la && l100 && ba && b100 && ta && t100 &&
+                 atof(la + 7) == atof(l100 + 7) && nb == atoi(b100 + 10) && nb >= 1 && nb < 100 &&
+                 atof(ta + 9) == atof(t100 + 9) && atof(ta + 9) > 0 &&
+                 atof(ta + 9) <= (double)nb * 8 * 16 && strstr(rl_out, "not --batches 100"),
+             "eval --batches 100 past the val split:\n%s\nagainst --batches all:\n%s", rl_out,
+             all);
     /* Errors, each naming what to do. */
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "%s train --data %s/docs.txt --docs pack --steps 1 --nproc 2",

@@ -68,7 +68,25 @@ static void test_boundaries(void) {
     ZT_CHECK(ix.n_docs == 4 && !memcmp(ix.start, wb, sizeof wb), "blank lines: %lld documents",
              (long long)ix.n_docs);
     zs_docs_index_free(&ix);
-    free(s.tok), free(b.tok);
+    /* CRLF: a line's trailing CR is not part of it, so the CRLF twin of the text above splits
+     * where the LF one does ("%\r" is the separator line, "a%\r" and "%%\r" are not; a
+     * blank "\r" line ends a document under an empty separator). */
+    rs.sep = "%";
+    zs_tokens c = text("ab\r\n%\r\na%\r\n%%\r\n%\r\nlast");
+    ZT_OK(zs_docs_index(&c, &rs, "crlf text", &ix));
+    int64_t wc[] = {0, 7, 18, 22};
+    ZT_CHECK(ix.n_docs == 3 && !memcmp(ix.start, wc, sizeof wc),
+             "CRLF separator lines: %lld documents, starts %lld %lld", (long long)ix.n_docs,
+             (long long)ix.start[1], (long long)ix.start[2]);
+    zs_docs_index_free(&ix);
+    rs.sep = "";
+    zs_tokens cb = text("a\r\n\r\nbc\r\n\r\n");
+    ZT_OK(zs_docs_index(&cb, &rs, "crlf text", &ix));
+    int64_t wcb[] = {0, 5, 11};
+    ZT_CHECK(ix.n_docs == 2 && !memcmp(ix.start, wcb, sizeof wcb),
+             "CRLF blank lines: %lld documents", (long long)ix.n_docs);
+    zs_docs_index_free(&ix);
+    free(s.tok), free(b.tok), free(c.tok), free(cb.tok);
 }
 
 static void test_rows(void) {

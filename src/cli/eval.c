@@ -200,19 +200,26 @@ static int eval_run(zs_train_config *cfgp, const char *src, const char *data, co
     float loss = 0.0f;
     zs_status st = zs_trainer_create(&cfg, &t);
     if (st == ZS_OK) st = zs_trainer_init_from(t, src);
-    if (st == ZS_OK && batches < 0) {
-        /* Cover the split once: its windows of seq+1 tokens, a batch at a time. */
-        int64_t windows = zs_trainer_val_windows(t);
-        batches = (int)(windows / cfg.batch > 0 ? windows / cfg.batch : 1);
-    }
+    int asked = batches;
+    int64_t targets = 0;
+    /* all: the split once, the last batch partly (zs_trainer_eval caps any count there) */
+    if (st == ZS_OK && batches < 0) batches = zs_trainer_val_batches(t);
     if (st == ZS_OK) st = zs_trainer_eval(t, batches, &loss);
+    if (st == ZS_OK) zs_trainer_last_eval(t, &batches, &targets);
     if (st != ZS_OK) {
         zs_trainer_destroy(t);
         return zs_cli_fail(1, "eval: %s", zs_last_error());
     }
     const zs_model_config *mc = zs_trainer_model(t);
     if (zs_trainer_rank(t) == 0) {
-        double tokens = (double)batches * cfg.batch * cfg.seq;
+        double tokens = (double)targets; /* the real targets the mean is over */
+        if (asked > batches)
+            fprintf(stderr,
+                    "eval: the %s split holds %lld %s, %d batch%s of %d: evaluated those, "
+                    "each once, not --batches %d\n",
+                    split, (long long)zs_trainer_val_windows(t),
+                    cfg.docs ? "samples" : "windows", batches, batches == 1 ? "" : "es",
+                    cfg.batch, asked);
         const char *docs = zs_docs_mode_name(cfg.docs);
         if (json) {
             /* Valid JSON whatever the values: null, named in "nonfinite". */
@@ -230,8 +237,8 @@ static int eval_run(zs_train_config *cfgp, const char *src, const char *data, co
                        isfinite(ppl) ? "" : "\"perplexity\"");
             printf("}\n");
         } else
-            printf("eval: %s on %s (%s split%s%s): loss %.4f | perplexity %.3f | %d batches x %d "
-                   "x %d = %.0f tokens\n",
+            printf("eval: %s on %s (%s split%s%s): loss %.4f | perplexity %.3f | %d batches of %d "
+                   "x %d | %.0f targets\n",
                    src, data, split, cfg.docs ? ", --docs " : "", cfg.docs ? docs : "",
                    (double)loss, exp((double)loss), batches, cfg.batch, cfg.seq, tokens);
     }

@@ -372,6 +372,7 @@ int zs_cli_train(int argc, char **argv) {
         zs_trainer_data_position(t, step, &dp);
         progress(&o, &s, &dp, tty, train_s);
         int do_val = (o.val_every && step % o.val_every == 0) || step == o.cfg.steps;
+        static int val_capped_said;
         float vl = 0.0f;
         if (do_val) {
             if ((st = zs_trainer_eval(t, o.val_batches, &vl)) != ZS_OK) {
@@ -381,6 +382,16 @@ int zs_cli_train(int argc, char **argv) {
             last_val = vl;
             if (!o.quiet) {
                 if (tty) fputc('\n', stderr);
+                if (!val_capped_said && o.val_batches > zs_trainer_val_batches(t)) {
+                    /* said once: each window counts once, so fewer batches than asked */
+                    printf("note: the val split holds %lld %s, %d batch%s of %d: validation "
+                           "takes those, not --val-batches %d\n",
+                           (long long)zs_trainer_val_windows(t),
+                           o.cfg.docs != ZS_DOCS_NONE ? "samples" : "windows",
+                           zs_trainer_val_batches(t), zs_trainer_val_batches(t) == 1 ? "" : "es",
+                           o.cfg.batch, o.val_batches);
+                    val_capped_said = 1;
+                }
                 printf("step %d: val loss %.4f\n", step, (double)vl);
                 fflush(stdout);
             }

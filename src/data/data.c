@@ -316,7 +316,11 @@ void zs_batch_val(const zs_dataset *d, int64_t k, int global_batch, int T, int f
                   int32_t *inputs, int32_t *targets) {
     int64_t windows = (d->val.n - 1) / T; /* >= 1 after zs_dataset_check */
     for (int i = 0; i < count; i++) {
-        int64_t w = (k * global_batch + first + i) % windows;
-        copy_window(&d->val, w * T, T, inputs + (size_t)i * T, targets + (size_t)i * T);
+        int64_t w = k * global_batch + first + i;
+        copy_window(&d->val, w < windows ? w * T : 0, T, inputs + (size_t)i * T,
+                    targets + (size_t)i * T);
+        if (w >= windows)
+            for (int j = 0; j < T; j++)
+                targets[(size_t)i * T + j] = -1;
     }
 }

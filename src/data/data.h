@@ -63,7 +63,9 @@ zs_status zs_dataset_check(const zs_dataset *d, int T);
  * by Philox from (seed, step, i): independent of the number of ranks. */
 void zs_batch_train(const zs_dataset *d, uint64_t seed, int64_t step, int global_batch, int T,
                     int first, int count, int32_t *inputs, int32_t *targets);
-/* Validation batch k (0-based): consecutive non-overlapping windows, the same every run. */
+/* Validation batch k (0-based): consecutive non-overlapping windows, the same every run. A
+ * row past the split's last window is empty (targets -1: no loss), so each window counts once
+ * however many batches are asked for. */
 void zs_batch_val(const zs_dataset *d, int64_t k, int global_batch, int T, int first, int count,
                   int32_t *inputs, int32_t *targets);
 

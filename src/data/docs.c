@@ -33,11 +33,14 @@ int zs_docs_have_boundaries(const zs_doc_rules *r) {
 }
 
 /* Whether a document ends with token i: it is the newline of a separator line (text with a
- * separator), else the end-of-document id. */
+ * separator), else the end-of-document id. A line's one trailing CR is not part of it (CRLF
+ * files), as tokenize reads lines (corpus.c). */
 static int ends_doc(const zs_tokens *t, const zs_doc_rules *r, size_t seplen, int64_t i) {
     if (!r->sep) return r->eos_id >= 0 && t->tok[i] == (uint64_t)r->eos_id;
-    if (t->tok[i] != '\n' || i < (int64_t)seplen) return 0;
-    int64_t s = i - (int64_t)seplen; /* the separator's first byte; a line starts there */
+    if (t->tok[i] != '\n') return 0;
+    int64_t e = i > 0 && t->tok[i - 1] == '\r' ? i - 1 : i; /* the line's end, CR left out */
+    if (e < (int64_t)seplen) return 0;
+    int64_t s = e - (int64_t)seplen; /* the separator's first byte; a line starts there */
     if (s > 0 && t->tok[s - 1] != '\n') return 0;
     for (size_t k = 0; k < seplen; k++)
         if (t->tok[s + (int64_t)k] != (unsigned char)r->sep[k]) return 0;

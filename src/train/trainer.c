@@ -333,6 +333,9 @@ zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
     const zs_train_config *c = &t->cfg;
     double sum = 0.0, part = 0.0, count = 0.0;
     int per_rank = c->batch / t->world;
+    int64_t windows = zs_trainer_val_windows(t);
+    /* The split once at most: later batches would only hold empty rows. */
+    if (n_batches > zs_trainer_val_batches(t)) n_batches = zs_trainer_val_batches(t);
     for (int k = 0; k < n_batches; k++) {
         for (int j = 0; j < c->grad_accum; j++) {
             int first = t->rank * per_rank + j * t->micro;
@@ -348,12 +351,15 @@ zs_status zs_trainer_eval(zs_trainer_t *t, int n_batches, float *loss) {
         ZS_CHECK(zs_trainer_io_losses(t, c->grad_accum, &part));
         for (int j = 0; j < c->grad_accum; j++)
             sum += t->h_loss[j];
+        int64_t rows = windows - (int64_t)k * c->batch; /* real rows of this batch */
         count += c->docs != ZS_DOCS_NONE ? (double)zs_trainer_docs_val_targets(t, k)
-                                         : (double)c->batch * c->seq;
+                                         : (double)(rows < c->batch ? rows : c->batch) * c->seq;
     }
     ZS_CHECK(zs_module_allsum(t->engine, sum, &sum));
     /* The mean over the real targets of every batch (all of them without documents). */
     *loss = count > 0 ? (float)(sum / count) : 0.0f;
+    t->eval_batches = n_batches;
+    t->eval_targets = (int64_t)count;
 fail:
     return st;
 }
@@ -503,4 +509,15 @@ int zs_trainer_vocab(const zs_trainer_t *t) {
 int64_t zs_trainer_val_windows(const zs_trainer_t *t) {
     if (t->cfg.docs != ZS_DOCS_NONE) return t->dval.n_samples;
     return (t->data.val.n - 1) / t->cfg.seq;
+}
+
+int zs_trainer_val_batches(const zs_trainer_t *t) {
+    int64_t w = zs_trainer_val_windows(t), b = t->cfg.batch;
+    int64_t n = (w + b - 1) / b;
+    return n < 1 ? 1 : n > (1 << 30) ? (1 << 30) : (int)n;
+}
+
+void zs_trainer_last_eval(const zs_trainer_t *t, int *batches, int64_t *targets) {
+    if (batches) *batches = t->eval_batches;
+    if (targets) *targets = t->eval_targets;
 }

@@ -98,8 +98,10 @@ int64_t zs_trainer_docs_targets(const zs_trainer_t *t, int64_t step) {
 
 /* Validation sample of slot i of batch k: the split in order, from its start again when the
  * batches asked for outnumber its samples (as the windows of a run without documents). */
+/* Sample i of validation batch k; one past the split is an empty row (zs_docs_row), so each
+ * sample counts once. */
 static int64_t val_sample(const zs_trainer_t *t, int64_t k, int i) {
-    return (k * t->cfg.batch + i) % t->dval.n_samples;
+    return k * t->cfg.batch + i;
 }
 
 void zs_trainer_docs_val_fill(zs_trainer_t *t, int64_t k, int first, int32_t *in, int32_t *tg,

@@ -44,6 +44,8 @@ struct zs_trainer {
     char device_why[256]; /* and its reason (with the comm backend's on a GPU), for the banner */
     char gen_info[256];   /* zs_trainer_generate_info */
     char *run_config;     /* zs_trainer_set_run_config: a JSON object for the manifests */
+    int eval_batches;     /* the last zs_trainer_eval: batches after the cap, */
+    int64_t eval_targets; /* and the real targets its mean is over */
     /* Documents (cfg.docs, trainer_docs.c): the rules, both splits' samples, the epoch layout,
      * the fingerprint of the training data (computed once, when first needed) and the token's
      * document starts staged and on the device (PACK and PAD only; NULL otherwise). */
