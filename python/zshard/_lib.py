@@ -168,6 +168,7 @@ _SIGS = {
                                 ctypes.POINTER(I)]),
     "zs_trainer_model": (ctypes.POINTER(ModelConfig), [P]),
     "zs_trainer_val_windows": (ctypes.c_int64, [P]),
+    "zs_trainer_val_batches": (ctypes.c_int, [P]),
     "zs_trainer_total_steps": (I, [P]),
     "zs_model_config_from": (I, [S, ctypes.POINTER(ModelConfig), ctypes.POINTER(ModelConfig)]),
     "zs_trainer_init_from": (I, [P, S]),

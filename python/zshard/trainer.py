@@ -184,7 +184,7 @@ class Trainer:
         out = ctypes.c_float()
         if tokens is None:
             if n_batches == "all":
-                n_batches = max(1, lib.zs_trainer_val_windows(self._t) // self._cfg.batch)
+                n_batches = lib.zs_trainer_val_batches(self._t)
             elif isinstance(n_batches, str) or int(n_batches) < 1:
                 raise ValueError(f"n_batches {n_batches!r} is not a positive count or 'all'")
             call("zs_trainer_eval", self._t, int(n_batches), ctypes.byref(out))
