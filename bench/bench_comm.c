@@ -139,19 +139,45 @@ static int wanted(const bench_opts *o, const char *name) {
     return p && (p == o->comm || p[-1] == ',') && (p[l] == '\0' || p[l] == ',');
 }
 
-/* The backends this job can start: mpi only when MPI launched it (or a world of one), gloo only
- * with a rendezvous address (or a world of one). */
-static int usable(zs_comm_backend b) {
-    if (!zs_comm_backend_available(b)) return 0;
+/* The job's world size as its launcher gave it: zshard run, torchrun and srun (WORLD_SIZE),
+ * Open MPI (OMPI_COMM_WORLD_SIZE) or MPICH/Hydra (PMI_SIZE); 1 without a launcher. */
+static int env_world(void) {
+    const char *names[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    return 1;
+}
+
+/* Whether this job can start backend b; if not, why (the same on every rank: from the build
+ * and the environment only). mpi only when MPI launched it (or a world of one), gloo only with
+ * a rendezvous address (or a world of one). */
+static int usable(zs_comm_backend b, char *why, size_t cap) {
+    int world = env_world();
+    if (!zs_comm_backend_available(b)) {
+        snprintf(why, cap, "not in this build");
+        return 0;
+    }
     if (b == ZS_COMM_GLOO) {
-        const char *ws = getenv("WORLD_SIZE"), *mp = getenv("MASTER_PORT");
-        return (mp && atoi(mp) > 0) || !ws || atoi(ws) <= 1;
+        const char *mp = getenv("MASTER_PORT"), *ma = getenv("MASTER_ADDR");
+        if (world <= 1 || (mp && atoi(mp) > 0 && ma && *ma)) return 1;
+        snprintf(why, cap,
+                 "%d ranks need MASTER_ADDR and MASTER_PORT to meet (zshard run, torchrun and "
+                 "srun set them)",
+                 world);
+        return 0;
     }
     if (b == ZS_COMM_MPI) {
-        const char *ws = getenv("WORLD_SIZE");
-        return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || !ws || atoi(ws) <= 1;
+        if (world <= 1 || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) return 1;
+        snprintf(why, cap, "this job was not started by mpirun");
+        return 0;
     }
-    return b != ZS_COMM_NCCL; /* nccl needs device buffers: bench it with nccl-tests */
+    if (b == ZS_COMM_NCCL) {
+        snprintf(why, cap, "needs device buffers: bench it with nccl-tests");
+        return 0;
+    }
+    return 1;
 }
 
 /* Buffers for one pass: registered (zs_comm_mem_alloc; plain memory on mpi) or plain
@@ -225,19 +251,27 @@ int zs_bench_comm(int argc, char **argv) {
     bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
-    zs_comm_backend list[] = {ZS_COMM_SHM, ZS_COMM_GLOO, ZS_COMM_MPI};
-    int code = 0, first_row = 1, is_rank0 = 0, ran = 0;
+    zs_comm_backend list[] = {ZS_COMM_SHM, ZS_COMM_GLOO, ZS_COMM_MPI, ZS_COMM_NCCL};
+    enum { NB = 4 };
+    int code = 0, first_row = 1, is_rank0 = 0, ran = 0, nskip = 0;
+    char skipped[NB][200];
+    const char *skipped_name[NB];
     size_t maxb = (size_t)o.max_bytes;
     double mc = -1;
-    for (int bi = 0; bi < 3 && code == 0; bi++) {
+    for (int bi = 0; bi < NB && code == 0; bi++) {
         zs_comm_backend b = list[bi];
-        if (!wanted(&o, zs_comm_backend_name(b)) || !usable(b)) continue;
+        if (!wanted(&o, zs_comm_backend_name(b))) continue;
+        if (!usable(b, skipped[nskip], sizeof skipped[nskip])) {
+            skipped_name[nskip++] = zs_comm_backend_name(b);
+            continue;
+        }
         zs_comm_config cfg = zs_comm_config_default();
         cfg.backend = b;
         cfg.timeout_s = o.timeout_s;
         zs_comm_t *c = NULL;
         if (zs_comm_create(&cfg, &c) != ZS_OK) {
-            code = zs_cli_fail(1, "bench comm: %s: %s", zs_comm_backend_name(b), zs_last_error());
+            /* the error names the backend already */
+            code = zs_cli_fail(1, "bench comm: %s", zs_last_error());
             break;
         }
         int rank = zs_comm_rank(c), n = zs_comm_world_size(c);
@@ -248,10 +282,13 @@ int zs_bench_comm(int argc, char **argv) {
             zs_comm_barrier(c, NULL, "memcpy");
             char col[40];
             snprintf(col, sizeof col, "%%%s", o.ceil_name);
-            if (rank == 0 && o.json)
-                printf("{\"memcpy_gbps\": %.3f, \"%s_gbps\": %.3f, \"ranks\": %d, "
-                       "\"results\": [",
-                       mc, o.ceil_name, o.ceil_gbps > 0 ? o.ceil_gbps : mc, n);
+            if (rank == 0 && o.json) {
+                printf("{\"memcpy_gbps\": %.3f, ", mc);
+                if (o.ceil_gbps > 0) /* --ceiling NAME=GBPS: the column's reference */
+                    printf("\"ceiling\": {\"name\": \"%s\", \"gbps\": %.3f}, ", o.ceil_name,
+                           o.ceil_gbps);
+                printf("\"ranks\": %d, \"results\": [", n);
+            }
             else if (rank == 0) {
                 printf("memcpy (1 thread): %.2f GB/s   ", mc);
                 if (o.ceil_gbps > 0)
@@ -276,7 +313,23 @@ int zs_bench_comm(int argc, char **argv) {
         }
         zs_comm_destroy(c);
     }
-    if (!ran && code == 0) code = zs_cli_fail(1, "bench comm: no usable comm backend");
-    if (ran && o.json && is_rank0 && code == 0) printf("\n]}\n");
+    if (!ran && code == 0) {
+        char all[NB * 220] = "";
+        for (int k = 0; k < nskip; k++)
+            snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s (%s)", k ? "; " : "",
+                     skipped_name[k], skipped[k]);
+        code = zs_cli_fail(1, "bench comm: no usable comm backend%s%s", nskip ? ": " : "", all);
+    }
+    if (ran && is_rank0 && code == 0) { /* what was left out, and why */
+        if (o.json) {
+            printf("\n], \"skipped\": [");
+            for (int k = 0; k < nskip; k++)
+                printf("%s{\"backend\": \"%s\", \"reason\": \"%s\"}", k ? ", " : "",
+                       skipped_name[k], skipped[k]);
+            printf("]}\n");
+        } else
+            for (int k = 0; k < nskip; k++)
+                printf("%s%s: skipped, %s\n", k ? "" : "\n", skipped_name[k], skipped[k]);
+    }
     return code;
 }

@@ -42,6 +42,34 @@ static void mem_estimate(const char *stage, const char *dtype) {
              "stage %s %s: comm measured %.2f, %.2f MiB vs estimate %.2f MiB (exit %d):\n%s", stage,
              dtype, r0, r1, est, rc, g_out);
 }
+/* Issue 27 item 5: `mpirun -np 4 zshard bench comm --json`, the documented way to compare shm
+ * with MPI, measures shm and mpi, names gloo as skipped with its reason (no MASTER_ADDR under
+ * mpirun), and prints one valid JSON object with each key once. */
+static void bench_comm_under_mpirun(void) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ZS_COMM_TIMEOUT=60 "
+             "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 mpirun --oversubscribe -np 4 "
+             "env -u MASTER_ADDR -u MASTER_PORT -u WORLD_SIZE %s/zshard bench comm --json "
+             "--max-size 16K --iters 3 > /tmp/zs-bench-comm-$$.json && python3 -c '"
+             "import json, sys\n"
+             "def once(pairs):\n"
+             "    keys = [k for k, _ in pairs]\n"
+             "    assert len(keys) == len(set(keys)), \"duplicate key in %%s\" %% keys\n"
+             "    return dict(pairs)\n"
+             "d = json.load(open(sys.argv[1]), object_pairs_hook=once)\n"
+             "print(\"backends\", sorted({r[\"backend\"] for r in d[\"results\"]}))\n"
+             "print(\"skipped\", [(s[\"backend\"], s[\"reason\"]) for s in d[\"skipped\"]])\n"
+             "' /tmp/zs-bench-comm-$$.json; rc=$?; cat /tmp/zs-bench-comm-$$.json; "
+             "rm -f /tmp/zs-bench-comm-$$.json; exit $rc",
+             getenv("ZS_BUILD_DIR"));
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0 && strstr(g_out, "backends ['mpi', 'shm'") &&
+                 strstr(g_out, "('gloo', '4 ranks need MASTER_ADDR and MASTER_PORT"),
+             "mpirun -np 4 zshard bench comm --json (exit %d): want shm and mpi rows, gloo "
+             "skipped with its reason, valid JSON with each key once:\n%s",
+             rc, g_out);
+}
 #endif
 
 int main(void) {
@@ -58,6 +86,7 @@ int main(void) {
      * with registered buffers, whose objects are named after that segment */
     run_mpi(3, "--comm shm");
     run_mpi(3, "--comm shm --registered");
+    bench_comm_under_mpirun();
     mem_estimate("3", "fp32");
     mem_estimate("1", "fp32");
     mem_estimate("ddp", "bf16");
