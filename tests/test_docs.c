@@ -485,6 +485,22 @@ static void test_shards(void) {
     snprintf(extra, sizeof extra,
              "--docs pad --data '%s/train_*.bin' --vocab 512 --eos-id 3 --batch 8 --steps 2", dir);
     data_ok(0, "", 1, "ddp", extra);
+    /* Issue 27 item 1: shards without dataset.json are not taken for GPT-2's either (another
+     * tokenizer's shards, an interrupted tokenize's, once read as GPT-2's and became one
+     * document): --docs needs --eos-id, even at GPT-2's vocabulary. */
+    snprintf(extra, sizeof extra, "--docs pack --data '%s/train_*.bin' --batch 8 --steps 2", dir);
+    none = run_data(0, "", 1, "ddp", extra);
+    ZT_CHECK(none.rc != 0 && strstr(rl_out, "no dataset.json beside them") &&
+                 strstr(rl_out, "give --eos-id N (50256"),
+             "shards without dataset.json at GPT-2's vocabulary: %s", rl_out);
+    /* An end id that never occurs: one document over many windows, and the banner says so. */
+    snprintf(extra, sizeof extra,
+             "--docs pack --data '%s/train_*.bin' --eos-id 50256 --batch 8 --seq 16 --steps 1",
+             dir);
+    rl_run one = run_data(0, "", 1, "ddp", extra);
+    ZT_CHECK(one.rc == 0 && strstr(rl_out, "from 1 document,") &&
+                 strstr(rl_out, "warning: the training split is a single document"),
+             "--eos-id that never occurs: %s", rl_out);
 }
 
 /* ---- memory, eval, errors ------------------------------------------------------------------ */

@@ -487,6 +487,41 @@ static void test_cli(void) {
     ZT_CHECK(rc == 2 && strstr(buf, "--tokenizer"), "no tokenizer (rc %d): %s", rc, buf);
 }
 
+/* Issue 27 item 1: tokenize stopped by SIGINT or SIGTERM removes the shards it wrote, writes no
+ * dataset.json, says so, and exits 128 + the signal. ZS_FAULT_HOLD_SHARDS=3 holds the job after
+ * the batch that begins its third shard (as a stalled input would), so the signal always comes
+ * mid-run. */
+static void test_interrupt(void) {
+    static char buf[1 << 16];
+    FILE *f = fopen(path("intr.txt"), "w");
+    ZT_REQUIRE(f, "create intr.txt");
+    for (int d = 0; d < 400; d++)
+        fprintf(f, "document %d of the interrupted run, with a few words\n%%\n", d);
+    fclose(f);
+    const int sigs[] = {2, 15};
+    const char *names[] = {"SIGINT", "SIGTERM"};
+    for (int k = 0; k < 2; k++) {
+        char out[64], want[64], said[64];
+        snprintf(out, sizeof out, "intr_out%d", k);
+        int rc = zt_runf(
+            buf, sizeof buf,
+            "cd %s && rm -rf %s && { ZS_FAULT_HOLD_SHARDS=3 %s tokenize intr.txt "
+            "--doc-sep %% --tokenizer %s --out %s --shard-size 50 --threads 1 > intr%d.log 2>&1 "
+            "& } ; p=$!; i=0; while [ ! -e %s/train_000001.bin ] && [ $i -lt 3000 ]; do "
+            "sleep 0.01; i=$((i+1)); done; ls %s > before%d.txt; kill -%d $p; wait $p; "
+            "echo \"rc=$?\"; cat intr%d.log; echo \"shards before: $(wc -l < before%d.txt)\"; "
+            "echo \"left: [$(ls -A %s)]\"",
+            g_dir, out, zt_zshard_exe(), path("ident"), out, k, out, out, k, sigs[k], k, k, out);
+        snprintf(want, sizeof want, "rc=%d", 128 + sigs[k]);
+        snprintf(said, sizeof said, "interrupted by %s: removed the ", names[k]);
+        ZT_CHECK(rc == 0 && strstr(buf, want) && strstr(buf, said) &&
+                     strstr(buf, "wrote no dataset.json") && strstr(buf, "left: []") &&
+                     !strstr(buf, "shards before: 0"),
+                 "tokenize stopped by %s: want %s, its message, and an empty output folder:\n%s",
+                 names[k], want, buf);
+    }
+}
+
 /* eval --data TEXT --tokenizer: the same loss as eval on the shards `zshard tokenize` writes
  * from that text (all documents in one split), at 1 and 2 ranks. */
 static void test_eval_text(void) {
@@ -536,6 +571,7 @@ int main(void) {
     test_threads();
     test_memory();
     test_cli();
+    test_interrupt();
     test_eval_text();
     int rc = zt_finish();
     char cmd[400];

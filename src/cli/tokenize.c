@@ -129,6 +129,14 @@ static void summary(const zs_tokenize_config *c, const zs_tokenize_stats *s) {
                (long long)docs);
 }
 
+/* SIGINT, SIGTERM, SIGHUP: the job stops and removes what it wrote (zs_tokenize_config's
+ * cancel); a second signal ends the process at once. */
+static volatile sig_atomic_t g_cancel;
+static void on_signal(int sig) {
+    if (g_cancel) _exit(128 + sig);
+    g_cancel = sig;
+}
+
 int zs_cli_tokenize(int argc, char **argv) {
     zs_tokenize_config c = zs_tokenize_config_default();
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
@@ -231,13 +239,23 @@ int zs_cli_tokenize(int argc, char **argv) {
         c.progress_ctx = &p;
         c.progress_s = p.tty ? 0.2 : 10;
     }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    c.cancel = &g_cancel;
     zs_tokenize_stats s;
     zs_status st = zs_tokenize_run(&c, &s);
     if (st != ZS_OK) {
+        int sig = zs_tokenize_interrupted(&c);
         if (p.shown && p.tty) fprintf(stderr, "\n");
         free(inputs);
         free(excl);
-        return zs_cli_fail(1, "tokenize: %s", zs_last_error());
+        /* 128 + the signal, as the shell reports a process it ended */
+        return zs_cli_fail(sig ? 128 + sig : 1, "tokenize: %s", zs_last_error());
     }
     summary(&c, &s);
     free(inputs);

@@ -276,11 +276,20 @@ int zs_cli_train(int argc, char **argv) {
                o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "", o.cfg.steps, (double)o.cfg.lr,
                o.cfg.warmup, (unsigned long long)o.cfg.seed);
         if (dp0.samples)
-            printf("  documents: --docs %s, %lld %s from %lld documents, %lld steps per epoch%s\n",
+            printf("  documents: --docs %s, %lld %s from %lld document%s, %lld steps per "
+                   "epoch%s\n",
                    zs_docs_mode_name(o.cfg.docs), (long long)dp0.samples,
                    o.cfg.docs == ZS_DOCS_PAD ? "rows" : "windows", (long long)dp0.documents,
-                   (long long)dp0.steps_per_epoch,
+                   dp0.documents == 1 ? "" : "s", (long long)dp0.steps_per_epoch,
                    o.cfg.epochs ? "" : " (no --epochs: --steps sets the length)");
+        /* One document over many windows: the end-of-document marker is likely not the data's
+         * (another tokenizer's shards, a --doc-sep that matches no line). */
+        if (dp0.samples && dp0.documents == 1 && dp0.samples > 64)
+            printf("  warning: the training split is a single document of %lld %s: its "
+                   "end-of-document marker (%s) likely never occurs in %s; check --eos-id, "
+                   "--doc-sep or the dataset.json beside the shards\n",
+                   (long long)dp0.samples, o.cfg.docs == ZS_DOCS_PAD ? "rows" : "windows",
+                   o.cfg.doc_sep ? "--doc-sep" : "the end-of-document id", o.cfg.data_path);
         const char *why = NULL, *dev = zs_trainer_device(t, &why);
         const char *cwhy = zs_trainer_comm_reason(t);
         printf("  device %s (%s), comm %s%s%s%s\n", dev, why, zs_trainer_comm_name(t),

@@ -295,6 +295,23 @@ fail:
 
 /* ---- the job ------------------------------------------------------------------------------- */
 
+int zs_tokenize_interrupted(const zs_tokenize_config *cfg) {
+    return cfg->cancel ? (int)*cfg->cancel : 0;
+}
+
+/* The error of a job stopped by a signal; the fail path then removes the shards it counts. */
+static zs_status interrupted(const zs_tokenize_config *cfg, const zs_split_out out[2]) {
+    int sig = zs_tokenize_interrupted(cfg), n = out[0].n_files + out[1].n_files;
+    return zs_error(ZS_ERR_INVALID,
+                    "interrupted by %s: removed the %d shard%s it had begun in %s and wrote no "
+                    "dataset.json, so nothing there reads as a finished dataset",
+                    sig == SIGINT    ? "SIGINT"
+                    : sig == SIGTERM ? "SIGTERM"
+                    : sig == SIGHUP  ? "SIGHUP"
+                                     : "a signal",
+                    n, n == 1 ? "" : "s", cfg->out_dir);
+}
+
 zs_status zs_tokenize_run(const zs_tokenize_config *cfg, zs_tokenize_stats *s) {
     zs_status st = ZS_OK;
     zs_tokenizer_t *tok = NULL;
@@ -351,8 +368,22 @@ zs_status zs_tokenize_run(const zs_tokenize_config *cfg, zs_tokenize_stats *s) {
         ZS_REQUIRE(pthread_create(&th[n_th], NULL, worker, &j) == 0, ZS_ERR_INVALID,
                    "tokenize: cannot start thread %d: %s", n_th, strerror(errno));
 
+    /* Test hook ZS_FAULT_HOLD_SHARDS=K: once K shards are begun the job waits, as if its input
+     * had stalled, until it is cancelled (the tests' way to interrupt it mid-run, no race). */
+    const char *hold_env = getenv("ZS_FAULT_HOLD_SHARDS");
+    int hold = hold_env && *hold_env ? atoi(hold_env) : 0;
     pthread_mutex_lock(&j.mu);
     for (;;) {
+        if (zs_tokenize_interrupted(cfg)) {
+            st = interrupted(cfg, out);
+            break;
+        }
+        if (hold > 0 && out[0].n_files + out[1].n_files >= hold) {
+            pthread_mutex_unlock(&j.mu);
+            usleep(10000);
+            pthread_mutex_lock(&j.mu);
+            continue;
+        }
         if (cfg->progress && now() - last >= cfg->progress_s) {
             last = now();
             s->bytes_read = zs_corpus_bytes_read(c);
@@ -395,7 +426,13 @@ zs_status zs_tokenize_run(const zs_tokenize_config *cfg, zs_tokenize_stats *s) {
     j.stop = 1;
     pthread_cond_broadcast(&j.work);
     pthread_mutex_unlock(&j.mu);
+    /* a read or write cut short by the signal reports the signal, not its EINTR */
+    if (st != ZS_OK && zs_tokenize_interrupted(cfg)) st = interrupted(cfg, out);
     ZS_CHECK(st);
+    if (zs_tokenize_interrupted(cfg)) { /* arrived after the last batch: still nothing kept */
+        st = interrupted(cfg, out);
+        goto fail;
+    }
     for (int k = 0; k < 2; k++)
         ZS_CHECK(zs_split_out_finish(&out[k]));
     for (int k = 0; k < 2; k++)

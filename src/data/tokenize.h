@@ -9,6 +9,7 @@
 #include "data/corpus.h"
 #include "zshard.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,10 @@ typedef struct zs_tokenize_config {
     zs_tokenize_progress_fn progress; /* called from one thread, every progress_s seconds */
     void *progress_ctx;
     double progress_s;
+    /* When *cancel turns non-zero (a signal handler's store: the signal's number), the job
+     * stops within a batch, removes every shard it began, writes no dataset.json and fails
+     * naming the signal (zs_tokenize_interrupted says so). NULL: never. */
+    volatile sig_atomic_t *cancel;
 } zs_tokenize_config;
 
 zs_tokenize_config zs_tokenize_config_default(void);
@@ -59,6 +64,8 @@ int zs_tokenize_is_val(uint64_t seed, int64_t index, double val_frac);
 /* Runs the whole job. On failure nothing it wrote is left behind, and the error names the
  * file, line and reason. */
 zs_status zs_tokenize_run(const zs_tokenize_config *cfg, zs_tokenize_stats *stats);
+/* The signal that stopped the last zs_tokenize_run of cfg through cfg->cancel, or 0. */
+int zs_tokenize_interrupted(const zs_tokenize_config *cfg);
 
 /* llm.c shard written as it fills: header (256 int32: magic, version, count), then tokens
  * (uint16 or uint32). Written under a temporary name, renamed when closed. */

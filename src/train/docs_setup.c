@@ -116,11 +116,11 @@ zs_status zs_docs_resolve(const zs_train_config *c, const zs_docs_meta *m, int v
     ZS_REQUIRE(c->eos_id < vocab && c->pad_id < vocab, ZS_ERR_INVALID,
                "--eos-id %lld / --pad-id %lld: ids of %s are below its vocabulary of %d",
                (long long)c->eos_id, (long long)c->pad_id, data, vocab);
-    /* The flags first, then the tokenizer's own description, then GPT-2's <|endoftext|>. */
-    r->eos_id = c->eos_id >= 0                       ? c->eos_id
-                : m->found && m->eos_id >= 0         ? m->eos_id
-                : !is_text && vocab == ZS_GPT2_VOCAB ? ZS_GPT2_VOCAB - 1
-                                                     : -1;
+    /* The flag, else the tokenizer's own description. Token shards without dataset.json have
+     * no end id by default, not even GPT-2's 50256 for a 50257 vocabulary: shards of another
+     * tokenizer that lost their dataset.json (an interrupted tokenize of old) read as GPT-2's
+     * and became one document. */
+    r->eos_id = c->eos_id >= 0 ? c->eos_id : m->found && m->eos_id >= 0 ? m->eos_id : -1;
     if (c->docs == ZS_DOCS_PACK || c->docs == ZS_DOCS_PAD) {
         ZS_REQUIRE(!is_text || zs_docs_have_boundaries(r), ZS_ERR_INVALID,
                    "--docs %s: %s is byte-level text, whose documents zshard cannot tell: give "
@@ -128,9 +128,11 @@ zs_status zs_docs_resolve(const zs_train_config *c, const zs_docs_meta *m, int v
                    "fortune files), --eos-id BYTE, or use --docs concat",
                    zs_docs_mode_name(c->docs), data);
         ZS_REQUIRE(zs_docs_have_boundaries(r), ZS_ERR_INVALID,
-                   "--docs %s: the token shards %s have vocabulary %d and no dataset.json "
-                   "beside them, so their end-of-document id is unknown: give --eos-id N",
-                   zs_docs_mode_name(c->docs), data, vocab);
+                   "--docs %s: the token shards %s have no dataset.json beside them (what "
+                   "`zshard tokenize` writes last; shards without one may be an interrupted "
+                   "run's), so their end-of-document id is unknown: give --eos-id N (50256, "
+                   "<|endoftext|>, for llm.c's GPT-2 shards)",
+                   zs_docs_mode_name(c->docs), data);
     }
     r->pad_id = (int32_t)(c->pad_id >= 0               ? c->pad_id
                           : m->found && m->pad_id >= 0 ? m->pad_id
