@@ -522,6 +522,59 @@ static void test_interrupt(void) {
     }
 }
 
+/* Issue 27 item 2 and its messages: an output folder inside the input folder, and earlier
+ * runs' token folders, are left out of the inputs with a note (never tokenized as text);
+ * --overwrite never deletes an input; nothing kept is an error; a validation-only set and a
+ * bad --eos are said once, without a doubled prefix. */
+static void test_output_in_input(void) {
+    static char buf[1 << 16];
+    char cmd[4096];
+    const char *z = zt_zshard_exe(), *tok = path("ident");
+    ZT_REQUIRE(system("true") == 0, "sh");
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/nest && cd %s/nest && for i in 1 2 3 4 5 6; do "
+             "printf 'document %%s of the nest\n%%%%\n' $i; done > a.txt", g_dir, g_dir);
+    ZT_REQUIRE(system(cmd) == 0, "%s", cmd);
+    int rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest --doc-sep %% --tokenizer %s "
+                     "--out nest/tok --val-frac 0", g_dir, z, tok);
+    ZT_CHECK(rc == 0 && strstr(buf, "tokenize: 6 documents"), "first run (rc %d):\n%s", rc, buf);
+    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest --doc-sep %% --tokenizer %s "
+                 "--out nest/tok2 --val-frac 0", g_dir, z, tok);
+    ZT_CHECK(rc == 0 && strstr(buf, "tokenize: 6 documents") &&
+                 strstr(buf, "note: left out nest/tok (token shards: it holds a zshard "
+                             "dataset.json)"),
+             "a second output folder beside the first: the first is not an input (rc %d):\n%s",
+             rc, buf);
+    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest --doc-sep %% --tokenizer %s "
+                 "--out nest/tok --val-frac 0 --overwrite && test -f nest/tok/dataset.json",
+                 g_dir, z, tok);
+    ZT_CHECK(rc == 0 && strstr(buf, "tokenize: 6 documents") &&
+                 strstr(buf, "note: left out nest/tok (the output folder)"),
+             "--overwrite of an output folder inside the inputs (rc %d):\n%s", rc, buf);
+    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest/tok/dataset.json nest/a.txt "
+                 "--doc-sep %% --tokenizer %s --out nest/tok --overwrite 2>&1; echo \"rc=$?\"; "
+                 "test -f nest/tok/dataset.json && test -f nest/tok/train_000000.bin && "
+                 "echo kept", g_dir, z, tok);
+    ZT_CHECK(strstr(buf, "rc=1") &&
+                 strstr(buf, "the input nest/tok/dataset.json is an earlier output in --out "
+                             "nest/tok, which this run would delete (--overwrite)") &&
+                 strstr(buf, "kept") && !strstr(buf, "tokenize: tokenize:"),
+             "--overwrite must not delete an input:\n%s", buf);
+    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest/a.txt --doc-sep %% --tokenizer %s "
+                 "--out nest_none --max-doc-bytes 4", g_dir, z, tok);
+    ZT_CHECK(rc == 1 && strstr(buf, "none of the 6 documents read was kept (the first: "
+                                    "nest/a.txt:1: too_long"),
+             "nothing kept (rc %d):\n%s", rc, buf);
+    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest/a.txt --doc-sep %% --tokenizer %s "
+                 "--out nest_val --val-frac 1", g_dir, z, tok);
+    ZT_CHECK(rc == 0 && strstr(buf, "note: no document went to train (--val-frac 1)"),
+             "validation-only (rc %d):\n%s", rc, buf);
+    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest/a.txt --tokenizer %s --out nest_e "
+                 "--eos nope", g_dir, z, tok);
+    ZT_CHECK(rc == 1 && strstr(buf, "zshard: tokenize: --eos 'nope' is not a token") &&
+                 !strstr(buf, "tokenize: tokenize:"),
+             "--eos that is no token: one prefix (rc %d):\n%s", rc, buf);
+}
+
 /* eval --data TEXT --tokenizer: the same loss as eval on the shards `zshard tokenize` writes
  * from that text (all documents in one split), at 1 and 2 ranks. */
 static void test_eval_text(void) {
@@ -572,6 +625,7 @@ int main(void) {
     test_memory();
     test_cli();
     test_interrupt();
+    test_output_in_input();
     test_eval_text();
     int rc = zt_finish();
     char cmd[400];

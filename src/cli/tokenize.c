@@ -90,9 +90,10 @@ static void on_progress(void *ctx, const zs_tokenize_stats *s, int done) {
 static void summary(const zs_tokenize_config *c, const zs_tokenize_stats *s) {
     int64_t docs = s->docs[0] + s->docs[1], toks = s->tokens[0] + s->tokens[1];
     double mb = (double)s->bytes_read / 1e6;
-    printf("tokenize: %lld documents (%lld train, %lld val), %lld tokens (%lld train, %lld "
+    printf("tokenize: %lld document%s (%lld train, %lld val), %lld tokens (%lld train, %lld "
            "val), %.1f tokens per document\n",
-           (long long)docs, (long long)s->docs[0], (long long)s->docs[1], (long long)toks,
+           (long long)docs, docs == 1 ? "" : "s", (long long)s->docs[0], (long long)s->docs[1],
+           (long long)toks,
            (long long)s->tokens[0], (long long)s->tokens[1],
            docs ? (double)toks / (double)docs : 0.0);
     printf("  read %d file%s, %.2f MB in %.2f s (%.2f MB/s) with %d thread%s\n", s->files,
@@ -120,10 +121,18 @@ static void summary(const zs_tokenize_config *c, const zs_tokenize_stats *s) {
     for (int i = 0; i < s->n_bad; i++)
         printf("    %s\n", s->bad[i]);
     if (skipped > s->n_bad) printf("    ... and %lld more\n", (long long)(skipped - s->n_bad));
+    for (int i = 0; i < s->n_left_out && i < ZS_CORPUS_MAX_LEFT_OUT; i++)
+        printf("  note: left out %s\n", s->left_out[i]);
+    if (s->n_left_out > ZS_CORPUS_MAX_LEFT_OUT)
+        printf("  note: ... and %d more folders left out\n", s->n_left_out - ZS_CORPUS_MAX_LEFT_OUT);
     if (s->eos_in_text)
         printf("  note: %lld document%s hold the EOS token's text itself, encoded as the EOS: "
                "each reads as two documents\n",
                (long long)s->eos_in_text, s->eos_in_text == 1 ? "" : "s");
+    if (docs && !s->docs[0])
+        printf("  note: no document went to train (--val-frac %g): a validation-only set; train "
+               "reads it with --val-data\n",
+               c->val_frac);
     if (docs && !s->docs[1] && c->val_frac > 0)
         printf("  note: no document went to val (--val-frac %g of %lld)\n", c->val_frac,
                (long long)docs);
@@ -255,7 +264,9 @@ int zs_cli_tokenize(int argc, char **argv) {
         free(inputs);
         free(excl);
         /* 128 + the signal, as the shell reports a process it ended */
-        return zs_cli_fail(sig ? 128 + sig : 1, "tokenize: %s", zs_last_error());
+        const char *e = zs_last_error(); /* the library's own messages may name the command */
+        return zs_cli_fail(sig ? 128 + sig : 1, "%s%s", strncmp(e, "tokenize: ", 10) ? "tokenize: " : "",
+                           e);
     }
     summary(&c, &s);
     free(inputs);

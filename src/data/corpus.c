@@ -35,6 +35,10 @@ struct zs_corpus {
     size_t fixed_cap;
     char *field; /* JSONL field value */
     size_t field_cap;
+    struct stat skip; /* cfg.skip_dir's identity, when it exists (have_skip) */
+    int have_skip;
+    char left_out[ZS_CORPUS_MAX_LEFT_OUT][600]; /* folders left out, "DIR (why)" */
+    int n_left_out;
 };
 
 const char *zs_doc_skip_name(zs_doc_skip s) {
@@ -77,13 +81,45 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Whether dir holds token shards described by a zshard dataset.json. */
+static int token_folder(const char *dir) {
+    char p[4200], head[4096];
+    snprintf(p, sizeof p, "%s/dataset.json", dir);
+    FILE *f = fopen(p, "rb");
+    if (!f) return 0;
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    head[n] = 0;
+    return strstr(head, "\"zshard-tokens\"") != NULL;
+}
+
+/* Whether the walk leaves folder dir out: the skip_dir (an output folder inside the inputs
+ * would feed the run its own shards), or a token folder (an earlier run's output: its
+ * dataset.json and shards are not text). Noted for the summary. */
+static int left_out(zs_corpus_t *c, const char *dir) {
+    struct stat s;
+    const char *why = NULL;
+    if (c->have_skip && stat(dir, &s) == 0 && s.st_dev == c->skip.st_dev &&
+        s.st_ino == c->skip.st_ino)
+        why = "the output folder";
+    else if (token_folder(dir))
+        why = "token shards: it holds a zshard dataset.json";
+    if (!why) return 0;
+    if (c->n_left_out < ZS_CORPUS_MAX_LEFT_OUT)
+        snprintf(c->left_out[c->n_left_out], sizeof c->left_out[0], "%s (%s)", dir, why);
+    c->n_left_out++;
+    return 1;
+}
+
 /* A folder's regular files, recursively, in byte order of their paths. Hidden entries and
  * symbolic links are left out (as `find` does without -L): a link usually repeats a file
- * that is there already (fortune's .u8 links) or leads out of the folder. */
+ * that is there already (fortune's .u8 links) or leads out of the folder. So are the output
+ * folder and token folders (left_out). */
 static zs_status walk(zs_corpus_t *c, const char *dir, int depth) {
     zs_status st = ZS_OK;
     char **names = NULL;
     int n = 0, cap = 0;
+    if (left_out(c, dir)) return ZS_OK;
     DIR *d = opendir(dir);
     ZS_REQUIRE(d, ZS_ERR_IO, "%s: cannot read the folder: %s", dir, strerror(errno));
     ZS_REQUIRE(depth < 64, ZS_ERR_INVALID, "%s: folders nested deeper than 64", dir);
@@ -148,13 +184,15 @@ zs_status zs_corpus_open(const zs_corpus_config *cfg, zs_corpus_t **out) {
     ZS_REQUIRE(c, ZS_ERR_OOM, "corpus: out of memory");
     c->cfg = *cfg;
     c->cur = -1;
+    c->have_skip = cfg->skip_dir && stat(cfg->skip_dir, &c->skip) == 0 && S_ISDIR(c->skip.st_mode);
     ZS_REQUIRE(cfg->n_inputs > 0, ZS_ERR_INVALID, "corpus: no input files");
     ZS_REQUIRE(cfg->max_doc_bytes > 0 && cfg->max_doc_bytes < ((size_t)1 << 40), ZS_ERR_INVALID,
                "corpus: max_doc_bytes %zu is out of range", cfg->max_doc_bytes);
     for (int i = 0; i < cfg->n_inputs; i++)
         ZS_CHECK(add_input(c, cfg->inputs[i]));
-    ZS_REQUIRE(c->n_files > 0, ZS_ERR_IO, "corpus: the inputs hold no files (%s%s)", cfg->inputs[0],
-               cfg->n_inputs > 1 ? ", ..." : "");
+    ZS_REQUIRE(c->n_files > 0, ZS_ERR_IO, "corpus: the inputs hold no files (%s%s)%s%s",
+               cfg->inputs[0], cfg->n_inputs > 1 ? ", ..." : "",
+               c->n_left_out ? ": left out " : "", c->n_left_out ? c->left_out[0] : "");
     c->rbuf = malloc(READ_CHUNK);
     ZS_REQUIRE(c->rbuf, ZS_ERR_OOM, "corpus: out of memory");
     *out = c;
@@ -180,6 +218,14 @@ void zs_corpus_close(zs_corpus_t *c) {
 
 int zs_corpus_file_count(const zs_corpus_t *c) {
     return c->n_files;
+}
+
+int zs_corpus_left_out_count(const zs_corpus_t *c) {
+    return c->n_left_out;
+}
+
+const char *zs_corpus_left_out(const zs_corpus_t *c, int i) {
+    return i >= 0 && i < c->n_left_out && i < ZS_CORPUS_MAX_LEFT_OUT ? c->left_out[i] : "";
 }
 const char *zs_corpus_file(const zs_corpus_t *c, int i) {
     return i >= 0 && i < c->n_files ? c->files[i] : "";

@@ -6,6 +6,8 @@
 #ifndef ZS_DATA_CORPUS_H
 #define ZS_DATA_CORPUS_H
 
+#define ZS_CORPUS_MAX_LEFT_OUT 8 /* left-out folders remembered by name */
+
 #include "zshard.h"
 
 #include <stddef.h>
@@ -42,6 +44,9 @@ typedef struct zs_corpus_config {
     size_t max_doc_bytes;       /* longer documents are skipped [64 MiB] */
     const char *const *exclude; /* files whose name matches one of these globs are left out */
     int n_exclude;
+    /* A folder left out of the walk (tokenize's output folder; NULL: none). Folders holding a
+     * zshard dataset.json (token shards) are left out too; zs_corpus_left_out names both. */
+    const char *skip_dir;
 } zs_corpus_config;
 
 zs_corpus_config zs_corpus_config_default(void);
@@ -69,6 +74,9 @@ zs_status zs_corpus_open(const zs_corpus_config *cfg, zs_corpus_t **out);
  * cannot be read (named). */
 zs_status zs_corpus_next(zs_corpus_t *c, zs_doc *d, int *have);
 int zs_corpus_file_count(const zs_corpus_t *c);
+/* The folders the walk left out (the skip_dir, token folders), with the reason: "DIR (why)". */
+int zs_corpus_left_out_count(const zs_corpus_t *c);
+const char *zs_corpus_left_out(const zs_corpus_t *c, int i);
 const char *zs_corpus_file(const zs_corpus_t *c, int i);
 int64_t zs_corpus_total_bytes(const zs_corpus_t *c); /* sizes of all files, for progress */
 int64_t zs_corpus_bytes_read(const zs_corpus_t *c);

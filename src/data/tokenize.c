@@ -293,6 +293,26 @@ fail:
     return st;
 }
 
+/* An input named outright inside the output folder that the run would replace (a shard or
+ * dataset.json of an earlier run) is refused before anything is removed: --overwrite never
+ * deletes an input. */
+static zs_status refuse_output_inputs(const zs_tokenize_config *cfg, const zs_corpus_t *c) {
+    struct stat od, fd;
+    if (stat(cfg->out_dir, &od) != 0) return ZS_OK; /* not there yet: holds nothing */
+    for (int i = 0; i < zs_corpus_file_count(c); i++) {
+        const char *f = zs_corpus_file(c, i), *slash = strrchr(f, '/');
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - f) : 1, slash ? f : ".");
+        if (!ours(slash ? slash + 1 : f) || stat(dir[0] ? dir : "/", &fd) != 0) continue;
+        if (fd.st_dev == od.st_dev && fd.st_ino == od.st_ino)
+            return zs_error(ZS_ERR_INVALID,
+                            "tokenize: the input %s is an earlier output in --out %s, which this "
+                            "run would %s: give another --out, or leave it out of the inputs",
+                            f, cfg->out_dir, cfg->overwrite ? "delete (--overwrite)" : "replace");
+    }
+    return ZS_OK;
+}
+
 /* ---- the job ------------------------------------------------------------------------------- */
 
 int zs_tokenize_interrupted(const zs_tokenize_config *cfg) {
@@ -342,9 +362,16 @@ zs_status zs_tokenize_run(const zs_tokenize_config *cfg, zs_tokenize_stats *s) {
     zs_tokenizer_template(tok, &j.pre, &j.n_pre, &j.post, &j.n_post);
     ZS_REQUIRE(j.n_pre <= 8 && j.n_post <= 7, ZS_ERR_UNSUPPORTED,
                "tokenize: a template of %d + %d tokens", j.n_pre, j.n_post);
-    ZS_CHECK(zs_corpus_open(&cfg->corpus, &c));
+    /* The output folder, and earlier runs' token folders, are never inputs (corpus.c). */
+    zs_corpus_config cc = cfg->corpus;
+    cc.skip_dir = cfg->out_dir;
+    ZS_CHECK(zs_corpus_open(&cc, &c));
     s->files = zs_corpus_file_count(c);
     s->total_bytes = zs_corpus_total_bytes(c);
+    s->n_left_out = zs_corpus_left_out_count(c);
+    for (int i = 0; i < s->n_left_out && i < ZS_CORPUS_MAX_LEFT_OUT; i++)
+        snprintf(s->left_out[i], sizeof s->left_out[i], "%s", zs_corpus_left_out(c, i));
+    ZS_CHECK(refuse_output_inputs(cfg, c));
     ZS_CHECK(prepare_dir(cfg->out_dir, cfg->overwrite));
 
     int vocab = zs_tokenizer_vocab_size(tok), bits = vocab <= 65536 ? 16 : 32;
@@ -429,6 +456,12 @@ zs_status zs_tokenize_run(const zs_tokenize_config *cfg, zs_tokenize_stats *s) {
     /* a read or write cut short by the signal reports the signal, not its EINTR */
     if (st != ZS_OK && zs_tokenize_interrupted(cfg)) st = interrupted(cfg, out);
     ZS_CHECK(st);
+    /* Nothing kept is no dataset: said, not written as an empty one. */
+    ZS_REQUIRE(s->docs[0] + s->docs[1] > 0, ZS_ERR_INVALID,
+               "tokenize: none of the %lld documents read was kept%s%s%s: nothing to write "
+               "(tokenize --help: --max-doc-bytes, --field, --format)",
+               (long long)s->docs_seen, s->n_bad ? " (the first: " : "", s->n_bad ? s->bad[0] : "",
+               s->n_bad ? ")" : "");
     if (zs_tokenize_interrupted(cfg)) { /* arrived after the last batch: still nothing kept */
         st = interrupted(cfg, out);
         goto fail;

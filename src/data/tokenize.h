@@ -31,6 +31,8 @@ typedef struct zs_tokenize_stats {
     double seconds;
     int n_bad; /* the first skipped documents: "file:line: reason" */
     char bad[ZS_TOKENIZE_MAX_BAD][320];
+    int n_left_out; /* folders of the inputs left out: the output folder, token folders */
+    char left_out[ZS_CORPUS_MAX_LEFT_OUT][600];
 } zs_tokenize_stats;
 
 typedef void (*zs_tokenize_progress_fn)(void *ctx, const zs_tokenize_stats *s, int done);
