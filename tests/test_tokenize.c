@@ -260,6 +260,19 @@ static void test_jsonl_rules(void) {
     ZT_OK(zs_tokenize_run(&c, &s));
     ZT_CHECK(s.docs[0] == 1 && s.skipped[ZS_DOC_NO_FIELD] == 7, "--field title: %lld docs",
              (long long)s.docs[0]);
+    /* A UTF-8 byte-order mark before the first line (an editor's) is not part of it. */
+    write_text(path("bom.jsonl"), "\xEF\xBB\xBF{\"text\": \"first\"}\n{\"text\": \"second\"}\n");
+    const char *bin[] = {path("bom.jsonl")};
+    c = config(bin, 1, path("ident"), path("o6b"));
+    ZT_OK(zs_tokenize_run(&c, &s));
+    t = read_split(path("o6b"), "train", &files);
+    at = 0;
+    expect_doc(&t, &at, "first", 5, 256, 0, "jsonl after a BOM");
+    expect_doc(&t, &at, "second", 6, 256, 0, "jsonl second line");
+    ZT_CHECK(at == t.n && s.skipped[ZS_DOC_BAD_JSON] == 0,
+             "a BOM made line 1 invalid JSON (%lld skipped as invalid)",
+             (long long)s.skipped[ZS_DOC_BAD_JSON]);
+    free(t.v);
 }
 
 /* ---- boundaries, split, shards, 32 bits ---------------------------------------------------- */

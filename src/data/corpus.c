@@ -485,6 +485,14 @@ zs_status zs_corpus_next(zs_corpus_t *c, zs_doc *d, int *have) {
             ZS_CHECK(read_line(c, &got));
             if (!got) continue;
             size_t n = c->line_len;
+            /* A UTF-8 byte-order mark before the first line is not part of it (as Python's
+             * utf-8-sig reads it): an editor's BOM must not make line 1 invalid JSON. */
+            if (c->line_no == 1 && n >= 3 && !memcmp(c->line, "\xEF\xBB\xBF", 3)) {
+                memmove(c->line, c->line + 3, n - 3);
+                n -= 3;
+                c->line_len = n;
+                c->line[n] = 0;
+            }
             int blank = 1;
             for (size_t i = 0; i < n && blank; i++)
                 blank = strchr(" \t\r", c->line[i]) && c->line[i];
