@@ -247,6 +247,48 @@ static void test_train_runs(void) {
              "--quiet: exit %d: %s", rc, g_out);
 }
 
+/* Issue 27's messages: `zshard mem` takes a training command's flags and --config (those that
+ * do not change memory named in one note) and predicts what the same run without them
+ * predicts; a switch written --quiet=1 is a switch. */
+static void test_mem_takes_train_flags(void) {
+    char txt[512], cfg[512], cmd[2048], plain[65536];
+    snprintf(txt, sizeof txt, "%s", path("mem.txt"));
+    write_text(txt, 20000);
+    snprintf(cmd, sizeof cmd, "%s mem --data %s --batch 8 --seq 32 --stage 3 --nproc 2", zt_zshard_exe(),
+             txt);
+    int rc = zt_run(cmd, plain, sizeof plain);
+    ZT_CHECK(rc == 0, "mem (exit %d): %s", rc, plain);
+    snprintf(cmd, sizeof cmd,
+             "%s mem --data %s --batch 8 --seq 32 --stage 3 --nproc 2 --doc-sep %% --epochs 2 "
+             "--lr 1e-3 --steps 5 --quiet --save-dir %s --tf32=false",
+             zt_zshard_exe(), txt, path("never"));
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    const char *t1 = strstr(plain, "| **total**"), *t2 = strstr(g_out, "| **total**");
+    ZT_CHECK(rc == 0 &&
+                 strstr(g_out, "note: train's --doc-sep, --epochs, --lr, --steps, --quiet, "
+                               "--save-dir, --tf32 do not change memory: ignored here") &&
+                 t1 && t2 && !strncmp(t1, t2, strcspn(t1, "\n")),
+             "mem with a training command's flags (exit %d):\n%s\nagainst:\n%s", rc, g_out, plain);
+    snprintf(cfg, sizeof cfg, "%s", path("mem.yaml"));
+    FILE *f = fopen(cfg, "w");
+    ZT_REQUIRE(f, "create %s", cfg);
+    fprintf(f, "model: gpt2-mini\nlr: 0.001\nbatch: 16\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s mem --config %s --data %s --seq 32", zt_zshard_exe(), cfg, txt);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0 && strstr(g_out, "zshard mem: gpt2-mini") &&
+                 strstr(g_out, "global batch 16 x seq 32") &&
+                 strstr(g_out, "note: train's --lr does not change memory"),
+             "mem --config (exit %d):\n%s", rc, g_out);
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s --steps 1 --batch 2 --seq 16 --sample-len 0 --val-every 0 "
+             "--quiet=1",
+             zt_zshard_exe(), txt);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0 && !strstr(g_out, "unexpected argument"), "--quiet=1 (exit %d): %s", rc,
+             g_out);
+}
+
 int main(void) {
     zt_init("cli");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
@@ -254,6 +296,7 @@ int main(void) {
     test_help();
     test_save_dir_reuse();
     test_train_runs();
+    test_mem_takes_train_flags();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");

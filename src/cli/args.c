@@ -125,3 +125,10 @@ int zs_arg_dtype(const char *flag, const char *text, int allow_f16, zs_dtype *ou
                            allow_f16 ? ", fp16 (f16)" : "");
     return 0;
 }
+
+int zs_arg_bool_word(const char *t) {
+    static const char *w[] = {"true", "false", "yes", "no", "on", "off", "1", "0"};
+    for (size_t i = 0; t && i < sizeof w / sizeof w[0]; i++)
+        if (!strcmp(t, w[i])) return 1;
+    return 0;
+}

@@ -30,4 +30,7 @@ int zs_arg_u64(const char *flag, const char *text, uint64_t *out);
 /* Value of the flag at argv[*i]: advances *i; NULL (with a message) if it is missing. */
 const char *zs_arg_value(int argc, char **argv, int *i);
 
+/* Whether t is a value a switch takes (--quiet=false): true false yes no on off 1 0. */
+int zs_arg_bool_word(const char *t);
+
 #endif

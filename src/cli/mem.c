@@ -3,6 +3,8 @@
  * DESIGN.md §4's model-state formula for each. Nothing is allocated. */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/config.h"
+#include "cli/train_flags.h"
 #include "data/data.h"
 #include "train/docs_setup.h"
 #include "core/alloc.h"
@@ -51,7 +53,7 @@ static void usage(FILE *f) {
             "                  [--dtype fp32|bf16] [--device cpu|cuda|auto]\n"
             "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|gloo|mpi|nccl]\n"
             "                  [--device-mem SIZE] [--tie-embeddings on|off] [--compare]\n"
-            "                  [--docs none|pack|concat|pad]\n"
+            "                  [--docs none|pack|concat|pad] [--config FILE] [train's flags]\n"
             "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
             "  copy of the parameters, --reduce-dtype the gradients' (default: --dtype); the\n"
             "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
@@ -65,20 +67,127 @@ static void usage(FILE *f) {
             "  it GPT-2's 50257, or LLaMA's 32000 for LLaMA models. A --batch that the ranks\n"
             "  and micro-batches do not divide is an error, as in train; without --batch,\n"
             "  8 or else one sequence per rank and micro-batch. --docs pack|pad adds each token's\n"
-            "  document start to the batch buffers, as train does (docs/data.md).\n");
+            "  document start to the batch buffers, as train does (docs/data.md).\n"
+            "  Every flag of train, and its --config files, are accepted, so that a training\n"
+            "  command with `train` replaced by `mem` predicts that run; those that do not\n"
+            "  change memory (--lr, --steps, --doc-sep, ...) are named in a note.\n");
 }
 
 static double gib(uint64_t b) {
     return (double)b / 1073741824.0;
 }
 
+/* What mem reads from the command line (and a --config file). */
+typedef struct mem_args {
+    const char *model, *data, *val_data, *device;
+    int nproc, stage, batch, seq, accum, prefetch, vocab, compare, reduce_set, tie;
+    uint64_t device_mem;
+    zs_mem_options mo;
+    char ignored[512]; /* train's flags that do not change memory, named once each */
+} mem_args;
+
+/* Flag `a` (with its "--") set to v: 0 done, 2 a usage error (printed), -1 not one of mem's. */
+static int mem_flag(mem_args *m, const char *a, const char *v) {
+    int rc = 0;
+    if (!strcmp(a, "--model"))
+        m->model = v;
+    else if (!strcmp(a, "--data"))
+        m->data = v;
+    else if (!strcmp(a, "--val-data"))
+        m->val_data = v;
+    else if (!strcmp(a, "--tie-embeddings"))
+        rc = zs_arg_tie(a, v, &m->tie);
+    else if (!strcmp(a, "--nproc"))
+        rc = zs_arg_int(a, v, &m->nproc);
+    else if (!strcmp(a, "--batch"))
+        rc = zs_arg_int(a, v, &m->batch);
+    else if (!strcmp(a, "--seq"))
+        rc = zs_arg_int(a, v, &m->seq);
+    else if (!strcmp(a, "--grad-accum"))
+        rc = zs_arg_int(a, v, &m->accum);
+    else if (!strcmp(a, "--prefetch"))
+        rc = zs_arg_int(a, v, &m->prefetch);
+    else if (!strcmp(a, "--vocab"))
+        rc = zs_arg_int(a, v, &m->vocab);
+    else if (!strcmp(a, "--dtype"))
+        rc = parse_dtype(a, v, &m->mo.dtype);
+    else if (!strcmp(a, "--comm"))
+        m->mo.comm = v;
+    else if (!strcmp(a, "--docs")) {
+        if (zs_docs_mode_parse(v, &m->mo.docs) != ZS_OK)
+            return zs_cli_fail(2, "mem: %s", zs_last_error());
+    } else if (!strcmp(a, "--device-mem")) {
+        if (zs_parse_bytes(v, &m->device_mem) != ZS_OK)
+            return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
+    } else if (!strcmp(a, "--reduce-dtype")) {
+        rc = parse_dtype(a, v, &m->mo.reduce_dtype);
+        m->reduce_set = 1;
+    } else if (!strcmp(a, "--recompute")) {
+        rc = zs_arg_recompute(a, v, &m->mo.recompute);
+    } else if (!strcmp(a, "--device")) {
+        rc = zs_arg_device(a, v, &m->device);
+    } else if (!strcmp(a, "--attention")) {
+        rc = zs_arg_attention(a, v, &m->mo.attention);
+    } else if (!strcmp(a, "--stage")) {
+        zs_stage st = ZS_STAGE_DDP;
+        rc = zs_arg_stage(a, v, &st);
+        m->stage = (int)st;
+    } else
+        return -1;
+    return rc;
+}
+
+/* One of train's flags that mem has no use for: named in the note (once). */
+static void mem_ignore(mem_args *m, const char *name) {
+    char key[80];
+    snprintf(key, sizeof key, " --%.60s,", name);
+    if (strstr(m->ignored, key)) return;
+    size_t L = strlen(m->ignored);
+    snprintf(m->ignored + L, sizeof m->ignored - L, "%s", key);
+}
+
+/* A --config file, as train reads it: mem's settings taken, train's others noted. */
+static zs_config g_mem_config; /* its values are the settings' text: kept for the command */
+
+static int mem_config(mem_args *m, const char *path) {
+    zs_config c;
+    int rc = zs_config_load(path, &c);
+    if (rc) return rc;
+    for (int i = 0; i < c.n && !rc; i++) {
+        const zs_config_entry *e = &c.e[i];
+        char flag[128];
+        snprintf(flag, sizeof flag, "--%s", e->key);
+        for (char *p = flag; *p; p++)
+            if (*p == '_') *p = '-';
+        const train_flag *f = zs_train_flag_find(e->key);
+        if (!f) {
+            rc = zs_cli_fail(2, "%s:%d: unknown key '%s' (the keys are train's long flags)", path,
+                             e->line, e->key);
+            break;
+        }
+        if (!e->value) continue; /* null: the default */
+        rc = mem_flag(m, flag, e->value);
+        if (rc == -1) {
+            mem_ignore(m, flag + 2);
+            rc = 0;
+        }
+    }
+    zs_config_free(&g_mem_config);
+    g_mem_config = c;
+    return rc;
+}
+
 int zs_cli_mem(int argc, char **argv) {
-    const char *model = "gpt2-tiny", *data = NULL, *val_data = NULL;
-    int nproc = 1, stage = 0, batch = 0, seq = 64, accum = 1, prefetch = 1, vocab = -1;
-    int compare = 0, rc = 0, reduce_set = 0, tie = 0;
-    const char *device = "auto";
-    uint64_t device_mem = 0;
-    zs_mem_options mo = {0};
+    mem_args m = {.model = "gpt2-tiny", .device = "auto", .nproc = 1, .seq = 64, .accum = 1,
+                  .prefetch = 1, .vocab = -1};
+    int rc = 0;
+    /* A --config file first, wherever it stands, so that flags override it (as train). */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--config")) {
+            const char *v = zs_arg_value(argc, argv, &i);
+            if (!v) return 2;
+            if ((rc = mem_config(&m, v))) return rc;
+        }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -86,57 +195,42 @@ int zs_cli_mem(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--compare")) {
-            compare = 1;
+            m.compare = 1;
+            continue;
+        }
+        if (!strcmp(a, "--config")) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--", 2))
+            return zs_cli_fail(2, "mem: unexpected argument '%s' (see zshard mem --help)", a);
+        /* train's flags all work here, so that a training command line with `train` replaced
+         * by `mem` predicts that run; those that do not change memory are named in a note */
+        const train_flag *f = zs_train_flag_find(a + 2);
+        if (f && f->kind == TF_SWITCH) { /* --quiet, --quiet true */
+            if (i + 1 < argc && zs_arg_bool_word(argv[i + 1])) i++;
+            mem_ignore(&m, a + 2);
+            continue;
+        }
+        if (!f && strcmp(a, "--print-config") == 0) {
+            mem_ignore(&m, a + 2);
             continue;
         }
         if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--data"))
-            data = v;
-        else if (!strcmp(a, "--val-data"))
-            val_data = v;
-        else if (!strcmp(a, "--tie-embeddings"))
-            rc = zs_arg_tie(a, v, &tie);
-        else if (!strcmp(a, "--nproc"))
-            rc = zs_arg_int(a, v, &nproc);
-        else if (!strcmp(a, "--batch"))
-            rc = zs_arg_int(a, v, &batch);
-        else if (!strcmp(a, "--seq"))
-            rc = zs_arg_int(a, v, &seq);
-        else if (!strcmp(a, "--grad-accum"))
-            rc = zs_arg_int(a, v, &accum);
-        else if (!strcmp(a, "--prefetch"))
-            rc = zs_arg_int(a, v, &prefetch);
-        else if (!strcmp(a, "--vocab"))
-            rc = zs_arg_int(a, v, &vocab);
-        else if (!strcmp(a, "--dtype"))
-            rc = parse_dtype(a, v, &mo.dtype);
-        else if (!strcmp(a, "--comm"))
-            mo.comm = v;
-        else if (!strcmp(a, "--docs")) {
-            if (zs_docs_mode_parse(v, &mo.docs) != ZS_OK)
-                return zs_cli_fail(2, "mem: %s", zs_last_error());
-        } else if (!strcmp(a, "--device-mem")) {
-            if (zs_parse_bytes(v, &device_mem) != ZS_OK)
-                return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
-        } else if (!strcmp(a, "--reduce-dtype")) {
-            rc = parse_dtype(a, v, &mo.reduce_dtype);
-            reduce_set = 1;
-        } else if (!strcmp(a, "--recompute")) {
-            rc = zs_arg_recompute(a, v, &mo.recompute);
-        } else if (!strcmp(a, "--device")) {
-            rc = zs_arg_device(a, v, &device);
-        } else if (!strcmp(a, "--attention")) {
-            rc = zs_arg_attention(a, v, &mo.attention);
-        } else if (!strcmp(a, "--stage")) {
-            zs_stage st = ZS_STAGE_DDP;
-            rc = zs_arg_stage(a, v, &st);
-            stage = (int)st;
-        } else
+        rc = mem_flag(&m, a, v);
+        if (rc == -1 && f) {
+            mem_ignore(&m, a + 2);
+            rc = 0;
+        } else if (rc == -1)
             return zs_cli_fail(2, "mem: unknown flag '%s' (see zshard mem --help)", a);
         if (rc) return rc;
     }
+    const char *model = m.model, *data = m.data, *val_data = m.val_data, *device = m.device;
+    int nproc = m.nproc, stage = m.stage, batch = m.batch, seq = m.seq, accum = m.accum;
+    int prefetch = m.prefetch, vocab = m.vocab, compare = m.compare, reduce_set = m.reduce_set;
+    int tie = m.tie;
+    uint64_t device_mem = m.device_mem;
+    zs_mem_options mo = m.mo;
     if (!reduce_set) mo.reduce_dtype = mo.dtype;
     /* A prediction needs no GPU: auto predicts the device a run here would pick. */
     const char *chosen = "cpu";
@@ -191,6 +285,12 @@ int zs_cli_mem(int argc, char **argv) {
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);
     /* --device cuda predicts the GPU's memory: what the device-resident trainer allocates there
      * (host staging buffers are host memory and not counted). */
+    if (m.ignored[0]) { /* " --lr, --steps," -> "--lr, --steps" */
+        size_t L = strlen(m.ignored);
+        m.ignored[L - 1] = 0;
+        printf("note: train's%s %s not change memory: ignored here\n", m.ignored,
+               strchr(m.ignored, ',') ? "do" : "does");
+    }
     if (!strcmp(mo.device, "cuda"))
         printf("device cuda: GPU memory per rank (pinned host staging not included)\n\n");
     else

@@ -161,10 +161,7 @@ static int apply_config(train_opts *o, const char *path) {
 }
 
 static int is_bool_word(const char *t) {
-    static const char *w[] = {"true", "false", "yes", "no", "on", "off"};
-    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-        if (!strcmp(t, w[i])) return 1;
-    return 0;
+    return zs_arg_bool_word(t);
 }
 
 int zs_train_parse(int argc, char **argv, train_opts *o) {

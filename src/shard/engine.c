@@ -464,8 +464,9 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
     ZS_CHECK(zs_engine_allsum(e, local, &sumsq));
     double norm = sqrt(sumsq);
     *grad_norm = (float)norm;
+    /* the caller names the step ("step 2: ..."); the message does not repeat it */
     ZS_REQUIRE(isfinite(norm), ZS_ERR_INVALID,
-               "gradient norm is not finite at step %d (diverged: lower --lr?)", t);
+               "gradient norm is not finite: the run diverged (lower --lr, or --grad-clip)");
     float scale = zs_clip_scale(norm, clip);
 
     /* AdamW: one fused launch per unit over its tensors' elements in this rank's range (bf16
