@@ -126,6 +126,14 @@ static void test_bad_files(void) {
         {"- batch\n- 4\n", "c.yaml:1: expected a mapping of flag names to values"},
         {"config: other.yaml\n", "c.yaml:1: config: not a setting"},
         {"batch:\n", "c.yaml:1: batch: has no value"},
+        /* issue 27: ranges checked where the value is read name the file and line; a number
+         * in quotes is a string; JSON is held to JSON; an unclosed list is a syntax error */
+        {"lr: -1\n", "c.yaml:1: lr: -1 must be positive"},
+        {"\nval-frac: 1.5\n", "c.yaml:2: val-frac: 1.5 must be in (0, 1)"},
+        {"steps: 99999999999\n", "c.yaml:1: steps: '99999999999' is out of range [1, 2147483647]"},
+        {"steps: \"3\"\n", "c.yaml:1: steps: \"3\" is in quotes, so a string"},
+        {"{\"steps\": 3,\n \"lr\": 0.001,}\n", "c.yaml:2: not valid JSON"},
+        {"data: [corpus.txt\n", "c.yaml:2: not valid YAML or JSON"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         put("c.yaml", bad[i].text);

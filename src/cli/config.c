@@ -4,6 +4,7 @@
 #include "cli/config.h"
 
 #include "cli/cli.h"
+#include "ckpt/json.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -41,10 +42,79 @@ void zs_config_free(zs_config *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* A syntax pass over the whole stream before any value is read: an error at its end (an
+ * unclosed list) is reported as the syntax error it is, not as what was read before it. */
+static int syntax_check(const char *path, FILE *f) {
+    yaml_parser_t p;
+    yaml_event_t ev;
+    int rc = 0;
+    if (!yaml_parser_initialize(&p)) return zs_cli_fail(1, "--config %s: out of memory", path);
+    yaml_parser_set_input_file(&p, f);
+    for (int done = 0; !done && !rc;) {
+        if (!yaml_parser_parse(&p, &ev)) {
+            rc = zs_cli_fail(2, "%s:%zu: not valid YAML or JSON: %s%s%s", path,
+                             p.problem_mark.line + 1, p.problem ? p.problem : "syntax error",
+                             p.context ? " " : "", p.context ? p.context : "");
+            break;
+        }
+        done = ev.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+/* A JSON file (named .json, or starting with '{') is held to JSON: YAML's flow syntax, which
+ * reads it too, would take a trailing comma or a comment. The line of the first error. */
+static int json_check(const char *path, FILE *f) {
+    size_t L = strlen(path), n = 0, cap = 0;
+    char *text = NULL, buf[65536];
+    for (size_t k; (k = fread(buf, 1, sizeof buf, f)) > 0;) {
+        if (n + k + 1 > cap) {
+            cap = 2 * (n + k + 1);
+            char *t = realloc(text, cap);
+            if (!t) {
+                free(text);
+                return zs_cli_fail(1, "--config %s: out of memory", path);
+            }
+            text = t;
+        }
+        memcpy(text + n, buf, k);
+        n += k;
+    }
+    size_t i = 0;
+    while (i < n && strchr(" \t\r\n", text[i]))
+        i++;
+    int is_json = (L > 5 && !strcmp(path + L - 5, ".json")) || (i < n && text[i] == '{');
+    int rc = 0;
+    zs_json *root = NULL;
+    if (is_json && zs_json_parse(text ? text : "", n, &root) != ZS_OK) {
+        /* the parser names a byte offset; the line is what a user looks for */
+        const char *msg = zs_last_error(), *at = strstr(msg, "at byte ");
+        size_t off = at ? (size_t)strtoull(at + 8, NULL, 10) : n, line = 1;
+        for (size_t k = 0; k < off && k < n; k++)
+            line += text[k] == '\n';
+        rc = zs_cli_fail(2, "%s:%zu: not valid JSON: %s", path, line, msg);
+    }
+    zs_json_free(root);
+    free(text);
+    return rc;
+}
+
 int zs_config_load(const char *path, zs_config *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f) return zs_cli_fail(2, "--config %s: %s", path, strerror(errno));
+    int pre = json_check(path, f);
+    if (!pre) {
+        rewind(f);
+        pre = syntax_check(path, f);
+    }
+    if (pre) {
+        fclose(f);
+        return pre;
+    }
+    rewind(f);
     yaml_parser_t p;
     yaml_event_t ev;
     int rc = 0, depth = 0, have_ev = 0, cap = 0;
@@ -129,6 +199,8 @@ int zs_config_load(const char *path, zs_config *out) {
             e->key = key;
             e->line = key_line;
             e->value = is_null(&ev) ? NULL : strdup((const char *)ev.data.scalar.value);
+            e->quoted = ev.data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+                        ev.data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
             key = NULL;
             break;
         }

@@ -155,6 +155,11 @@ static int apply_config(train_opts *o, const char *path) {
             if (f->kind != TF_STR) return zs_cli_fail(2, "%s: has no value", what);
             continue; /* null: the flag's default */
         }
+        /* "3" in quotes is a string in YAML and JSON alike, not the number a user meant */
+        if (e->quoted && (f->kind == TF_SWITCH || f->kind == TF_INT || f->kind == TF_FLOAT ||
+                          f->kind == TF_DOUBLE || f->kind == TF_U64 || f->kind == TF_I64))
+            return zs_cli_fail(2, "%s: \"%s\" is in quotes, so a string: write the %s without them",
+                               what, e->value, f->kind == TF_SWITCH ? "true or false" : "number");
         if ((rc = zs_train_flag_apply(o, f, e->value, what))) return rc;
     }
     return 0;

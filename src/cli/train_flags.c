@@ -11,6 +11,7 @@
 #include "data/data.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -28,7 +29,7 @@ static const train_flag FLAGS[] = {
     {"tie-embeddings", TF_TIE, OFF(tie), NONE},
     {"data", TF_STR, OFF(cfg.data_path), NONE},
     {"val-data", TF_STR, OFF(cfg.val_path), NONE},
-    {"val-frac", TF_DOUBLE, OFF(cfg.val_fraction), 0, 0, -1, 0},
+    {"val-frac", TF_DOUBLE, OFF(cfg.val_fraction), 0, 0, 1, 0},
     {"vocab", TF_INT, OFF(cfg.vocab), NONNEG},
     {"docs", TF_DOCS, OFF(cfg.docs), ZS_GIVEN_DOCS, 0, 0, 0},
     {"epochs", TF_INT, OFF(cfg.epochs), ZS_GIVEN_EPOCHS, 1, 1 << 30, 0},
@@ -39,7 +40,7 @@ static const train_flag FLAGS[] = {
     {"seq", TF_INT, OFF(cfg.seq), ZS_GIVEN_SEQ, 1, INT_MAX, 0},
     {"steps", TF_INT, OFF(cfg.steps), ZS_GIVEN_STEPS, 1, INT_MAX, 0},
     {"grad-accum", TF_INT, OFF(cfg.grad_accum), ZS_GIVEN_ACCUM, 1, INT_MAX, 0},
-    {"lr", TF_FLOAT, OFF(cfg.lr), ZS_GIVEN_LR, 0, 0, 0},
+    {"lr", TF_FLOAT, OFF(cfg.lr), ZS_GIVEN_LR, 1, 0, 0},
     {"min-lr-frac", TF_FLOAT, OFF(cfg.min_lr_frac), ZS_GIVEN_MIN_LR, 0, 0, 0},
     {"warmup", TF_INT, OFF(cfg.warmup), ZS_GIVEN_WARMUP, 0, INT_MAX, 0},
     {"weight-decay", TF_FLOAT, OFF(cfg.weight_decay), ZS_GIVEN_WD, 0, 0, 0},
@@ -157,19 +158,28 @@ int zs_train_flag_apply(train_opts *o, const train_flag *f, const char *text, co
         break;
     }
     case TF_INT: {
-        int v = 0;
-        if ((rc = zs_arg_int(what, text, &v))) return rc;
-        if (f->lo < f->hi && (v < f->lo || v > f->hi)) {
-            if (f->hi == INT_MAX)
-                return zs_cli_fail(2, "%s must be %s", what, f->lo == 1 ? "positive" : ">= 0");
-            return zs_cli_fail(2, "%s: %d is out of range [%lld, %lld]", what, v, f->lo, f->hi);
+        /* parsed wide, so that a number past int says the flag's range, not int's */
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (end == text || *end) return zs_cli_fail(2, "%s: '%s' is not an integer", what, text);
+        long long lo = f->lo < f->hi ? f->lo : INT_MIN, hi = f->lo < f->hi ? f->hi : INT_MAX;
+        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) /* not a typo of a small number */
+            return zs_cli_fail(2, "%s: '%s' is out of range [%lld, %lld]", what, text, lo, hi);
+        if (v < lo || v > hi) {
+            if (hi == INT_MAX)
+                return zs_cli_fail(2, "%s must be %s", what, lo == 1 ? "positive" : ">= 0");
+            return zs_cli_fail(2, "%s: %lld is out of range [%lld, %lld]", what, v, lo, hi);
         }
-        *(int *)p = v;
+        *(int *)p = (int)v;
         break;
     }
     case TF_FLOAT: {
         float v = 0.0f;
         if ((rc = zs_arg_float(what, text, &v))) return rc;
+        /* (1, 0): must be positive, as TF_DOUBLE; the check here names the file and line */
+        if (f->lo == 1 && f->hi == 0 && !(v > 0))
+            return zs_cli_fail(2, "%s: %s must be positive", what, text);
         *(float *)p = v;
         break;
     }
@@ -181,6 +191,8 @@ int zs_train_flag_apply(train_opts *o, const train_flag *f, const char *text, co
         if (f->lo == 1 && f->hi == 0 && !(v > 0))
             return zs_cli_fail(2, "%s must be positive", what);
         if (f->lo == 0 && f->hi == -1 && !(v >= 0)) return zs_cli_fail(2, "%s must be >= 0", what);
+        if (f->lo == 0 && f->hi == 1 && !(v > 0 && v < 1)) /* a fraction, open (0, 1) */
+            return zs_cli_fail(2, "%s: %s must be in (0, 1)", what, text);
         *(double *)p = v;
         break;
     }
@@ -321,7 +333,7 @@ static int shown(const train_opts *o, const train_flag *f) {
 void zs_train_config_write_yaml(const train_opts *o, FILE *f) {
     char v[4200];
     fprintf(f, "# zshard train: the effective configuration; `zshard train --config FILE` runs "
-               "it again,\n# and flags given after it override it.\n");
+               "it again,\n# and flags given on the command line with it override it (at any place).\n");
     if (!shown(o, zs_train_flag_find("model")))
         fprintf(f, "# model: the checkpoint's or the weights' (--resume / --init-from)\n");
     for (int i = 0; i < NFLAGS; i++) {
