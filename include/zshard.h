@@ -434,6 +434,9 @@ typedef struct zs_comm_config {
     int local_world_size;
     const char *master_addr;
     int master_port;
+    /* Why the caller set `backend` itself, for the banner ("auto: ..."); NULL: the user asked
+     * for it ("--comm NAME"). */
+    const char *backend_why;
 } zs_comm_config;
 
 zs_comm_config zs_comm_config_default(void);

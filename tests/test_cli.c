@@ -287,6 +287,42 @@ static void test_mem_takes_train_flags(void) {
     rc = zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(rc == 0 && !strstr(g_out, "unexpected argument"), "--quiet=1 (exit %d): %s", rc,
              g_out);
+    /* --comm mpi on ranks zshard run started: the message says how they were started and
+     * what works, not that torchrun's environment disagrees with MPI */
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s --steps 1 --batch 2 --seq 16 --nproc 2 --comm mpi 2>&1",
+             zt_zshard_exe(), txt);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc != 0 && (strstr(g_out, "were started by zshard run (--nproc) or torchrun, not by "
+                                       "an MPI launcher") ||
+                         strstr(g_out, "this build has no MPI")),
+             "--comm mpi under --nproc 2 (exit %d): %s", rc, g_out);
+}
+
+/* Issue 27: a resume that --epochs ends says --epochs, not --steps, and what continues it. */
+static void test_resume_epochs_limit(void) {
+    char docs[512], ck[512], cmd[2048];
+    snprintf(docs, sizeof docs, "%s", path("ep.txt"));
+    FILE *f = fopen(docs, "w");
+    ZT_REQUIRE(f, "create %s", docs);
+    for (int d = 0; d < 40; d++)
+        fprintf(f, "the king went to sea with bread and wine, night %d and day\n%%\n", d);
+    fclose(f);
+    snprintf(ck, sizeof ck, "%s", path("ep_ck"));
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s --docs pack --doc-sep %% --epochs 1 --batch 4 --seq 16 "
+             "--save-dir %s --quiet --sample-len 0 --val-every 0 2>&1",
+             zt_zshard_exe(), docs, ck);
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0, "--epochs 1 run (exit %d): %s", rc, g_out);
+    snprintf(cmd, sizeof cmd, "%s train --data %s --resume %s --steps 100000 --quiet 2>&1",
+             zt_zshard_exe(), docs, ck);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc != 0 && strstr(g_out, "the end of --epochs 1 (") &&
+                 strstr(g_out, "give --epochs 2 to continue it") &&
+                 strstr(g_out, "note: --epochs 1 ends the run at step") &&
+                 !strstr(g_out, "past --steps"),
+             "resume of a finished --epochs run with a larger --steps (exit %d): %s", rc, g_out);
 }
 
 int main(void) {
@@ -297,6 +333,7 @@ int main(void) {
     test_save_dir_reuse();
     test_train_runs();
     test_mem_takes_train_flags();
+    test_resume_epochs_limit();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");

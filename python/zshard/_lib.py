@@ -93,7 +93,8 @@ class CommConfig(ctypes.Structure):
                 ("chunk_bytes", ctypes.c_size_t), ("device", ctypes.c_int),
                 ("rank", ctypes.c_int), ("world_size", ctypes.c_int),
                 ("local_rank", ctypes.c_int), ("local_world_size", ctypes.c_int),
-                ("master_addr", ctypes.c_char_p), ("master_port", ctypes.c_int)]
+                ("master_addr", ctypes.c_char_p), ("master_port", ctypes.c_int),
+                ("backend_why", ctypes.c_char_p)]
 
 
 class TensorSpec(ctypes.Structure):

@@ -260,9 +260,22 @@ int zs_cli_train(int argc, char **argv) {
     }
     const zs_model_config *mc = zs_trainer_model(t);
     int world = zs_trainer_world_size(t);
+    int steps_asked = o.cfg.steps; /* --steps as given (or the checkpoint's), before --epochs */
     o.cfg.steps = zs_trainer_total_steps(t); /* --epochs: the steps of that many epochs */
     zs_data_position dp0;
     zs_trainer_data_position(t, 0, &dp0);
+    /* Which limit ends the run: --epochs when its steps come before --steps. */
+    int epochs_end = o.cfg.epochs > 0 && steps_asked > o.cfg.steps;
+    char limit[160];
+    if (epochs_end)
+        snprintf(limit, sizeof limit, "--epochs %d (%lld steps of %lld)", o.cfg.epochs,
+                 (long long)o.cfg.steps, (long long)dp0.steps_per_epoch);
+    else
+        snprintf(limit, sizeof limit, "--steps %d", o.cfg.steps);
+    if (epochs_end && rank == 0 && (o.given & ZS_GIVEN_STEPS))
+        printf("note: --epochs %d ends the run at step %d, before --steps %d (a larger --epochs "
+               "goes on)\n",
+               o.cfg.epochs, o.cfg.steps, steps_asked);
     if (rank != 0) o.quiet = 1; /* rank 0 reports and logs; the others print only errors */
     if (!o.quiet) {
         printf("zshard train: model %s (%d layers, %d heads, width %d, vocab %d padded to %d, "
@@ -314,17 +327,23 @@ int zs_cli_train(int argc, char **argv) {
         if (first > o.cfg.steps && resume_auto) {
             /* The run is complete: nothing to do is not a failure. */
             if (rank == 0)
-                printf("zshard train: %s is at step %d of --steps %d: nothing to train\n", o.resume,
-                       first - 1, o.cfg.steps);
+                printf("zshard train: %s is at step %d of %s: nothing to train\n", o.resume,
+                       first - 1, limit);
             if (log) fclose(log);
             zs_trainer_destroy(t);
             return 0;
         }
         if (first > o.cfg.steps) {
-            st = zs_error(ZS_ERR_INVALID,
-                          "--resume: the checkpoint is at step %d, past --steps %d: nothing to "
-                          "train (give a larger --steps to continue it)",
-                          first - 1, o.cfg.steps);
+            if (epochs_end)
+                st = zs_error(ZS_ERR_INVALID,
+                              "--resume: the checkpoint is at step %d, the end of %s: nothing "
+                              "to train (give --epochs %d to continue it)",
+                              first - 1, limit, o.cfg.epochs + 1);
+            else
+                st = zs_error(ZS_ERR_INVALID,
+                              "--resume: the checkpoint is at step %d, past --steps %d: nothing "
+                              "to train (give a larger --steps to continue it)",
+                              first - 1, o.cfg.steps);
             fprintf(stderr, "zshard: %s\n", zs_last_error());
             goto fail;
         }

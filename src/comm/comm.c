@@ -97,12 +97,16 @@ const char *zs_coll_name(zs_coll_kind k) {
 
 /* Ranks that span hosts: mpi when an MPI launcher started them (it knows the job), else gloo
  * through the rendezvous address, else mpi as the last resort. Fills why for the banner. */
-static zs_status resolve_backend(zs_comm_backend want, const zs_comm_env *env, zs_comm_backend *out,
-                                 char *why, size_t cap) {
+static zs_status resolve_backend(zs_comm_backend want, const char *want_why,
+                                 const zs_comm_env *env, zs_comm_backend *out, char *why,
+                                 size_t cap) {
     zs_status st = ZS_OK;
     const char *e = getenv("ZS_COMM");
     int by_mpi = !strcmp(env->source, "mpirun") || !strcmp(env->source, "srun");
-    if (want != ZS_COMM_AUTO) snprintf(why, cap, "--comm %s", zs_comm_backend_name(want));
+    if (want != ZS_COMM_AUTO && want_why)
+        snprintf(why, cap, "%s", want_why); /* the caller's own choice, e.g. the trainer's */
+    else if (want != ZS_COMM_AUTO)
+        snprintf(why, cap, "--comm %s", zs_comm_backend_name(want));
     if (want == ZS_COMM_AUTO && e && *e) {
         ZS_CHECK(zs_comm_backend_parse(e, &want));
         snprintf(why, cap, "ZS_COMM=%.32s", e);
@@ -249,7 +253,8 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
         c->timeout_s = cfg.timeout_s;
         ZS_CHECK(discover_locality(c));
     }
-    ZS_CHECK(resolve_backend(cfg.backend, &c->env, &c->backend, c->why, sizeof c->why));
+    ZS_CHECK(resolve_backend(cfg.backend, cfg.backend_why, &c->env, &c->backend, c->why,
+                             sizeof c->why));
     c->ops = c->backend == ZS_COMM_SHM    ? &zs_comm_shm_ops
              : c->backend == ZS_COMM_MPI  ? zs_comm_mpi_ops()
              : c->backend == ZS_COMM_GLOO ? zs_comm_gloo_ops()

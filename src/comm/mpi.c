@@ -67,10 +67,16 @@ static zs_status mpi_init(zs_comm_t *c) {
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &rank);
     MPI_Comm_size(m->comm, &size);
+    /* Ranks started by zshard run (train --nproc) or torchrun are separate MPI worlds of one:
+     * say how they were started and what works instead, not only that MPI disagrees. */
     ZS_REQUIRE(size == c->env.world_size && rank == c->env.rank, ZS_ERR_COMM,
-               "mpi: MPI sees rank %d of %d but the environment (%s) says rank %d of %d; start "
-               "the job with mpirun/srun to use --comm mpi",
-               rank, size, c->env.source, c->env.rank, c->env.world_size);
+               "mpi: these %d ranks were started by %s, not by an MPI launcher, so MPI sees "
+               "each alone (rank %d of %d): --comm mpi needs `mpirun -np %d zshard ...` or "
+               "srun; without it, leave out --comm (shm on one host, gloo across hosts)",
+               c->env.world_size,
+               !strcmp(c->env.source, "torchrun") ? "zshard run (--nproc) or torchrun"
+                                                  : c->env.source,
+               rank, size, c->env.world_size);
 fail:
     return st;
 }

@@ -131,11 +131,13 @@ static zs_status choose_gpu_comm(zs_trainer_t *t, zs_comm_config *cc) {
     int ndev = zs_cuda_device_count();
     if (zs_comm_backend_available(ZS_COMM_NCCL) && env.local_world_size <= ndev) {
         cc->backend = ZS_COMM_NCCL;
+        cc->backend_why = "auto: a GPU for each local rank";
         snprintf(t->device_why + len, sizeof t->device_why - len,
                  "; nccl: each of %d local rank%s has its own GPU", env.local_world_size,
                  env.local_world_size == 1 ? "" : "s");
     } else if (env.local_world_size == env.world_size) {
         cc->backend = ZS_COMM_SHM;
+        cc->backend_why = "auto: ranks sharing a GPU meet through host memory";
         snprintf(t->device_why + len, sizeof t->device_why - len,
                  "; shm through pinned staging: %d ranks share %d GPU%s%s", env.local_world_size,
                  ndev, ndev == 1 ? "" : "s",
