@@ -323,6 +323,15 @@ static void test_resume_epochs_limit(void) {
                  strstr(g_out, "note: --epochs 1 ends the run at step") &&
                  !strstr(g_out, "past --steps"),
              "resume of a finished --epochs run with a larger --steps (exit %d): %s", rc, g_out);
+    /* --override seq on a run over documents: said to be impossible, with what works */
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s --resume %s --override seq --seq 32 --epochs 2 --quiet 2>&1",
+             zt_zshard_exe(), docs, ck);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 2 && strstr(g_out, "--override seq: ") &&
+                 strstr(g_out, "was trained on documents (--docs pack)") &&
+                 strstr(g_out, "--init-from"),
+             "--override seq on a documents checkpoint (exit %d): %s", rc, g_out);
 }
 
 int main(void) {

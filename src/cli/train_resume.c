@@ -98,6 +98,19 @@ int zs_train_resume_settings(train_opts *o, char *changes, size_t cap) {
         return zs_cli_fail(1, "--resume: %s", zs_last_error());
     const zs_ckpt_info *k = &m.info;
     resume_ctx c = {o, dir, changes, cap};
+    /* A run over documents continues its epochs only with its own samples: --seq cuts them and
+     * --batch counts the epochs' steps, so overriding either cannot continue it. Said here,
+     * not as "other data" after the data is read. */
+    if (k->has_docs && o->override &&
+        (strstr(o->override, "seq") || strstr(o->override, "batch"))) {
+        rc = zs_cli_fail(2,
+                         "--override %s: %s was trained on documents (--docs %s), whose samples "
+                         "--seq cuts and whose epochs --batch counts, so no other seq or batch "
+                         "continues it: resume without them, or start a new run from its weights "
+                         "with --init-from %s",
+                         o->override, dir, k->docs, dir);
+        goto done;
+    }
     /* The model is the checkpoint's; a --model or --tie-embeddings must agree with it. */
     if (k->model.arch != ZS_ARCH_CUSTOM) {
         if ((rc = zs_cli_model_from_tie("--resume", dir, o->model_set ? o->model_name : NULL,
