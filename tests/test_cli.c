@@ -334,6 +334,34 @@ static void test_resume_epochs_limit(void) {
              "--override seq on a documents checkpoint (exit %d): %s", rc, g_out);
 }
 
+/* Issue 27: eval of a checkpoint on its run's --data evaluates the run's --val-data, as its
+ * logged val_loss did, and names the set it evaluated. */
+static void test_eval_run_val_data(void) {
+    char tr[512], va[512], ck[512], cmd[2048];
+    snprintf(tr, sizeof tr, "%s", path("ev_train.txt"));
+    snprintf(va, sizeof va, "%s", path("ev_val.txt"));
+    snprintf(ck, sizeof ck, "%s", path("ev_ck"));
+    write_text(tr, 30000);
+    write_text(va, 6000);
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s --val-data %s --steps 4 --batch 4 --seq 32 --save-dir %s "
+             "--sample-len 0 --val-every 0 --quiet 2>&1",
+             zt_zshard_exe(), tr, va, ck);
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    const char *vl = strstr(g_out, "val loss ");
+    char want[64] = "?";
+    if (vl) snprintf(want, sizeof want, "loss %.6s", vl + 9);
+    ZT_CHECK(rc == 0 && vl, "train with --val-data (exit %d): %s", rc, g_out);
+    snprintf(cmd, sizeof cmd, "%s eval %s --data %s 2>&1", zt_zshard_exe(), ck, tr);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    char on[600];
+    snprintf(on, sizeof on, "on %s (--val-data)", va);
+    ZT_CHECK(rc == 0 && strstr(g_out, "validated on --val-data") && strstr(g_out, on) &&
+                 strstr(g_out, want),
+             "eval on the run's --data: want '%s' and '%s' (the run's val loss):\n%s", on, want,
+             g_out);
+}
+
 int main(void) {
     zt_init("cli");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
@@ -343,6 +371,7 @@ int main(void) {
     test_train_runs();
     test_mem_takes_train_flags();
     test_resume_epochs_limit();
+    test_eval_run_val_data();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");

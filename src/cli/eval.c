@@ -15,8 +15,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int eval_run(zs_train_config *cfgp, const char *src, const char *data, const char *split,
-                    int batches, int json);
+static int eval_run(zs_train_config *cfgp, const char *src, const char *data, const char *val,
+                    const char *split, int batches, int json);
+
+/* A string setting of the run that wrote checkpoint dir (its manifest's "run_config", the
+ * train flags as given): 1 and the value in out, or 0 when absent or null. */
+static int run_setting(const char *dir, const char *key, char *out, size_t cap) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char *text = NULL;
+    size_t n = 0;
+    int found = 0;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long L = ftell(f);
+        if (L > 0 && L < (64L << 20) && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)L)))
+            n = fread(text, 1, (size_t)L, f);
+    }
+    fclose(f);
+    zs_json *root = NULL;
+    if (text && zs_json_parse(text, n, &root) == ZS_OK) {
+        const zs_json *v = zs_json_get(zs_json_get(root, "run_config"), key);
+        if (v && v->type == ZS_JSON_STRING) {
+            snprintf(out, cap, "%s", v->str);
+            found = 1;
+        }
+    }
+    zs_json_free(root);
+    free(text);
+    zs_error_clear();
+    return found;
+}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: zshard eval SRC --data FILE [options]\n"
@@ -159,7 +189,21 @@ int zs_cli_eval(int argc, char **argv) {
         }
         zs_manifest_free(&m);
     }
+    /* The run's own validation set: --data the run's data without --val-data evaluates what the
+     * run validated on (its --val-data), as the logged val_loss did. */
+    static char run_val[4200];
+    char run_data[4200];
+    if (!cfg.val_path && !tok && zs_ckpt_resolve(src, dir, sizeof dir) == ZS_OK &&
+        run_setting(dir, "data", run_data, sizeof run_data) && !strcmp(run_data, cfg.data_path) &&
+        run_setting(dir, "val-data", run_val, sizeof run_val)) {
+        cfg.val_path = run_val;
+        fprintf(stderr,
+                "eval: %s validated on --val-data %s: evaluating that (give --val-data to choose "
+                "another)\n",
+                src, run_val);
+    }
     zs_error_clear(); /* SRC need not be a zshard checkpoint */
+    const char *val_name = cfg.val_path && strcmp(split, "all") ? cfg.val_path : NULL;
     if (!cfg.vocab && cfg.model.vocab != 256) cfg.vocab = cfg.model.vocab;
     if (!tok && field) return zs_cli_fail(2, "eval: --field applies with --tokenizer");
     zs_cli_temp_shards td = {0}, tv = {0};
@@ -186,15 +230,16 @@ int zs_cli_eval(int argc, char **argv) {
                 (long long)td.documents, (long long)td.tokens,
                 td.skipped ? " (some skipped: zshard tokenize shows which)" : "");
     }
-    rc = eval_run(&cfg, src, data_name, split, batches, json);
+    rc = eval_run(&cfg, src, data_name, val_name, split, batches, json);
     zs_cli_temp_shards_remove(&td);
     zs_cli_temp_shards_remove(&tv);
     return rc;
 }
 
-/* The evaluation itself; data is the --data the user gave (the text, when tokenized). */
-static int eval_run(zs_train_config *cfgp, const char *src, const char *data, const char *split,
-                    int batches, int json) {
+/* The evaluation itself; data is the --data the user gave (the text, when tokenized), val its
+ * --val-data (what the val split then is), or NULL. */
+static int eval_run(zs_train_config *cfgp, const char *src, const char *data, const char *val,
+                    const char *split, int batches, int json) {
     zs_train_config cfg = *cfgp;
     zs_trainer_t *t = NULL;
     float loss = 0.0f;
@@ -237,9 +282,10 @@ static int eval_run(zs_train_config *cfgp, const char *src, const char *data, co
                        isfinite(ppl) ? "" : "\"perplexity\"");
             printf("}\n");
         } else
-            printf("eval: %s on %s (%s split%s%s): loss %.4f | perplexity %.3f | %d batches of %d "
+            printf("eval: %s on %s (%s%s%s): loss %.4f | perplexity %.3f | %d batches of %d "
                    "x %d | %.0f targets\n",
-                   src, data, split, cfg.docs ? ", --docs " : "", cfg.docs ? docs : "",
+                   src, val ? val : data, val ? "--val-data" : !strcmp(split, "all") ? "all split" : "val split",
+                   cfg.docs ? ", --docs " : "", cfg.docs ? docs : "",
                    (double)loss, exp((double)loss), batches, cfg.batch, cfg.seq, tokens);
     }
     zs_trainer_destroy(t);
