@@ -287,6 +287,21 @@ static void test_mem_takes_train_flags(void) {
     rc = zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(rc == 0 && !strstr(g_out, "unexpected argument"), "--quiet=1 (exit %d): %s", rc,
              g_out);
+    /* JSON Lines as --data: trained as bytes, with the hint to tokenize it */
+    char jl[512];
+    snprintf(jl, sizeof jl, "%s", path("raw.jsonl"));
+    f = fopen(jl, "w");
+    ZT_REQUIRE(f, "create %s", jl);
+    for (int i = 0; i < 200; i++)
+        fprintf(f, "{\"text\": \"the king went to sea with bread and wine %d\"}\n", i);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s --steps 1 --batch 2 --seq 16 --sample-len 0 --val-every 0 2>&1",
+             zt_zshard_exe(), jl);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0 && strstr(g_out, "is read as raw bytes, its JSON syntax included") &&
+                 strstr(g_out, "zshard tokenize"),
+             "train --data x.jsonl (exit %d): %s", rc, g_out);
     /* --comm mpi on ranks zshard run started: the message says how they were started and
      * what works, not that torchrun's environment disagrees with MPI */
     snprintf(cmd, sizeof cmd,
@@ -323,7 +338,13 @@ static void test_resume_epochs_limit(void) {
                  strstr(g_out, "note: --epochs 1 ends the run at step") &&
                  !strstr(g_out, "past --steps"),
              "resume of a finished --epochs run with a larger --steps (exit %d): %s", rc, g_out);
-    /* --override seq on a run over documents: said to be impossible, with what works */
+    /* --override seq on a run over documents: said to be impossible, with what works;
+     * ckpt inspect of a run over documents: its epoch and sample, not a bare data position */
+    snprintf(cmd, sizeof cmd, "%s ckpt inspect %s 2>&1", zt_zshard_exe(), ck);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 0 && strstr(g_out, "(--docs pack: epoch 1 of 1, sample ") &&
+                 !strstr(g_out, "data position"),
+             "ckpt inspect of a documents checkpoint (exit %d): %s", rc, g_out);
     snprintf(cmd, sizeof cmd,
              "%s train --data %s --resume %s --override seq --seq 32 --epochs 2 --quiet 2>&1",
              zt_zshard_exe(), docs, ck);

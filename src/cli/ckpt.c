@@ -56,9 +56,18 @@ static int inspect(const char *dir) {
     zs_format_bytes(raw, rb, sizeof rb);
     printf("checkpoint %s\n", zs_ckpt_reader_dir(r));
     printf("  format      %s version %d (%s)\n", ZS_CKPT_FORMAT, ZS_CKPT_VERSION, in->source);
-    printf("  step        %lld (data position %lld, seed %llu, next lr %.6g)\n",
-           (long long)in->step, (long long)in->data_position, (unsigned long long)in->seed,
-           in->next_lr);
+    if (in->has_docs) { /* documents: where the run stands in its epochs, as its manifest says */
+        char of[32] = "";
+        if (in->epochs) snprintf(of, sizeof of, " of %lld", (long long)in->epochs);
+        printf("  step        %lld (--docs %s: epoch %lld%s, sample %lld of %lld, %lld steps per "
+               "epoch; seed %llu, next lr %.6g)\n",
+               (long long)in->step, in->docs, (long long)in->epoch, of,
+               (long long)in->epoch_position, (long long)in->samples,
+               (long long)in->steps_per_epoch, (unsigned long long)in->seed, in->next_lr);
+    } else
+        printf("  step        %lld (data position %lld, seed %llu, next lr %.6g)\n",
+               (long long)in->step, (long long)in->data_position, (unsigned long long)in->seed,
+               in->next_lr);
     printf("  model       %s: %d layers, %d heads, width %d, %d positions, vocab %d (padded "
            "%d), %lld params\n",
            c->name, c->n_layer, c->n_head, c->n_embd, c->max_seq, c->vocab, c->padded_vocab,

@@ -295,6 +295,14 @@ int zs_cli_train(int argc, char **argv) {
                    o.cfg.docs == ZS_DOCS_PAD ? "rows" : "windows", (long long)dp0.documents,
                    dp0.documents == 1 ? "" : "s", (long long)dp0.steps_per_epoch,
                    o.cfg.epochs ? "" : " (no --epochs: --steps sets the length)");
+        /* JSON Lines given as --data: read as bytes, braces and quotes included */
+        size_t dl = strlen(o.cfg.data_path);
+        if (mc->vocab == 256 && ((dl > 6 && !strcmp(o.cfg.data_path + dl - 6, ".jsonl")) ||
+                                 (dl > 5 && !strcmp(o.cfg.data_path + dl - 5, ".json"))))
+            printf("  warning: %s is read as raw bytes, its JSON syntax included: to train on "
+                   "its text, tokenize it first (zshard tokenize %s --tokenizer DIR --out TOK, "
+                   "then --data 'TOK/train_*.bin')\n",
+                   o.cfg.data_path, o.cfg.data_path);
         /* One document over many windows: the end-of-document marker is likely not the data's
          * (another tokenizer's shards, a --doc-sep that matches no line). */
         if (dp0.samples && dp0.documents == 1 && dp0.samples > 64)
