@@ -287,6 +287,15 @@ static void test_mem_takes_train_flags(void) {
     rc = zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(rc == 0 && !strstr(g_out, "unexpected argument"), "--quiet=1 (exit %d): %s", rc,
              g_out);
+    /* a run that diverges: the step named once, and what to do */
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s --steps 5 --lr 1e30 --batch 4 --seq 32 --sample-len 0 "
+             "--val-every 0 2>&1",
+             zt_zshard_exe(), txt);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc != 0 && strstr(g_out, ": gradient norm is not finite: the run diverged (lower --lr") &&
+                 !strstr(g_out, "not finite at step"),
+             "a diverging run (exit %d): %s", rc, g_out);
     /* JSON Lines as --data: trained as bytes, with the hint to tokenize it */
     char jl[512];
     snprintf(jl, sizeof jl, "%s", path("raw.jsonl"));

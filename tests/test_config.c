@@ -103,6 +103,9 @@ static void test_records(void) {
             g_exe);
     ZT_CHECK(rc == 0 && strstr(g_out, "\nbatch: 4\n") && !strstr(g_out, "\nmodel:"),
              "--print-config of a resume: %s", g_out);
+    /* flags override a --config file wherever they stand: the header says so */
+    ZT_CHECK(strstr(g_out, "override it (at any place)") && !strstr(g_out, "given after it"),
+             "--print-config header: %s", g_out);
 }
 
 /* Every bad file: one line naming file, line and key; exit 2; nothing trained. */

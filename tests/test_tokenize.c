@@ -626,6 +626,18 @@ static void test_eval_text(void) {
         zt_runf(buf, sizeof buf, "%s eval %s --data %s --field text", z, path("ev-ck"), path("th"));
     ZT_CHECK(rc == 2 && strstr(buf, "--field applies with --tokenizer"),
              "--field without --tokenizer: %s", buf);
+    /* a tokenizer of another vocabulary than the model's: named, not the temporary shards */
+    rc = zt_runf(buf, sizeof buf,
+                 "%s train --model gpt2-tiny --data %s --batch 2 --seq 16 --steps 1 "
+                 "--sample-len 0 --val-every 0 --quiet --save-dir %s",
+                 z, path("intr.txt"), path("ev-bytes"));
+    ZT_REQUIRE(rc == 0, "byte-level train: %s", buf);
+    rc = zt_runf(buf, sizeof buf, "%s eval %s --data %s --tokenizer %s --doc-sep %% 2>&1", z,
+                 path("ev-bytes"), path("intr.txt"), path("ident"));
+    ZT_CHECK(rc == 1 && strstr(buf, "has 257 ids and the model of") &&
+                 strstr(buf, "not the tokenizer the model was trained with") &&
+                 !strstr(buf, "dataset.json"),
+             "eval with another tokenizer: %s", buf);
 }
 
 int main(void) {

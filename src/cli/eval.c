@@ -211,10 +211,14 @@ int zs_cli_eval(int argc, char **argv) {
     if (tok) {
         const char *data = cfg.data_path;
         if ((rc = zs_cli_text_to_shards("eval", data, tok, doc_sep, field, &td))) return rc;
-        if (td.vocab > cfg.model.vocab) {
+        /* said here, naming the tokenizer, not later as the temporary shards' dataset.json */
+        if (td.vocab != cfg.model.vocab) {
             zs_cli_temp_shards_remove(&td);
-            return zs_cli_fail(1, "eval: the tokenizer has %d ids, more than the model's %d",
-                               td.vocab, cfg.model.vocab);
+            return zs_cli_fail(1,
+                               "eval: --tokenizer %s has %d ids and the model of %s %d: it is "
+                               "not the tokenizer the model was trained with (its ids would mean "
+                               "other tokens)",
+                               tok, td.vocab, src, cfg.model.vocab);
         }
         cfg.data_path = td.pattern;
         if (cfg.val_path && !strcmp(cfg.val_path, data))
