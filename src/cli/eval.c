@@ -230,8 +230,8 @@ int zs_cli_eval(int argc, char **argv) {
             }
             cfg.val_path = tv.pattern;
         }
-        fprintf(stderr, "eval: %s tokenized with %s: %lld documents, %lld tokens%s\n", data, tok,
-                (long long)td.documents, (long long)td.tokens,
+        fprintf(stderr, "eval: %s tokenized with %s: %lld document%s, %lld tokens%s\n", data,
+                tok, (long long)td.documents, td.documents == 1 ? "" : "s", (long long)td.tokens,
                 td.skipped ? " (some skipped: zshard tokenize shows which)" : "");
     }
     rc = eval_run(&cfg, src, data_name, val_name, split, batches, json);
