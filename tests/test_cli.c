@@ -390,6 +390,21 @@ static void test_eval_run_val_data(void) {
                  strstr(g_out, want),
              "eval on the run's --data: want '%s' and '%s' (the run's val loss):\n%s", on, want,
              g_out);
+    /* train's validation on a split smaller than --val-batches: capped, each window once,
+     * and said (300 bytes: 9 windows of 32, 3 batches of 4) */
+    char tiny[512];
+    snprintf(tiny, sizeof tiny, "%s", path("ev_tiny.txt"));
+    write_text(tiny, 300);
+    snprintf(cmd, sizeof cmd,
+             "%s train --data %s --val-data %s --steps 2 --batch 4 --seq 32 --sample-len 0 "
+             "--val-every 1 2>&1",
+             zt_zshard_exe(), tr, tiny);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    const char *note = strstr(g_out, "note: the val split holds ");
+    ZT_CHECK(rc == 0 && note && strstr(note, "batches of 4: validation takes those, not "
+                                             "--val-batches 8") &&
+                 !strstr(note + 1, "note: the val split holds "),
+             "train's validation past a small split (exit %d): %s", rc, g_out);
 }
 
 int main(void) {
