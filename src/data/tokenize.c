@@ -456,16 +456,16 @@ zs_status zs_tokenize_run(const zs_tokenize_config *cfg, zs_tokenize_stats *s) {
     /* a read or write cut short by the signal reports the signal, not its EINTR */
     if (st != ZS_OK && zs_tokenize_interrupted(cfg)) st = interrupted(cfg, out);
     ZS_CHECK(st);
+    if (zs_tokenize_interrupted(cfg)) { /* arrived after the last batch: still nothing kept */
+        st = interrupted(cfg, out);
+        goto fail;
+    }
     /* Nothing kept is no dataset: said, not written as an empty one. */
     ZS_REQUIRE(s->docs[0] + s->docs[1] > 0, ZS_ERR_INVALID,
                "tokenize: none of the %lld documents read was kept%s%s%s: nothing to write "
                "(tokenize --help: --max-doc-bytes, --field, --format)",
                (long long)s->docs_seen, s->n_bad ? " (the first: " : "", s->n_bad ? s->bad[0] : "",
                s->n_bad ? ")" : "");
-    if (zs_tokenize_interrupted(cfg)) { /* arrived after the last batch: still nothing kept */
-        st = interrupted(cfg, out);
-        goto fail;
-    }
     for (int k = 0; k < 2; k++)
         ZS_CHECK(zs_split_out_finish(&out[k]));
     for (int k = 0; k < 2; k++)
