@@ -287,7 +287,7 @@ fail:
 void zs_comm_destroy(zs_comm_t *c) {
     if (!c) return;
     zs_queue_destroy(c->queue);  /* drains outstanding work first */
-    if (c->ops) c->ops->fini(c); /* nccl: destroy (waits for its work) or abort (failed) */
+    if (c->ops) c->ops->fini(c); /* nccl: destroy (waits for work), ncclCommAbort if failed */
     if (c->cstream) c->dev->stream_sync(c->cstream);
     if (c->staging) {
         zs_comm_staging_free(c->staging);
