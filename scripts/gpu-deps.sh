@@ -13,9 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # OpenBLAS (the OpenMP build, its headers and Fortran runtime), zstd (headers and library),
-# libyaml (the CLI's --config files), pkg-config (CMake finds zstd and libyaml through it).
+# libyaml (the CLI's --config files), libcrypto (the rendezvous store's HMAC), pkg-config
+# (CMake finds zstd, libyaml and libcrypto through it).
 PACKAGES=(libopenblas0-openmp libopenblas-openmp-dev libgfortran5 libquadmath0 libzstd1
-          libzstd-dev libyaml-0-2 libyaml-dev pkgconf pkgconf-bin libpkgconf3)
+          libzstd-dev libyaml-0-2 libyaml-dev libssl3 libssl-dev pkgconf pkgconf-bin libpkgconf3)
 LIMIT_MB=64 # what a device call carries in all
 
 dir=${ZS_GPU_DEPS_DIR:-.gpu-deps}

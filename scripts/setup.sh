@@ -12,10 +12,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # Build: compiler, CMake, OpenBLAS (OpenMP flavour, so BLAS and our loops share one thread
-# pool), OpenMP, zstd, libyaml (train --config files). Data: `fortunes`, an offline English
-# corpus from Debian itself, and the fortune files of other languages (German, Russian,
-# Chinese, Spanish, Italian, Polish, Czech, Bulgarian): real multilingual text for the
-# tokenizer parity test and benchmark (issue 18).
+# pool), OpenMP, zstd, libssl-dev (libcrypto: the rendezvous store's HMAC), libyaml (train
+# --config files). Data: `fortunes`, an offline English corpus from Debian itself, and the
+# fortune files of other languages (German, Russian, Chinese, Spanish, Italian, Polish, Czech,
+# Bulgarian): real multilingual text for the tokenizer parity test and benchmark (issue 18).
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend, libgloo-dev the
 # gloo backend (CPU ranks across hosts), iproute2 the network namespaces that stand in for
 # hosts in the multihost test and benchmark (ip netns, tc), iperf3 that benchmark's link rate.
@@ -23,7 +23,7 @@ fi
 # pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
 # debootstrap: the GPU check's dry run builds a bare Debian root with it (tests/gpu_dryrun.sh).
 # ca-certificates: pip's TLS to PyPI (for `tokenizers`, below) fails on a fresh root without.
-PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev libyaml-dev fortunes
+PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev libssl-dev libyaml-dev fortunes
           fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs
           fortunes-bg gnuplot-nox openmpi-bin libopenmpi-dev libgloo-dev iproute2 iperf3 procps
           python3 python3-venv python3-numpy python3-pytest python3-setuptools python3-wheel

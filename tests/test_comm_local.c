@@ -157,7 +157,8 @@ static void *store_rank(void *p) {
     size_t len = 0;
     int64_t v = 0;
     a->ok = 0;
-    if (zs_store_create("127.0.0.1", a->port, a->rank == 0, 3, 10.0, &s) != ZS_OK) return NULL;
+    zs_store_id id = {"test-job", 1, a->rank, 3, NULL, 0};
+    if (zs_store_create("127.0.0.1", a->port, a->rank == 0, &id, 10.0, &s) != ZS_OK) return NULL;
     if (a->rank == 0 && zs_store_set(s, "greeting", "hello", 6) != ZS_OK) goto out;
     if (zs_store_get(s, "greeting", buf, sizeof buf, &len) != ZS_OK || len != 6 ||
         strcmp(buf, "hello"))
@@ -177,7 +178,8 @@ static void test_store(void) {
     int port = 20000 + (int)(zs_now_ns() % 20000);
     zs_store *s = NULL;
     double t = zs_now_s();
-    zs_status st = zs_store_create("127.0.0.1", port, 0, 2, 0.5, &s);
+    zs_store_id id = {"test-job", 1, 1, 2, NULL, 0};
+    zs_status st = zs_store_create("127.0.0.1", port, 0, &id, 0.5, &s);
     ZT_CHECK(st == ZS_ERR_TIMEOUT && strstr(zs_last_error(), "cannot reach the rendezvous master"),
              "unreachable master: %s: %s", zs_status_string(st), zs_last_error());
     ZT_CHECK(zs_now_s() - t < 5, "gave up after %.1f s", zs_now_s() - t);

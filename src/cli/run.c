@@ -180,17 +180,24 @@ static void set_env_int(const char *name, int v) {
 }
 
 /* The job id every rank of this launch gets (ZS_JOB_ID; it names the job's shared-memory
- * segments): this launcher's pid, appended to an inherited ZS_JOB_ID so that whoever set that
- * (a test, an outer tool) still recognises the job's segments by prefix. Set once by
+ * segments and is the identity its ranks present to the rendezvous store): this launcher's
+ * pid, appended to an inherited ZS_JOB_ID so that whoever set that (a test, an outer tool)
+ * still recognises the job's segments by prefix. Across hosts every launcher must give the
+ * same id, so there the master's port stands in for the pid (docs/comm.md). Set once by
  * set_job_id() before any rank is forked, so children see the launcher's value. */
 static char g_job_id[96];
 
-static void set_job_id(void) {
+static void set_job_id(const run_opts *o) {
     const char *outer = getenv("ZS_JOB_ID");
-    if (outer && *outer)
-        snprintf(g_job_id, sizeof g_job_id, "%.60sx%d", outer, (int)getpid());
+    char mine[24];
+    if (o->nnodes > 1)
+        snprintf(mine, sizeof mine, "p%d", o->port);
     else
-        snprintf(g_job_id, sizeof g_job_id, "%d", (int)getpid());
+        snprintf(mine, sizeof mine, "%d", (int)getpid());
+    if (outer && *outer)
+        snprintf(g_job_id, sizeof g_job_id, "%.60sx%s", outer, mine);
+    else
+        snprintf(g_job_id, sizeof g_job_id, "%s", mine);
 }
 
 static pid_t spawn(const run_opts *o, int local, int port, const char *threads, int attempt,
@@ -428,7 +435,7 @@ int zs_cli_run(int argc, char **argv) {
     j.nproc = o.nproc;
     j.world = o.nnodes * o.nproc;
     j.prefix = o.prefix;
-    set_job_id();
+    set_job_id(&o);
     int code = 0, restarts = 0;
     char last[1400];
     for (int attempt = 0;; attempt++) {

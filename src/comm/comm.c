@@ -167,14 +167,20 @@ static zs_status check_meeting_point(const zs_comm_env *env) {
                     env->rank, env->world_size);
 }
 
+static zs_store_id store_id(const zs_comm_env *env) {
+    return (zs_store_id){env->job_id, env->job_named, env->rank, env->world_size, env->secret,
+                         env->secret_len};
+}
+
 zs_status zs_comm_store_open(zs_comm_t *c, zs_store **out, int *owned) {
     *owned = c->store == NULL;
     if (c->store) {
         *out = c->store;
         return ZS_OK;
     }
-    return zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0,
-                           c->env.world_size, c->timeout_s, out);
+    zs_store_id id = store_id(&c->env);
+    return zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0, &id,
+                           c->timeout_s, out);
 }
 
 void zs_comm_store_close(zs_store *s, int owned) {
@@ -209,8 +215,9 @@ static zs_status discover_locality(zs_comm_t *c) {
     int local = 0, before = 0, theirs = 0, n = 0;
     snprintf(me, sizeof me, "%d ", c->env.world_size);
     host_identity(me + strlen(me), sizeof me - strlen(me));
-    ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0,
-                             c->env.world_size, c->timeout_s, &c->store));
+    zs_store_id id = store_id(&c->env);
+    ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0, &id,
+                             c->timeout_s, &c->store));
     snprintf(key, sizeof key, "local/%d", c->env.rank);
     ZS_CHECK(zs_store_set(c->store, key, me, strlen(me) + 1));
     for (int p = 0; p < c->env.world_size; p++) {
@@ -277,7 +284,7 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
 fail:
     if (c && c->impl && c->ops) c->ops->fini(c);
     if (c) {
-        zs_store_destroy(c->store);
+        if (!c->store_pinned) zs_store_destroy(c->store);
         zs_queue_destroy(c->queue);
         free(c);
     }

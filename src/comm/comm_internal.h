@@ -117,6 +117,7 @@ struct zs_comm {
     /* The rendezvous store while the communicator is created, when comm.c opened it (the
      * locality check); backends take it through zs_comm_store_open. */
     struct zs_store *store;
+    int store_pinned; /* a backend's abandoned thread still uses the store: never free it */
 
     /* Device buffers (comm/device.h): the device, its stream for this communicator's work, and
      * the host staging that host backends run through (NULL: buffers are host-readable). */

@@ -5,9 +5,11 @@
 #include "core/status.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* -1 when unset; ZS_ERR_INVALID (recorded) when set but not a non-negative integer. */
@@ -58,6 +60,75 @@ static void job_key_from_env(zs_comm_env *e) {
         e->job_key[j++] = ok ? ch : '_';
     }
     e->job_key[j] = '\0';
+}
+
+/* The identity every rank presents to the rendezvous store, so that a rank of another job
+ * on the same port is refused: ZS_JOB_ID, else the launcher's job (srun's job and step,
+ * torchrun's run id), else the master's address and port; the world size goes with it. The
+ * ranks of one job compute the same string; its source is part of it, for the messages. */
+static void job_id_from_env(zs_comm_env *e) {
+    const char *zs = getenv("ZS_JOB_ID"), *slurm = getenv("SLURM_JOB_ID");
+    const char *te = getenv("TORCHELASTIC_RUN_ID");
+    if (zs && *zs)
+        snprintf(e->job_id, sizeof e->job_id, "ZS_JOB_ID=%.180s", zs);
+    else if (slurm && *slurm)
+        snprintf(e->job_id, sizeof e->job_id, "SLURM_JOB_ID=%.80s.%.80s", slurm,
+                 getenv("SLURM_STEP_ID") ? getenv("SLURM_STEP_ID") : "0");
+    else if (te && *te && strcmp(te, "none")) /* torchrun's default run id is "none" */
+        snprintf(e->job_id, sizeof e->job_id, "TORCHELASTIC_RUN_ID=%.160s", te);
+    else
+        snprintf(e->job_id, sizeof e->job_id, "MASTER_ADDR:PORT=%.150s:%d", e->master_addr,
+                 e->master_port);
+    e->job_named = (zs && *zs) || (slurm && *slurm) || (te && *te && strcmp(te, "none"));
+    for (char *p = e->job_id; *p; p++) /* the wire takes text */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+/* The job's shared secret: ZS_JOB_SECRET, or the first line of the file ZS_JOB_SECRET_FILE
+ * names, which only its owner may read or write. */
+static zs_status secret_from_env(zs_comm_env *e) {
+    const char *v = getenv("ZS_JOB_SECRET"), *path = getenv("ZS_JOB_SECRET_FILE");
+    char buf[sizeof e->secret + 2];
+    size_t n = 0;
+    if (v && *v && path && *path)
+        return zs_error(ZS_ERR_INVALID, "both ZS_JOB_SECRET and ZS_JOB_SECRET_FILE are set: "
+                                        "give the job's secret one way");
+    if (v && *v) {
+        n = strlen(v);
+        if (n > sizeof e->secret)
+            return zs_error(ZS_ERR_INVALID, "ZS_JOB_SECRET is %zu bytes; at most %zu", n,
+                            sizeof e->secret);
+        memcpy(e->secret, v, n);
+    } else if (path && *path) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            zs_status st = zs_error(ZS_ERR_IO, "ZS_JOB_SECRET_FILE '%s': %s", path,
+                                    strerror(errno));
+            if (fd >= 0) close(fd);
+            return st;
+        }
+        if (!S_ISREG(sb.st_mode) || (sb.st_mode & 077) || sb.st_uid != geteuid()) {
+            close(fd);
+            return zs_error(ZS_ERR_INVALID,
+                            "ZS_JOB_SECRET_FILE '%s' must be a file of yours that only you can "
+                            "read (chmod 600 '%s')",
+                            path, path);
+        }
+        ssize_t got = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (got < 0) return zs_error(ZS_ERR_IO, "ZS_JOB_SECRET_FILE '%s': %s", path, strerror(errno));
+        buf[got] = '\0';
+        n = strcspn(buf, "\r\n");
+        if (n == 0 || n > sizeof e->secret)
+            return zs_error(ZS_ERR_INVALID,
+                            "ZS_JOB_SECRET_FILE '%s': its first line must hold the secret (1 to "
+                            "%zu bytes)",
+                            path, sizeof e->secret);
+        memcpy(e->secret, buf, n);
+    }
+    e->secret_len = n;
+    return ZS_OK;
 }
 
 zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *e) {
@@ -148,6 +219,8 @@ zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *e) {
                e->local_world_size, e->source);
     ZS_REQUIRE(e->master_port < 65536, ZS_ERR_INVALID, "MASTER_PORT %d out of range",
                e->master_port);
+    job_id_from_env(e);
+    ZS_CHECK(secret_from_env(e));
 fail:
     return st;
 }

@@ -6,6 +6,9 @@
 
 #include "zshard.h"
 
+#include <stddef.h>
+#include <stdint.h>
+
 typedef struct zs_comm_env {
     int rank;
     int world_size;
@@ -17,6 +20,10 @@ typedef struct zs_comm_env {
     int master_port;       /* 0 when none */
     char job_key[128];     /* unique per job on a host: names the shm segment without a store */
     const char *source;    /* "torchrun", "mpirun", "srun", "config" or "none" */
+    char job_id[200];      /* the job's identity, presented to the rendezvous store */
+    int job_named;         /* 1: job_id is a name (ZS_JOB_ID, srun's, torchrun's), 0: the address */
+    uint8_t secret[256];   /* ZS_JOB_SECRET or ZS_JOB_SECRET_FILE's content; none: length 0 */
+    size_t secret_len;
 } zs_comm_env;
 
 /* Fill *env from the environment, then apply the config's overrides. Validates ranges. */

@@ -22,6 +22,8 @@ extern "C" {
 #include <ifaddrs.h>
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <thread>
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
@@ -451,10 +453,66 @@ fail:
     return st;
 }
 
+/* gloo's connectFullMesh, bounded. libgloo's pair connect can wait about 100 s for a peer
+ * that is gone (a rank that failed, or a stranger that took its listening port: docs/comm.md),
+ * whatever the context's timeout. It runs on a thread of its own; after the comm timeout + 5 s
+ * the rank gives up with a named error, and the abandoned thread keeps alive what it uses: the
+ * shared pointers it holds, and the store, which is then never freed (*abandoned = 1). */
+struct MeshJob {
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::shared_ptr<gloo::transport::Device> dev;
+    ZsStore gs;
+    std::promise<void> done;
+    std::string why; /* a zshard failure's message: zs_last_error is per thread */
+    explicit MeshJob(zs_store *s) : gs(s) {}
+};
+
+void connect_mesh(const Ctx *g, zs_store *store, int *abandoned) {
+    auto job = std::make_shared<MeshJob>(store);
+    job->ctx = g->ctx;
+    job->dev = g->dev;
+    std::future<void> fut = job->done.get_future();
+    std::thread th([job] {
+        try {
+            job->ctx->connectFullMesh(job->gs, job->dev);
+            job->done.set_value();
+        } catch (const ZsFailure &f) {
+            job->why = zs_last_error();
+            job->done.set_exception(std::current_exception());
+        } catch (...) {
+            job->done.set_exception(std::current_exception());
+        }
+    });
+    if (fut.wait_for(ms(g->timeout_s + 5.0)) != std::future_status::ready) {
+        th.detach();
+        *abandoned = 1;
+        throw ZsFailure(zs_error(ZS_ERR_TIMEOUT,
+                                 "gloo: connecting the %d ranks did not finish within %.0f s: a "
+                                 "rank is gone, or something else took a gloo listening port",
+                                 g->world, g->timeout_s + 5.0));
+    }
+    th.join();
+    try {
+        fut.get();
+    } catch (const ZsFailure &f) {
+        throw ZsFailure(zs_error(f.st, "%s", job->why.c_str()));
+    }
+}
+
+/* Test hook (tests/test_strangers.sh): ZS_FAULT_GLOO_DELAY=RANK:MS holds that rank back for
+ * MS milliseconds before gloo connects its pairs, so that the others' gloo listening ports
+ * stay open long enough for a stranger to find them. */
+void fault_delay(int rank) {
+    const char *v = getenv("ZS_FAULT_GLOO_DELAY");
+    int r = -1, ms = 0;
+    if (v && sscanf(v, "%d:%d", &r, &ms) == 2 && r == rank && ms > 0 && ms <= 60000)
+        usleep((useconds_t)ms * 1000);
+}
+
 zs_status gloo_init(zs_comm_t *c) {
     zs_status st = ZS_OK;
     zs_store *store = nullptr;
-    int store_owned = 0;
+    int store_owned = 0, abandoned = 0;
     Ctx *g = new (std::nothrow) Ctx;
     std::string shown;
     if (!g) return zs_error(ZS_ERR_OOM, "gloo: out of memory");
@@ -499,8 +557,8 @@ zs_status gloo_init(zs_comm_t *c) {
         try {
             g->ctx = std::make_shared<gloo::rendezvous::Context>(g->rank, g->world);
             g->ctx->setTimeout(ms(c->timeout_s));
-            ZsStore gs(store);
-            g->ctx->connectFullMesh(gs, g->dev);
+            fault_delay(g->rank);
+            connect_mesh(g, store, &abandoned);
             for (int p = 0; p < g->world; p++) {
                 char hb[256];
                 size_t hl = 0;
@@ -535,7 +593,10 @@ zs_status gloo_init(zs_comm_t *c) {
              g->dev->str().c_str());
     return ZS_OK;
 fail:
-    if (store) zs_comm_store_close(store, store_owned);
+    if (abandoned) /* a thread still uses the store: keep it, the communicator's too */
+        c->store_pinned = 1;
+    else if (store)
+        zs_comm_store_close(store, store_owned);
     return st;
 }
 

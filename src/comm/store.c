@@ -1,7 +1,9 @@
-/* TCP key-value store: one server thread on rank 0 multiplexes all clients with poll();
- * a GET for a missing key is parked until a SET provides it. Wire format, both ways:
- * a 9-byte header (u8 cmd or status, u32 key length, u32 value length) then the bytes. */
+/* The rendezvous store's client: connect to MASTER_ADDR:MASTER_PORT, greet the server as
+ * this job's rank (store_wire.h), then SET/GET/ADD keys, every call bounded by the store's
+ * timeout. Rank 0 also starts the server (store_server.c). docs/comm.md has the protocol,
+ * and what it does and does not protect. */
 #include "comm/store.h"
+#include "comm/store_wire.h"
 #include "core/status.h"
 #include "core/timer.h"
 
@@ -10,40 +12,20 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <stdatomic.h>
-#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum { CMD_SET = 1, CMD_GET = 2, CMD_ADD = 3 };
-#define MAX_KEYS 4096 /* a few keys per rank: shm, gloo and the locality check */
-#define MAX_CLIENTS 1024
-#define MAX_LEN 65536
-
-typedef struct kv {
-    char *key;
-    uint8_t *val;
-    uint32_t len;
-} kv;
-
-typedef struct client {
-    int fd;
-    char *pending_get; /* key this client waits for, or NULL */
-} client;
+#define HANDSHAKE_S 10.0 /* a server that has not greeted by then is not a zshard store */
 
 struct zs_store {
     int fd; /* client connection */
     double timeout_s;
     char where[300];
-    /* server */
-    int is_server, world, listen_fd;
-    pthread_t thread;
-    int thread_started;
-    _Atomic int stop; /* destroy: serve the stragglers for a short grace period only */
-    kv keys[MAX_KEYS];
-    int nkeys;
+    zs_store_server *server; /* rank 0 only */
+    zs_status failed;        /* why the greeting failed, as recorded */
 };
 
 /* ---- blocking I/O with a deadline ---------------------------------------------------- */
@@ -71,170 +53,122 @@ static zs_status io_all(int fd, void *buf, size_t n, int writing, double deadlin
     return ZS_OK;
 }
 
-static void put_hdr(uint8_t *h, uint8_t cmd, uint32_t a, uint32_t b) {
-    h[0] = cmd;
-    memcpy(h + 1, &a, 4);
-    memcpy(h + 5, &b, 4);
-}
-
-/* ---- server -------------------------------------------------------------------------- */
-
-static kv *find_key(zs_store *s, const char *key) {
-    for (int i = 0; i < s->nkeys; i++)
-        if (!strcmp(s->keys[i].key, key)) return &s->keys[i];
-    return NULL;
-}
-
-/* Server replies are small and the client is waiting for them: a plain blocking send. */
-static int reply(int fd, uint8_t status, const void *val, uint32_t len) {
-    uint8_t h[9];
-    put_hdr(h, status, 0, len);
-    if (send(fd, h, 9, MSG_NOSIGNAL) != 9) return -1;
-    if (len && send(fd, val, len, MSG_NOSIGNAL) != (ssize_t)len) return -1;
-    return 0;
-}
-
-static int set_key(zs_store *s, const char *key, const uint8_t *val, uint32_t len) {
-    kv *e = find_key(s, key);
-    if (!e) {
-        if (s->nkeys == MAX_KEYS) return -1;
-        e = &s->keys[s->nkeys++];
-        e->key = strdup(key);
-        e->val = NULL;
-    }
-    free(e->val);
-    e->val = malloc(len ? len : 1);
-    if (!e->key || !e->val) return -1;
-    memcpy(e->val, val, len);
-    e->len = len;
-    return 0;
-}
-
-/* Handle one request from c; returns -1 when the client is gone. */
-static int serve_one(zs_store *s, client *c, client *all, int nall) {
-    uint8_t h[9];
-    uint32_t klen, vlen;
-    if (recv(c->fd, h, 9, MSG_WAITALL) != 9) return -1;
-    memcpy(&klen, h + 1, 4);
-    memcpy(&vlen, h + 5, 4);
-    if (klen == 0 || klen > 1024 || vlen > MAX_LEN) return -1;
-    char key[1025];
-    uint8_t *val = malloc(vlen ? vlen : 1);
-    if (!val) return -1;
-    int rc = 0;
-    if (recv(c->fd, key, klen, MSG_WAITALL) != (ssize_t)klen ||
-        (vlen && recv(c->fd, val, vlen, MSG_WAITALL) != (ssize_t)vlen)) {
-        free(val);
-        return -1;
-    }
-    key[klen] = '\0';
-    if (h[0] == CMD_SET) {
-        rc = set_key(s, key, val, vlen) ? reply(c->fd, 1, NULL, 0) : reply(c->fd, 0, NULL, 0);
-        for (int i = 0; i < nall && rc == 0; i++)
-            if (all[i].pending_get && !strcmp(all[i].pending_get, key)) {
-                reply(all[i].fd, 0, val, vlen);
-                free(all[i].pending_get);
-                all[i].pending_get = NULL;
-            }
-    } else if (h[0] == CMD_GET) {
-        kv *e = find_key(s, key);
-        if (e)
-            rc = reply(c->fd, 0, e->val, e->len);
-        else
-            c->pending_get = strdup(key);
-    } else if (h[0] == CMD_ADD && vlen == 8) {
-        int64_t d, v = 0;
-        memcpy(&d, val, 8);
-        kv *e = find_key(s, key);
-        if (e && e->len == 8) memcpy(&v, e->val, 8);
-        v += d;
-        rc = set_key(s, key, (uint8_t *)&v, 8) ? reply(c->fd, 1, NULL, 0) : reply(c->fd, 0, &v, 8);
-    } else {
-        rc = -1;
-    }
-    free(val);
-    return rc;
-}
-
-static void *server_main(void *arg) {
-    zs_store *s = arg;
-    client *cl = calloc(MAX_CLIENTS, sizeof *cl);
-    struct pollfd *pfd = calloc(MAX_CLIENTS + 1, sizeof *pfd);
-    int n = 0, gone = 0;
-    /* Every client (rank 0's own too) leaves once, after the final barrier of create. */
-    double deadline = zs_now_s() + s->timeout_s, grace = 0;
-    while (cl && pfd && gone < s->world && zs_now_s() < deadline) {
-        if (s->stop && grace == 0) grace = zs_now_s() + 5.0;
-        if (grace > 0 && zs_now_s() > grace) break;
-        pfd[0] = (struct pollfd){s->listen_fd, POLLIN, 0};
-        for (int i = 0; i < n; i++)
-            pfd[i + 1] = (struct pollfd){cl[i].fd, POLLIN, 0};
-        if (poll(pfd, (nfds_t)n + 1, 100) <= 0) continue;
-        if ((pfd[0].revents & POLLIN) && n < MAX_CLIENTS) {
-            int fd = accept(s->listen_fd, NULL, NULL);
-            if (fd >= 0) {
-                int one = 1;
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                cl[n++] = (client){fd, NULL};
-            }
-        }
-        for (int i = 0; i < n; i++) {
-            if (!(pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            if (serve_one(s, &cl[i], cl, n) < 0) {
-                close(cl[i].fd);
-                free(cl[i].pending_get);
-                cl[i].fd = -1;
-                gone++;
-            }
-        }
-        /* compact (pfd indices are rebuilt each round) */
-        int j = 0;
-        for (int i = 0; i < n; i++)
-            if (cl[i].fd >= 0) cl[j++] = cl[i];
-        n = j;
-    }
-    for (int i = 0; cl && i < n; i++) {
-        close(cl[i].fd);
-        free(cl[i].pending_get);
-    }
-    free(cl);
-    free(pfd);
-    return NULL;
-}
-
-static zs_status server_listen(zs_store *s, int port) {
-    s->listen_fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int v6 = s->listen_fd >= 0;
-    if (!v6) s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->listen_fd < 0)
-        return zs_error(ZS_ERR_COMM, "rendezvous store: socket: %s", strerror(errno));
-    int one = 1, zero = 0;
-    setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int rc;
-    if (v6) {
-        /* dual stack: serves IPv4 clients too */
-        setsockopt(s->listen_fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        struct sockaddr_in6 a = {0};
-        a.sin6_family = AF_INET6;
-        a.sin6_addr = in6addr_any;
-        a.sin6_port = htons((uint16_t)port);
-        rc = bind(s->listen_fd, (struct sockaddr *)&a, sizeof a);
-    } else {
-        struct sockaddr_in a = {0};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_ANY);
-        a.sin_port = htons((uint16_t)port);
-        rc = bind(s->listen_fd, (struct sockaddr *)&a, sizeof a);
-    }
-    if (rc != 0 || listen(s->listen_fd, 1024) != 0)
-        return zs_error(ZS_ERR_COMM, "rendezvous store: cannot listen on port %d: %s", port,
-                        strerror(errno));
-    return ZS_OK;
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 /* ---- client -------------------------------------------------------------------------- */
 
-static zs_status client_connect(zs_store *s, const char *addr, int port) {
+/* Outcome of one greeting: ZS_OK, RETRY (dropped or told to come back: connect again), or a
+ * recorded error that retrying cannot mend. */
+enum { GREET_OK = 0, GREET_RETRY = 1, GREET_FAIL = 2 };
+
+/* Read one message that parse() accepts; a connection that closes first asks for a retry. */
+static int read_msg(int fd, uint8_t *buf, size_t cap, double deadline, size_t *n,
+                    int (*parse)(const uint8_t *, size_t, void *, size_t *, const char **),
+                    void *out, const char **why) {
+    *n = 0;
+    for (;;) {
+        size_t used = 0;
+        int rc = *n ? parse(buf, *n, out, &used, why) : ZS_WIRE_NEED;
+        if (rc == ZS_WIRE_OK) return GREET_OK;
+        if (rc == ZS_WIRE_BAD) return GREET_FAIL;
+        double left = deadline - zs_now_s();
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (left <= 0) return *why = "it did not greet in time", GREET_FAIL;
+        int r = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (r <= 0) continue;
+        ssize_t got = recv(fd, buf + *n, cap - *n, 0);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (got <= 0) return *why = "closed during the greeting", GREET_RETRY;
+        *n += (size_t)got;
+    }
+}
+
+static int parse_server_hello(const uint8_t *b, size_t n, void *out, size_t *used,
+                              const char **why) {
+    *used = ZS_WIRE_SERVER_HELLO;
+    return zs_wire_parse_server_hello(b, n, out, why);
+}
+static int parse_answer(const uint8_t *b, size_t n, void *out, size_t *used, const char **why) {
+    return zs_wire_parse_answer(b, n, out, used, why);
+}
+
+/* Greet the server on a fresh connection as rank id->rank of job id->job. */
+static int greet(zs_store *s, const zs_store_id *id, double deadline, const char **why) {
+    uint8_t buf[ZS_WIRE_ANSWER_FIXED + 512];
+    size_t n;
+    zs_wire_server_hello sh;
+    double hs = zs_now_s() + HANDSHAKE_S;
+    if (hs > deadline) hs = deadline;
+    int rc = read_msg(s->fd, buf, ZS_WIRE_SERVER_HELLO, hs, &n, parse_server_hello, &sh, why);
+    if (rc == GREET_FAIL && zs_now_s() >= deadline) return GREET_RETRY; /* the timeout's */
+    if (rc == GREET_FAIL) {
+        s->failed = zs_error(ZS_ERR_COMM,
+                 "rendezvous store %s: the process listening there is not a zshard rendezvous "
+                 "store (%s); check MASTER_ADDR/MASTER_PORT",
+                 s->where, *why);
+        return rc;
+    }
+    if (rc) return rc;
+    if (sh.version != ZS_WIRE_VERSION) {
+        s->failed = zs_error(ZS_ERR_COMM,
+                 "rendezvous store %s speaks protocol version %u and this rank %d: every rank "
+                 "must run the same zshard",
+                 s->where, sh.version, ZS_WIRE_VERSION);
+        return GREET_FAIL;
+    }
+    int wants = (sh.flags & ZS_WIRE_FLAG_SECRET) != 0;
+    if (wants != (id->secret_len > 0)) {
+        s->failed = zs_error(ZS_ERR_INVALID,
+                 wants ? "rendezvous store %s requires the job's secret and rank %d has none: "
+                         "set ZS_JOB_SECRET (or ZS_JOB_SECRET_FILE) on every rank"
+                       : "rendezvous store %s has no secret but rank %d was given one: set "
+                         "ZS_JOB_SECRET (or ZS_JOB_SECRET_FILE) on every rank, rank 0 included",
+                 s->where, id->rank);
+        return GREET_FAIL;
+    }
+    zs_wire_hello h = {.version = ZS_WIRE_VERSION,
+                       .rank = (uint32_t)id->rank,
+                       .world = (uint32_t)id->world};
+    snprintf(h.job, sizeof h.job, "%s", id->job);
+    if (zs_wire_random(h.nonce, sizeof h.nonce) ||
+        zs_wire_hello_mac(id->secret, id->secret_len, sh.nonce, &h, h.mac)) {
+        s->failed = zs_error(ZS_ERR_COMM, "rendezvous store %s: cannot draw a nonce or compute the HMAC",
+                 s->where);
+        return GREET_FAIL;
+    }
+    uint8_t out[ZS_WIRE_HELLO_FIXED + ZS_WIRE_JOB_MAX];
+    size_t len = zs_wire_put_hello(out, &h);
+    if (send(s->fd, out, len, MSG_NOSIGNAL) != (ssize_t)len)
+        return *why = "closed during the greeting", GREET_RETRY;
+    zs_wire_answer a;
+    rc = read_msg(s->fd, buf, sizeof buf, hs, &n, parse_answer, &a, why);
+    if (rc == GREET_FAIL) {
+        s->failed = zs_error(ZS_ERR_COMM, "rendezvous store %s: a garbled answer to the greeting (%s)",
+                 s->where, *why);
+        return rc;
+    }
+    if (rc) return rc;
+    uint8_t want[ZS_WIRE_MAC];
+    zs_wire_welcome_mac(id->secret, id->secret_len, sh.nonce, h.nonce, a.status, id->job, want);
+    if (id->secret_len && a.status == ZS_WIRE_WELCOME && !zs_wire_mac_equal(want, a.mac)) {
+        s->failed = zs_error(ZS_ERR_COMM,
+                 "rendezvous store %s welcomed rank %d without proving that it knows the job's "
+                 "secret: it is not this job's rank 0",
+                 s->where, id->rank);
+        return GREET_FAIL;
+    }
+    if (a.status == ZS_WIRE_RETRY) return *why = "that round had ended", GREET_RETRY;
+    if (a.status == ZS_WIRE_REFUSED) {
+        s->failed = zs_error(ZS_ERR_INVALID, "rendezvous store %s refused rank %d of job '%s': %s",
+                             s->where, id->rank, id->job, a.msg);
+        return GREET_FAIL;
+    }
+    return GREET_OK;
+}
+
+static zs_status client_connect(zs_store *s, const char *addr, int port, const zs_store_id *id) {
     double deadline = zs_now_s() + s->timeout_s;
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
@@ -255,15 +189,26 @@ static zs_status client_connect(zs_store *s, const char *addr, int port) {
             for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
                 int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
                 if (fd < 0) continue;
-                if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-                    int one = 1;
-                    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                    s->fd = fd;
+                if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+                    why = strerror(errno);
+                    close(fd);
+                    continue;
+                }
+                int one = 1;
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                s->fd = fd;
+                int rc = greet(s, id, deadline, &why);
+                if (rc == GREET_OK) {
                     freeaddrinfo(res);
                     return ZS_OK;
                 }
-                why = strerror(errno);
                 close(fd);
+                s->fd = -1;
+                if (rc == GREET_FAIL) {
+                    freeaddrinfo(res);
+                    return s->failed;
+                }
+                break; /* dropped or told to come back: wait a little, then connect again */
             }
             freeaddrinfo(res);
         }
@@ -279,31 +224,39 @@ static zs_status request(zs_store *s, uint8_t cmd, const char *key, const void *
                          void *out, size_t cap, size_t *outlen) {
     zs_status st = ZS_OK;
     double deadline = zs_now_s() + s->timeout_s;
-    uint8_t h[9];
+    uint8_t h[ZS_WIRE_REQ_HDR];
     uint32_t klen = (uint32_t)strlen(key), rlen;
-    put_hdr(h, cmd, klen, vlen);
-    ZS_CHECK(io_all(s->fd, h, 9, 1, deadline, s->where));
+    ZS_REQUIRE(klen > 0 && klen <= ZS_WIRE_KEY_MAX, ZS_ERR_INVALID,
+               "rendezvous store: key '%.40s' is empty or longer than %d bytes", key,
+               ZS_WIRE_KEY_MAX);
+    zs_wire_put_req_hdr(h, cmd, klen, vlen);
+    ZS_CHECK(io_all(s->fd, h, sizeof h, 1, deadline, s->where));
     ZS_CHECK(io_all(s->fd, (void *)key, klen, 1, deadline, s->where));
     if (vlen) ZS_CHECK(io_all(s->fd, (void *)val, vlen, 1, deadline, s->where));
-    ZS_CHECK(io_all(s->fd, h, 9, 0, deadline, s->where));
-    memcpy(&rlen, h + 5, 4);
-    ZS_REQUIRE(h[0] == 0 && rlen <= MAX_LEN, ZS_ERR_COMM,
-               "rendezvous store %s: request for key '%s' failed", s->where, key);
-    uint8_t tmp[MAX_LEN];
+    ZS_CHECK(io_all(s->fd, h, sizeof h, 0, deadline, s->where));
+    rlen = rd32(h + 5);
+    ZS_REQUIRE(h[0] <= ZS_WIRE_JOB_FAILED && rlen <= ZS_WIRE_VALUE_MAX, ZS_ERR_COMM,
+               "rendezvous store %s: a garbled reply to key '%s'", s->where, key);
+    uint8_t tmp[ZS_WIRE_VALUE_MAX + 1];
     ZS_CHECK(io_all(s->fd, tmp, rlen, 0, deadline, s->where));
-    if (out) memcpy(out, tmp, rlen < cap ? rlen : cap);
+    tmp[rlen] = '\0';
+    ZS_REQUIRE(h[0] != ZS_WIRE_JOB_FAILED, ZS_ERR_INVALID, "%s", (char *)tmp);
+    ZS_REQUIRE(h[0] == ZS_WIRE_DONE, ZS_ERR_COMM,
+               "rendezvous store %s: request for key '%s' failed (the store is full)", s->where,
+               key);
+    if (out && rlen) memcpy(out, tmp, rlen < cap ? rlen : cap);
     if (outlen) *outlen = rlen;
 fail:
     return st;
 }
 
 zs_status zs_store_set(zs_store *s, const char *key, const void *val, size_t len) {
-    if (len > MAX_LEN) return zs_error(ZS_ERR_INVALID, "store value too large");
-    return request(s, CMD_SET, key, val, (uint32_t)len, NULL, 0, NULL);
+    if (len > ZS_WIRE_VALUE_MAX) return zs_error(ZS_ERR_INVALID, "store value too large");
+    return request(s, ZS_WIRE_SET, key, val, (uint32_t)len, NULL, 0, NULL);
 }
 
 zs_status zs_store_get(zs_store *s, const char *key, void *val, size_t cap, size_t *len) {
-    zs_status st = request(s, CMD_GET, key, NULL, 0, val, cap, len);
+    zs_status st = request(s, ZS_WIRE_GET, key, NULL, 0, val, cap, len);
     if (st == ZS_ERR_TIMEOUT)
         st = zs_error(st,
                       "rendezvous store %s: key '%s' did not appear within %.0f s (did every "
@@ -314,7 +267,7 @@ zs_status zs_store_get(zs_store *s, const char *key, void *val, size_t cap, size
 
 zs_status zs_store_add(zs_store *s, const char *key, int64_t delta, int64_t *result) {
     int64_t v = 0;
-    zs_status st = request(s, CMD_ADD, key, &delta, 8, &v, 8, NULL);
+    zs_status st = request(s, ZS_WIRE_ADD, key, &delta, 8, &v, 8, NULL);
     if (result) *result = v;
     return st;
 }
@@ -332,25 +285,21 @@ fail:
     return st;
 }
 
-zs_status zs_store_create(const char *addr, int port, int is_server, int world, double timeout_s,
-                          zs_store **out) {
+zs_status zs_store_create(const char *addr, int port, int is_server, const zs_store_id *id,
+                          double timeout_s, zs_store **out) {
     zs_status st = ZS_OK;
     zs_store *s = calloc(1, sizeof *s);
     *out = NULL;
     ZS_REQUIRE(s, ZS_ERR_OOM, "rendezvous store: out of memory");
     s->fd = -1;
-    s->listen_fd = -1;
     s->timeout_s = timeout_s;
-    s->is_server = is_server;
-    s->world = world;
     snprintf(s->where, sizeof s->where, "%s:%d", addr, port);
-    if (is_server) {
-        ZS_CHECK(server_listen(s, port));
-        ZS_REQUIRE(pthread_create(&s->thread, NULL, server_main, s) == 0, ZS_ERR_COMM,
-                   "rendezvous store: cannot start the server thread");
-        s->thread_started = 1;
-    }
-    ZS_CHECK(client_connect(s, is_server ? "127.0.0.1" : addr, port));
+    ZS_REQUIRE(id && id->job && id->job[0] && strlen(id->job) <= ZS_WIRE_JOB_MAX &&
+                   id->world >= 1 && id->rank >= 0 && id->rank < id->world,
+               ZS_ERR_INVALID, "rendezvous store: a job identity of 1 to %d bytes and a rank "
+               "below the world size are required", ZS_WIRE_JOB_MAX);
+    if (is_server) ZS_CHECK(zs_store_server_start(port, id, timeout_s, &s->server));
+    ZS_CHECK(client_connect(s, is_server ? "127.0.0.1" : addr, port, id));
     *out = s;
     return ZS_OK;
 fail:
@@ -360,13 +309,15 @@ fail:
 
 void zs_store_destroy(zs_store *s) {
     if (!s) return;
-    if (s->fd >= 0) close(s->fd);
-    s->stop = 1;
-    if (s->thread_started) pthread_join(s->thread, NULL);
-    if (s->listen_fd >= 0) close(s->listen_fd);
-    for (int i = 0; i < s->nkeys; i++) {
-        free(s->keys[i].key);
-        free(s->keys[i].val);
+    if (s->fd >= 0) {
+        /* Goodbye: the server ends once every rank has said it. No answer is awaited. */
+        uint8_t bye[ZS_WIRE_REQ_HDR + 3];
+        zs_wire_put_req_hdr(bye, ZS_WIRE_BYE, 3, 0);
+        memcpy(bye + ZS_WIRE_REQ_HDR, "bye", 3);
+        /* A raw send: destroy runs on error paths too, and must not replace their message. */
+        (void)!send(s->fd, bye, sizeof bye, MSG_NOSIGNAL | MSG_DONTWAIT);
+        close(s->fd);
     }
+    zs_store_server_stop(s->server);
     free(s);
 }
