@@ -8,6 +8,9 @@
 #     MASTER_ADDR/MASTER_PORT, the same;
 #   - the same 2 x 2 job through mpirun --comm mpi, with an rsh agent that enters the
 #     namespaces, so the MPI path crosses a network too;
+#   - a stranger on a third host knocks on the store's port during rendezvous (empty
+#     connections, junk, 2000 connections held open) and training: the 2 x 2 job still ends
+#     bitwise equal (issue 32);
 #   - a killed rank on one host is named on the other, long before the timeout;
 #   - a host taken off the network ends the job on both hosts with the named error within
 #     --comm-timeout + 5 s, nothing left running;
@@ -82,6 +85,31 @@ grep -q "comm gloo (auto: 4 ranks on several hosts (2 here), met at ${NH_IP[0]}:
 [[ "$(hash_in m22)" == "$(hash_in ref4)" ]] ||
     { cat m22 m22.1; fail "2 hosts x 2 ranks: $(hash_in m22) != shm on one host $(hash_in ref4)"; }
 echo "2 hosts x 2 ranks, ZeRO-3 over gloo: param_hash $(hash_in m22) = 4 ranks over shm"
+
+# ---- a stranger on the network, during rendezvous and training (issue 32) -------------------
+# From a third host: 100 empty connections and junk at the master's store port, then 2000
+# connections held open while host 1's launcher starts, then knocks until the job is done.
+p=$(port)
+nh_in 0 timeout 300 "$Z" run -n 2 --threads 1 --nnodes 2 --node-rank 0 --master-addr \
+    "${NH_IP[0]}" --master-port "$p" -- "$Z" "${ARGS[@]}" --stage 3 --steps 6 > st22.0 2>&1 &
+for _ in $(seq 1 100); do nh_in 0 ss -ltnH "sport = :$p" | grep -q . && break; sleep 0.1; done
+STRANGER=(python3 "$HERE/stranger.py" --host "${NH_IP[0]}" --port "$p")
+nh_in 2 "${STRANGER[@]}" --empty 100 --junk > stranger.1 || fail "stranger.py"
+nh_in 2 "${STRANGER[@]}" --flood 2000 --hold 5 --ready "$T/half" > stranger.2 &
+for _ in $(seq 1 300); do [[ -e half ]] && break; sleep 0.1; done
+nh_in 1 timeout 300 "$Z" run -n 2 --threads 1 --nnodes 2 --node-rank 1 --master-addr \
+    "${NH_IP[0]}" --master-port "$p" -- "$Z" "${ARGS[@]}" --stage 3 --steps 6 > st22.1 2>&1 &
+node1=$!
+knocks=0
+while kill -0 "$node1" 2> /dev/null && ((knocks < 100)); do
+    nh_in 2 "${STRANGER[@]}" --empty 5 > /dev/null
+    knocks=$((knocks + 1))
+done
+wait
+[[ "$(hash_in st22.0)" == "$(hash_in ref4)" ]] ||
+    { cat stranger.1 stranger.2 st22.0 st22.1; fail "2x2 with a stranger: $(hash_in st22.0) != $(hash_in ref4)"; }
+echo "2 hosts x 2 ranks with a stranger on the store's port (100 empty, junk, 2000 held," \
+    "$knocks knocks during the job): param_hash $(hash_in st22.0), as undisturbed"
 
 shm_ref ref3 3 --stage 3 --steps 6 --dtype bf16
 multi m31 3 1 --stage 3 --steps 6 --dtype bf16
