@@ -156,6 +156,7 @@ missing=()
 have_cblas || missing+=(OpenBLAS)
 have_pc libzstd || missing+=(zstd)
 have_pc yaml-0.1 || missing+=(libyaml)
+have_pc libcrypto || missing+=(libcrypto)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 if [ -n "${ZS_GPU_DEPS_FORCE:-}" ] || [ ${#missing[@]} -gt 0 ]; then
     if ls .gpu-deps/*.deb >/dev/null 2>&1; then
@@ -172,6 +173,8 @@ if [ -n "${ZS_GPU_DEPS_FORCE:-}" ] || [ ${#missing[@]} -gt 0 ]; then
         export PKG_CONFIG_PATH=$deps/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
         export LD_LIBRARY_PATH=$lib/openblas-openmp:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         export LIBRARY_PATH=$lib/openblas-openmp:$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+        # Debian's multiarch headers (OpenSSL's opensslconf.h) sit beside the prefix's include/.
+        export CPATH=$deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}
         cmake_extra+=("-DZS_CBLAS_INCLUDE_DIR=$deps/usr/include/x86_64-linux-gnu/openblas-openmp"
                       "-DCMAKE_LIBRARY_PATH=$lib/openblas-openmp;$lib"
                       "-DCMAKE_INCLUDE_PATH=$deps/usr/include")

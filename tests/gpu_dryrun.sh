@@ -100,7 +100,7 @@ fi
 mkdir -p "$root"
 tar -C "$root" -xf "$gpuroot"
 # Bare: none of what gpu-deps.sh carries is there (the whole point of the dry run).
-for f in cblas.h zstd.h yaml.h; do
+for f in cblas.h zstd.h yaml.h hmac.h; do
     [ -z "$(find "$root/usr/include" -name "$f" -print -quit)" ] || fail "the root already has $f"
 done
 [ ! -e "$root/usr/bin/pkg-config" ] && [ ! -e "$root/usr/bin/pkgconf" ] || fail "the root already has pkg-config"
@@ -147,8 +147,8 @@ echo "----"
 [ "$rc" = 0 ] || { tail -n 40 "$work/dry.log"; fail "gpu-check.sh --dry-run exited $rc in the bare root"; }
 grep -q 'stopped where a GPU is needed (--dry-run)' "$report" || fail "the report does not say where it stopped"
 grep -q 'predict_small: exit 0' "$report" || fail "the emulated GPU's prediction did not run in the bare root"
-grep -q 'dependencies: OpenBLAS zstd libyaml pkg-config missing here; unpacked' "$report" ||
-    fail "the report does not list the four missing dependencies as unpacked"
+grep -q 'dependencies: OpenBLAS zstd libyaml libcrypto pkg-config missing here; unpacked' "$report" ||
+    fail "the report does not list the five missing dependencies as unpacked"
 for b in zshard tests/test_cuda_ops tests/test_cuda_flash_tc tests/test_device_cuda tests/test_comm_nccl tests/comm_worker_gpu \
     tests/test_train_cuda tests/zshard-emu; do
     [ -x "$proj/build-gpu/$b" ] || fail "build-gpu/$b was not built"
