@@ -126,7 +126,6 @@ typedef enum zs_source_kind {
 
 /* What path is, from what it holds (a manifest, config.json, a magic), not from its name. */
 zs_status zs_source_kind_of(const char *path, zs_source_kind *kind);
-const char *zs_source_kind_name(zs_source_kind kind);
 /* The model config a source describes (hint fills what the source does not say, as in
  * zs_st_import; NULL = none). Reads headers and configs only. */
 zs_status zs_source_config(const char *path, const zs_model_config *hint, zs_model_config *cfg);

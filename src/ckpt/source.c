@@ -14,12 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char *zs_source_kind_name(zs_source_kind kind) {
-    static const char *names[] = {"zshard checkpoint", "safetensors file", "Hugging Face directory",
-                                  "llm.c model file"};
-    return (unsigned)kind < 4 ? names[kind] : "unknown";
-}
-
 /* The forms every command that reads weights accepts, for messages. */
 #define ZS_SOURCE_FORMS                                                                            \
     "a checkpoint (SAVE_DIR, SAVE_DIR/latest or SAVE_DIR/step_N), a safetensors file, a "          \

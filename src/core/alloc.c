@@ -141,10 +141,6 @@ static alloc_header *header_of(const void *ptr) {
     return (alloc_header *)((char *)ptr - ZS_ALIGN);
 }
 
-size_t zs_alloc_size(const void *ptr) {
-    return ptr ? (size_t)header_of(ptr)->nbytes : 0;
-}
-
 void zs_free(void *ptr) {
     if (!ptr) return;
     alloc_header *h = header_of(ptr);
@@ -180,13 +176,6 @@ void zs_mem_set_compute_ledger(zs_ledger l) {
         g_compute = (int)l;
     }
     pthread_mutex_unlock(&g_lock);
-}
-
-zs_ledger zs_mem_compute_ledger(void) {
-    pthread_mutex_lock(&g_lock);
-    zs_ledger l = (zs_ledger)g_compute;
-    pthread_mutex_unlock(&g_lock);
-    return l;
 }
 
 void zs_mem_set_cap(uint64_t nbytes) {

@@ -26,10 +26,7 @@ zs_status zs_mem_account(zs_mem_category cat, int64_t nbytes, const char *what);
 typedef enum zs_ledger { ZS_LEDGER_HOST = 0, ZS_LEDGER_DEVICE = 1 } zs_ledger;
 zs_status zs_mem_account_in(zs_ledger l, zs_mem_category cat, int64_t nbytes, const char *what);
 void zs_mem_set_compute_ledger(zs_ledger l); /* the cap moves with it */
-zs_ledger zs_mem_compute_ledger(void);
 void zs_mem_get_ledger_stats(zs_ledger l, zs_mem_stats *out);
-/* Bytes zs_alloc accounted for this buffer (0 for NULL). */
-size_t zs_alloc_size(const void *ptr);
 /* Write "param 1.2 GiB, optim_state 2.4 GiB, ..." (non-zero categories, largest first). */
 void zs_mem_format_breakdown(const zs_mem_stats *s, int use_peak, char *buf, size_t cap);
 /* "1.50 GiB" style. */

@@ -13,10 +13,6 @@ void zs_log_set_rank(int rank) {
     g_rank = rank;
 }
 
-int zs_log_get_rank(void) {
-    return g_rank;
-}
-
 void zs_log_set_level(zs_log_level level) {
     g_level = (int)level;
 }

@@ -12,7 +12,6 @@ typedef enum zs_log_level {
 
 /* Rank shown as "[rank R]" in every line; -1 (default) shows no prefix. */
 void zs_log_set_rank(int rank);
-int zs_log_get_rank(void);
 void zs_log_set_level(zs_log_level level);
 zs_log_level zs_log_get_level(void);
 void zs_log(zs_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -291,9 +291,6 @@ zs_decode_params zs_decoder_mode(const zs_decoder_t *d) {
 int zs_decoder_pos(const zs_decoder_t *d) {
     return d->pos;
 }
-int zs_decoder_cap(const zs_decoder_t *d) {
-    return d->cap;
-}
 void zs_decoder_reset(zs_decoder_t *d) {
     d->pos = 0;
     d->calls = 0;

@@ -40,7 +40,6 @@ void zs_decoder_destroy(zs_decoder_t *d); /* NULL accepted; not collective */
 
 zs_decode_params zs_decoder_mode(const zs_decoder_t *d);
 int zs_decoder_pos(const zs_decoder_t *d); /* positions in the cache */
-int zs_decoder_cap(const zs_decoder_t *d);
 /* Forget every cached position (the next token goes to position 0). */
 void zs_decoder_reset(zs_decoder_t *d);
 

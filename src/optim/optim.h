@@ -1,6 +1,7 @@
-/* AdamW on flat parameter shards, the learning-rate schedule (linear warmup + cosine decay)
- * and global-norm gradient clipping. Works on any contiguous range, so a rank updates only its
- * own shard; weight decay follows the per-tensor flag of the unit layout. */
+/* AdamW's hyper-parameters, the learning-rate schedule (linear warmup + cosine decay) and the
+ * global-norm clipping factor. The update itself runs through the ops table's adamw_segs on
+ * each rank's own shard (the shared arithmetic: backend/kernels/adamw.h); weight decay follows
+ * the per-tensor flag of the unit layout. */
 #ifndef ZS_OPTIM_H
 #define ZS_OPTIM_H
 
@@ -19,11 +20,5 @@ float zs_lr_schedule(int step, int total, int warmup, float lr, float min_frac);
 /* Factor that scales gradients so their global norm is at most clip (1 if clip <= 0 or the
  * norm is already below it, or the norm is not finite). */
 float zs_clip_scale(double global_norm, float clip);
-
-/* AdamW on n elements of one tensor range: decay selects weight decay; grad_scale folds in
- * clipping; t is the 1-based optimizer step. */
-zs_status zs_adamw_update(const zs_ops *ops, zs_stream_t *s, float *param, const float *grad,
-                          float *m, float *v, size_t n, const zs_adamw_hparams *h, int decay,
-                          float grad_scale, int t);
 
 #endif
