@@ -96,7 +96,7 @@ static ZS_HD void zs_fa_fwd_block(float *ZS_RESTRICT s, float *ZS_RESTRICT o, fl
     for (int j = 0; j < n; j++)
         s[j] = zs_expf(s[j] - mn);
     *l = *l * alpha + zs_sum(s, n);
-#ifndef ZS_FA_BREAK_RESCALE /* tests/CMakeLists.txt builds a sabotaged copy the tests must fail */
+#ifndef ZS_MUTANT_FA_NO_RESCALE /* the tests' deliberately broken build (flash_broken): no rescale */
     for (int e = 0; e < hs; e++)
         o[e] *= alpha;
 #endif
