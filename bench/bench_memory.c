@@ -1,8 +1,9 @@
 /* `zshard bench memory`: train a model for a few steps at every stage and world size in a
  * list, each run a real `zshard train --nproc N`, and tabulate the measured per-rank peak
- * memory (model states and total) and ms/step next to DESIGN.md §4's formula. Writes
- * markdown and CSV, and an SVG chart drawn by gnuplot (bars per stage, one group per world
- * size). The formula column is the ceiling each measurement is checked against. */
+ * memory (model states and total) and ms/step next to the model-state formula
+ * (docs/architecture.md "Memory accounting"). Writes markdown and CSV, and an SVG chart drawn by
+ * gnuplot (bars per stage, one group per world size). The formula column is the ceiling each
+ * measurement is checked against. */
 #include "bench/bench_util.h"
 #include "cli/args.h"
 #include "cli/cli.h"
@@ -95,7 +96,8 @@ static void usage(void) {
            "Runs every stage at every world size (random GPT-2 tokens) and writes DIR/memory.md,\n"
            "DIR/memory.csv and DIR/memory.svg (gnuplot). Default model gpt2-124m, batch 4,\n"
            "seq 64, 3 steps, out bench-memory/; --reduce-dtype defaults to --dtype. Exits 1 if\n"
-           "a run fails or its model states differ from DESIGN.md §4's formula (Ψ padded).\n");
+           "a run fails or its model states differ from the formula (Ψ padded) of\n"
+           "docs/architecture.md \"Memory accounting\".\n");
 }
 
 static void write_chart(const char *dir, const char *model, const char *dtype, const int *ws,
@@ -246,7 +248,8 @@ int zs_bench_memory(int argc, char **argv) {
                 "%s (Ψ = %lld, %lld padded at %d ranks), --dtype %s --reduce-dtype %s, "
                 "--recompute %s --attention %s, global batch %d x seq %d; per-rank peak memory "
                 "(max over ranks) "
-                "and median ms/step after the first step. Formula: DESIGN.md §4 with Ψ padded; "
+                "and median ms/step after the first step. Formula: "
+                "docs/architecture.md \"Memory accounting\" with Ψ padded; "
                 "measured − formula in bytes.\n\n"
                 "| ranks | stage | model states (GiB) | formula | formula (GiB) | measured − "
                 "formula | total peak (GiB) | vs DDP | ms/step |\n"

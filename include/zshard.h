@@ -50,7 +50,7 @@ typedef enum zs_dtype {
 size_t zs_dtype_size(zs_dtype dt);
 const char *zs_dtype_name(zs_dtype dt);
 
-/* Every allocation names one of these (DESIGN.md §8). */
+/* Every allocation names one of these (docs/architecture.md "Memory accounting"). */
 typedef enum zs_mem_category {
     ZS_MEM_PARAM = 0,   /* full compute-dtype parameters, persistent */
     ZS_MEM_PARAM_SHARD, /* this rank's fp32 master-parameter shard */
@@ -143,7 +143,8 @@ int64_t zs_model_num_params(const zs_model_config *cfg);
 /* ---- memory estimate ------------------------------------------------------------------ */
 
 /* Predicted per-rank peak bytes by category for a training configuration, from the same unit
- * layout the engine uses and the model's activation formulas (DESIGN.md §4, §8). */
+ * layout the engine uses and the model's activation formulas (docs/architecture.md "Memory
+ * accounting"). */
 typedef struct zs_mem_estimate {
     uint64_t bytes[ZS_MEM_NCAT];
     uint64_t model_states; /* param + param_shard + grad + grad_shard + optim_state */
@@ -210,10 +211,10 @@ typedef struct zs_mem_options {
     zs_docs_mode docs;     /* PACK and PAD add each token's document start to the batch */
 } zs_mem_options;
 
-/* DESIGN.md §4's model-state formula for a stage and opts' dtypes (NULL: fp32): per-rank
- * bytes = a·Ψ + b·Ψ/N, e.g. ZeRO-1 fp32 a = 8, b = 8; ZeRO-2 bf16 params and grads a = 2,
- * b = 14. Computed from the bytes per parameter of each state, independently of the layout
- * and the estimator, so tests and benchmarks can hold both to it. */
+/* The model-state formula (docs/architecture.md "Memory accounting") for a stage and opts' dtypes
+ * (NULL: fp32): per-rank bytes = a·Ψ + b·Ψ/N, e.g. ZeRO-1 fp32 a = 8, b = 8; ZeRO-2 bf16 params and
+ * grads a = 2, b = 14. Computed from the bytes per parameter of each state, independently of the
+ * layout and the estimator, so tests and benchmarks can hold both to it. */
 void zs_mem_formula(int stage, const zs_mem_options *opts, int *a, int *b);
 
 /* zs_mem_estimate_compute with options; opts NULL = all defaults. */
@@ -378,7 +379,7 @@ zs_status zs_trainer_set_param(zs_trainer_t *t, const char *name, const float *v
  * (zs_module_tensor_at), memory, hashes. Owned by the trainer. */
 struct zs_module *zs_trainer_module(zs_trainer_t *t);
 
-/* ---- communication (src/comm, DESIGN.md §6) ------------------------------------------
+/* ---- communication (src/comm, docs/architecture.md "Communication and rendezvous") --------
  * A communicator joins the ranks of one job. Collectives follow NCCL's semantics exactly:
  * counts are ELEMENTS, not bytes; N is the world size;
  *   all_gather     send[count]   -> recv[count*N]   rank r's block lands at recv + r*count

@@ -60,10 +60,10 @@ float *rl_read_params(const char *path, size_t *count);
 /* Largest |a[i] - b[i]| over count elements; infinity if any is NaN. */
 double rl_max_abs_diff(const float *a, const float *b, size_t count);
 
-/* What a run's memory record should say, from the layout it trained. DESIGN.md §4's fp32
- * column with Ψ = the padded layout: bytes per rank of each model-state category (params,
- * shards, grads, optimizer state) at world size `world` and stage 0 (ddp) to 3; other
- * categories 0. */
+/* What a run's memory record should say, from the layout it trained. The fp32 column of
+ * docs/architecture.md "Memory accounting" with Ψ = the padded layout: bytes per rank of each
+ * model-state category (params, shards, grads, optimizer state) at world size `world` and stage 0
+ * (ddp) to 3; other categories 0. */
 void rl_fp32_model_states(const zs_layout *l, int world, int stage, uint64_t want[ZS_MEM_NCAT]);
 /* fp32 bytes of the three largest units, largest first (0 where there are fewer): the
  * gathered pool holds whole units, so its bound is a sum of these. */

@@ -4,11 +4,11 @@
  *    GPT-2 (tied embedding) and LLaMA, with bf16 and with fp32 gradients; with gradient
  *    accumulation ddp equals 1 and 2 equals 3 (the fp32 rule: ddp/1 sum micro-batches before
  *    reducing, 2/3 after);
- *  - memory: measured per-rank model-state bytes equal DESIGN.md §4's mixed-precision column
- *    exactly (bf16 params and grads: ddp 16Ψ, 1: 4Ψ + 12Ψ/N, 2: 2Ψ + 14Ψ/N, 3: 16Ψ/N; with
- *    fp32 grads 18Ψ, 6Ψ + 12Ψ/N, 2Ψ + 16Ψ/N, 18Ψ/N), zs_mem_formula says the same, the
- *    estimator equals the allocator for model states, activations and workspace, and gathered
- *    bytes stay within the estimate;
+ *  - memory: measured per-rank model-state bytes equal the mixed-precision column of
+ *    docs/architecture.md "Memory accounting" exactly (bf16 params and grads: ddp 16Ψ, 1: 4Ψ +
+ *    12Ψ/N, 2: 2Ψ + 14Ψ/N, 3: 16Ψ/N; with fp32 grads 18Ψ, 6Ψ + 12Ψ/N, 2Ψ + 16Ψ/N, 18Ψ/N),
+ *    zs_mem_formula says the same, the estimator equals the allocator for model states, activations
+ *    and workspace, and gathered bytes stay within the estimate;
  *  - accuracy: bf16 (bf16 GEMM inputs included) and fp32 losses on gpt2-tiny agree within
  *    0.5% relative over the first 15 steps and 3% over 50, and differ somewhere (bf16 really
  *    is in use);
@@ -51,8 +51,8 @@ static void check_memory(const char *model, const rl_run *r, int s, int g16) {
     want[ZS_MEM_GRAD] = s <= 1 ? (g16 ? 2 : 4) * E : 0;
     want[ZS_MEM_GRAD_SHARD] = s >= 2 ? (g16 ? S4 / 2 : S4) : 0;
     want[ZS_MEM_OPTIM_STATE] = s == 0 ? 8 * E : 2 * S4;
-    /* DESIGN.md §4's mixed-precision column in units of Ψ (padded): 16, 4 + 12/N, 2 + 14/N,
-     * 16/N; with fp32 gradients 18, 6 + 12/N, 2 + 16/N, 18/N. */
+    /* The mixed-precision column of docs/architecture.md "Memory accounting" in units of Ψ
+     * (padded): 16, 4 + 12/N, 2 + 14/N, 16/N; with fp32 gradients 18, 6 + 12/N, 2 + 16/N, 18/N. */
     const uint64_t mixed[4] = {16 * E, 4 * E + 12 * E / n, 2 * E + 14 * E / n, 16 * E / n};
     const uint64_t f32g[4] = {18 * E, 6 * E + 12 * E / n, 2 * E + 16 * E / n, 18 * E / n};
     const uint64_t *formula = g16 ? mixed : f32g;

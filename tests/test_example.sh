@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The example model of examples/mlp_lm, written against <zshard.h> only: ddp/1/2/3 bitwise
-# equal on 2 ranks, model-state bytes of every rank equal to DESIGN.md's formula, save and
-# resume (ZeRO-3, and into other stages and world sizes) continuing bitwise; and the docs'
-# minimal example converging. Usage: test_example.sh BUILD_DIR
+# equal on 2 ranks, model-state bytes of every rank equal to the formula of
+# docs/architecture.md "Memory accounting", save and resume (ZeRO-3, and into other stages and
+# world sizes) continuing bitwise; and the docs' minimal example converging. Usage:
+# test_example.sh BUILD_DIR
 set -euo pipefail
 B=$1
 Z=$B/zshard

@@ -4,8 +4,9 @@
  *    4, with and without clipping; with gradient accumulation ddp == 1 and 2 == 3;
  *  - world-size parity: N = 2 and 4 against N = 1 within a stated tolerance, losses and every
  *    parameter;
- *  - memory: measured per-rank model-state bytes equal DESIGN.md §4's formulas for this
- *    layout exactly (padding included); gathered bytes within the documented pool bound;
+ *  - memory: measured per-rank model-state bytes equal the formulas of docs/architecture.md "Memory
+ *    accounting" for this layout exactly (padding included); gathered bytes within the documented
+ *    pool bound;
  *  - uneven sizes: N = 3 never divides the units evenly, and parity still holds. */
 #include "core/status.h"
 #include "models/model.h"
@@ -103,7 +104,7 @@ static void test_memory(void) {
             rl_run r = train(n, STAGES[s], "");
             zs_layout l;
             ZT_OK(zs_model_layout(&c, n, &l));
-            /* DESIGN.md §4, fp32 column, with Ψ = the padded layout. */
+            /* docs/architecture.md "Memory accounting", fp32 column, Ψ = the padded layout. */
             uint64_t want[ZS_MEM_NCAT], sizes[3];
             rl_fp32_model_states(&l, n, s, want);
             /* Pool bound: (prefetch + 1) gathered units for ZeRO-3 params and 2 + tied unit

@@ -3,9 +3,9 @@
  *  - bitwise parity: ddp, 1, 2, 3 give the same per-step losses and param_hash for N = 2
  *    and 3 (3 never divides the units evenly), with and without clipping;
  *  - world-size parity: N = 2 against N = 1 within the stated tolerance;
- *  - memory: measured per-rank model-state bytes equal DESIGN.md §4's formulas exactly, the
- *    estimator matches what was measured, gathered bytes within the pool bound (no tied unit:
- *    two gradient slots);
+ *  - memory: measured per-rank model-state bytes equal the formulas of docs/architecture.md "Memory
+ *    accounting" exactly, the estimator matches what was measured, gathered bytes within the pool
+ *    bound (no tied unit: two gradient slots);
  *  - a JSON model config equal to the preset trains bitwise like the preset, across --nproc;
  *  - `zshard mem --model llama-7b --nproc 8 --compare`: DDP model states are 16 Ψ (Ψ the
  *    LLaMA-2-7B count), ZeRO-3's 16 Ψ / 8; a bad config file fails with a clear message. */
@@ -30,8 +30,8 @@ static rl_run train(const char *model, int nproc, const char *stage, const char 
     return r;
 }
 
-/* Model states against DESIGN.md §4 (fp32 column, Ψ = the padded layout), the estimator
- * against the allocator, and the gathered pool against its bound. */
+/* Model states against docs/architecture.md "Memory accounting" (fp32 column, Ψ = the padded
+ * layout), the estimator against the allocator, and the gathered pool against its bound. */
 static void check_memory(const rl_run *r, int n, int s) {
     zs_model_config c;
     zs_layout l;

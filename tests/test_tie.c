@@ -3,7 +3,8 @@
  * (the head reads model.embed_tokens.weight, the embed unit acquired twice per pass):
  *  - layout: Ψ moves by exactly one [padded_vocab, C] head, the presets' layouts do not move;
  *  - whole-model finite differences and repeatability (modeltest.c) for both;
- *  - ddp vs ZeRO-3 on 2 ranks bitwise, model-state bytes equal DESIGN.md §4 with that Ψ;
+ *  - ddp vs ZeRO-3 on 2 ranks bitwise, model-state bytes equal the formulas of
+ *    docs/architecture.md "Memory accounting" with that Ψ;
  *  - the choice is carried: checkpoint manifest, HF export (config.json's tie_word_embeddings,
  *    lm_head.weight present or not) and import back bitwise, --init-from the HF directory;
  *  - a contradicting --tie-embeddings and an llm.c export of an untied head fail clearly. */

@@ -5,7 +5,8 @@
  *   zshard run -n 2 -- ./mlp_lm --stage 3 --steps 20
  *
  * Rank 0 prints one line per step and, at the end, a "result" line with the parameter hash
- * and, for every rank, the measured model-state bytes next to DESIGN.md's formula. */
+ * and, for every rank, the measured model-state bytes next to the formula of docs/architecture.md
+ * "Memory accounting". */
 #include <zshard.h>
 
 #include <math.h>

@@ -8,8 +8,9 @@ STAGES = ("ddp", "1", "2", "3")
 
 
 def formula(stage, dtype="fp32", reduce_dtype=None):
-    """DESIGN.md §4's model-state bytes per rank as (a, b): a·Ψ + b·Ψ/N. reduce_dtype: the
-    gradients' dtype, None = dtype (as `zshard mem --reduce-dtype`)."""
+    """The model-state bytes per rank (docs/architecture.md "Memory accounting") as (a, b):
+    a·Ψ + b·Ψ/N. reduce_dtype: the gradients' dtype, None = dtype (as
+    `zshard mem --reduce-dtype`)."""
     o = MemOptions(0, 0, dtype_of(dtype), dtype_of(dtype if reduce_dtype is None else reduce_dtype),
                    None)
     a, b = ctypes.c_int(), ctypes.c_int()

@@ -4,8 +4,8 @@
  * (ZS_CUDA=OFF, or AUTO without a toolkit) src/backend/backends.c supplies these entry points,
  * which report 0 devices and fail with ZS_ERR_UNSUPPORTED, so callers link either way.
  *
- * One process drives one GPU (the current device of the calling thread, DESIGN.md §6: one
- * rank per GPU). All functions are thread-safe. */
+ * One process drives one GPU (the current device of the calling thread, docs/architecture.md
+ * "Devices": one rank per GPU). All functions are thread-safe. */
 #ifndef ZS_BACKEND_CUDA_DEVICE_H
 #define ZS_BACKEND_CUDA_DEVICE_H
 

@@ -1,6 +1,6 @@
-/* The device table (DESIGN.md §7b): memory, copies, streams and events of the device a rank
- * computes on, beside the ops table (ops.h). The CPU implements it trivially (host memory,
- * synchronous copies, the NULL stream, no-op events), so code written against both tables
+/* The device table (docs/architecture.md "Devices"): memory, copies, streams and events of the
+ * device a rank computes on, beside the ops table (ops.h). The CPU implements it trivially (host
+ * memory, synchronous copies, the NULL stream, no-op events), so code written against both tables
  * runs unchanged on either device and never asks which one it has.
  *
  * Conventions: "device memory" is what alloc returns; on the CPU it is host memory. Copies

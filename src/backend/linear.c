@@ -1,7 +1,7 @@
-/* Row-major linear layers on the column-major gemm (DESIGN.md §12). A row-major X[r,c] is,
- * byte for byte, the column-major matrix X^T (c x r, ld c), so every row-major product
- * Y = A B is computed as Y^T = B^T A^T with the operands swapped. This is the one place that
- * mapping is written; models call these and never gemm with row-major reasoning. */
+/* Row-major linear layers on the column-major gemm (docs/architecture.md "The ops table"). A
+ * row-major X[r,c] is, byte for byte, the column-major matrix X^T (c x r, ld c), so every row-major
+ * product Y = A B is computed as Y^T = B^T A^T with the operands swapped. This is the one place
+ * that mapping is written; models call these and never gemm with row-major reasoning. */
 #include "backend/ops.h"
 #include "core/status.h"
 

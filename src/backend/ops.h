@@ -1,8 +1,8 @@
-/* The device ops table (DESIGN.md §7). Models reach compute only through a zs_ops table, so
- * the same model code runs on the CPU backend (OpenBLAS + OpenMP, also the test oracle) and
- * on the CUDA backend. Every op takes a stream: NULL on CPU, a cudaStream_t behind the
- * opaque handle on CUDA; ops are ordered on their stream and may return before completion
- * (call sync before reading results on the host).
+/* The device ops table (docs/architecture.md "The ops table"). Models reach compute only
+ * through a zs_ops table, so the same model code runs on the CPU backend (OpenBLAS + OpenMP,
+ * also the test oracle) and on the CUDA backend. Every op takes a stream: NULL on CPU, a
+ * cudaStream_t behind the opaque handle on CUDA; ops are ordered on their stream and may
+ * return before completion (call sync before reading results on the host).
  *
  * Conventions, for every op:
  *  - counts are elements; tensors are row-major unless the op says otherwise;
@@ -266,10 +266,10 @@ zs_status zs_kv_attention_check(int NH, int NKV, int hs, int pos, float theta);
 zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float *A, int lda,
                         const float *B, int ldb, const float *C, int ldc);
 
-/* Row-major linear layer through the column-major gemm (DESIGN.md §12): a row-major X[r,c]
- * is the column-major X^T with ld c, so out = inp W^T becomes out^T = W inp^T, i.e.
- * gemm(T, N, m=OC, n=N, k=IC, W, IC, inp, IC, out, OC). This is the one place that mapping
- * is written.
+/* Row-major linear layer through the column-major gemm (docs/architecture.md "The ops
+ * table"): a row-major X[r,c] is the column-major X^T with ld c, so out = inp W^T becomes
+ * out^T = W inp^T, i.e. gemm(T, N, m=OC, n=N, k=IC, W, IC, inp, IC, out, OC). This is the one
+ * place that mapping is written.
  *   out[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC] if non-NULL)          (overwrites out) */
 zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *inp,
                         const float *W, const float *bias, int N, int IC, int OC);

@@ -1,7 +1,7 @@
-/* Sharded checkpoints (DESIGN.md §9, docs/checkpoint.md): a directory holding manifest.json
- * and one zstd file per rank. Rank r's file holds, for every unit in layout order and for each
- * kind (fp32 master, Adam m, Adam v), the canonical shard [r*S, (r+1)*S) of the unit's flat
- * buffer, cut into independent zstd frames of at most block_elems elements. Element indices
+/* Sharded checkpoints (docs/architecture.md "Checkpoints", docs/checkpoint.md): a directory holding
+ * manifest.json and one zstd file per rank. Rank r's file holds, for every unit in layout order and
+ * for each kind (fp32 master, Adam m, Adam v), the canonical shard [r*S, (r+1)*S) of the unit's
+ * flat buffer, cut into independent zstd frames of at most block_elems elements. Element indices
  * inside a unit do not depend on the world size (only the tail padding does), so any world size
  * reads any checkpoint by mapping its own range onto the saved frames. */
 #ifndef ZS_CKPT_H

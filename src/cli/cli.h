@@ -23,8 +23,8 @@ int zs_bench_comm(int argc, char **argv);
 int zs_bench_memory(int argc, char **argv);
 int zs_bench_attention(int argc, char **argv);
 
-/* DESIGN.md §4's model-state formula of a stage as text ("4Ψ + 12Ψ/N") and in bytes for psi
- * (padded) parameters on world ranks (zs_mem_formula). */
+/* The model-state formula (docs/architecture.md "Memory accounting") of a stage as text
+ * ("4Ψ + 12Ψ/N") and in bytes for psi (padded) parameters on world ranks (zs_mem_formula). */
 const char *zs_cli_formula_text(int stage, const zs_mem_options *mo, char *buf, size_t n);
 uint64_t zs_cli_formula_bytes(int stage, const zs_mem_options *mo, uint64_t psi, int world);
 

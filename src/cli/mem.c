@@ -1,6 +1,7 @@
 /* `zshard mem`: predicted per-rank memory by category for a model, world size and stage,
  * from the same unit layout the engine uses; `--compare` puts ddp/1/2/3 side by side with
- * DESIGN.md §4's model-state formula for each. Nothing is allocated. */
+ * the model-state formula for each (docs/architecture.md "Memory accounting"). Nothing is
+ * allocated. */
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/config.h"

@@ -1,6 +1,6 @@
-/* Communicators whose buffers are device memory (DESIGN.md §7b): after zs_comm_set_device,
- * every collective of the communicator takes buffers of that device and streams of its table,
- * and is ordered after the work queued so far on the caller's stream.
+/* Communicators whose buffers are device memory (docs/architecture.md "Devices"): after
+ * zs_comm_set_device, every collective of the communicator takes buffers of that device and streams
+ * of its table, and is ordered after the work queued so far on the caller's stream.
  *  - nccl: the collective runs on the communicator's own device stream, which first waits for
  *    the caller's stream through an event; its completion is another event, so compute and
  *    communication overlap and the host never waits unless it asks to.

@@ -1,6 +1,7 @@
 /* Rendezvous from the environment: who am I (rank, world, local rank), where is the master,
  * and a job key that names this job's shared state, read from the conventions of torchrun,
- * srun and mpirun (DESIGN.md §6). A process with none of them is a world of one. */
+ * srun and mpirun (docs/architecture.md "Communication and rendezvous"). A process with none of
+ * them is a world of one. */
 #ifndef ZS_COMM_ENV_H
 #define ZS_COMM_ENV_H
 

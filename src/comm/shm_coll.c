@@ -1,5 +1,5 @@
-/* shm collectives (DESIGN.md §12). A message is processed in windows that fit a rank's
- * staging slot; windows alternate between the two slots of each rank, so window k+1 is
+/* shm collectives (docs/architecture.md "The CPU path"). A message is processed in windows that fit
+ * a rank's staging slot; windows alternate between the two slots of each rank, so window k+1 is
  * staged while peers still read window k. Per window of an all_reduce:
  *   A  copy the slices of my input that other ranks reduce into my slot   -> signal
  *   B  reduce my own slice, reading the N inputs in rank order            -> signal

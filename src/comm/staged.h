@@ -1,6 +1,6 @@
-/* Collectives on device buffers through host staging (DESIGN.md §7b): how a host backend (shm,
- * mpi) serves ranks whose buffers live on a device it cannot read, e.g. ranks that share one
- * GPU, where NCCL refuses to run. A communicator given a device with staging
+/* Collectives on device buffers through host staging (docs/architecture.md "Devices"): how a host
+ * backend (shm, mpi) serves ranks whose buffers live on a device it cannot read, e.g. ranks that
+ * share one GPU, where NCCL refuses to run. A communicator given a device with staging
  * (zs_comm_set_device, comm/device.h) runs every collective this way, on its comm thread.
  *
  * Each collective is cut into pieces of at most chunk_bytes per rank; a piece goes device ->

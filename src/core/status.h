@@ -10,7 +10,8 @@
 
 /* Record a formatted message for zs_last_error() and return st. */
 zs_status zs_error(zs_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Append " (in EXPR at file:line)" context to the current message, once per frame. */
+/* Append " (in EXPR at file:line)" to the current message (each call appends, while room
+ * remains). Nothing calls it at present: ZS_CHECK below propagates the status only. */
 void zs_error_trace(const char *expr, const char *file, int line);
 /* Clear the thread's error message. */
 void zs_error_clear(void);

@@ -1,4 +1,5 @@
-/* Shard engine: what each stage stores and which collective runs when (DESIGN.md §4).
+/* Shard engine: what each stage stores and which collective runs when (docs/architecture.md
+ * "Stages").
  *
  *   stage  full params        full grads           master / Adam m, v    collectives
  *   ddp    persistent         persistent           full                  all-reduce per unit

@@ -1,6 +1,6 @@
-/* The shard engine (DESIGN.md §4): owns every unit's parameters, gradients and optimizer
- * state, and decides per stage what is stored where and which collective runs when. Models
- * call it around each unit and never branch on the stage:
+/* The shard engine (docs/architecture.md "Stages"): owns every unit's parameters, gradients and
+ * optimizer state, and decides per stage what is stored where and which collective runs when.
+ * Models call it around each unit and never branch on the stage:
  *
  *   forward_begin(u) -> full params of u ... forward_end(u)
  *   backward_begin(u) -> full params and the full gradient buffer of u (accumulate into it)
@@ -125,8 +125,8 @@ zs_status zs_engine_state_changed(zs_engine_t *e);
  * Tests use it to show that activation checkpointing adds no gather. */
 uint64_t zs_engine_param_gathers(const zs_engine_t *e);
 
-/* Read-only access to the full parameters of a unit for inference (sampling) without a
- * gradient pass. Same as forward_begin/forward_end. */
+/* The layout the engine was created with (finalized for its world size; the caller's, which
+ * must outlive the engine). No caller inside zshard uses it at present. */
 const zs_layout *zs_engine_layout(const zs_engine_t *e);
 
 #endif

@@ -1,8 +1,8 @@
-/* The bf16 compute copy (--dtype bf16, DESIGN.md §10): after every step each rank rounds its
- * fp32 master values to bf16 and the copy is all-gathered as bf16 (ZeRO-1/2 into the full
- * bf16 parameters, in place; ZeRO-3 keeps the bf16 shard and gathers it per unit on acquire).
- * On the CPU bf16 is storage only: an acquired unit is widened into one fp32 buffer, and the
- * model computes in fp32 on values that are exactly the bf16 ones. Every stage rounds the same
+/* The bf16 compute copy (--dtype bf16, docs/architecture.md "Precision"): after every step each
+ * rank rounds its fp32 master values to bf16 and the copy is all-gathered as bf16 (ZeRO-1/2 into
+ * the full bf16 parameters, in place; ZeRO-3 keeps the bf16 shard and gathers it per unit on
+ * acquire). On the CPU bf16 is storage only: an acquired unit is widened into one fp32 buffer, and
+ * the model computes in fp32 on values that are exactly the bf16 ones. Every stage rounds the same
  * fp32 masters at the same point, so every stage computes on the same bits. */
 #include "shard/engine_internal.h"
 

@@ -1,7 +1,7 @@
-/* bf16 gradients (--reduce-dtype bf16, DESIGN.md §4's mixed-precision column): gradients are
- * stored and reduced in bf16. Backward still accumulates each unit into an fp32 buffer from
- * the gradient pool (a tied unit's uses add up there in full precision); when the unit's
- * backward ends, that buffer is rounded to bf16 once:
+/* bf16 gradients (--reduce-dtype bf16; the mixed-precision column of docs/architecture.md
+ * "Memory accounting"): gradients are stored and reduced in bf16. Backward still accumulates
+ * each unit into an fp32 buffer from the gradient pool (a tied unit's uses add up there in
+ * full precision); when the unit's backward ends, that buffer is rounded to bf16 once:
  *   ddp, 1  into the persistent bf16 full gradients (added to them after the first
  *           micro-batch), all-reduced / reduce-scattered in bf16 after the last one;
  *   2, 3    into a slot of the bf16 reduction pool (the fp32 slot is free again at once),

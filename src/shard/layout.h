@@ -1,7 +1,7 @@
-/* Unit layout (DESIGN.md §3): a model's parameters as an ordered list of units, each a flat
- * buffer of tensors in declaration order, every tensor aligned, every unit padded to a
- * multiple of world_size x align elements so each rank owns an equal contiguous shard. The
- * one function that computes it is zs_layout_finalize; the estimator, the checkpoint
+/* Unit layout (docs/architecture.md "Units and flat buffers"): a model's parameters as an ordered
+ * list of units, each a flat buffer of tensors in declaration order, every tensor aligned, every
+ * unit padded to a multiple of world_size x align elements so each rank owns an equal contiguous
+ * shard. The one function that computes it is zs_layout_finalize; the estimator, the checkpoint
  * manifest and the resharder all go through it. */
 #ifndef ZS_SHARD_LAYOUT_H
 #define ZS_SHARD_LAYOUT_H

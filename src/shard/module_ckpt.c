@@ -1,8 +1,8 @@
-/* Module <-> checkpoint glue (DESIGN.md §9): save writes every rank's canonical shards in
- * parallel and lets rank 0 publish the manifest; load reads any world size and stage. Both are
- * collective, and every rank learns whether any rank failed, so a failure on one rank never
- * leaves the others waiting in a collective. The trainer's checkpoints go through here too,
- * with its model config and training settings as the record. */
+/* Module <-> checkpoint glue (docs/architecture.md "Checkpoints"): save writes every rank's
+ * canonical shards in parallel and lets rank 0 publish the manifest; load reads any world size and
+ * stage. Both are collective, and every rank learns whether any rank failed, so a failure on one
+ * rank never leaves the others waiting in a collective. The trainer's checkpoints go through here
+ * too, with its model config and training settings as the record. */
 #include "shard/module.h"
 
 #include "core/status.h"

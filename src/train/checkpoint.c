@@ -1,6 +1,7 @@
-/* Trainer <-> checkpoint glue (DESIGN.md §9): the trainer's record (model config, training
- * settings) around the module's collective save and load (src/shard/module_ckpt.c), which
- * write and read every rank's shards at any world size and stage. */
+/* Trainer <-> checkpoint glue (docs/architecture.md "Checkpoints"): the trainer's record
+ * (model config, training settings) around the module's collective save and load
+ * (src/shard/module_ckpt.c), which write and read every rank's shards at any world size and
+ * stage. */
 #include "zshard.h"
 
 #include "ckpt/ckpt.h"

@@ -74,10 +74,10 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     int bf16 = opts->dtype == ZS_DTYPE_BF16, g16 = opts->reduce_dtype == ZS_DTYPE_BF16;
     uint64_t P = (uint64_t)l.total_padded * 4, S = P / (uint64_t)world;
     uint64_t *b = out->bytes;
-    /* Model states, DESIGN.md §4: exactly what the engine allocates. fp32: one fp32 copy of
-     * the parameters serves as master. bf16 compute copy: bf16 params (full, or ZeRO-3's
-     * gathered shard) plus an fp32 master of their own (full for DDP, the shard otherwise).
-     * Gradients (full or shard) are stored in the reduce dtype. */
+    /* Model states, docs/architecture.md "Memory accounting": exactly what the engine allocates.
+     * fp32: one fp32 copy of the parameters serves as master. bf16 compute copy: bf16 params (full,
+     * or ZeRO-3's gathered shard) plus an fp32 master of their own (full for DDP, the shard
+     * otherwise). Gradients (full or shard) are stored in the reduce dtype. */
     b[ZS_MEM_PARAM] = stage == 3 ? 0 : bf16 ? P / 2 : P;
     if (bf16)
         b[ZS_MEM_PARAM_SHARD] = stage == 0 ? P : stage == 3 ? S + S / 2 : S;

@@ -1,8 +1,8 @@
-/* The emulated GPU, kernel side (DESIGN.md §7c, docs/cuda.md "The emulated GPU"): included
- * by src/backend/cuda/cuda_internal.h when the project's .cu files are compiled a second time
- * as host C++ (-DZS_CUDA_EMU=1). It gives kernel code what nvcc would: threadIdx and friends,
- * __syncthreads, warp shuffles and votes, shared memory, atomics, and the launch that the
- * sources write as ZS_LAUNCH(kernel, grid, block, shmem, stream, args...).
+/* The emulated GPU, kernel side (docs/architecture.md "The emulated GPU", docs/cuda.md "The
+ * emulated GPU"): included by src/backend/cuda/cuda_internal.h when the project's .cu files are
+ * compiled a second time as host C++ (-DZS_CUDA_EMU=1). It gives kernel code what nvcc would:
+ * threadIdx and friends, __syncthreads, warp shuffles and votes, shared memory, atomics, and the
+ * launch that the sources write as ZS_LAUNCH(kernel, grid, block, shmem, stream, args...).
  *
  * A launch is queued on its stream like a real one; when the stream's worker reaches it, the
  * grid runs block by block (in a shuffled order) and every thread of a block runs as a fiber,
