@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# A check run against a deliberately broken build of the GPU code (docs/cuda.md, "Proof that it
-# catches what it must"): passes only when the check FAILS (non-zero exit) and its output shows
-# the failure the mutation must cause (an extended regex), so a mutant that survives, or a check
-# that dies of something else, fails here.
+# A check run against a deliberately broken build of the GPU code (docs/cuda.md, "The emulated
+# GPU", paragraph "Proof that it catches what it must"): passes only when the check FAILS
+# (non-zero exit) and its output shows the failure the mutation must cause (an extended regex),
+# so a mutant that survives, or a check that dies of something else, fails here.
 # Usage: emu_mutant.sh REGEX -- COMMAND...
 set -u
 want=$1
