@@ -206,7 +206,7 @@ static void host_identity(char *out, size_t cap) {
 }
 
 /* Ranks started by hand (RANK, WORLD_SIZE, MASTER_ADDR/PORT and no LOCAL_WORLD_SIZE, as the
- * lecture's one-process-per-machine launch does): which of them share this host is asked of
+ * one-rank-per-host launch of docs/comm.md "Across hosts" does): who shares this host is asked of
  * the store, so that auto picks shm only where it can work. The store stays open for the
  * backend's init. */
 static zs_status discover_locality(zs_comm_t *c) {
