@@ -407,6 +407,22 @@ static void test_eval_run_val_data(void) {
              "train's validation past a small split (exit %d): %s", rc, g_out);
 }
 
+/* ZS_ERROR_TRACE=1: the message carries each ZS_CHECK the failure passed, innermost first, with
+ * paths from the repository; without it, the message alone. */
+static void test_error_trace(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "ZS_ERROR_TRACE=1 timeout 60 %s ckpt inspect %s/none 2>&1",
+             zt_zshard_exe(), g_dir);
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 1 && strstr(g_out, "no such directory") &&
+                 strstr(g_out, " (in zs_ckpt_resolve(") && strstr(g_out, " at src/ckpt/"),
+             "ZS_ERROR_TRACE=1: exit %d, no trace: %s", rc, g_out);
+    snprintf(cmd, sizeof cmd, "timeout 60 %s ckpt inspect %s/none 2>&1", zt_zshard_exe(), g_dir);
+    rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc == 1 && strstr(g_out, "no such directory") && !strstr(g_out, " (in "),
+             "without ZS_ERROR_TRACE: exit %d: %s", rc, g_out);
+}
+
 int main(void) {
     zt_init("cli");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
@@ -417,6 +433,7 @@ int main(void) {
     test_mem_takes_train_flags();
     test_resume_epochs_limit();
     test_eval_run_val_data();
+    test_error_trace();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");

@@ -2,6 +2,8 @@
 #include "status.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 static _Thread_local char g_msg[1024];
@@ -45,9 +47,20 @@ zs_status zs_error(zs_status st, const char *fmt, ...) {
 }
 
 void zs_error_trace(const char *expr, const char *file, int line) {
+    const char *src = strstr(file, "src/"); /* a path from the repository, not the build's */
     size_t n = strlen(g_msg);
     if (n + 1 < sizeof g_msg)
-        snprintf(g_msg + n, sizeof g_msg - n, " (in %s at %s:%d)", expr, file, line);
+        snprintf(g_msg + n, sizeof g_msg - n, " (in %s at %s:%d)", expr, src ? src : file, line);
+}
+
+int zs_error_tracing(void) {
+    static _Atomic int on = -1; /* every thread reads the same variable: a benign first race */
+    int v = on;
+    if (v < 0) {
+        const char *e = getenv("ZS_ERROR_TRACE");
+        on = v = e && !strcmp(e, "1");
+    }
+    return v;
 }
 
 void zs_error_clear(void) {

@@ -11,8 +11,11 @@
 /* Record a formatted message for zs_last_error() and return st. */
 zs_status zs_error(zs_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append " (in EXPR at file:line)" to the current message (each call appends, while room
- * remains). Nothing calls it at present: ZS_CHECK below propagates the status only. */
+ * remains). ZS_CHECK calls it on every frame a failure passes through when ZS_ERROR_TRACE=1,
+ * so the message carries the path the error took (docs/architecture.md "Errors"). */
 void zs_error_trace(const char *expr, const char *file, int line);
+/* 1 when ZS_ERROR_TRACE=1 (read once). */
+int zs_error_tracing(void);
 /* Clear the thread's error message. */
 void zs_error_clear(void);
 
@@ -22,6 +25,7 @@ void zs_error_clear(void);
         zs_status zs_check_s_ = (expr);                                                            \
         if (zs_check_s_ != ZS_OK) {                                                                \
             st = zs_check_s_;                                                                      \
+            if (zs_error_tracing()) zs_error_trace(#expr, __FILE__, __LINE__);                     \
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)

@@ -60,10 +60,6 @@ zs_engine_config zs_engine_config_default(void) {
     return c;
 }
 
-const zs_layout *zs_engine_layout(const zs_engine_t *e) {
-    return e->layout;
-}
-
 uint64_t zs_engine_param_gathers(const zs_engine_t *e) {
     return e->n_param_gathers;
 }

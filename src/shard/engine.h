@@ -125,8 +125,4 @@ zs_status zs_engine_state_changed(zs_engine_t *e);
  * Tests use it to show that activation checkpointing adds no gather. */
 uint64_t zs_engine_param_gathers(const zs_engine_t *e);
 
-/* The layout the engine was created with (finalized for its world size; the caller's, which
- * must outlive the engine). No caller inside zshard uses it at present. */
-const zs_layout *zs_engine_layout(const zs_engine_t *e);
-
 #endif
