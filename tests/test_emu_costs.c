@@ -1,4 +1,4 @@
-/* Every CUDA launcher states the cost of its launch (ZS_COST, STYLE.md "Kernels"), and the
+/* Every CUDA launcher states the cost of its launch (ZS_COST, docs/cuda.md "The profiler"), and the
  * statements hold against what the emulated GPU's profiler measures (ctest label gpu, emulated
  * GPU only): each op of the table runs alone between zs_emu_profile_start and _stop on small
  * random cases, and for every launch recorded

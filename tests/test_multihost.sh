@@ -4,7 +4,7 @@
 #   - 2 hosts x 2 ranks (zshard run --nnodes, torchrun's way) and 3 hosts x 1 rank (bf16) ZeRO-3
 #     end bitwise equal (param_hash) to the same world on one host over shm; the banner says
 #     gloo and why;
-#   - the lecture's launch, one process per host started by hand with RANK/WORLD_SIZE/
+#   - one process per host started by hand with RANK/WORLD_SIZE/
 #     MASTER_ADDR/MASTER_PORT, the same;
 #   - the same 2 x 2 job through mpirun --comm mpi, with an rsh agent that enters the
 #     namespaces, so the MPI path crosses a network too;
@@ -117,7 +117,7 @@ multi m31 3 1 --stage 3 --steps 6 --dtype bf16
     { cat m31 m31.1 m31.2; fail "3 hosts x 1 rank: $(hash_in m31) != shm $(hash_in ref3)"; }
 echo "3 hosts x 1 rank, ZeRO-3 bf16 over gloo: param_hash $(hash_in m31) = 3 ranks over shm"
 
-# ---- the lecture's launch: one process per host, started by hand ---------------------------
+# ---- one process per host, started by hand -------------------------------------------------
 shm_ref ref2 2 --stage 2 --steps 6
 p=$(port)
 nh_in 1 env OMP_NUM_THREADS=1 RANK=1 WORLD_SIZE=2 MASTER_ADDR="${NH_IP[0]}" MASTER_PORT="$p" \

@@ -74,7 +74,7 @@ extern "C" {
     kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
 #endif
 
-/* Every launcher states the cost of its launch (STYLE.md, "Kernels") just before it: the FLOPs
+/* Every launcher states the cost of its launch (docs/cuda.md "The profiler") just before it: the FLOPs
  * on the fp32 pipes, the FLOPs on tensor cores, and the ideal bytes (each input read once, each
  * output written once), from its shapes. The emulated GPU's profiler records them beside the
  * traffic it counts (docs/cuda.md, "The profiler"); a real build compiles them away. */
