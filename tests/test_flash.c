@@ -68,6 +68,13 @@ static bufs make_inputs(const shape *s, int bf16) {
     return b;
 }
 
+static void free_inputs(bufs *b) {
+    if (b->qkv)
+        free(b->qkv);
+    else
+        free(b->q), free(b->k), free(b->v);
+}
+
 /* The naive reference in double: out[B,T,NH*hs], lse[B,NH,T], and the gradients of
  * sum(out * dout) into dq (stride ldq), dk, dv (stride ldkv), all overwritten. */
 static void reference(const shape *s, const bufs *x, const float *dout, double *out, double *lse,
@@ -188,8 +195,8 @@ static void check_shape(const shape *s, int bf16) {
     printf("%-44s out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", what, eo, el, eq, ek, ev);
     free(out), free(lse), free(dout), free(delta), free(ro), free(rl), free(rq), free(rk), free(rv);
     free(dqb), free(dkb), free(dvb), free(pq);
-    if (!s->packed) free(pk), free(pv), free(x.q), free(x.k), free(x.v);
-    free(x.qkv);
+    if (!s->packed) free(pk), free(pv);
+    free_inputs(&x);
 }
 
 /* Same bits with 1 and 2 threads and on a repeat; and the naive kernel's results within
@@ -225,14 +232,21 @@ static void check_determinism_and_naive(void) {
     ZT_OK(ops->attention_gqa_fwd(NULL, no_, att, x.q, x.k, x.v, s.B, s.T, s.NH, s.NKV, s.hs, NULL));
     ZT_OK(ops->attention_gqa_bwd(NULL, nq, nk, nv, datt, dout, x.q, x.k, x.v, att, s.B, s.T, s.NH,
                                  s.NKV, s.hs, NULL));
-    double d_o = zt_max_err(o[0], to_double(no_, no), no);
-    double d_q = acc_err(gq[0], NULL, to_double(nq, x.nq), x.nq);
-    double d_k = acc_err(gk[0], NULL, to_double(nk, x.nkv), x.nkv);
-    double d_v = acc_err(gv[0], NULL, to_double(nv, x.nkv), x.nkv);
+    double *r_o = to_double(no_, no), *r_q = to_double(nq, x.nq), *r_k = to_double(nk, x.nkv),
+           *r_v = to_double(nv, x.nkv);
+    double d_o = zt_max_err(o[0], r_o, no);
+    double d_q = acc_err(gq[0], NULL, r_q, x.nq);
+    double d_k = acc_err(gk[0], NULL, r_k, x.nkv);
+    double d_v = acc_err(gv[0], NULL, r_v, x.nkv);
     ZT_CHECK(d_o <= FWD_TOL && d_q <= GRAD_TOL && d_k <= GRAD_TOL && d_v <= GRAD_TOL,
              "flash vs naive: out %g dq %g dk %g dv %g", d_o, d_q, d_k, d_v);
     printf("flash vs naive kernel (T=150, GQA 2): out %.1e dq %.1e dk %.1e dv %.1e\n", d_o, d_q,
            d_k, d_v);
+    for (int r = 0; r < 3; r++)
+        free(o[r]), free(l[r]), free(gq[r]), free(gk[r]), free(gv[r]);
+    free(r_o), free(r_q), free(r_k), free(r_v), free(att), free(datt), free(no_), free(nq),
+        free(nk), free(nv), free(dout), free(delta);
+    free_inputs(&x);
 }
 
 /* The CUDA kernels' loop structure (cuda/flash_cuda.cu: a thread per query row for forward,
@@ -307,6 +321,9 @@ static void check_device_order(const shape *s) {
     ZT_CHECK(bits_equal(delta, ed, nl * 4), "%s: delta differs from the device order", what);
     ZT_CHECK(bits_equal(g, e, nd * 4), "%s: dq | dk | dv differ from the device kernels' order",
              what);
+    free(out), free(lse), free(eo), free(el), free(ed), free(dout), free(delta), free(g0), free(g),
+        free(e);
+    free_inputs(&x);
 }
 
 static void check_bad_shapes(void) {

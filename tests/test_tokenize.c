@@ -21,10 +21,20 @@
 
 static char g_dir[] = "/tmp/zs_test_tokenize_XXXXXX";
 
-/* A path in the test's folder (kept for the whole run: configs hold these pointers). */
+/* Every path() made, freed at the end of the run (configs hold these pointers until then). */
+static char **g_paths;
+static size_t g_n_paths;
+
+/* A path in the test's folder, valid for the whole run. */
 static const char *path(const char *name) {
     char *p = zt_malloc(strlen(g_dir) + strlen(name) + 2);
     sprintf(p, "%s/%s", g_dir, name);
+    if ((g_n_paths & (g_n_paths - 1)) == 0) { /* 0, 1, 2, 4, ...: grow to twice */
+        char **g = realloc(g_paths, (g_n_paths ? 2 * g_n_paths : 1) * sizeof *g);
+        ZT_REQUIRE(g, "out of memory");
+        g_paths = g;
+    }
+    g_paths[g_n_paths++] = p;
     return p;
 }
 
@@ -656,5 +666,8 @@ int main(void) {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (rc == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    for (size_t i = 0; i < g_n_paths; i++)
+        free(g_paths[i]);
+    free(g_paths);
     return rc;
 }

@@ -164,7 +164,8 @@ static zs_status mpi_run(zs_comm_t *c, const zs_coll *op) {
         MPI_TRY(MPI_Ibarrier(m->comm, &req));
         break;
     case ZS_COLL_BROADCAST:
-        if (r == op->root && send != recv) memcpy(recv, send, count * esz);
+        /* count 0: the buffers may be NULL, which memcpy may not be given even for 0 bytes */
+        if (r == op->root && send != recv && count) memcpy(recv, send, count * esz);
         MPI_TRY(MPI_Ibcast(recv, cnt, raw, op->root, m->comm, &req));
         break;
     case ZS_COLL_ALL_GATHER:
@@ -182,10 +183,10 @@ static zs_status mpi_run(zs_comm_t *c, const zs_coll *op) {
             return ZS_OK;
         }
         ZS_CHECK(ensure_tmp(m, count));
-        if (op->dt == ZS_DTYPE_F32)
-            memcpy(m->tmp_in, send, count * esz);
-        else
+        if (op->dt != ZS_DTYPE_F32)
             widen(m->tmp_in, (const uint16_t *)send, count);
+        else if (count) /* 0 elements: no staging buffer (NULL), which memcpy may not take */
+            memcpy(m->tmp_in, send, count * esz);
         MPI_TRY(MPI_Iallreduce(m->tmp_in, m->tmp_out, cnt, MPI_FLOAT, MPI_SUM, m->comm, &req));
         ZS_CHECK(wait_req(c, &req, "MPI_Iallreduce"));
         narrow_avg(recv, m->tmp_out, count, op->dt, avg, n);
@@ -199,10 +200,10 @@ static zs_status mpi_run(zs_comm_t *c, const zs_coll *op) {
         }
         /* fp32 staging: MPI forbids send/recv aliasing (in place), and bf16 widens. */
         ZS_CHECK(ensure_tmp(m, count * (size_t)n));
-        if (op->dt == ZS_DTYPE_F32)
-            memcpy(m->tmp_in, send, count * (size_t)n * esz);
-        else
+        if (op->dt != ZS_DTYPE_F32)
             widen(m->tmp_in, (const uint16_t *)send, count * (size_t)n);
+        else if (count) /* 0 elements: no staging buffer (NULL), which memcpy may not take */
+            memcpy(m->tmp_in, send, count * (size_t)n * esz);
         MPI_TRY(MPI_Ireduce_scatter_block(m->tmp_in, m->tmp_out, cnt, MPI_FLOAT, MPI_SUM, m->comm,
                                           &req));
         ZS_CHECK(wait_req(c, &req, "MPI_Ireduce_scatter_block"));

@@ -81,6 +81,7 @@ static double now(void) {
 /* ---- encoding threads ---------------------------------------------------------------------- */
 
 static int push_ids(batch *b, const int32_t *v, size_t n) {
+    if (n == 0) return 1; /* an empty template's ids: v and b->ids may both be NULL */
     if (b->n_ids + n > b->cap_ids) {
         size_t cap = b->cap_ids ? b->cap_ids : 65536;
         while (cap < b->n_ids + n)

@@ -41,7 +41,9 @@ static ZS_HD float zs_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t e = (int32_t)n + 127; /* n in [-126, 127]: a normal power of two */
+    /* n in [-126, 127]: a normal power of two. A NaN x (a diverged run) gives a NaN p, and the
+     * result is NaN whatever e is; converting the NaN n to int would be undefined. */
+    int32_t e = (int32_t)(n == n ? n : 0.0f) + 127;
     return p * zs_bits_f32((uint32_t)e << 23) * lo;
 }
 
