@@ -3,12 +3,17 @@
 # scripts/setup.sh does (reinstalled here, offline, so the suite runs the tree's package, with
 # BUILD_DIR's library and executable bundled into it), then docs/embedding.md's Python example
 # on 2 ranks. The suite runs without ZSHARD_LIB/ZSHARD_EXE: the installed package finds what it
-# bundles. Skips (77) only when python3 is missing.
+# bundles. Skips (77) only when python3 is missing, and in the sanitizer build.
 # Usage: test_python.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 B=$(cd "$1" && pwd)
 S=$(cd "$2" && pwd)
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
+if grep -q '^ZS_SANITIZE:BOOL=ON$' "$B/CMakeCache.txt"; then
+    echo "SKIP: a sanitizer build (scripts/sanitize.sh): Python would load its ASan-instrumented" \
+         "libzshard.so without ASan's runtime, and it makes no pyvenv"
+    exit 77
+fi
 PY=$B/pyvenv/bin/python
 [ -x "$PY" ] || { echo "FAIL: $B/pyvenv missing: run scripts/setup.sh" >&2; exit 1; }
 ZSHARD_LIB=$B/libzshard.so ZSHARD_EXE=$B/zshard \

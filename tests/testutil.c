@@ -114,6 +114,28 @@ int zt_gpus_for(int n, const char *what) {
     return 0;
 }
 
+/* GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer). */
+#if defined(__SANITIZE_ADDRESS__)
+#define ZT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZT_ASAN 1
+#endif
+#endif
+#ifndef ZT_ASAN
+#define ZT_ASAN 0
+#endif
+
+int zt_sanitized(void) {
+    return ZT_ASAN;
+}
+
+int zt_unsanitized_for(const char *what, const char *why) {
+    if (!ZT_ASAN) return 1;
+    printf("not run: %s under AddressSanitizer: %s\n", what, why);
+    return 0;
+}
+
 const char *zt_zshard_exe(void) {
     static char path[4096];
     const char *z = getenv("ZS_ZSHARD"), *d = getenv("ZS_BUILD_DIR");

@@ -61,6 +61,13 @@ int zt_gpus_for(int n, const char *what);
  * away from zero; bf16 8, to nearest even. */
 double zt_gemm_round(int math, float x);
 
+/* Whether this is a build with AddressSanitizer (scripts/sanitize.sh, docs/testing.md), whose
+ * shadow memory, redzones and quarantine of freed blocks change what a process's memory
+ * measures. zt_unsanitized_for: 1 when a check that cannot hold there may run; else prints
+ * "not run: <what> under AddressSanitizer: <why>" and returns 0. */
+int zt_sanitized(void);
+int zt_unsanitized_for(const char *what, const char *why);
+
 /* Uniform in [lo, hi) and standard normal, from the test RNG. */
 double zt_uniform(double lo, double hi);
 double zt_normal(void);
