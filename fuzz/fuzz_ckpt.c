@@ -3,10 +3,8 @@
  * parser. The manifest's checksum is recomputed for the input, so mutations reach the field
  * validation behind it instead of all stopping at "checksum mismatch".
  *
- *   CC=clang cmake -S . -B build-fuzz -DZS_FUZZ=ON && cmake --build build-fuzz -t fuzz_ckpt
- *   ./build-fuzz/fuzz_ckpt -max_total_time=600 fuzz/corpus
- *
- * The same entry point is replayed over fuzz/corpus by the ctest `ckpt_parsers`. */
+ * scripts/fuzz.sh builds and runs it (docs/testing.md); the same entry point is replayed over
+ * fuzz/corpus_ckpt by the ctest `ckpt_parsers`. */
 #include "ckpt/convert.h"
 #include "ckpt/crc32c.h"
 

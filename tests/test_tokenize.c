@@ -283,6 +283,15 @@ static void test_jsonl_rules(void) {
              "a BOM made line 1 invalid JSON (%lld skipped as invalid)",
              (long long)s.skipped[ZS_DOC_BAD_JSON]);
     free(t.v);
+    /* A line is line[0, n), not a C string: the message quotes only its own bytes (fuzz_data
+     * found "%.10s" reading past a 1-byte line). */
+    char why[200], *out = NULL;
+    size_t cap = 0, out_n;
+    ZT_CHECK(zs_jsonl_field("xNOT-PART-OF-IT", 1, "text", &out, &cap, &out_n, why, sizeof why) ==
+                     ZS_DOC_BAD_JSON &&
+                 !strcmp(why, "not a JSON object (starts with 'x')"),
+             "a 1-byte line: %s", why);
+    free(out);
 }
 
 /* ---- boundaries, split, shards, 32 bits ---------------------------------------------------- */

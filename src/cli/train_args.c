@@ -131,11 +131,13 @@ void zs_train_usage(FILE *f) {
             zs_model_preset_names());
 }
 
-/* The --config file, loaded once per process; train_opts points into its strings. */
+/* The last --config file read; train_opts points into its strings, so it lives until the next
+ * zs_train_parse that reads one (the CLI parses once). */
 static zs_config g_config;
 
 /* --config FILE: every entry through the flag table, named "FILE:LINE: key" in messages. */
 static int apply_config(train_opts *o, const char *path) {
+    zs_config_free(&g_config);
     int rc = zs_config_load(path, &g_config);
     if (rc) return rc;
     for (int i = 0; i < g_config.n; i++) {

@@ -233,7 +233,9 @@ zs_doc_skip zs_jsonl_field(const char *line, size_t n, const char *field, char *
     *out_n = 0;
     ws(&p);
     if (p.i >= n || line[p.i] != '{') {
-        fail(&p, R_BAD, "not a JSON object (starts with '%.10s')", line + p.i);
+        /* line[0, n) need not be NUL-terminated: at most the 10 bytes it has */
+        fail(&p, R_BAD, "not a JSON object (starts with '%.*s')",
+             (int)(n - p.i < 10 ? n - p.i : 10), line + p.i);
         return ZS_DOC_BAD_JSON;
     }
     p.i++;
