@@ -73,7 +73,9 @@ static int setting(resume_ctx *c, unsigned bit, const char *flag, const char *na
         char w_[32], n_[32];                                                                       \
         snprintf(w_, sizeof w_, "%g", (double)(float)(ck));                                        \
         snprintf(n_, sizeof n_, "%g", (double)(field));                                            \
-        if ((rc = setting(&c, bit, flag, flag + 2, 0, (field) == (float)(ck), w_, n_))) goto done; \
+        /* the flag's name without its "--" (&[2]: clang reads "--lr" + 2 as a mistake) */         \
+        if ((rc = setting(&c, bit, flag, &(flag)[2], 0, (field) == (float)(ck), w_, n_)))          \
+            goto done;                                                                             \
         if (!(o->given & (bit))) (field) = (float)(ck);                                            \
     } while (0)
 
