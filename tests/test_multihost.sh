@@ -92,7 +92,7 @@ echo "2 hosts x 2 ranks, ZeRO-3 over gloo: param_hash $(hash_in m22) = 4 ranks o
 p=$(port)
 nh_in 0 timeout 300 "$Z" run -n 2 --threads 1 --nnodes 2 --node-rank 0 --master-addr \
     "${NH_IP[0]}" --master-port "$p" -- "$Z" "${ARGS[@]}" --stage 3 --steps 6 > st22.0 2>&1 &
-for _ in $(seq 1 100); do nh_in 0 ss -ltnH "sport = :$p" | grep -q . && break; sleep 0.1; done
+for _ in $(seq 1 100); do [[ -n "$(nh_in 0 ss -ltnH "sport = :$p")" ]] && break; sleep 0.1; done
 STRANGER=(python3 "$HERE/stranger.py" --host "${NH_IP[0]}" --port "$p")
 nh_in 2 "${STRANGER[@]}" --empty 100 --junk > stranger.1 || fail "stranger.py"
 nh_in 2 "${STRANGER[@]}" --flood 2000 --hold 5 --ready "$T/half" > stranger.2 &

@@ -50,7 +50,8 @@ rank() {
     (env "$@" RANK="$r" WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$p" timeout 120 \
         "$Z" "${ARGS[@]}" > "$out" 2>&1; echo "exit $?" >> "$out")
 }
-listening() { ss -ltn "sport = :$1" | grep -q LISTEN; }
+# (grep reads everything, never -q after a pipe: with pipefail a writer cut off early fails it)
+listening() { [[ "$(ss -ltnH "sport = :$1")" == *LISTEN* ]]; }
 wait_listen() { # PORT: until something listens there (10 s at most)
     for _ in $(seq 1 100); do listening "$1" && return 0; sleep 0.1; done
     return 1
@@ -169,7 +170,7 @@ if [[ -n "$gp" ]]; then
     "${STRANGER[@]}" --port "$gp" --empty 1 > stranger.gloo
     wait
     took=$(($(date +%s) - t0))
-    cat g.0 g.1 | grep -q "gloo: connecting the 2 ranks" ||
+    grep -q "gloo: connecting the 2 ranks" g.0 g.1 ||
         { cat g.0 g.1; fail "junk on gloo's port: no named gloo error"; }
     grep -q "^exit 0" g.0 g.1 && { cat g.0 g.1; fail "junk on gloo's port: a rank exited 0"; }
     # rank 1 starts gloo 8 s late; zshard bounds gloo's connect by --comm-timeout + 5 s
