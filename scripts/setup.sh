@@ -23,13 +23,14 @@ fi
 # pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
 # debootstrap: the GPU check's dry run builds a bare Debian root with it (tests/gpu_dryrun.sh).
 # ca-certificates: pip's TLS to PyPI (for `tokenizers`, below) fails on a fresh root without.
-# clang and libclang-rt-14-dev (its sanitizer and libFuzzer runtimes): the sanitizer build and
-# the fuzz targets of the test command (scripts/sanitize.sh, scripts/fuzz.sh, docs/testing.md).
+# clang, libclang-rt-14-dev (its sanitizer and libFuzzer runtimes) and libomp-14-dev (its OpenMP
+# runtime, without which CMake finds no OpenMP for clang): the sanitizer build and the fuzz
+# targets of the test command (scripts/sanitize.sh, scripts/fuzz.sh, docs/testing.md).
 PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev libssl-dev libyaml-dev fortunes
           fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs
           fortunes-bg gnuplot-nox openmpi-bin libopenmpi-dev libgloo-dev iproute2 iperf3 procps
           python3 python3-venv python3-numpy python3-pytest python3-setuptools python3-wheel
-          ca-certificates debootstrap clang libclang-rt-14-dev)
+          ca-certificates debootstrap clang libclang-rt-14-dev libomp-14-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
