@@ -330,6 +330,39 @@ static int shown(const train_opts *o, const train_flag *f) {
     return 1;
 }
 
+/* A double-quoted YAML scalar. JSON's escapes are YAML's too, but libyaml refuses some code
+ * points raw (DEL, the C1 controls) and folds others as line breaks (NEL, U+2028, U+2029):
+ * those are written as \uXXXX, so that every value reads back the same (fuzz_config found
+ * a prompt holding U+009E). */
+static void yaml_write_string(FILE *f, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', f);
+    while (*p) {
+        unsigned c = *p;
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc((int)c, f);
+            p++;
+        } else if (c < 0x20 || c == 0x7f) {
+            fprintf(f, "\\u%04x", c);
+            p++;
+        } else if (c == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { /* U+0080..U+009F */
+            fprintf(f, "\\u%04x", (unsigned)p[1]);
+            p += 2;
+        } else if (c == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) {
+            fprintf(f, "\\u%04x", 0x2000u + (unsigned)(p[2] - 0x80));
+            p += 3;
+        } else if (c == 0xef && p[1] == 0xbf && (p[2] == 0xbe || p[2] == 0xbf)) {
+            fprintf(f, "\\u%04x", 0xffc0u + (unsigned)(p[2] - 0x80));
+            p += 3;
+        } else {
+            fputc((int)c, f);
+            p++;
+        }
+    }
+    fputc('"', f);
+}
+
 void zs_train_config_write_yaml(const train_opts *o, FILE *f) {
     char v[4200];
     fprintf(f, "# zshard train: the effective configuration; `zshard train --config FILE` runs "
@@ -341,7 +374,7 @@ void zs_train_config_write_yaml(const train_opts *o, FILE *f) {
         if (!shown(o, fl) || !zs_train_flag_value(o, fl, v, sizeof v)) continue;
         fprintf(f, "%s: ", fl->name);
         if (quoted(fl))
-            zs_json_write_string(f, v);
+            yaml_write_string(f, v);
         else
             fputs(v, f);
         fputc('\n', f);
