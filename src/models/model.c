@@ -1,35 +1,157 @@
-/* The generic model interface: dispatch on the architecture. Each model keeps its own
- * state behind an opaque pointer; nothing outside src/models knows which one runs. */
+/* The generic model: one table per architecture (arch.h) and everything the architectures
+ * share, written once: building the model and carving its buffers, and the pass (embedding,
+ * the block stack, final norm and output head, the loss). Nothing outside src/models knows
+ * which architecture runs. */
 #include "models/model.h"
 
 #include "core/status.h"
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "models/arch.h"
+#include "models/carve.h"
 
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* The largest architecture struct and layer record, for counting bytes without a model. */
+#define MODEL_MAX_SIZE 2048
+#define LAYER_MAX_SIZE 512
 
 struct zs_model {
-    zs_arch arch;
-    void *impl;
-    const zs_ops *ops;
-    zs_stream_t *s;
-    int vocab, padded_vocab, max_B, max_T;
-    float *logits; /* the architecture's [B*T, padded_vocab] buffer */
-    float *losses; /* its per-token losses */
+    const zs_arch_impl *A;
+    zs_model_base *b; /* the architecture's struct, zs_model_base first */
+    int max_B, max_T;
 };
 
-zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout *out) {
-    switch (cfg->arch) {
-    case ZS_ARCH_GPT2:
-        return zs_gpt2_layout(cfg, world_size, out);
-    case ZS_ARCH_LLAMA:
-        return zs_llama_layout(cfg, world_size, out);
-    default:
-        break;
-    }
-    zs_layout_init(out);
+static const zs_arch_impl *const ARCHS[] = {&zs_gpt2_arch, &zs_llama_arch};
+
+static const zs_arch_impl *arch_of(zs_arch arch) {
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (ARCHS[i]->arch == arch) return ARCHS[i];
+    return NULL;
+}
+
+static zs_status not_built_in(const zs_model_config *cfg) {
     return zs_error(ZS_ERR_UNSUPPORTED, "model %s: architecture %d is not built in", cfg->name,
                     (int)cfg->arch);
+}
+
+zs_status zs_model_layout(const zs_model_config *cfg, int world_size, zs_layout *out) {
+    const zs_arch_impl *A = arch_of(cfg->arch);
+    if (A) return A->layout(cfg, world_size, out);
+    zs_layout_init(out);
+    return not_built_in(cfg);
+}
+
+/* Activation buffers, in the order the arena is carved. With b->arena NULL this only counts
+ * (the memory estimator uses that); b->layers then holds a single record that every layer
+ * reuses. Without recompute each layer gets its own record; with it, one shared record serves
+ * every layer and only the block outputs (the next blocks' inputs) are kept per layer. */
+static uint64_t carve_arena(const zs_arch_impl *A, int B, int T, zs_model_base *b) {
+    const zs_model_config *c = &b->cfg;
+    uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, n = 0;
+    float *base = b->arena;
+    _Alignas(max_align_t) char shared[LAYER_MAX_SIZE];
+    zs_resid_carve(&b->resid, 0, base, &n, BT * C);
+    if (b->recompute) A->carve_block(c, B, T, b->naive, base, &n, shared);
+    for (int l = 0; l < c->n_layer; l++) {
+        void *a = zs_model_layer(b, A->layer_size, base ? l : 0);
+        if (b->recompute)
+            memcpy(a, shared, A->layer_size);
+        else
+            A->carve_block(c, B, T, b->naive, base, &n, a);
+        zs_resid_carve(&b->resid, l + 1, base, &n, BT * C);
+    }
+    b->lnf = zs_carve(base, &n, BT * C);
+    b->losses = zs_carve(base, &n, BT);
+    A->carve_final(b, B, T, base, &n);
+    return n;
+}
+
+/* Workspace: logits plus the activation gradients reused across layers. */
+static uint64_t carve_scratch(const zs_arch_impl *A, int B, int T, zs_model_base *b) {
+    const zs_model_config *c = &b->cfg;
+    uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, n = 0;
+    uint64_t att = (uint64_t)B * c->n_head * T * (b->naive ? (uint64_t)T : 1);
+    float *base = b->scratch;
+    b->logits = zs_carve(base, &n, BT * (uint64_t)c->padded_vocab);
+    b->dres = zs_carve(base, &n, BT * C);
+    b->dC = zs_carve(base, &n, BT * C);
+    b->datt = zs_carve(base, &n, att);
+    A->carve_scratch(b, B, T, base, &n);
+    return n;
+}
+
+/* A counting model of architecture A: no buffers, one layer record. */
+typedef struct counter {
+    union {
+        zs_model_base b;
+        _Alignas(max_align_t) char bytes[MODEL_MAX_SIZE];
+    } m;
+    _Alignas(max_align_t) char layer[LAYER_MAX_SIZE];
+} counter;
+
+static const zs_arch_impl *counter_init(counter *k, const zs_model_config *cfg,
+                                        const zs_model_options *opts) {
+    const zs_arch_impl *A = arch_of(cfg->arch);
+    if (!A || A->model_size > MODEL_MAX_SIZE || A->layer_size > LAYER_MAX_SIZE) return NULL;
+    memset(k, 0, sizeof *k);
+    k->m.b.cfg = *cfg;
+    k->m.b.layers = k->layer;
+    k->m.b.resid.bf16 = opts->act_dtype == ZS_DTYPE_BF16; /* no pointer arrays: count only */
+    k->m.b.naive = opts->attention == ZS_ATTENTION_NAIVE;
+    k->m.b.recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
+    return A;
+}
+
+uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                   int T) {
+    zs_model_options defaults = {0};
+    counter k;
+    const zs_arch_impl *A = counter_init(&k, cfg, opts ? opts : &defaults);
+    return A ? carve_arena(A, B, T, &k.m.b) * sizeof(float) : 0;
+}
+
+uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
+                                  int T) {
+    zs_model_options defaults = {0};
+    counter k;
+    const zs_arch_impl *A = counter_init(&k, cfg, opts ? opts : &defaults);
+    return A ? carve_scratch(A, B, T, &k.m.b) * sizeof(float) : 0;
+}
+
+/* The parameter offsets of the layout the engine holds: the embedding unit, block 0 (every
+ * block unit has the same offsets within it) and the final unit (norm, then an untied head). */
+static zs_status bind_layout(const zs_arch_impl *A, zs_model_base *b) {
+    zs_status st = ZS_OK;
+    const zs_layout *l = zs_module_layout(b->engine);
+    const int L = b->cfg.n_layer;
+    ZS_REQUIRE(A->block_tensors <= ZS_MAX_BLOCK_TENSORS && A->norm_tensors <= 2 && l->n_units == L + 2,
+                   ZS_ERR_INTERNAL, "model: layout has %d units", l->n_units);
+    const zs_unit_desc *eu = &l->units[0], *fu = &l->units[L + 1];
+    ZS_REQUIRE(eu->n_tensors == 1 + A->learned_pos &&
+                       (L == 0 || l->units[1].n_tensors == A->block_tensors) &&
+                       fu->n_tensors == A->norm_tensors + !b->tied,
+                   ZS_ERR_INTERNAL, "model: layout's units have %d, %d and %d tensors",
+                   eu->n_tensors, L ? l->units[1].n_tensors : 0, fu->n_tensors);
+    b->off_embed = l->tensors[eu->first_tensor].offset;
+    b->off_pos = A->learned_pos ? l->tensors[eu->first_tensor + 1].offset : -1;
+    for (int i = 0; L > 0 && i < A->block_tensors; i++)
+        b->toff[i] = l->tensors[l->units[1].first_tensor + i].offset;
+    for (int i = 0; i < A->norm_tensors; i++) b->off_norm[i] = l->tensors[fu->first_tensor + i].offset;
+    b->off_head = b->tied ? b->off_embed : l->tensors[fu->first_tensor + A->norm_tensors].offset;
+fail:
+    return st;
+}
+
+static void model_free(zs_model_base *b) {
+    if (!b) return;
+    if (b->engine) {
+        zs_module_dev(b->engine)->free(b->arena);
+        zs_module_dev(b->engine)->free(b->scratch);
+    }
+    free(b->layers);
+    zs_resid_free(&b->resid);
+    free(b);
 }
 
 zs_status zs_model_create(const zs_model_config *cfg, const zs_ops *ops, zs_stream_t *s,
@@ -42,10 +164,11 @@ zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_option
                                int max_batch, int max_seq, zs_model_t **out) {
     zs_status st = ZS_OK;
     zs_model_t *m = NULL;
+    zs_model_base *b = NULL;
     zs_model_options defaults = {0};
+    const zs_arch_impl *A = arch_of(cfg->arch);
     if (!opts) opts = &defaults;
     *out = NULL;
-    /* Checked once here for every architecture; their create functions trust these. */
     ZS_CHECK(zs_model_config_validate(cfg));
     ZS_REQUIRE(max_batch > 0 && max_seq > 0, ZS_ERR_INVALID,
                "model: batch and sequence length must be positive");
@@ -58,77 +181,138 @@ zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_option
                "model: activation dtype %s is not fp32 or bf16", zs_dtype_name(opts->act_dtype));
     ZS_REQUIRE(opts->attention == ZS_ATTENTION_FLASH || opts->attention == ZS_ATTENTION_NAIVE,
                ZS_ERR_INVALID, "model: unknown attention kernel %d", (int)opts->attention);
+    if (!A) ZS_CHECK(not_built_in(cfg));
     m = calloc(1, sizeof *m);
-    ZS_REQUIRE(m, ZS_ERR_OOM, "model: out of memory");
-    m->arch = cfg->arch;
-    m->ops = ops;
-    m->s = s;
-    m->vocab = cfg->vocab;
-    m->padded_vocab = cfg->padded_vocab;
+    b = calloc(1, A->model_size);
+    ZS_REQUIRE(m && b, ZS_ERR_OOM, "model: out of memory");
+    m->A = A;
     m->max_B = max_batch;
     m->max_T = max_seq;
-    switch (cfg->arch) {
-    case ZS_ARCH_GPT2:
-        ZS_CHECK(
-            zs_gpt2_create(cfg, opts, ops, s, engine, max_batch, max_seq, (zs_gpt2_t **)&m->impl));
-        zs_gpt2_outputs(m->impl, &m->logits, &m->losses);
-        break;
-    case ZS_ARCH_LLAMA:
-        ZS_CHECK(zs_llama_create(cfg, opts, ops, s, engine, max_batch, max_seq,
-                                 (zs_llama_t **)&m->impl));
-        zs_llama_outputs(m->impl, &m->logits, &m->losses);
-        break;
-    default:
-        ZS_REQUIRE(0, ZS_ERR_UNSUPPORTED, "model %s: architecture %d is not built in", cfg->name,
-                   (int)cfg->arch);
-    }
+    b->cfg = *cfg;
+    b->ops = ops;
+    b->s = s;
+    b->engine = engine;
+    b->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
+    b->naive = opts->attention == ZS_ATTENTION_NAIVE;
+    b->tied = zs_model_tied(cfg);
+    ZS_CHECK(bind_layout(A, b));
+    b->layers = calloc((size_t)cfg->n_layer, A->layer_size);
+    ZS_REQUIRE(b->layers, ZS_ERR_OOM, "model: out of memory");
+    ZS_CHECK(zs_resid_init(&b->resid, cfg->n_layer, opts->act_dtype == ZS_DTYPE_BF16));
+    ZS_CHECK(zs_model_alloc_buffers(zs_module_dev(engine),
+                                    zs_model_activation_bytes(cfg, opts, max_batch, max_seq),
+                                    zs_model_workspace_bytes(cfg, opts, max_batch, max_seq),
+                                    &b->arena, &b->scratch));
+    carve_arena(A, max_batch, max_seq, b);
+    carve_scratch(A, max_batch, max_seq, b);
+    m->b = b;
     *out = m;
     return ZS_OK;
 fail:
+    model_free(b);
     free(m);
     return st;
 }
 
 void zs_model_destroy(zs_model_t *m) {
     if (!m) return;
-    switch (m->arch) {
-    case ZS_ARCH_GPT2:
-        zs_gpt2_destroy(m->impl);
-        break;
-    case ZS_ARCH_LLAMA:
-        zs_llama_destroy(m->impl);
-        break;
-    default:
-        break;
-    }
+    model_free(m->b);
     free(m);
 }
 
-static zs_status arch_forward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B, int T) {
-    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
-        return zs_error(ZS_ERR_INTERNAL, "model: batch %dx%d exceeds allocated %dx%d", B, T,
-                        m->max_B, m->max_T);
-    switch (m->arch) {
-    case ZS_ARCH_GPT2:
-        return zs_gpt2_forward(m->impl, in, seg, B, T);
-    case ZS_ARCH_LLAMA:
-        return zs_llama_forward(m->impl, in, seg, B, T);
-    default:
-        break;
-    }
-    return zs_error(ZS_ERR_INTERNAL, "model: unknown architecture");
+/* The block stack of this pass (stack.h). */
+static zs_stack stack_of(const zs_model_t *m) {
+    zs_model_base *b = m->b;
+    zs_stack k = {.resid = &b->resid,
+                  .engine = b->engine,
+                  .ops = b->ops,
+                  .s = b->s,
+                  .n_layer = b->cfg.n_layer,
+                  .first_unit = 1,
+                  .recompute = b->recompute,
+                  .fwd = m->A->block_fwd,
+                  .bwd = m->A->block_bwd,
+                  .model = b};
+    return k;
 }
 
-static zs_status arch_backward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B, int T) {
-    switch (m->arch) {
-    case ZS_ARCH_GPT2:
-        return zs_gpt2_backward(m->impl, in, seg, B, T);
-    case ZS_ARCH_LLAMA:
-        return zs_llama_backward(m->impl, in, seg, B, T);
-    default:
-        break;
+/* Forward through embeddings, blocks, final norm and output head into b->logits. Unit 0 is the
+ * embedding (acquired again for a tied head), 1..L the blocks, L + 1 the final norm with an
+ * untied head. */
+static zs_status model_forward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B,
+                               int T) {
+    zs_status st = ZS_OK;
+    zs_model_base *b = m->b;
+    const zs_ops *o = b->ops;
+    zs_stream_t *s = b->s;
+    const int C = b->cfg.n_embd, BT = B * T, Vp = b->cfg.padded_vocab, uf = b->cfg.n_layer + 1;
+    const int pos = b->off_pos >= 0;
+    float *p = NULL;
+    ZS_REQUIRE(B >= 1 && T >= 1 && B <= m->max_B && T <= m->max_T, ZS_ERR_INTERNAL,
+               "model: batch %dx%d exceeds allocated %dx%d", B, T, m->max_B, m->max_T);
+    b->seg = seg; /* the blocks read it */
+
+    ZS_CHECK(zs_module_forward_begin(b->engine, 0, &p));
+    ZS_CHECK(o->embedding_fwd(s, zs_resid_out(&b->resid, 0), in, p + b->off_embed,
+                              pos ? p + b->off_pos : NULL, B, T, C, pos ? seg : NULL));
+    ZS_CHECK(zs_module_forward_end(b->engine, 0));
+
+    const float *x = NULL;
+    zs_stack k = stack_of(m);
+    ZS_CHECK(zs_stack_forward(&k, B, T, (size_t)BT * C, &x));
+
+    ZS_CHECK(zs_module_forward_begin(b->engine, uf, &p));
+    ZS_CHECK(m->A->norm_fwd(b, p, x, BT));
+    if (!b->tied) ZS_CHECK(zs_linear_fwd(o, s, b->logits, b->lnf, p + b->off_head, NULL, BT, C, Vp));
+    ZS_CHECK(zs_module_forward_end(b->engine, uf));
+    if (b->tied) { /* logits = lnf @ wte^T over the padded vocabulary */
+        ZS_CHECK(zs_module_forward_begin(b->engine, 0, &p));
+        ZS_CHECK(zs_linear_fwd(o, s, b->logits, b->lnf, p + b->off_embed, NULL, BT, C, Vp));
+        ZS_CHECK(zs_module_forward_end(b->engine, 0));
     }
-    return zs_error(ZS_ERR_INTERNAL, "model: unknown architecture");
+fail:
+    return st;
+}
+
+/* Backward from the dlogits that the loss left in b->logits, in the reverse unit order. */
+static zs_status model_backward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B,
+                                int T) {
+    zs_status st = ZS_OK;
+    zs_model_base *b = m->b;
+    const zs_ops *o = b->ops;
+    zs_stream_t *s = b->s;
+    const int C = b->cfg.n_embd, BT = B * T, Vp = b->cfg.padded_vocab, uf = b->cfg.n_layer + 1;
+    const int pos = b->off_pos >= 0;
+    const size_t nC = (size_t)BT * C;
+    float *p = NULL, *g = NULL;
+    b->seg = seg; /* the blocks read it; it must be the forward's */
+
+    /* dC: the head's input gradient, from the tied embedding's weights or the separate head's. */
+    if (b->tied) {
+        ZS_CHECK(zs_module_backward_begin(b->engine, 0, &p, &g));
+        ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + b->off_embed, NULL, b->logits, b->lnf,
+                                   p + b->off_embed, BT, C, Vp));
+        ZS_CHECK(zs_module_backward_end(b->engine, 0));
+    }
+    const float *xlast = NULL;
+    ZS_CHECK(zs_resid_load(&b->resid, o, s, b->cfg.n_layer, nC, &xlast));
+    ZS_CHECK(o->fill(s, b->dres, 0.0f, nC));
+    ZS_CHECK(zs_module_backward_begin(b->engine, uf, &p, &g));
+    if (!b->tied)
+        ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + b->off_head, NULL, b->logits, b->lnf,
+                                   p + b->off_head, BT, C, Vp));
+    ZS_CHECK(m->A->norm_bwd(b, p, g, xlast, BT));
+    ZS_CHECK(zs_module_backward_end(b->engine, uf));
+
+    zs_stack k = stack_of(m);
+    ZS_CHECK(zs_stack_backward(&k, B, T, nC));
+
+    ZS_CHECK(zs_module_backward_begin(b->engine, 0, &p, &g));
+    ZS_CHECK(o->embedding_bwd(s, g + b->off_embed, pos ? g + b->off_pos : NULL, b->dres, in, B, T,
+                              C, pos ? seg : NULL));
+    ZS_CHECK(zs_module_backward_end(b->engine, 0));
+fail:
+    return st;
 }
 
 /* Forward, the fused softmax-cross-entropy (dlogits written in place over the logits), then
@@ -143,50 +327,21 @@ zs_status zs_model_forward_backward_docs(zs_model_t *m, const int32_t *inputs,
                                          const int32_t *targets, const int32_t *seg, int B, int T,
                                          float dloss, int backward, double *loss_sum) {
     zs_status st = ZS_OK;
+    zs_model_base *b = m->b;
     const int BT = B * T;
-    ZS_CHECK(arch_forward(m, inputs, seg, B, T));
-    ZS_CHECK(m->ops->softmax_xent(m->s, m->losses, backward ? m->logits : NULL, m->logits, targets,
-                                  BT, m->vocab, m->padded_vocab, dloss));
-    ZS_CHECK(m->ops->sum(m->s, loss_sum, m->losses, (size_t)BT));
-    if (backward) ZS_CHECK(arch_backward(m, inputs, seg, B, T));
+    ZS_CHECK(model_forward(m, inputs, seg, B, T));
+    ZS_CHECK(b->ops->softmax_xent(b->s, b->losses, backward ? b->logits : NULL, b->logits, targets,
+                                  BT, b->cfg.vocab, b->cfg.padded_vocab, dloss));
+    ZS_CHECK(b->ops->sum(b->s, loss_sum, b->losses, (size_t)BT));
+    if (backward) ZS_CHECK(model_backward(m, inputs, seg, B, T));
 fail:
     return st;
 }
 
 zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits) {
     zs_status st = ZS_OK;
-    ZS_CHECK(arch_forward(m, inputs, NULL, B, T));
-    *logits = m->logits;
+    ZS_CHECK(model_forward(m, inputs, NULL, B, T));
+    *logits = m->b->logits;
 fail:
     return st;
-}
-
-uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
-                                   int T) {
-    zs_model_options defaults = {0};
-    if (!opts) opts = &defaults;
-    switch (cfg->arch) {
-    case ZS_ARCH_GPT2:
-        return zs_gpt2_activation_bytes(cfg, opts, B, T);
-    case ZS_ARCH_LLAMA:
-        return zs_llama_activation_bytes(cfg, opts, B, T);
-    default:
-        break;
-    }
-    return 0;
-}
-
-uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
-                                  int T) {
-    zs_model_options defaults = {0};
-    if (!opts) opts = &defaults;
-    switch (cfg->arch) {
-    case ZS_ARCH_GPT2:
-        return zs_gpt2_workspace_bytes(cfg, opts, B, T);
-    case ZS_ARCH_LLAMA:
-        return zs_llama_workspace_bytes(cfg, opts, B, T);
-    default:
-        break;
-    }
-    return 0;
 }

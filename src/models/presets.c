@@ -3,7 +3,7 @@
 #include "models/model.h"
 
 #include "core/status.h"
-#include "models/llama.h"
+#include "models/arch.h"
 
 #include <stdio.h>
 #include <string.h>
