@@ -98,6 +98,11 @@ zs_status zs_engine_wait(zs_comm_work_t **work);
 /* The engine's stream waits for *work; the host does not, where the device allows. */
 zs_status zs_engine_wait_stream(zs_engine_t *e, zs_comm_work_t **work);
 
+/* ZeRO-1/2 keep full params: (re)assemble them from every rank's master shard, one
+ * asynchronous all-gather per unit (engine_step.c); with wait == 0 each unit's gather is
+ * waited for at its next acquisition. */
+zs_status zs_engine_regather_params(zs_engine_t *e, int wait);
+
 /* bf16 compute copy (engine_bf16.c): the fp32 widening buffer; rounding the masters into the
  * bf16 copy and gathering it (with wait == 0 each unit's gather is waited at its next
  * acquisition); widening an acquired unit's bf16 values (src) into the buffer. */

@@ -1,0 +1,172 @@
+/* The engine's step: gradients zeroed per step, the global gradient norm (summed in rank
+ * order), clipping and AdamW over each rank's optimizer range, and ZeRO-1/2's gather of the
+ * updated parameters (docs/architecture.md "Stages", "Determinism"). */
+#include "shard/engine_internal.h"
+
+#include "comm/device.h"
+#include "core/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ZeRO-1/2 keep full params: (re)assemble them from every rank's master shard, one
+ * asynchronous all-gather per unit (in place: each rank's shard is already in its slice).
+ * With wait == 0 each unit's gather is waited for at its next acquisition. */
+zs_status zs_engine_regather_params(zs_engine_t *e, int wait) {
+    zs_status st = ZS_OK;
+    const zs_layout *l = e->layout;
+    if (e->bf16) return zs_engine_round_params(e, wait);
+    if (!e->persist_params || e->cfg.stage == ZS_STAGE_DDP) return ZS_OK;
+    for (int u = 0; u < l->n_units; u++) {
+        unit_state *us = &e->units[u];
+        ZS_CHECK(zs_engine_gather(e, us->master, us->param, (size_t)l->units[u].shard, ZS_DTYPE_F32,
+                                  l->units[u].name, &us->work));
+        if (wait) ZS_CHECK(zs_engine_wait(&us->work));
+    }
+fail:
+    return st;
+}
+
+zs_status zs_engine_zero_grad(zs_engine_t *e) {
+    zs_status st = ZS_OK;
+    if (!e->recorded) {
+        e->recording = 1;
+        e->n_order = 0;
+    }
+    if (e->persist_grads && !e->g16) /* bf16: the first micro-batch overwrites */
+        for (int u = 0; u < e->layout->n_units; u++)
+            ZS_CHECK(e->ops->fill(e->stream, e->units[u].grad, 0.0f,
+                                  (size_t)e->layout->units[u].padded));
+fail:
+    return st;
+}
+
+void zs_engine_micro_begin(zs_engine_t *e, int k, int K) {
+    e->micro_k = k;
+    e->micro_K = K;
+}
+
+/* This rank's reduced gradient shard of unit u (fp32 or, with bf16 gradients, bf16),
+ * valid once its reduction has finished. */
+static const void *grad_shard(zs_engine_t *e, int u) {
+    unit_state *us = &e->units[u];
+    int64_t mine = (int64_t)e->rank * e->layout->units[u].shard;
+    if (e->g16) return e->persist_grads ? (const void *)(us->g16 + mine) : us->gs16;
+    return e->persist_grads ? (const void *)(us->grad + mine) : us->gshard;
+}
+
+/* One fused AdamW launch (adamw_segs, adamw_segs16 for bf16 gradients) over a group of
+ * segments, rebased to its first one. */
+static zs_status launch_segs(zs_engine_t *e, zs_adamw_segs *g, float *param, const void *grad,
+                             float *m, float *v, const zs_adamw_hparams *h, float scale, int t) {
+    int64_t off = g->lo[0];
+    for (int k = 0; k < g->n; k++) {
+        g->lo[k] -= off;
+        g->hi[k] -= off;
+    }
+    zs_status st = e->g16
+                       ? e->ops->adamw_segs16(e->stream, param + off, (const zs_bf16 *)grad + off,
+                                              m + off, v + off, g, h->lr, h->beta1, h->beta2,
+                                              h->eps, h->weight_decay, scale, t)
+                       : e->ops->adamw_segs(e->stream, param + off, (const float *)grad + off,
+                                            m + off, v + off, g, h->lr, h->beta1, h->beta2, h->eps,
+                                            h->weight_decay, scale, t);
+    g->n = 0;
+    return st;
+}
+
+/* AdamW on elements [a, b) of unit u's optimizer range, given as pointers to element a of the
+ * master, gradient and moments: the unit's tensors inside it, in launches of at most
+ * ZS_ADAMW_SEGS tensors. */
+static zs_status step_range(zs_engine_t *e, int u, int64_t a, int64_t b, float *param,
+                            const void *grad, float *m, float *v, const zs_adamw_hparams *h,
+                            float scale, int t) {
+    zs_status st = ZS_OK;
+    const zs_unit_desc *ud = &e->layout->units[u];
+    int64_t base = e->units[u].opt_base + a, end = e->units[u].opt_base + b;
+    zs_adamw_segs g;
+    g.n = 0;
+    for (int i = 0; i < ud->n_tensors; i++) {
+        const zs_tensor_desc *td = &e->layout->tensors[ud->first_tensor + i];
+        int64_t lo = td->offset > base ? td->offset : base;
+        int64_t hi = td->offset + td->count < end ? td->offset + td->count : end;
+        if (hi <= lo) continue; /* padding and other ranks' elements are never touched */
+        if (g.n == ZS_ADAMW_SEGS) ZS_CHECK(launch_segs(e, &g, param, grad, m, v, h, scale, t));
+        g.lo[g.n] = lo - base;
+        g.hi[g.n] = hi - base;
+        g.decay[g.n++] = (unsigned char)(td->decay != 0);
+    }
+    if (g.n) ZS_CHECK(launch_segs(e, &g, param, grad, m, v, h, scale, t));
+fail:
+    return st;
+}
+
+zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
+                         float *grad_norm) {
+    zs_status st = ZS_OK;
+    const zs_layout *l = e->layout;
+    double *parts = NULL;
+    ZS_CHECK(zs_engine_drain(e));
+    e->recording = 0;
+    e->recorded = 1;
+
+    /* Global norm through the shard decomposition: each rank sums its shard of every unit
+     * in unit order, then the per-rank sums are added in rank order. DDP does the same on
+     * its all-reduced gradients, so every stage clips by the same bits. The partial sums are
+     * computed on the device and come back in one copy. */
+    int p = 0;
+    for (int u = 0; u < l->n_units; u++) {
+        size_t S = (size_t)l->units[u].shard;
+        if (e->g16) {
+            ZS_CHECK(zs_engine_sumsq16(e, grad_shard(e, u), S, e->norm_parts + p));
+            p += zs_engine_sumsq16_parts(S);
+        } else {
+            ZS_CHECK(e->ops->sumsq(e->stream, e->norm_parts + p, grad_shard(e, u), S));
+            p++;
+        }
+    }
+    parts = malloc((size_t)e->n_parts * sizeof *parts);
+    ZS_REQUIRE(parts, ZS_ERR_OOM, "engine: out of memory");
+    ZS_CHECK(e->dev->copy_d2h(e->stream, parts, e->norm_parts, (size_t)e->n_parts * sizeof *parts));
+    ZS_CHECK(e->dev->stream_sync(e->stream));
+#ifdef ZS_MUTANT_HOST_READ /* the tests' deliberately broken build: device memory read on the host \
+                            */
+    parts[0] = e->norm_parts[0];
+#endif
+    double local = 0.0;
+    p = 0;
+    for (int u = 0; u < l->n_units; u++) {
+        int k = e->g16 ? zs_engine_sumsq16_parts((size_t)l->units[u].shard) : 1;
+        double part = 0.0;
+        for (int i = 0; i < k; i++)
+            part = e->g16 ? part + parts[p + i] : parts[p + i];
+        local += part;
+        p += k;
+    }
+    double sumsq = 0.0;
+    ZS_CHECK(zs_engine_allsum(e, local, &sumsq));
+    double norm = sqrt(sumsq);
+    *grad_norm = (float)norm;
+    /* the caller names the step ("step 2: ..."); the message does not repeat it */
+    ZS_REQUIRE(isfinite(norm), ZS_ERR_INVALID,
+               "gradient norm is not finite: the run diverged (lower --lr, or --grad-clip)");
+    float scale = zs_clip_scale(norm, clip);
+
+    /* AdamW: one fused launch per unit over its tensors' elements in this rank's range (bf16
+     * gradients widened as read); padding between tensors is never touched. */
+    for (int u = 0; u < l->n_units; u++) {
+        unit_state *us = &e->units[u];
+        const void *g =
+            e->g16 ? (const void *)(e->persist_grads ? us->g16 + us->opt_base : us->gs16)
+                   : (const void *)(e->persist_grads ? us->grad + us->opt_base : us->gshard);
+        ZS_CHECK(step_range(e, u, 0, us->opt_n, us->master, g, us->m, us->v, h, scale, t));
+    }
+    /* ZeRO-1/2: bring every rank's updated shard back into the full params, asynchronously
+     * (ordered after the update by the comm layer); the next forward_begin of each unit waits
+     * for its own gather only. */
+    ZS_CHECK(zs_engine_regather_params(e, 0));
+fail:
+    free(parts);
+    return st;
+}
