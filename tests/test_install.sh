@@ -17,7 +17,7 @@ fi
 command -v pkg-config >/dev/null || fail "pkg-config is missing (scripts/setup.sh installs it)"
 
 cmake --install "$B" --prefix "$T/prefix" > "$T/install.log" || { cat "$T/install.log"; fail install; }
-for f in include/zshard.h include/zshard/module.h lib/libzshard.a lib/libzshard.so \
+for f in include/zshard.h include/zshard/module.h include/zshard/comm.h lib/libzshard.a lib/libzshard.so \
          lib/cmake/zshard/zshard-config.cmake lib/pkgconfig/zshard.pc; do
     [ -e "$T/prefix/$f" ] || fail "not installed: $f"
 done

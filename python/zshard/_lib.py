@@ -94,7 +94,7 @@ class CommConfig(ctypes.Structure):
                 ("rank", ctypes.c_int), ("world_size", ctypes.c_int),
                 ("local_rank", ctypes.c_int), ("local_world_size", ctypes.c_int),
                 ("master_addr", ctypes.c_char_p), ("master_port", ctypes.c_int),
-                ("backend_why", ctypes.c_char_p)]
+                ("backend_why", ctypes.c_char_p), ("gpu_buffers", ctypes.c_int)]
 
 
 class TensorSpec(ctypes.Structure):

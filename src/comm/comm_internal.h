@@ -145,6 +145,13 @@ const char *zs_coll_name(zs_coll_kind k);
 zs_status zs_comm_store_open(zs_comm_t *c, struct zs_store **out, int *owned);
 void zs_comm_store_close(struct zs_store *s, int owned);
 
+/* The backend for want (AUTO: the one policy of comm_select.c, gpu when the buffers are GPU
+ * memory) on this job's environment; why receives the banner's reason (want_why, when the
+ * caller chose want itself). An unbuildable or impossible choice is an error naming it. */
+zs_status zs_comm_resolve_backend(zs_comm_backend want, const char *want_why, int gpu,
+                                  const zs_comm_env *env, zs_comm_backend *out, char *why,
+                                  size_t cap);
+
 /* Run one collective now on this thread: delay, check mode, ring, backend, sticky error.
  * The single path used by the inline (sync) case and by the comm thread. */
 zs_status zs_comm_execute(zs_comm_t *c, const zs_coll *op, char *msg, size_t msg_cap);

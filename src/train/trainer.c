@@ -116,37 +116,6 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
                     need, brk, cap, hint);
 }
 
-/* On a GPU, "auto" communication is NCCL when every rank of this host has a GPU of its own and
- * NCCL is built, else shm through pinned staging (ranks sharing a GPU); the banner says which and
- * why. Elsewhere the comm layer's own choice stands. */
-static zs_status choose_gpu_comm(zs_trainer_t *t, zs_comm_config *cc) {
-    zs_status st = ZS_OK;
-    zs_comm_env env;
-    const char *e = getenv("ZS_COMM");
-    size_t len = strlen(t->device_why);
-    if (t->dev->host_memory || cc->backend != ZS_COMM_AUTO || (e && *e && strcmp(e, "auto")))
-        return ZS_OK;
-    ZS_CHECK(zs_comm_env_read(cc, &env));
-    if (env.world_size <= 1) return ZS_OK;
-    int ndev = zs_cuda_device_count();
-    if (zs_comm_backend_available(ZS_COMM_NCCL) && env.local_world_size <= ndev) {
-        cc->backend = ZS_COMM_NCCL;
-        cc->backend_why = "auto: a GPU for each local rank";
-        snprintf(t->device_why + len, sizeof t->device_why - len,
-                 "; nccl: each of %d local rank%s has its own GPU", env.local_world_size,
-                 env.local_world_size == 1 ? "" : "s");
-    } else if (env.local_world_size == env.world_size) {
-        cc->backend = ZS_COMM_SHM;
-        cc->backend_why = "auto: ranks sharing a GPU meet through host memory";
-        snprintf(t->device_why + len, sizeof t->device_why - len,
-                 "; shm through pinned staging: %d ranks share %d GPU%s%s", env.local_world_size,
-                 ndev, ndev == 1 ? "" : "s",
-                 zs_comm_backend_available(ZS_COMM_NCCL) ? "" : " (this build has no NCCL)");
-    }
-fail:
-    return st;
-}
-
 zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     zs_status st = ZS_OK;
     zs_trainer_t *t = NULL;
@@ -165,7 +134,7 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     zs_comm_config cc = zs_comm_config_default();
     if (cfg->comm) ZS_CHECK(zs_comm_backend_parse(cfg->comm, &cc.backend));
     if (cfg->comm_timeout_s > 0) cc.timeout_s = cfg->comm_timeout_s;
-    ZS_CHECK(choose_gpu_comm(t, &cc));
+    cc.gpu_buffers = !t->dev->host_memory; /* "auto" then prefers nccl (comm.c) */
     zs_comm_env env;
     ZS_CHECK(zs_comm_env_read(&cc, &env));
     t->rank = 0;

@@ -41,7 +41,7 @@ struct zs_trainer {
     uint64_t cap_before;  /* the cap before it (one process may make several trainers) */
     float lr_override;    /* > 0: every step uses it instead of the schedule */
     const char *device;   /* zs_device_choose's choice */
-    char device_why[256]; /* and its reason (with the comm backend's on a GPU), for the banner */
+    char device_why[256]; /* and its reason, for the banner */
     char gen_info[256];   /* zs_trainer_generate_info */
     char *run_config;     /* zs_trainer_set_run_config: a JSON object for the manifests */
     int eval_batches;     /* the last zs_trainer_eval: batches after the cap, */
