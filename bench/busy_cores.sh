@@ -1,5 +1,5 @@
 #!/bin/sh
-# Busy cores (issue 12, finding 4): time a single-rank training run on a quiet machine and
+# Busy cores: time a single-rank training run on a quiet machine and
 # while a CPU hog holds every core, with zshard's thread defaults (a share of the cores,
 # OMP_WAIT_POLICY=passive) and with the runtime's old defaults (every core, active
 # spin-waiting). A timing, so a benchmark and not a test: it depends on the machine and on

@@ -15,7 +15,7 @@ fi
 # pool), OpenMP, zstd, libssl-dev (libcrypto: the rendezvous store's HMAC), libyaml (train
 # --config files). Data: `fortunes`, an offline English corpus from Debian itself, and the
 # fortune files of other languages (German, Russian, Chinese, Spanish, Italian, Polish, Czech,
-# Bulgarian): real multilingual text for the tokenizer parity test and benchmark (issue 18).
+# Bulgarian): real multilingual text for the tokenizer parity test and benchmark.
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend, libgloo-dev the
 # gloo backend (CPU ranks across hosts), iproute2 the network namespaces that stand in for
 # hosts in the multihost test and benchmark (ip netns, tc), iperf3 that benchmark's link rate.

@@ -247,7 +247,7 @@ static void test_train_runs(void) {
              "--quiet: exit %d: %s", rc, g_out);
 }
 
-/* Issue 27's messages: `zshard mem` takes a training command's flags and --config (those that
+/* `zshard mem` takes a training command's flags and --config (those that
  * do not change memory named in one note) and predicts what the same run without them
  * predicts; a switch written --quiet=1 is a switch. */
 static void test_mem_takes_train_flags(void) {
@@ -323,7 +323,7 @@ static void test_mem_takes_train_flags(void) {
              "--comm mpi under --nproc 2 (exit %d): %s", rc, g_out);
 }
 
-/* Issue 27: a resume that --epochs ends says --epochs, not --steps, and what continues it. */
+/* a resume that --epochs ends says --epochs, not --steps, and what continues it. */
 static void test_resume_epochs_limit(void) {
     char docs[512], ck[512], cmd[2048];
     snprintf(docs, sizeof docs, "%s", path("ep.txt"));
@@ -364,7 +364,7 @@ static void test_resume_epochs_limit(void) {
              "--override seq on a documents checkpoint (exit %d): %s", rc, g_out);
 }
 
-/* Issue 27: eval of a checkpoint on its run's --data evaluates the run's --val-data, as its
+/* eval of a checkpoint on its run's --data evaluates the run's --val-data, as its
  * logged val_loss did, and names the set it evaluated. */
 static void test_eval_run_val_data(void) {
     char tr[512], va[512], ck[512], cmd[2048];

@@ -20,7 +20,7 @@ static void run_mpi(int n, const char *args) {
     ZT_CHECK(ct_shm_leftovers() == 0, "segment left in /dev/shm after %s", cmd);
 }
 
-/* Issue 12 finding 7: `zshard mem --comm mpi` predicted no comm memory, while the backend
+/* `zshard mem --comm mpi` predicted no comm memory, while the backend
  * stages each in-place reduce-scatter in two fp32 buffers of the unit (1.5 MiB for
  * gpt2-mini). The measured peak of the comm category must equal the estimate. */
 static void mem_estimate(const char *stage, const char *dtype) {
@@ -42,7 +42,7 @@ static void mem_estimate(const char *stage, const char *dtype) {
              "stage %s %s: comm measured %.2f, %.2f MiB vs estimate %.2f MiB (exit %d):\n%s", stage,
              dtype, r0, r1, est, rc, g_out);
 }
-/* Issue 27 item 5: `mpirun -np 4 zshard bench comm --json`, the documented way to compare shm
+/* `mpirun -np 4 zshard bench comm --json`, the documented way to compare shm
  * with MPI, measures shm and mpi, names gloo as skipped with its reason (no MASTER_ADDR under
  * mpirun), and prints one valid JSON object with each key once. */
 static void bench_comm_under_mpirun(void) {

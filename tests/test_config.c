@@ -1,4 +1,4 @@
-/* Run configuration files (issue 18, item 5), through the real CLI: `--print-config` fed back
+/* Run configuration files, through the real CLI: `--print-config` fed back
  * with `--config` gives the same run (param_hash) in YAML and in JSON, at 2 ranks with the
  * rank count in the file; flags override the file; the settings are recorded in the log and in
  * every checkpoint manifest; a bad file is one message naming the file, the line and the key
@@ -129,7 +129,7 @@ static void test_bad_files(void) {
         {"- batch\n- 4\n", "c.yaml:1: expected a mapping of flag names to values"},
         {"config: other.yaml\n", "c.yaml:1: config: not a setting"},
         {"batch:\n", "c.yaml:1: batch: has no value"},
-        /* issue 27: ranges checked where the value is read name the file and line; a number
+        /* ranges checked where the value is read name the file and line; a number
          * in quotes is a string; JSON is held to JSON; an unclosed list is a syntax error */
         {"lr: -1\n", "c.yaml:1: lr: -1 must be positive"},
         {"\nval-frac: 1.5\n", "c.yaml:2: val-frac: 1.5 must be in (0, 1)"},

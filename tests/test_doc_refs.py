@@ -17,7 +17,8 @@ trees, caches and fuzz corpora are skipped), and checks that
     GitHub anchors (lowercase, punctuation dropped, spaces to '-'). A GitHub anchor written
     after '#' (docs/cuda.md#gemm-arithmetic) is checked against the headings' anchors;
   - nothing cites the design document that lives outside the repository (its name is built
-    below, so this file does not cite it either).
+    below, so this file does not cite it either), nor the issue tracker (the word issue and a
+    number): whoever clones the repository has neither, so comments point into docs/.
 
 Exits 1 listing every broken reference as file:line, 0 when all resolve.
 """
@@ -28,6 +29,7 @@ import sys
 SCAN_DIRS = ("src", "include", "tests", "bench", "examples", "python", "fuzz", "scripts", "cmake")
 SCAN_FILES = ("CMakeLists.txt",)
 OUTSIDE_DOC = "DESIGN" + ".md"
+TRACKER = re.compile(r"\b[Ii]ssues? #?[0-9]+")
 
 # Between a file name and its quoted title: blanks (after a comma too), or a line break
 # followed by the next line's comment leader (" * ", "# ", "// ").
@@ -121,6 +123,11 @@ def main():
             line = text.count("\n", 0, m.start()) + 1
             problems.append("%s:%d: cites %s, which is not in the repository; point into "
                             "docs/ instead (docs/architecture.md holds the design)"
+                            % (rel, line, m.group(0)))
+        for m in TRACKER.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            problems.append("%s:%d: cites the issue tracker (%s), which is not in the "
+                            "repository; say what the code does, or point into docs/"
                             % (rel, line, m.group(0)))
         for m in REF.finditer(text):
             nrefs += 1

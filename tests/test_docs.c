@@ -485,7 +485,7 @@ static void test_shards(void) {
     snprintf(extra, sizeof extra,
              "--docs pad --data '%s/train_*.bin' --vocab 512 --eos-id 3 --batch 8 --steps 2", dir);
     data_ok(0, "", 1, "ddp", extra);
-    /* Issue 27 item 1: shards without dataset.json are not taken for GPT-2's either (another
+    /* shards without dataset.json are not taken for GPT-2's either (another
      * tokenizer's shards, an interrupted tokenize's, once read as GPT-2's and became one
      * document): --docs needs --eos-id, even at GPT-2's vocabulary. */
     snprintf(extra, sizeof extra, "--docs pack --data '%s/train_*.bin' --batch 8 --steps 2", dir);

@@ -1,4 +1,4 @@
-/* Elastic restart and graceful stop (issue 12). A 2-rank ZeRO-3 job whose rank 1 is killed
+/* Elastic restart and graceful stop. A 2-rank ZeRO-3 job whose rank 1 is killed
  * mid-run (ZS_FAULT_KILL) is restarted by the launcher, resumes from its latest checkpoint
  * and ends with the param_hash of a run never interrupted; a job whose rank fails at every
  * start gives up after --max-restarts with that rank's message. SIGTERM during a step (to
@@ -86,7 +86,7 @@ static void test_sigterm(const rl_run *ref, int nproc) {
              r.hash, ref->hash);
 }
 
-/* A single process, signalled from outside as a user's `kill` does (issue 12 finding 5:
+/* A single process, signalled from outside as a user's `kill` does (
  * it used to die at once, silently, with no record and nothing saved). */
 static void test_sigterm_external(void) {
     char cmd[4096], log[600], dir[600];

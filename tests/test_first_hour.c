@@ -1,4 +1,4 @@
-/* A new user's first hour (issue 20), through the real CLI on a corpus this test writes:
+/* A new user's first hour, through the real CLI on a corpus this test writes:
  *  - launcher_refused: --nproc (and `zshard run`) inside a job that mpirun, srun, torchrun or
  *    zshard run already launched is refused before anything is written, under a real mpirun too;
  *  - diverged: a run whose loss goes non-finite keeps every log line valid JSON (null plus a

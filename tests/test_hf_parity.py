@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HF parity (issue 18): `zshard tokenize` gives the ids of the Hugging Face `tokenizers`
+"""HF parity: `zshard tokenize` gives the ids of the Hugging Face `tokenizers`
 library on real multilingual text, for the three families (GPT-2 ByteLevel BPE, Llama-3
 ByteLevel with its split regex, Llama-2 SentencePiece-style BPE with byte fallback) and for
 GPT-2's vocab.json + merges.txt form. The tokenizers are trained here with the library itself

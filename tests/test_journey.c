@@ -1,4 +1,4 @@
-/* The user's journey around training (issue 14), through the real CLI on files this test
+/* The user's journey around training, through the real CLI on files this test
  * makes: a 32-bit token shard with Llama-3's vocabulary trains; `zshard eval` equals the
  * training loop's validation loss; `--init-from` each source equals a resume's weights with a
  * fresh optimizer; Hugging Face directories export and import bitwise; `zshard generate` is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# zshard across hosts (issue 19), each "host" a network namespace cabled to a bridge
+# zshard across hosts, each "host" a network namespace cabled to a bridge
 # (netns_hosts.sh), each running its own launcher as on separate machines:
 #   - 2 hosts x 2 ranks (zshard run --nnodes, torchrun's way) and 3 hosts x 1 rank (bf16) ZeRO-3
 #     end bitwise equal (param_hash) to the same world on one host over shm; the banner says
@@ -10,7 +10,7 @@
 #     namespaces, so the MPI path crosses a network too;
 #   - a stranger on a third host knocks on the store's port during rendezvous (empty
 #     connections, junk, 2000 connections held open) and training: the 2 x 2 job still ends
-#     bitwise equal (issue 32);
+#     bitwise equal;
 #   - a killed rank on one host is named on the other, long before the timeout;
 #   - a host taken off the network ends the job on both hosts with the named error within
 #     --comm-timeout + 5 s, nothing left running;
@@ -86,7 +86,7 @@ grep -q "comm gloo (auto: 4 ranks on several hosts (2 here), met at ${NH_IP[0]}:
     { cat m22 m22.1; fail "2 hosts x 2 ranks: $(hash_in m22) != shm on one host $(hash_in ref4)"; }
 echo "2 hosts x 2 ranks, ZeRO-3 over gloo: param_hash $(hash_in m22) = 4 ranks over shm"
 
-# ---- a stranger on the network, during rendezvous and training (issue 32) -------------------
+# ---- a stranger on the network, during rendezvous and training -------------------
 # From a third host: 100 empty connections and junk at the master's store port, then 2000
 # connections held open while host 1's launcher starts, then knocks until the job is done.
 p=$(port)

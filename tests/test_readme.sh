@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README.md's snippets, run as written (issue 20). Every ```sh and ```python block, numbered,
+# README.md's snippets, run as written. Every ```sh and ```python block, numbered,
 # runs in a scratch directory of its own that holds a small real corpus.txt (Debian's fortunes,
 # else generated text) and build/zshard (this build's binary, so `./build/zshard` is it); python
 # blocks run with BUILD_DIR/pyvenv's python, the package installed as scripts/setup.sh installs

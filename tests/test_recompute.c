@@ -117,7 +117,7 @@ static void test_model(const char *name, const char *dtype) {
            100.0 * (double)a_block / (double)a_none);
 }
 
-/* Long sequences with flash attention (issue 11): every activation, attention's included, is
+/* Long sequences with flash attention: every activation, attention's included, is
  * per token, so the estimate at 2T is exactly twice that at T, where the naive kernel's T x T
  * share grows fourfold; measured runs at T and 2T (llama-tiny's full 256 positions, ZeRO-3,
  * 2 ranks) allocate exactly the estimate, with and without recompute, and learn. */
@@ -245,7 +245,7 @@ static void test_cli(void) {
              (double)eb.bytes[ZS_MEM_ACTIVATION] / 1073741824.0);
     ZT_CHECK(rc == 0 && strstr(rl_out, "recompute block") && strstr(rl_out, want),
              "zshard mem --recompute block: exit %d, want '%s':\n%s", rc, want, rl_out);
-    /* LLaMA-7B at its 4096 positions, ZeRO-3 on 8 ranks of 80 GB (issue 11): flash attention
+    /* LLaMA-7B at its 4096 positions, ZeRO-3 on 8 ranks of 80 GB: flash attention
      * fits without recompute; the T x T kernel does not, and the message names what would. */
     const char *l7 = "mem --model llama-7b --nproc 8 --stage 3 --dtype bf16 --seq 4096 --batch 8 "
                      "--device-mem 80G";

@@ -1,4 +1,4 @@
-/* What a user is told when a multi-rank job fails (issue 12, findings 1 and 2): a startup
+/* What a user is told when a multi-rank job fails: a startup
  * error on rank 1 is printed and named in the launcher's summary, a rank with a bad
  * environment says so, per-rank JSONL logs (rank 0's file, run.rank1.jsonl on error), a
  * configuration error every rank sees is shown once, and a stopped (hung) rank is the one

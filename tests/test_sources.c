@@ -1,4 +1,4 @@
-/* One source grammar (issue 18, item 6): every command that reads a checkpoint or weights --
+/* One source grammar: every command that reads a checkpoint or weights --
  * eval, generate, train --resume, train --init-from, ckpt inspect/export/reshard -- takes a
  * save dir, one of its step dirs and the save dir's `latest` file alike, and gives the same
  * result for each; a file of no known format is named as such with the accepted forms. */

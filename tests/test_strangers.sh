@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Strangers on a job's ports (issue 32; docs/comm.md, "The rendezvous store"). A 2-rank gloo
+# Strangers on a job's ports (docs/comm.md, "The rendezvous store"). A 2-rank gloo
 # job started by hand (RANK, WORLD_SIZE, MASTER_PORT on loopback) while tests/stranger.py:
 #   - opens 100 empty connections to the store's port, sends it junk (random bytes, HTTP, a
 #     wrong magic, oversize lengths, half a hello, requests without a hello, another job's

@@ -1,4 +1,4 @@
-/* Threads per rank (issue 12, finding 4): without the user's settings, a rank started by
+/* Threads per rank: without the user's settings, a rank started by
  * hand, by zshard run or by another launcher gets OMP_NUM_THREADS = its share of the cores
  * it may use and OMP_WAIT_POLICY=passive; the user's settings win, with a warning when they
  * oversubscribe the cores. (The timing under a competing CPU hog is bench/busy_cores.sh:

@@ -1,4 +1,4 @@
-/* zshard tokenize (issue 18): each rule for bad input (invalid UTF-8, empty documents, JSONL
+/* zshard tokenize: each rule for bad input (invalid UTF-8, empty documents, JSONL
  * lines that are invalid, truncated, lack the field or hold a non-string, binary files, too
  * long documents) with its count and --strict; document boundaries (template BOS, EOS after
  * each); the split by document; shard sizes and the 32-bit format; byte-identical output at
@@ -522,7 +522,7 @@ static void test_cli(void) {
     ZT_CHECK(rc == 2 && strstr(buf, "--tokenizer"), "no tokenizer (rc %d): %s", rc, buf);
 }
 
-/* Issue 27 item 1: tokenize stopped by SIGINT or SIGTERM removes the shards it wrote, writes no
+/* tokenize stopped by SIGINT or SIGTERM removes the shards it wrote, writes no
  * dataset.json, says so, and exits 128 + the signal. ZS_FAULT_HOLD_SHARDS=3 holds the job after
  * the batch that begins its third shard (as a stalled input would), so the signal always comes
  * mid-run. */
@@ -557,7 +557,7 @@ static void test_interrupt(void) {
     }
 }
 
-/* Issue 27 item 2 and its messages: an output folder inside the input folder, and earlier
+/* an output folder inside the input folder, and earlier
  * runs' token folders, are left out of the inputs with a note (never tokenized as text);
  * --overwrite never deletes an input; nothing kept is an error; a validation-only set and a
  * bad --eos are said once, without a doubled prefix. */

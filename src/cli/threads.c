@@ -1,7 +1,7 @@
 /* Threads per rank: each rank's OpenMP (and so OpenBLAS) threads are sized to its share of
  * the cores it may use (affinity mask, cgroup CPU quota, LOCAL_WORLD_SIZE) and wait passively,
  * unless the user set those variables. A rank that spins on every core while another process
- * holds them runs many times slower (docs/architecture.md "The CPU path", issue 12). */
+ * holds them runs many times slower (docs/architecture.md "The CPU path"). */
 #include "cli/cli.h"
 #include "comm/env.h"
 
