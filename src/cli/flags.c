@@ -360,9 +360,9 @@ static const zs_flag *flag_of(const zs_flag_table *t, const char *a) {
     return f;
 }
 
-/* Whether a is a flag-shaped word ("--x" or "-x"), not a value or a positional. */
+/* Whether a is a flag-shaped word ("--x", "-x"), not a positional ("-" is one: stdin). */
 static int flag_shaped(const char *a) {
-    return (!strncmp(a, "--", 2) && a[2]) || (a[0] == '-' && a[1] && !a[2] && a[1] != '-');
+    return a[0] == '-' && a[1];
 }
 
 /* argv through the table (see flags.h). */
