@@ -139,8 +139,8 @@ static const zs_flag_table MEMB_TABLE = {
     .usage = "usage: zshard bench memory [options]\n"
              "Runs every stage at every world size (random GPT-2 tokens) and writes DIR/memory.md,\n"
              "DIR/memory.csv and DIR/memory.svg (gnuplot). Exits 1 if a run fails or its model\n"
-             "states differ from the formula (Ψ padded) of docs/architecture.md \"Memory\n"
-             "accounting\".\n",
+             "states differ from the formula (Ψ padded) of\n"
+             "docs/architecture.md \"Memory accounting\".\n",
 };
 
 static void write_chart(const char *dir, const char *model, const char *dtype, const int *ws,

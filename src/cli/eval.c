@@ -54,7 +54,7 @@ static int run_setting(const char *dir, const char *key, char *out, size_t cap) 
 /* What eval reads from the command line. */
 typedef struct eval_opts {
     zs_train_config cfg;
-    const char *src, *model, *split, *tok, *doc_sep, *field;
+    const char *src, *model, *split, *tok, *doc_sep, *field, *config_path;
     float vf;
     int batches, nproc, json, batch_set, seq_set, docs_set, eos_set, pad_set;
 } eval_opts;
@@ -79,6 +79,10 @@ static int eval_src(void *opts, const char *a) {
 
 #define EO(field) offsetof(eval_opts, field)
 static const zs_flag EVAL_FLAGS[] = {
+    {.name = "config", .kind = ZS_FLAG_STR, .off = EO(config_path), .arg = "FILE",
+     .help = "settings from a YAML or JSON file whose keys are the long\n"
+             "flags below; flags given on the command line override it",
+     .opt = ZS_FLAG_CLI_ONLY},
     {.name = "data", .kind = ZS_FLAG_STR, .off = EO(cfg.data_path), .arg = "FILE",
      .help = "text or token shards (a quoted pattern joins shards); with\n"
              "--tokenizer, text files, a folder or JSONL to tokenize"},

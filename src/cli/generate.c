@@ -42,7 +42,7 @@ static int parse_ids(const char *s, int32_t **out, int *n) {
 typedef struct gen_opts {
     zs_train_config cfg;
     zs_gen_config g;
-    const char *src, *model, *prompt, *ids, *tok_path;
+    const char *src, *model, *prompt, *ids, *tok_path, *config_path;
     int nproc, seq, eos_set;
 } gen_opts;
 
@@ -56,6 +56,10 @@ static int gen_src(void *opts, const char *a) {
 
 #define GO(field) offsetof(gen_opts, field)
 static const zs_flag GEN_FLAGS[] = {
+    {.name = "config", .kind = ZS_FLAG_STR, .off = GO(config_path), .arg = "FILE",
+     .help = "settings from a YAML or JSON file whose keys are the long\n"
+             "flags below; flags given on the command line override it",
+     .opt = ZS_FLAG_CLI_ONLY},
     {.name = "prompt", .kind = ZS_FLAG_STR, .off = GO(prompt), .arg = "TEXT",
      .help = "the text to continue: byte-level models, or any model\n"
              "with --tokenizer [newline; with a tokenizer, its BOS\n"

@@ -117,7 +117,7 @@ static void on_signal(int sig) {
 /* What tokenize reads from the command line. */
 typedef struct tok_opts {
     zs_tokenize_config c;
-    const char **inputs, **excl;
+    const char **inputs, **excl, *config_path;
     int n_in, n_ex, quiet, threads_set;
     float vf;
 } tok_opts;
@@ -182,6 +182,10 @@ static int parse_max_doc(void *opts, const char *v, const char *what) {
 
 #define TO(field) offsetof(tok_opts, field)
 static const zs_flag TOK_FLAGS[] = {
+    {.name = "config", .kind = ZS_FLAG_STR, .off = TO(config_path), .arg = "FILE",
+     .help = "settings from a YAML or JSON file whose keys are the long\n"
+             "flags below; flags given on the command line override it",
+     .opt = ZS_FLAG_CLI_ONLY},
     {.name = "tokenizer", .kind = ZS_FLAG_STR, .off = TO(c.tokenizer), .arg = "PATH",
      .help = "a Hugging Face tokenizer: a folder with tokenizer.json or\n"
              "vocab.json + merges.txt, or one of those files (required)"},
