@@ -8,12 +8,14 @@
  *    --attention naive|flash` subprocesses, medians of their ms/step. */
 #include "backend/ops.h"
 #include "bench/bench_util.h"
-#include "cli/args.h"
-#include "cli/cli.h"
+#include "bench/bench.h"
+#include "cli/flags.h"
 #include "core/timer.h"
 #include "zshard.h"
 
 #include <cblas.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +141,7 @@ static int time_kernels(const zs_model_config *c, int B, int T, int reps, kernel
     kt->kept[1] = kt->scratch[1] = nl * 4;
     free(q), free(dout), free(out), free(att), free(datt), free(lse), free(delta), free(dq);
     if (!packed) free(k), free(v), free(dk), free(dv);
-    return ok ? 0 : zs_cli_fail(1, "bench attention: %s", zs_last_error());
+    return ok ? 0 : zs_flag_fail(1, "bench attention: %s", zs_last_error());
 }
 
 /* ms/step of one `zshard bench step` subprocess, or -1. */
@@ -160,65 +162,63 @@ static double step_ms(const char *self, const char *model, int B, int T, int ste
     return pclose(p) == 0 ? ms : -1;
 }
 
-static void usage(void) {
-    printf("usage: zshard bench attention [--model NAME] [--batch B] [--seq-list T1,T2,...]\n"
-           "                              [--reps N] [--step-reps R] [--step-steps S]\n"
-           "Times the naive (T x T) and the flash (O(T)) attention kernels on the model's\n"
-           "attention shape, interleaved, at each T (default llama-mini, batch 1, 1024,2048, 5\n"
-           "reps), next to the sgemm rate of the same per-head GEMMs. --step-reps R adds R\n"
-           "alternating pairs of whole training steps (`bench step --attention naive|flash\n"
-           "--vocab 256`: byte-sized vocabulary, so the output head does not hide attention;\n"
-           "S timed steps each, default 2).\n");
-}
+/* What bench attention reads from the command line. */
+typedef struct attn_opts {
+    const char *model, *tlist;
+    int B, reps, step_reps, step_steps;
+} attn_opts;
+
+#define AO(field) offsetof(attn_opts, field)
+static const zs_flag ATTN_FLAGS[] = {
+    {.name = "model", .kind = ZS_FLAG_STR, .off = AO(model), .arg = "NAME",
+     .help = "model preset [llama-mini]"},
+    {.name = "batch", .kind = ZS_FLAG_INT, .off = AO(B), .lo = 1, .hi = INT_MAX, .arg = "B",
+     .help = "batch [1]"},
+    {.name = "seq-list", .kind = ZS_FLAG_STR, .off = AO(tlist), .arg = "T1,T2,...",
+     .help = "sequence lengths [1024,2048]"},
+    {.name = "reps", .kind = ZS_FLAG_INT, .off = AO(reps), .lo = 1, .hi = MAX_REPS, .arg = "N",
+     .help = "repetitions per kernel [5]"},
+    {.name = "step-reps", .kind = ZS_FLAG_INT, .off = AO(step_reps), .lo = 0, .hi = MAX_REPS,
+     .arg = "R", .help = "alternating pairs of whole training steps [0]"},
+    {.name = "step-steps", .kind = ZS_FLAG_INT, .off = AO(step_steps), .lo = 1, .hi = INT_MAX,
+     .arg = "S", .help = "timed steps of each [2]"},
+};
+
+static const zs_flag_table ATTN_TABLE = {
+    .cmd = "bench attention",
+    .rows = ATTN_FLAGS,
+    .count = sizeof ATTN_FLAGS / sizeof ATTN_FLAGS[0],
+    .usage = "usage: zshard bench attention [options]\n"
+             "Times the naive (T x T) and the flash (O(T)) attention kernels on the model's\n"
+             "attention shape, interleaved, at each T, next to the sgemm rate of the same\n"
+             "per-head GEMMs. --step-reps R adds R alternating pairs of whole training steps\n"
+             "(`bench step --attention naive|flash --vocab 256`: byte-sized vocabulary, so the\n"
+             "output head does not hide attention).\n",
+};
 
 int zs_bench_attention(int argc, char **argv) {
-    const char *model = "llama-mini", *tlist = "1024,2048";
-    int B = 1, reps = 5, step_reps = 0, step_steps = 2, rc = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage();
-            return 0;
-        }
-        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--batch"))
-            rc = zs_arg_int(a, v, &B);
-        else if (!strcmp(a, "--seq-list"))
-            tlist = v;
-        else if (!strcmp(a, "--reps"))
-            rc = zs_arg_int(a, v, &reps);
-        else if (!strcmp(a, "--step-reps"))
-            rc = zs_arg_int(a, v, &step_reps);
-        else if (!strcmp(a, "--step-steps"))
-            rc = zs_arg_int(a, v, &step_steps);
-        else
-            return zs_cli_fail(2, "bench attention: unknown flag '%s'", a);
-        if (rc) return rc;
-    }
-    if (B < 1 || reps < 1 || reps > MAX_REPS || step_reps < 0 || step_reps > MAX_REPS ||
-        step_steps < 1)
-        return zs_cli_fail(2,
-                           "bench attention: --batch, --reps (1..%d), --step-reps and "
-                           "--step-steps out of range",
-                           MAX_REPS);
+    attn_opts ao = {.model = "llama-mini", .tlist = "1024,2048", .B = 1, .reps = 5,
+                    .step_steps = 2};
+    int rc = zs_flag_parse(&ATTN_TABLE, argc, argv, 1, &ao, NULL);
+    if (rc) return rc < 0 ? 0 : rc;
+    const char *model = ao.model, *tlist = ao.tlist;
+    int B = ao.B, reps = ao.reps, step_reps = ao.step_reps, step_steps = ao.step_steps;
     zs_model_config c;
     if (zs_model_preset(model, &c) != ZS_OK)
-        return zs_cli_fail(2, "bench attention: %s", zs_last_error());
+        return zs_flag_fail(2, "bench attention: %s", zs_last_error());
     int Ts[MAX_T], nT = 0;
     for (const char *p = tlist; *p && nT < MAX_T;) {
         char *end;
         long t = strtol(p, &end, 10);
         if (end == p || t < 1 || t > c.max_seq)
-            return zs_cli_fail(2, "bench attention: --seq-list '%s': each T in 1..%d (%s)", tlist,
+            return zs_flag_fail(2, "bench attention: --seq-list '%s': each T in 1..%d (%s)", tlist,
                                c.max_seq, model);
         Ts[nT++] = (int)t;
         p = *end == ',' ? end + 1 : end;
     }
     char self[1024];
     if (step_reps && zs_bench_self(self, sizeof self))
-        return zs_cli_fail(1, "bench attention: %s", zs_last_error());
+        return zs_flag_fail(1, "bench attention: %s", zs_last_error());
     int NKV = c.arch == ZS_ARCH_LLAMA ? c.n_kv_head : c.n_head, hs = c.n_embd / c.n_head;
     printf("bench attention: %s (%d heads, %d kv heads, head size %d), batch %d, %d reps per "
            "kernel, interleaved\n\n",
@@ -253,7 +253,7 @@ int zs_bench_attention(int argc, char **argv) {
                 int w = (r & 1) ? 1 - kind : kind;
                 ms[w][r] = step_ms(self, model, B, Ts[i], step_steps, w ? "flash" : "naive");
                 if (ms[w][r] < 0)
-                    return zs_cli_fail(1, "bench attention: bench step at T=%d (%s) failed", Ts[i],
+                    return zs_flag_fail(1, "bench attention: bench step at T=%d (%s) failed", Ts[i],
                                        w ? "flash" : "naive");
             }
         double mn = median(ms[0], step_reps), mf = median(ms[1], step_reps);

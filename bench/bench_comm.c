@@ -8,11 +8,13 @@
  * buffers (the staged path). Run it under `zshard run -n N` or `mpirun -np N`; rank 0 prints.
  * gloo rows need MASTER_ADDR/PORT (zshard run, torchrun); across hosts, --ceiling link=GBPS
  * sets the column's reference to a link rate measured beside it (bench/multihost.sh). */
-#include "cli/cli.h"
+#include "bench/bench.h"
+#include "cli/flags.h"
 #include "core/alloc.h"
 #include "core/timer.h"
 #include "zshard.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,70 +33,61 @@ typedef struct bench_opts {
 enum { OP_AR = 0, OP_RS, OP_AG, NOPS };
 static const char *g_op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gather"};
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: zshard bench comm [--max-size 256M] [--min-size 4K] [--iters N]\n"
-               "                        [--comm shm,gloo,mpi] [--comm-timeout S] [--json]\n"
-               "                        [--no-staged] [--ceiling NAME=GBPS]\n"
-               "Run under `zshard run -n N --` or `mpirun -np N`; rank 0 prints the table.\n"
-               "shm rows use registered buffers (zs_comm_mem_alloc); shm-staged rows plain\n"
-               "ones (the staged path), unless --no-staged. The last column is busbw as a\n"
-               "share of the memcpy rate measured first, or of --ceiling's rate (e.g. a network\n"
-               "link's, link=1.17).\n");
+/* --ceiling NAME=GBPS: the last column's reference. */
+static int parse_ceiling(void *opts, const char *v, const char *what) {
+    bench_opts *o = opts;
+    const char *eq = strchr(v, '=');
+    char *end = NULL;
+    double g = eq ? strtod(eq + 1, &end) : 0;
+    if (!eq || eq == v || eq - v >= (long)sizeof o->ceil_name || !end || *end || g <= 0)
+        return zs_flag_fail(2, "bench comm: %s wants NAME=GBPS (e.g. link=1.17), not '%s'", what,
+                            v);
+    snprintf(o->ceil_name, sizeof o->ceil_name, "%.*s", (int)(eq - v), v);
+    o->ceil_gbps = g;
+    return 0;
 }
 
+#define BO(field) offsetof(bench_opts, field)
+static const zs_flag COMM_FLAGS[] = {
+    {.name = "max-size", .kind = ZS_FLAG_BYTES, .off = BO(max_bytes), .arg = "SIZE",
+     .help = "largest message [256M]"},
+    {.name = "min-size", .kind = ZS_FLAG_BYTES, .off = BO(min_bytes), .arg = "SIZE",
+     .help = "smallest message, then x4 up to --max-size [4K]"},
+    {.name = "iters", .kind = ZS_FLAG_INT, .off = BO(iters), .lo = 0, .hi = 1 << 20, .arg = "N",
+     .help = "iterations per size, 0 = by size (3..50) [0]"},
+    {.name = "comm", .kind = ZS_FLAG_STR, .off = BO(comm), .arg = "LIST",
+     .help = "backends, e.g. shm,gloo,mpi [every usable one]"},
+    {.name = "comm-timeout", .kind = ZS_FLAG_DOUBLE, .off = BO(timeout_s), .lo = 1, .hi = 0,
+     .arg = "S", .help = "seconds before a stuck collective fails [300]"},
+    {.name = "json", .kind = ZS_FLAG_SWITCH, .off = BO(json), .help = "JSON instead of a table"},
+    {.name = "no-staged", .kind = ZS_FLAG_SWITCH, .off = BO(no_staged),
+     .help = "leave out the shm-staged rows"},
+    {.name = "ceiling", .kind = ZS_FLAG_CUSTOM, .arg = "NAME=GBPS", .parse = parse_ceiling,
+     .help = "the last column's reference, e.g. link=1.17 [memcpy]"},
+};
+
+static const zs_flag_table COMM_TABLE = {
+    .cmd = "bench comm",
+    .rows = COMM_FLAGS,
+    .count = sizeof COMM_FLAGS / sizeof COMM_FLAGS[0],
+    .usage = "usage: zshard bench comm [options]\n"
+             "Run under `zshard run -n N --` or `mpirun -np N`; rank 0 prints the table.\n"
+             "shm rows use registered buffers (zs_comm_mem_alloc); shm-staged rows plain\n"
+             "ones (the staged path), unless --no-staged. The last column is busbw as a\n"
+             "share of the memcpy rate measured first, or of --ceiling's rate.\n",
+};
+
+/* Defaults, then the command line. Returns 0, 1 after --help, or the error's status. */
 static int parse(int argc, char **argv, bench_opts *o) {
+    memset(o, 0, sizeof *o);
     o->min_bytes = 4096;
     o->max_bytes = 256ull << 20;
-    o->json = 0;
-    o->no_staged = 0;
-    o->iters = 0;
-    o->comm = NULL;
     o->timeout_s = 300;
     snprintf(o->ceil_name, sizeof o->ceil_name, "memcpy");
     o->ceil_gbps = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--no-staged")) {
-            o->no_staged = 1;
-            continue;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!v) return zs_cli_fail(2, "bench comm: %s needs a value", a);
-        if (!strcmp(a, "--max-size")) {
-            if (zs_parse_bytes(v, &o->max_bytes) != ZS_OK)
-                return zs_cli_fail(2, "bench comm: bad size '%s'", v);
-        } else if (!strcmp(a, "--min-size")) {
-            if (zs_parse_bytes(v, &o->min_bytes) != ZS_OK || o->min_bytes == 0)
-                return zs_cli_fail(2, "bench comm: bad size '%s'", v);
-        } else if (!strcmp(a, "--iters")) {
-            o->iters = atoi(v);
-        } else if (!strcmp(a, "--comm")) {
-            o->comm = v;
-        } else if (!strcmp(a, "--comm-timeout")) {
-            o->timeout_s = atof(v);
-        } else if (!strcmp(a, "--ceiling")) {
-            const char *eq = strchr(v, '=');
-            char *end = NULL;
-            double g = eq ? strtod(eq + 1, &end) : 0;
-            if (!eq || eq == v || eq - v >= (long)sizeof o->ceil_name || !end || *end || g <= 0)
-                return zs_cli_fail(2,
-                                   "bench comm: --ceiling wants NAME=GBPS (e.g. link=1.17), "
-                                   "not '%s'",
-                                   v);
-            snprintf(o->ceil_name, sizeof o->ceil_name, "%.*s", (int)(eq - v), v);
-            o->ceil_gbps = g;
-        } else {
-            return zs_cli_fail(2, "bench comm: unknown option '%s'", a);
-        }
-        i++;
-    }
+    int rc = zs_flag_parse(&COMM_TABLE, argc, argv, 1, o, NULL);
+    if (rc) return rc < 0 ? 1 : rc;
+    if (o->min_bytes == 0) return zs_flag_fail(2, "bench comm: --min-size must be positive");
     return 0;
 }
 
@@ -228,7 +221,7 @@ static int bench_pass(zs_comm_t *c, const bench_opts *o, const char *label, char
                 st = run_op(c, op, send, recv, sz);
             if (st == ZS_OK) st = zs_comm_barrier(c, NULL, "bench");
             double ms = (zs_now_s() - t0) * 1e3 / iters;
-            if (st != ZS_OK) return zs_cli_fail(1, "bench comm: %s", zs_last_error());
+            if (st != ZS_OK) return zs_flag_fail(1, "bench comm: %s", zs_last_error());
             double alg = (double)sz / (ms * 1e-3) / 1e9;
             double factor = op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
             double bus = n > 1 ? alg * factor : alg;
@@ -271,7 +264,7 @@ int zs_bench_comm(int argc, char **argv) {
         zs_comm_t *c = NULL;
         if (zs_comm_create(&cfg, &c) != ZS_OK) {
             /* the error names the backend already */
-            code = zs_cli_fail(1, "bench comm: %s", zs_last_error());
+            code = zs_flag_fail(1, "bench comm: %s", zs_last_error());
             break;
         }
         int rank = zs_comm_rank(c), n = zs_comm_world_size(c);
@@ -306,7 +299,7 @@ int zs_bench_comm(int argc, char **argv) {
             char *send = NULL, *recv = NULL, label[32];
             snprintf(label, sizeof label, "%s%s", zs_comm_backend_name(b), pass ? "-staged" : "");
             if (bench_buffers(c, pass == 0, maxb, &send, &recv) != ZS_OK)
-                code = zs_cli_fail(1, "bench comm: %s", zs_last_error());
+                code = zs_flag_fail(1, "bench comm: %s", zs_last_error());
             else
                 code = bench_pass(c, &o, label, send, recv, mc, &first_row);
             free_buffers(c, pass == 0, send, recv);
@@ -318,7 +311,7 @@ int zs_bench_comm(int argc, char **argv) {
         for (int k = 0; k < nskip; k++)
             snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s (%s)", k ? "; " : "",
                      skipped_name[k], skipped[k]);
-        code = zs_cli_fail(1, "bench comm: no usable comm backend%s%s", nskip ? ": " : "", all);
+        code = zs_flag_fail(1, "bench comm: no usable comm backend%s%s", nskip ? ": " : "", all);
     }
     if (ran && is_rank0 && code == 0) { /* what was left out, and why */
         if (o.json) {

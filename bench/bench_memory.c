@@ -4,13 +4,17 @@
  * (docs/architecture.md "Memory accounting"). Writes markdown and CSV, and an SVG chart drawn by
  * gnuplot (bars per stage, one group per world size). The formula column is the ceiling each
  * measurement is checked against. */
+#include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "cli/args.h"
-#include "cli/cli.h"
+#include "cli/flags.h"
+#include "train/mem_formula.h"
 #include "data/data.h"
 #include "zshard.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,26 +83,65 @@ static int parse_list(const char *flag, const char *text, int *out, int max) {
     while (*p && n < max) {
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 64) return -zs_cli_fail(2, "%s: bad list '%s'", flag, text);
+        if (end == p || v < 1 || v > 64) return -zs_flag_fail(2, "%s: bad list '%s'", flag, text);
         out[n++] = (int)v;
         p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -zs_cli_fail(2, "%s: bad list '%s'", flag, text);
+        if (*end && *end != ',') return -zs_flag_fail(2, "%s: bad list '%s'", flag, text);
     }
     return n;
 }
 
-static void usage(void) {
-    printf("usage: zshard bench memory [--model NAME] [--nproc-list 1,2,4] [--batch B] [--seq T]\n"
-           "                           [--steps N] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16]\n"
-           "                           [--recompute none|block] [--attention flash|naive]\n"
-           "                           [--device cpu|cuda|auto]\n"
-           "                           [--out DIR]\n"
-           "Runs every stage at every world size (random GPT-2 tokens) and writes DIR/memory.md,\n"
-           "DIR/memory.csv and DIR/memory.svg (gnuplot). Default model gpt2-124m, batch 4,\n"
-           "seq 64, 3 steps, out bench-memory/; --reduce-dtype defaults to --dtype. Exits 1 if\n"
-           "a run fails or its model states differ from the formula (Ψ padded) of\n"
-           "docs/architecture.md \"Memory accounting\".\n");
+/* What bench memory reads from the command line. */
+typedef struct memb_opts {
+    const char *model, *out, *dtype, *rdtype, *recompute, *attention, *device;
+    int ws[8], nw, batch, seq, steps;
+} memb_opts;
+
+/* --nproc-list 1,2,4: world sizes 1..64. */
+static int parse_nproc_list(void *opts, const char *text, const char *what) {
+    memb_opts *o = opts;
+    int n = parse_list(what, text, o->ws, 8);
+    if (n <= 0) return 2;
+    o->nw = n;
+    return 0;
 }
+
+#define MO(field) offsetof(memb_opts, field)
+static const zs_flag MEMB_FLAGS[] = {
+    {.name = "model", .kind = ZS_FLAG_STR, .off = MO(model), .arg = "NAME",
+     .help = "model preset [gpt2-124m]"},
+    {.name = "nproc-list", .kind = ZS_FLAG_CUSTOM, .arg = "1,2,4", .parse = parse_nproc_list,
+     .help = "world sizes, each 1..64 [1,2,4]"},
+    {.name = "batch", .kind = ZS_FLAG_INT, .off = MO(batch), .lo = 1, .hi = INT_MAX, .arg = "B",
+     .help = "global batch [4]"},
+    {.name = "seq", .kind = ZS_FLAG_INT, .off = MO(seq), .lo = 1, .hi = INT_MAX, .arg = "T",
+     .help = "sequence length [64]"},
+    {.name = "steps", .kind = ZS_FLAG_INT, .off = MO(steps), .lo = 2, .hi = INT_MAX, .arg = "N",
+     .help = "steps per run, at least 2 [3]"},
+    {.name = "dtype", .kind = ZS_FLAG_STR, .off = MO(dtype), .arg = "fp32|bf16",
+     .help = "compute dtype [fp32]"},
+    {.name = "reduce-dtype", .kind = ZS_FLAG_STR, .off = MO(rdtype), .arg = "fp32|bf16",
+     .help = "gradient dtype [--dtype]"},
+    {.name = "recompute", .kind = ZS_FLAG_STR, .off = MO(recompute), .arg = "none|block",
+     .help = "activation recomputation [none]"},
+    {.name = "attention", .kind = ZS_FLAG_STR, .off = MO(attention), .arg = "flash|naive",
+     .help = "attention kernel [flash]"},
+    {.name = "device", .kind = ZS_FLAG_STR, .off = MO(device), .arg = "cpu|cuda|auto",
+     .help = "where the runs train [auto]"},
+    {.name = "out", .kind = ZS_FLAG_STR, .off = MO(out), .arg = "DIR",
+     .help = "output folder [bench-memory]"},
+};
+
+static const zs_flag_table MEMB_TABLE = {
+    .cmd = "bench memory",
+    .rows = MEMB_FLAGS,
+    .count = sizeof MEMB_FLAGS / sizeof MEMB_FLAGS[0],
+    .usage = "usage: zshard bench memory [options]\n"
+             "Runs every stage at every world size (random GPT-2 tokens) and writes DIR/memory.md,\n"
+             "DIR/memory.csv and DIR/memory.svg (gnuplot). Exits 1 if a run fails or its model\n"
+             "states differ from the formula (Ψ padded) of\n"
+             "docs/architecture.md \"Memory accounting\".\n",
+};
 
 static void write_chart(const char *dir, const char *model, const char *dtype, const int *ws,
                         int nw, cell (*cells)[4]) {
@@ -134,44 +177,15 @@ static void write_chart(const char *dir, const char *model, const char *dtype, c
 }
 
 int zs_bench_memory(int argc, char **argv) {
-    const char *model = "gpt2-124m", *out = "bench-memory";
-    const char *dtype = "fp32", *rdtype = NULL, *recompute = "none", *attention = "flash",
-               *device = "auto";
-    int ws[8] = {1, 2, 4}, nw = 3, batch = 4, seq = 64, steps = 3, rc = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage();
-            return 0;
-        }
-        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--nproc-list")) {
-            if ((nw = parse_list(a, v, ws, 8)) <= 0) return 2;
-        } else if (!strcmp(a, "--batch"))
-            rc = zs_arg_int(a, v, &batch);
-        else if (!strcmp(a, "--seq"))
-            rc = zs_arg_int(a, v, &seq);
-        else if (!strcmp(a, "--steps"))
-            rc = zs_arg_int(a, v, &steps);
-        else if (!strcmp(a, "--out"))
-            out = v;
-        else if (!strcmp(a, "--dtype"))
-            dtype = v;
-        else if (!strcmp(a, "--reduce-dtype"))
-            rdtype = v;
-        else if (!strcmp(a, "--recompute"))
-            recompute = v;
-        else if (!strcmp(a, "--attention"))
-            attention = v;
-        else if (!strcmp(a, "--device"))
-            device = v;
-        else
-            return zs_cli_fail(2, "bench memory: unknown flag '%s'", a);
-        if (rc) return rc;
-    }
-    if (steps < 2) return zs_cli_fail(2, "bench memory: --steps must be >= 2");
+    memb_opts mb = {.model = "gpt2-124m", .out = "bench-memory", .dtype = "fp32",
+                    .recompute = "none", .attention = "flash", .device = "auto",
+                    .ws = {1, 2, 4}, .nw = 3, .batch = 4, .seq = 64, .steps = 3};
+    int rc = zs_flag_parse(&MEMB_TABLE, argc, argv, 1, &mb, NULL);
+    if (rc) return rc < 0 ? 0 : rc;
+    const char *model = mb.model, *out = mb.out, *dtype = mb.dtype, *rdtype = mb.rdtype;
+    const char *recompute = mb.recompute, *attention = mb.attention, *device = mb.device;
+    int *ws = mb.ws, nw = mb.nw, batch = mb.batch, seq = mb.seq, steps = mb.steps;
+    if (steps < 2) return zs_flag_fail(2, "bench memory: --steps must be >= 2");
     zs_mem_options mo;
     memset(&mo, 0, sizeof mo);
     mo.dtype = ZS_DTYPE_F32;
@@ -182,26 +196,26 @@ int zs_bench_memory(int argc, char **argv) {
     const char *dev_chosen = NULL;
     char dev_why[160];
     if (zs_device_choose(device, &dev_chosen, dev_why, sizeof dev_why) != ZS_OK)
-        return zs_cli_fail(2, "bench memory: %s", zs_last_error());
+        return zs_flag_fail(2, "bench memory: %s", zs_last_error());
     int rc2 = zs_arg_attention("--attention", attention, &mo.attention);
     if (!rc2) rc2 = zs_arg_recompute("--recompute", recompute, &mo.recompute);
     if (rc2) return rc2;
     zs_model_config cfg;
     if (zs_model_preset(model, &cfg) != ZS_OK)
-        return zs_cli_fail(2, "bench memory: %s", zs_last_error());
+        return zs_flag_fail(2, "bench memory: %s", zs_last_error());
     for (int i = 0; i < nw; i++)
         if (batch % ws[i])
-            return zs_cli_fail(2, "bench memory: --batch %d does not divide by %d ranks", batch,
+            return zs_flag_fail(2, "bench memory: --batch %d does not divide by %d ranks", batch,
                                ws[i]);
     if (mkdir(out, 0755) && errno != EEXIST)
-        return zs_cli_fail(1, "bench memory: cannot create %s: %s", out, strerror(errno));
+        return zs_flag_fail(1, "bench memory: cannot create %s: %s", out, strerror(errno));
     char self[4096], data[600];
-    if (zs_bench_self(self, sizeof self)) return zs_cli_fail(1, "bench memory: no executable path");
+    if (zs_bench_self(self, sizeof self)) return zs_flag_fail(1, "bench memory: no executable path");
     snprintf(data, sizeof data, "%s/tokens.bin", out);
     /* Each family's own tokenizer size: GPT-2's 50257, LLaMA-2's 32000. */
     int vocab = cfg.arch == ZS_ARCH_LLAMA ? 32000 : ZS_GPT2_VOCAB;
     if (zs_bench_token_file(data, (int64_t)batch * seq * 64 + 4096, vocab))
-        return zs_cli_fail(1, "bench memory: %s", zs_last_error());
+        return zs_flag_fail(1, "bench memory: %s", zs_last_error());
     zs_model_config_set_vocab(&cfg, vocab);
 
     cell cells[8][4];
@@ -224,7 +238,7 @@ int zs_bench_memory(int argc, char **argv) {
             int r = system(cmd);
             zs_mem_estimate est;
             if (zs_mem_estimate_compute_opts(&cfg, ws[i], s, batch, seq, 1, 1, &mo, &est) == ZS_OK)
-                cells[i][s].formula = zs_cli_formula_bytes(s, &mo, (uint64_t)est.padded, ws[i]);
+                cells[i][s].formula = zs_mem_formula_bytes(s, &mo, (uint64_t)est.padded, ws[i]);
             psi = est.params;
             psi_padded = est.padded;
             if (r != 0 || parse_run(log, &cells[i][s]))
@@ -239,7 +253,7 @@ int zs_bench_memory(int argc, char **argv) {
     if (!fm || !fc) {
         if (fm) fclose(fm);
         if (fc) fclose(fc);
-        return zs_cli_fail(1, "bench memory: cannot write %s", md);
+        return zs_flag_fail(1, "bench memory: cannot write %s", md);
     }
     fprintf(fc, "model,ranks,stage,model_state_bytes,formula_bytes,peak_bytes,ms_per_step\n");
     FILE *outs[2] = {stdout, fm};
@@ -267,7 +281,7 @@ int zs_bench_memory(int argc, char **argv) {
                 char f[48];
                 fprintf(outs[o], "| %d | %s | %.3f | %s | %.3f | %lld | %.3f | %.0f%% | %.0f |\n",
                         ws[i], STAGE_NAME[s], (double)c->states / 1073741824.0,
-                        zs_cli_formula_text(s, &mo, f, sizeof f), (double)c->formula / 1073741824.0,
+                        zs_mem_formula_text(s, &mo, f, sizeof f), (double)c->formula / 1073741824.0,
                         (long long)c->states - (long long)c->formula,
                         (double)c->total / 1073741824.0,
                         ddp > 0 ? 100.0 * (double)c->total / ddp : 0.0, c->ms);

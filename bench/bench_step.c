@@ -5,8 +5,8 @@
 #include "backend/cuda_device.h"
 #include "backend/device.h"
 #include "bench/bench_util.h"
-#include "cli/args.h"
-#include "cli/cli.h"
+#include "bench/bench.h"
+#include "cli/flags.h"
 #include "core/alloc.h"
 #include "core/timer.h"
 #include "data/data.h"
@@ -14,6 +14,8 @@
 #include "zshard.h"
 
 #include <cblas.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,80 +98,77 @@ done:
     return med;
 }
 
-static void usage(void) {
-    printf(
-        "usage: zshard bench step [--model NAME] [--batch N] [--seq T] [--steps N]\n"
-        "                         [--warmup-steps N] [--data FILE] [--dtype fp32|bf16]\n"
-        "                         [--recompute none|block] [--attention flash|naive]\n"
-        "                         [--device cpu|cuda|auto] [--vocab N] [--tf32] [--json]\n"
+/* What bench step reads from the command line. */
+typedef struct step_opts {
+    zs_train_config cfg;
+    const char *model, *data;
+    int steps, warm, json;
+} step_opts;
+
+#define SO(field) offsetof(step_opts, field)
+static const zs_flag STEP_FLAGS[] = {
+    {.name = "model", .kind = ZS_FLAG_STR, .off = SO(model), .arg = "NAME",
+     .help = "model preset [gpt2-124m]"},
+    {.name = "batch", .kind = ZS_FLAG_INT, .off = SO(cfg.batch), .lo = 1, .hi = INT_MAX,
+     .arg = "N", .help = "sequences per step [4]"},
+    {.name = "seq", .kind = ZS_FLAG_INT, .off = SO(cfg.seq), .lo = 1, .hi = INT_MAX, .arg = "T",
+     .help = "sequence length [64]"},
+    {.name = "steps", .kind = ZS_FLAG_INT, .off = SO(steps), .lo = 1, .hi = INT_MAX, .arg = "N",
+     .help = "timed steps [5]"},
+    {.name = "warmup-steps", .kind = ZS_FLAG_INT, .off = SO(warm), .lo = 0, .hi = INT_MAX,
+     .arg = "N", .help = "untimed steps first [2]"},
+    {.name = "data", .kind = ZS_FLAG_STR, .off = SO(data), .arg = "FILE",
+     .help = "token or text data [random tokens below --vocab]"},
+    {.name = "vocab", .kind = ZS_FLAG_INT, .off = SO(cfg.vocab), .lo = 0, .hi = INT_MAX,
+     .arg = "N", .help = "the random tokens' vocabulary [GPT-2's 50257]"},
+    {.name = "dtype", .kind = ZS_FLAG_DTYPE, .off = SO(cfg.dtype), .arg = "fp32|bf16",
+     .help = "bf16: bf16 params, grads, kept activations and GEMM inputs [fp32]"},
+    {.name = "recompute", .kind = ZS_FLAG_RECOMPUTE, .off = SO(cfg.recompute),
+     .arg = "none|block", .help = "activation recomputation [none]"},
+    {.name = "attention", .kind = ZS_FLAG_ATTENTION, .off = SO(cfg.attention),
+     .arg = "flash|naive", .help = "attention kernel [flash]"},
+    {.name = "device", .kind = ZS_FLAG_DEVICE, .off = SO(cfg.device), .arg = "cpu|cuda|auto",
+     .help = "where the step runs [auto]"},
+    {.name = "tf32", .kind = ZS_FLAG_SWITCH, .off = SO(cfg.tf32), .help = "TF32 GEMM inputs"},
+    {.name = "json", .kind = ZS_FLAG_SWITCH, .off = SO(json), .help = "one JSON object on stdout"},
+};
+
+static const zs_flag_table STEP_TABLE = {
+    .cmd = "bench step",
+    .rows = STEP_FLAGS,
+    .count = sizeof STEP_FLAGS / sizeof STEP_FLAGS[0],
+    .usage =
+        "usage: zshard bench step [options]\n"
         "Times N training steps after warm-up (default 5 after 2) on random tokens below\n"
         "--vocab (GPT-2's 50257) unless --data is given, and compares model FLOP/s with the GEMM\n"
         "rate of the same shapes in the step's own arithmetic on the step's device, measured in\n"
         "this run (sgemm on the CPU, cuBLAS on a GPU). --dtype bf16: bf16 params, grads, kept\n"
-        "activations and GEMM inputs (fp32 accumulation); --tf32: TF32 GEMM inputs.\n");
-}
+        "activations and GEMM inputs (fp32 accumulation); --tf32: TF32 GEMM inputs.\n",
+};
 
 int zs_bench_step(int argc, char **argv) {
-    zs_train_config cfg = zs_train_config_default();
-    const char *model = "gpt2-124m", *data = NULL;
-    int steps = 5, warm = 2, json = 0, rc = 0;
-    cfg.batch = 4;
-    cfg.seq = 64;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage();
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--tf32")) {
-            cfg.tf32 = 1;
-            continue;
-        }
-        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--batch"))
-            rc = zs_arg_int(a, v, &cfg.batch);
-        else if (!strcmp(a, "--seq"))
-            rc = zs_arg_int(a, v, &cfg.seq);
-        else if (!strcmp(a, "--steps"))
-            rc = zs_arg_int(a, v, &steps);
-        else if (!strcmp(a, "--warmup-steps"))
-            rc = zs_arg_int(a, v, &warm);
-        else if (!strcmp(a, "--data"))
-            data = v;
-        else if (!strcmp(a, "--vocab"))
-            rc = zs_arg_int(a, v, &cfg.vocab);
-        else if (!strcmp(a, "--dtype")) {
-            rc = zs_arg_dtype(a, v, 0, &cfg.dtype);
-            cfg.reduce_dtype = cfg.dtype;
-        } else if (!strcmp(a, "--device")) {
-            rc = zs_arg_device(a, v, &cfg.device);
-        } else if (!strcmp(a, "--attention")) {
-            rc = zs_arg_attention(a, v, &cfg.attention);
-        } else if (!strcmp(a, "--recompute")) {
-            rc = zs_arg_recompute(a, v, &cfg.recompute);
-        } else
-            return zs_cli_fail(2, "bench step: unknown flag '%s'", a);
-        if (rc) return rc;
-    }
-    if (steps < 1 || warm < 0) return zs_cli_fail(2, "bench step: --steps must be >= 1");
+    step_opts so = {.cfg = zs_train_config_default(), .model = "gpt2-124m", .steps = 5,
+                    .warm = 2};
+    so.cfg.batch = 4;
+    so.cfg.seq = 64;
+    int rc = zs_flag_parse(&STEP_TABLE, argc, argv, 1, &so, NULL);
+    if (rc) return rc < 0 ? 0 : rc;
+    zs_train_config cfg = so.cfg;
+    cfg.reduce_dtype = cfg.dtype;
+    const char *model = so.model, *data = so.data;
+    int steps = so.steps, warm = so.warm, json = so.json;
     if (zs_model_preset(model, &cfg.model) != ZS_OK)
-        return zs_cli_fail(2, "bench step: %s", zs_last_error());
+        return zs_flag_fail(2, "bench step: %s", zs_last_error());
 
     char tmp[] = "/tmp/zshard-bench-XXXXXX";
     if (!data) {
         int fd = mkstemp(tmp);
-        if (fd < 0) return zs_cli_fail(1, "bench step: cannot create a temporary file");
+        if (fd < 0) return zs_flag_fail(1, "bench step: cannot create a temporary file");
         close(fd);
         if (zs_bench_token_file(tmp, (int64_t)cfg.batch * cfg.seq * 64 + 4096,
                                 cfg.vocab ? cfg.vocab : ZS_GPT2_VOCAB)) {
             unlink(tmp);
-            return zs_cli_fail(1, "bench step: %s", zs_last_error());
+            return zs_flag_fail(1, "bench step: %s", zs_last_error());
         }
         data = tmp;
     }
@@ -183,7 +182,7 @@ int zs_bench_step(int argc, char **argv) {
         if (warm < 1) warm = 1;
         if (zs_cuda_predict_enable() != ZS_OK) {
             if (data == tmp) unlink(tmp);
-            return zs_cli_fail(1, "bench step: %s", zs_last_error());
+            return zs_flag_fail(1, "bench step: %s", zs_last_error());
         }
     }
     cfg.steps = steps + warm;
@@ -191,7 +190,7 @@ int zs_bench_step(int argc, char **argv) {
     zs_trainer_t *t = NULL;
     zs_status st = zs_trainer_create(&cfg, &t);
     if (data == tmp) unlink(tmp);
-    if (st != ZS_OK) return zs_cli_fail(1, "bench step: %s", zs_last_error());
+    if (st != ZS_OK) return zs_flag_fail(1, "bench step: %s", zs_last_error());
 
     double *ms = calloc((size_t)steps, sizeof *ms);
     char *table = NULL;
@@ -208,7 +207,7 @@ int zs_bench_step(int argc, char **argv) {
         free(ms);
         free(table);
         zs_trainer_destroy(t);
-        return zs_cli_fail(1, "bench step: %s", ms ? zs_last_error() : "out of memory");
+        return zs_flag_fail(1, "bench step: %s", ms ? zs_last_error() : "out of memory");
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
     double med_ms = ms[steps / 2];

@@ -4,9 +4,10 @@
  * --print-config's YAML reads back into the same settings: a file that loads is written out
  * as --print-config writes it, loaded again, and must give the same YAML. The first byte picks
  * the name (config.yaml or config.json: a .json file is held to JSON); the rest is the file.
- * Linked with those CLI sources and the zs_cli_fail below (main.c's prints to stderr).
+ * Linked with those CLI sources and the argument library (flags.c), whose error lines go to
+ * the printer below instead of stderr.
  * Replayed over fuzz/corpus_config by the ctest fuzz_config; scripts/fuzz.sh runs it. */
-#include "cli/cli.h"
+#include "cli/flags.h"
 #include "cli/train_args.h"
 #include "cli/train_flags.h"
 #include "core/log.h"
@@ -19,15 +20,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The CLI's error printer, formatting into a buffer: the messages are built as in the CLI
+/* The argument library's error lines, kept in a buffer: the messages are built as in the CLI
  * (their arguments read), without a line on stderr for every input. */
 static char g_msg[4096];
-int zs_cli_fail(int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
-    va_end(ap);
-    return code;
+static void keep_msg(const char *line) {
+    snprintf(g_msg, sizeof g_msg, "%s", line);
 }
 
 /* train --config path --data d: 0 and the effective configuration as --print-config writes
@@ -48,6 +45,7 @@ static int parse(const char *path, char **yaml) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
+    zs_flag_set_printer(keep_msg);
     zs_log_level level = zs_log_get_level();
     char path[8192], again[8192];
     snprintf(path, sizeof path, "%s",

@@ -1,6 +1,6 @@
 /* Flag value parsing shared by the subcommands. */
 #include "cli/args.h"
-#include "cli/cli.h"
+#include "cli/flags.h"
 
 #include <errno.h>
 #include <float.h>
@@ -13,10 +13,10 @@ int zs_arg_int(const char *flag, const char *text, int *out) {
     char *end = NULL;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (end == text || *end) return zs_cli_fail(2, "%s: '%s' is not an integer", flag, text);
+    if (end == text || *end) return zs_flag_fail(2, "%s: '%s' is not an integer", flag, text);
     /* A number too large for the flag is not a typo of a number: say which it is. */
     if (errno == ERANGE || v < INT_MIN || v > INT_MAX)
-        return zs_cli_fail(2, "%s: '%s' is out of range [%d, %d]", flag, text, INT_MIN, INT_MAX);
+        return zs_flag_fail(2, "%s: '%s' is out of range [%d, %d]", flag, text, INT_MIN, INT_MAX);
     *out = (int)v;
     return 0;
 }
@@ -26,9 +26,9 @@ int zs_arg_float(const char *flag, const char *text, float *out) {
     errno = 0;
     double v = strtod(text, &end);
     if (end == text || *end || (errno && errno != ERANGE) || isnan(v))
-        return zs_cli_fail(2, "%s: '%s' is not a number", flag, text);
+        return zs_flag_fail(2, "%s: '%s' is not a number", flag, text);
     if (errno == ERANGE || !isfinite(v) || fabs(v) > FLT_MAX)
-        return zs_cli_fail(2, "%s: '%s' is out of range", flag, text);
+        return zs_flag_fail(2, "%s: '%s' is out of range", flag, text);
     *out = (float)v;
     return 0;
 }
@@ -36,11 +36,11 @@ int zs_arg_float(const char *flag, const char *text, float *out) {
 int zs_arg_u64(const char *flag, const char *text, uint64_t *out) {
     char *end = NULL;
     errno = 0;
-    if (text[0] == '-') return zs_cli_fail(2, "%s: '%s' must not be negative", flag, text);
+    if (text[0] == '-') return zs_flag_fail(2, "%s: '%s' must not be negative", flag, text);
     unsigned long long v = strtoull(text, &end, 0);
     if (end == text || *end)
-        return zs_cli_fail(2, "%s: '%s' is not a non-negative integer", flag, text);
-    if (errno == ERANGE) return zs_cli_fail(2, "%s: '%s' is out of range (64 bits)", flag, text);
+        return zs_flag_fail(2, "%s: '%s' is not a non-negative integer", flag, text);
+    if (errno == ERANGE) return zs_flag_fail(2, "%s: '%s' is out of range (64 bits)", flag, text);
     *out = (uint64_t)v;
     return 0;
 }
@@ -48,7 +48,7 @@ int zs_arg_u64(const char *flag, const char *text, uint64_t *out) {
 int zs_arg_int_range(const char *flag, const char *text, int lo, int hi, int *out) {
     int v = 0, rc = zs_arg_int(flag, text, &v);
     if (rc) return rc;
-    if (v < lo || v > hi) return zs_cli_fail(2, "%s: %d is out of range [%d, %d]", flag, v, lo, hi);
+    if (v < lo || v > hi) return zs_flag_fail(2, "%s: %d is out of range [%d, %d]", flag, v, lo, hi);
     *out = v;
     return 0;
 }
@@ -59,7 +59,7 @@ int zs_arg_tie(const char *flag, const char *text, int *out) {
     else if (!strcmp(text, "off"))
         *out = ZS_TIE_OFF;
     else
-        return zs_cli_fail(2, "%s: '%s' is not one of on, off", flag, text);
+        return zs_flag_fail(2, "%s: '%s' is not one of on, off", flag, text);
     return 0;
 }
 
@@ -70,7 +70,7 @@ int zs_arg_stage(const char *flag, const char *text, zs_stage *out) {
             *out = (zs_stage)s;
             return 0;
         }
-    return zs_cli_fail(2, "%s: '%s' is not one of ddp, 1, 2, 3", flag, text);
+    return zs_flag_fail(2, "%s: '%s' is not one of ddp, 1, 2, 3", flag, text);
 }
 
 int zs_arg_recompute(const char *flag, const char *text, zs_recompute *out) {
@@ -79,7 +79,7 @@ int zs_arg_recompute(const char *flag, const char *text, zs_recompute *out) {
     else if (!strcmp(text, "block"))
         *out = ZS_RECOMPUTE_BLOCK;
     else
-        return zs_cli_fail(2, "%s: '%s' is not one of none, block", flag, text);
+        return zs_flag_fail(2, "%s: '%s' is not one of none, block", flag, text);
     return 0;
 }
 
@@ -89,13 +89,13 @@ int zs_arg_attention(const char *flag, const char *text, zs_attention *out) {
     else if (!strcmp(text, "naive"))
         *out = ZS_ATTENTION_NAIVE;
     else
-        return zs_cli_fail(2, "%s: '%s' is not one of flash, naive", flag, text);
+        return zs_flag_fail(2, "%s: '%s' is not one of flash, naive", flag, text);
     return 0;
 }
 
 int zs_arg_device(const char *flag, const char *text, const char **out) {
     if (strcmp(text, "cpu") && strcmp(text, "cuda") && strcmp(text, "auto"))
-        return zs_cli_fail(2, "%s: '%s' is not one of cpu, cuda, auto", flag, text);
+        return zs_flag_fail(2, "%s: '%s' is not one of cpu, cuda, auto", flag, text);
     *out = text;
     return 0;
 }
@@ -106,7 +106,7 @@ int zs_arg_is_help(const char *a) {
 
 const char *zs_arg_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
-        zs_cli_fail(2, "%s needs a value", argv[*i]);
+        zs_flag_fail(2, "%s needs a value", argv[*i]);
         return NULL;
     }
     return argv[++*i];
@@ -121,7 +121,7 @@ int zs_arg_dtype(const char *flag, const char *text, int allow_f16, zs_dtype *ou
              (!strcmp(text, "fp16") || !strcmp(text, "f16") || !strcmp(text, "float16")))
         *out = ZS_DTYPE_F16;
     else
-        return zs_cli_fail(2, "%s: '%s' is not one of fp32 (f32), bf16%s", flag, text,
+        return zs_flag_fail(2, "%s: '%s' is not one of fp32 (f32), bf16%s", flag, text,
                            allow_f16 ? ", fp16 (f16)" : "");
     return 0;
 }

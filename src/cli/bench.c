@@ -1,4 +1,5 @@
 /* `zshard bench <what>`: dispatch to the benchmarks in bench/. */
+#include "bench/bench.h"
 #include "cli/cli.h"
 
 #include <stdio.h>

@@ -3,34 +3,15 @@
  * library writes outputs under a temporary name, so a failure leaves none behind. */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "ckpt/convert.h"
 #include "core/alloc.h"
 #include "zshard.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: zshard ckpt <command> ...\n"
-        "  inspect DIR                      step, model, world size, stage, sizes; verifies\n"
-        "                                   every checksum and prints the param_hash\n"
-        "  export DIR --format hf|safetensors|llmc [--dtype f32|bf16|f16] OUT\n"
-        "                                   hf: a Hugging Face directory (config.json and\n"
-        "                                   model.safetensors, sharded above --max-shard-size\n"
-        "                                   [5G]) for from_pretrained; safetensors: one file\n"
-        "                                   (GPT-2, LLaMA); llmc: llm.c's model file (GPT-2);\n"
-        "                                   streamed tensor by tensor\n"
-        "  import SRC --format hf|safetensors|llmc [--model NAME | --heads N] OUT\n"
-        "                                   a step-0 checkpoint for `zshard train --resume OUT`\n"
-        "                                   (hf: a directory; its config.json must agree with\n"
-        "                                   --model / --heads)\n"
-        "  reshard DIR --nproc M [--stage ddp|1|2|3] OUT\n"
-        "                                   rewrite for M ranks, one shard in memory at a time\n"
-        "DIR may be a save dir (its latest checkpoint), SAVE_DIR/latest or a step dir.\n");
-}
 
 static int inspect(const char *dir) {
     zs_ckpt_reader *r = NULL;
@@ -91,40 +72,66 @@ typedef struct ckpt_args {
     int heads, nproc;
 } ckpt_args;
 
+/* SRC/DIR and DST: at most two words that are no flags. */
+static int ckpt_pos(void *opts, const char *s) {
+    ckpt_args *a = opts;
+    if (a->npos == 2) return zs_cli_fail(2, "ckpt: unexpected argument '%s'", s);
+    a->pos[a->npos++] = s;
+    return 0;
+}
+
+#define CO(field) offsetof(ckpt_args, field)
+static const zs_flag CKPT_FLAGS[] = {
+    {.name = "format", .kind = ZS_FLAG_STR, .off = CO(format), .arg = "hf|safetensors|llmc",
+     .help = "export and import: the other side's format"},
+    {.name = "dtype", .kind = ZS_FLAG_STR, .off = CO(dtype), .arg = "f32|bf16|f16",
+     .help = "export: the tensors' dtype (llmc: f32 or bf16) [f32]"},
+    {.name = "max-shard-size", .kind = ZS_FLAG_STR, .off = CO(max_shard), .arg = "SIZE",
+     .help = "export hf: files of at most this size [5G]"},
+    {.name = "model", .kind = ZS_FLAG_STR, .off = CO(model), .arg = "NAME",
+     .help = "import: the preset the weights are (heads, architecture)"},
+    {.name = "heads", .kind = ZS_FLAG_INT, .off = CO(heads), .lo = 1, .hi = 1 << 16, .arg = "N",
+     .help = "import: attention heads of the weights"},
+    {.name = "nproc", .kind = ZS_FLAG_INT, .off = CO(nproc), .lo = 1, .hi = 1 << 16, .arg = "M",
+     .help = "reshard: ranks of the new checkpoint (required)"},
+    {.name = "stage", .kind = ZS_FLAG_STR, .off = CO(stage), .arg = "ddp|1|2|3",
+     .help = "reshard: its stage [the source's]"},
+};
+
+static const zs_flag_table CKPT_TABLE = {
+    .cmd = "ckpt",
+    .rows = CKPT_FLAGS,
+    .count = sizeof CKPT_FLAGS / sizeof CKPT_FLAGS[0],
+    .usage =
+        "usage: zshard ckpt <command> ...\n"
+        "  inspect DIR                      step, model, world size, stage, sizes; verifies\n"
+        "                                   every checksum and prints the param_hash\n"
+        "  export DIR --format hf|safetensors|llmc [--dtype f32|bf16|f16] OUT\n"
+        "                                   hf: a Hugging Face directory (config.json and\n"
+        "                                   model.safetensors, sharded above --max-shard-size\n"
+        "                                   [5G]) for from_pretrained; safetensors: one file\n"
+        "                                   (GPT-2, LLaMA); llmc: llm.c's model file (GPT-2);\n"
+        "                                   streamed tensor by tensor\n"
+        "  import SRC --format hf|safetensors|llmc [--model NAME | --heads N] OUT\n"
+        "                                   a step-0 checkpoint for `zshard train --resume OUT`\n"
+        "                                   (hf: a directory; its config.json must agree with\n"
+        "                                   --model / --heads)\n"
+        "  reshard DIR --nproc M [--stage ddp|1|2|3] OUT\n"
+        "                                   rewrite for M ranks, one shard in memory at a time\n"
+        "DIR may be a save dir (its latest checkpoint), SAVE_DIR/latest or a step dir.\n"
+        "flags:\n",
+    .positional = ckpt_pos,
+};
+
+/* The help text (the table's). */
+static void usage(FILE *f) {
+    zs_flag_help(&CKPT_TABLE, f);
+}
+
+/* argv after the command word into *a: 0, -1 after --help, or the error's status. */
 static int parse(int argc, char **argv, ckpt_args *a) {
     memset(a, 0, sizeof *a);
-    for (int i = 2; i < argc; i++) {
-        const char *s = argv[i], *v;
-        int rc = 0;
-        if (zs_arg_is_help(s)) {
-            usage(stdout);
-            return -1;
-        }
-        if (strncmp(s, "--", 2)) {
-            if (a->npos == 2) return zs_cli_fail(2, "ckpt: unexpected argument '%s'", s);
-            a->pos[a->npos++] = s;
-            continue;
-        }
-        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(s, "--format"))
-            a->format = v;
-        else if (!strcmp(s, "--dtype"))
-            a->dtype = v;
-        else if (!strcmp(s, "--model"))
-            a->model = v;
-        else if (!strcmp(s, "--stage"))
-            a->stage = v;
-        else if (!strcmp(s, "--max-shard-size"))
-            a->max_shard = v;
-        else if (!strcmp(s, "--heads"))
-            rc = zs_arg_int(s, v, &a->heads);
-        else if (!strcmp(s, "--nproc"))
-            rc = zs_arg_int(s, v, &a->nproc);
-        else
-            return zs_cli_fail(2, "ckpt: unknown flag '%s' (see zshard ckpt --help)", s);
-        if (rc) return rc;
-    }
-    return 0;
+    return zs_flag_parse(&CKPT_TABLE, argc, argv, 2, a, NULL);
 }
 
 /* *fmt: 0 safetensors, 1 llmc, 2 hf. */

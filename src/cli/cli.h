@@ -17,17 +17,6 @@ int zs_cli_eval(int argc, char **argv);
 int zs_cli_generate(int argc, char **argv);
 int zs_cli_tokenize(int argc, char **argv);
 
-/* Benchmarks (bench/): `zshard bench step ...` and `zshard bench comm ...`. */
-int zs_bench_step(int argc, char **argv);
-int zs_bench_comm(int argc, char **argv);
-int zs_bench_memory(int argc, char **argv);
-int zs_bench_attention(int argc, char **argv);
-
-/* The model-state formula (docs/architecture.md "Memory accounting") of a stage as text
- * ("4Ψ + 12Ψ/N") and in bytes for psi (padded) parameters on world ranks (zs_mem_formula). */
-const char *zs_cli_formula_text(int stage, const zs_mem_options *mo, char *buf, size_t n);
-uint64_t zs_cli_formula_bytes(int stage, const zs_mem_options *mo, uint64_t psi, int world);
-
 /* Text tokenized for a command that reads tokens (text_data.c): input (text, folder, JSONL)
  * through tokenizer into shards in a temporary folder, by `zshard tokenize`'s rules; pattern
  * names them, vocab is the tokenizer's. Returns 0, or prints the error and returns 1. */
@@ -40,7 +29,8 @@ int zs_cli_text_to_shards(const char *cmd, const char *input, const char *tokeni
                           const char *doc_sep, const char *field, zs_cli_temp_shards *out);
 void zs_cli_temp_shards_remove(zs_cli_temp_shards *t);
 
-/* Print "zshard: <msg>" to stderr; returns 1 or 2 for the caller to exit with. */
+/* Print "zshard: <msg>" to stderr (the argument library's zs_flag_fail); returns 1 or 2 for
+ * the caller to exit with. */
 int zs_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Threads (threads.c). Cores this process may use: its affinity mask, capped by the cgroup

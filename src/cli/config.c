@@ -3,7 +3,7 @@
  * mappings, so the same reader takes both. */
 #include "cli/config.h"
 
-#include "cli/cli.h"
+#include "cli/flags.h"
 #include "ckpt/json.h"
 
 #include <errno.h>
@@ -48,11 +48,11 @@ static int syntax_check(const char *path, FILE *f) {
     yaml_parser_t p;
     yaml_event_t ev;
     int rc = 0;
-    if (!yaml_parser_initialize(&p)) return zs_cli_fail(1, "--config %s: out of memory", path);
+    if (!yaml_parser_initialize(&p)) return zs_flag_fail(1, "--config %s: out of memory", path);
     yaml_parser_set_input_file(&p, f);
     for (int done = 0; !done && !rc;) {
         if (!yaml_parser_parse(&p, &ev)) {
-            rc = zs_cli_fail(2, "%s:%zu: not valid YAML or JSON: %s%s%s", path,
+            rc = zs_flag_fail(2, "%s:%zu: not valid YAML or JSON: %s%s%s", path,
                              p.problem_mark.line + 1, p.problem ? p.problem : "syntax error",
                              p.context ? " " : "", p.context ? p.context : "");
             break;
@@ -75,7 +75,7 @@ static int json_check(const char *path, FILE *f) {
             char *t = realloc(text, cap);
             if (!t) {
                 free(text);
-                return zs_cli_fail(1, "--config %s: out of memory", path);
+                return zs_flag_fail(1, "--config %s: out of memory", path);
             }
             text = t;
         }
@@ -94,7 +94,7 @@ static int json_check(const char *path, FILE *f) {
         size_t off = at ? (size_t)strtoull(at + 8, NULL, 10) : n, line = 1;
         for (size_t k = 0; k < off && k < n; k++)
             line += text[k] == '\n';
-        rc = zs_cli_fail(2, "%s:%zu: not valid JSON: %s", path, line, msg);
+        rc = zs_flag_fail(2, "%s:%zu: not valid JSON: %s", path, line, msg);
     }
     zs_json_free(root);
     free(text);
@@ -104,7 +104,7 @@ static int json_check(const char *path, FILE *f) {
 int zs_config_load(const char *path, zs_config *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
-    if (!f) return zs_cli_fail(2, "--config %s: %s", path, strerror(errno));
+    if (!f) return zs_flag_fail(2, "--config %s: %s", path, strerror(errno));
     int pre = json_check(path, f);
     if (!pre) {
         rewind(f);
@@ -122,13 +122,13 @@ int zs_config_load(const char *path, zs_config *out) {
     int key_line = 0;
     if (!yaml_parser_initialize(&p)) {
         fclose(f);
-        return zs_cli_fail(1, "--config %s: out of memory", path);
+        return zs_flag_fail(1, "--config %s: out of memory", path);
     }
     yaml_parser_set_input_file(&p, f);
     out->path = strdup(path);
     for (int done = 0; !done;) {
         if (!yaml_parser_parse(&p, &ev)) {
-            rc = zs_cli_fail(2, "%s:%zu: not valid YAML or JSON: %s%s%s", path,
+            rc = zs_flag_fail(2, "%s:%zu: not valid YAML or JSON: %s%s%s", path,
                              p.problem_mark.line + 1, p.problem ? p.problem : "syntax error",
                              p.context ? " " : "", p.context ? p.context : "");
             goto done;
@@ -141,7 +141,7 @@ int zs_config_load(const char *path, zs_config *out) {
             break;
         case YAML_DOCUMENT_START_EVENT:
             if (out->n || depth) {
-                rc = zs_cli_fail(2, "%s:%d: one document only (a second '---')", path, line);
+                rc = zs_flag_fail(2, "%s:%d: one document only (a second '---')", path, line);
                 goto done;
             }
             break;
@@ -155,15 +155,15 @@ int zs_config_load(const char *path, zs_config *out) {
         case YAML_SEQUENCE_START_EVENT:
         case YAML_ALIAS_EVENT:
             if (depth == 0)
-                rc = zs_cli_fail(2,
+                rc = zs_flag_fail(2,
                                  "%s:%d: expected a mapping of flag names to values (e.g. "
                                  "'batch: 4'), found %s",
                                  path, line, event_kind(ev.type));
             else if (key)
-                rc = zs_cli_fail(2, "%s:%d: %s: expected a single value, found %s", path, line, key,
+                rc = zs_flag_fail(2, "%s:%d: %s: expected a single value, found %s", path, line, key,
                                  event_kind(ev.type));
             else
-                rc = zs_cli_fail(2, "%s:%d: a key must be a flag name, found %s", path, line,
+                rc = zs_flag_fail(2, "%s:%d: a key must be a flag name, found %s", path, line,
                                  event_kind(ev.type));
             goto done;
         case YAML_MAPPING_END_EVENT:
@@ -171,7 +171,7 @@ int zs_config_load(const char *path, zs_config *out) {
             break;
         case YAML_SCALAR_EVENT: {
             if (depth == 0) {
-                rc = zs_cli_fail(2,
+                rc = zs_flag_fail(2,
                                  "%s:%d: expected a mapping of flag names to values (e.g. "
                                  "'batch: 4'), found '%s'",
                                  path, line, (const char *)ev.data.scalar.value);
@@ -183,7 +183,7 @@ int zs_config_load(const char *path, zs_config *out) {
                 if (!key) goto oom;
                 for (int i = 0; i < out->n; i++)
                     if (!strcmp(out->e[i].key, key)) {
-                        rc = zs_cli_fail(2, "%s:%d: %s is given twice (first on line %d)", path,
+                        rc = zs_flag_fail(2, "%s:%d: %s is given twice (first on line %d)", path,
                                          line, key, out->e[i].line);
                         goto done;
                     }
@@ -212,7 +212,7 @@ int zs_config_load(const char *path, zs_config *out) {
     }
     goto done;
 oom:
-    rc = zs_cli_fail(1, "--config %s: out of memory", path);
+    rc = zs_flag_fail(1, "--config %s: out of memory", path);
 done:
     if (have_ev) yaml_event_delete(&ev);
     free(key);

@@ -1,6 +1,6 @@
-/* Run configuration files for `zshard train --config FILE`: YAML (libyaml) or JSON (which YAML
- * reads too), one mapping of long flag names to single values. Validation against the flags
- * happens in train_args.c through the flag table (train_flags.h). */
+/* Run configuration files for `--config FILE` (train, mem, eval, generate, tokenize): YAML
+ * (libyaml) or JSON (which YAML reads too), one mapping of long flag names to single values.
+ * Validation against the flags happens through the command's flag table (flags.c). */
 #ifndef ZS_CLI_CONFIG_H
 #define ZS_CLI_CONFIG_H
 

@@ -6,11 +6,14 @@
 #include "ckpt/json.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "cli/train_ops.h"
 #include "core/status.h"
 #include "zshard.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,112 +51,116 @@ static int run_setting(const char *dir, const char *key, char *out, size_t cap) 
     return found;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: zshard eval SRC --data FILE [options]\n"
-               "SRC: a zshard checkpoint (or save dir), a safetensors file, a Hugging Face\n"
-               "directory or an llm.c model file; the model is the source's.\n"
-               "  --data FILE        text or token shards (a quoted pattern joins shards); with\n"
-               "                     --tokenizer, text files, a folder or JSONL to tokenize\n"
-               "  --tokenizer PATH   a Hugging Face tokenizer: --data (and --val-data) are\n"
-               "                     tokenized as `zshard tokenize` does (documents, EOS after\n"
-               "                     each, BOS where the template has one) into a temporary\n"
-               "                     folder, removed at the end\n"
-               "  --doc-sep LINE     a line equal to LINE ends a document: with --tokenizer, as\n"
-               "                     `zshard tokenize` reads it [one document per file];\n"
-               "                     without, byte-level text's rule for --docs, as train's\n"
-               "  --field NAME       with --tokenizer: the JSONL field holding the text [text]\n"
-               "  --split val|all    val: the held-out tail that `train` validates on (the last\n"
-               "                     --val-frac, or all of --val-data); all: the whole file [val]\n"
-               "  --val-data FILE    a separate validation file (as train)\n"
-               "  --val-frac F       held-out fraction, as train [0.1]\n"
-               "  --vocab N          token shards: the tokenizer's vocabulary [the model's]\n"
-               "  --batch N          sequences per batch, all ranks [a zshard checkpoint's\n"
-               "                     training batch, else 8]\n"
-               "  --seq T            sequence length [the checkpoint's, else 64]\n"
-               "  --batches N|all    batches: N, or all to cover the split once [8, as train's\n"
-               "                     --val-batches: the defaults give train's validation loss]\n"
-               "  --docs MODE        pack|concat|pad: documents as train reads them, the loss the\n"
-               "                     mean over the real targets (docs/data.md) [a zshard\n"
-               "                     checkpoint's, else none: windows of the stream]\n"
-               "  --eos-id N, --pad-id N   document rules, as train [the checkpoint's, else\n"
-               "                     train's defaults]\n"
-               "  --model NAME       must agree with SRC (supplies heads for a bare safetensors)\n"
-               "  --device cpu|cuda|auto   where it computes (as train) [auto]\n"
-               "  --nproc N, --stage ddp|1|2|3   ranks and sharding, as train [1, ddp]\n"
-               "  --json             one JSON object on stdout instead of text\n");
+/* What eval reads from the command line. */
+typedef struct eval_opts {
+    zs_train_config cfg;
+    const char *src, *model, *split, *tok, *doc_sep, *field, *config_path;
+    float vf;
+    int batches, nproc, json, batch_set, seq_set, docs_set, eos_set, pad_set;
+} eval_opts;
+
+/* --batches N|all: all (-1) covers the split once. */
+static int parse_batches(void *opts, const char *v, const char *what) {
+    eval_opts *o = opts;
+    if (!strcmp(v, "all")) {
+        o->batches = -1;
+        return 0;
+    }
+    return zs_arg_int_range(what, v, 1, 1 << 30, &o->batches);
 }
 
+/* SRC: the one word that is no flag. */
+static int eval_src(void *opts, const char *a) {
+    eval_opts *o = opts;
+    if (o->src) return zs_cli_fail(2, "eval: unexpected argument '%s'", a);
+    o->src = a;
+    return 0;
+}
+
+#define EO(field) offsetof(eval_opts, field)
+static const zs_flag EVAL_FLAGS[] = {
+    {.name = "config", .kind = ZS_FLAG_STR, .off = EO(config_path), .arg = "FILE",
+     .help = "settings from a YAML or JSON file whose keys are the long\n"
+             "flags below; flags given on the command line override it",
+     .opt = ZS_FLAG_CLI_ONLY},
+    {.name = "data", .kind = ZS_FLAG_STR, .off = EO(cfg.data_path), .arg = "FILE",
+     .help = "text or token shards (a quoted pattern joins shards); with\n"
+             "--tokenizer, text files, a folder or JSONL to tokenize"},
+    {.name = "tokenizer", .kind = ZS_FLAG_STR, .off = EO(tok), .arg = "PATH",
+     .help = "a Hugging Face tokenizer: --data (and --val-data) are\n"
+             "tokenized as `zshard tokenize` does (documents, EOS after\n"
+             "each, BOS where the template has one) into a temporary\n"
+             "folder, removed at the end"},
+    {.name = "doc-sep", .kind = ZS_FLAG_STR, .off = EO(doc_sep), .arg = "LINE",
+     .help = "a line equal to LINE ends a document: with --tokenizer, as\n"
+             "`zshard tokenize` reads it [one document per file];\n"
+             "without, byte-level text's rule for --docs, as train's"},
+    {.name = "field", .kind = ZS_FLAG_STR, .off = EO(field), .arg = "NAME",
+     .help = "with --tokenizer: the JSONL field holding the text [text]"},
+    {.name = "split", .kind = ZS_FLAG_STR, .off = EO(split), .arg = "val|all",
+     .help = "val: the held-out tail that `train` validates on (the last\n"
+             "--val-frac, or all of --val-data); all: the whole file [val]"},
+    {.name = "val-data", .kind = ZS_FLAG_STR, .off = EO(cfg.val_path), .arg = "FILE",
+     .help = "a separate validation file (as train)"},
+    {.name = "val-frac", .kind = ZS_FLAG_FLOAT, .off = EO(vf), .arg = "F",
+     .help = "held-out fraction, as train [0.1]"},
+    {.name = "vocab", .kind = ZS_FLAG_INT, .off = EO(cfg.vocab), .lo = 0, .hi = INT_MAX,
+     .arg = "N", .help = "token shards: the tokenizer's vocabulary [the model's]"},
+    {.name = "batch", .kind = ZS_FLAG_INT, .off = EO(cfg.batch), .lo = 1, .hi = INT_MAX,
+     .set_off = EO(batch_set), .arg = "N",
+     .help = "sequences per batch, all ranks [a zshard checkpoint's\n"
+             "training batch, else 8]"},
+    {.name = "seq", .kind = ZS_FLAG_INT, .off = EO(cfg.seq), .lo = 1, .hi = INT_MAX,
+     .set_off = EO(seq_set), .arg = "T", .help = "sequence length [the checkpoint's, else 64]"},
+    {.name = "batches", .kind = ZS_FLAG_CUSTOM, .parse = parse_batches, .arg = "N|all",
+     .help = "batches: N, or all to cover the split once [8, as train's\n"
+             "--val-batches: the defaults give train's validation loss]"},
+    {.name = "docs", .kind = ZS_FLAG_DOCS, .off = EO(cfg.docs), .set_off = EO(docs_set),
+     .arg = "MODE",
+     .help = "pack|concat|pad: documents as train reads them, the loss the\n"
+             "mean over the real targets (docs/data.md) [a zshard\n"
+             "checkpoint's, else none: windows of the stream]"},
+    {.name = "eos-id", .kind = ZS_FLAG_I64, .off = EO(cfg.eos_id), .lo = 0, .hi = (1 << 24) - 1,
+     .set_off = EO(eos_set), .arg = "N",
+     .help = "document end id, as train [the checkpoint's, else train's]"},
+    {.name = "pad-id", .kind = ZS_FLAG_I64, .off = EO(cfg.pad_id), .lo = 0, .hi = (1 << 24) - 1,
+     .set_off = EO(pad_set), .arg = "N",
+     .help = "padding id, as train [the checkpoint's, else train's]"},
+    {.name = "model", .kind = ZS_FLAG_STR, .off = EO(model), .arg = "NAME",
+     .help = "must agree with SRC (supplies heads for a bare safetensors)"},
+    {.name = "device", .kind = ZS_FLAG_DEVICE, .off = EO(cfg.device), .arg = "cpu|cuda|auto",
+     .help = "where it computes (as train) [auto]"},
+    {.name = "nproc", .kind = ZS_FLAG_INT, .off = EO(nproc), .lo = 1, .hi = 256, .arg = "N",
+     .help = "ranks, as train [1]"},
+    {.name = "stage", .kind = ZS_FLAG_STAGE, .off = EO(cfg.stage), .arg = "ddp|1|2|3",
+     .help = "sharding, as train [ddp]"},
+    {.name = "json", .kind = ZS_FLAG_SWITCH, .off = EO(json),
+     .help = "one JSON object on stdout instead of text"},
+};
+
+static const zs_flag_table EVAL_TABLE = {
+    .cmd = "eval",
+    .rows = EVAL_FLAGS,
+    .count = sizeof EVAL_FLAGS / sizeof EVAL_FLAGS[0],
+    .usage = "usage: zshard eval SRC --data FILE [options]\n"
+             "SRC: a zshard checkpoint (or save dir), a safetensors file, a Hugging Face\n"
+             "directory or an llm.c model file; the model is the source's.\n",
+    .positional = eval_src,
+};
+
 int zs_cli_eval(int argc, char **argv) {
-    zs_train_config cfg = zs_train_config_default();
-    const char *src = NULL, *model = NULL, *split = "val", *tok = NULL, *doc_sep = NULL,
-               *field = NULL;
-    int batches = 8, nproc = 1, json = 0, rc = 0, batch_set = 0, seq_set = 0, docs_set = 0;
-    int eos_set = 0, pad_set = 0;
+    eval_opts o = {.cfg = zs_train_config_default(), .split = "val", .vf = 0.1f, .batches = 8,
+                   .nproc = 1};
+    o.cfg.steps = 1;
+    int rc = zs_flag_parse(&EVAL_TABLE, argc, argv, 1, &o, NULL);
+    if (rc) return rc < 0 ? 0 : rc;
+    zs_train_config cfg = o.cfg;
+    const char *src = o.src, *model = o.model, *split = o.split, *tok = o.tok;
+    const char *doc_sep = o.doc_sep, *field = o.field;
+    int batches = o.batches, nproc = o.nproc, json = o.json, batch_set = o.batch_set;
+    int seq_set = o.seq_set, docs_set = o.docs_set, eos_set = o.eos_set, pad_set = o.pad_set;
+    float vf = o.vf;
     static char sep_buf[64];
-    float vf = 0.1f;
-    cfg.steps = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (zs_arg_is_help(a)) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (strncmp(a, "--", 2)) {
-            if (src) return zs_cli_fail(2, "eval: unexpected argument '%s'", a);
-            src = a;
-            continue;
-        }
-        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--data"))
-            cfg.data_path = v;
-        else if (!strcmp(a, "--val-data"))
-            cfg.val_path = v;
-        else if (!strcmp(a, "--tokenizer"))
-            tok = v;
-        else if (!strcmp(a, "--doc-sep"))
-            doc_sep = v;
-        else if (!strcmp(a, "--field"))
-            field = v;
-        else if (!strcmp(a, "--val-frac"))
-            rc = zs_arg_float(a, v, &vf);
-        else if (!strcmp(a, "--split"))
-            split = v;
-        else if (!strcmp(a, "--vocab"))
-            rc = zs_arg_int(a, v, &cfg.vocab);
-        else if (!strcmp(a, "--batch"))
-            rc = zs_arg_int(a, v, &cfg.batch), batch_set = 1;
-        else if (!strcmp(a, "--seq"))
-            rc = zs_arg_int(a, v, &cfg.seq), seq_set = 1;
-        else if (!strcmp(a, "--batches")) {
-            if (!strcmp(v, "all"))
-                batches = -1;
-            else
-                rc = zs_arg_int_range(a, v, 1, 1 << 30, &batches);
-        } else if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--docs")) {
-            if (zs_docs_mode_parse(v, &cfg.docs) != ZS_OK)
-                return zs_cli_fail(2, "eval: %s", zs_last_error());
-            docs_set = 1;
-        } else if (!strcmp(a, "--eos-id") || !strcmp(a, "--pad-id")) {
-            int id = 0;
-            rc = zs_arg_int_range(a, v, 0, (1 << 24) - 1, &id);
-            *(a[2] == 'e' ? &cfg.eos_id : &cfg.pad_id) = id;
-            *(a[2] == 'e' ? &eos_set : &pad_set) = 1;
-        } else if (!strcmp(a, "--nproc"))
-            rc = zs_arg_int_range(a, v, 1, 256, &nproc);
-        else if (!strcmp(a, "--stage"))
-            rc = zs_arg_stage(a, v, &cfg.stage);
-        else if (!strcmp(a, "--device"))
-            rc = zs_arg_device(a, v, &cfg.device);
-        else
-            return zs_cli_fail(2, "eval: unknown flag '%s' (see zshard eval --help)", a);
-        if (rc) return rc;
-    }
     if (!src) return zs_cli_fail(2, "eval: a weights source SRC is required (zshard eval --help)");
     if (!cfg.data_path) return zs_cli_fail(2, "eval: --data FILE is required");
     if (strcmp(split, "val") && strcmp(split, "all"))

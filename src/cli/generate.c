@@ -2,49 +2,18 @@
  * through a Hugging Face tokenizer (--tokenizer), with temperature, top-k, top-p, a seed, a
  * token budget and a stop token. Any weights source; any world size and stage (each new token
  * is a forward every rank takes part in). */
-#include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "cli/train_ops.h"
 #include "core/status.h"
 #include "data/tokenizer.h"
 #include "zshard.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: zshard generate SRC [--prompt TEXT | --prompt-ids 'ID ID ...'] [options]\n"
-               "SRC: a zshard checkpoint (or save dir), a safetensors file, a Hugging Face\n"
-               "directory or an llm.c model file.\n"
-               "  --prompt TEXT       the text to continue: byte-level models, or any model\n"
-               "                      with --tokenizer [newline; with a tokenizer, its BOS\n"
-               "                      template or else its EOS token]\n"
-               "  --prompt-ids IDS    token models: token ids, space separated [the EOS token]\n"
-               "  --tokenizer PATH    a Hugging Face tokenizer: a directory with tokenizer.json\n"
-               "                      or vocab.json + merges.txt, or one of those files. The\n"
-               "                      prompt is encoded with it (its template, e.g. LLaMA's\n"
-               "                      <s>, applied), the output decoded (special tokens left\n"
-               "                      out), and its EOS token is the default --eos. BPE only\n"
-               "                      (GPT-2, Llama-2/3 style); see docs/tokenizer.md\n"
-               "  --max-tokens N      new tokens at most [200]\n"
-               "  --temperature F     0 = greedy (argmax) [0.8]\n"
-               "  --top-k K           keep the K most likely tokens, 0 = all [0]\n"
-               "  --top-p P           nucleus: the smallest set reaching probability P [1]\n"
-               "  --seed S            sampling seed: the same seed gives the same text [1337]\n"
-               "  --eos ID            stop after this token, -1 = never [the tokenizer's EOS;\n"
-               "                      without one, 50256 for a GPT-2 vocabulary, else -1]\n"
-               "  --seq T             context window and KV-cache positions [the model's]\n"
-               "  --device-mem SIZE   per-rank memory cap, e.g. 4G: under ZeRO-3 the whole model\n"
-               "                      is gathered once when it fits, else each unit per token\n"
-               "  --no-cache          recompute the whole window for every token instead of\n"
-               "                      one position per token with the KV cache (the cache's\n"
-               "                      reference; the stderr banner line says which ran)\n"
-               "  --model NAME        must agree with SRC (supplies heads for a bare safetensors)\n"
-               "  --device cpu|cuda|auto   where it computes (as train) [auto]\n"
-               "  --nproc N, --stage ddp|1|2|3   ranks and sharding [1, ddp]\n");
-}
 
 static int parse_ids(const char *s, int32_t **out, int *n) {
     int cap = 16;
@@ -69,63 +38,93 @@ static int parse_ids(const char *s, int32_t **out, int *n) {
     return *out ? 0 : -1;
 }
 
+/* What generate reads from the command line. */
+typedef struct gen_opts {
+    zs_train_config cfg;
+    zs_gen_config g;
+    const char *src, *model, *prompt, *ids, *tok_path, *config_path;
+    int nproc, seq, eos_set;
+} gen_opts;
+
+/* SRC: the one word that is no flag. */
+static int gen_src(void *opts, const char *a) {
+    gen_opts *o = opts;
+    if (o->src) return zs_cli_fail(2, "generate: unexpected argument '%s'", a);
+    o->src = a;
+    return 0;
+}
+
+#define GO(field) offsetof(gen_opts, field)
+static const zs_flag GEN_FLAGS[] = {
+    {.name = "config", .kind = ZS_FLAG_STR, .off = GO(config_path), .arg = "FILE",
+     .help = "settings from a YAML or JSON file whose keys are the long\n"
+             "flags below; flags given on the command line override it",
+     .opt = ZS_FLAG_CLI_ONLY},
+    {.name = "prompt", .kind = ZS_FLAG_STR, .off = GO(prompt), .arg = "TEXT",
+     .help = "the text to continue: byte-level models, or any model\n"
+             "with --tokenizer [newline; with a tokenizer, its BOS\n"
+             "template or else its EOS token]"},
+    {.name = "prompt-ids", .kind = ZS_FLAG_STR, .off = GO(ids), .arg = "IDS",
+     .help = "token models: token ids, space separated [the EOS token]"},
+    {.name = "tokenizer", .kind = ZS_FLAG_STR, .off = GO(tok_path), .arg = "PATH",
+     .help = "a Hugging Face tokenizer: a directory with tokenizer.json\n"
+             "or vocab.json + merges.txt, or one of those files. The\n"
+             "prompt is encoded with it (its template, e.g. LLaMA's\n"
+             "<s>, applied), the output decoded (special tokens left\n"
+             "out), and its EOS token is the default --eos. BPE only\n"
+             "(GPT-2, Llama-2/3 style); see docs/tokenizer.md"},
+    {.name = "max-tokens", .kind = ZS_FLAG_INT, .off = GO(g.max_tokens), .lo = 0, .hi = 1 << 20,
+     .arg = "N", .help = "new tokens at most [200]"},
+    {.name = "temperature", .kind = ZS_FLAG_FLOAT, .off = GO(g.temperature), .arg = "F",
+     .help = "0 = greedy (argmax) [0.8]"},
+    {.name = "top-k", .kind = ZS_FLAG_INT, .off = GO(g.top_k), .lo = 0, .hi = 1 << 30, .arg = "K",
+     .help = "keep the K most likely tokens, 0 = all [0]"},
+    {.name = "top-p", .kind = ZS_FLAG_FLOAT, .off = GO(g.top_p), .arg = "P",
+     .help = "nucleus: the smallest set reaching probability P [1]"},
+    {.name = "seed", .kind = ZS_FLAG_U64, .off = GO(g.seed), .arg = "S",
+     .help = "sampling seed: the same seed gives the same text [1337]"},
+    {.name = "eos", .kind = ZS_FLAG_INT, .off = GO(g.eos), .lo = -1, .hi = 1 << 30,
+     .set_off = GO(eos_set), .arg = "ID",
+     .help = "stop after this token, -1 = never [the tokenizer's EOS;\n"
+             "without one, 50256 for a GPT-2 vocabulary, else -1]"},
+    {.name = "seq", .kind = ZS_FLAG_INT, .off = GO(seq), .arg = "T",
+     .help = "context window and KV-cache positions [the model's]"},
+    {.name = "device-mem", .kind = ZS_FLAG_BYTES, .off = GO(cfg.device_mem), .arg = "SIZE",
+     .help = "per-rank memory cap, e.g. 4G: under ZeRO-3 the whole model\n"
+             "is gathered once when it fits, else each unit per token"},
+    {.name = "no-cache", .kind = ZS_FLAG_SWITCH, .off = GO(g.no_cache),
+     .help = "recompute the whole window for every token instead of\n"
+             "one position per token with the KV cache (the cache's\n"
+             "reference; the stderr banner line says which ran)"},
+    {.name = "model", .kind = ZS_FLAG_STR, .off = GO(model), .arg = "NAME",
+     .help = "must agree with SRC (supplies heads for a bare safetensors)"},
+    {.name = "device", .kind = ZS_FLAG_DEVICE, .off = GO(cfg.device), .arg = "cpu|cuda|auto",
+     .help = "where it computes (as train) [auto]"},
+    {.name = "nproc", .kind = ZS_FLAG_INT, .off = GO(nproc), .lo = 1, .hi = 256, .arg = "N",
+     .help = "ranks [1]"},
+    {.name = "stage", .kind = ZS_FLAG_STAGE, .off = GO(cfg.stage), .arg = "ddp|1|2|3",
+     .help = "sharding [ddp]"},
+};
+
+static const zs_flag_table GEN_TABLE = {
+    .cmd = "generate",
+    .rows = GEN_FLAGS,
+    .count = sizeof GEN_FLAGS / sizeof GEN_FLAGS[0],
+    .usage = "usage: zshard generate SRC [--prompt TEXT | --prompt-ids 'ID ID ...'] [options]\n"
+             "SRC: a zshard checkpoint (or save dir), a safetensors file, a Hugging Face\n"
+             "directory or an llm.c model file.\n",
+    .positional = gen_src,
+};
+
 int zs_cli_generate(int argc, char **argv) {
-    zs_train_config cfg = zs_train_config_default();
-    zs_gen_config g = zs_gen_config_default();
-    const char *src = NULL, *model = NULL, *prompt = NULL, *ids = NULL, *tok_path = NULL;
-    int nproc = 1, rc = 0, seq = 0, eos_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (zs_arg_is_help(a)) {
-            usage(stdout);
-            return 0;
-        }
-        if (strncmp(a, "--", 2)) {
-            if (src) return zs_cli_fail(2, "generate: unexpected argument '%s'", a);
-            src = a;
-            continue;
-        }
-        if (!strcmp(a, "--no-cache")) {
-            g.no_cache = 1;
-            continue;
-        }
-        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--prompt"))
-            prompt = v;
-        else if (!strcmp(a, "--prompt-ids"))
-            ids = v;
-        else if (!strcmp(a, "--tokenizer"))
-            tok_path = v;
-        else if (!strcmp(a, "--max-tokens"))
-            rc = zs_arg_int_range(a, v, 0, 1 << 20, &g.max_tokens);
-        else if (!strcmp(a, "--temperature"))
-            rc = zs_arg_float(a, v, &g.temperature);
-        else if (!strcmp(a, "--top-k"))
-            rc = zs_arg_int_range(a, v, 0, 1 << 30, &g.top_k);
-        else if (!strcmp(a, "--top-p"))
-            rc = zs_arg_float(a, v, &g.top_p);
-        else if (!strcmp(a, "--seed"))
-            rc = zs_arg_u64(a, v, &g.seed);
-        else if (!strcmp(a, "--eos")) {
-            rc = zs_arg_int_range(a, v, -1, 1 << 30, &g.eos);
-            eos_set = 1;
-        } else if (!strcmp(a, "--seq"))
-            rc = zs_arg_int(a, v, &seq);
-        else if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--device-mem")) {
-            if (zs_parse_bytes(v, &cfg.device_mem) != ZS_OK)
-                return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
-        } else if (!strcmp(a, "--nproc"))
-            rc = zs_arg_int_range(a, v, 1, 256, &nproc);
-        else if (!strcmp(a, "--stage"))
-            rc = zs_arg_stage(a, v, &cfg.stage);
-        else if (!strcmp(a, "--device"))
-            rc = zs_arg_device(a, v, &cfg.device);
-        else
-            return zs_cli_fail(2, "generate: unknown flag '%s' (see zshard generate --help)", a);
-        if (rc) return rc;
-    }
+    gen_opts o = {.cfg = zs_train_config_default(), .g = zs_gen_config_default(), .nproc = 1};
+    int rc = zs_flag_parse(&GEN_TABLE, argc, argv, 1, &o, NULL);
+    if (rc) return rc < 0 ? 0 : rc;
+    zs_train_config cfg = o.cfg;
+    zs_gen_config g = o.g;
+    const char *src = o.src, *model = o.model, *prompt = o.prompt, *ids = o.ids;
+    const char *tok_path = o.tok_path;
+    int nproc = o.nproc, seq = o.seq, eos_set = o.eos_set;
     if (!src) return zs_cli_fail(2, "generate: a weights source SRC is required");
     if (prompt && ids) return zs_cli_fail(2, "generate: --prompt and --prompt-ids: pick one");
     if (g.top_p <= 0.0f) return zs_cli_fail(2, "generate: --top-p must be positive");

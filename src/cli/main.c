@@ -1,5 +1,6 @@
 /* zshard command-line entry: dispatches to the subcommands. */
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "zshard.h"
 
 #include <stdarg.h>
@@ -7,12 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The argument library's error printer under the CLI's name. */
 int zs_cli_fail(int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "zshard: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    zs_flag_vfail(code, fmt, ap);
     va_end(ap);
     return code;
 }

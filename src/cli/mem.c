@@ -2,12 +2,12 @@
  * from the same unit layout the engine uses; `--compare` puts ddp/1/2/3 side by side with
  * the model-state formula for each (docs/architecture.md "Memory accounting"). Nothing is
  * allocated. */
-#include "cli/args.h"
 #include "cli/cli.h"
-#include "cli/config.h"
+#include "cli/flags.h"
 #include "cli/train_flags.h"
 #include "data/data.h"
 #include "train/docs_setup.h"
+#include "train/mem_formula.h"
 #include "core/alloc.h"
 #include "zshard.h"
 
@@ -16,24 +16,7 @@
 
 static const char *STAGE_NAME[] = {"ddp", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
 
-const char *zs_cli_formula_text(int stage, const zs_mem_options *mo, char *buf, size_t n) {
-    int a, b;
-    zs_mem_formula(stage, mo, &a, &b);
-    if (a && b)
-        snprintf(buf, n, "%dΨ + %dΨ/N", a, b);
-    else if (a)
-        snprintf(buf, n, "%dΨ", a);
-    else
-        snprintf(buf, n, "%dΨ/N", b);
-    return buf;
-}
-
-uint64_t zs_cli_formula_bytes(int stage, const zs_mem_options *mo, uint64_t psi, int world) {
-    int a, b;
-    zs_mem_formula(stage, mo, &a, &b);
-    return (uint64_t)a * psi + (uint64_t)b * psi / (uint64_t)world;
-}
-
+/* The compute and reduction dtypes in words. */
 static const char *dtype_words(const zs_mem_options *mo) {
     if (mo->dtype == ZS_DTYPE_F32 && mo->reduce_dtype == ZS_DTYPE_F32) return "fp32";
     if (mo->dtype == ZS_DTYPE_BF16 && mo->reduce_dtype == ZS_DTYPE_BF16)
@@ -42,197 +25,102 @@ static const char *dtype_words(const zs_mem_options *mo) {
     return "fp32 params, bf16 grads, fp32 Adam";
 }
 
-static int parse_dtype(const char *flag, const char *v, zs_dtype *dt) {
-    return zs_arg_dtype(flag, v, 0, dt);
-}
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: zshard mem [--model NAME] [--data FILE] [--nproc N] [--stage ddp|1|2|3]\n"
-            "                  [--batch B] [--seq T] [--grad-accum K] [--prefetch P] [--vocab V]\n"
-            "                  [--recompute none|block] [--attention flash|naive]\n"
-            "                  [--dtype fp32|bf16] [--device cpu|cuda|auto]\n"
-            "                  [--reduce-dtype fp32|bf16] [--comm auto|shm|gloo|mpi|nccl]\n"
-            "                  [--device-mem SIZE] [--tie-embeddings on|off] [--compare]\n"
-            "                  [--docs none|pack|concat|pad] [--config FILE] [train's flags]\n"
-            "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
-            "  copy of the parameters, --reduce-dtype the gradients' (default: --dtype); the\n"
-            "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
-            "  adds a row saying which stages fit on a device of that size, and for those that\n"
-            "  do not, what would (recompute, smaller micro-batches, more ranks). comm is the shm\n"
-            "  backend's staging (auto = shm, ranks on one host), or mpi's fp32 reduction\n"
-            "  staging; memory MPI and NCCL allocate themselves is not counted.\n"
-            "  The defaults are train's (--model gpt2-tiny, --batch 8, --seq 64), so the same\n"
-            "  flags predict what `train --mem-report` measures. --data FILE gives the\n"
-            "  vocabulary as train reads it (256 for text; --vocab for token shards); without\n"
-            "  it GPT-2's 50257, or LLaMA's 32000 for LLaMA models. A --batch that the ranks\n"
-            "  and micro-batches do not divide is an error, as in train; without --batch,\n"
-            "  8 or else one sequence per rank and micro-batch. --docs pack|pad adds each token's\n"
-            "  document start to the batch buffers, as train does (docs/data.md).\n"
-            "  Every flag of train, and its --config files, are accepted, so that a training\n"
-            "  command with `train` replaced by `mem` predicts that run; those that do not\n"
-            "  change memory (--lr, --steps, --doc-sep, ...) are named in a note.\n");
-}
-
+/* GiB of b bytes. */
 static double gib(uint64_t b) {
     return (double)b / 1073741824.0;
 }
 
-/* What mem reads from the command line (and a --config file). */
+/* What mem reads: train's options (every train flag is one of mem's, so that a training
+ * command with `train` replaced by `mem` predicts that run), and --compare. */
 typedef struct mem_args {
-    const char *model, *data, *val_data, *device;
-    int nproc, stage, batch, seq, accum, prefetch, vocab, compare, reduce_set, tie;
-    uint64_t device_mem;
-    zs_mem_options mo;
+    train_opts t; /* first: train's rows' offsets are mem's */
+    int compare;
     char ignored[512]; /* train's flags that do not change memory, named once each */
 } mem_args;
 
-/* Flag `a` (with its "--") set to v: 0 done, 2 a usage error (printed), -1 not one of mem's. */
-static int mem_flag(mem_args *m, const char *a, const char *v) {
-    int rc = 0;
-    if (!strcmp(a, "--model"))
-        m->model = v;
-    else if (!strcmp(a, "--data"))
-        m->data = v;
-    else if (!strcmp(a, "--val-data"))
-        m->val_data = v;
-    else if (!strcmp(a, "--tie-embeddings"))
-        rc = zs_arg_tie(a, v, &m->tie);
-    else if (!strcmp(a, "--nproc"))
-        rc = zs_arg_int(a, v, &m->nproc);
-    else if (!strcmp(a, "--batch"))
-        rc = zs_arg_int(a, v, &m->batch);
-    else if (!strcmp(a, "--seq"))
-        rc = zs_arg_int(a, v, &m->seq);
-    else if (!strcmp(a, "--grad-accum"))
-        rc = zs_arg_int(a, v, &m->accum);
-    else if (!strcmp(a, "--prefetch"))
-        rc = zs_arg_int(a, v, &m->prefetch);
-    else if (!strcmp(a, "--vocab"))
-        rc = zs_arg_int(a, v, &m->vocab);
-    else if (!strcmp(a, "--dtype"))
-        rc = parse_dtype(a, v, &m->mo.dtype);
-    else if (!strcmp(a, "--comm"))
-        m->mo.comm = v;
-    else if (!strcmp(a, "--docs")) {
-        if (zs_docs_mode_parse(v, &m->mo.docs) != ZS_OK)
-            return zs_cli_fail(2, "mem: %s", zs_last_error());
-    } else if (!strcmp(a, "--device-mem")) {
-        if (zs_parse_bytes(v, &m->device_mem) != ZS_OK)
-            return zs_cli_fail(2, "--device-mem: %s", zs_last_error());
-    } else if (!strcmp(a, "--reduce-dtype")) {
-        rc = parse_dtype(a, v, &m->mo.reduce_dtype);
-        m->reduce_set = 1;
-    } else if (!strcmp(a, "--recompute")) {
-        rc = zs_arg_recompute(a, v, &m->mo.recompute);
-    } else if (!strcmp(a, "--device")) {
-        rc = zs_arg_device(a, v, &m->device);
-    } else if (!strcmp(a, "--attention")) {
-        rc = zs_arg_attention(a, v, &m->mo.attention);
-    } else if (!strcmp(a, "--stage")) {
-        zs_stage st = ZS_STAGE_DDP;
-        rc = zs_arg_stage(a, v, &st);
-        m->stage = (int)st;
-    } else
-        return -1;
-    return rc;
-}
+/* train's flags that change memory; the others are named in a note. */
+static const char *const MEM_FLAGS[] = {
+    "model", "data", "val-data", "tie-embeddings", "nproc", "batch", "seq", "grad-accum",
+    "prefetch", "vocab", "dtype", "comm", "docs", "device-mem", "reduce-dtype", "recompute",
+    "device", "attention", "stage", "compare", "config"};
 
 /* One of train's flags that mem has no use for: named in the note (once). */
-static void mem_ignore(mem_args *m, const char *name) {
+static void mem_seen(void *opts, const zs_flag *f) {
+    mem_args *m = opts;
+    for (size_t i = 0; i < sizeof MEM_FLAGS / sizeof MEM_FLAGS[0]; i++)
+        if (!strcmp(f->name, MEM_FLAGS[i])) return;
     char key[80];
-    snprintf(key, sizeof key, " --%.60s,", name);
+    snprintf(key, sizeof key, " --%.60s,", f->name);
     if (strstr(m->ignored, key)) return;
     size_t L = strlen(m->ignored);
     snprintf(m->ignored + L, sizeof m->ignored - L, "%s", key);
 }
 
-/* A --config file, as train reads it: mem's settings taken, train's others noted. */
-static zs_config g_mem_config; /* its values are the settings' text: kept for the command */
+static const char USAGE[] =
+    "usage: zshard mem [--model NAME] [--data FILE] [--nproc N] [--stage ddp|1|2|3]\n"
+    "                  [--batch B] [--seq T] [--compare] [--config FILE] [train's flags]\n"
+    "Predicts per-rank peak memory by category before a run. --dtype is the compute\n"
+    "  copy of the parameters, --reduce-dtype the gradients' (default: --dtype); the\n"
+    "  master weights and Adam moments are fp32 either way. --device-mem (e.g. 80G)\n"
+    "  adds a row saying which stages fit on a device of that size, and for those that\n"
+    "  do not, what would (recompute, smaller micro-batches, more ranks). comm is the shm\n"
+    "  backend's staging (auto = shm, ranks on one host), or mpi's fp32 reduction\n"
+    "  staging; memory MPI and NCCL allocate themselves is not counted.\n"
+    "  The defaults are train's (--model gpt2-tiny, --batch 8, --seq 64), so the same\n"
+    "  flags predict what `train --mem-report` measures. --data FILE gives the\n"
+    "  vocabulary as train reads it (256 for text; --vocab for token shards); without\n"
+    "  it GPT-2's 50257, or LLaMA's 32000 for LLaMA models. A --batch that the ranks\n"
+    "  and micro-batches do not divide is an error, as in train; without --batch,\n"
+    "  8 or else one sequence per rank and micro-batch. --docs pack|pad adds each token's\n"
+    "  document start to the batch buffers, as train does (docs/data.md).\n"
+    "  Every flag of train, and its --config files, are accepted, so that a training\n"
+    "  command with `train` replaced by `mem` predicts that run; those that do not\n"
+    "  change memory (--lr, --steps, --doc-sep, ...) are named in a note.\n"
+    "\n";
 
-static int mem_config(mem_args *m, const char *path) {
-    zs_config c;
-    int rc = zs_config_load(path, &c);
-    if (rc) return rc;
-    for (int i = 0; i < c.n && !rc; i++) {
-        const zs_config_entry *e = &c.e[i];
-        char flag[128];
-        snprintf(flag, sizeof flag, "--%s", e->key);
-        for (char *p = flag; *p; p++)
-            if (*p == '_') *p = '-';
-        const train_flag *f = zs_train_flag_find(e->key);
-        if (!f) {
-            rc = zs_cli_fail(2, "%s:%d: unknown key '%s' (the keys are train's long flags)", path,
-                             e->line, e->key);
-            break;
-        }
-        if (!e->value) continue; /* null: the default */
-        rc = mem_flag(m, flag, e->value);
-        if (rc == -1) {
-            mem_ignore(m, flag + 2);
-            rc = 0;
-        }
-    }
-    zs_config_free(&g_mem_config);
-    g_mem_config = c;
-    return rc;
+/* mem's table: train's rows, then --compare (built once). */
+static const zs_flag_table *mem_table(void) {
+    static zs_flag rows[128];
+    static zs_flag_table t;
+    if (t.rows) return &t;
+    const zs_flag_table *tr = zs_train_flags();
+    int n = 0;
+    for (int i = 0; i < tr->count && n < 125; i++)
+        rows[n++] = tr->rows[i];
+    rows[n++] = (zs_flag){.name = "mem", .kind = ZS_FLAG_SECTION};
+    rows[n++] = (zs_flag){.name = "compare", .kind = ZS_FLAG_SWITCH,
+                          .off = offsetof(mem_args, compare),
+                          .help = "ddp, 1, 2 and 3 side by side with each one's formula"};
+    t = (zs_flag_table){.cmd = "mem", .rows = rows, .count = n, .usage = USAGE,
+                        .footer = "model presets: see zshard train --help\n",
+                        .given_off = offsetof(mem_args, t.given), .seen = mem_seen};
+    return &t;
 }
 
 int zs_cli_mem(int argc, char **argv) {
-    mem_args m = {.model = "gpt2-tiny", .device = "auto", .nproc = 1, .seq = 64, .accum = 1,
-                  .prefetch = 1, .vocab = -1};
-    int rc = 0;
-    /* A --config file first, wherever it stands, so that flags override it (as train). */
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--config")) {
-            const char *v = zs_arg_value(argc, argv, &i);
-            if (!v) return 2;
-            if ((rc = mem_config(&m, v))) return rc;
-        }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--compare")) {
-            m.compare = 1;
-            continue;
-        }
-        if (!strcmp(a, "--config")) {
-            i++;
-            continue;
-        }
-        if (strncmp(a, "--", 2))
-            return zs_cli_fail(2, "mem: unexpected argument '%s' (see zshard mem --help)", a);
-        /* train's flags all work here, so that a training command line with `train` replaced
-         * by `mem` predicts that run; those that do not change memory are named in a note */
-        const train_flag *f = zs_train_flag_find(a + 2);
-        if (f && f->kind == TF_SWITCH) { /* --quiet, --quiet true */
-            if (i + 1 < argc && zs_arg_bool_word(argv[i + 1])) i++;
-            mem_ignore(&m, a + 2);
-            continue;
-        }
-        if (!f && strcmp(a, "--print-config") == 0) {
-            mem_ignore(&m, a + 2);
-            continue;
-        }
-        if (!(v = zs_arg_value(argc, argv, &i))) return 2;
-        rc = mem_flag(&m, a, v);
-        if (rc == -1 && f) {
-            mem_ignore(&m, a + 2);
-            rc = 0;
-        } else if (rc == -1)
-            return zs_cli_fail(2, "mem: unknown flag '%s' (see zshard mem --help)", a);
-        if (rc) return rc;
-    }
-    const char *model = m.model, *data = m.data, *val_data = m.val_data, *device = m.device;
-    int nproc = m.nproc, stage = m.stage, batch = m.batch, seq = m.seq, accum = m.accum;
-    int prefetch = m.prefetch, vocab = m.vocab, compare = m.compare, reduce_set = m.reduce_set;
-    int tie = m.tie;
-    uint64_t device_mem = m.device_mem;
-    zs_mem_options mo = m.mo;
-    if (!reduce_set) mo.reduce_dtype = mo.dtype;
+    mem_args m;
+    memset(&m, 0, sizeof m);
+    m.t.cfg = zs_train_config_default();
+    m.t.model_name = "gpt2-tiny";
+    m.t.nproc = 1;
+    int rc = zs_flag_parse(mem_table(), argc, argv, 1, &m, NULL);
+    if (rc) return rc < 0 ? 0 : rc;
+    const zs_train_config *tc = &m.t.cfg;
+    const char *model = m.t.model_name, *data = tc->data_path, *val_data = tc->val_path;
+    const char *device = tc->device ? tc->device : "auto";
+    int nproc = m.t.nproc, stage = (int)tc->stage, seq = tc->seq, accum = tc->grad_accum;
+    int batch = (m.t.given & ZS_GIVEN_BATCH) ? tc->batch : 0; /* 0: train's 8 if it divides */
+    int prefetch = tc->prefetch, vocab = tc->vocab > 0 ? tc->vocab : -1, compare = m.compare;
+    int tie = m.t.tie;
+    uint64_t device_mem = tc->device_mem;
+    zs_mem_options mo;
+    memset(&mo, 0, sizeof mo);
+    mo.dtype = tc->dtype;
+    mo.reduce_dtype = m.t.reduce_dtype_set ? tc->reduce_dtype : tc->dtype;
+    mo.recompute = tc->recompute;
+    mo.attention = tc->attention;
+    mo.comm = tc->comm;
+    mo.docs = tc->docs;
     /* A prediction needs no GPU: auto predicts the device a run here would pick. */
     const char *chosen = "cpu";
     char why[160];
@@ -315,8 +203,8 @@ int zs_cli_mem(int argc, char **argv) {
     printf("\n| formula (Ψ padded, N=%d) |", nproc);
     for (int s = first; s <= last; s++) {
         char f[48];
-        printf(" %s = %.3f |", zs_cli_formula_text(s, &mo, f, sizeof f),
-               gib(zs_cli_formula_bytes(s, &mo, (uint64_t)e0->padded, nproc)));
+        printf(" %s = %.3f |", zs_mem_formula_text(s, &mo, f, sizeof f),
+               gib(zs_mem_formula_bytes(s, &mo, (uint64_t)e0->padded, nproc)));
     }
     printf("\n| **total** |");
     for (int s = first; s <= last; s++)

@@ -3,6 +3,7 @@
  * rank fails it gives the others a moment to report, then stops them (SIGTERM, then
  * SIGKILL) and exits non-zero with one line naming the rank and how it failed. */
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "cli/run.h"
 
 #include <dirent.h>
@@ -10,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,7 +27,7 @@
 typedef zs_rank_proc rank_proc;
 
 typedef struct run_opts {
-    int nproc, nnodes, node_rank, port, threads, prefix, max_restarts;
+    int nproc, nnodes, node_rank, port, threads, prefix, max_restarts, no_prefix, no_stdout_prefix;
     const char *addr;
     double drain_s, kill_grace_s, backoff_s;
     char **cmd;
@@ -44,107 +46,85 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: zshard run -n N [options] -- COMMAND [ARGS...]\n"
-            "\n"
-            "Starts N local ranks of COMMAND with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
-            "MASTER_ADDR, MASTER_PORT set (torchrun's variables) and, unless already set,\n"
-            "OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = max(1, cores / N) and\n"
-            "OMP_WAIT_POLICY=passive. When a rank fails the others are stopped, the summary\n"
-            "names the rank at fault with its message, and the exit status is non-zero.\n"
-            "SIGINT/SIGTERM are passed to every rank (zshard train saves and stops after its\n"
-            "current step); a second one kills them at once.\n"
-            "\n"
-            "options:\n"
-            "  -n, --nproc-per-node N  local ranks (required)\n"
-            "  --nnodes M              hosts in the job (default 1)\n"
-            "  --node-rank K           this host's index (default 0)\n"
-            "  --master-addr A         rank 0's host (default 127.0.0.1)\n"
-            "  --master-port P         rendezvous port (default: a free port; required if M > 1)\n"
-            "  --threads T             threads per rank instead of cores / N (or\n"
-            "                          $OMP_NUM_THREADS when set)\n"
-            "  --max-restarts R        restart the whole job up to R times after a rank fails\n"
-            "                          (TORCHELASTIC_RESTART_COUNT tells the ranks) [0]\n"
-            "  --restart-backoff S     seconds before the first restart, doubling (at most\n"
-            "                          60) for each next one [1]\n"
-            "  --drain S               seconds failed-job ranks get to exit by themselves\n"
-            "                          before SIGTERM (default 3)\n"
-            "  --kill-grace S          seconds between SIGTERM and SIGKILL (default 5)\n"
-            "  --no-prefix             pass output through without the \"[rank] \" prefix\n"
-            "  --no-stdout-prefix      stdout without the prefix, stderr with it (a command\n"
-            "                          whose rank 0 alone writes results, e.g. JSON)\n");
+/* A word before "--" that is no option: the command belongs after "--". */
+static int run_positional(void *opts, const char *a) {
+    return zs_cli_fail(2,
+                       "run: '%s' is not an option of zshard run: put the command after --, as in "
+                       "`zshard run -n N -- %s ...`",
+                       a, a);
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out) {
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
+#define RO(field) offsetof(run_opts, field)
+static const zs_flag RUN_FLAGS[] = {
+    {.name = "nproc-per-node", .kind = ZS_FLAG_INT, .off = RO(nproc), .lo = 1, .hi = MAX_LOCAL,
+     .arg = "N", .help = "local ranks (required); also -n N, --nproc N"},
+    {.name = "n", .kind = ZS_FLAG_INT, .off = RO(nproc), .lo = 1, .hi = MAX_LOCAL,
+     .opt = ZS_FLAG_HIDDEN},
+    {.name = "nproc", .kind = ZS_FLAG_INT, .off = RO(nproc), .lo = 1, .hi = MAX_LOCAL,
+     .opt = ZS_FLAG_HIDDEN},
+    {.name = "nnodes", .kind = ZS_FLAG_INT, .off = RO(nnodes), .lo = 1, .hi = 1 << 16, .arg = "M",
+     .help = "hosts in the job [1]"},
+    {.name = "node-rank", .kind = ZS_FLAG_INT, .off = RO(node_rank), .lo = 0, .hi = 1 << 16,
+     .arg = "K", .help = "this host's index [0]"},
+    {.name = "master-addr", .kind = ZS_FLAG_STR, .off = RO(addr), .arg = "A",
+     .help = "rank 0's host [127.0.0.1]"},
+    {.name = "master-port", .kind = ZS_FLAG_INT, .off = RO(port), .lo = 1, .hi = 65535,
+     .arg = "P", .help = "rendezvous port [a free port; required if M > 1]"},
+    {.name = "threads", .kind = ZS_FLAG_INT, .off = RO(threads), .lo = 1, .hi = 4096, .arg = "T",
+     .help = "threads per rank instead of cores / N (or\n"
+             "$OMP_NUM_THREADS when set)"},
+    {.name = "max-restarts", .kind = ZS_FLAG_INT, .off = RO(max_restarts), .lo = 0, .hi = 1000,
+     .arg = "R",
+     .help = "restart the whole job up to R times after a rank fails\n"
+             "(TORCHELASTIC_RESTART_COUNT tells the ranks) [0]"},
+    {.name = "restart-backoff", .kind = ZS_FLAG_DOUBLE, .off = RO(backoff_s), .lo = 0, .hi = -1,
+     .arg = "S",
+     .help = "seconds before the first restart, doubling (at most\n"
+             "60) for each next one [1]"},
+    {.name = "drain", .kind = ZS_FLAG_DOUBLE, .off = RO(drain_s), .lo = 0, .hi = -1, .arg = "S",
+     .help = "seconds failed-job ranks get to exit by themselves\n"
+             "before SIGTERM [3]"},
+    {.name = "kill-grace", .kind = ZS_FLAG_DOUBLE, .off = RO(kill_grace_s), .lo = 0, .hi = -1,
+     .arg = "S", .help = "seconds between SIGTERM and SIGKILL [5]"},
+    {.name = "no-prefix", .kind = ZS_FLAG_SWITCH, .off = RO(no_prefix),
+     .help = "pass output through without the \"[rank] \" prefix"},
+    {.name = "no-stdout-prefix", .kind = ZS_FLAG_SWITCH, .off = RO(no_stdout_prefix),
+     .help = "stdout without the prefix, stderr with it (a command\n"
+             "whose rank 0 alone writes results, e.g. JSON)"},
+};
 
+static const zs_flag_table RUN_TABLE = {
+    .cmd = "run",
+    .rows = RUN_FLAGS,
+    .count = sizeof RUN_FLAGS / sizeof RUN_FLAGS[0],
+    .usage =
+        "usage: zshard run -n N [options] -- COMMAND [ARGS...]\n"
+        "\n"
+        "Starts N local ranks of COMMAND with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+        "MASTER_ADDR, MASTER_PORT set (torchrun's variables) and, unless already set,\n"
+        "OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = max(1, cores / N) and\n"
+        "OMP_WAIT_POLICY=passive. When a rank fails the others are stopped, the summary\n"
+        "names the rank at fault with its message, and the exit status is non-zero.\n"
+        "SIGINT/SIGTERM are passed to every rank (zshard train saves and stops after its\n"
+        "current step); a second one kills them at once.\n"
+        "\n"
+        "options:\n",
+    .positional = run_positional,
+    .stop_at_dashes = 1,
+};
+
+/* Defaults, then argv: 0, 1 after --help, or the printed error's status. */
 static int parse_args(int argc, char **argv, run_opts *o) {
-    o->nproc = 0;
+    memset(o, 0, sizeof *o);
     o->nnodes = 1;
-    o->node_rank = 0;
-    o->port = 0;
-    o->threads = 0;
-    o->prefix = 1;
-    o->addr = NULL;
     o->drain_s = 3.0;
     o->kill_grace_s = 5.0;
     o->backoff_s = 1.0;
-    o->max_restarts = 0;
-    o->cmd = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "--")) {
-            o->cmd = argv + i + 1;
-            break;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
-        } else if (!strcmp(a, "--no-prefix")) {
-            o->prefix = 0;
-            continue;
-        } else if (!strcmp(a, "--no-stdout-prefix")) {
-            o->prefix = ZS_RUN_PREFIX_STDERR;
-            continue;
-        }
-        if (a[0] != '-')
-            return zs_cli_fail(2,
-                               "run: '%s' is not an option of zshard run: put the command after "
-                               "--, as in `zshard run -n N -- %s ...`",
-                               a, a);
-        if (!v) return zs_cli_fail(2, "run: %s needs a value (see zshard run --help)", a);
-        if (!strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--nproc-per-node"))
-            bad = parse_int(v, 1, MAX_LOCAL, &o->nproc);
-        else if (!strcmp(a, "--nnodes"))
-            bad = parse_int(v, 1, 1 << 16, &o->nnodes);
-        else if (!strcmp(a, "--node-rank"))
-            bad = parse_int(v, 0, 1 << 16, &o->node_rank);
-        else if (!strcmp(a, "--master-port"))
-            bad = parse_int(v, 1, 65535, &o->port);
-        else if (!strcmp(a, "--threads"))
-            bad = parse_int(v, 1, 4096, &o->threads);
-        else if (!strcmp(a, "--max-restarts"))
-            bad = parse_int(v, 0, 1000, &o->max_restarts);
-        else if (!strcmp(a, "--restart-backoff"))
-            bad = (o->backoff_s = atof(v)) < 0;
-        else if (!strcmp(a, "--master-addr"))
-            o->addr = v;
-        else if (!strcmp(a, "--drain"))
-            bad = (o->drain_s = atof(v)) < 0;
-        else if (!strcmp(a, "--kill-grace"))
-            bad = (o->kill_grace_s = atof(v)) < 0;
-        else
-            return zs_cli_fail(2, "run: unknown option '%s' (see zshard run --help)", a);
-        if (bad) return zs_cli_fail(2, "run: %s: '%s' is not a number in range", a, v);
-        i++;
-    }
+    int rest = argc;
+    int rc = zs_flag_parse(&RUN_TABLE, argc, argv, 1, o, &rest);
+    if (rc) return rc < 0 ? 1 : rc;
+    o->prefix = o->no_prefix ? 0 : o->no_stdout_prefix ? ZS_RUN_PREFIX_STDERR : 1;
+    o->cmd = rest < argc ? argv + rest : NULL;
     if (!o->cmd || !o->cmd[0])
         return zs_cli_fail(2, "run: no command given (zshard run -n N -- COMMAND ...)");
     if (o->nproc < 1) return zs_cli_fail(2, "run: -n N is required");

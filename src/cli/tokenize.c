@@ -3,48 +3,16 @@
  * terminal and a summary at the end. The work is src/data/tokenize.c's. */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "core/status.h"
 #include "data/tokenize.h"
 #include "zshard.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: zshard tokenize INPUT... --tokenizer PATH --out DIR [options]\n"
-               "INPUT: text files, folders (their files, recursively; hidden files and links\n"
-               "left out), quoted patterns ('data/*.txt'), JSONL files (.jsonl, .ndjson).\n"
-               "Writes DIR/train_000000.bin ..., DIR/val_000000.bin ... (llm.c token shards:\n"
-               "uint16 when the vocabulary fits, else uint32) and DIR/dataset.json. Each document\n"
-               "is the tokenizer's template (e.g. LLaMA's <s>) around its tokens, then the EOS.\n"
-               "  --tokenizer PATH   a Hugging Face tokenizer: a folder with tokenizer.json or\n"
-               "                     vocab.json + merges.txt, or one of those files (required)\n"
-               "  --out DIR          the output folder, created if missing (required)\n"
-               "  --doc-sep LINE     text files: a line equal to LINE ends a document, e.g. %%\n"
-               "                     (fortune files) or '' (blank lines) [one document per file]\n"
-               "  --field NAME       JSONL: the string field holding the text [text]\n"
-               "  --exclude GLOB     leave out files whose name matches, e.g. '*.dat' (repeat\n"
-               "                     for more)\n"
-               "  --format F         auto, text or jsonl: how to read every input [auto: .jsonl\n"
-               "                     and .ndjson files are JSONL, the others text]\n"
-               "  --shard-size N     tokens per shard file [100000000]\n"
-               "  --val-frac F       share of documents that go to val, chosen by a hash of each\n"
-               "                     document's index and --seed [0.1]\n"
-               "  --seed S           seed of that choice [1337]\n"
-               "  --threads N        encoding threads [the cores this process may use]; the\n"
-               "                     output is the same bytes for any N\n"
-               "  --eos TOKEN        the end-of-document token [the tokenizer's EOS]\n"
-               "  --max-doc-bytes B  longer documents are skipped, e.g. 64M [64M]\n"
-               "  --strict           a document that would be skipped (empty, bad JSONL line,\n"
-               "                     missing or non-string field, too long, binary file) is an\n"
-               "                     error instead\n"
-               "  --overwrite        replace the shards and dataset.json of an earlier run in DIR\n"
-               "  --quiet            no progress display\n"
-               "Invalid UTF-8 is read as U+FFFD, one per maximal invalid sequence (as Python's\n"
-               "errors='replace'). docs/tokenizer.md has the rules.\n");
-}
 
 typedef struct progress {
     int tty;
@@ -146,88 +114,152 @@ static void on_signal(int sig) {
     g_cancel = sig;
 }
 
+/* What tokenize reads from the command line. */
+typedef struct tok_opts {
+    zs_tokenize_config c;
+    const char **inputs, **excl, *config_path;
+    int n_in, n_ex, quiet, threads_set;
+    float vf;
+} tok_opts;
+
+/* INPUT...: every word that is no flag ("-" included). */
+static int tok_input(void *opts, const char *a) {
+    tok_opts *o = opts;
+    o->inputs[o->n_in++] = a;
+    return 0;
+}
+
+/* --exclude GLOB, repeatable. */
+static int parse_exclude(void *opts, const char *v, const char *what) {
+    tok_opts *o = opts;
+    o->excl[o->n_ex++] = v;
+    return 0;
+}
+
+/* --format auto|text|jsonl. */
+static int parse_format(void *opts, const char *v, const char *what) {
+    tok_opts *o = opts;
+    if (!strcmp(v, "auto"))
+        o->c.corpus.format = ZS_CORPUS_AUTO;
+    else if (!strcmp(v, "text"))
+        o->c.corpus.format = ZS_CORPUS_TEXT;
+    else if (!strcmp(v, "jsonl"))
+        o->c.corpus.format = ZS_CORPUS_JSONL;
+    else
+        return zs_cli_fail(2, "%s: '%s' is not one of auto, text, jsonl", what, v);
+    return 0;
+}
+
+/* --shard-size N in [1, 2^31 - 1]. */
+static int parse_shard_size(void *opts, const char *v, const char *what) {
+    tok_opts *o = opts;
+    uint64_t u = 0;
+    int rc = zs_arg_u64(what, v, &u);
+    if (!rc && (u < 1 || u > 2147483647u))
+        rc = zs_cli_fail(2, "%s: %s is out of range [1, 2147483647]", what, v);
+    if (!rc) o->c.shard_size = (int64_t)u;
+    return rc;
+}
+
+/* --val-frac F in [0, 1]. */
+static int parse_val_frac(void *opts, const char *v, const char *what) {
+    tok_opts *o = opts;
+    int rc = zs_arg_float(what, v, &o->vf);
+    if (!rc && (o->vf < 0 || o->vf > 1))
+        rc = zs_cli_fail(2, "%s: %s is out of range [0, 1]", what, v);
+    return rc;
+}
+
+/* --max-doc-bytes B: a size in [1, 64G]. */
+static int parse_max_doc(void *opts, const char *v, const char *what) {
+    tok_opts *o = opts;
+    uint64_t u = 0;
+    if (zs_parse_bytes(v, &u) != ZS_OK || u < 1 || u > ((uint64_t)1 << 36))
+        return zs_cli_fail(2, "%s: '%s' is not a size in [1, 64G]", what, v);
+    o->c.corpus.max_doc_bytes = (size_t)u;
+    return 0;
+}
+
+#define TO(field) offsetof(tok_opts, field)
+static const zs_flag TOK_FLAGS[] = {
+    {.name = "config", .kind = ZS_FLAG_STR, .off = TO(config_path), .arg = "FILE",
+     .help = "settings from a YAML or JSON file whose keys are the long\n"
+             "flags below; flags given on the command line override it",
+     .opt = ZS_FLAG_CLI_ONLY},
+    {.name = "tokenizer", .kind = ZS_FLAG_STR, .off = TO(c.tokenizer), .arg = "PATH",
+     .help = "a Hugging Face tokenizer: a folder with tokenizer.json or\n"
+             "vocab.json + merges.txt, or one of those files (required)"},
+    {.name = "out", .kind = ZS_FLAG_STR, .off = TO(c.out_dir), .arg = "DIR",
+     .help = "the output folder, created if missing (required)"},
+    {.name = "doc-sep", .kind = ZS_FLAG_STR, .off = TO(c.corpus.doc_sep), .arg = "LINE",
+     .help = "text files: a line equal to LINE ends a document, e.g. %\n"
+             "(fortune files) or '' (blank lines) [one document per file]"},
+    {.name = "field", .kind = ZS_FLAG_STR, .off = TO(c.corpus.field), .arg = "NAME",
+     .help = "JSONL: the string field holding the text [text]"},
+    {.name = "exclude", .kind = ZS_FLAG_CUSTOM, .parse = parse_exclude, .arg = "GLOB",
+     .help = "leave out files whose name matches, e.g. '*.dat' (repeat\n"
+             "for more)"},
+    {.name = "format", .kind = ZS_FLAG_CUSTOM, .parse = parse_format, .arg = "F",
+     .help = "auto, text or jsonl: how to read every input [auto: .jsonl\n"
+             "and .ndjson files are JSONL, the others text]"},
+    {.name = "shard-size", .kind = ZS_FLAG_CUSTOM, .parse = parse_shard_size, .arg = "N",
+     .help = "tokens per shard file [100000000]"},
+    {.name = "val-frac", .kind = ZS_FLAG_CUSTOM, .parse = parse_val_frac, .arg = "F",
+     .help = "share of documents that go to val, chosen by a hash of each\n"
+             "document's index and --seed [0.1]"},
+    {.name = "seed", .kind = ZS_FLAG_U64, .off = TO(c.seed), .arg = "S",
+     .help = "seed of that choice [1337]"},
+    {.name = "threads", .kind = ZS_FLAG_INT, .off = TO(c.threads), .lo = 1, .hi = 1024,
+     .set_off = TO(threads_set), .arg = "N",
+     .help = "encoding threads [the cores this process may use]; the\n"
+             "output is the same bytes for any N"},
+    {.name = "eos", .kind = ZS_FLAG_STR, .off = TO(c.eos), .arg = "TOKEN",
+     .help = "the end-of-document token [the tokenizer's EOS]"},
+    {.name = "max-doc-bytes", .kind = ZS_FLAG_CUSTOM, .parse = parse_max_doc, .arg = "B",
+     .help = "longer documents are skipped, e.g. 64M [64M]"},
+    {.name = "strict", .kind = ZS_FLAG_SWITCH, .off = TO(c.strict),
+     .help = "a document that would be skipped (empty, bad JSONL line,\n"
+             "missing or non-string field, too long, binary file) is an\n"
+             "error instead"},
+    {.name = "overwrite", .kind = ZS_FLAG_SWITCH, .off = TO(c.overwrite),
+     .help = "replace the shards and dataset.json of an earlier run in DIR"},
+    {.name = "quiet", .kind = ZS_FLAG_SWITCH, .off = TO(quiet), .help = "no progress display"},
+};
+
+static const zs_flag_table TOK_TABLE = {
+    .cmd = "tokenize",
+    .rows = TOK_FLAGS,
+    .count = sizeof TOK_FLAGS / sizeof TOK_FLAGS[0],
+    .usage = "usage: zshard tokenize INPUT... --tokenizer PATH --out DIR [options]\n"
+             "INPUT: text files, folders (their files, recursively; hidden files and links\n"
+             "left out), quoted patterns ('data/*.txt'), JSONL files (.jsonl, .ndjson).\n"
+             "Writes DIR/train_000000.bin ..., DIR/val_000000.bin ... (llm.c token shards:\n"
+             "uint16 when the vocabulary fits, else uint32) and DIR/dataset.json. Each document\n"
+             "is the tokenizer's template (e.g. LLaMA's <s>) around its tokens, then the EOS.\n",
+    .footer = "Invalid UTF-8 is read as U+FFFD, one per maximal invalid sequence (as Python's\n"
+              "errors='replace'). docs/tokenizer.md has the rules.\n",
+    .positional = tok_input,
+};
+
 int zs_cli_tokenize(int argc, char **argv) {
-    zs_tokenize_config c = zs_tokenize_config_default();
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    const char **excl = calloc((size_t)argc + 1, sizeof *excl);
-    int n_ex = 0, n_in = 0, rc = 0, quiet = 0, threads_set = 0;
-    float vf = 0.1f;
-    if (!inputs || !excl) {
-        free(inputs);
-        free(excl);
+    tok_opts o = {.c = zs_tokenize_config_default(), .vf = 0.1f};
+    o.inputs = calloc((size_t)argc + 1, sizeof *o.inputs);
+    o.excl = calloc((size_t)argc + 1, sizeof *o.excl);
+    if (!o.inputs || !o.excl) {
+        free(o.inputs);
+        free(o.excl);
         return zs_cli_fail(1, "tokenize: out of memory");
     }
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v;
-        if (zs_arg_is_help(a)) {
-            usage(stdout);
-            free(inputs);
-            free(excl);
-            return 0;
-        }
-        if (strncmp(a, "--", 2) || !strcmp(a, "-")) {
-            inputs[n_in++] = a;
-            continue;
-        }
-        if (!strcmp(a, "--strict")) {
-            c.strict = 1;
-            continue;
-        }
-        if (!strcmp(a, "--overwrite")) {
-            c.overwrite = 1;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
-            quiet = 1;
-            continue;
-        }
-        if (!(v = zs_arg_value(argc, argv, &i))) {
-            rc = 2;
-            break;
-        }
-        uint64_t u = 0;
-        if (!strcmp(a, "--tokenizer"))
-            c.tokenizer = v;
-        else if (!strcmp(a, "--out"))
-            c.out_dir = v;
-        else if (!strcmp(a, "--doc-sep"))
-            c.corpus.doc_sep = v;
-        else if (!strcmp(a, "--field"))
-            c.corpus.field = v;
-        else if (!strcmp(a, "--exclude"))
-            excl[n_ex++] = v;
-        else if (!strcmp(a, "--format")) {
-            if (!strcmp(v, "auto"))
-                c.corpus.format = ZS_CORPUS_AUTO;
-            else if (!strcmp(v, "text"))
-                c.corpus.format = ZS_CORPUS_TEXT;
-            else if (!strcmp(v, "jsonl"))
-                c.corpus.format = ZS_CORPUS_JSONL;
-            else
-                rc = zs_cli_fail(2, "--format: '%s' is not one of auto, text, jsonl", v);
-        } else if (!strcmp(a, "--shard-size")) {
-            rc = zs_arg_u64(a, v, &u);
-            if (!rc && (u < 1 || u > 2147483647u))
-                rc = zs_cli_fail(2, "--shard-size: %s is out of range [1, 2147483647]", v);
-            c.shard_size = (int64_t)u;
-        } else if (!strcmp(a, "--val-frac")) {
-            rc = zs_arg_float(a, v, &vf);
-            if (!rc && (vf < 0 || vf > 1))
-                rc = zs_cli_fail(2, "--val-frac: %s is out of range [0, 1]", v);
-        } else if (!strcmp(a, "--seed"))
-            rc = zs_arg_u64(a, v, &c.seed);
-        else if (!strcmp(a, "--threads")) {
-            rc = zs_arg_int_range(a, v, 1, 1024, &c.threads);
-            threads_set = 1;
-        } else if (!strcmp(a, "--eos"))
-            c.eos = v;
-        else if (!strcmp(a, "--max-doc-bytes")) {
-            if (zs_parse_bytes(v, &u) != ZS_OK || u < 1 || u > ((uint64_t)1 << 36))
-                rc = zs_cli_fail(2, "--max-doc-bytes: '%s' is not a size in [1, 64G]", v);
-            c.corpus.max_doc_bytes = (size_t)u;
-        } else
-            rc = zs_cli_fail(2, "tokenize: unknown flag '%s' (see zshard tokenize --help)", a);
+    int rc = zs_flag_parse(&TOK_TABLE, argc, argv, 1, &o, NULL);
+    if (rc < 0) {
+        free(o.inputs);
+        free(o.excl);
+        return 0;
     }
+    zs_tokenize_config c = o.c;
+    const char **inputs = o.inputs, **excl = o.excl;
+    int n_in = o.n_in, n_ex = o.n_ex, quiet = o.quiet, threads_set = o.threads_set;
+    float vf = o.vf;
     if (!rc && !n_in) rc = zs_cli_fail(2, "tokenize: no INPUT given (zshard tokenize --help)");
     if (!rc && !c.tokenizer) rc = zs_cli_fail(2, "tokenize: --tokenizer PATH is required");
     if (!rc && !c.out_dir) rc = zs_cli_fail(2, "tokenize: --out DIR is required");

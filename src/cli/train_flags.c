@@ -1,20 +1,12 @@
 /* The table of `zshard train`'s flags (train_flags.h): one row per flag with its type, field,
- * range and the ZS_GIVEN_* bit a resume compares; one parser and one printer per type. */
+ * range, help and the ZS_GIVEN_* bit a resume compares; the argument library (flags.h) parses
+ * and prints them, this file adds the YAML and JSON writers of --print-config and the log. */
 #include "cli/train_flags.h"
 
-#include "cli/args.h"
-#include "cli/cli.h"
 #include "ckpt/json.h"
-#include "core/alloc.h"
-#include "core/status.h"
-#include "core/log.h"
 #include "data/data.h"
 
-#include <ctype.h>
-#include <errno.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,305 +14,199 @@
 #define NONE 0, 0, 0, 0
 #define POS 0, 1, INT_MAX, 0    /* an int >= 1 */
 #define NONNEG 0, 0, INT_MAX, 0 /* an int >= 0 */
+#define SECTION(title) {title, ZS_FLAG_SECTION, 0, NONE, NULL, NULL, 0, NULL}
 
 /* Help order. `set_off` marks flags whose presence itself matters (--model given, ...). */
-static const train_flag FLAGS[] = {
-    {"model", TF_STR, OFF(model_name), 0, 0, 0, OFF(model_set)},
-    {"tie-embeddings", TF_TIE, OFF(tie), NONE},
-    {"data", TF_STR, OFF(cfg.data_path), NONE},
-    {"val-data", TF_STR, OFF(cfg.val_path), NONE},
-    {"val-frac", TF_DOUBLE, OFF(cfg.val_fraction), 0, 0, 1, 0},
-    {"vocab", TF_INT, OFF(cfg.vocab), NONNEG},
-    {"docs", TF_DOCS, OFF(cfg.docs), ZS_GIVEN_DOCS, 0, 0, 0},
-    {"epochs", TF_INT, OFF(cfg.epochs), ZS_GIVEN_EPOCHS, 1, 1 << 30, 0},
-    {"eos-id", TF_I64, OFF(cfg.eos_id), ZS_GIVEN_EOS, 0, ZS_MAX_VOCAB - 1, 0},
-    {"pad-id", TF_I64, OFF(cfg.pad_id), ZS_GIVEN_PAD, 0, ZS_MAX_VOCAB - 1, 0},
-    {"doc-sep", TF_STR, OFF(cfg.doc_sep), ZS_GIVEN_SEP, 0, 0, 0},
-    {"batch", TF_INT, OFF(cfg.batch), ZS_GIVEN_BATCH, 1, INT_MAX, 0},
-    {"seq", TF_INT, OFF(cfg.seq), ZS_GIVEN_SEQ, 1, INT_MAX, 0},
-    {"steps", TF_INT, OFF(cfg.steps), ZS_GIVEN_STEPS, 1, INT_MAX, 0},
-    {"grad-accum", TF_INT, OFF(cfg.grad_accum), ZS_GIVEN_ACCUM, 1, INT_MAX, 0},
-    {"lr", TF_FLOAT, OFF(cfg.lr), ZS_GIVEN_LR, 1, 0, 0},
-    {"min-lr-frac", TF_FLOAT, OFF(cfg.min_lr_frac), ZS_GIVEN_MIN_LR, 0, 0, 0},
-    {"warmup", TF_INT, OFF(cfg.warmup), ZS_GIVEN_WARMUP, 0, INT_MAX, 0},
-    {"weight-decay", TF_FLOAT, OFF(cfg.weight_decay), ZS_GIVEN_WD, 0, 0, 0},
-    {"grad-clip", TF_FLOAT, OFF(cfg.grad_clip), ZS_GIVEN_CLIP, 0, 0, 0},
-    {"seed", TF_U64, OFF(cfg.seed), ZS_GIVEN_SEED, 0, 0, 0},
-    {"stage", TF_STAGE, OFF(cfg.stage), NONE},
-    {"nproc", TF_INT, OFF(nproc), 0, 1, 256, 0},
-    {"max-restarts", TF_INT, OFF(max_restarts), 0, 0, 1000, 0},
-    {"prefetch", TF_INT, OFF(cfg.prefetch), NONNEG},
-    {"dtype", TF_DTYPE, OFF(cfg.dtype), NONE},
-    {"tf32", TF_SWITCH, OFF(cfg.tf32), NONE},
-    {"reduce-dtype", TF_DTYPE, OFF(cfg.reduce_dtype), 0, 0, 0, OFF(reduce_dtype_set)},
-    {"recompute", TF_RECOMPUTE, OFF(cfg.recompute), NONE},
-    {"attention", TF_ATTENTION, OFF(cfg.attention), NONE},
-    {"device", TF_DEVICE, OFF(cfg.device), NONE},
-    {"comm", TF_STR, OFF(cfg.comm), NONE},
-    {"comm-timeout", TF_DOUBLE, OFF(cfg.comm_timeout_s), 0, 1, 0, 0},
-    {"val-every", TF_INT, OFF(val_every), NONNEG},
-    {"val-batches", TF_INT, OFF(val_batches), POS},
-    {"sample-every", TF_INT, OFF(sample_every), NONNEG},
-    {"sample-len", TF_INT, OFF(sample_len), 0, 0, INT_MAX, OFF(sample_len_set)},
-    {"sample-budget", TF_DOUBLE, OFF(sample_budget), 0, 0, -1, 0},
-    {"prompt", TF_STR, OFF(prompt), NONE},
-    {"temperature", TF_FLOAT, OFF(temperature), NONE},
-    {"print-every", TF_INT, OFF(print_every), NONNEG},
-    {"log", TF_STR, OFF(log_path), NONE},
-    {"dump-params", TF_STR, OFF(dump_path), NONE},
-    {"device-mem", TF_BYTES, OFF(cfg.device_mem), NONE},
-    {"mem-report", TF_SWITCH, OFF(mem_report), NONE},
-    {"profile-step", TF_INT, OFF(profile_step), NONNEG},
-    {"quiet", TF_SWITCH, OFF(quiet), NONE},
-    {"verbose", TF_SWITCH, OFF(verbose), NONE},
-    {"save-dir", TF_STR, OFF(save_dir), NONE},
-    {"save-every", TF_INT, OFF(save_every), NONNEG},
-    {"keep", TF_INT, OFF(keep), NONNEG},
-    {"resume", TF_STR, OFF(resume), NONE},
-    {"override", TF_STR, OFF(override), NONE},
-    {"init-from", TF_STR, OFF(init_from), NONE},
+static const zs_flag FLAGS[] = {
+    SECTION("configuration"),
+    {"config", ZS_FLAG_STR, OFF(config_path), NONE, "FILE",
+     "settings from a YAML or JSON file whose keys are the long\n"
+     "flags below (save-every or save_every); flags given on the\n"
+     "command line override it", ZS_FLAG_CLI_ONLY, NULL},
+    {"print-config", ZS_FLAG_SWITCH, OFF(print_config), NONE, NULL,
+     "print the effective settings as such a file and stop", ZS_FLAG_CLI_ONLY, NULL},
+    SECTION("model and data"),
+    {"model", ZS_FLAG_STR, OFF(model_name), 0, 0, 0, OFF(model_set), "NAME",
+     "preset (the list below) [gpt2-tiny]", 0, NULL},
+    {"tie-embeddings", ZS_FLAG_TIE, OFF(tie), NONE, "on|off",
+     "output head tied to the token embedding, or its own\n"
+     "lm_head.weight [the model's: GPT-2 on, LLaMA off]", 0, NULL},
+    {"data", ZS_FLAG_STR, OFF(cfg.data_path), NONE, "FILE",
+     "byte-level text file, or llm.c token shard (.bin, uint16 or\n"
+     "uint32 tokens); a quoted pattern ('dir/train_*.bin') joins\n"
+     "many shards in sorted order", 0, NULL},
+    {"val-data", ZS_FLAG_STR, OFF(cfg.val_path), NONE, "FILE",
+     "separate validation file [last --val-frac of --data]", 0, NULL},
+    {"val-frac", ZS_FLAG_DOUBLE, OFF(cfg.val_fraction), 0, 0, 1, 0, "F",
+     "held-out tail fraction when splitting [0.1]", 0, NULL},
+    {"vocab", ZS_FLAG_INT, OFF(cfg.vocab), NONNEG, "N",
+     "token shards: the tokenizer's vocabulary, e.g. 32000 for\n"
+     "LLaMA-2's, up to 16777216 with uint32 shards [50257 for\n"
+     "uint16 shards, 128256 for uint32]; text is always 256\n"
+     "bytes", 0, NULL},
+    SECTION("documents and epochs (docs/data.md)"),
+    {"docs", ZS_FLAG_DOCS, OFF(cfg.docs), ZS_GIVEN_DOCS, 0, 0, 0, "MODE",
+     "read the data as documents, walked in epochs: pack (windows\n"
+     "over the documents; attention and positions stay inside each\n"
+     "document, the target across a boundary is left out), concat\n"
+     "(the same windows, unmasked) or pad (a document per row, a\n"
+     "longer one split into more rows, the rest padded) [none:\n"
+     "random windows]", 0, NULL},
+    {"epochs", ZS_FLAG_INT, OFF(cfg.epochs), ZS_GIVEN_EPOCHS, 1, 1 << 30, 0, "N",
+     "train N epochs (each sample once per epoch, in an order drawn\n"
+     "from --seed and the epoch); --steps, when given, caps them", 0, NULL},
+    {"eos-id", ZS_FLAG_I64, OFF(cfg.eos_id), ZS_GIVEN_EOS, 0, ZS_MAX_VOCAB - 1, 0, "N",
+     "the id that ends a document [dataset.json's beside --data,\n"
+     "else 50256 for GPT-2 shards]", 0, NULL},
+    {"pad-id", ZS_FLAG_I64, OFF(cfg.pad_id), ZS_GIVEN_PAD, 0, ZS_MAX_VOCAB - 1, 0, "N",
+     "the input id of padding [dataset.json's, else the end id]", 0, NULL},
+    {"doc-sep", ZS_FLAG_STR, OFF(cfg.doc_sep), ZS_GIVEN_SEP, 0, 0, 0, "LINE",
+     "byte-level text: a line equal to LINE ends a document, e.g.\n"
+     "--doc-sep % for fortune files", 0, NULL},
+    SECTION("batch and schedule"),
+    {"batch", ZS_FLAG_INT, OFF(cfg.batch), ZS_GIVEN_BATCH, 1, INT_MAX, 0, "N",
+     "global batch: sequences per optimizer step, summed over all\n"
+     "ranks and micro-batches [8]", 0, NULL},
+    {"seq", ZS_FLAG_INT, OFF(cfg.seq), ZS_GIVEN_SEQ, 1, INT_MAX, 0, "T",
+     "sequence length [64]", 0, NULL},
+    {"steps", ZS_FLAG_INT, OFF(cfg.steps), ZS_GIVEN_STEPS, 1, INT_MAX, 0, "N",
+     "optimizer steps [100; with --epochs, their steps]", 0, NULL},
+    {"grad-accum", ZS_FLAG_INT, OFF(cfg.grad_accum), ZS_GIVEN_ACCUM, 1, INT_MAX, 0, "K",
+     "micro-batches per step [1]", 0, NULL},
+    {"lr", ZS_FLAG_FLOAT, OFF(cfg.lr), ZS_GIVEN_LR, 1, 0, 0, "LR", "peak learning rate [1e-3]", 0,
+     NULL},
+    {"min-lr-frac", ZS_FLAG_FLOAT, OFF(cfg.min_lr_frac), ZS_GIVEN_MIN_LR, 0, 0, 0, "F",
+     "cosine floor as a fraction of --lr [0.1]", 0, NULL},
+    {"warmup", ZS_FLAG_INT, OFF(cfg.warmup), ZS_GIVEN_WARMUP, 0, INT_MAX, 0, "N",
+     "linear warmup steps [10]", 0, NULL},
+    {"weight-decay", ZS_FLAG_FLOAT, OFF(cfg.weight_decay), ZS_GIVEN_WD, 0, 0, 0, "W",
+     "AdamW decay on matrices [0.1]", 0, NULL},
+    {"grad-clip", ZS_FLAG_FLOAT, OFF(cfg.grad_clip), ZS_GIVEN_CLIP, 0, 0, 0, "C",
+     "global-norm clip, 0 = off [1.0]", 0, NULL},
+    {"seed", ZS_FLAG_U64, OFF(cfg.seed), ZS_GIVEN_SEED, 0, 0, 0, "S", "init and data seed [1337]",
+     0, NULL},
+    SECTION("distribution"),
+    {"stage", ZS_FLAG_STAGE, OFF(cfg.stage), NONE, "S", "ddp|1|2|3 [ddp]", 0, NULL},
+    {"nproc", ZS_FLAG_INT, OFF(nproc), 0, 1, 256, 0, "N",
+     "start N local ranks through the launcher (zshard run) [1]", 0, NULL},
+    {"max-restarts", ZS_FLAG_INT, OFF(max_restarts), 0, 0, 1000, 0, "N",
+     "restart the whole job up to N times after a rank fails,\n"
+     "resuming from --save-dir's latest checkpoint [0]", 0, NULL},
+    {"prefetch", ZS_FLAG_INT, OFF(cfg.prefetch), NONNEG, "N",
+     "ZeRO-3 units gathered ahead of the current one [1]", 0, NULL},
+    {"dtype", ZS_FLAG_DTYPE, OFF(cfg.dtype), NONE, "D",
+     "fp32|bf16: compute copy of the parameters and of the\n"
+     "residual stream kept between blocks, and GEMMs on bf16\n"
+     "inputs with fp32 accumulation (tensor cores on a GPU);\n"
+     "fp32 master and Adam state either way [fp32]", 0, NULL},
+    {"tf32", ZS_FLAG_SWITCH, OFF(cfg.tf32), NONE, NULL,
+     "fp32 GEMMs with TF32 inputs (tensor cores on a GPU; the\n"
+     "same rounding on the CPU) [off]", 0, NULL},
+    {"reduce-dtype", ZS_FLAG_DTYPE, OFF(cfg.reduce_dtype), 0, 0, 0, OFF(reduce_dtype_set), "D",
+     "fp32|bf16: gradient storage and reduction [--dtype]", 0, NULL},
+    {"recompute", ZS_FLAG_RECOMPUTE, OFF(cfg.recompute), NONE, "M",
+     "none|block: block keeps only each block's input and\n"
+     "recomputes the block in its backward [none]", 0, NULL},
+    {"attention", ZS_FLAG_ATTENTION, OFF(cfg.attention), NONE, "K",
+     "flash|naive: flash keeps O(T) per head and recomputes\n"
+     "probabilities in backward; naive keeps T x T [flash]", 0, NULL},
+    {"device", ZS_FLAG_DEVICE, OFF(cfg.device), NONE, "D",
+     "cpu|cuda|auto: auto takes a CUDA device when one is\n"
+     "visible, else the CPU (docs/cuda.md) [auto]", 0, NULL},
+    {"comm", ZS_FLAG_STR, OFF(cfg.comm), NONE, "NAME", "auto|shm|gloo|mpi|nccl [auto, or $ZS_COMM]",
+     0, NULL},
+    {"comm-timeout", ZS_FLAG_DOUBLE, OFF(cfg.comm_timeout_s), 0, 1, 0, 0, "S",
+     "seconds before a stuck collective fails [300]", 0, NULL},
+    SECTION("evaluation and output"),
+    {"val-every", ZS_FLAG_INT, OFF(val_every), NONNEG, "N",
+     "validation loss every N steps, 0 = only at the end [50]", 0, NULL},
+    {"val-batches", ZS_FLAG_INT, OFF(val_batches), POS, "N", "batches per validation [8]", 0, NULL},
+    {"sample-every", ZS_FLAG_INT, OFF(sample_every), NONNEG, "N",
+     "generate a sample every N steps, 0 = only at the end [0]", 0, NULL},
+    {"sample-len", ZS_FLAG_INT, OFF(sample_len), 0, 0, INT_MAX, OFF(sample_len_set), "N",
+     "tokens per sample [200; 0 for models over 1e9 parameters,\n"
+     "whose sample only runs when --sample-len is given]", 0, NULL},
+    {"sample-budget", ZS_FLAG_DOUBLE, OFF(sample_budget), 0, 0, -1, 0, "F",
+     "a sample stops after F x the training time so far (KV-cache\n"
+     "decoding; at least one token), 0 = no limit [0.02]", 0, NULL},
+    {"prompt", ZS_FLAG_STR, OFF(prompt), NONE, "TEXT", "sample prompt (text data) [newline]", 0,
+     NULL},
+    {"temperature", ZS_FLAG_FLOAT, OFF(temperature), NONE, "F",
+     "sampling temperature, 0 = greedy [0.8]", 0, NULL},
+    {"print-every", ZS_FLAG_INT, OFF(print_every), NONNEG, "N",
+     "plain progress line every N steps when not a terminal [10]", 0, NULL},
+    {"log", ZS_FLAG_STR, OFF(log_path), NONE, "FILE",
+     "JSONL log: one record per step and a final summary", 0, NULL},
+    {"dump-params", ZS_FLAG_STR, OFF(dump_path), NONE, "FILE",
+     "at the end, write all fp32 parameters (layout order, raw)", 0, NULL},
+    {"device-mem", ZS_FLAG_BYTES, OFF(cfg.device_mem), NONE, "SIZE",
+     "per-rank memory cap, e.g. 4G; over it fails at startup", 0, NULL},
+    {"mem-report", ZS_FLAG_SWITCH, OFF(mem_report), NONE, NULL,
+     "at the end, per-rank measured peak bytes by category next to\n"
+     "the estimate (zshard mem)", 0, NULL},
+    {"profile-step", ZS_FLAG_INT, OFF(profile_step), NONNEG, "N",
+     "on the emulated GPU (the tests' zshard-emu): every kernel of\n"
+     "step N with its traffic and predicted H100 time, as a table\n"
+     "per rank (docs/cuda.md \"The profiler\") [0 = none]", 0, NULL},
+    {"quiet", ZS_FLAG_SWITCH, OFF(quiet), NONE, NULL,
+     "no progress output and no sample, only errors and the\n"
+     "summary", 0, NULL},
+    {"verbose", ZS_FLAG_SWITCH, OFF(verbose), NONE, NULL,
+     "debug logging; a failed collective prints its ring here\n"
+     "instead of writing it to a file", 0, NULL},
+    SECTION("checkpoints (docs/checkpoint.md)"),
+    {"save-dir", ZS_FLAG_STR, OFF(save_dir), NONE, "D",
+     "save checkpoints as D/step_NNNNNNNN (and at the end)", 0, NULL},
+    {"save-every", ZS_FLAG_INT, OFF(save_every), NONNEG, "K",
+     "also save every K steps [0 = only at the end]", 0, NULL},
+    {"keep", ZS_FLAG_INT, OFF(keep), NONNEG, "N",
+     "keep the newest N checkpoints in --save-dir [0 = all]", 0, NULL},
+    {"resume", ZS_FLAG_STR, OFF(resume), NONE, "D|latest|auto",
+     "continue from a checkpoint dir, a save dir's latest, or\n"
+     "`latest` in --save-dir (any world size and stage); auto:\n"
+     "--save-dir's latest checkpoint if it has one, else start\n"
+     "from scratch (what a restarted job does by itself).\n"
+     "A resumed run continues the stored one: model, --batch,\n"
+     "--seq, --seed and the schedule come from the checkpoint;\n"
+     "a different --steps, --lr, --warmup, --min-lr-frac,\n"
+     "--weight-decay, --grad-clip or --grad-accum is taken and\n"
+     "listed, a different --batch, --seq or --seed refused", 0, NULL},
+    {"override", ZS_FLAG_STR, OFF(override), NONE, "LIST",
+     "let a resume change these too: batch,seq,seed", 0, NULL},
+    {"init-from", ZS_FLAG_STR, OFF(init_from), NONE, "PATH",
+     "start from these weights with a fresh optimizer at step 0\n"
+     "(fine-tuning): a zshard checkpoint, a safetensors file, a\n"
+     "Hugging Face directory or an llm.c model file; the model\n"
+     "is the source's (a --model must agree with it)", 0, NULL},
 };
 enum { NFLAGS = sizeof FLAGS / sizeof FLAGS[0] };
 
-int zs_train_flag_count(void) {
-    return NFLAGS;
-}
+static const zs_flag_table TABLE = {
+    .cmd = "train",
+    .rows = FLAGS,
+    .count = NFLAGS,
+    .usage = "usage: zshard train --data FILE [options]\n"
+             "       zshard train --config FILE [options]\n"
+             "\n",
+    .footer = "SIGINT/SIGTERM finish the current step, save a checkpoint (with --save-dir) and\n"
+              "stop with status 128+signal; a second signal stops at once.\n",
+    .given_off = offsetof(train_opts, given),
+};
 
-const train_flag *zs_train_flag_at(int i) {
-    return i >= 0 && i < NFLAGS ? &FLAGS[i] : NULL;
-}
-
-/* Config files may write keys as YAML and Python do (save_dir); flags are save-dir. */
-static int same_name(const char *a, const char *b) {
-    for (; *a && *b; a++, b++)
-        if (*a != *b && !((*a == '_' || *a == '-') && (*b == '_' || *b == '-'))) return 0;
-    return !*a && !*b;
-}
-
-const train_flag *zs_train_flag_find(const char *name) {
-    for (int i = 0; i < NFLAGS; i++)
-        if (same_name(name, FLAGS[i].name)) return &FLAGS[i];
-    return NULL;
-}
-
-/* Levenshtein distance, '_' and '-' equal, case-insensitive; names are short. */
-static int distance(const char *a, const char *b) {
-    int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
-    if (la > 63) la = 63;
-    if (lb > 63) lb = 63;
-    for (int i = 0; i <= la; i++)
-        d[i][0] = i;
-    for (int j = 0; j <= lb; j++)
-        d[0][j] = j;
-    for (int i = 1; i <= la; i++)
-        for (int j = 1; j <= lb; j++) {
-            char x = (char)tolower((unsigned char)a[i - 1]),
-                 y = (char)tolower((unsigned char)b[j - 1]);
-            int same = x == y || ((x == '_' || x == '-') && (y == '_' || y == '-'));
-            int v = d[i - 1][j - 1] + !same;
-            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
-            d[i][j] = v;
-        }
-    return d[la][lb];
-}
-
-const char *zs_train_flag_nearest(const char *name) {
-    const char *best = FLAGS[0].name;
-    int bd = INT_MAX;
-    for (int i = 0; i < NFLAGS; i++) {
-        int dd = distance(name, FLAGS[i].name);
-        if (dd < bd) bd = dd, best = FLAGS[i].name;
-    }
-    return best;
-}
-
-/* true/false as YAML 1.1 and JSON write them; -1 for anything else. */
-static int parse_bool(const char *t) {
-    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
-    for (int i = 0; i < 4; i++) {
-        if (!strcasecmp(t, yes[i])) return 1;
-        if (!strcasecmp(t, no[i])) return 0;
-    }
-    return -1;
-}
-
-int zs_train_flag_apply(train_opts *o, const train_flag *f, const char *text, const char *what) {
-    char *base = (char *)o;
-    void *p = base + f->off;
-    int rc = 0;
-    switch (f->kind) {
-    case TF_SWITCH: {
-        int b = text ? parse_bool(text) : 1;
-        if (b < 0) return zs_cli_fail(2, "%s: '%s' is not true or false", what, text);
-        *(int *)p = b;
-        if (!strcmp(f->name, "quiet")) o->no_sample = b;
-        break;
-    }
-    case TF_INT: {
-        /* parsed wide, so that a number past int says the flag's range, not int's */
-        char *end = NULL;
-        errno = 0;
-        long long v = strtoll(text, &end, 10);
-        if (end == text || *end) return zs_cli_fail(2, "%s: '%s' is not an integer", what, text);
-        long long lo = f->lo < f->hi ? f->lo : INT_MIN, hi = f->lo < f->hi ? f->hi : INT_MAX;
-        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) /* not a typo of a small number */
-            return zs_cli_fail(2, "%s: '%s' is out of range [%lld, %lld]", what, text, lo, hi);
-        if (v < lo || v > hi) {
-            if (hi == INT_MAX)
-                return zs_cli_fail(2, "%s must be %s", what, lo == 1 ? "positive" : ">= 0");
-            return zs_cli_fail(2, "%s: %lld is out of range [%lld, %lld]", what, v, lo, hi);
-        }
-        *(int *)p = (int)v;
-        break;
-    }
-    case TF_FLOAT: {
-        float v = 0.0f;
-        if ((rc = zs_arg_float(what, text, &v))) return rc;
-        /* (1, 0): must be positive, as TF_DOUBLE; the check here names the file and line */
-        if (f->lo == 1 && f->hi == 0 && !(v > 0))
-            return zs_cli_fail(2, "%s: %s must be positive", what, text);
-        *(float *)p = v;
-        break;
-    }
-    case TF_DOUBLE: {
-        char *end = NULL;
-        double v = strtod(text, &end);
-        if (end == text || *end || !isfinite(v))
-            return zs_cli_fail(2, "%s: '%s' is not a number", what, text);
-        if (f->lo == 1 && f->hi == 0 && !(v > 0))
-            return zs_cli_fail(2, "%s must be positive", what);
-        if (f->lo == 0 && f->hi == -1 && !(v >= 0)) return zs_cli_fail(2, "%s must be >= 0", what);
-        if (f->lo == 0 && f->hi == 1 && !(v > 0 && v < 1)) /* a fraction, open (0, 1) */
-            return zs_cli_fail(2, "%s: %s must be in (0, 1)", what, text);
-        *(double *)p = v;
-        break;
-    }
-    case TF_U64:
-        if ((rc = zs_arg_u64(what, text, (uint64_t *)p))) return rc;
-        break;
-    case TF_STR:
-        *(const char **)p = text;
-        break;
-    case TF_STAGE:
-        if ((rc = zs_arg_stage(what, text, (zs_stage *)p))) return rc;
-        break;
-    case TF_DTYPE:
-        if ((rc = zs_arg_dtype(what, text, 0, (zs_dtype *)p))) return rc;
-        break;
-    case TF_RECOMPUTE:
-        if ((rc = zs_arg_recompute(what, text, (zs_recompute *)p))) return rc;
-        break;
-    case TF_ATTENTION:
-        if ((rc = zs_arg_attention(what, text, (zs_attention *)p))) return rc;
-        break;
-    case TF_DEVICE:
-        if ((rc = zs_arg_device(what, text, (const char **)p))) return rc;
-        break;
-    case TF_TIE:
-        if ((rc = zs_arg_tie(what, text, (int *)p))) return rc;
-        break;
-    case TF_BYTES:
-        if (zs_parse_bytes(text, (uint64_t *)p) != ZS_OK)
-            return zs_cli_fail(2, "%s: %s", what, zs_last_error());
-        break;
-    case TF_I64: {
-        int v = 0;
-        if ((rc = zs_arg_int_range(what, text, (int)f->lo, (int)f->hi, &v))) return rc;
-        *(int64_t *)p = v;
-        break;
-    }
-    case TF_DOCS:
-        if (zs_docs_mode_parse(text, (zs_docs_mode *)p) != ZS_OK)
-            return zs_cli_fail(2, "%s: '%s' is not one of pack, concat, pad, none", what, text);
-        break;
-    }
-    o->given |= f->given;
-    if (f->set_off) *(int *)(base + f->set_off) = 1;
-    return 0;
-}
-
-/* The shortest decimal that reads back as the same float. */
-static void float_text(float v, char *buf, size_t cap) {
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(buf, cap, "%.*g", prec, (double)v);
-        if (strtof(buf, NULL) == v) return;
-    }
-}
-
-static void double_text(double v, char *buf, size_t cap) {
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, cap, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) return;
-    }
-}
-
-int zs_train_flag_value(const train_opts *o, const train_flag *f, char *buf, size_t cap) {
-    const char *base = (const char *)o;
-    const void *p = base + f->off;
-    static const char *stages[] = {"ddp", "1", "2", "3"};
-    switch (f->kind) {
-    case TF_SWITCH:
-        snprintf(buf, cap, "%s", *(const int *)p ? "true" : "false");
-        return 1;
-    case TF_INT:
-        snprintf(buf, cap, "%d", *(const int *)p);
-        return 1;
-    case TF_FLOAT:
-        float_text(*(const float *)p, buf, cap);
-        return 1;
-    case TF_DOUBLE:
-        if (*(const double *)p == 0 && f->lo == 1 && f->hi == 0) return 0; /* unset: default */
-        double_text(*(const double *)p, buf, cap);
-        return 1;
-    case TF_U64:
-        snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)p);
-        return 1;
-    case TF_STR:
-    case TF_DEVICE:
-        if (!*(const char *const *)p) return 0;
-        snprintf(buf, cap, "%s", *(const char *const *)p);
-        return 1;
-    case TF_STAGE:
-        snprintf(buf, cap, "%s", stages[*(const zs_stage *)p & 3]);
-        return 1;
-    case TF_DTYPE:
-        snprintf(buf, cap, "%s", *(const zs_dtype *)p == ZS_DTYPE_BF16 ? "bf16" : "fp32");
-        return 1;
-    case TF_RECOMPUTE:
-        snprintf(buf, cap, "%s", *(const zs_recompute *)p == ZS_RECOMPUTE_BLOCK ? "block" : "none");
-        return 1;
-    case TF_ATTENTION:
-        snprintf(buf, cap, "%s",
-                 *(const zs_attention *)p == ZS_ATTENTION_NAIVE ? "naive" : "flash");
-        return 1;
-    case TF_TIE:
-        if (!*(const int *)p) return 0; /* the model's own */
-        snprintf(buf, cap, "%s", *(const int *)p == ZS_TIE_ON ? "on" : "off");
-        return 1;
-    case TF_BYTES:
-        if (!*(const uint64_t *)p) return 0;
-        snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)p);
-        return 1;
-    case TF_I64:
-        if (*(const int64_t *)p < 0) return 0;
-        snprintf(buf, cap, "%" PRId64, *(const int64_t *)p);
-        return 1;
-    case TF_DOCS:
-        snprintf(buf, cap, "%s", zs_docs_mode_name(*(const zs_docs_mode *)p));
-        return 1;
-    }
-    return 0;
+/* train's table. */
+const zs_flag_table *zs_train_flags(void) {
+    return &TABLE;
 }
 
 /* Whether a value is written bare (numbers, booleans, choices) or as a quoted string. */
-static int quoted(const train_flag *f) {
-    return f->kind == TF_STR || f->kind == TF_DEVICE;
+static int quoted(const zs_flag *f) {
+    return f->kind == ZS_FLAG_STR || f->kind == ZS_FLAG_DEVICE;
 }
 
 /* The model is printed when it is this run's choice, not the source's (--resume/--init-from
  * take it from their checkpoint or weights, and a --model then has to agree). */
-static int shown(const train_opts *o, const train_flag *f) {
+static int shown(const train_opts *o, const zs_flag *f) {
+    if (f->kind == ZS_FLAG_SECTION || (f->opt & ZS_FLAG_CLI_ONLY)) return 0;
     if (!strcmp(f->name, "model")) return o->model_set || (!o->resume && !o->init_from);
     /* --epochs without --steps: the epochs decide the length (steps 0 until the trainer
      * counts them). */
@@ -367,11 +253,11 @@ void zs_train_config_write_yaml(const train_opts *o, FILE *f) {
     char v[4200];
     fprintf(f, "# zshard train: the effective configuration; `zshard train --config FILE` runs "
                "it again,\n# and flags given on the command line with it override it (at any place).\n");
-    if (!shown(o, zs_train_flag_find("model")))
+    if (!shown(o, zs_flag_find(&TABLE, "model")))
         fprintf(f, "# model: the checkpoint's or the weights' (--resume / --init-from)\n");
     for (int i = 0; i < NFLAGS; i++) {
-        const train_flag *fl = &FLAGS[i];
-        if (!shown(o, fl) || !zs_train_flag_value(o, fl, v, sizeof v)) continue;
+        const zs_flag *fl = &FLAGS[i];
+        if (!shown(o, fl) || !zs_flag_value(o, fl, v, sizeof v)) continue;
         fprintf(f, "%s: ", fl->name);
         if (quoted(fl))
             yaml_write_string(f, v);
@@ -389,13 +275,13 @@ char *zs_train_config_json(const train_opts *o) {
     fputc('{', f);
     int n = 0;
     for (int i = 0; i < NFLAGS; i++) {
-        const train_flag *fl = &FLAGS[i];
-        if (!shown(o, fl) || !zs_train_flag_value(o, fl, v, sizeof v)) continue;
+        const zs_flag *fl = &FLAGS[i];
+        if (!shown(o, fl) || !zs_flag_value(o, fl, v, sizeof v)) continue;
         fprintf(f, "%s\"%s\":", n++ ? "," : "", fl->name);
-        if (quoted(fl) || fl->kind == TF_STAGE || fl->kind == TF_DTYPE || fl->kind == TF_DOCS ||
-            fl->kind == TF_RECOMPUTE || fl->kind == TF_ATTENTION || fl->kind == TF_TIE)
+        if (quoted(fl) || fl->kind == ZS_FLAG_STAGE || fl->kind == ZS_FLAG_DTYPE || fl->kind == ZS_FLAG_DOCS ||
+            fl->kind == ZS_FLAG_RECOMPUTE || fl->kind == ZS_FLAG_ATTENTION || fl->kind == ZS_FLAG_TIE)
             zs_json_write_string(f, v);
-        else if (fl->kind == TF_U64)
+        else if (fl->kind == ZS_FLAG_U64)
             zs_json_write_string(f, v); /* a 64-bit seed does not survive a double */
         else
             fputs(v, f);
