@@ -150,6 +150,17 @@ static inline unsigned zs_cu_row_blocks(size_t rows) {
 #endif
 }
 
+/* The row of warp `threadIdx.x / ZS_WARP` of this block, or N (past the end). Lanes of a warp
+ * share their row, so a warp returns whole and its shuffles see every lane. */
+static __device__ __forceinline__ size_t zs_cu_warp_row(size_t N) {
+    size_t r = (size_t)blockIdx.x * ZS_CU_ROWS + threadIdx.x / ZS_WARP;
+    return r < N ? r : N;
+}
+
+/* FLOPs of zs_cu_warp_sum over a warp and of zs_cu_block_reduce (sum) over a block. */
+#define ZS_CU_WARP_SUM_FLOPS (5.0 * ZS_WARP)
+#define ZS_CU_BLOCK_SUM_FLOPS (12.0 * ZS_ROW_THREADS)
+
 /* The butterfly of kernels/common.h across a warp: every lane ends with the warp's total, added
  * in the CPU twin's order (lane i + lane i ^ d, d = 16, 8, 4, 2, 1). */
 static __device__ __forceinline__ float zs_cu_warp_sum(float v) {
@@ -212,7 +223,7 @@ static inline unsigned zs_cu_col_blocks(size_t cols) {
 zs_status zs_cu_blas_lock(cublasHandle_t *out);
 void zs_cu_blas_unlock(void);
 
-/* Network ops (nn_cuda.cu). */
+/* Network ops (nn_cuda.cu; RMSNorm, RoPE and SwiGLU in llama_cuda.cu). */
 zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
                               const float *wpe, int B, int T, int C, const int32_t *seg);
 zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
@@ -239,6 +250,21 @@ zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const 
                            size_t n);
 zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
                            const float *gate, const float *up, size_t n);
+
+/* AdamW and the sums (optim_cuda.cu): the ops table's adamw, adamw_segs, adamw_segs16, sumsq,
+ * sum and sumsq16 (backend/ops.h). */
+zs_status zs_cu_adamw(zs_stream_t *s, float *param, const float *grad, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
+                      int t);
+zs_status zs_cu_adamw_segs(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
+                           const zs_adamw_segs *segs, float lr, float beta1, float beta2, float eps,
+                           float wd, float grad_scale, int t);
+zs_status zs_cu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m, float *v,
+                             const zs_adamw_segs *segs, float lr, float beta1, float beta2,
+                             float eps, float wd, float grad_scale, int t);
+zs_status zs_cu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n);
+zs_status zs_cu_sum(zs_stream_t *s, double *out, const float *x, size_t n);
+zs_status zs_cu_sumsq16(zs_stream_t *s, double *out, const zs_bf16 *x, size_t n, size_t group);
 
 /* Attention (attention_cuda.cu). */
 zs_status zs_cu_attention_fwd(zs_stream_t *s, float *out, float *att, const float *qkv, int B,

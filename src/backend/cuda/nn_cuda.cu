@@ -1,27 +1,17 @@
-/* CUDA network ops: token+position embedding, layer norm, GELU, fused softmax +
- * cross-entropy, and the LLaMA ops (RMSNorm, RoPE, SwiGLU), over the same backend/kernels
- * functions as the CPU twins in cpu/nn_cpu.c and cpu/llama_cpu.c. Norms run a warp per row and
- * the softmax a block per row, with warp shuffles and block reductions whose order the CPU twins
- * follow (kernels/common.h), so the bits match. Reductions over rows (weight, bias and embedding
- * gradients) give each thread a column and sum rows in index order, as the CPU does: no
- * atomics.
+/* CUDA network ops: token+position embedding, layer norm, GELU and the fused softmax +
+ * cross-entropy (the LLaMA ops are in llama_cuda.cu), over the same backend/kernels functions
+ * as the CPU twins in cpu/nn_cpu.c. Norms run a warp per row and the softmax a block per row,
+ * with warp shuffles and block reductions whose order the CPU twins follow (kernels/common.h),
+ * so the bits match. Reductions over rows (weight, bias and embedding gradients) give each
+ * thread a column and sum rows in index order, as the CPU does: no atomics.
  * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0.
  * Row reductions count what every thread runs: a warp's butterfly is 5 adds in each of its 32
- * lanes (WARP_SUM_FLOPS), a block's 5 + 7 in each of its 256 threads (BLOCK_SUM_FLOPS). */
+ * lanes (ZS_CU_WARP_SUM_FLOPS), a block's 5 + 7 in each of its 256 threads
+ * (ZS_CU_BLOCK_SUM_FLOPS). */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/gelu.h"
 #include "backend/kernels/layernorm.h"
-#include "backend/kernels/rmsnorm.h"
-#include "backend/kernels/rope.h"
 #include "backend/kernels/softmax_xent.h"
-#include "backend/kernels/swiglu.h"
-
-/* Largest head size RoPE accepts, the CPU backend's limit (ops.h: hs at most 1024). */
-#define ROPE_MAX_HALF 512
-
-/* FLOPs of zs_cu_warp_sum over a warp and of zs_cu_block_reduce (sum) over a block. */
-#define WARP_SUM_FLOPS (5.0 * ZS_WARP)
-#define BLOCK_SUM_FLOPS (12.0 * ZS_ROW_THREADS)
 
 /* ---- embedding ---------------------------------------------------------------------- */
 
@@ -95,11 +85,13 @@ static __global__ void embedding_bwd_wpe_kernel(float *dwpe, const float *dout, 
     }
 }
 
-static zs_status launch_embedding_fwd(cudaStream_t cs, float *out, const int32_t *tokens,
-                                      const float *wte, const float *wpe, int B, int T, int C,
-                                      const int32_t *seg) {
+zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C, const int32_t *seg) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     size_t total = (size_t)B * T * C;
+    ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
+               "embedding_fwd: negative shape B=%d T=%d C=%d", B, T, C);
     if (total == 0) return ZS_OK;
     ZS_REQUIRE(out && tokens && wte, ZS_ERR_INVALID, "embedding_fwd: NULL buffer");
     /* Ideal for distinct tokens (wte: one row per token) and without documents (wpe: rows
@@ -114,10 +106,12 @@ fail:
     return st;
 }
 
-static zs_status launch_embedding_bwd(cudaStream_t cs, float *dwte, float *dwpe, const float *dout,
-                                      const int32_t *tokens, int B, int T, int C,
-                                      const int32_t *seg) {
+zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
+                              const int32_t *tokens, int B, int T, int C, const int32_t *seg) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
+               "embedding_bwd: negative shape B=%d T=%d C=%d", B, T, C);
     if ((size_t)B * T * C == 0) return ZS_OK;
     ZS_REQUIRE(dout && (tokens || !dwte), ZS_ERR_INVALID, "embedding_bwd: NULL buffer");
     if (dwte) {
@@ -144,40 +138,13 @@ fail:
     return st;
 }
 
-zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
-                              const float *wpe, int B, int T, int C, const int32_t *seg) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
-               "embedding_fwd: negative shape B=%d T=%d C=%d", B, T, C);
-    ZS_CHECK(launch_embedding_fwd(zs_cu_stream(s), out, tokens, wte, wpe, B, T, C, seg));
-fail:
-    return st;
-}
-
-zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
-                              const int32_t *tokens, int B, int T, int C, const int32_t *seg) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(B >= 0 && T >= 0 && C >= 0, ZS_ERR_INVALID,
-               "embedding_bwd: negative shape B=%d T=%d C=%d", B, T, C);
-    ZS_CHECK(launch_embedding_bwd(zs_cu_stream(s), dwte, dwpe, dout, tokens, B, T, C, seg));
-fail:
-    return st;
-}
-
 /* ---- layer norm --------------------------------------------------------------------- */
-
-/* The row of warp `threadIdx.x / ZS_WARP` of this block, or N (past the end). Lanes of a warp
- * share their row, so a warp returns whole and its shuffles see every lane. */
-static __device__ size_t warp_row(size_t N) {
-    size_t r = (size_t)blockIdx.x * ZS_CU_ROWS + threadIdx.x / ZS_WARP;
-    return r < N ? r : N;
-}
 
 /* A warp per row: lane l takes elements l, l + 32, ... (the CPU twin's lanes, kernels/
  * layernorm.h), the butterfly gives every lane the row's sums. */
 static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
                                             const float *w, const float *b, int N, int C) {
-    size_t r = warp_row((size_t)N);
+    size_t r = zs_cu_warp_row((size_t)N);
     if (r == (size_t)N) return;
     int lane = (int)threadIdx.x % ZS_WARP;
     const float *x = inp + r * C;
@@ -199,7 +166,7 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
 static __global__ void layernorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
                                                  const float *w, const float *mean,
                                                  const float *rstd, int N, int C) {
-    size_t r = warp_row((size_t)N);
+    size_t r = zs_cu_warp_row((size_t)N);
     if (r == (size_t)N) return;
     int lane = (int)threadIdx.x % ZS_WARP;
     const float *x = inp + r * C, *d = dout + r * C;
@@ -253,15 +220,16 @@ static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const flo
     }
 }
 
-static zs_status launch_layernorm_fwd(cudaStream_t cs, float *out, float *mean, float *rstd,
-                                      const float *inp, const float *w, const float *b, int N,
-                                      int C) {
+zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_fwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(out && mean && rstd && inp && w && b, ZS_ERR_INVALID, "layernorm_fwd: NULL buffer");
     /* per row: 9 per element (sum, squared deviation, normalise), two butterflies and 5
      * scalar ops in each lane */
-    ZS_COST((double)N * (9.0 * C + 2.0 * WARP_SUM_FLOPS + 5.0 * ZS_WARP), 0,
+    ZS_COST((double)N * (9.0 * C + 2.0 * ZS_CU_WARP_SUM_FLOPS + 5.0 * ZS_WARP), 0,
             4.0 * (2.0 * N * C + 2.0 * C + 2.0 * N));
     ZS_LAUNCH(layernorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, mean,
               rstd, inp, w, b, N, C);
@@ -270,15 +238,17 @@ fail:
     return st;
 }
 
-static zs_status launch_layernorm_bwd(cudaStream_t cs, float *dinp, float *dw, float *db,
-                                      const float *dout, const float *inp, const float *w,
-                                      const float *mean, const float *rstd, int N, int C) {
+zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, const float *mean,
+                              const float *rstd, int N, int C) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_bwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && db && dout && inp && w && mean && rstd, ZS_ERR_INVALID,
                "layernorm_bwd: NULL buffer");
     /* per row: 15 per element, two butterflies and their divisions; dinp read and written */
-    ZS_COST((double)N * (15.0 * C + 2.0 * (WARP_SUM_FLOPS + ZS_WARP)), 0,
+    ZS_COST((double)N * (15.0 * C + 2.0 * (ZS_CU_WARP_SUM_FLOPS + ZS_WARP)), 0,
             4.0 * (4.0 * N * C + C + 2.0 * N));
     ZS_LAUNCH(layernorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
               dout, inp, w, mean, rstd, N, C);
@@ -289,25 +259,6 @@ static zs_status launch_layernorm_bwd(cudaStream_t cs, float *dinp, float *dw, f
     ZS_LAUNCH(layernorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, db,
               dout, inp, mean, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_cols_kernel);
-fail:
-    return st;
-}
-
-zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b, int N, int C) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_fwd: bad shape N=%d C=%d", N, C);
-    ZS_CHECK(launch_layernorm_fwd(zs_cu_stream(s), out, mean, rstd, inp, w, b, N, C));
-fail:
-    return st;
-}
-
-zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, const float *mean,
-                              const float *rstd, int N, int C) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_bwd: bad shape N=%d C=%d", N, C);
-    ZS_CHECK(launch_layernorm_bwd(zs_cu_stream(s), dinp, dw, db, dout, inp, w, mean, rstd, N, C));
 fail:
     return st;
 }
@@ -327,8 +278,9 @@ static __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const floa
     }
 }
 
-static zs_status launch_gelu_fwd(cudaStream_t cs, float *out, const float *inp, size_t n) {
+zs_status zs_cu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "gelu_fwd: NULL buffer");
     ZS_COST(10.0 * n, 0, 8.0 * n); /* zs_gelu: 10 */
@@ -338,9 +290,10 @@ fail:
     return st;
 }
 
-static zs_status launch_gelu_bwd(cudaStream_t cs, float *dinp, const float *inp, const float *dout,
-                                 size_t n) {
+zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
+                         size_t n) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(dinp && inp && dout, ZS_ERR_INVALID, "gelu_bwd: NULL buffer");
     ZS_COST(23.0 * n, 0, 16.0 * n); /* zs_gelu_grad 21, times dout, into dinp (read, written) */
@@ -348,15 +301,6 @@ static zs_status launch_gelu_bwd(cudaStream_t cs, float *dinp, const float *inp,
     ZS_CUDA_CHECK_LAUNCH(gelu_bwd_kernel);
 fail:
     return st;
-}
-
-zs_status zs_cu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n) {
-    return launch_gelu_fwd(zs_cu_stream(s), out, inp, n);
-}
-
-zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
-                         size_t n) {
-    return launch_gelu_bwd(zs_cu_stream(s), dinp, inp, dout, n);
 }
 
 /* ---- softmax + cross-entropy -------------------------------------------------------- */
@@ -423,10 +367,12 @@ static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const 
     if (t == 0) losses[r] = logf(sum) - (xt - mx);
 }
 
-static zs_status launch_softmax_xent(cudaStream_t cs, float *losses, float *dlogits,
-                                     const float *logits, const int32_t *targets, int N, int V,
-                                     int Vp, float dloss) {
+zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int N, int V, int Vp, float dloss) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_REQUIRE(N >= 0 && V >= 1 && Vp >= V, ZS_ERR_INVALID,
+               "softmax_xent: bad shape N=%d V=%d Vp=%d", N, V, Vp);
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(losses && logits && targets, ZS_ERR_INVALID, "softmax_xent: NULL buffer");
     /* Every row counted as a real one (targets live in device memory; a masked row reads no
@@ -434,251 +380,11 @@ static zs_status launch_softmax_xent(cudaStream_t cs, float *losses, float *dlog
      * the loss (3); with the gradient 1 per logit, 1 at the target and dloss / sum in every
      * thread. Logits read V of each row, dlogits written Vp. */
     ZS_COST((double)N *
-                (3.0 * V + BLOCK_SUM_FLOPS + 3.0 + (dlogits ? V + 1.0 + ZS_ROW_THREADS : 0.0)),
+                (3.0 * V + ZS_CU_BLOCK_SUM_FLOPS + 3.0 + (dlogits ? V + 1.0 + ZS_ROW_THREADS : 0.0)),
             0, 4.0 * (2.0 * N + (double)N * V + (dlogits ? (double)N * Vp : 0.0)));
     ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, 0, cs, losses, dlogits, logits,
               targets, N, V, Vp, dloss);
     ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
 fail:
     return st;
-}
-
-zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
-                             const int32_t *targets, int N, int V, int Vp, float dloss) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(N >= 0 && V >= 1 && Vp >= V, ZS_ERR_INVALID,
-               "softmax_xent: bad shape N=%d V=%d Vp=%d", N, V, Vp);
-    ZS_CHECK(
-        launch_softmax_xent(zs_cu_stream(s), losses, dlogits, logits, targets, N, V, Vp, dloss));
-fail:
-    return st;
-}
-
-/* ---- RMSNorm ------------------------------------------------------------------------ */
-
-/* A warp per row, as layer norm (kernels/rmsnorm.h's lanes). */
-static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp, const float *w,
-                                          int N, int C, float eps) {
-    size_t r = warp_row((size_t)N);
-    if (r == (size_t)N) return;
-    int lane = (int)threadIdx.x % ZS_WARP;
-    const float *x = inp + r * C;
-    float q = 0.0f;
-    for (int i = lane; i < C; i += ZS_WARP)
-        q += x[i] * x[i];
-    float rs = zs_rmsnorm_rstd(zs_cu_warp_sum(q), C, eps);
-    for (int i = lane; i < C; i += ZS_WARP)
-        out[r * C + i] = x[i] * rs * w[i];
-    if (lane == 0) rstd[r] = rs;
-}
-
-static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *w, const float *rstd, int N, int C) {
-    size_t r = warp_row((size_t)N);
-    if (r == (size_t)N) return;
-    int lane = (int)threadIdx.x % ZS_WARP;
-    const float *x = inp + r * C, *d = dout + r * C;
-    float rs = rstd[r], agx = 0.0f;
-    for (int i = lane; i < C; i += ZS_WARP)
-        agx += w[i] * d[i] * (x[i] * rs);
-    float mgx = zs_cu_warp_sum(agx) / (float)C;
-    for (int i = lane; i < C; i += ZS_WARP)
-        dinp[r * C + i] += zs_rmsnorm_dinp(w[i] * d[i], x[i] * rs, mgx, rs);
-}
-
-/* dw: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu). */
-static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, const float *inp,
-                                               const float *rstd, int N, int C) {
-    ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
-    int tx = (int)threadIdx.x % ZS_CU_COLS, g = (int)threadIdx.x / ZS_CU_COLS;
-    int c = (int)blockIdx.x * ZS_CU_COLS + tx;
-    float aw = 0.0f;
-    for (int s0 = g * ZS_COLSUM_SEG; s0 < N && c < C; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
-        int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
-        for (int r0 = s0; r0 < end; r0 += ZS_CU_COL_BATCH) { /* loads in flight, then in order */
-            float d[ZS_CU_COL_BATCH], x[ZS_CU_COL_BATCH], rs[ZS_CU_COL_BATCH];
-            ZS_UNROLL
-            for (int u = 0; u < ZS_CU_COL_BATCH; u++) {
-                int r = r0 + u < end ? r0 + u : r0; /* past the segment: a row read, unused */
-                d[u] = dout[(size_t)r * C + c];
-                x[u] = inp[(size_t)r * C + c];
-                rs[u] = rstd[r];
-            }
-            ZS_UNROLL
-            for (int u = 0; u < ZS_CU_COL_BATCH; u++)
-                if (r0 + u < end) aw += d[u] * (x[u] * rs[u]);
-        }
-    }
-    pw[g * (ZS_CU_COLS + 1) + tx] = aw;
-    __syncthreads();
-    if (g == 0 && c < C) zs_colsum_finish(dw + c, pw + tx, ZS_CU_COLS + 1, 1);
-}
-
-static zs_status launch_rmsnorm_fwd(cudaStream_t cs, float *out, float *rstd, const float *inp,
-                                    const float *w, int N, int C, float eps) {
-    zs_status st = ZS_OK;
-    if (N == 0) return ZS_OK;
-    ZS_REQUIRE(out && rstd && inp && w, ZS_ERR_INVALID, "rmsnorm_fwd: NULL buffer");
-    /* per row: 4 per element, a butterfly and 4 scalar ops in each lane */
-    ZS_COST((double)N * (4.0 * C + WARP_SUM_FLOPS + 4.0 * ZS_WARP), 0, 4.0 * (2.0 * N * C + C + N));
-    ZS_LAUNCH(rmsnorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, rstd, inp,
-              w, N, C, eps);
-    ZS_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel);
-fail:
-    return st;
-}
-
-static zs_status launch_rmsnorm_bwd(cudaStream_t cs, float *dinp, float *dw, const float *dout,
-                                    const float *inp, const float *w, const float *rstd, int N,
-                                    int C) {
-    zs_status st = ZS_OK;
-    if (N == 0) return ZS_OK;
-    ZS_REQUIRE(dinp && dw && dout && inp && w && rstd, ZS_ERR_INVALID, "rmsnorm_bwd: NULL buffer");
-    /* per row: 10 per element, a butterfly and its division; dinp read and written */
-    ZS_COST((double)N * (10.0 * C + WARP_SUM_FLOPS + ZS_WARP), 0, 4.0 * (4.0 * N * C + C + N));
-    ZS_LAUNCH(rmsnorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
-              dout, inp, w, rstd, N, C);
-    ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_rows_kernel);
-    /* per column: 3 per row, the partials' total, 1 into dw (read and written) */
-    ZS_COST((double)C * (3.0 * N + ZS_COLSUM_GROUPS + 1.0), 0, 4.0 * (2.0 * N * C + N + 2.0 * C));
-    ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, dout,
-              inp, rstd, N, C);
-    ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_cols_kernel);
-fail:
-    return st;
-}
-
-zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
-                            const float *w, int N, int C, float eps) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(N >= 0 && C >= 1 && eps >= 0.0f, ZS_ERR_INVALID,
-               "rmsnorm_fwd: bad shape N=%d C=%d or eps %g", N, C, (double)eps);
-    ZS_CHECK(launch_rmsnorm_fwd(zs_cu_stream(s), out, rstd, inp, w, N, C, eps));
-fail:
-    return st;
-}
-
-zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
-                            const float *inp, const float *w, const float *rstd, int N, int C) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "rmsnorm_bwd: bad shape N=%d C=%d", N, C);
-    ZS_CHECK(launch_rmsnorm_bwd(zs_cu_stream(s), dinp, dw, dout, inp, w, rstd, N, C));
-fail:
-    return st;
-}
-
-/* ---- RoPE --------------------------------------------------------------------------- */
-
-/* A thread per rotated pair (b, t, h, i): it computes its own cos/sin (the CPU shares one
- * table per position; the values are the same function of (t, i)) and rotates x[i] with
- * x[i + hs/2]. In place is safe: a pair is read whole before it is written. */
-static __global__ void rope_kernel(float *out, const float *inp, const int32_t *seg, int T, int NH,
-                                   int hs, float theta, int inverse, size_t npairs) {
-    ZS_CU_FOR(p, npairs) {
-        int half = hs / 2;
-        int i = (int)(p % (size_t)half);
-        size_t rest = p / (size_t)half; /* (b*T + t)*NH + h */
-        int h = (int)(rest % (size_t)NH);
-        size_t bt = rest / (size_t)NH;
-        int t = (int)(bt % (size_t)T) - zs_seg_lo(seg, bt); /* the position in its document */
-        size_t off = bt * (size_t)NH * hs + (size_t)h * hs;
-        float c, sn;
-        zs_rope_cos_sin(&c, &sn, t, i, hs, theta);
-        float sg = inverse ? -1.0f : 1.0f;
-        zs_rope_pair(&out[off + i], &out[off + i + half], inp[off + i], inp[off + i + half], c,
-                     sg * sn);
-    }
-}
-
-static zs_status launch_rope(cudaStream_t cs, const char *op, float *out, const float *inp, int B,
-                             int T, int NH, int hs, float theta, int inverse, const int32_t *seg) {
-    zs_status st = ZS_OK;
-    size_t npairs = (size_t)B * T * NH * (hs / 2);
-    if (npairs == 0) return ZS_OK;
-    ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "%s: NULL buffer", op);
-    /* per pair: the angle (powf, cosf, sinf and 3 more), the sign, the rotation (6); two
-     * values read and two written */
-    ZS_COST(13.0 * npairs, 0, 4.0 * (4.0 * npairs + (seg ? (double)B * T : 0.0)));
-    ZS_LAUNCH(rope_kernel, zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs, out, inp, seg, T, NH, hs,
-              theta, inverse, npairs);
-    ZS_CUDA_CHECK_LAUNCH(rope_kernel);
-fail:
-    return st;
-}
-
-static zs_status rope(zs_stream_t *s, const char *op, float *out, const float *inp, int B, int T,
-                      int NH, int hs, float theta, int inverse, const int32_t *seg) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && hs >= 2 && hs % 2 == 0 && hs / 2 <= ROPE_MAX_HALF &&
-                   theta > 0.0f,
-               ZS_ERR_INVALID,
-               "%s: bad shape B=%d T=%d NH=%d hs=%d (hs even, at most %d) or theta %g", op, B, T,
-               NH, hs, 2 * ROPE_MAX_HALF, (double)theta);
-    ZS_CHECK(launch_rope(zs_cu_stream(s), op, out, inp, B, T, NH, hs, theta, inverse, seg));
-fail:
-    return st;
-}
-
-zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH, int hs,
-                         float theta, const int32_t *seg) {
-    return rope(s, "rope_fwd", out, inp, B, T, NH, hs, theta, 0, seg);
-}
-
-zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
-                         int hs, float theta, const int32_t *seg) {
-    return rope(s, "rope_bwd", dinp, dout, B, T, NH, hs, theta, 1, seg);
-}
-
-/* ---- SwiGLU ------------------------------------------------------------------------- */
-
-/* out may alias gate or up: each thread reads its elements before writing. */
-static __global__ void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n) {
-    ZS_CU_FOR(i, n) {
-        out[i] = zs_silu(gate[i]) * up[i];
-    }
-}
-
-static __global__ void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
-                                         const float *gate, const float *up, size_t n) {
-    ZS_CU_FOR(i, n) {
-        float g = gate[i], d = dout[i];
-        dgate[i] += d * up[i] * zs_silu_grad(g);
-        dup[i] += d * zs_silu(g);
-    }
-}
-
-static zs_status launch_swiglu_fwd(cudaStream_t cs, float *out, const float *gate, const float *up,
-                                   size_t n) {
-    zs_status st = ZS_OK;
-    if (n == 0) return ZS_OK;
-    ZS_REQUIRE(out && gate && up, ZS_ERR_INVALID, "swiglu_fwd: NULL buffer");
-    ZS_COST(6.0 * n, 0, 12.0 * n); /* zs_silu 5, times up */
-    ZS_LAUNCH(swiglu_fwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, gate, up, n);
-    ZS_CUDA_CHECK_LAUNCH(swiglu_fwd_kernel);
-fail:
-    return st;
-}
-
-static zs_status launch_swiglu_bwd(cudaStream_t cs, float *dgate, float *dup, const float *dout,
-                                   const float *gate, const float *up, size_t n) {
-    zs_status st = ZS_OK;
-    if (n == 0) return ZS_OK;
-    ZS_REQUIRE(dgate && dup && dout && gate && up, ZS_ERR_INVALID, "swiglu_bwd: NULL buffer");
-    /* zs_silu_grad 8 and zs_silu 5, 5 more; dgate and dup read and written */
-    ZS_COST(18.0 * n, 0, 28.0 * n);
-    ZS_LAUNCH(swiglu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dgate, dup, dout, gate, up,
-              n);
-    ZS_CUDA_CHECK_LAUNCH(swiglu_bwd_kernel);
-fail:
-    return st;
-}
-
-zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
-                           size_t n) {
-    return launch_swiglu_fwd(zs_cu_stream(s), out, gate, up, n);
-}
-
-zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
-                           const float *gate, const float *up, size_t n) {
-    return launch_swiglu_bwd(zs_cu_stream(s), dgate, dup, dout, gate, up, n);
 }

@@ -1,9 +1,10 @@
 /* The CUDA backend's ops table: gemm through cuBLAS (plain fp32, the column-major arguments
- * of ops.h as they are), and bias, elementwise, optimizer, cast, sum-of-squares, fill/copy
- * and Philox-init kernels over the shared per-element math in backend/kernels. Network ops
- * live in nn_cuda.cu and attention_cuda.cu. Each op has three layers: a static __global__
- * kernel, a static launcher that takes the stream, checks its preconditions and the launch,
- * and the op that validates shapes. Every op is asynchronous on its stream.
+ * of ops.h as they are), and bias, elementwise, cast, fill/copy and Philox-init kernels over
+ * the shared per-element math in backend/kernels. Network ops live in nn_cuda.cu and
+ * llama_cuda.cu, attention in attention_cuda.cu and flash*_cuda.cu, AdamW and the sums of the
+ * gradient norm and the loss in optim_cuda.cu. Each op is a static __global__ kernel and the
+ * op itself, which checks shapes and buffers and launches it. Every op is asynchronous on its
+ * stream.
  * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/adamw.h"
@@ -105,9 +106,11 @@ static __global__ void bias_bwd_kernel(float *dbias, const float *dout, int N, i
     if (w == 0 && c < OC) zs_colsum_finish(dbias + c, part + tx, ZS_CU_COLS + 1, 1);
 }
 
-static zs_status launch_bias_fwd(cudaStream_t cs, float *out, const float *bias, int N, int OC) {
+static zs_status cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     size_t total = (size_t)N * OC;
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_fwd: negative shape N=%d OC=%d", N, OC);
     if (total == 0) return ZS_OK;
     ZS_REQUIRE(out && bias, ZS_ERR_INVALID, "bias_fwd: NULL buffer");
     ZS_COST(total, 0, 4.0 * (2.0 * total + OC)); /* out read and written */
@@ -117,8 +120,10 @@ fail:
     return st;
 }
 
-static zs_status launch_bias_bwd(cudaStream_t cs, float *dbias, const float *dout, int N, int OC) {
+static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_bwd: negative shape N=%d OC=%d", N, OC);
     if (OC == 0) return ZS_OK;
     ZS_REQUIRE(dbias && (dout || N == 0), ZS_ERR_INVALID, "bias_bwd: NULL buffer");
     /* N adds into each column's partials, the partials' total, one into dbias (read and
@@ -127,22 +132,6 @@ static zs_status launch_bias_bwd(cudaStream_t cs, float *dbias, const float *dou
     ZS_LAUNCH(bias_bwd_kernel, zs_cu_col_blocks((size_t)OC), ZS_CU_THREADS, 0, cs, dbias, dout, N,
               OC);
     ZS_CUDA_CHECK_LAUNCH(bias_bwd_kernel);
-fail:
-    return st;
-}
-
-static zs_status cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_fwd: negative shape N=%d OC=%d", N, OC);
-    ZS_CHECK(launch_bias_fwd(zs_cu_stream(s), out, bias, N, OC));
-fail:
-    return st;
-}
-
-static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_bwd: negative shape N=%d OC=%d", N, OC);
-    ZS_CHECK(launch_bias_bwd(zs_cu_stream(s), dbias, dout, N, OC));
 fail:
     return st;
 }
@@ -174,9 +163,10 @@ static __global__ void fill_kernel(float *x, float value, size_t n) {
     }
 }
 
-static zs_status launch_residual(cudaStream_t cs, float *out, const float *a, const float *b,
+static zs_status cu_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
                                  size_t n) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && a && b, ZS_ERR_INVALID, "residual_fwd: NULL buffer");
     ZS_COST(n, 0, 12.0 * n);
@@ -186,8 +176,9 @@ fail:
     return st;
 }
 
-static zs_status launch_axpy(cudaStream_t cs, float *y, float alpha, const float *x, size_t n) {
+static zs_status cu_axpy(zs_stream_t *s, float *y, float alpha, const float *x, size_t n) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(y && x, ZS_ERR_INVALID, "axpy: NULL buffer");
     ZS_COST(2.0 * n, 0, 12.0 * n); /* y read and written */
@@ -197,8 +188,9 @@ fail:
     return st;
 }
 
-static zs_status launch_scale(cudaStream_t cs, float *x, float a, size_t n) {
+static zs_status cu_scale(zs_stream_t *s, float *x, float a, size_t n) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "scale: NULL buffer");
     ZS_COST(n, 0, 8.0 * n);
@@ -208,155 +200,14 @@ fail:
     return st;
 }
 
-static zs_status launch_fill(cudaStream_t cs, float *x, float value, size_t n) {
+static zs_status cu_fill(zs_stream_t *s, float *x, float value, size_t n) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "fill: NULL buffer");
     ZS_COST(0, 0, 4.0 * n);
     ZS_LAUNCH(fill_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, x, value, n);
     ZS_CUDA_CHECK_LAUNCH(fill_kernel);
-fail:
-    return st;
-}
-
-static zs_status cu_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
-                                 size_t n) {
-    return launch_residual(zs_cu_stream(s), out, a, b, n);
-}
-
-static zs_status cu_axpy(zs_stream_t *s, float *y, float alpha, const float *x, size_t n) {
-    return launch_axpy(zs_cu_stream(s), y, alpha, x, n);
-}
-
-static zs_status cu_scale(zs_stream_t *s, float *x, float a, size_t n) {
-    return launch_scale(zs_cu_stream(s), x, a, n);
-}
-
-static zs_status cu_fill(zs_stream_t *s, float *x, float value, size_t n) {
-    return launch_fill(zs_cu_stream(s), x, value, n);
-}
-
-/* ---- AdamW -------------------------------------------------------------------------- */
-
-static __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
-                                    float lr, float beta1, float beta2, float eps, float wd,
-                                    float grad_scale, float bc1, float bc2) {
-    ZS_CU_FOR(i, n) {
-        zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps, wd, grad_scale, bc1,
-                      bc2);
-    }
-}
-
-static zs_status launch_adamw(cudaStream_t cs, float *param, const float *grad, float *m, float *v,
-                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
-                              float grad_scale, float bc1, float bc2) {
-    zs_status st = ZS_OK;
-    if (n == 0) return ZS_OK;
-    ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw: NULL buffer");
-    /* zs_adamw_elem: 19 FLOPs; grad read, param, m and v read and written */
-    ZS_COST(19.0 * n, 0, 28.0 * n);
-    ZS_LAUNCH(adamw_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, param, grad, m, v, n, lr, beta1,
-              beta2, eps, wd, grad_scale, bc1, bc2);
-    ZS_CUDA_CHECK_LAUNCH(adamw_kernel);
-fail:
-    return st;
-}
-
-static zs_status cu_adamw(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
-                          size_t n, float lr, float beta1, float beta2, float eps, float wd,
-                          float grad_scale, int t) {
-    zs_status st = ZS_OK;
-    float bc1, bc2;
-    ZS_REQUIRE(t >= 1, ZS_ERR_INVALID, "adamw: step t must be >= 1 (got %d)", t);
-    /* The bias corrections come from the host's pow, as on the CPU backend: the device's
-     * double pow may differ in the last bit, and this keeps the update bitwise equal. */
-    bc1 = zs_adamw_bias_correction(beta1, t);
-    bc2 = zs_adamw_bias_correction(beta2, t);
-    ZS_CHECK(launch_adamw(zs_cu_stream(s), param, grad, m, v, n, lr, beta1, beta2, eps, wd,
-                          grad_scale, bc1, bc2));
-fail:
-    return st;
-}
-
-/* The segment holding element i (at most ZS_ADAMW_SEGS, a short scan), or -1 in padding. */
-static __device__ __forceinline__ int adamw_seg_of(const zs_adamw_segs &segs, size_t i) {
-    int k = 0;
-    while (k < segs.n && (int64_t)i >= segs.hi[k])
-        k++;
-    return k == segs.n || (int64_t)i < segs.lo[k] ? -1 : k;
-}
-
-/* A unit's tensors in one launch: a thread per element of the covered span finds its segment
- * and updates it, or leaves padding alone. */
-static __global__ void adamw_segs_kernel(float *param, const float *grad, float *m, float *v,
-                                         zs_adamw_segs segs, float lr, float beta1, float beta2,
-                                         float eps, float wd, float grad_scale, float bc1,
-                                         float bc2) {
-    ZS_CU_FOR(i, segs.n ? (size_t)segs.hi[segs.n - 1] : 0) {
-        int k = adamw_seg_of(segs, i);
-        if (k >= 0)
-            zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps,
-                          segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
-    }
-}
-
-/* Elements the segments cover, for ZS_COST (compiled away in a real build: [[maybe_unused]]). */
-[[maybe_unused]] static inline double adamw_segs_covered(const zs_adamw_segs *segs) {
-    double n = 0;
-    for (int k = 0; k < segs->n; k++)
-        n += (double)(segs->hi[k] - segs->lo[k]);
-    return n;
-}
-
-static zs_status cu_adamw_segs(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
-                               const zs_adamw_segs *segs, float lr, float beta1, float beta2,
-                               float eps, float wd, float grad_scale, int t) {
-    zs_status st = ZS_OK;
-    size_t n = 0;
-    ZS_CHECK(zs_adamw_segs_check(segs, t));
-    n = segs->n ? (size_t)segs->hi[segs->n - 1] : 0;
-    if (n == 0) return ZS_OK;
-    ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw_segs: NULL buffer");
-    /* Bias corrections from the host's pow, as adamw. Costs as adamw, over the elements the
-     * segments cover (the padding between them is not touched). */
-    ZS_COST(19.0 * adamw_segs_covered(segs), 0, 28.0 * adamw_segs_covered(segs));
-    ZS_LAUNCH(adamw_segs_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, zs_cu_stream(s), param, grad, m,
-              v, *segs, lr, beta1, beta2, eps, wd, grad_scale, zs_adamw_bias_correction(beta1, t),
-              zs_adamw_bias_correction(beta2, t));
-    ZS_CUDA_CHECK_LAUNCH(adamw_segs_kernel);
-fail:
-    return st;
-}
-
-/* adamw_segs with bf16 gradients widened as read (one launch per unit where the fp32 path of
- * old cast them chunk by chunk into a scratch first). */
-static __global__ void adamw_segs16_kernel(float *param, const zs_bf16 *grad, float *m, float *v,
-                                           zs_adamw_segs segs, float lr, float beta1, float beta2,
-                                           float eps, float wd, float grad_scale, float bc1,
-                                           float bc2) {
-    ZS_CU_FOR(i, segs.n ? (size_t)segs.hi[segs.n - 1] : 0) {
-        int k = adamw_seg_of(segs, i);
-        if (k >= 0)
-            zs_adamw_elem(&param[i], &m[i], &v[i], zs_bf16_to_f32(grad[i]), lr, beta1, beta2, eps,
-                          segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
-    }
-}
-
-static zs_status cu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m,
-                                 float *v, const zs_adamw_segs *segs, float lr, float beta1,
-                                 float beta2, float eps, float wd, float grad_scale, int t) {
-    zs_status st = ZS_OK;
-    size_t n = 0;
-    ZS_CHECK(zs_adamw_segs_check(segs, t));
-    n = segs->n ? (size_t)segs->hi[segs->n - 1] : 0;
-    if (n == 0) return ZS_OK;
-    ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw_segs16: NULL buffer");
-    /* as adamw_segs, the gradient read as 2 bytes */
-    ZS_COST(19.0 * adamw_segs_covered(segs), 0, 26.0 * adamw_segs_covered(segs));
-    ZS_LAUNCH(adamw_segs16_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, zs_cu_stream(s), param, grad,
-              m, v, *segs, lr, beta1, beta2, eps, wd, grad_scale,
-              zs_adamw_bias_correction(beta1, t), zs_adamw_bias_correction(beta2, t));
-    ZS_CUDA_CHECK_LAUNCH(adamw_segs16_kernel);
 fail:
     return st;
 }
@@ -419,164 +270,6 @@ fail:
     return st;
 }
 
-/* ---- sum of squares, sum ----------------------------------------------------------- */
-
-/* One thread per ZS_SUMSQ_CHUNK chunk (zs_sumsq_chunk / zs_sum_chunk, as on the CPU), then one
- * thread adds the chunk sums in index order into *out: the CPU's decomposition exactly, so the
- * same bits, and no atomics. The partials live in the stream's scratch. Strided reads make the
- * first pass slow next to a tree reduction; it runs once per unit and step, where determinism
- * across backends is worth more. */
-static __global__ void chunk_sums_kernel(double *part, const float *x, size_t n, size_t nchunk,
-                                         int square) {
-    ZS_CU_FOR(c, nchunk) {
-        size_t i0 = c * ZS_SUMSQ_CHUNK, m = n - i0 < ZS_SUMSQ_CHUNK ? n - i0 : ZS_SUMSQ_CHUNK;
-        part[c] = square ? zs_sumsq_chunk(x + i0, m) : zs_sum_chunk(x + i0, m);
-    }
-}
-
-static __global__ void chunks_total_kernel(double *total, const double *part, size_t nchunk) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    double t = 0.0;
-    for (size_t c = 0; c < nchunk; c++)
-        t += part[c];
-    *total = t;
-}
-
-static zs_status launch_chunked(cudaStream_t cs, double *out, double *part, const float *x,
-                                size_t n, size_t nchunk, int square) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(part && x && nchunk >= 1, ZS_ERR_INVALID, "sumsq: bad launch arguments");
-    /* per element a double add (and a multiply when squaring), 7 adds joining a chunk's lanes */
-    ZS_COST((square ? 2.0 : 1.0) * n + 7.0 * nchunk, 0, 4.0 * n + 8.0 * nchunk);
-    ZS_LAUNCH(chunk_sums_kernel, zs_cu_blocks(nchunk), ZS_CU_THREADS, 0, cs, part, x, n, nchunk,
-              square);
-    ZS_CUDA_CHECK_LAUNCH(chunk_sums_kernel);
-    ZS_COST(nchunk, 0, 8.0 * nchunk + 8.0);
-    ZS_LAUNCH(chunks_total_kernel, 1, 1, 0, cs, out, part, nchunk);
-    ZS_CUDA_CHECK_LAUNCH(chunks_total_kernel);
-fail:
-    return st;
-}
-
-static zs_status chunked(zs_stream_t *s, const char *op, double *out, const float *x, size_t n,
-                         int square) {
-    zs_status st = ZS_OK;
-    size_t nchunk = (n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
-    double *part = NULL;
-    ZS_REQUIRE(out != NULL, ZS_ERR_INVALID, "%s: NULL output", op);
-    if (n == 0) {
-        ZS_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof *out, zs_cu_stream(s)));
-        return ZS_OK;
-    }
-    ZS_CHECK(zs_cu_scratch(s, nchunk, &part));
-    ZS_CHECK(launch_chunked(zs_cu_stream(s), out, part, x, n, nchunk, square));
-fail:
-    return st;
-}
-
-/* sumsq16: every ZS_SUMSQ_CHUNK piece of every group in one launch (piece j of group k is
- * part[k * per + j], per = group / ZS_SUMSQ_CHUNK), then each group's pieces added in order by
- * one thread a group: chunked's bits for each group (0 + a lone piece is the piece).
- *
- * A thread sums one piece in zs_sumsq16_chunk's order (element i into lane i % ZS_LANES, in
- * index order), 8 elements at a time: one 16-byte load where the piece is 16-byte aligned, and
- * element 8j + l always into lane l, so the 8 accumulators stay in registers (an index known
- * only at run time would put them in local memory, one serial round trip per element: 2.5 ms a
- * launch on an H100, docs/cuda.md "On a real GPU"). Small blocks spread the few pieces (1728
- * for 7M elements) over as many SMs as they can fill. */
-#define SQ_THREADS 64
-static __device__ __forceinline__ void sq8(double *acc, const uint16_t *h, int valid) {
-ZS_UNROLL
-    for (int l = 0; l < ZS_LANES; l++)
-        if (l < valid) {
-            zs_bf16 v;
-            v.bits = h[l];
-            double d = (double)zs_bf16_to_f32(v);
-            acc[l] += d * d;
-        }
-}
-static __global__ void chunk_sums16_kernel(double *part, const zs_bf16 *x, size_t n, size_t group,
-                                           size_t ngroups) {
-    size_t per = group / ZS_SUMSQ_CHUNK, npieces = ngroups * per;
-    ZS_CU_FOR(c, npieces) {
-        size_t k = c / per, g0 = k * group, start = g0 + (c % per) * ZS_SUMSQ_CHUNK;
-        size_t end = g0 + group < n ? g0 + group : n;
-        if (start >= end) continue; /* past the end: no piece */
-        size_t len = end - start < ZS_SUMSQ_CHUNK ? end - start : ZS_SUMSQ_CHUNK, i = 0;
-        const uint16_t *p = (const uint16_t *)(x + start);
-        double acc[ZS_LANES] = {0};
-        if (((uintptr_t)p & 15) == 0)
-            for (; i + ZS_LANES <= len; i += ZS_LANES) {
-                uint4 w = *(const uint4 *)(p + i);
-                uint16_t h[ZS_LANES] = {(uint16_t)w.x, (uint16_t)(w.x >> 16), (uint16_t)w.y,
-                                        (uint16_t)(w.y >> 16), (uint16_t)w.z, (uint16_t)(w.z >> 16),
-                                        (uint16_t)w.w, (uint16_t)(w.w >> 16)};
-                sq8(acc, h, ZS_LANES);
-            }
-        for (; i < len; i += ZS_LANES) { /* unaligned, and the tail: i stays a multiple of 8 */
-            uint16_t h[ZS_LANES];
-            int valid = len - i < ZS_LANES ? (int)(len - i) : ZS_LANES;
-ZS_UNROLL
-            for (int l = 0; l < ZS_LANES; l++)
-                h[l] = l < valid ? p[i + l] : 0;
-            sq8(acc, h, valid);
-        }
-        part[c] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    }
-}
-
-static __global__ void group_totals_kernel(double *out, const double *part, size_t n, size_t group,
-                                           size_t ngroups) {
-    size_t per = group / ZS_SUMSQ_CHUNK;
-    ZS_CU_FOR(k, ngroups) {
-        size_t len = n - k * group < group ? n - k * group : group;
-        size_t np = (len + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK;
-        double t = 0.0;
-        for (size_t j = 0; j < np; j++)
-            t += part[k * per + j];
-        out[k] = t;
-    }
-}
-
-static zs_status cu_sumsq16(zs_stream_t *s, double *out, const zs_bf16 *x, size_t n, size_t group) {
-    zs_status st = ZS_OK;
-    size_t ngroups, per, blocks;
-    double *part = NULL;
-    cudaStream_t cs = zs_cu_stream(s);
-    ZS_REQUIRE(out && group > 0 && group % ZS_SUMSQ_CHUNK == 0, ZS_ERR_INVALID,
-               "sumsq16: group %zu is not a positive multiple of %d", group, ZS_SUMSQ_CHUNK);
-    if (n == 0) {
-        ZS_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof *out, cs));
-        return ZS_OK;
-    }
-    ZS_REQUIRE(x != NULL, ZS_ERR_INVALID, "sumsq16: NULL input");
-    ngroups = (n + group - 1) / group;
-    per = group / ZS_SUMSQ_CHUNK;
-    ZS_CHECK(zs_cu_scratch(s, ngroups * per, &part));
-    /* per element a widening, a multiply and a double add; 7 adds joining a piece's lanes */
-    ZS_COST(2.0 * n + 7.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK), 0,
-            2.0 * n + 8.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK));
-    blocks = (ngroups * per + SQ_THREADS - 1) / SQ_THREADS;
-    ZS_LAUNCH(chunk_sums16_kernel, (unsigned)(blocks < ZS_CU_MAX_BLOCKS ? blocks : ZS_CU_MAX_BLOCKS),
-              SQ_THREADS, 0, cs, part, x, n, group, ngroups);
-    ZS_CUDA_CHECK_LAUNCH(chunk_sums16_kernel);
-    ZS_COST((double)((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK), 0,
-            8.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK) + 8.0 * ngroups);
-    ZS_LAUNCH(group_totals_kernel, zs_cu_blocks(ngroups), ZS_CU_THREADS, 0, cs, out, part, n, group,
-              ngroups);
-    ZS_CUDA_CHECK_LAUNCH(group_totals_kernel);
-fail:
-    return st;
-}
-
-static zs_status cu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n) {
-    return chunked(s, "sumsq", out, x, n, 1);
-}
-
-static zs_status cu_sum(zs_stream_t *s, double *out, const float *x, size_t n) {
-    return chunked(s, "sum", out, x, n, 0);
-}
-
 /* ---- copy, init, sync --------------------------------------------------------------- */
 
 static zs_status cu_copy(zs_stream_t *s, void *dst, const void *src, size_t nbytes) {
@@ -599,9 +292,10 @@ static __global__ void init_normal_kernel(float *x, size_t n, uint64_t seed, uin
     }
 }
 
-static zs_status launch_init_normal(cudaStream_t cs, float *x, size_t n, uint64_t seed,
-                                    uint64_t stream_id, uint64_t index0, float std) {
+static zs_status cu_init_normal(zs_stream_t *s, float *x, size_t n, uint64_t seed,
+                                uint64_t stream_id, uint64_t index0, float std) {
     zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(x, ZS_ERR_INVALID, "init_normal: NULL buffer");
     /* Box-Muller: two uniforms (2 each), logf, sqrtf, cosf and 4 more, times std: 11 */
@@ -611,11 +305,6 @@ static zs_status launch_init_normal(cudaStream_t cs, float *x, size_t n, uint64_
     ZS_CUDA_CHECK_LAUNCH(init_normal_kernel);
 fail:
     return st;
-}
-
-static zs_status cu_init_normal(zs_stream_t *s, float *x, size_t n, uint64_t seed,
-                                uint64_t stream_id, uint64_t index0, float std) {
-    return launch_init_normal(zs_cu_stream(s), x, n, seed, stream_id, index0, std);
 }
 
 static zs_status cu_sync(zs_stream_t *s) {
@@ -672,9 +361,9 @@ fail:
         .layernorm_bwd = zs_cu_layernorm_bwd, .gelu_fwd = zs_cu_gelu_fwd,                          \
         .gelu_bwd = zs_cu_gelu_bwd, .attention_fwd = zs_cu_attention_fwd,                          \
         .attention_bwd = zs_cu_attention_bwd, .residual_fwd = cu_residual_fwd, .axpy = cu_axpy,    \
-        .softmax_xent = zs_cu_softmax_xent, .adamw = cu_adamw, .adamw_segs = cu_adamw_segs,        \
-        .adamw_segs16 = cu_adamw_segs16, .cast = cu_cast, .scale = cu_scale, .sumsq = cu_sumsq,    \
-        .sum = cu_sum, .sumsq16 = cu_sumsq16, .fill = cu_fill, .copy = cu_copy,                    \
+        .softmax_xent = zs_cu_softmax_xent, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,        \
+        .adamw_segs16 = zs_cu_adamw_segs16, .cast = cu_cast, .scale = cu_scale, .sumsq = zs_cu_sumsq,    \
+        .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16, .fill = cu_fill, .copy = cu_copy,                    \
         .init_normal = cu_init_normal, .sync = cu_sync, .rmsnorm_fwd = zs_cu_rmsnorm_fwd,          \
         .rmsnorm_bwd = zs_cu_rmsnorm_bwd, .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd,  \
         .swiglu_fwd = zs_cu_swiglu_fwd, .swiglu_bwd = zs_cu_swiglu_bwd,                            \

@@ -1,0 +1,213 @@
+/* CUDA LLaMA ops: RMSNorm, RoPE and SwiGLU, over the same backend/kernels functions as the CPU
+ * twins in cpu/llama_cpu.c. RMSNorm runs a warp per row with the butterfly the CPU twin follows
+ * (kernels/common.h), so the bits match; its weight gradient gives each thread a column and
+ * sums rows in index order, as the CPU does: no atomics.
+ * ZS_COST: as nn_cuda.cu (1 FLOP per + - * / and sqrtf/expf/powf/cosf/sinf/rsqrt, else 0; a
+ * warp's butterfly is ZS_CU_WARP_SUM_FLOPS). */
+#include "backend/cuda/cuda_internal.h"
+#include "backend/kernels/rmsnorm.h"
+#include "backend/kernels/rope.h"
+#include "backend/kernels/swiglu.h"
+
+/* Largest head size RoPE accepts, the CPU backend's limit (ops.h: hs at most 1024). */
+#define ROPE_MAX_HALF 512
+
+/* ---- RMSNorm ------------------------------------------------------------------------ */
+
+/* A warp per row, as layer norm (kernels/rmsnorm.h's lanes). */
+static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp, const float *w,
+                                          int N, int C, float eps) {
+    size_t r = zs_cu_warp_row((size_t)N);
+    if (r == (size_t)N) return;
+    int lane = (int)threadIdx.x % ZS_WARP;
+    const float *x = inp + r * C;
+    float q = 0.0f;
+    for (int i = lane; i < C; i += ZS_WARP)
+        q += x[i] * x[i];
+    float rs = zs_rmsnorm_rstd(zs_cu_warp_sum(q), C, eps);
+    for (int i = lane; i < C; i += ZS_WARP)
+        out[r * C + i] = x[i] * rs * w[i];
+    if (lane == 0) rstd[r] = rs;
+}
+
+static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *w, const float *rstd, int N, int C) {
+    size_t r = zs_cu_warp_row((size_t)N);
+    if (r == (size_t)N) return;
+    int lane = (int)threadIdx.x % ZS_WARP;
+    const float *x = inp + r * C, *d = dout + r * C;
+    float rs = rstd[r], agx = 0.0f;
+    for (int i = lane; i < C; i += ZS_WARP)
+        agx += w[i] * d[i] * (x[i] * rs);
+    float mgx = zs_cu_warp_sum(agx) / (float)C;
+    for (int i = lane; i < C; i += ZS_WARP)
+        dinp[r * C + i] += zs_rmsnorm_dinp(w[i] * d[i], x[i] * rs, mgx, rs);
+}
+
+/* dw: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu). */
+static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, const float *inp,
+                                               const float *rstd, int N, int C) {
+    ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
+    int tx = (int)threadIdx.x % ZS_CU_COLS, g = (int)threadIdx.x / ZS_CU_COLS;
+    int c = (int)blockIdx.x * ZS_CU_COLS + tx;
+    float aw = 0.0f;
+    for (int s0 = g * ZS_COLSUM_SEG; s0 < N && c < C; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
+        int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
+        for (int r0 = s0; r0 < end; r0 += ZS_CU_COL_BATCH) { /* loads in flight, then in order */
+            float d[ZS_CU_COL_BATCH], x[ZS_CU_COL_BATCH], rs[ZS_CU_COL_BATCH];
+            ZS_UNROLL
+            for (int u = 0; u < ZS_CU_COL_BATCH; u++) {
+                int r = r0 + u < end ? r0 + u : r0; /* past the segment: a row read, unused */
+                d[u] = dout[(size_t)r * C + c];
+                x[u] = inp[(size_t)r * C + c];
+                rs[u] = rstd[r];
+            }
+            ZS_UNROLL
+            for (int u = 0; u < ZS_CU_COL_BATCH; u++)
+                if (r0 + u < end) aw += d[u] * (x[u] * rs[u]);
+        }
+    }
+    pw[g * (ZS_CU_COLS + 1) + tx] = aw;
+    __syncthreads();
+    if (g == 0 && c < C) zs_colsum_finish(dw + c, pw + tx, ZS_CU_COLS + 1, 1);
+}
+
+zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_REQUIRE(N >= 0 && C >= 1 && eps >= 0.0f, ZS_ERR_INVALID,
+               "rmsnorm_fwd: bad shape N=%d C=%d or eps %g", N, C, (double)eps);
+    if (N == 0) return ZS_OK;
+    ZS_REQUIRE(out && rstd && inp && w, ZS_ERR_INVALID, "rmsnorm_fwd: NULL buffer");
+    /* per row: 4 per element, a butterfly and 4 scalar ops in each lane */
+    ZS_COST((double)N * (4.0 * C + ZS_CU_WARP_SUM_FLOPS + 4.0 * ZS_WARP), 0, 4.0 * (2.0 * N * C + C + N));
+    ZS_LAUNCH(rmsnorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, rstd, inp,
+              w, N, C, eps);
+    ZS_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, const float *rstd, int N, int C) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "rmsnorm_bwd: bad shape N=%d C=%d", N, C);
+    if (N == 0) return ZS_OK;
+    ZS_REQUIRE(dinp && dw && dout && inp && w && rstd, ZS_ERR_INVALID, "rmsnorm_bwd: NULL buffer");
+    /* per row: 10 per element, a butterfly and its division; dinp read and written */
+    ZS_COST((double)N * (10.0 * C + ZS_CU_WARP_SUM_FLOPS + ZS_WARP), 0, 4.0 * (4.0 * N * C + C + N));
+    ZS_LAUNCH(rmsnorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
+              dout, inp, w, rstd, N, C);
+    ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_rows_kernel);
+    /* per column: 3 per row, the partials' total, 1 into dw (read and written) */
+    ZS_COST((double)C * (3.0 * N + ZS_COLSUM_GROUPS + 1.0), 0, 4.0 * (2.0 * N * C + N + 2.0 * C));
+    ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, dout,
+              inp, rstd, N, C);
+    ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_cols_kernel);
+fail:
+    return st;
+}
+
+/* ---- RoPE --------------------------------------------------------------------------- */
+
+/* A thread per rotated pair (b, t, h, i): it computes its own cos/sin (the CPU shares one
+ * table per position; the values are the same function of (t, i)) and rotates x[i] with
+ * x[i + hs/2]. In place is safe: a pair is read whole before it is written. */
+static __global__ void rope_kernel(float *out, const float *inp, const int32_t *seg, int T, int NH,
+                                   int hs, float theta, int inverse, size_t npairs) {
+    ZS_CU_FOR(p, npairs) {
+        int half = hs / 2;
+        int i = (int)(p % (size_t)half);
+        size_t rest = p / (size_t)half; /* (b*T + t)*NH + h */
+        int h = (int)(rest % (size_t)NH);
+        size_t bt = rest / (size_t)NH;
+        int t = (int)(bt % (size_t)T) - zs_seg_lo(seg, bt); /* the position in its document */
+        size_t off = bt * (size_t)NH * hs + (size_t)h * hs;
+        float c, sn;
+        zs_rope_cos_sin(&c, &sn, t, i, hs, theta);
+        float sg = inverse ? -1.0f : 1.0f;
+        zs_rope_pair(&out[off + i], &out[off + i + half], inp[off + i], inp[off + i + half], c,
+                     sg * sn);
+    }
+}
+
+static zs_status rope(zs_stream_t *s, const char *op, float *out, const float *inp, int B, int T,
+                      int NH, int hs, float theta, int inverse, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    size_t npairs = (size_t)B * T * NH * (hs / 2);
+    ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && hs >= 2 && hs % 2 == 0 && hs / 2 <= ROPE_MAX_HALF &&
+                   theta > 0.0f,
+               ZS_ERR_INVALID,
+               "%s: bad shape B=%d T=%d NH=%d hs=%d (hs even, at most %d) or theta %g", op, B, T,
+               NH, hs, 2 * ROPE_MAX_HALF, (double)theta);
+    if (npairs == 0) return ZS_OK;
+    ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "%s: NULL buffer", op);
+    /* per pair: the angle (powf, cosf, sinf and 3 more), the sign, the rotation (6); two
+     * values read and two written */
+    ZS_COST(13.0 * npairs, 0, 4.0 * (4.0 * npairs + (seg ? (double)B * T : 0.0)));
+    ZS_LAUNCH(rope_kernel, zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs, out, inp, seg, T, NH, hs,
+              theta, inverse, npairs);
+    ZS_CUDA_CHECK_LAUNCH(rope_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH, int hs,
+                         float theta, const int32_t *seg) {
+    return rope(s, "rope_fwd", out, inp, B, T, NH, hs, theta, 0, seg);
+}
+
+zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
+                         int hs, float theta, const int32_t *seg) {
+    return rope(s, "rope_bwd", dinp, dout, B, T, NH, hs, theta, 1, seg);
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------------- */
+
+/* out may alias gate or up: each thread reads its elements before writing. */
+static __global__ void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n) {
+    ZS_CU_FOR(i, n) {
+        out[i] = zs_silu(gate[i]) * up[i];
+    }
+}
+
+static __global__ void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
+                                         const float *gate, const float *up, size_t n) {
+    ZS_CU_FOR(i, n) {
+        float g = gate[i], d = dout[i];
+        dgate[i] += d * up[i] * zs_silu_grad(g);
+        dup[i] += d * zs_silu(g);
+    }
+}
+
+zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
+                           size_t n) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(out && gate && up, ZS_ERR_INVALID, "swiglu_fwd: NULL buffer");
+    ZS_COST(6.0 * n, 0, 12.0 * n); /* zs_silu 5, times up */
+    ZS_LAUNCH(swiglu_fwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, gate, up, n);
+    ZS_CUDA_CHECK_LAUNCH(swiglu_fwd_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
+                           const float *gate, const float *up, size_t n) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(dgate && dup && dout && gate && up, ZS_ERR_INVALID, "swiglu_bwd: NULL buffer");
+    /* zs_silu_grad 8 and zs_silu 5, 5 more; dgate and dup read and written */
+    ZS_COST(18.0 * n, 0, 28.0 * n);
+    ZS_LAUNCH(swiglu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dgate, dup, dout, gate, up,
+              n);
+    ZS_CUDA_CHECK_LAUNCH(swiglu_bwd_kernel);
+fail:
+    return st;
+}
+
