@@ -1,5 +1,5 @@
 /* The benchmarks' entry points: `zshard bench step|comm|memory|attention ARGS` (the CLI's bench
- * command dispatches here). Each parses its flags through the argument library (cli/flags.h)
+ * command dispatches here). Each parses its flags through the argument library (src/args/flags.h)
  * and returns the process exit status. */
 #ifndef ZS_BENCH_H
 #define ZS_BENCH_H

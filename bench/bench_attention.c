@@ -9,7 +9,7 @@
 #include "backend/ops.h"
 #include "bench/bench_util.h"
 #include "bench/bench.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "core/timer.h"
 #include "zshard.h"
 

@@ -9,7 +9,7 @@
  * gloo rows need MASTER_ADDR/PORT (zshard run, torchrun); across hosts, --ceiling link=GBPS
  * sets the column's reference to a link rate measured beside it (bench/multihost.sh). */
 #include "bench/bench.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "core/alloc.h"
 #include "core/timer.h"
 #include "zshard.h"

@@ -6,8 +6,8 @@
  * measurement is checked against. */
 #include "bench/bench.h"
 #include "bench/bench_util.h"
-#include "cli/args.h"
-#include "cli/flags.h"
+#include "args/args.h"
+#include "args/flags.h"
 #include "train/mem_formula.h"
 #include "data/data.h"
 #include "zshard.h"

@@ -6,7 +6,7 @@
 #include "backend/device.h"
 #include "bench/bench_util.h"
 #include "bench/bench.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "core/alloc.h"
 #include "core/timer.h"
 #include "data/data.h"

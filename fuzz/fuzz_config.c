@@ -7,7 +7,7 @@
  * Linked with those CLI sources and the argument library (flags.c), whose error lines go to
  * the printer below instead of stderr.
  * Replayed over fuzz/corpus_config by the ctest fuzz_config; scripts/fuzz.sh runs it. */
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "cli/train_args.h"
 #include "cli/train_flags.h"
 #include "core/log.h"

@@ -4,12 +4,11 @@
 Usage: test_layers.py SOURCE_DIR
 
 Checks the #include lines of
-  - bench/: the benchmarks may use the argument library (cli/flags.h, cli/args.h) and the
-    layers under the CLI, never another cli/ header (the CLI dispatches to bench, so bench
-    including the CLI would be a circle);
-  - the argument library itself (src/cli/flags.[ch], args.[ch], config.[ch]): it depends on
-    no command (cli.h, train_*.h, run.h, ...) and not on bench/;
-  - src/ outside src/cli/: no cli/ or bench/ header.
+  - bench/: the benchmarks use the argument library (src/args) and the layers under the CLI,
+    never a cli/ header (the CLI dispatches to bench, so bench including the CLI would be a
+    circle);
+  - the argument library (src/args): it includes no cli/ and no bench/ header;
+  - the rest of src/ (everything but src/cli and src/args): no cli/, bench/ or args/ header.
 
 Exits 1 listing each offending include as file:line, 0 when there is none.
 """
@@ -18,8 +17,6 @@ import re
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
-LIBRARY = {"cli/flags.h", "cli/args.h", "cli/config.h"}
-LIBRARY_FILES = {"flags.c", "flags.h", "args.c", "args.h", "config.c", "config.h"}
 
 
 def includes(path):
@@ -40,29 +37,38 @@ def sources(folder):
 def main():
     top = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(__file__))
     bad = []
+    seen = 0
     for path in sources(os.path.join(top, "bench")):
+        seen += 1
         for n, inc in includes(path):
-            if inc.startswith("cli/") and inc not in LIBRARY:
+            if inc.startswith("cli/"):
                 bad.append(f"{os.path.relpath(path, top)}:{n}: bench includes {inc} (the CLI)")
-    for name in sorted(LIBRARY_FILES):
-        path = os.path.join(top, "src", "cli", name)
-        if not os.path.exists(path):
-            bad.append(f"src/cli/{name}: missing (the argument library)")
-            continue
-        for n, inc in includes(path):
-            if (inc.startswith("cli/") and inc not in LIBRARY) or inc.startswith("bench/"):
-                bad.append(f"src/cli/{name}:{n}: the argument library includes {inc}")
-    src = os.path.join(top, "src")
-    for path in sources(src):
-        if os.path.relpath(path, src).startswith("cli" + os.sep):
-            continue
+    lib = os.path.join(top, "src", "args")
+    for name in ("flags.c", "flags.h", "args.c", "args.h"):
+        if not os.path.exists(os.path.join(lib, name)):
+            bad.append(f"src/args/{name}: missing (the argument library)")
+    for path in sources(lib):
+        seen += 1
         for n, inc in includes(path):
             if inc.startswith(("cli/", "bench/")):
+                bad.append(f"{os.path.relpath(path, top)}:{n}: the argument library includes {inc}")
+    src = os.path.join(top, "src")
+    for path in sources(src):
+        rel = os.path.relpath(path, src)
+        if rel.startswith(("cli" + os.sep, "args" + os.sep)):
+            continue
+        seen += 1
+        for n, inc in includes(path):
+            if inc.startswith(("cli/", "bench/", "args/")):
                 bad.append(f"{os.path.relpath(path, top)}:{n}: a layer under the CLI includes {inc}")
     for b in bad:
         print(b)
+    if seen == 0:
+        print("layers: no sources found under", top)
+        return 1
     if not bad:
-        print("layers: bench/ and the argument library include no command's header")
+        print(f"layers: {seen} files; bench/ and src/args include no CLI header, the layers "
+              "below include neither")
     return 1 if bad else 0
 
 

@@ -1,9 +1,9 @@
 /* `zshard ckpt`: inspect, export, import and reshard checkpoints (docs/checkpoint.md). Every
  * error is one line naming the file and the problem, with exit status 1 (2 for usage); the
  * library writes outputs under a temporary name, so a failure leaves none behind. */
-#include "cli/args.h"
+#include "args/args.h"
 #include "cli/cli.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "ckpt/convert.h"
 #include "core/alloc.h"
 #include "zshard.h"

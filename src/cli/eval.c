@@ -4,9 +4,9 @@
  * and stage up to the order of the final sum. */
 #include "ckpt/ckpt.h"
 #include "ckpt/json.h"
-#include "cli/args.h"
+#include "args/args.h"
 #include "cli/cli.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "cli/train_ops.h"
 #include "core/status.h"
 #include "zshard.h"

@@ -3,7 +3,7 @@
  * token budget and a stop token. Any weights source; any world size and stage (each new token
  * is a forward every rank takes part in). */
 #include "cli/cli.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "cli/train_ops.h"
 #include "core/status.h"
 #include "data/tokenizer.h"

@@ -1,6 +1,6 @@
 /* zshard command-line entry: dispatches to the subcommands. */
 #include "cli/cli.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "zshard.h"
 
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * the model-state formula for each (docs/architecture.md "Memory accounting"). Nothing is
  * allocated. */
 #include "cli/cli.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "cli/train_flags.h"
 #include "data/data.h"
 #include "train/docs_setup.h"

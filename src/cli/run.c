@@ -3,7 +3,7 @@
  * rank fails it gives the others a moment to report, then stops them (SIGTERM, then
  * SIGKILL) and exits non-zero with one line naming the rank and how it failed. */
 #include "cli/cli.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "cli/run.h"
 
 #include <dirent.h>

@@ -1,9 +1,9 @@
 /* `zshard tokenize INPUT... --tokenizer PATH --out DIR`: a corpus of text files, folders,
  * patterns or JSONL into llm.c token shards and dataset.json, with a progress bar on a
  * terminal and a summary at the end. The work is src/data/tokenize.c's. */
-#include "cli/args.h"
+#include "args/args.h"
 #include "cli/cli.h"
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "core/status.h"
 #include "data/tokenize.h"
 #include "zshard.h"

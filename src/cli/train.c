@@ -2,7 +2,7 @@
  * plain lines when stderr is not a terminal), periodic validation and samples, and the JSONL
  * log: one record per step and a final record carrying param_hash and peak memory. */
 #include "backend/cuda_device.h"
-#include "cli/args.h"
+#include "args/args.h"
 #include "cli/cli.h"
 #include "cli/train_args.h"
 #include "cli/train_flags.h"

@@ -2,7 +2,7 @@
  * no data (numbers in range, choices, combinations). */
 #include "cli/train_args.h"
 
-#include "cli/args.h"
+#include "args/args.h"
 #include "cli/train_flags.h"
 #include "core/alloc.h"
 #include "data/data.h"

@@ -4,7 +4,7 @@
 #ifndef ZS_CLI_TRAIN_FLAGS_H
 #define ZS_CLI_TRAIN_FLAGS_H
 
-#include "cli/flags.h"
+#include "args/flags.h"
 #include "cli/train_args.h"
 
 #include <stdio.h>
