@@ -62,6 +62,8 @@ void zs_engine_destroy(zs_engine_t *e);
  * t is a pure function of (seed, t, i), so every world size and stage gets the same model. */
 zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed);
 
+/* Acquire and release unit `unit` for its forward or backward (engine_pool.c). The unit must be
+ * in [0, n_units): zs_module_* checks what users pass, once, and naming the module. */
 zs_status zs_engine_forward_begin(zs_engine_t *e, int unit, float **params);
 zs_status zs_engine_forward_end(zs_engine_t *e, int unit);
 zs_status zs_engine_backward_begin(zs_engine_t *e, int unit, float **params, float **grads);

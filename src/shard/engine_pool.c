@@ -83,13 +83,6 @@ void zs_engine_pools_destroy(zs_engine_t *e) {
     e->pslots = e->gslots = e->rslots = NULL;
 }
 
-static zs_status check_unit(const zs_engine_t *e, int unit) {
-    if (unit < 0 || unit >= e->layout->n_units)
-        return zs_error(ZS_ERR_INTERNAL, "engine: unit %d out of range [0, %d)", unit,
-                        e->layout->n_units);
-    return ZS_OK;
-}
-
 /* ---- acquisition order and prefetch ---------------------------------------------------- */
 
 static void record(zs_engine_t *e, int ev) {
@@ -367,21 +360,18 @@ fail:
 
 /* ---- the calls models make ------------------------------------------------------------- */
 
+/* The unit is in range: zs_module_* checked it, once, with the user's names. */
 zs_status zs_engine_forward_begin(zs_engine_t *e, int unit, float **params) {
-    zs_status st = check_unit(e, unit);
-    if (st == ZS_OK) st = acquire_params(e, unit, 0, params);
-    return st;
+    return acquire_params(e, unit, 0, params);
 }
 
 zs_status zs_engine_forward_end(zs_engine_t *e, int unit) {
-    zs_status st = check_unit(e, unit);
-    if (st == ZS_OK) release_params(e, unit);
-    return st;
+    release_params(e, unit);
+    return ZS_OK;
 }
 
 zs_status zs_engine_backward_begin(zs_engine_t *e, int unit, float **params, float **grads) {
     zs_status st = ZS_OK;
-    ZS_CHECK(check_unit(e, unit));
     ZS_CHECK(acquire_params(e, unit, 1, params));
     ZS_CHECK(acquire_grads(e, unit, grads));
 fail:
@@ -390,7 +380,6 @@ fail:
 
 zs_status zs_engine_backward_end(zs_engine_t *e, int unit) {
     zs_status st = ZS_OK;
-    ZS_CHECK(check_unit(e, unit));
     release_params(e, unit);
     unit_state *us = &e->units[unit];
     /* A tied unit is reduced only after its last use, so both uses' gradients are summed. */
