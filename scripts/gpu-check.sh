@@ -331,15 +331,16 @@ EOF
             sed 's/^/    /' >>"$report"
     fi
     # Why the slowest hand-written kernels take what they take: ncu's speed-of-light, occupancy
-    # and warp-stall sections for the first launch of each attention kernel (ncu_detail.out).
-    if step ncu_detail 75 "$ncu" --section SpeedOfLight --section Occupancy \
-        --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
-        -k 'regex:fa_tc_(fwd|bwd_q|bwd_kv)' --launch-count 3 \
-        "$build/zshard" bench step --device cuda --model gpt2-124m --batch 16 --seq 1024 \
-        --steps 1 --warmup-steps 0 --dtype bf16; then
-        grep -E '^  [a-z_]+_kernel|Duration|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Stall|stall' \
-            "$out/ncu_detail.out" | head -n 60 | sed 's/^/    /' >>"$report"
-    fi
+    # and warp-stall sections for the first launch of each attention kernel (ncu_fa_tc_*.out).
+    for kern in fa_tc_fwd fa_tc_bwd_q fa_tc_bwd_kv; do
+        step "ncu_$kern" 40 "$ncu" --section SpeedOfLight --section Occupancy \
+            --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+            -k "regex:${kern}_kernel" --launch-count 1 \
+            "$build/zshard" bench step --device cuda --model gpt2-124m --batch 16 --seq 1024 \
+            --steps 1 --warmup-steps 0 --dtype bf16 &&
+            grep -E '^  [a-z_]+_kernel|Duration|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Stall|stall' \
+                "$out/ncu_$kern.out" | head -n 20 | sed 's/^/    /' >>"$report"
+    done
 else
     say "- ncu: not found: no measured per-kernel times (the predicted table is in predict.out)"
 fi

@@ -6,7 +6,7 @@
 set -u
 src=$1
 cov=$2
-defined=$(sed -n 's/.*__global__ void \([A-Za-z0-9_]*\)(.*/\1/p' "$src"/src/backend/cuda/*.cu | sort -u)
+defined=$(sed -n 's/.*__global__ void \(ZS_BOUNDS([^)]*) \)\{0,1\}\([A-Za-z0-9_]*\)(.*/\2/p' "$src"/src/backend/cuda/*.cu | sort -u)
 [ -n "$defined" ] || { echo "no __global__ kernels found in $src/src/backend/cuda"; exit 1; }
 launched=$(cat "$cov"/kernels-*.txt 2>/dev/null | sort -u)
 [ -n "$launched" ] || { echo "no kernel launches recorded in $cov (did the gpu tests run?)"; exit 1; }

@@ -2,7 +2,7 @@
  * against an fp64 reference of exact attention (ctest label gpu): forward (output and lse) and
  * backward (dq, dk, dv accumulated onto random prefills), MHA and GQA, packed (GPT-2's qkv) and
  * separate layouts, with and without document masks, head sizes 16, 32 and 64, T from 1 to
- * 4096, rows not a multiple of the 64-row tiles.
+ * 4096, rows not a multiple of the 64-row tiles, rows whose stride breaks 16-byte alignment.
  *
  * The bound, element by element, from bf16's unit roundoff u = 2^-9 on every input of a product
  * (q, k, v, dO, and the probabilities P and score gradients dS the kernels round between their
@@ -80,9 +80,14 @@ static int32_t *make_seg(int B, int T) {
 static void check(int B, int T, int NH, int NKV, int hs, int packed, int docs) {
     char what[160];
     snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d hs=%d%s%s", B, T, NH, NKV, hs,
-             packed ? " packed" : "", docs ? " documents" : "");
+             packed == 2 ? " packed, odd row stride"
+             : packed    ? " packed"
+                         : "",
+             docs ? " documents" : "");
     size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs, BT = (size_t)B * T;
-    size_t ldq = packed ? QD + 2 * KD : QD, ldkv = packed ? ldq : KD;
+    /* packed == 2: a row stride of one float more, so rows are not 16-byte aligned and the
+     * kernels take their scalar loads */
+    size_t ldq = packed ? QD + 2 * KD + (packed == 2) : QD, ldkv = packed ? ldq : KD;
     size_t nq = BT * ldq, nk = packed ? 0 : BT * KD, no = BT * QD, nl = (size_t)B * NH * T;
     int32_t *seg = docs ? make_seg(B, T) : NULL;
     float *qb = zt_malloc(nq * 4 + 4), *kb0 = zt_malloc(nk * 4 + 4), *vb0 = zt_malloc(nk * 4 + 4);
@@ -240,5 +245,6 @@ int main(void) {
     check(1, 64, 2, 2, 64, 1, 0);   /* exactly one tile */
     check(1, 4096, 2, 1, 64, 0, 1); /* long: 64 tiles, documents across many */
     check(1, 2048, 1, 1, 64, 1, 0); /* long, one document: every tile of the causal triangle */
+    check(1, 300, 4, 2, 64, 2, 1);  /* rows not 16-byte aligned: scalar loads */
     return zt_finish();
 }

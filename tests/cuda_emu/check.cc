@@ -318,6 +318,13 @@ inline void access(uintptr_t a, unsigned size, bool write, bool atomic, const vo
     } else if (a < c->view_lo || a >= c->view_hi) {
         return; /* the thread's own stack (registers and local memory on a GPU), host memory */
     }
+    /* a GPU's loads and stores of 2, 4, 8 and 16 bytes need addresses aligned to their size
+     * (CUDA's "misaligned address"); a host CPU would take them unaligned without a word */
+    if ((size & (size - 1)) == 0 && (a & (size - 1)) != 0) {
+        std::string line = source_line(pc);
+        kernel_fault(cudaErrorMisalignedAddress, "misaligned %u-byte %s of %s memory at %s", size,
+                     write ? "write" : "read", shared ? "shared" : "device", line.c_str());
+    }
     if (c->check) {
         if (shared)
             check_shared(*c, a, size, write, atomic, pc);

@@ -821,8 +821,11 @@ extern "C" void *zs_emu_shared(const void *site, size_t nbytes, size_t align, co
     if (b->arrays.size() >= SMEM_ARRAYS)
         fail(cudaErrorLaunchOutOfResources, "more than %u __shared__ arrays in one block",
              SMEM_ARRAYS);
-    size_t a = align < 16 ? 16 : align;
-    size_t off = (b->pool_used + a - 1) / a * a;
+    /* Each array at exactly the alignment its type declares, never more (an odd multiple of
+     * it), so that a wider access the declaration does not allow (a uint2 store into a
+     * uint16_t array) is a misaligned address here as it may be on a GPU (check.cc). */
+    size_t off = (b->pool_used + align - 1) / align * align;
+    if (align < 16 && off % (2 * align) == 0) off += align;
     b->budget_used = budget;
     b->arrays.push_back(SmemArray{name, off, nbytes});
     b->sites.push_back(site);

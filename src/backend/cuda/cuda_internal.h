@@ -74,9 +74,9 @@ extern "C" {
     kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
 #endif
 
-/* Every launcher states the cost of its launch (docs/cuda.md "The profiler") just before it: the FLOPs
- * on the fp32 pipes, the FLOPs on tensor cores, and the ideal bytes (each input read once, each
- * output written once), from its shapes. The emulated GPU's profiler records them beside the
+/* Every launcher states the cost of its launch (docs/cuda.md "The profiler") just before it: the
+ * FLOPs on the fp32 pipes, the FLOPs on tensor cores, and the ideal bytes (each input read once,
+ * each output written once), from its shapes. The emulated GPU's profiler records them beside the
  * traffic it counts (docs/cuda.md, "The profiler"); a real build compiles them away. */
 #ifdef ZS_CUDA_EMU
 #define ZS_COST(flops, mma_flops, bytes)                                                           \
@@ -93,17 +93,24 @@ extern "C" {
 #define ZS_UNROLL _Pragma("unroll")
 #endif
 
-/* Shared memory: ZS_SHARED(float, buf, 32) declares a block-wide array buf[32];
+/* Shared memory: ZS_SHARED(float, buf, 32) declares a block-wide array buf[32], aligned as its
+ * type; ZS_SHARED_ALIGNED(uint16_t, buf, 64, 16) one aligned to 16 bytes at least, for loads
+ * and stores wider than the type (the emulated GPU places every array at exactly the alignment
+ * declared, so a wider access without it is a misaligned address there);
  * ZS_SHARED_DYN(float, buf) names the launch's dynamic shared memory. Kernels use these, never
  * __shared__ itself, so the emulated build gives every thread of a block the same (poisoned)
  * memory. */
 #ifdef ZS_CUDA_EMU
-#define ZS_SHARED(type, name, count)                                                               \
+#define ZS_SHARED_ALIGNED(type, name, count, align)                                                \
     static const char zs_site_##name = 0;                                                          \
-    type *name =                                                                                   \
-        (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count), alignof(type), #name)
+    type *name = (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count),                    \
+                                       (align) > alignof(type) ? (align) : alignof(type), #name)
+#define ZS_SHARED(type, name, count) ZS_SHARED_ALIGNED(type, name, count, alignof(type))
 #define ZS_SHARED_DYN(type, name) type *name = (type *)zs_emu_dyn_shared()
 #else
+#define ZS_SHARED_ALIGNED(type, name, count, align)                                                \
+    __shared__ __align__(align)                                                                    \
+    type name[count]
 #define ZS_SHARED(type, name, count) __shared__ type name[count]
 #define ZS_SHARED_DYN(type, name)                                                                  \
     extern __shared__ __align__(16) unsigned char zs_dyn_smem_[];                                  \
@@ -204,6 +211,16 @@ static __device__ __forceinline__ float zs_cu_block_reduce(float v, float *red, 
 /* The column-sum kernels read this many rows of a segment ahead (all loads in flight), then
  * add them in order: one load's latency per batch, not per row. */
 #define ZS_CU_COL_BATCH 16
+/* ZS_BOUNDS(threads, blocks) between "__global__ void" and a kernel's name: nvcc's
+ * __launch_bounds__, at most `threads` a block and registers for `blocks` blocks an SM. A
+ * kernel that keeps a batch of loads in flight needs the registers: unbounded, ptxas keeps a
+ * kernel of 256-thread blocks near 32 registers (eight blocks an SM) and issues its loads a few
+ * at a time between the adds. Nothing emulated. */
+#ifdef ZS_CUDA_EMU
+#define ZS_BOUNDS(threads, blocks)
+#else
+#define ZS_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+#endif
 static inline unsigned zs_cu_col_blocks(size_t cols) {
     return (unsigned)((cols + ZS_CU_COLS - 1) / ZS_CU_COLS);
 }

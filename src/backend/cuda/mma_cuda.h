@@ -42,9 +42,69 @@ static __device__ __forceinline__ void zs_mma_16816(zs_mma_c &d, const zs_mma_a 
 }
 
 /* Two floats as one bf16x2 register (lo in the lower half), each rounded to nearest even as
- * zs_f32_to_bf16 rounds on the CPU. */
+ * zs_f32_to_bf16 rounds on the CPU: on a GPU one cvt.rn.bf16x2.f32 (sm_80), the same bits for
+ * every number (a NaN stays a NaN, its payload aside). */
 static __device__ __forceinline__ uint32_t zs_pack_bf16(float lo, float hi) {
+#ifdef ZS_CUDA_EMU
     return (uint32_t)zs_f32_to_bf16(lo).bits | ((uint32_t)zs_f32_to_bf16(hi).bits << 16);
+#else
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#endif
+}
+
+/* 2^x as the attention kernels' softmax takes it (FlashAttention-2's exp2 with the scale folded
+ * into one fmaf before it): on a GPU the special-function unit's ex2.approx.ftz (relative error
+ * about 2^-22, -inf gives 0, results below FLT_MIN flushed to 0), one instruction where
+ * zs_expf's polynomial takes about twenty; on the emulated GPU exp2f flushed the same way, so
+ * the two may differ in the last bit (docs/cuda.md, "What runs where"). Each is
+ * deterministic: a GPU run repeats its own bits. */
+static __device__ __forceinline__ float zs_cu_exp2(float x) {
+#ifdef ZS_CUDA_EMU
+    float y = exp2f(x);
+    return y < 1.17549435e-38f ? 0.0f : y;
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+
+/* Four 8 x 8 matrices of 16-bit elements from shared memory, a warp's collective load
+ * (ldmatrix.sync.aligned.m8n8.x4.shared.b16; every lane of the warp calls it together): lane l
+ * gives p, the address of row l % 8 of matrix l / 8 (8 elements, 16 bytes, 16-byte aligned), and
+ * receives in r[j] two elements of matrix j: row l / 4's columns 2 (l % 4) and 2 (l % 4) + 1, or
+ * with trans, column l / 4's rows 2 (l % 4) and 2 (l % 4) + 1 (the lower element in the lower
+ * half). Either is an mma B fragment's register: the non-transposed form from a block stored
+ * [n][k], the transposed one from a block stored [k][n]. On the emulated GPU the same exchange
+ * as shuffles of the row addresses and plain loads. */
+template <bool trans>
+static __device__ __forceinline__ void zs_ldmatrix_x4(uint32_t r[4], const uint16_t *p) {
+#ifdef ZS_CUDA_EMU
+    int lane = (int)threadIdx.x % 32;
+    ZS_UNROLL
+    for (int j = 0; j < 4; j++) {
+        if (!trans) {
+            const uint16_t *row = __shfl_sync(0xffffffffu, p, j * 8 + lane / 4);
+            r[j] = *(const uint32_t *)(row + 2 * (lane % 4));
+        } else {
+            const uint16_t *r0 = __shfl_sync(0xffffffffu, p, j * 8 + 2 * (lane % 4));
+            const uint16_t *r1 = __shfl_sync(0xffffffffu, p, j * 8 + 2 * (lane % 4) + 1);
+            r[j] = (uint32_t)r0[lane / 4] | ((uint32_t)r1[lane / 4] << 16);
+        }
+    }
+#else
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+#endif
 }
 
 /* A zero accumulator. */

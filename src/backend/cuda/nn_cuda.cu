@@ -33,7 +33,7 @@ static __global__ void embedding_fwd_kernel(float *out, const int32_t *tokens, c
  * the stores in row order (the last of a token's holds its total): the bits of one row at a
  * time, without a memory round trip per row (7.8 ms a step on an H100 for gpt2-124m's 16 x
  * 1024 tokens one row at a time, docs/cuda.md "On a real GPU"). */
-#define WTE_BATCH 16
+#define WTE_BATCH 32
 #define WTE_THREADS 32 /* 768 columns over 24 SMs rather than 3 */
 static __global__ void embedding_bwd_wte_kernel(float *dwte, const float *dout,
                                                 const int32_t *tokens, int BT, int C) {
@@ -118,8 +118,7 @@ zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const fl
         /* dwte rows of distinct tokens, read and written */
         ZS_COST((double)B * T * C, 0, 4.0 * ((double)B * T + 3.0 * B * T * C));
         ZS_LAUNCH(embedding_bwd_wte_kernel, (unsigned)((C + WTE_THREADS - 1) / WTE_THREADS),
-                  WTE_THREADS, 0, cs, dwte,
-                  dout, tokens, B * T, C);
+                  WTE_THREADS, 0, cs, dwte, dout, tokens, B * T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wte_kernel);
     }
     if (dwpe && seg) {
@@ -181,8 +180,9 @@ static __global__ void layernorm_bwd_rows_kernel(float *dinp, const float *dout,
             zs_layernorm_dinp(w[i] * d[i], zs_layernorm_xhat(x[i], mu, rs), mg, mgx, rs);
 }
 
-/* dw and db: a thread per column, rows in order into zero-started sums, then added. */
-/* dw and db: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu). */
+/* dw and db: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu), with
+ * LN_COL_BATCH rows' loads in flight (four arrays of them: 128 registers). */
+#define LN_COL_BATCH 32
 static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const float *dout,
                                                  const float *inp, const float *mean,
                                                  const float *rstd, int N, int C) {
@@ -193,10 +193,10 @@ static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const flo
     float aw = 0.0f, ab = 0.0f;
     for (int s0 = g * ZS_COLSUM_SEG; s0 < N && c < C; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
         int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
-        for (int r0 = s0; r0 < end; r0 += ZS_CU_COL_BATCH) { /* loads in flight, then in order */
-            float d[ZS_CU_COL_BATCH], x[ZS_CU_COL_BATCH], mu[ZS_CU_COL_BATCH], rs[ZS_CU_COL_BATCH];
+        for (int r0 = s0; r0 < end; r0 += LN_COL_BATCH) { /* loads in flight, then in order */
+            float d[LN_COL_BATCH], x[LN_COL_BATCH], mu[LN_COL_BATCH], rs[LN_COL_BATCH];
             ZS_UNROLL
-            for (int u = 0; u < ZS_CU_COL_BATCH; u++) {
+            for (int u = 0; u < LN_COL_BATCH; u++) {
                 int r = r0 + u < end ? r0 + u : r0; /* past the segment: a row read, unused */
                 d[u] = dout[(size_t)r * C + c];
                 x[u] = inp[(size_t)r * C + c];
@@ -204,7 +204,7 @@ static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const flo
                 rs[u] = rstd[r];
             }
             ZS_UNROLL
-            for (int u = 0; u < ZS_CU_COL_BATCH; u++)
+            for (int u = 0; u < LN_COL_BATCH; u++)
                 if (r0 + u < end) {
                     aw += d[u] * zs_layernorm_xhat(x[u], mu[u], rs[u]);
                     ab += d[u];
@@ -349,16 +349,16 @@ static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const 
     __syncthreads();
     float mx = *bmax;
 #endif
-    for (int i = t; i < V; i += ZS_ROW_THREADS) {
-        float e = zs_expf(x[i] - mx);
-        if (dx) dx[i] = e;
-        s += e;
-    }
+    for (int i = t; i < V; i += ZS_ROW_THREADS)
+        s += zs_expf(x[i] - mx);
     float sum = zs_cu_block_reduce(s, red, 0);
     if (dx) {
+        /* each exponential again, the same bits as storing it in the sum's pass and reading
+         * it back, at the price of a read where that took a write and a read (the logits are
+         * memory-bound: 3.3 GB a pass at gpt2-124m's 16 x 1024) */
         float k = dloss / sum;
         for (int i = t; i < V; i += ZS_ROW_THREADS) {
-            float g = dx[i] * k;
+            float g = zs_expf(x[i] - mx) * k;
             dx[i] = i == tg ? g - dloss : g;
         }
         for (int i = V + t; i < Vp; i += ZS_ROW_THREADS)
@@ -377,10 +377,11 @@ zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, cons
     ZS_REQUIRE(losses && logits && targets, ZS_ERR_INVALID, "softmax_xent: NULL buffer");
     /* Every row counted as a real one (targets live in device memory; a masked row reads no
      * logits and computes nothing): 3 per logit (exp of the difference, sum), the block sum,
-     * the loss (3); with the gradient 1 per logit, 1 at the target and dloss / sum in every
-     * thread. Logits read V of each row, dlogits written Vp. */
-    ZS_COST((double)N *
-                (3.0 * V + ZS_CU_BLOCK_SUM_FLOPS + 3.0 + (dlogits ? V + 1.0 + ZS_ROW_THREADS : 0.0)),
+     * the loss (3); with the gradient 3 per logit (the exp of the difference again, the scale),
+     * 1 at the target and dloss / sum in every thread. Logits read V of each row (twice with
+     * the gradient, the same bytes), dlogits written Vp. */
+    ZS_COST((double)N * (3.0 * V + ZS_CU_BLOCK_SUM_FLOPS + 3.0 +
+                         (dlogits ? 3.0 * V + 1.0 + ZS_ROW_THREADS : 0.0)),
             0, 4.0 * (2.0 * N + (double)N * V + (dlogits ? (double)N * Vp : 0.0)));
     ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, 0, cs, losses, dlogits, logits,
               targets, N, V, Vp, dloss);

@@ -1,0 +1,270 @@
+/* Causal attention on tensor cores, FlashAttention-2 style, for the bf16 table (--dtype bf16;
+ * docs/cuda.md "Kernels"): the ops flash_attention_fwd/bwd with the contract of ops.h, their
+ * inputs rounded to bf16 for the products (Q, K, V, dO, and the probabilities P and score
+ * gradients dS between products), every product accumulated in fp32 by mma.sync m16n8k16
+ * (mma_cuda.h), the softmax in fp32 as FlashAttention-2 takes it: 2^(s scale log2 e - m),
+ * one fmaf and the special-function unit's exp2 per score (mma_cuda.h, zs_cu_exp2). The fp32
+ * table keeps flash_cuda.cu's kernels, bitwise the CPU's.
+ *
+ * Tiles: a block of 8 warps takes 128 rows (query rows forward and for dq, key rows for dk/dv),
+ * 16 per warp, against key (or query) blocks of ZS_FA_BK = 64 staged in shared memory, the
+ * CPU's blocks: a row's first block is the one holding its document's start, as on the CPU,
+ * and the online softmax rescales at the same block boundaries. 128 rows share each staged
+ * block (half the re-reads of 64); a warp whose 16 rows the causal mask leaves nothing of in a
+ * block skips it, and only the blocks on the diagonal, at a document's start or past T are
+ * masked element by element. Blocks are staged in shared memory as bf16, row-major, rows
+ * padded by FA_PAD elements so that the 8 rows an ldmatrix reads hit 32 different banks; the
+ * products' B fragments come from them by ldmatrix.x4 (transposing for P V, dS K, P^T dO and
+ * dS^T Q); Q (forward, dq) or K and V (dk/dv) stay in registers as A fragments; a product's
+ * fp32 result becomes the next product's A fragment in registers (mma_cuda.h). The next block
+ * loads into registers while this one computes (16-byte loads where rows are aligned).
+ *
+ * Determinism without atomics: dq has its own kernel (a block per 128 query rows, looping over
+ * key blocks in order), dk and dv theirs (a block per 128 keys of a kv head, looping over the
+ * group's query heads and their query blocks in order), at the price of recomputing the scores
+ * and dP = dO V^T in both (18 hs FLOPs per (query, key) pair in all, against FlashAttention-2's
+ * 14 hs with atomic dq). Head sizes 16, 32 and 64 (the shared tiles of the dk/dv kernel fill 19
+ * KiB at 64); others take flash_cuda.cu's kernels.
+ * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/exp2/logf, an fmaf 2, else 0; tensor FLOPs 2 m n k
+ * per product.
+ *
+ * This header holds what the forward (flash_tc_cuda.cu) and the backward (flash_tc_bwd_cuda.cu)
+ * share: the tiles, the staging, the fragments and products, and the launchers' view. */
+#ifndef ZS_BACKEND_CUDA_FLASH_TC_H
+#define ZS_BACKEND_CUDA_FLASH_TC_H
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/mma_cuda.h"
+#include "backend/kernels/flash.h"
+
+#define FA_TC_WARPS 8                 /* a block's warps, 16 rows each (an mma's m) */
+#define FA_TC_ROWS (16 * FA_TC_WARPS) /* a block's rows: 128 */
+#define FA_TC_THREADS (32 * FA_TC_WARPS)
+#define FA_TC_TILE ZS_FA_BK /* the rows of a staged (key or query) block: 64 */
+#define FA_PAD 8            /* bf16 elements of padding per shared row (16 bytes) */
+#define FA_TC_MAX_HS 64
+/* the shared tiles take 4-byte fragment loads and 8-byte stores */
+#ifdef ZS_MUTANT_SMEM_ALIGN
+#define FA_SMEM_ALIGN 2 /* the tiles' element alignment only: a misaligned store (emulator) */
+#else
+#define FA_SMEM_ALIGN 16
+#endif
+
+/* One call's strided views, as flash_cuda.cu's. */
+typedef struct tc_view {
+    int B, T, NH, NKV, hs;
+    size_t ldq, ldkv;
+    float scale;
+    float scale2; /* scale log2(e): exp(x scale) = 2^(x scale2) */
+    bool vec;     /* every row of q, k, v, dO starts 16-byte aligned: 16-byte loads */
+} tc_view;
+
+#define FA_LOG2E 1.44269504088896341f
+
+static __device__ __forceinline__ size_t tc_qrow(const tc_view &a, int b, int i, int h) {
+    return ((size_t)b * a.T + i) * a.ldq + (size_t)h * a.hs;
+}
+static __device__ __forceinline__ size_t tc_kvrow(const tc_view &a, int b, int j, int g) {
+    return ((size_t)b * a.T + j) * a.ldkv + (size_t)g * a.hs;
+}
+static __device__ __forceinline__ size_t tc_orow(const tc_view &a, int b, int i, int h) {
+    return ((size_t)b * a.T + i) * ((size_t)a.NH * a.hs) + (size_t)h * a.hs;
+}
+
+/* Staging rows [r0, r0 + 64) of a strided fp32 matrix (row stride ld) as bf16 into
+ * sm[64][HS + FA_PAD] (row-major), in two halves:
+ * tc_fetch loads a thread's HS / 16 groups of 4 consecutive columns of a row into registers
+ * (one 16-byte load each where the view is aligned, a.vec; consecutive threads, consecutive
+ * groups: coalesced; rows past T zeros), all of them in flight at once, and tc_put rounds them
+ * in pairs (cvt.rn.bf16x2) and stores them. Between the two the kernels compute on the block
+ * staged before, so the loads' latency hides behind the products; a load followed at once by
+ * its store would wait out each load's latency in turn, the shared store being a possible
+ * alias of the next load (10x the predicted time on an H100, docs/cuda.md "On a real GPU"). */
+#define FA_TC_PER(HS) (FA_TC_TILE * (HS) / 4 / FA_TC_THREADS)
+template <int HS>
+static __device__ __forceinline__ void tc_fetch(float4 *buf, const float *__restrict__ src,
+                                                size_t ld, int r0, int T, bool vec) {
+    ZS_UNROLL
+    for (int u = 0; u < FA_TC_PER(HS); u++) {
+        int e = (int)threadIdx.x + u * FA_TC_THREADS, r = e / (HS / 4), d = e % (HS / 4) * 4;
+        const float *p = src + (size_t)(r0 + r) * ld + d;
+        if (r0 + r >= T)
+            buf[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        else if (vec)
+            buf[u] = *(const float4 *)p;
+        else
+            buf[u] = make_float4(p[0], p[1], p[2], p[3]);
+    }
+}
+template <int HS> static __device__ __forceinline__ void tc_put(uint16_t *sm, const float4 *buf) {
+    ZS_UNROLL
+    for (int u = 0; u < FA_TC_PER(HS); u++) {
+        int e = (int)threadIdx.x + u * FA_TC_THREADS, r = e / (HS / 4), d = e % (HS / 4) * 4;
+        uint32_t lo = zs_pack_bf16(buf[u].x, buf[u].y), hi = zs_pack_bf16(buf[u].z, buf[u].w);
+        *(uint2 *)(sm + r * (HS + FA_PAD) + d) = make_uint2(lo, hi);
+    }
+}
+
+/* The A fragments of a warp's 16 rows of a strided fp32 matrix (rows past T zero), one per
+ * 16 columns, rounded to bf16. */
+template <int HS>
+static __device__ __forceinline__ void tc_load_a(zs_mma_a *f, const float *src, size_t ld, int row0,
+                                                 int T) {
+    int lane = (int)threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    for (int ks = 0; ks < HS / 16; ks++)
+        for (int r = 0; r < 4; r++) {
+            int row = row0 + g + (r & 1) * 8, col = ks * 16 + 2 * t + (r >> 1) * 8;
+            float lo = 0.0f, hi = 0.0f;
+            if (row < T) {
+                lo = src[(size_t)row * ld + col];
+                hi = src[(size_t)row * ld + col + 1];
+            }
+            f[ks].x[r] = zs_pack_bf16(lo, hi);
+        }
+}
+
+/* c0 += a b0 and c1 += a b1, the two B fragments an ldmatrix.x4 loaded: r[0], r[1] and r[2],
+ * r[3]. */
+static __device__ __forceinline__ void tc_mma2(zs_mma_c &c0, zs_mma_c &c1, const zs_mma_a &a,
+                                               const uint32_t *r) {
+    zs_mma_b b0, b1;
+    b0.x[0] = r[0];
+    b0.x[1] = r[1];
+    b1.x[0] = r[2];
+    b1.x[1] = r[3];
+    zs_mma_16816(c0, a, b0);
+    zs_mma_16816(c1, a, b1);
+}
+
+/* c[nt] = A (16 x HS, registers) times the transpose of 8 rows nt*8.. of a row-major shared
+ * block sm[64][HS + FA_PAD], for the 8 n-tiles: scores Q K^T (or K Q^T, V dO^T, dO V^T). The B
+ * fragments of two n-tiles come in one ldmatrix.x4: lane l points at row l % 8 of n-tile
+ * nt + l / 16, columns ks 16 + 8 ((l / 8) % 2).. */
+template <int HS>
+static __device__ __forceinline__ void tc_mma_rows(zs_mma_c *c, const zs_mma_a *a,
+                                                   const uint16_t *sm) {
+    int lane = (int)threadIdx.x % 32, j = lane / 8, i = lane % 8;
+    const uint16_t *base = sm + ((j >> 1) * 8 + i) * (HS + FA_PAD) + (j & 1) * 8;
+    ZS_UNROLL
+    for (int nt = 0; nt < 8; nt += 2) {
+        zs_mma_zero(c[nt]);
+        zs_mma_zero(c[nt + 1]);
+        ZS_UNROLL
+        for (int ks = 0; ks < HS / 16; ks++) {
+            uint32_t r[4];
+            zs_ldmatrix_x4<false>(r, base + nt * 8 * (HS + FA_PAD) + ks * 16);
+            tc_mma2(c[nt], c[nt + 1], a[ks], r);
+        }
+    }
+}
+
+/* acc[dt] += P (16 x 64, the fp32 fragments p of 8 n-tiles, rounded to bf16) times a row-major
+ * shared block sm[64][HS + FA_PAD]: P V, dS K, P^T dO, dS^T Q. The B fragments (k: the block's
+ * rows, n: its columns) of two column tiles come in one transposing ldmatrix.x4: lane l points
+ * at row kk 16 + 8 ((l / 8) % 2) + l % 8, columns (dt + l / 16) 8.. */
+template <int HS>
+static __device__ __forceinline__ void tc_mma_p(zs_mma_c *acc, const zs_mma_c *p,
+                                                const uint16_t *sm) {
+    int lane = (int)threadIdx.x % 32, j = lane / 8, i = lane % 8;
+    const uint16_t *base = sm + ((j & 1) * 8 + i) * (HS + FA_PAD) + (j >> 1) * 8;
+    ZS_UNROLL
+    for (int kk = 0; kk < 4; kk++) {
+        zs_mma_a pa;
+        pa.x[0] = zs_pack_bf16(p[2 * kk].x[0], p[2 * kk].x[1]);
+        pa.x[1] = zs_pack_bf16(p[2 * kk].x[2], p[2 * kk].x[3]);
+        pa.x[2] = zs_pack_bf16(p[2 * kk + 1].x[0], p[2 * kk + 1].x[1]);
+        pa.x[3] = zs_pack_bf16(p[2 * kk + 1].x[2], p[2 * kk + 1].x[3]);
+        ZS_UNROLL
+        for (int dt = 0; dt < HS / 8; dt += 2) {
+            uint32_t r[4];
+            zs_ldmatrix_x4<true>(r, base + kk * 16 * (HS + FA_PAD) + dt * 8);
+            tc_mma2(acc[dt], acc[dt + 1], pa, r);
+        }
+    }
+}
+
+/* One step of a query-parallel kernel's walk over key blocks: store the block in flight (kr,
+ * vr) as the shared tiles ks and vs once the previous block's readers are done, then start
+ * loading the next one, if j0's is not the last. */
+template <int HS>
+static __device__ __forceinline__ void tc_kv_step(uint16_t *ks, uint16_t *vs, float4 *kr,
+                                                  float4 *vr, const float *kb, const float *vb,
+                                                  const tc_view &a, int j0, int last) {
+    __syncthreads();
+    tc_put<HS>(ks, kr);
+    tc_put<HS>(vs, vr);
+    __syncthreads();
+    if (j0 + ZS_FA_BK <= last) {
+        tc_fetch<HS>(kr, kb, a.ldkv, j0 + ZS_FA_BK, a.T, a.vec);
+        tc_fetch<HS>(vr, vb, a.ldkv, j0 + ZS_FA_BK, a.T, a.vec);
+    }
+}
+
+/* Whether a warp's 16 rows row0.. see every key of the block j0..j0+63: the block ends before
+ * the first row, starts at or after the last row's document start (starts never decrease along
+ * rows, so the last row's is the largest), and no row lies past T. Only such blocks skip the
+ * per-element mask: on the diagonal and at a document's start the mask runs as before. */
+static __device__ __forceinline__ bool tc_block_full(const tc_view &a, const int32_t *seg, int b,
+                                                     int row0, int j0) {
+    if (j0 + FA_TC_TILE - 1 > row0 || row0 + 15 >= a.T) return false;
+    return j0 >= zs_seg_lo(seg, (size_t)b * a.T + row0 + 15);
+}
+
+/* The scores a query-parallel warp may not use set to -inf: this lane's rows r[0], r[1] (g and
+ * g + 8 of the warp) against keys j0 + 8 nt + 2 t (+1): keys after the row, keys before its
+ * document's start lo, and rows past T. For the blocks tc_block_full is false of. */
+static __device__ __forceinline__ void tc_mask_rows(zs_mma_c *s, const tc_view &a, const int *r,
+                                                    const int *lo, int j0, int t) {
+    ZS_UNROLL
+    for (int x = 0; x < 32; x++) {
+        int nt = x >> 2, e = x & 3, i = e >> 1, j = j0 + nt * 8 + 2 * t + (e & 1);
+        bool ok = j <= r[i] && j >= lo[i] && r[i] < a.T;
+        s[nt].x[e] = ok ? s[nt].x[e] : -INFINITY;
+    }
+}
+
+/* ---- the launchers' side ---------------------------------------------------------------- */
+
+static inline tc_view tc_make(int B, int T, int NH, int NKV, int hs, int ldq, int ldkv) {
+    tc_view a;
+    a.B = B;
+    a.T = T;
+    a.NH = NH;
+    a.NKV = NKV;
+    a.hs = hs;
+    a.ldq = (size_t)ldq;
+    a.ldkv = (size_t)ldkv;
+    a.scale = 1.0f / sqrtf((float)hs);
+    a.scale2 = a.scale * FA_LOG2E;
+    a.vec = false; /* set by the launchers, which see the pointers */
+    return a;
+}
+
+/* The units of work of one head, a unit being a warp's 16 rows against one staged block of 64,
+ * causal bound (document masks visit fewer; their starts are device memory). Query-parallel
+ * kernels (forward, dq): the warp of rows 16g.. (below T) visits the key blocks up to its last
+ * row's. Key-parallel (dk, dv): the warp of keys 16g.. visits the query blocks from the one
+ * holding its first key to the last. */
+static inline double tc_units_q(int T) {
+    double u = 0;
+    for (int g = 0; 16 * g < T; g++)
+        u += (16 * g + 15 < T - 1 ? 16 * g + 15 : T - 1) / FA_TC_TILE + 1;
+    return u;
+}
+static inline double tc_units_kv(int T) {
+    double u = 0, nb = (double)((T + FA_TC_TILE - 1) / FA_TC_TILE);
+    for (int g = 0; 16 * g < T; g++)
+        u += nb - (16 * g) / FA_TC_TILE;
+    return u;
+}
+
+/* Whether rows of a view at p with row stride ld (in floats) all start 16-byte aligned (head
+ * offsets h hs are: hs is a multiple of 16). */
+static inline bool tc_aligned(const float *p, size_t ld) {
+#ifdef ZS_MUTANT_ALIGN
+    return p != NULL || ld != 0; /* 16-byte loads from any row: a misaligned read (emulator) */
+#endif
+    return (uintptr_t)p % 16 == 0 && ld % 4 == 0;
+}
+
+#endif
