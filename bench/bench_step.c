@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "core/timer.h"
 #include "data/data.h"
+#include "models/model.h"
 #include "shard/module.h"
 #include "zshard.h"
 
@@ -215,22 +216,12 @@ int zs_bench_step(int argc, char **argv) {
 
     const zs_model_config *mc = zs_trainer_model(t);
     int N = cfg.batch * cfg.seq, C = mc->n_embd, L = mc->n_layer;
-    gemm_shape g[24];
+    zs_linear_dims lin[ZS_MODEL_MAX_LINEARS];
+    int nl = zs_model_linears(mc, lin);
+    gemm_shape g[3 * ZS_MODEL_MAX_LINEARS];
     int ng = 0;
-    if (mc->arch == ZS_ARCH_LLAMA) {
-        /* q, k and v (k, v as wide as the key/value heads), o; gate and up, down. */
-        int KD = C / mc->n_head * mc->n_kv_head, F = mc->ffn_hidden;
-        ng = add_linear(g, ng, N, C, C, 2 * L);
-        ng = add_linear(g, ng, N, C, KD, 2 * L);
-        ng = add_linear(g, ng, N, C, F, 2 * L);
-        ng = add_linear(g, ng, N, F, C, L);
-    } else {
-        ng = add_linear(g, ng, N, C, 3 * C, L);
-        ng = add_linear(g, ng, N, C, C, L);
-        ng = add_linear(g, ng, N, C, 4 * C, L);
-        ng = add_linear(g, ng, N, 4 * C, C, L);
-    }
-    ng = add_linear(g, ng, N, C, mc->padded_vocab, 1);
+    for (int i = 0; i < nl; i++)
+        ng = add_linear(g, ng, N, lin[i].IC, lin[i].OC, lin[i].count);
     /* Memory of the training run itself, before the ceiling's buffers. */
     zs_mem_stats mem;
     zs_mem_get_stats(&mem);

@@ -24,7 +24,7 @@
 # ZS_GPU_DEPS_FORCE=1 uses the carried packages even where the system has its own.
 # ZS_GPU_PREDICTED=DIR takes the emulated GPU's predictions (predict.out, predict_small.out of
 # the same commit, made here: they need no GPU) from DIR instead of building zshard-emu there,
-# which saves the lease the emulator's build.
+# which saves the lease the emulator's build; scripts/gpu-predict.sh DIR makes them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -121,7 +121,13 @@ gpu_ok=0
     done
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>/dev/null ||
         echo "torch: not importable"
-    git -C "$root" rev-parse --short HEAD 2>/dev/null | sed 's/^/source: /' || echo "source: working tree copy"
+    # The device's copy may carry a .git of another commit: the predictions say which commit
+    # they (and the tree they came with) were made from.
+    if [ -n "${ZS_GPU_PREDICTED:-}" ] && [ -f "$ZS_GPU_PREDICTED/source" ]; then
+        echo "source: $(cat "$ZS_GPU_PREDICTED/source") (scripts/gpu-predict.sh)"
+    else
+        git -C "$root" rev-parse --short HEAD 2>/dev/null | sed 's/^/source: /' || echo "source: working tree copy"
+    fi
 } >"$out/machine.txt" 2>&1
 nvidia-smi -L 2>/dev/null | grep -q GPU && gpu_ok=1
 tee -a "$report" <"$out/machine.txt"

@@ -18,6 +18,7 @@
  * indexing and bookkeeping on machines without a GPU and says nothing about the CUDA kernels. */
 #include "backend/cuda_device.h"
 #include "backend/device.h"
+#include "backend/kernels/gelu.h"
 #include "backend/ops.h"
 #include "core/bf16.h"
 #include "testutil.h"
@@ -183,15 +184,18 @@ static void expect_bounded(const char *what, const float *d, const float *want, 
 /* ---- the table, memory, streams ----------------------------------------------------- */
 
 /* Every slot of the table is set (zs_ops is a name and function pointers only, so scanning it
- * by pointer-sized words also covers ops added after this test was written). */
+ * by pointer-sized words also covers ops added after this test was written), but the one
+ * optional slot, gemm_linear_bwd, which the CUDA bf16 table sets. */
 static void check_table(void) {
     const unsigned char *p = (const unsigned char *)gpu;
     static const unsigned char zero[sizeof(void *)];
     /* Every function pointer, from with_math on (name and gemm_math come before). */
     for (size_t off = offsetof(zs_ops, with_math); off + sizeof(void *) <= sizeof(zs_ops);
          off += sizeof(void *))
-        ZT_CHECK(memcmp(p + off, zero, sizeof(void *)) != 0, "zs_ops slot at byte %zu is NULL",
-                 off);
+        ZT_CHECK(off == offsetof(zs_ops, gemm_linear_bwd) || memcmp(p + off, zero, sizeof(void *)),
+                 "zs_ops slot at byte %zu is NULL", off);
+    ZT_CHECK(fake || gpu->with_math(ZS_MATH_BF16)->gemm_linear_bwd,
+             "the CUDA bf16 table does not share dout between a linear layer's backward gemms");
     ZT_CHECK(strcmp(gpu->name, fake ? "cpu" : "cuda") == 0, "table name %s", gpu->name);
     ZT_CHECK(gpu->gemm_math == ZS_MATH_FP32, "the default table's gemm is fp32 (got %d)",
              (int)gpu->gemm_math);
@@ -339,7 +343,9 @@ static void check_gemm_precision(zs_gemm_math math) {
     /* On an H100, cuBLAS runs CUBLAS_COMPUTE_32F_FAST_16BF on fp32 operands as TF32 (its
      * choice, and a permitted one: TF32 keeps more bits than bf16; docs/cuda.md "On a real
      * GPU"), so there the bf16 table is held to TF32's shift: still a thousand times an fp32
-     * product's, so plain fp32 (the gemm_32f mutant) is caught on both. */
+     * product's, so plain fp32 (the gemm_32f mutant) is caught on both. (This product's
+     * operands are rounded to bf16 before cuBLAS, ops.h ZS_GEMM_CAST_MAX, so a GPU computes
+     * bf16 here: more shift than TF32's, which the check allows.) */
     const char *g = getenv("ZS_GPU");
     int ref = math == ZS_MATH_BF16 && g && !strcmp(g, "real") ? (int)ZS_MATH_TF32 : (int)math;
     float *A = randn((size_t)m * k, 1.0f), *B = randn((size_t)k * n, 1.0f);
@@ -366,11 +372,54 @@ static void check_gemm_precision(zs_gemm_math math) {
     release();
 }
 
+/* The bf16 gemm's operands cast in pieces (ops.h zs_gemm_cast_plan): B and C by columns (A
+ * whole), and A and B along k with C accumulating from beta. Each product is held to the
+ * fp32 accumulation bound of its inputs rounded to bf16 (gamma_k of sum |a b|, plus beta's
+ * term): a piece at the wrong offset, missing, or added twice is off by whole products. */
+static void check_gemm_pieces(int transb, int m, int n, int k, float beta) {
+    int lda = m, ldb = transb ? n : k;
+    zs_gemm_cast p = zs_gemm_cast_plan(0, transb, m, n, k, lda, ldb);
+    ZT_CHECK(p.elems > 0 && p.elems <= ZS_GEMM_CAST_MAX && (transb ? p.k_piece < k : p.n_piece < n),
+             "gemm %dx%dx%d (transb %d): the plan casts %zu elements in pieces of n %d, k %d, "
+             "not the pieces this check is for",
+             m, n, k, transb, p.elems, p.n_piece, p.k_piece);
+    size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    float *A = randn(na, 1.0f), *B = randn(nb, 1.0f), *C0 = randn(nc, 1.0f);
+    float *dC = up(C0, nc);
+    ZT_OK(gpu->with_math(ZS_MATH_BF16)
+              ->gemm(NULL, 0, transb, m, n, k, 1.0f, up(A, na), lda, up(B, nb), ldb, beta, dC, m));
+    float *C = down(dC, nc);
+    for (size_t i = 0; i < na; i++)
+        A[i] = (float)zt_gemm_round(ZS_MATH_BF16, A[i]);
+    for (size_t i = 0; i < nb; i++)
+        B[i] = (float)zt_gemm_round(ZS_MATH_BF16, B[i]);
+    double u = ldexp(1.0, -24), gam = (k + 2) * u / (1 - (k + 2) * u), worst = 0;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double want = beta * C0[i + (size_t)j * m], mag = fabs(want);
+            for (int q = 0; q < k; q++) {
+                double a = A[i + (size_t)q * m];
+                double b = transb ? B[j + (size_t)q * n] : B[q + (size_t)j * k];
+                want += a * b, mag += fabs(a * b);
+            }
+            double off = fabs(C[i + (size_t)j * m] - want) / (2 * gam * mag + 1e-30);
+            if (off > worst) worst = off;
+        }
+    ZT_CHECK(worst <= 1.0,
+             "bf16 gemm %dx%dx%d (transb %d, pieces n %d k %d): an element is %.3g times its "
+             "rounding bound from the product of the rounded inputs",
+             m, n, k, transb, p.n_piece, p.k_piece, worst);
+    release();
+}
+
 /* Row-major linear forward and backward through zs_linear_* (the shared mapping onto the
  * column-major gemm), CUDA against CPU. Each element's tolerance scales with the same
  * computation on absolute values (sum |a b| over its dot products, plus |initial value| for
- * accumulating outputs): gamma_(k+2) of that for each side, times 2 for two sides. */
-static void check_linear(void) {
+ * accumulating outputs): gamma_(k+2) of that for each side, times 2 for two sides. In bf16
+ * both sides round the same inputs (the GPU's backward through gemm_linear_bwd, dout rounded
+ * once), so the bound is the same. */
+static void check_linear(zs_gemm_math math) {
+    const zs_ops *c = cpu->with_math(math), *g = gpu->with_math(math);
     int N = 70, IC = 96, OC = 80;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *bias = randn(OC, 1.0f);
@@ -392,16 +441,16 @@ static void check_linear(void) {
     /* CPU results and the absolute-value scales. */
     float *out = hf(no), *scale_o = hf(no);
     float *dinp = clone(dinp0, ni), *dW = clone(dW0, nw), *db = clone(db0, OC);
-    ZT_OK(zs_linear_fwd(cpu, NULL, out, inp, W, bias, N, IC, OC));
+    ZT_OK(zs_linear_fwd(c, NULL, out, inp, W, bias, N, IC, OC));
     ZT_OK(zs_linear_fwd(cpu, NULL, scale_o, ainp, aW, ab, N, IC, OC));
-    ZT_OK(zs_linear_bwd(cpu, NULL, dinp, dW, db, dout, inp, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd(c, NULL, dinp, dW, db, dout, inp, W, N, IC, OC));
     ZT_OK(zs_linear_bwd(cpu, NULL, adinp, adW, adb, adout, ainp, aW, N, IC, OC));
     /* CUDA. */
     float *d_inp = up(inp, ni), *d_W = up(W, nw), *d_b = up(bias, OC), *d_dout = up(dout, no);
     float *d_out = up(poisoned(no), no);
     float *d_dinp = up(dinp0, ni), *d_dW = up(dW0, nw), *d_db = up(db0, OC);
-    ZT_OK(zs_linear_fwd(gpu, NULL, d_out, d_inp, d_W, d_b, N, IC, OC));
-    ZT_OK(zs_linear_bwd(gpu, NULL, d_dinp, d_dW, d_db, d_dout, d_inp, d_W, N, IC, OC));
+    ZT_OK(zs_linear_fwd(g, NULL, d_out, d_inp, d_W, d_b, N, IC, OC));
+    ZT_OK(zs_linear_bwd(g, NULL, d_dinp, d_dW, d_db, d_dout, d_inp, d_W, N, IC, OC));
     double *bo = hbuf(no * sizeof(double)), *bi = hbuf(ni * sizeof(double)),
            *bw = hbuf(nw * sizeof(double));
     for (size_t i = 0; i < no; i++)
@@ -463,6 +512,25 @@ static void check_embedding(int with_wpe, int grads, int docs) {
     expect_bits("embedding_bwd dwte", d_dwte, dwte, (size_t)V * C);
     expect_bits(docs ? "embedding_bwd dwpe (documents)" : "embedding_bwd dwpe", d_dwpe, dwpe,
                 (size_t)T * C);
+    release();
+}
+
+/* dwte over more rows than the GPU lists at a time (2048), more columns than a block owns
+ * (256), ids on every part (id % 128): V = 1000, tokens drawn at random; and V = 1, one token
+ * on every row, so one part holds the whole batch, repeated in every batch it walks. */
+static void check_embedding_wte_rows(int V) {
+    int B = 3, T = 1500, C = 300;
+    size_t nbt = (size_t)B * T, no = nbt * C;
+    int32_t *tok = hbuf(nbt * sizeof(int32_t));
+    for (size_t i = 0; i < nbt; i++)
+        tok[i] = (int32_t)zt_uniform(0, V);
+    float *dout = randn(no, 1.0f), *dwte0 = randn((size_t)V * C, 1.0f);
+    float *dwte = clone(dwte0, (size_t)V * C), *d_dwte = up(dwte0, (size_t)V * C);
+    ZT_OK(cpu->embedding_bwd(NULL, dwte, NULL, dout, tok, B, T, C, NULL));
+    ZT_OK(gpu->embedding_bwd(NULL, d_dwte, NULL, up(dout, no), upi(tok, nbt), B, T, C, NULL));
+    expect_bits(V == 1 ? "embedding_bwd dwte (one token on every row)"
+                       : "embedding_bwd dwte (4500 rows, 300 columns)",
+                d_dwte, dwte, (size_t)V * C);
     release();
 }
 
@@ -532,11 +600,17 @@ static void check_gelu(void) {
     float *d_y = up(x, n);
     ZT_OK(gpu->gelu_fwd(NULL, d_y, d_y, n));
     expect_bits("gelu_fwd in place", d_y, out, n);
-    float *dout = randn(n, 1.0f), *dinp0 = randn(n, 1.0f), *dinp = clone(dinp0, n);
-    float *d_dinp = up(dinp0, n);
+    /* gelu_bwd overwrites dinp (poisoned here), with the bits of accumulating into zeros */
+    float *dout = randn(n, 1.0f), *dinp = poisoned(n), *d_dinp = up(dinp, n);
+    float *zeros = hf(n);
+    memset(zeros, 0, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        zeros[i] += zs_gelu_grad(x[i]) * dout[i];
     ZT_OK(cpu->gelu_bwd(NULL, dinp, x, dout, n));
     ZT_OK(gpu->gelu_bwd(NULL, d_dinp, d_x, up(dout, n), n));
-    expect_bits("gelu_bwd (accumulates)", d_dinp, dinp, n);
+    ZT_CHECK(memcmp(dinp, zeros, n * sizeof(float)) == 0,
+             "gelu_bwd on the CPU is not gelu' * dout added to zeros, bit for bit");
+    expect_bits("gelu_bwd (overwrites)", d_dinp, dinp, n);
     release();
 }
 
@@ -1111,13 +1185,25 @@ int main(void) {
         }
     check_gemm_precision(ZS_MATH_BF16);
     check_gemm_precision(ZS_MATH_TF32);
-    check_linear();
+    /* The pieces take operands over 2^26 elements (a GB of memory, 20 s emulated): not in
+     * the broken builds' runs (ZS_TEST_QUICK, emu_mutant_*), which the other gemm checks catch. */
+    const char *quick = getenv("ZS_TEST_QUICK");
+    if (!quick || !*quick) {
+        check_gemm_pieces(0, 8, 1100, 65536, 1.0f); /* B by columns: 768 then 332 */
+        check_gemm_pieces(1, 8, 8, 5000000, 0.5f);  /* along k: 4194304 then 805696 */
+    } else {
+        printf("cuda_ops: not run under ZS_TEST_QUICK: the bf16 gemm's operands in pieces\n");
+    }
+    check_linear(ZS_MATH_FP32);
+    check_linear(ZS_MATH_BF16);
     check_bias();
     for (int grads = 1; grads <= 3; grads++) {
         check_embedding(1, grads, 0);
         check_embedding(0, grads, 0);
         check_embedding(1, grads, 1);
     }
+    check_embedding_wte_rows(1000);
+    check_embedding_wte_rows(1);
     check_layernorm();
     check_rmsnorm();
     check_gelu();

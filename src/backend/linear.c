@@ -5,6 +5,45 @@
 #include "backend/ops.h"
 #include "core/status.h"
 
+static size_t round8(size_t x) { /* B's part of the scratch starts 16-byte aligned */
+    return (x + 7) / 8 * 8;
+}
+
+zs_gemm_cast zs_gemm_cast_plan(int transa, int transb, int m, int n, int k, int lda, int ldb) {
+    zs_gemm_cast none = {0, n, k};
+    size_t arows = (size_t)(transa ? k : m), brows = (size_t)(transb ? n : k);
+    if (m <= 0 || n <= 0 || k <= 0 || (size_t)lda != arows || (size_t)ldb != brows) return none;
+    size_t a = round8((size_t)m * k), all = a + (size_t)k * n;
+    if (all <= ZS_GEMM_CAST_MAX) return (zs_gemm_cast){all, n, k};
+    if (!transb && a < ZS_GEMM_CAST_MAX) { /* A whole, B's columns k apart */
+        size_t pn = (ZS_GEMM_CAST_MAX - a) / (size_t)k / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
+        if (pn >= ZS_GEMM_PIECE) return (zs_gemm_cast){a + (size_t)k * pn, (int)pn, k};
+    }
+    if (!transa && transb) { /* A's columns and B's stored columns along k */
+        size_t pk = ZS_GEMM_CAST_MAX / ((size_t)m + n) / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
+        if (pk >= ZS_GEMM_PIECE && pk < (size_t)k)
+            return (zs_gemm_cast){round8((size_t)m * pk) + (size_t)n * pk, n, (int)pk};
+    }
+    return none;
+}
+
+size_t zs_linear_bwd_cast_elems(int N, int IC, int OC) {
+    size_t e = round8((size_t)IC * OC) + round8((size_t)OC * N) + (size_t)IC * N;
+    return N > 0 && IC > 0 && OC > 0 && e <= ZS_GEMM_CAST_MAX ? e : 0;
+}
+
+/* The three gemms below, with their arguments, the backward's two as one where they fit. */
+size_t zs_linear_cast_elems(int N, int IC, int OC) {
+    size_t f = zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC).elems;
+    size_t b = zs_linear_bwd_cast_elems(N, IC, OC);
+    if (!b) {
+        size_t d = zs_gemm_cast_plan(0, 0, IC, N, OC, IC, OC).elems;
+        size_t w = zs_gemm_cast_plan(0, 1, IC, OC, N, IC, OC).elems;
+        b = d > w ? d : w;
+    }
+    return f > b ? f : b;
+}
+
 zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *inp,
                         const float *W, const float *bias, int N, int IC, int OC) {
     zs_status st = ZS_OK;
@@ -28,10 +67,15 @@ static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
                "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
     /* dinp[N,IC] += dout[N,OC] W[OC,IC]  <=>  dinp^T (IC x N) += W^T (IC x OC) dout^T (OC x N);
      * both column-major views are the stored arrays as they are: no transposes. */
-    if (dinp) ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
     /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
      * dout is dout^T (OC x N) column-major, hence transb = T. */
-    if (dW) ZS_CHECK(ops->gemm(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
+    if (dinp && dW && ops->gemm_linear_bwd) {
+        ZS_CHECK(ops->gemm_linear_bwd(s, dinp, dW, dout, inp, W, N, IC, OC, dinp_beta));
+    } else {
+        if (dinp)
+            ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
+        if (dW) ZS_CHECK(ops->gemm(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
+    }
     if (dbias) ZS_CHECK(ops->bias_bwd(s, dbias, dout, N, OC));
 fail:
     return st;

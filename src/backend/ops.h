@@ -56,6 +56,14 @@ typedef struct zs_ops {
                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
                       int ldc);
 
+    /* Optional (NULL: linear.c calls gemm twice): a linear layer's two backward products, which
+     * share dout, with linear.c's gemm arguments: dinp^T = W^T dout^T + dinp_beta dinp^T, then
+     * dW^T += inp^T dout. A CUDA bf16 table rounds dout to bf16 once for both
+     * (zs_linear_bwd_cast_elems). */
+    zs_status (*gemm_linear_bwd)(zs_stream_t *s, float *dinp, float *dW, const float *dout,
+                                 const float *inp, const float *W, int N, int IC, int OC,
+                                 float dinp_beta);
+
     /* out[N,OC] += bias[OC] broadcast over rows. */
     zs_status (*bias_fwd)(zs_stream_t *s, float *out, const float *bias, int N, int OC);
     /* dbias[OC] += sum over rows of dout[N,OC] (accumulates). */
@@ -83,7 +91,8 @@ typedef struct zs_ops {
 
     /* GPT-2's tanh GELU, elementwise over n. out may alias inp. */
     zs_status (*gelu_fwd)(zs_stream_t *s, float *out, const float *inp, size_t n);
-    /* dinp += gelu'(inp) * dout (accumulates). */
+    /* dinp = 0 + gelu'(inp) * dout: overwrites dinp (a fill and a read of dinp saved), with
+     * the bits of accumulating into zeros, which it replaced (0 + makes -0 into +0). */
     zs_status (*gelu_bwd)(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                           size_t n);
 
@@ -259,6 +268,31 @@ zs_status zs_adamw_segs_check(const zs_adamw_segs *segs, int t);
 
 /* decode_attention's shape checks, shared by every backend (cpu/decode_cpu.c). */
 zs_status zs_kv_attention_check(int NH, int NKV, int hs, int pos, float theta);
+
+/* bf16 operands for a CUDA table's bf16 gemm (ZS_MATH_BF16, docs/cuda.md "GEMM operands"):
+ * it rounds packed (ld = rows) fp32 A and B to bf16 (to nearest even, as
+ * CUBLAS_COMPUTE_32F_FAST_16BF does) into a scratch of its stream, at most ZS_GEMM_CAST_MAX
+ * elements, and multiplies those on bf16 tensor cores. zs_gemm_cast_plan says how:
+ *  - whole, when both operands fit (n_piece = n, k_piece = k);
+ *  - else, for B untransposed, A whole and B and C in pieces of n_piece columns;
+ *  - else, for A untransposed and B transposed, A and B in pieces of k_piece along k, the
+ *    pieces' products added into C in order (a language model's output head backward);
+ *  - else not at all (elems 0): cuBLAS's FAST_16BF on the fp32 operands, which an H100 runs
+ *    as TF32 at half the bf16 speed.
+ * Pieces are multiples of ZS_GEMM_PIECE; the plan depends on the shape only, so a run's
+ * products are the same every time. The scratch grows to a power of two >= 64 elements
+ * covering the largest plan: zs_linear_cast_elems is the most a linear layer's three gemms
+ * ask (the memory estimator's rule). */
+#define ZS_GEMM_CAST_MAX ((size_t)1 << 26)
+#define ZS_GEMM_PIECE 256
+typedef struct zs_gemm_cast {
+    size_t elems; /* scratch elements, 0: no cast */
+    int n_piece, k_piece;
+} zs_gemm_cast;
+zs_gemm_cast zs_gemm_cast_plan(int transa, int transb, int m, int n, int k, int lda, int ldb);
+/* What gemm_linear_bwd casts at once, W, dout and inp (0: too many, each gemm casts its own). */
+size_t zs_linear_bwd_cast_elems(int N, int IC, int OC);
+size_t zs_linear_cast_elems(int N, int IC, int OC);
 
 /* The argument checks every backend's gemm makes before any work (linear.c): trans flags 0 or
  * 1, sizes >= 0, leading dimensions at least the rows of their operand (and 1), no NULL

@@ -203,7 +203,6 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
     ZS_CHECK(zs_linear_bwd_set(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], b->dres, a->fch_gelu,
                                p + t[B_FCPW], BT, 4 * C, C));
-    ZS_CHECK(o->fill(s, m->dtmp4b, 0.0f, 4 * nC));
     ZS_CHECK(o->gelu_bwd(s, m->dtmp4b, a->fch, m->dtmp4, 4 * nC));
     ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4b, a->ln2,
                                p + t[B_FCW], BT, C, 4 * C));
@@ -242,6 +241,16 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
                                  m->lnf_rstd, BT, b->cfg.n_embd);
 }
 
+/* block_forward's and block_backward's linears: qkv, the attention projection, fc, fc_proj. */
+static int gpt2_linears(const zs_model_config *c, zs_linear_dims *out) {
+    const int C = c->n_embd;
+    out[0] = (zs_linear_dims){C, 3 * C, 1};
+    out[1] = (zs_linear_dims){C, C, 1};
+    out[2] = (zs_linear_dims){C, 4 * C, 1};
+    out[3] = (zs_linear_dims){4 * C, C, 1};
+    return 4;
+}
+
 const zs_arch_impl zs_gpt2_arch = {
     .arch = ZS_ARCH_GPT2,
     .model_size = sizeof(zs_gpt2_t),
@@ -250,6 +259,7 @@ const zs_arch_impl zs_gpt2_arch = {
     .norm_tensors = 2,
     .learned_pos = 1,
     .layout = gpt2_layout,
+    .block_linears = gpt2_linears,
     .carve_block = carve_block,
     .carve_final = carve_final,
     .carve_scratch = carve_scratch,

@@ -253,6 +253,18 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
                                ((zs_llama_t *)b)->lnf_rstd, BT, b->cfg.n_embd);
 }
 
+/* block_forward's and block_backward's linears: q, k, v, o; gate, up, down. */
+static int llama_linears(const zs_model_config *c, zs_linear_dims *out) {
+    const int C = c->n_embd, F = c->ffn_hidden, hs = C / c->n_head;
+    const int QD = hs * c->n_head, KD = hs * c->n_kv_head;
+    out[0] = (zs_linear_dims){C, QD, 1};
+    out[1] = (zs_linear_dims){C, KD, 2};
+    out[2] = (zs_linear_dims){QD, C, 1};
+    out[3] = (zs_linear_dims){C, F, 2};
+    out[4] = (zs_linear_dims){F, C, 1};
+    return 5;
+}
+
 const zs_arch_impl zs_llama_arch = {
     .arch = ZS_ARCH_LLAMA,
     .model_size = sizeof(zs_llama_t),
@@ -261,6 +273,7 @@ const zs_arch_impl zs_llama_arch = {
     .norm_tensors = 1,
     .learned_pos = 0,
     .layout = llama_layout,
+    .block_linears = llama_linears,
     .carve_block = carve_block,
     .carve_final = carve_final,
     .carve_scratch = carve_scratch,

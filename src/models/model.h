@@ -51,6 +51,16 @@ zs_status zs_model_forward_backward_docs(zs_model_t *m, const int32_t *inputs,
  * memory, complete in stream order, valid until the next call. */
 zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits);
 
+/* A linear layer of the model, N = B*T rows (backend/ops.h zs_linear_fwd), run `count` times
+ * a step (each block's once a layer). */
+typedef struct zs_linear_dims {
+    int IC, OC, count;
+} zs_linear_dims;
+#define ZS_MODEL_MAX_LINEARS 8
+/* The shapes of the linear layers one training step runs: the blocks', then the output head.
+ * Returns how many (at most ZS_MODEL_MAX_LINEARS), 0 for an unknown architecture. */
+int zs_model_linears(const zs_model_config *cfg, zs_linear_dims *out);
+
 /* Activation bytes the model allocates for (B, T) with opts (NULL = defaults): used by the
  * memory estimator. */
 uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,

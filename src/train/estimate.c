@@ -135,6 +135,22 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
         while (need < (most + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK)
             need *= 2;
         b[ZS_MEM_WORKSPACE] += need * sizeof(double);
+        /* A bf16 run's GEMMs round their operands to bf16 in a scratch of the compute stream
+         * that grows to a power of two (>= 64 elements) covering the largest cast (backend/
+         * ops.h ZS_GEMM_CAST_MAX): the most any linear layer of a step asks. */
+        zs_linear_dims lin[ZS_MODEL_MAX_LINEARS];
+        int nl = bf16 ? zs_model_linears(cfg, lin) : 0;
+        uint64_t cast = 0;
+        for (int i = 0; i < nl; i++) {
+            uint64_t e = zs_linear_cast_elems(micro * seq, lin[i].IC, lin[i].OC);
+            if (e > cast) cast = e;
+        }
+        if (cast) {
+            uint64_t want = 64;
+            while (want < cast)
+                want *= 2;
+            b[ZS_MEM_WORKSPACE] += want * sizeof(uint16_t);
+        }
     }
     /* The shm backend's staging slots; "auto" picks shm when the ranks share a host, which
      * this estimate assumes. On a GPU they are host memory. */

@@ -107,6 +107,7 @@ extern "C" void zs_emu_trap(const char *what);
 #define __any_sync(mask, pred) (__ballot_sync(mask, pred) != 0u)
 #define __all_sync(mask, pred) (__ballot_sync(mask, pred) == (unsigned)(mask))
 #define __activemask() zs_emu_activemask()
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 static inline void zs_emu_syncwarp_(const char *site, unsigned mask = 0xffffffffu) {
     (void)zs_emu_warp_op(site, mask, ZS_EMU_SYNCWARP, 0, 0, 32);

@@ -126,7 +126,7 @@ zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const f
                           size_t n) {
 #pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
-        dinp[i] += zs_gelu_grad(inp[i]) * dout[i];
+        dinp[i] = 0.0f + zs_gelu_grad(inp[i]) * dout[i]; /* ops.h: the bits of += into zeros */
     return ZS_OK;
 }
 

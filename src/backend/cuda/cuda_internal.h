@@ -25,6 +25,7 @@ extern "C" {
 #include "backend/kernels/common.h"
 #include "backend/ops.h"
 #include "core/alloc.h"
+#include "core/bf16.h"
 #include "core/status.h"
 }
 
@@ -117,13 +118,16 @@ extern "C" {
     type *name = (type *)zs_dyn_smem_
 #endif
 
-/* The opaque zs_stream_t of ops.h: the CUDA stream and the device scratch its reductions use
- * (sumsq and sum's chunk partials, grown on demand in stream order and accounted as
- * workspace). */
+/* The opaque zs_stream_t of ops.h: the CUDA stream and the device scratch buffers of the work
+ * queued on it, grown on demand in stream order and accounted as workspace: its reductions'
+ * partials (sumsq and sum's chunk sums), and a bf16 gemm's operands (ops.h
+ * ZS_GEMM_CAST_MAX). */
 struct zs_stream {
     cudaStream_t stream;
     double *scratch;
     size_t scratch_n; /* doubles */
+    zs_bf16 *gemm16;
+    size_t gemm16_n; /* bf16 elements */
 };
 
 /* NULL is CUDA's default stream. */
@@ -133,6 +137,8 @@ static inline cudaStream_t zs_cu_stream(zs_stream_t *s) {
 
 /* At least n doubles of s's scratch (the default stream has one of its own), in stream order. */
 zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out);
+/* At least n bf16 elements of s's gemm operand scratch, likewise. */
+zs_status zs_cu_gemm_scratch(zs_stream_t *s, size_t n, zs_bf16 **out);
 
 /* Threads per block of every kernel here: simple kernels, one thread per element, row or
  * column. */
@@ -208,8 +214,10 @@ static __device__ __forceinline__ float zs_cu_block_reduce(float v, float *red, 
  * 16 consecutive floats, whole sectors); the partials meet in shared memory and the first
  * group's threads add them in group order. */
 #define ZS_CU_COLS 16
-/* The column-sum kernels read this many rows of a segment ahead (all loads in flight), then
- * add them in order: one load's latency per batch, not per row. */
+/* rmsnorm_bwd_cols reads this many rows of a segment ahead (all loads in flight), then adds
+ * them in order: one load's latency per batch, not per row. The other column sums size their
+ * own batch by the registers they hold: bias_bwd BIAS_BWD_BATCH (ops_cuda.cu), layer norm's
+ * LN_COL_BATCH (nn_cuda.cu). */
 #define ZS_CU_COL_BATCH 16
 /* ZS_BOUNDS(threads, blocks) between "__global__ void" and a kernel's name: nvcc's
  * __launch_bounds__, at most `threads` a block and registers for `blocks` blocks an SM. A

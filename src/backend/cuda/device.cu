@@ -240,49 +240,78 @@ fail:
     return st;
 }
 
-static void scratch_release(zs_stream_t *s) {
-    if (!s->scratch) return;
-    cudaFreeAsync(s->scratch, s->stream);
-    zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE, -(int64_t)(s->scratch_n * sizeof(double)),
-                      "reduction scratch");
-    s->scratch = NULL;
-    s->scratch_n = 0;
+/* A stream's scratch buffer: grown to the next power of two >= 64 elements covering n, in
+ * stream order (the old one freed after the work queued before), accounted as workspace. */
+typedef struct scratch_buf {
+    void **p;
+    size_t *cap; /* elements */
+    size_t es;
+    const char *what;
+} scratch_buf;
+
+static void scratch_release(zs_stream_t *s, scratch_buf b) {
+    if (!*b.p) return;
+    cudaFreeAsync(*b.p, s->stream);
+    zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE, -(int64_t)(*b.cap * b.es), b.what);
+    *b.p = NULL;
+    *b.cap = 0;
+}
+
+static scratch_buf reduction_scratch(zs_stream_t *s) {
+    return (scratch_buf){(void **)&s->scratch, &s->scratch_n, sizeof(double), "reduction scratch"};
+}
+
+static scratch_buf gemm_scratch(zs_stream_t *s) {
+    return (scratch_buf){(void **)&s->gemm16, &s->gemm16_n, sizeof(zs_bf16),
+                         "gemm operand scratch (bf16)"};
+}
+
+static zs_status scratch_grow(zs_stream_t *s, scratch_buf b, size_t n) {
+    zs_status st = ZS_OK;
+    size_t want = 64;
+    if (*b.cap >= n) return ZS_OK;
+    /* Grow to the next power of two, so a run settles after its largest use. */
+    while (want < n)
+        want *= 2;
+    scratch_release(s, b);
+    ZS_CHECK(zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE, (int64_t)(want * b.es), b.what));
+    if (cudaMallocAsync(b.p, want * b.es, s->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE, -(int64_t)(want * b.es), b.what);
+        *b.p = NULL;
+        ZS_REQUIRE(0, ZS_ERR_OOM, "cuda: cannot allocate %zu bytes of %s", want * b.es, b.what);
+    }
+    *b.cap = want;
+fail:
+    return st;
 }
 
 extern "C" void zs_cuda_stream_destroy(zs_stream_t *s) {
     if (!s) return;
-    scratch_release(s);
+    scratch_release(s, reduction_scratch(s));
+    scratch_release(s, gemm_scratch(s));
     cudaStreamSynchronize(s->stream);
     cudaStreamDestroy(s->stream);
     free(s);
 }
 
-/* The default stream's scratch, and the lock that serialises its use by several threads. */
+/* The default stream's scratch buffers. */
 static zs_stream_t g_null_stream;
 
 zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out) {
     zs_status st = ZS_OK;
     if (!s) s = &g_null_stream;
-    if (s->scratch_n < n) {
-        /* Grow to the next power of two, so a run settles after its largest reduction. */
-        size_t want = 64;
-        while (want < n)
-            want *= 2;
-        scratch_release(s);
-        ZS_CHECK(zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE,
-                                   (int64_t)(want * sizeof(double)), "reduction scratch"));
-        if (cudaMallocAsync((void **)&s->scratch, want * sizeof(double), s->stream) !=
-            cudaSuccess) {
-            (void)cudaGetLastError();
-            zs_mem_account_in(ZS_LEDGER_DEVICE, ZS_MEM_WORKSPACE, -(int64_t)(want * sizeof(double)),
-                              "reduction scratch");
-            s->scratch = NULL;
-            ZS_REQUIRE(0, ZS_ERR_OOM, "cuda: cannot allocate %zu bytes of reduction scratch",
-                       want * sizeof(double));
-        }
-        s->scratch_n = want;
-    }
+    ZS_CHECK(scratch_grow(s, reduction_scratch(s), n));
     *out = s->scratch;
+fail:
+    return st;
+}
+
+zs_status zs_cu_gemm_scratch(zs_stream_t *s, size_t n, zs_bf16 **out) {
+    zs_status st = ZS_OK;
+    if (!s) s = &g_null_stream;
+    ZS_CHECK(scratch_grow(s, gemm_scratch(s), n));
+    *out = s->gemm16;
 fail:
     return st;
 }

@@ -42,7 +42,6 @@
 #define FA_TC_THREADS (32 * FA_TC_WARPS)
 #define FA_TC_TILE ZS_FA_BK /* the rows of a staged (key or query) block: 64 */
 #define FA_PAD 8            /* bf16 elements of padding per shared row (16 bytes) */
-#define FA_TC_MAX_HS 64
 /* the shared tiles take 4-byte fragment loads and 8-byte stores */
 #ifdef ZS_MUTANT_SMEM_ALIGN
 #define FA_SMEM_ALIGN 2 /* the tiles' element alignment only: a misaligned store (emulator) */

@@ -26,27 +26,70 @@ static __global__ void embedding_fwd_kernel(float *out, const int32_t *tokens, c
     }
 }
 
-/* A token repeated in the batch adds into the same row: a thread owns a column of dwte and
- * walks the rows b*T+t in order. It does so WTE_BATCH rows at a time with every load of the
- * batch in flight at once (its tokens, its dout values, and the dwte values they add to), then
- * the adds in row order, a token met earlier in the batch continuing from that row's sum, then
- * the stores in row order (the last of a token's holds its total): the bits of one row at a
- * time, without a memory round trip per row (7.8 ms a step on an H100 for gpt2-124m's 16 x
- * 1024 tokens one row at a time, docs/cuda.md "On a real GPU"). */
+/* A token repeated in the batch adds into the same row of dwte, the rows b*T+t in order, as
+ * on the CPU. Tokens are split by id % WTE_PARTS, and block (p, y) owns the tokens of part p
+ * and WTE_COLS columns from y * WTE_COLS, a thread a column. It lists its part's rows
+ * WTE_CHUNK at a time in shared memory, in row order (ballots, no atomics), and each thread
+ * walks the list WTE_BATCH rows at a time with every load of the batch in flight at once (the
+ * rows' dout values, and the dwte values they add to), then the adds in row order, a token
+ * met earlier in the batch continuing from that row's sum, then the stores in row order (the
+ * last of a token's holds its total): the bits of one row at a time. One thread a column
+ * over every row, 24 warps on the whole GPU, took 1.74 ms a gpt2-124m step on an H200; so
+ * did the row at a time before it on an H100 (docs/cuda.md "On a real GPU"). A batch of one
+ * repeated token still lands on one part, and walks as slowly as that did. */
+#define WTE_PARTS 128
+#define WTE_COLS 256
+#define WTE_CHUNK 2048
 #define WTE_BATCH 32
-#define WTE_THREADS 32 /* 768 columns over 24 SMs rather than 3 */
+#define WTE_WARP_ROWS (WTE_CHUNK / (WTE_COLS / 32)) /* rows a warp lists: 256 */
 static __global__ void embedding_bwd_wte_kernel(float *dwte, const float *dout,
                                                 const int32_t *tokens, int BT, int C) {
-    ZS_CU_FOR(c, (size_t)C) {
-        for (int b0 = 0; b0 < BT; b0 += WTE_BATCH) {
-            int n = BT - b0 < WTE_BATCH ? BT - b0 : WTE_BATCH;
+    ZS_SHARED(int32_t, lrow, WTE_CHUNK);
+    ZS_SHARED(int32_t, ltok, WTE_CHUNK);
+    ZS_SHARED(int, wcount, WTE_COLS / 32);
+    unsigned part = blockIdx.x, lane = threadIdx.x % 32u, w = threadIdx.x / 32u;
+    size_t c = (size_t)blockIdx.y * WTE_COLS + threadIdx.x;
+    for (int r0 = 0; r0 < BT; r0 += WTE_CHUNK) {
+        /* list this chunk's rows of the part: warp w the rows r0 + 256 w + ... in order */
+        int tk[WTE_WARP_ROWS / 32];
+        unsigned hit[WTE_WARP_ROWS / 32];
+        int mine = 0, off = 0, total = 0;
+        ZS_UNROLL
+        for (int k = 0; k < WTE_WARP_ROWS / 32; k++) {
+            int row = r0 + (int)(w * WTE_WARP_ROWS + k * 32 + lane);
+            tk[k] = row < BT ? tokens[row] : 0;
+        }
+        ZS_UNROLL
+        for (int k = 0; k < WTE_WARP_ROWS / 32; k++) {
+            int row = r0 + (int)(w * WTE_WARP_ROWS + k * 32 + lane);
+            hit[k] = __ballot_sync(0xffffffffu, row < BT && (unsigned)tk[k] % WTE_PARTS == part);
+            mine += __popc(hit[k]);
+        }
+        if (lane == 0) wcount[w] = mine;
+        __syncthreads();
+        for (unsigned v = 0; v < WTE_COLS / 32; v++) {
+            off += v < w ? wcount[v] : 0;
+            total += wcount[v];
+        }
+        ZS_UNROLL
+        for (int k = 0; k < WTE_WARP_ROWS / 32; k++) {
+            if (hit[k] >> lane & 1u) {
+                int at = off + __popc(hit[k] & ((1u << lane) - 1u));
+                lrow[at] = r0 + (int)(w * WTE_WARP_ROWS + k * 32 + lane);
+                ltok[at] = tk[k];
+            }
+            off += __popc(hit[k]);
+        }
+        __syncthreads();
+        for (int b0 = 0; c < (size_t)C && b0 < total; b0 += WTE_BATCH) {
+            int n = total - b0 < WTE_BATCH ? total - b0 : WTE_BATCH;
             int32_t tok[WTE_BATCH];
             float d[WTE_BATCH], v[WTE_BATCH];
             ZS_UNROLL
             for (int u = 0; u < WTE_BATCH; u++) {
-                int bt = u < n ? b0 + u : b0;
-                tok[u] = tokens[bt];
-                d[u] = dout[(size_t)bt * C + c];
+                int e = u < n ? b0 + u : b0;
+                tok[u] = ltok[e];
+                d[u] = dout[(size_t)lrow[e] * C + c];
             }
             ZS_UNROLL
             for (int u = 0; u < WTE_BATCH; u++)
@@ -55,14 +98,15 @@ static __global__ void embedding_bwd_wte_kernel(float *dwte, const float *dout,
             for (int u = 0; u < WTE_BATCH; u++) {
                 float base = v[u];
                 ZS_UNROLL
-                for (int p = 0; p < u; p++)
-                    if (tok[p] == tok[u]) base = v[p]; /* the latest earlier row's sum */
+                for (int q = 0; q < u; q++)
+                    if (tok[q] == tok[u]) base = v[q]; /* the latest earlier row's sum */
                 v[u] = base + d[u];
             }
             ZS_UNROLL
             for (int u = 0; u < WTE_BATCH; u++)
                 if (u < n) dwte[(size_t)tok[u] * C + c] = v[u];
         }
+        __syncthreads(); /* the list is read before the next chunk's overwrites it */
     }
 }
 
@@ -117,8 +161,9 @@ zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const fl
     if (dwte) {
         /* dwte rows of distinct tokens, read and written */
         ZS_COST((double)B * T * C, 0, 4.0 * ((double)B * T + 3.0 * B * T * C));
-        ZS_LAUNCH(embedding_bwd_wte_kernel, (unsigned)((C + WTE_THREADS - 1) / WTE_THREADS),
-                  WTE_THREADS, 0, cs, dwte, dout, tokens, B * T, C);
+        ZS_LAUNCH(embedding_bwd_wte_kernel,
+                  dim3(WTE_PARTS, (unsigned)((C + WTE_COLS - 1) / WTE_COLS)), WTE_COLS, 0, cs, dwte,
+                  dout, tokens, B * T, C);
         ZS_CUDA_CHECK_LAUNCH(embedding_bwd_wte_kernel);
     }
     if (dwpe && seg) {
@@ -274,7 +319,7 @@ static __global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
 
 static __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
     ZS_CU_FOR(i, n) {
-        dinp[i] += zs_gelu_grad(inp[i]) * dout[i];
+        dinp[i] = 0.0f + zs_gelu_grad(inp[i]) * dout[i]; /* ops.h: the bits of += into zeros */
     }
 }
 
@@ -296,7 +341,7 @@ zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const fl
     cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(dinp && inp && dout, ZS_ERR_INVALID, "gelu_bwd: NULL buffer");
-    ZS_COST(23.0 * n, 0, 16.0 * n); /* zs_gelu_grad 21, times dout, into dinp (read, written) */
+    ZS_COST(23.0 * n, 0, 12.0 * n); /* zs_gelu_grad 21, times dout, 0 + (dinp written) */
     ZS_LAUNCH(gelu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dinp, inp, dout, n);
     ZS_CUDA_CHECK_LAUNCH(gelu_bwd_kernel);
 fail:

@@ -15,20 +15,68 @@
 
 /* ---- gemm --------------------------------------------------------------------------- */
 
+static zs_status launch_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
+
+static zs_status blas_gemm(cublasHandle_t h, cublasComputeType_t compute, int transa, int transb,
+                           int m, int n, int k, float alpha, const void *A, int lda, const void *B,
+                           int ldb, cudaDataType in_t, float beta, float *C, int ldc) {
+    zs_status st = ZS_OK;
+    /* k == 0 is C = beta C, as in BLAS; beta == 0 does not read C. */
+    ZS_CUBLAS_CHECK(cublasGemmEx(
+        h, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
+        A, in_t, lda, B, in_t, ldb, &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+fail:
+    return st;
+}
+
+/* The bf16 gemm on operands rounded into the stream's scratch, by plan p (ops.h
+ * zs_gemm_cast_plan): A whole then B (whole, or in pieces of columns with C's), or both in
+ * pieces along k with C accumulating from the first piece's beta. Every cast runs on the
+ * stream before the product that reads it and after the one before. */
+static zs_status gemm_cast(cublasHandle_t h, zs_stream_t *s, zs_gemm_cast p, int transa, int transb,
+                           int m, int n, int k, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    zs_bf16 *w = NULL;
+    ZS_CHECK(zs_cu_gemm_scratch(s, p.elems, &w));
+    if (p.k_piece < k) { /* !transa && transb: A's columns and B's stored columns along k */
+        for (int k0 = 0; k0 < k; k0 += p.k_piece) {
+            int kc = k - k0 < p.k_piece ? k - k0 : p.k_piece;
+            size_t na = ((size_t)m * kc + 7) / 8 * 8;
+            ZS_CHECK(launch_f32_to_bf16(cs, w, A + (size_t)k0 * lda, (size_t)m * kc));
+            ZS_CHECK(launch_f32_to_bf16(cs, w + na, B + (size_t)k0 * ldb, (size_t)n * kc));
+            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, kc, alpha, w, lda,
+                               w + na, ldb, CUDA_R_16BF, k0 ? 1.0f : beta, C, ldc));
+        }
+    } else {
+        size_t na = ((size_t)m * k + 7) / 8 * 8;
+        ZS_CHECK(launch_f32_to_bf16(cs, w, A, (size_t)m * k));
+        for (int j0 = 0; j0 < n; j0 += p.n_piece) { /* one piece unless !transb */
+            int nc = n - j0 < p.n_piece ? n - j0 : p.n_piece;
+            ZS_CHECK(launch_f32_to_bf16(cs, w + na, B + (size_t)j0 * ldb, (size_t)k * nc));
+            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, nc, k, alpha, w, lda,
+                               w + na, ldb, CUDA_R_16BF, beta, C + (size_t)j0 * ldc, ldc));
+        }
+    }
+fail:
+    return st;
+}
+
 /* gemm in the table's arithmetic (ops.h, zs_gemm_math): plain fp32 (CUBLAS_COMPUTE_32F), or the
  * inputs down-converted to TF32 or bf16 on tensor cores with fp32 accumulation
- * (CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF). */
+ * (CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF). bf16 rounds the operands into
+ * the stream's scratch first where zs_gemm_cast_plan allows (gemm_cast): the values FAST_16BF
+ * takes, on the bf16 tensor cores. */
 static zs_status cu_gemm_math(cublasComputeType_t compute, zs_stream_t *s, int transa, int transb,
                               int m, int n, int k, float alpha, const float *A, int lda,
                               const float *B, int ldb, float beta, float *C, int ldc) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     int locked = 0;
+    zs_gemm_cast plan = {0, n, k};
     ZS_CHECK(zs_gemm_check(transa, transb, m, n, k, A, lda, B, ldb, C, ldc));
     if (m == 0 || n == 0) return ZS_OK;
-    ZS_CHECK(zs_cu_blas_lock(&h));
-    locked = 1;
-    ZS_CUBLAS_CHECK(cublasSetStream(h, zs_cu_stream(s)));
 #ifdef ZS_MUTANT_SWAP_TRANS /* the tests' deliberately broken build: transposes swapped */
     {
         int t = transa;
@@ -36,11 +84,17 @@ static zs_status cu_gemm_math(cublasComputeType_t compute, zs_stream_t *s, int t
         transb = t;
     }
 #endif
-    /* k == 0 is C = beta C, as in BLAS; beta == 0 does not read C. */
-    ZS_CUBLAS_CHECK(cublasGemmEx(h, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_32F,
-                                 lda, B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc, compute,
-                                 CUBLAS_GEMM_DEFAULT));
+    ZS_CHECK(zs_cu_blas_lock(&h));
+    locked = 1;
+    ZS_CUBLAS_CHECK(cublasSetStream(h, zs_cu_stream(s)));
+    if (compute == CUBLAS_COMPUTE_32F_FAST_16BF)
+        plan = zs_gemm_cast_plan(transa, transb, m, n, k, lda, ldb);
+    if (plan.elems) /* under the cuBLAS lock: one thread at a time uses the default stream's */
+        ZS_CHECK(
+            gemm_cast(h, s, plan, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
+    else
+        ZS_CHECK(blas_gemm(h, compute, transa, transb, m, n, k, alpha, A, lda, B, ldb, CUDA_R_32F,
+                           beta, C, ldc));
 fail:
     if (locked) zs_cu_blas_unlock();
     return st;
@@ -70,6 +124,44 @@ static zs_status cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int
     return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
                         C, ldc);
 #endif
+}
+
+/* ops.h gemm_linear_bwd for the bf16 table: W, dout and inp rounded into the stream's scratch
+ * once (dout serves both products), then linear.c's two gemms on them; where the three do not
+ * fit (zs_linear_bwd_cast_elems 0), the two gemms each casting their own. */
+static zs_status cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, const float *dout,
+                                         const float *inp, const float *W, int N, int IC, int OC,
+                                         float dinp_beta) {
+    zs_status st = ZS_OK;
+    cublasHandle_t h = NULL;
+    int locked = 0;
+    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC);
+    size_t nw = ((size_t)IC * OC + 7) / 8 * 8, nd = ((size_t)OC * N + 7) / 8 * 8;
+    zs_bf16 *w = NULL;
+    cudaStream_t cs = zs_cu_stream(s);
+#ifdef ZS_MUTANT_GEMM_32F
+    cast = 0; /* the broken build's fp32 arithmetic: through cu_gemm_bf16 below */
+#endif
+    if (!cast) {
+        ZS_CHECK(cu_gemm_bf16(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
+        return cu_gemm_bf16(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC);
+    }
+    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
+    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, inp, IC, dout, OC, dW, IC));
+    ZS_CHECK(zs_cu_blas_lock(&h));
+    locked = 1;
+    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
+    ZS_CHECK(zs_cu_gemm_scratch(s, cast, &w));
+    ZS_CHECK(launch_f32_to_bf16(cs, w, W, (size_t)IC * OC));
+    ZS_CHECK(launch_f32_to_bf16(cs, w + nw, dout, (size_t)OC * N));
+    ZS_CHECK(launch_f32_to_bf16(cs, w + nw + nd, inp, (size_t)IC * N));
+    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, w, IC, w + nw, OC, CUDA_R_16BF,
+                       dinp_beta, dinp, IC));
+    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, w + nw + nd, IC, w + nw, OC,
+                       CUDA_R_16BF, 1.0f, dW, IC));
+fail:
+    if (locked) zs_cu_blas_unlock();
+    return st;
 }
 
 /* ---- bias --------------------------------------------------------------------------- */
@@ -399,19 +491,19 @@ fail:
     return st;
 }
 
-#define CUDA_TABLE(math, gemm_fn, flash_fwd, flash_bwd)                                            \
+#define CUDA_TABLE(math, gemm_fn, linear_bwd_fn, flash_fwd, flash_bwd)                             \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
-        .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd, .embedding_fwd = zs_cu_embedding_fwd,    \
-        .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
-        .layernorm_bwd = zs_cu_layernorm_bwd, .gelu_fwd = zs_cu_gelu_fwd,                          \
-        .gelu_bwd = zs_cu_gelu_bwd, .attention_fwd = zs_cu_attention_fwd,                          \
-        .attention_bwd = zs_cu_attention_bwd, .residual_fwd = cu_residual_fwd, .axpy = cu_axpy,    \
-        .softmax_xent = zs_cu_softmax_xent, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,  \
-        .adamw_segs16 = zs_cu_adamw_segs16, .cast = cu_cast, .scale = cu_scale,                    \
-        .sumsq = zs_cu_sumsq, .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16, .fill = cu_fill,         \
-        .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
-        .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_bwd = zs_cu_rmsnorm_bwd,                        \
+        .gemm_linear_bwd = linear_bwd_fn, .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd,        \
+        .embedding_fwd = zs_cu_embedding_fwd, .embedding_bwd = zs_cu_embedding_bwd,                \
+        .layernorm_fwd = zs_cu_layernorm_fwd, .layernorm_bwd = zs_cu_layernorm_bwd,                \
+        .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd,                                    \
+        .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
+        .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
+        .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs, .adamw_segs16 = zs_cu_adamw_segs16,  \
+        .cast = cu_cast, .scale = cu_scale, .sumsq = zs_cu_sumsq, .sum = zs_cu_sum,                \
+        .sumsq16 = zs_cu_sumsq16, .fill = cu_fill, .copy = cu_copy, .init_normal = cu_init_normal, \
+        .sync = cu_sync, .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_bwd = zs_cu_rmsnorm_bwd,       \
         .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd, .swiglu_fwd = zs_cu_swiglu_fwd,    \
         .swiglu_bwd = zs_cu_swiglu_bwd, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,              \
         .attention_gqa_bwd = zs_cu_attention_gqa_bwd, .flash_attention_fwd = flash_fwd,            \
@@ -420,9 +512,11 @@ fail:
     }
 
 static const zs_ops cuda_ops[3] = {
-    CUDA_TABLE(ZS_MATH_FP32, cu_gemm, zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
-    CUDA_TABLE(ZS_MATH_TF32, cu_gemm_tf32, zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
-    CUDA_TABLE(ZS_MATH_BF16, cu_gemm_bf16, cu_flash_fwd_bf16, cu_flash_bwd_bf16)};
+    CUDA_TABLE(ZS_MATH_FP32, cu_gemm, NULL, zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
+    CUDA_TABLE(ZS_MATH_TF32, cu_gemm_tf32, NULL, zs_cu_flash_attention_fwd,
+               zs_cu_flash_attention_bwd),
+    CUDA_TABLE(ZS_MATH_BF16, cu_gemm_bf16, cu_gemm_linear_bwd_bf16, cu_flash_fwd_bf16,
+               cu_flash_bwd_bf16)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];

@@ -177,50 +177,54 @@ fail:
  * part[k * per + j], per = group / ZS_SUMSQ_CHUNK), then each group's pieces added in order by
  * one thread a group: chunked's bits for each group (0 + a lone piece is the piece).
  *
- * A thread sums one piece in zs_sumsq16_chunk's order (element i into lane i % ZS_LANES, in
- * index order), 8 elements at a time: one 16-byte load where the piece is 16-byte aligned, and
- * element 8j + l always into lane l, so the 8 accumulators stay in registers (an index known
- * only at run time would put them in local memory, one serial round trip per element: 2.5 ms a
- * launch on an H100, docs/cuda.md "On a real GPU"). Small blocks spread the few pieces (1728
- * for 7M elements) over as many SMs as they can fill. */
-#define SQ_THREADS 64
-static __device__ __forceinline__ void sq8(double *acc, const uint16_t *h, int valid) {
-ZS_UNROLL
-    for (int l = 0; l < ZS_LANES; l++)
-        if (l < valid) {
-            zs_bf16 v;
-            v.bits = h[l];
-            double d = (double)zs_bf16_to_f32(v);
-            acc[l] += d * d;
-        }
-}
+ * zs_sumsq16_chunk's order puts element i of a piece into lane i % ZS_LANES, in index order,
+ * then joins the 8 lanes as ((0+1)+(2+3))+((4+5)+(6+7)). Here 8 threads share a piece, thread
+ * l holding lane l: it walks elements l, l+8, ... in order, SQ_UNROLL loads in flight before
+ * their adds, and three butterfly shuffles join the lanes in that tree (a + b is b + a in
+ * IEEE, so every lane ends with the same bits). One thread a piece, each walking its 4096
+ * elements with one load in flight, was latency-bound: 2.37 ms a gpt2-124m step on an H200,
+ * where the 248 MB it reads take 0.05 ms (docs/cuda.md "On a real GPU"). */
+#define SQ_THREADS 256
+#define SQ_UNROLL 8
 static __global__ void chunk_sums16_kernel(double *part, const zs_bf16 *x, size_t n, size_t group,
                                            size_t ngroups) {
     size_t per = group / ZS_SUMSQ_CHUNK, npieces = ngroups * per;
-    ZS_CU_FOR(c, npieces) {
+    size_t step = (size_t)gridDim.x * blockDim.x / ZS_LANES;
+    size_t first = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / ZS_LANES;
+    unsigned l = threadIdx.x % ZS_LANES;
+    /* The loop runs while any piece of the warp's four is left, so that the whole warp
+     * shuffles together; a thread past the last piece walks an empty one. */
+    for (size_t w0 = first - threadIdx.x % 32u / ZS_LANES; w0 < npieces; w0 += step) {
+        size_t c = w0 + threadIdx.x % 32u / ZS_LANES;
         size_t k = c / per, g0 = k * group, start = g0 + (c % per) * ZS_SUMSQ_CHUNK;
-        size_t end = g0 + group < n ? g0 + group : n;
-        if (start >= end) continue; /* past the end: no piece */
-        size_t len = end - start < ZS_SUMSQ_CHUNK ? end - start : ZS_SUMSQ_CHUNK, i = 0;
+        size_t end = c < npieces && g0 + group < n ? g0 + group : n;
+        if (c >= npieces || start > end) start = end; /* no piece here */
+        size_t len = end - start < ZS_SUMSQ_CHUNK ? end - start : ZS_SUMSQ_CHUNK, i = l;
         const uint16_t *p = (const uint16_t *)(x + start);
-        double acc[ZS_LANES] = {0};
-        if (((uintptr_t)p & 15) == 0)
-            for (; i + ZS_LANES <= len; i += ZS_LANES) {
-                uint4 w = *(const uint4 *)(p + i);
-                uint16_t h[ZS_LANES] = {(uint16_t)w.x, (uint16_t)(w.x >> 16), (uint16_t)w.y,
-                                        (uint16_t)(w.y >> 16), (uint16_t)w.z, (uint16_t)(w.z >> 16),
-                                        (uint16_t)w.w, (uint16_t)(w.w >> 16)};
-                sq8(acc, h, ZS_LANES);
+        double acc = 0.0;
+        for (; i + (SQ_UNROLL - 1) * ZS_LANES < len; i += SQ_UNROLL * ZS_LANES) {
+            uint16_t h[SQ_UNROLL];
+            ZS_UNROLL
+            for (int u = 0; u < SQ_UNROLL; u++)
+                h[u] = p[i + (size_t)u * ZS_LANES];
+            ZS_UNROLL
+            for (int u = 0; u < SQ_UNROLL; u++) {
+                zs_bf16 v;
+                v.bits = h[u];
+                double d = (double)zs_bf16_to_f32(v);
+                acc += d * d;
             }
-        for (; i < len; i += ZS_LANES) { /* unaligned, and the tail: i stays a multiple of 8 */
-            uint16_t h[ZS_LANES];
-            int valid = len - i < ZS_LANES ? (int)(len - i) : ZS_LANES;
-ZS_UNROLL
-            for (int l = 0; l < ZS_LANES; l++)
-                h[l] = l < valid ? p[i + l] : 0;
-            sq8(acc, h, valid);
         }
-        part[c] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (; i < len; i += ZS_LANES) { /* the tail */
+            zs_bf16 v;
+            v.bits = p[i];
+            double d = (double)zs_bf16_to_f32(v);
+            acc += d * d;
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1, ZS_LANES);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2, ZS_LANES);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 4, ZS_LANES);
+        if (l == 0 && start < end) part[c] = acc;
     }
 }
 
@@ -255,9 +259,10 @@ zs_status zs_cu_sumsq16(zs_stream_t *s, double *out, const zs_bf16 *x, size_t n,
     /* per element a widening, a multiply and a double add; 7 adds joining a piece's lanes */
     ZS_COST(2.0 * n + 7.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK), 0,
             2.0 * n + 8.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK));
-    blocks = (ngroups * per + SQ_THREADS - 1) / SQ_THREADS;
-    ZS_LAUNCH(chunk_sums16_kernel, (unsigned)(blocks < ZS_CU_MAX_BLOCKS ? blocks : ZS_CU_MAX_BLOCKS),
-              SQ_THREADS, 0, cs, part, x, n, group, ngroups);
+    blocks = (ngroups * per * ZS_LANES + SQ_THREADS - 1) / SQ_THREADS;
+    ZS_LAUNCH(chunk_sums16_kernel,
+              (unsigned)(blocks < ZS_CU_MAX_BLOCKS ? blocks : ZS_CU_MAX_BLOCKS), SQ_THREADS, 0, cs,
+              part, x, n, group, ngroups);
     ZS_CUDA_CHECK_LAUNCH(chunk_sums16_kernel);
     ZS_COST((double)((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK), 0,
             8.0 * ((n + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK) + 8.0 * ngroups);
