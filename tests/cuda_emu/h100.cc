@@ -38,10 +38,12 @@ const double SMEM_WAVES = SMS * CLOCK;
 /* Back-to-back kernels on one stream: the GPU-side gap between launches, 2 us as commonly
  * measured without CUDA graphs (an assumption for the GPU check to calibrate). */
 const double LAUNCH = 2.0e-6;
-/* cuBLAS on large GEMMs: about 75% of the tensor peak for bf16 and tf32 (about 740 TFLOP/s
- * bf16 at 8192^3 in public measurements), 85% of the fp32 peak for SIMT sgemm. Calibrated by
- * the GPU check's bench step (its cuBLAS ceiling on the step's own shapes). */
-const double GEMM_EFF_TC = 0.75, GEMM_EFF_SIMT = 0.85;
+/* cuBLAS on large GEMMs, bf16 operands: 59% of the tensor peak, measured on an H200 (the same
+ * GH100 SMs and clocks as the H100 SXM; gpu-check, 2026-11-27): gpt2-124m's step at 16 x 1024
+ * spent 24.6 ms in its bf16-operand GEMMs, which 75% (about 740 TFLOP/s, public measurements
+ * at 8192^3) priced at 19.3 ms; its shapes (k = 768 for most) are smaller than 8192^3. 85% of
+ * the fp32 peak for SIMT sgemm (not measured). */
+const double GEMM_EFF_TC = 0.59, GEMM_EFF_SIMT = 0.85;
 /* Measured on an H100 SXM (gpu-check, 2026-11-25): cuBLAS runs CUBLAS_COMPUTE_32F_FAST_16BF on
  * fp32 operands as TF32 (its sm90_xmma_gemm_f32f32_tf32f32 kernels), at 243-245 TFLOP/s on
  * gpt2-124m's step shapes at 16 x 1024: about half the TF32 dense peak. */
