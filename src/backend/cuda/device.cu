@@ -298,22 +298,22 @@ extern "C" void zs_cuda_stream_destroy(zs_stream_t *s) {
 /* The default stream's scratch buffers. */
 static zs_stream_t g_null_stream;
 
-zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out) {
-    zs_status st = ZS_OK;
+/* s's (or the default stream's) buffer `which`, grown to n elements; its address in *out. */
+static zs_status scratch_get(zs_stream_t *s, scratch_buf (*which)(zs_stream_t *), size_t n,
+                             void **out) {
     if (!s) s = &g_null_stream;
-    ZS_CHECK(scratch_grow(s, reduction_scratch(s), n));
-    *out = s->scratch;
-fail:
+    scratch_buf b = which(s);
+    zs_status st = scratch_grow(s, b, n);
+    *out = *b.p;
     return st;
 }
 
+zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out) {
+    return scratch_get(s, reduction_scratch, n, (void **)out);
+}
+
 zs_status zs_cu_gemm_scratch(zs_stream_t *s, size_t n, zs_bf16 **out) {
-    zs_status st = ZS_OK;
-    if (!s) s = &g_null_stream;
-    ZS_CHECK(scratch_grow(s, gemm_scratch(s), n));
-    *out = s->gemm16;
-fail:
-    return st;
+    return scratch_get(s, gemm_scratch, n, (void **)out);
 }
 
 extern "C" void *zs_cuda_stream_handle(zs_stream_t *s) {
