@@ -1,17 +1,21 @@
 /* The ctest side of a libFuzzer target (fuzz/fuzz_<name>.c, linked in): its entry point run
  * over every file of its seed corpus, and then over random mutations of each (bit flips,
- * truncations, inserted syntax characters, a repeated slice; the printed ZS_TEST_SEED repeats
- * them), so that every build exercises the parsers with the corpus, regression inputs of found
- * crashes included. A crash or a hang fails the test (in a sanitizer build, so does a memory
- * error, a leak or undefined behaviour).
+ * truncations, inserted syntax characters, a repeated slice), so that every build exercises
+ * the parsers with the corpus, regression inputs of found crashes included. A crash or a hang
+ * fails the test (in a sanitizer build, so does a memory error, a leak or undefined behaviour).
+ * The mutations are the same in every run: the files are taken in name order and the seed is
+ * fixed (ZS_REPLAY_SEED) unless ZS_TEST_SEED names another, so the suite cannot pass on one
+ * run and fail on the next; new inputs are scripts/fuzz.sh's work, or a sweep of seeds
+ * (docs/testing.md "Fuzzing").
  * Usage: test_fuzz_<name> CORPUS_DIR MUTATIONS_PER_FILE */
 #include "testutil.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define ZS_REPLAY_SEED 20261127u
 
 static unsigned char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -58,29 +62,25 @@ static size_t mutate(const unsigned char *b, size_t n, unsigned char *m) {
 }
 
 int main(int argc, char **argv) {
-    zt_init("fuzz replay");
+    zt_init_fixed("fuzz replay", ZS_REPLAY_SEED);
     ZT_REQUIRE(argc == 3, "usage: %s CORPUS_DIR MUTATIONS_PER_FILE", argv[0]);
     const char *dir = argv[1];
-    long per_file = atol(argv[2]);
-    DIR *d = opendir(dir);
-    ZT_REQUIRE(d, "corpus %s", dir);
-    struct dirent *e;
+    long per_file = atol(argv[2]), runs = 0;
     int files = 0;
-    long runs = 0;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
+    char **names = zt_dir_names(dir, &files);
+    for (int i = 0; i < files; i++) {
         char p[4096];
         size_t n;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         unsigned char *b = slurp(p, &n), *m = zt_malloc(2 * n + 64);
         LLVMFuzzerTestOneInput(b, n);
-        files++;
         for (long k = 0; k < per_file; k++, runs++)
             LLVMFuzzerTestOneInput(m, mutate(b, n, m));
         free(m);
         free(b);
+        free(names[i]);
     }
-    closedir(d);
+    free(names);
     ZT_CHECK(files >= 3, "corpus %s has %d files", dir, files);
     printf("replayed %d corpus files of %s and %ld mutations\n", files, dir, runs);
     return zt_finish();

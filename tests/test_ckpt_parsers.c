@@ -1,14 +1,14 @@
 /* The parsers of untrusted checkpoint inputs, in-process and fast: CRC32C known answers, the
  * JSON reader's accept/reject cases, the seed corpus of fuzz/ parsed for real, and then the
- * fuzz target's entry point replayed over the corpus plus a few thousand deterministic
- * mutations of it (flips, truncations, insertions), which must never crash (the fuzz build
- * adds AddressSanitizer; here a crash or hang still fails the test). */
+ * fuzz target's entry point replayed over the corpus plus a few thousand mutations of it
+ * (flips, truncations, insertions), the same in every run (a fixed seed, files in name order),
+ * which must never crash (the fuzz build adds AddressSanitizer; here a crash or hang still
+ * fails the test). */
 #include "ckpt/convert.h"
 #include "ckpt/crc32c.h"
 #include "ckpt/json.h"
 #include "testutil.h"
 
-#include <dirent.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -109,19 +109,16 @@ static void test_seeds(void) {
 }
 
 static void test_replay(void) {
-    DIR *d = opendir(ZS_FUZZ_CORPUS);
-    ZT_REQUIRE(d, "corpus %s", ZS_FUZZ_CORPUS);
-    struct dirent *e;
     int files = 0;
     long runs = 0;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
+    char **names = zt_dir_names(ZS_FUZZ_CORPUS, &files);
+    for (int i = 0; i < files; i++) {
         char p[1024];
         size_t n;
-        snprintf(p, sizeof p, "%s/%s", ZS_FUZZ_CORPUS, e->d_name);
+        snprintf(p, sizeof p, "%s/%s", ZS_FUZZ_CORPUS, names[i]);
+        free(names[i]);
         unsigned char *b = slurp(p, &n), *m = zt_malloc(n + 64);
         LLVMFuzzerTestOneInput(b, n);
-        files++;
         for (int k = 0; k < 2000; k++) {
             size_t len = n;
             memcpy(m, b, n);
@@ -145,13 +142,13 @@ static void test_replay(void) {
         free(m);
         free(b);
     }
-    closedir(d);
+    free(names);
     ZT_CHECK(files >= 5, "corpus has %d files", files);
     printf("replayed %d corpus files and %ld mutations\n", files, runs);
 }
 
 int main(void) {
-    zt_init("ckpt_parsers");
+    zt_init_fixed("ckpt_parsers", 20261127u); /* the mutations: the same in every run */
     test_crc();
     test_json();
     test_seeds();

@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include "backend/cuda_device.h"
+#include <dirent.h>
 #include <stdarg.h>
 
 #include <string.h>
@@ -21,12 +22,43 @@ static uint64_t next_u64(void) {
     return z ^ (z >> 31);
 }
 
-void zt_init(const char *name) {
+static void init_seed(const char *name, uint64_t dflt) {
     g_name = name;
     const char *e = getenv("ZS_TEST_SEED");
-    uint64_t seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    uint64_t seed = e ? strtoull(e, NULL, 0) : dflt;
     g_state = seed;
     printf("%s: ZS_TEST_SEED=%llu\n", name, (unsigned long long)seed);
+}
+
+void zt_init(const char *name) {
+    init_seed(name, (uint64_t)time(NULL) ^ (uint64_t)clock());
+}
+
+void zt_init_fixed(const char *name, uint64_t seed) {
+    init_seed(name, seed);
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char **zt_dir_names(const char *dir, int *count) {
+    DIR *d = opendir(dir);
+    ZT_REQUIRE(d, "open folder %s", dir);
+    struct dirent *e;
+    char **names = NULL;
+    int n = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        names = realloc(names, (size_t)(n + 1) * sizeof *names);
+        ZT_REQUIRE(names, "out of memory listing %s", dir);
+        names[n] = zt_malloc(strlen(e->d_name) + 1);
+        strcpy(names[n++], e->d_name);
+    }
+    closedir(d);
+    if (n) qsort(names, (size_t)n, sizeof *names, by_name);
+    *count = n;
+    return names;
 }
 
 int zt_finish(void) {

@@ -68,6 +68,12 @@ double zt_gemm_round(int math, float x);
 int zt_sanitized(void);
 int zt_unsanitized_for(const char *what, const char *why);
 
+/* zt_init with a fixed seed (ZS_TEST_SEED still wins): for the tests whose random inputs
+ * must be the same in every run, such as the fuzz replays' mutations. */
+void zt_init_fixed(const char *name, uint64_t seed);
+/* The names in folder dir but dot files, sorted (malloc'd, each and the array; *count of
+ * them): an order that does not depend on the file system. */
+char **zt_dir_names(const char *dir, int *count);
 /* Uniform in [lo, hi) and standard normal, from the test RNG. */
 double zt_uniform(double lo, double hi);
 double zt_normal(void);

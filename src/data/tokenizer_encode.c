@@ -491,7 +491,7 @@ zs_status zs_tokenizer_encode(const zs_tokenizer_t *t, const char *text, size_t 
         if (!*ids) st = zs_error(ZS_ERR_OOM, "tokenizer: out of memory");
     }
     if (st == ZS_OK) {
-        memcpy(*ids, v, n * sizeof **ids);
+        if (n) memcpy(*ids, v, n * sizeof **ids); /* v may be NULL when nothing was encoded */
         *count = (int)n;
     }
     zs_tok_encoder_destroy(e);
