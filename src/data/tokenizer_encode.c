@@ -330,6 +330,8 @@ static zs_status bpe_word(zs_tok_encoder_t *e, const char *w, size_t n) {
     zs_status st = word_symbols(e, w, n, &ns);
     if (st != ZS_OK) return st;
     ns = merge_word(e, ns);
+    if (ns == 0)
+        return ZS_OK; /* every char dropped (no unk, no byte fallback): e->out may be NULL */
     GROW(e->out, e->cap_out, e->n_out + ns);
     memcpy(e->out + e->n_out, e->sym, ns * sizeof *e->sym);
     e->n_out += ns;
@@ -350,6 +352,7 @@ static zs_status byte_level_word(zs_tok_encoder_t *e, const unsigned char *w, si
         for (size_t i = 0; i < n; i++)
             e->sym[i] = t->byte_id[w[i]];
         size_t ns = merge_word(e, n);
+        if (ns == 0) return ZS_OK;
         GROW(e->out, e->cap_out, e->n_out + ns);
         memcpy(e->out + e->n_out, e->sym, ns * sizeof *e->sym);
         e->n_out += ns;
