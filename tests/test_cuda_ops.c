@@ -417,10 +417,10 @@ static void check_gemm_pieces(int transb, int m, int n, int k, float beta) {
  * computation on absolute values (sum |a b| over its dot products, plus |initial value| for
  * accumulating outputs): gamma_(k+2) of that for each side, times 2 for two sides. In bf16
  * both sides round the same inputs (the GPU's backward through gemm_linear_bwd, dout rounded
- * once), so the bound is the same. */
-static void check_linear(zs_gemm_math math) {
+ * once), so the bound is the same. A shape whose backward operands do not fit the scratch
+ * together (zs_linear_bwd_cast_elems 0) takes the two gemms' own plans there. */
+static void check_linear(zs_gemm_math math, int N, int IC, int OC) {
     const zs_ops *c = cpu->with_math(math), *g = gpu->with_math(math);
-    int N = 70, IC = 96, OC = 80;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *bias = randn(OC, 1.0f);
     float *dout = randn(no, 1.0f), *dinp0 = randn(ni, 1.0f), *dW0 = randn(nw, 1.0f),
@@ -463,6 +463,45 @@ static void check_linear(zs_gemm_math math) {
     expect_bounded("linear_bwd dinp", d_dinp, dinp, bi, ni);
     expect_bounded("linear_bwd dW", d_dW, dW, bw, nw);
     expect_bits("linear_bwd dbias (bias_bwd, column-owned)", d_db, db, OC);
+    /* Overwriting dinp (never read: NaN there must not show) and without a bias gradient. */
+    float *sdinp = hf(ni), *sdW = clone(dW0, nw), *d_sdinp = up(poisoned(ni), ni),
+          *d_sdW = up(dW0, nw);
+    ZT_OK(zs_linear_bwd_set(c, NULL, sdinp, sdW, NULL, dout, inp, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd_set(g, NULL, d_sdinp, d_sdW, NULL, d_dout, d_inp, d_W, N, IC, OC));
+    expect_bounded("linear_bwd_set dinp", d_sdinp, sdinp, bi, ni);
+    expect_bounded("linear_bwd_set dW", d_sdW, sdW, bw, nw);
+    release();
+}
+
+/* A linear layer whose output went through a GELU (zs_linear_gelu_bwd_set, GPT-2's fc layer):
+ * the bf16 table's one pass over the gradient (GELU's backward, the bias gradient and the
+ * bf16 rounding of the gradient together) gives the bits of the separate ops on the same table
+ * (gelu_bwd, then zs_linear_bwd_set), and the bias gradient the CPU's bits. N = 1100 rows: all
+ * ZS_COLSUM_GROUPS partials, the first two twice, and a part of a segment. The separate ops
+ * take the same gemm plans, so a shape too large for the one pass compares bits too. */
+static void check_linear_gelu(int N, int IC, int OC) {
+    const zs_ops *c = cpu->with_math(ZS_MATH_BF16), *g = gpu->with_math(ZS_MATH_BF16);
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *pre = randn(no, 2.0f);
+    float *dout = randn(no, 1.0f), *dW0 = randn(nw, 1.0f), *db0 = randn(OC, 1.0f);
+    float *dinp = hf(ni), *dW = clone(dW0, nw), *db = clone(db0, OC), *tmp = hf(no);
+    ZT_OK(zs_linear_gelu_bwd_set(c, NULL, dinp, dW, db, dout, pre, tmp, inp, W, N, IC, OC));
+    float *d_inp = up(inp, ni), *d_W = up(W, nw), *d_pre = up(pre, no), *d_dout = up(dout, no);
+    float *u_dinp = up(poisoned(ni), ni), *u_dW = up(dW0, nw), *u_db = up(db0, OC),
+          *u_tmp = up(poisoned(no), no);
+    ZT_OK(g->gelu_bwd(NULL, u_tmp, d_pre, d_dout, no));
+    ZT_OK(zs_linear_bwd_set(g, NULL, u_dinp, u_dW, u_db, u_tmp, d_inp, d_W, N, IC, OC));
+    float *f_dinp = up(poisoned(ni), ni), *f_dW = up(dW0, nw), *f_db = up(db0, OC),
+          *f_tmp = up(poisoned(no), no);
+    ZT_OK(zs_linear_gelu_bwd_set(g, NULL, f_dinp, f_dW, f_db, d_dout, d_pre, f_tmp, d_inp, d_W, N,
+                                 IC, OC));
+    expect_bits("linear_gelu_bwd dinp (one pass = gelu_bwd, then linear_bwd)", f_dinp,
+                down(u_dinp, ni), ni);
+    expect_bits("linear_gelu_bwd dW (one pass = gelu_bwd, then linear_bwd)", f_dW, down(u_dW, nw),
+                nw);
+    expect_bits("linear_gelu_bwd dbias (one pass = gelu_bwd, then linear_bwd)", f_db,
+                down(u_db, OC), OC);
+    expect_bits("linear_gelu_bwd dbias (the CPU's)", f_db, db, OC);
     release();
 }
 
@@ -1191,11 +1230,16 @@ int main(void) {
     if (!quick || !*quick) {
         check_gemm_pieces(0, 8, 1100, 65536, 1.0f); /* B by columns: 768 then 332 */
         check_gemm_pieces(1, 8, 8, 5000000, 0.5f);  /* along k: 4194304 then 805696 */
+        /* a backward whose operands do not fit together: each gemm casts its own */
+        ZT_CHECK(zs_linear_bwd_cast_elems(1100, 8, 65536) == 0, "linear backward cast at once");
+        check_linear(ZS_MATH_BF16, 1100, 8, 65536);
+        check_linear_gelu(1100, 8, 65536);
     } else {
         printf("cuda_ops: not run under ZS_TEST_QUICK: the bf16 gemm's operands in pieces\n");
     }
-    check_linear(ZS_MATH_FP32);
-    check_linear(ZS_MATH_BF16);
+    check_linear(ZS_MATH_FP32, 70, 96, 80);
+    check_linear(ZS_MATH_BF16, 70, 96, 80);
+    check_linear_gelu(1100, 96, 80);
     check_bias();
     for (int grads = 1; grads <= 3; grads++) {
         check_embedding(1, grads, 0);

@@ -5,15 +5,11 @@
 #include "backend/ops.h"
 #include "core/status.h"
 
-static size_t round8(size_t x) { /* B's part of the scratch starts 16-byte aligned */
-    return (x + 7) / 8 * 8;
-}
-
 zs_gemm_cast zs_gemm_cast_plan(int transa, int transb, int m, int n, int k, int lda, int ldb) {
     zs_gemm_cast none = {0, n, k};
     size_t arows = (size_t)(transa ? k : m), brows = (size_t)(transb ? n : k);
     if (m <= 0 || n <= 0 || k <= 0 || (size_t)lda != arows || (size_t)ldb != brows) return none;
-    size_t a = round8((size_t)m * k), all = a + (size_t)k * n;
+    size_t a = zs_gemm_cast_round((size_t)m * k), all = a + (size_t)k * n;
     if (all <= ZS_GEMM_CAST_MAX) return (zs_gemm_cast){all, n, k};
     if (!transb && a < ZS_GEMM_CAST_MAX) { /* A whole, B's columns k apart */
         size_t pn = (ZS_GEMM_CAST_MAX - a) / (size_t)k / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
@@ -22,13 +18,14 @@ zs_gemm_cast zs_gemm_cast_plan(int transa, int transb, int m, int n, int k, int 
     if (!transa && transb) { /* A's columns and B's stored columns along k */
         size_t pk = ZS_GEMM_CAST_MAX / ((size_t)m + n) / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
         if (pk >= ZS_GEMM_PIECE && pk < (size_t)k)
-            return (zs_gemm_cast){round8((size_t)m * pk) + (size_t)n * pk, n, (int)pk};
+            return (zs_gemm_cast){zs_gemm_cast_round((size_t)m * pk) + (size_t)n * pk, n, (int)pk};
     }
     return none;
 }
 
 size_t zs_linear_bwd_cast_elems(int N, int IC, int OC) {
-    size_t e = round8((size_t)IC * OC) + round8((size_t)OC * N) + (size_t)IC * N;
+    size_t e =
+        zs_gemm_cast_round((size_t)IC * OC) + zs_gemm_cast_round((size_t)OC * N) + (size_t)IC * N;
     return N > 0 && IC > 0 && OC > 0 && e <= ZS_GEMM_CAST_MAX ? e : 0;
 }
 
@@ -58,10 +55,12 @@ fail:
     return st;
 }
 
-/* dinp_beta: 1 adds to dinp, 0 overwrites it (and does not read it). */
+/* dinp_beta: 1 adds to dinp, 0 overwrites it (and does not read it). gelu_inp: the layer's
+ * output went through a GELU, dout is the gradient of gelu(gelu_inp), and gelu_bwd's of
+ * gelu_inp (into dtmp unless the table fuses it) is the layer's output gradient. */
 static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const float *dout, const float *inp, const float *W, int N, int IC,
-                            int OC, float dinp_beta) {
+                            const float *dout, const float *gelu_inp, float *dtmp, const float *inp,
+                            const float *W, int N, int IC, int OC, float dinp_beta) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
@@ -69,13 +68,15 @@ static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
      * both column-major views are the stored arrays as they are: no transposes. */
     /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
      * dout is dout^T (OC x N) column-major, hence transb = T. */
-    if (dinp && dW && ops->gemm_linear_bwd) {
-        ZS_CHECK(ops->gemm_linear_bwd(s, dinp, dW, dout, inp, W, N, IC, OC, dinp_beta));
-    } else {
-        if (dinp)
-            ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
-        if (dW) ZS_CHECK(ops->gemm(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
+    if (dinp && dW && ops->gemm_linear_bwd)
+        return ops->gemm_linear_bwd(s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, W, N, IC, OC,
+                                    dinp_beta);
+    if (gelu_inp) {
+        ZS_CHECK(ops->gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
+        dout = dtmp;
     }
+    if (dinp) ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
+    if (dW) ZS_CHECK(ops->gemm(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
     if (dbias) ZS_CHECK(ops->bias_bwd(s, dbias, dout, N, OC));
 fail:
     return st;
@@ -84,13 +85,24 @@ fail:
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                         const float *dout, const float *inp, const float *W, int N, int IC,
                         int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, inp, W, N, IC, OC, 1.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, NULL, NULL, inp, W, N, IC, OC, 1.0f);
 }
 
 zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                             const float *dout, const float *inp, const float *W, int N, int IC,
                             int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, inp, W, N, IC, OC, 0.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, NULL, NULL, inp, W, N, IC, OC, 0.0f);
+}
+
+zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                                 float *dbias, const float *dout, const float *gelu_inp,
+                                 float *dtmp, const float *inp, const float *W, int N, int IC,
+                                 int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, W, N, IC, OC, 0.0f);
+fail:
+    return st;
 }
 
 zs_status zs_adamw_segs_check(const zs_adamw_segs *segs, int t) {

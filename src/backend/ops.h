@@ -56,11 +56,15 @@ typedef struct zs_ops {
                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
                       int ldc);
 
-    /* Optional (NULL: linear.c calls gemm twice): a linear layer's two backward products, which
-     * share dout, with linear.c's gemm arguments: dinp^T = W^T dout^T + dinp_beta dinp^T, then
-     * dW^T += inp^T dout. A CUDA bf16 table rounds dout to bf16 once for both
-     * (zs_linear_bwd_cast_elems). */
-    zs_status (*gemm_linear_bwd)(zs_stream_t *s, float *dinp, float *dW, const float *dout,
+    /* Optional (NULL: linear.c calls gemm twice, then bias_bwd): a linear layer's backward,
+     * whose products share the output gradient G, with linear.c's gemm arguments: dinp^T =
+     * W^T G^T + dinp_beta dinp^T, then dW^T += inp^T G, and with dbias non-NULL bias_bwd's
+     * dbias += G's column sums (the same bits). G is dout, or with gelu_inp non-NULL (the layer's
+     * output, which went through a GELU) gelu_bwd's gradient of gelu_inp from dout, bit for
+     * bit, which the table may write to dtmp[N * OC] or never store. A CUDA bf16 table rounds G to
+     * bf16 once for both products (zs_linear_bwd_cast_elems), in the pass that sums its columns. */
+    zs_status (*gemm_linear_bwd)(zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                                 const float *dout, const float *gelu_inp, float *dtmp,
                                  const float *inp, const float *W, int N, int IC, int OC,
                                  float dinp_beta);
 
@@ -285,6 +289,11 @@ zs_status zs_kv_attention_check(int NH, int NKV, int hs, int pos, float theta);
  * ask (the memory estimator's rule). */
 #define ZS_GEMM_CAST_MAX ((size_t)1 << 26)
 #define ZS_GEMM_PIECE 256
+/* Elements of one operand in the scratch rounded up to 8, so the next one starts 16-byte
+ * aligned (what cuBLAS's tensor-core kernels want); the plan and the CUDA table both use it. */
+static inline size_t zs_gemm_cast_round(size_t elems) {
+    return (elems + 7) / 8 * 8;
+}
 typedef struct zs_gemm_cast {
     size_t elems; /* scratch elements, 0: no cast */
     int n_piece, k_piece;
@@ -316,5 +325,14 @@ zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *d
 zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                             const float *dout, const float *inp, const float *W, int N, int IC,
                             int OC);
+/* zs_linear_bwd_set of a layer whose output gelu_inp[N, OC] went through a GELU (GPT-2's fc
+ * layer): dout is the gradient of gelu(gelu_inp), and the layer's own output gradient is
+ * gelu_bwd's (into dtmp[N * OC]: the bits of ops->gelu_bwd then zs_linear_bwd_set), which a
+ * table with gemm_linear_bwd may fuse into its pass over the gradient and never store:
+ * dtmp's contents afterwards are unspecified. */
+zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                                 float *dbias, const float *dout, const float *gelu_inp,
+                                 float *dtmp, const float *inp, const float *W, int N, int IC,
+                                 int OC);
 
 #endif

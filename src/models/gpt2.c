@@ -203,9 +203,9 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
     ZS_CHECK(zs_linear_bwd_set(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], b->dres, a->fch_gelu,
                                p + t[B_FCPW], BT, 4 * C, C));
-    ZS_CHECK(o->gelu_bwd(s, m->dtmp4b, a->fch, m->dtmp4, 4 * nC));
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4b, a->ln2,
-                               p + t[B_FCW], BT, C, 4 * C));
+    /* fch_gelu = gelu(fch), fch = fc(ln2): GELU's backward in the fc layer's (fused on a GPU) */
+    ZS_CHECK(zs_linear_gelu_bwd_set(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4, a->fch,
+                                    m->dtmp4b, a->ln2, p + t[B_FCW], BT, C, 4 * C));
     ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN2W], g + t[B_LN2B], b->dC, a->res2,
                               p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
     /* res2 = x + attn_proj(atty). */

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/adamw.h"
 #include "backend/kernels/common.h"
+#include "backend/kernels/gelu.h"
 #include "backend/kernels/sumsq.h"
 #include "core/bf16.h"
 #include "core/philox.h"
@@ -16,6 +17,9 @@
 /* ---- gemm --------------------------------------------------------------------------- */
 
 static zs_status launch_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
+static zs_status launch_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
+                                 zs_bf16 *cast, const float *gelu_inp);
+static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC);
 
 static zs_status blas_gemm(cublasHandle_t h, cublasComputeType_t compute, int transa, int transb,
                            int m, int n, int k, float alpha, const void *A, int lda, const void *B,
@@ -43,14 +47,14 @@ static zs_status gemm_cast(cublasHandle_t h, zs_stream_t *s, zs_gemm_cast p, int
     if (p.k_piece < k) { /* !transa && transb: A's columns and B's stored columns along k */
         for (int k0 = 0; k0 < k; k0 += p.k_piece) {
             int kc = k - k0 < p.k_piece ? k - k0 : p.k_piece;
-            size_t na = ((size_t)m * kc + 7) / 8 * 8;
+            size_t na = zs_gemm_cast_round((size_t)m * kc);
             ZS_CHECK(launch_f32_to_bf16(cs, w, A + (size_t)k0 * lda, (size_t)m * kc));
             ZS_CHECK(launch_f32_to_bf16(cs, w + na, B + (size_t)k0 * ldb, (size_t)n * kc));
             ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, kc, alpha, w, lda,
                                w + na, ldb, CUDA_R_16BF, k0 ? 1.0f : beta, C, ldc));
         }
     } else {
-        size_t na = ((size_t)m * k + 7) / 8 * 8;
+        size_t na = zs_gemm_cast_round((size_t)m * k);
         ZS_CHECK(launch_f32_to_bf16(cs, w, A, (size_t)m * k));
         for (int j0 = 0; j0 < n; j0 += p.n_piece) { /* one piece unless !transb */
             int nc = n - j0 < p.n_piece ? n - j0 : p.n_piece;
@@ -128,23 +132,32 @@ static zs_status cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int
 
 /* ops.h gemm_linear_bwd for the bf16 table: W, dout and inp rounded into the stream's scratch
  * once (dout serves both products), then linear.c's two gemms on them; where the three do not
- * fit (zs_linear_bwd_cast_elems 0), the two gemms each casting their own. */
-static zs_status cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, const float *dout,
+ * fit (zs_linear_bwd_cast_elems 0), the two gemms each casting their own. With dbias or
+ * gelu_inp, dout's rounding is bias_bwd's pass over it (one read of dout where a GELU's
+ * backward, a cast and a sum took three passes). */
+static zs_status cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                                         const float *dout, const float *gelu_inp, float *dtmp,
                                          const float *inp, const float *W, int N, int IC, int OC,
                                          float dinp_beta) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     int locked = 0;
     size_t cast = zs_linear_bwd_cast_elems(N, IC, OC);
-    size_t nw = ((size_t)IC * OC + 7) / 8 * 8, nd = ((size_t)OC * N + 7) / 8 * 8;
+    size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = zs_gemm_cast_round((size_t)OC * N);
     zs_bf16 *w = NULL;
     cudaStream_t cs = zs_cu_stream(s);
 #ifdef ZS_MUTANT_GEMM_32F
     cast = 0; /* the broken build's fp32 arithmetic: through cu_gemm_bf16 below */
 #endif
+    ZS_REQUIRE(!gelu_inp || dtmp, ZS_ERR_INVALID, "linear_bwd: GELU input without a scratch");
     if (!cast) {
+        if (gelu_inp) {
+            ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
+            dout = dtmp;
+        }
         ZS_CHECK(cu_gemm_bf16(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
-        return cu_gemm_bf16(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC);
+        ZS_CHECK(cu_gemm_bf16(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
+        return dbias ? cu_bias_bwd(s, dbias, dout, N, OC) : ZS_OK;
     }
     ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
     ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, inp, IC, dout, OC, dW, IC));
@@ -153,7 +166,10 @@ static zs_status cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW,
     ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
     ZS_CHECK(zs_cu_gemm_scratch(s, cast, &w));
     ZS_CHECK(launch_f32_to_bf16(cs, w, W, (size_t)IC * OC));
-    ZS_CHECK(launch_f32_to_bf16(cs, w + nw, dout, (size_t)OC * N));
+    if (dbias || gelu_inp)
+        ZS_CHECK(launch_bias_bwd(s, dbias, dout, N, OC, w + nw, gelu_inp));
+    else
+        ZS_CHECK(launch_f32_to_bf16(cs, w + nw, dout, (size_t)OC * N));
     ZS_CHECK(launch_f32_to_bf16(cs, w + nw + nd, inp, (size_t)IC * N));
     ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, w, IC, w + nw, OC, CUDA_R_16BF,
                        dinp_beta, dinp, IC));
@@ -188,12 +204,16 @@ static __global__ void bias_fwd_kernel(float *out, const float *bias, size_t tot
  * adds the partials in group order into dbias. The CPU's bits, no atomics. Each thread's sum is
  * a chain of N / 16 dependent adds, so what bounds the kernel is the loads in flight per
  * thread: a whole segment's (64 registers, ZS_BOUNDS), where ptxas left unbounded issued about
- * 8 (4.9 ms a gpt2-124m step on an H100, docs/cuda.md "On a real GPU"). */
+ * 8 (4.9 ms a gpt2-124m step on an H100, docs/cuda.md "On a real GPU").
+ * With cast non-NULL it also writes each element it reads, rounded to bf16, at the same index
+ * of cast: the bf16 linear backward's dout operand from the one pass that sums it. With
+ * gelu_inp non-NULL the element is gelu_bwd's 0 + gelu'(gelu_inp) dout (nn_cuda.cu, the same
+ * bits), so a GELU's backward costs no pass of its own; dbias NULL skips the sums. */
 #define BIAS_BWD_BATCH ZS_COLSUM_SEG
 /* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
 // clang-format off
 static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 1) bias_bwd_kernel(float *dbias, const float *dout,
-        int N, int OC) {
+        int N, int OC, zs_bf16 *cast, const float *gelu_inp) {
     // clang-format on
     ZS_SHARED(float, part, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
     int tx = (int)threadIdx.x % ZS_CU_COLS, w = (int)threadIdx.x / ZS_CU_COLS;
@@ -207,14 +227,26 @@ static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 1) bias_bwd_kernel(float *dbias,
             ZS_UNROLL
             for (int u = 0; u < BIAS_BWD_BATCH; u++) /* past the segment: a row read, unused */
                 v[u] = dout[(size_t)(r0 + u < end ? r0 + u : r0) * OC + c];
+            if (gelu_inp) {
+                ZS_UNROLL
+                for (int u = 0; u < BIAS_BWD_BATCH; u++)
+                    v[u] = 0.0f +
+                           zs_gelu_grad(gelu_inp[(size_t)(r0 + u < end ? r0 + u : r0) * OC + c]) *
+                               v[u];
+            }
             ZS_UNROLL
             for (int u = 0; u < BIAS_BWD_BATCH; u++)
                 if (r0 + u < end) acc += v[u];
+            if (cast) {
+                ZS_UNROLL
+                for (int u = 0; u < BIAS_BWD_BATCH; u++)
+                    if (r0 + u < end) cast[(size_t)(r0 + u) * OC + c] = zs_f32_to_bf16(v[u]);
+            }
         }
     }
     part[w * (ZS_CU_COLS + 1) + tx] = acc;
     __syncthreads();
-    if (w == 0 && c < OC) zs_colsum_finish(dbias + c, part + tx, ZS_CU_COLS + 1, 1);
+    if (w == 0 && c < OC && dbias) zs_colsum_finish(dbias + c, part + tx, ZS_CU_COLS + 1, 1);
 }
 
 static zs_status cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC) {
@@ -234,20 +266,29 @@ fail:
     return st;
 }
 
-static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
+/* bias_bwd (dbias may be NULL when cast is not), and with cast non-NULL the gradient rounded to
+ * bf16 into cast[N * OC] in the same pass; with gelu_inp the gradient is gelu_bwd's of dout. */
+static zs_status launch_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
+                                 zs_bf16 *cast, const float *gelu_inp) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
+    double n = (double)N * OC;
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_bwd: negative shape N=%d OC=%d", N, OC);
     if (OC == 0) return ZS_OK;
-    ZS_REQUIRE(dbias && (dout || N == 0), ZS_ERR_INVALID, "bias_bwd: NULL buffer");
+    ZS_REQUIRE((dbias || cast) && (dout || N == 0), ZS_ERR_INVALID, "bias_bwd: NULL buffer");
     /* N adds into each column's partials, the partials' total, one into dbias (read and
-     * written) */
-    ZS_COST((double)(N + ZS_COLSUM_GROUPS + 1) * OC, 0, 4.0 * ((double)N * OC + 2.0 * OC));
+     * written); zs_gelu_grad's 21 and 2 an element, gelu_inp read; the bf16 copy written */
+    ZS_COST((dbias ? (double)(N + ZS_COLSUM_GROUPS + 1) * OC : 0.0) + (gelu_inp ? 23.0 * n : 0.0),
+            0, (4.0 + (cast ? 2.0 : 0.0) + (gelu_inp ? 4.0 : 0.0)) * n + (dbias ? 8.0 * OC : 0.0));
     ZS_LAUNCH(bias_bwd_kernel, zs_cu_col_blocks((size_t)OC), ZS_CU_THREADS, 0, cs, dbias, dout, N,
-              OC);
+              OC, cast, gelu_inp);
     ZS_CUDA_CHECK_LAUNCH(bias_bwd_kernel);
 fail:
     return st;
+}
+
+static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
+    return launch_bias_bwd(s, dbias, dout, N, OC, NULL, NULL);
 }
 
 /* ---- elementwise: residual, axpy, scale, fill --------------------------------------- */
