@@ -184,15 +184,19 @@ static void expect_bounded(const char *what, const float *d, const float *want, 
 /* ---- the table, memory, streams ----------------------------------------------------- */
 
 /* Every slot of the table is set (zs_ops is a name and function pointers only, so scanning it
- * by pointer-sized words also covers ops added after this test was written), but the one
- * optional slot, gemm_linear_bwd, which the CUDA bf16 table sets. */
+ * by pointer-sized words also covers ops added after this test was written), but the
+ * optional slots the CUDA bf16 table sets: gemm_linear_bwd, and gemm_linear_bwd16 with
+ * softmax_xent16 (test_cuda_fused.c). */
 static void check_table(void) {
     const unsigned char *p = (const unsigned char *)gpu;
     static const unsigned char zero[sizeof(void *)];
     /* Every function pointer, from with_math on (name and gemm_math come before). */
     for (size_t off = offsetof(zs_ops, with_math); off + sizeof(void *) <= sizeof(zs_ops);
          off += sizeof(void *))
-        ZT_CHECK(off == offsetof(zs_ops, gemm_linear_bwd) || memcmp(p + off, zero, sizeof(void *)),
+        ZT_CHECK(off == offsetof(zs_ops, gemm_linear_bwd) ||
+                     off == offsetof(zs_ops, gemm_linear_bwd16) ||
+                     off == offsetof(zs_ops, softmax_xent16) ||
+                     memcmp(p + off, zero, sizeof(void *)),
                  "zs_ops slot at byte %zu is NULL", off);
     ZT_CHECK(fake || gpu->with_math(ZS_MATH_BF16)->gemm_linear_bwd,
              "the CUDA bf16 table does not share dout between a linear layer's backward gemms");

@@ -496,15 +496,29 @@ static void check_sums(void) {
 
 /* ---- bias, norms: FLOPs proportional to rows (or to columns) ------------------------------ */
 
-static void run_bias(int N, int OC, double fl[2]) {
+static void run_bias(int N, int OC, double fl[4]) {
     size_t no = (size_t)N * OC;
     float *out = drand(no), *bias = drand(OC), *dout = drand(no), *db = drand(OC);
+    float *x = drand(no), *y = drand(no);
     prof_start();
     ZT_OK(gpu->bias_fwd(NULL, out, bias, N, OC));
     prof_stop();
     const zs_emu_record *f = rec("bias_fwd_kernel");
     check_rec(f, 2, 0, NULL);
     fl[0] = f->flops;
+    /* bias_act_kernel, both forms: a + (b + bias) into out; pre += bias, out = gelu(pre) */
+    prof_start();
+    ZT_OK(gpu->bias_residual_fwd(NULL, out, x, y, bias, N, OC));
+    prof_stop();
+    const zs_emu_record *r = rec("bias_act_kernel");
+    check_rec(r, 4, 0, NULL);
+    fl[2] = r->flops;
+    prof_start();
+    ZT_OK(gpu->bias_gelu_fwd(NULL, y, out, bias, N, OC));
+    prof_stop();
+    const zs_emu_record *g = rec("bias_act_kernel");
+    check_rec(g, 3, 0, NULL);
+    fl[3] = g->flops;
     prof_start();
     ZT_OK(gpu->bias_bwd(NULL, db, dout, N, OC));
     prof_stop();
@@ -517,11 +531,13 @@ static void run_bias(int N, int OC, double fl[2]) {
 /* Row kernels (a warp per row) scale with N, column kernels (a thread per column summing the
  * rows) with C: so three shapes, (N, C), (2N, C), (N, 2C). */
 static void check_bias(void) {
-    double a[2], b[2], c[2];
+    double a[4], b[4], c[4];
     run_bias(33, 300, a);
     run_bias(66, 300, b);
     run_bias(33, 601, c);
     check_scaling("bias_fwd_kernel", a[0], 33, b[0], 66);
+    check_scaling("bias_act_kernel", a[2], 33, b[2], 66);
+    check_scaling("bias_act_kernel", a[3], 33, b[3], 66);
     check_scaling("bias_bwd_kernel", a[1], 300, c[1], 601);
 }
 
@@ -688,6 +704,7 @@ static double run_softmax_xent(int N, int mode) {
     for (int r = 0; r < N; r++)
         tg[r] = r == 3 ? -1 : (int32_t)zt_uniform(0, V);
     int32_t *d_tg = upb(tg, (size_t)N * sizeof(int32_t));
+    /* mode 0: dlogits apart, 1: in place, 2: no gradient, 3: softmax_xent16 (bf16 in place) */
     float *logits = drand(nl), *dl = mode == 0 ? drand(nl) : mode == 1 ? logits : NULL;
     float *loss = drand(N);
     /* The logits a real row reads: V of its Vp (the rows' partial sectors show); a masked row
@@ -697,17 +714,29 @@ static double run_softmax_xent(int N, int mode) {
     for (int r = 0; r < N; r++)
         if (tg[r] >= 0) sec_add(&sx, (size_t)r * Vp * 4, ((size_t)r * Vp + V) * 4);
     double extra = sec_bytes(&sx) - 4.0 * N * V;
+    /* softmax_xent16 writes each row's Vp bf16 over the first half of the row's floats */
+    sectors sw = sec_new(nl * 4);
+    for (int r = 0; mode == 3 && r < N; r++)
+        sec_add(&sw, (size_t)r * Vp * 4, (size_t)r * Vp * 4 + (size_t)Vp * 2);
+    if (mode == 3) extra += sec_bytes(&sw) - 2.0 * N * Vp;
     prof_start();
-    ZT_OK(gpu->softmax_xent(NULL, loss, dl, logits, d_tg, N, V, Vp, 1.0f / N));
+    if (mode == 3)
+        ZT_OK(gpu->with_math(ZS_MATH_BF16)
+                  ->softmax_xent16(NULL, loss, logits, d_tg, N, V, Vp, 1.0f / N));
+    else
+        ZT_OK(gpu->softmax_xent(NULL, loss, dl, logits, d_tg, N, V, Vp, 1.0f / N));
     prof_stop();
     const zs_emu_record *r = rec("softmax_xent_kernel");
-    check_rec(r, mode == 0 ? 4 : 3, extra, "logit rows' partial sectors, masked row unread");
+    check_rec(r, mode == 0 ? 4 : 3, extra,
+              mode == 3 ? "logit rows' partial sectors, masked row unread, bf16 rows' partial "
+                          "sectors"
+                        : "logit rows' partial sectors, masked row unread");
     release();
     return r->flops;
 }
 
 static void check_softmax_xent(void) {
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < 4; mode++)
         check_scaling("softmax_xent_kernel", run_softmax_xent(9, mode), 9,
                       run_softmax_xent(18, mode), 18);
 }

@@ -29,15 +29,34 @@ size_t zs_linear_bwd_cast_elems(int N, int IC, int OC) {
     return N > 0 && IC > 0 && OC > 0 && e <= ZS_GEMM_CAST_MAX ? e : 0;
 }
 
-/* The three gemms below, with their arguments, the backward's two as one where they fit. */
+/* cols whole when IC of each fit the scratch, else in multiples of ZS_GEMM_PIECE (0: none fit). */
+static int bwd16_piece(int cols, int IC) {
+    size_t p = ZS_GEMM_CAST_MAX / (size_t)IC / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
+    return (size_t)IC * cols <= ZS_GEMM_CAST_MAX ? cols : p < (size_t)cols ? (int)p : cols;
+}
+
+size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece) {
+    *oc_piece = *n_piece = 0;
+    if (N <= 0 || IC <= 0 || OC <= 0) return 0;
+    *oc_piece = bwd16_piece(OC, IC);
+    *n_piece = bwd16_piece(N, IC);
+    size_t w = (size_t)IC * *oc_piece, x = (size_t)IC * *n_piece;
+    return w > x ? w : x;
+}
+
+/* The three gemms below, with their arguments, the backward's two as one where they fit, and
+ * gemm_linear_bwd16's pieces. */
 size_t zs_linear_cast_elems(int N, int IC, int OC) {
+    int op, np;
     size_t f = zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC).elems;
+    size_t h = zs_linear_bwd16_pieces(N, IC, OC, &op, &np);
     size_t b = zs_linear_bwd_cast_elems(N, IC, OC);
     if (!b) {
         size_t d = zs_gemm_cast_plan(0, 0, IC, N, OC, IC, OC).elems;
         size_t w = zs_gemm_cast_plan(0, 1, IC, OC, N, IC, OC).elems;
         b = d > w ? d : w;
     }
+    b = b > h ? b : h;
     return f > b ? f : b;
 }
 
@@ -51,6 +70,26 @@ zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const flo
      * (IC x N, ld IC) and out is out^T (OC x N, ld OC), used as they are. */
     ZS_CHECK(ops->gemm(s, 1, 0, OC, N, IC, 1.0f, W, IC, inp, IC, 0.0f, out, OC));
     if (bias) ZS_CHECK(ops->bias_fwd(s, out, bias, N, OC));
+fail:
+    return st;
+}
+
+zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *x,
+                                 float *tmp, const float *inp, const float *W, const float *bias,
+                                 int N, int IC, int OC) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, W, NULL, N, IC, OC));
+    ZS_CHECK(ops->bias_residual_fwd(s, out, x, tmp, bias, N, OC));
+fail:
+    return st;
+}
+
+zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, float *out,
+                             const float *inp, const float *W, const float *bias, int N, int IC,
+                             int OC) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, W, NULL, N, IC, OC));
+    ZS_CHECK(ops->bias_gelu_fwd(s, pre, out, bias, N, OC));
 fail:
     return st;
 }
@@ -101,6 +140,19 @@ zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp,
     zs_status st = ZS_OK;
     ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
     return linear_bwd(ops, s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, W, N, IC, OC, 0.0f);
+fail:
+    return st;
+}
+
+zs_status zs_linear_bwd16_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                              const zs_bf16 *dout, int ldd, const float *inp, const float *W, int N,
+                              int IC, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(ops->gemm_linear_bwd16, ZS_ERR_INVALID,
+               "linear_bwd16: the %s table takes no bf16 output gradient", ops->name);
+    ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0 && ldd >= (OC > 1 ? OC : 1), ZS_ERR_INVALID,
+               "linear_bwd16: bad shape N=%d IC=%d OC=%d ldd=%d", N, IC, OC, ldd);
+    return ops->gemm_linear_bwd16(s, dinp, dW, dout, ldd, inp, W, N, IC, OC, 0.0f);
 fail:
     return st;
 }

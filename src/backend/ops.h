@@ -68,10 +68,31 @@ typedef struct zs_ops {
                                  const float *inp, const float *W, int N, int IC, int OC,
                                  float dinp_beta);
 
+    /* Optional, set together with softmax_xent16 (NULL: the loss writes fp32 dlogits and a
+     * language model's head takes them through linear.c): gemm_linear_bwd's two products, no bias
+     * and no GELU, with the output gradient G already bf16, stored as the column-major G^T
+     * (OC x N, ld ldd >= OC). W and inp are rounded into the stream's scratch in the pieces of
+     * zs_linear_bwd16_pieces: dinp^T = W^T G^T + dinp_beta dinp^T over W's rows in pieces of
+     * OC, then dW^T += inp^T G over inp's rows in pieces of N, each piece's product added to
+     * the last in order (one product each when they fit: gemm_linear_bwd's bits on G). */
+    zs_status (*gemm_linear_bwd16)(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
+                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
+                                   float dinp_beta);
+
     /* out[N,OC] += bias[OC] broadcast over rows. */
     zs_status (*bias_fwd)(zs_stream_t *s, float *out, const float *bias, int N, int OC);
     /* dbias[OC] += sum over rows of dout[N,OC] (accumulates). */
     zs_status (*bias_bwd)(zs_stream_t *s, float *dbias, const float *dout, int N, int OC);
+    /* A linear layer's bias and the residual add after it in one pass: out[N,OC] = a + (b + bias)
+     * with bias[OC] broadcast over rows, the bits of bias_fwd on b then residual_fwd (bias NULL:
+     * residual_fwd's a + b). out may alias a or b. */
+    zs_status (*bias_residual_fwd)(zs_stream_t *s, float *out, const float *a, const float *b,
+                                   const float *bias, int N, int OC);
+    /* A linear layer's bias and the GELU after it in one pass: pre[N,OC] += bias (NULL: none),
+     * then out = gelu(pre), the bits of bias_fwd then gelu_fwd; pre keeps the sum (the GELU's
+     * backward reads it). */
+    zs_status (*bias_gelu_fwd)(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
+                               int OC);
 
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[pos(b,t),:]; tokens in [0, V) are the caller's
      * responsibility (validated by the data layer). wpe may be NULL (no position table,
@@ -122,6 +143,14 @@ typedef struct zs_ops {
      * of -1 masks the row (loss 0, gradient 0). */
     zs_status (*softmax_xent)(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
                               const int32_t *targets, int N, int V, int Vp, float dloss);
+
+    /* Optional, with gemm_linear_bwd16: softmax_xent's losses, and its dlogits in place of the
+     * logits rounded to bf16 (zs_f32_to_bf16 of softmax_xent's values, bit for bit): row r's Vp
+     * values at the start of row r's fp32 storage, so the column-major Vp x N bf16 matrix of
+     * ld 2 Vp that gemm_linear_bwd16 takes. The rest of each row is left unspecified. Half
+     * the bytes written, and no pass to round them for the head's two products. */
+    zs_status (*softmax_xent16)(zs_stream_t *s, float *losses, float *logits,
+                                const int32_t *targets, int N, int V, int Vp, float dloss);
 
     /* One AdamW update (decoupled weight decay, bias-corrected, step t >= 1) of n elements:
      * g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -301,6 +330,10 @@ typedef struct zs_gemm_cast {
 zs_gemm_cast zs_gemm_cast_plan(int transa, int transb, int m, int n, int k, int lda, int ldb);
 /* What gemm_linear_bwd casts at once, W, dout and inp (0: too many, each gemm casts its own). */
 size_t zs_linear_bwd_cast_elems(int N, int IC, int OC);
+/* gemm_linear_bwd16's pieces: W's rows oc_piece at a time, inp's n_piece (multiples of
+ * ZS_GEMM_PIECE unless all of them), so neither asks more than ZS_GEMM_CAST_MAX of the scratch;
+ * 0 when IC is too wide for a piece. The scratch it asks is returned. */
+size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece);
 size_t zs_linear_cast_elems(int N, int IC, int OC);
 
 /* The argument checks every backend's gemm makes before any work (linear.c): trans flags 0 or
@@ -316,6 +349,16 @@ zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float
  *   out[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC] if non-NULL)          (overwrites out) */
 zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *inp,
                         const float *W, const float *bias, int N, int IC, int OC);
+/* zs_linear_fwd into tmp[N,OC] with the residual add after it: out[N,OC] = x + (inp W^T + bias),
+ * the bias and the add in one pass (ops->bias_residual_fwd). out may alias x. */
+zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *x,
+                                 float *tmp, const float *inp, const float *W, const float *bias,
+                                 int N, int IC, int OC);
+/* zs_linear_fwd into pre[N,OC] with a GELU after it: out = gelu(pre), the bias and the GELU in
+ * one pass (ops->bias_gelu_fwd). */
+zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, float *out,
+                             const float *inp, const float *W, const float *bias, int N, int IC,
+                             int OC);
 /* Backward of zs_linear_fwd, all accumulating: dinp[N,IC] += dout @ W; dW[OC,IC] +=
  * dout^T @ inp; dbias[OC] += colsum(dout). dinp, dW or dbias may be NULL to skip. */
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
@@ -334,5 +377,12 @@ zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp,
                                  float *dbias, const float *dout, const float *gelu_inp,
                                  float *dtmp, const float *inp, const float *W, int N, int IC,
                                  int OC);
+
+/* zs_linear_bwd_set with dout bf16, the column-major dout^T (OC x N, ld ldd), through the
+ * table's gemm_linear_bwd16 (ZS_ERR_INVALID on a table without it), no bias: what a language
+ * model's head does with softmax_xent16's dlogits. */
+zs_status zs_linear_bwd16_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                              const zs_bf16 *dout, int ldd, const float *inp, const float *W, int N,
+                              int IC, int OC);
 
 #endif

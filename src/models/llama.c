@@ -177,14 +177,13 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     else
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->q, a->k, a->v, B, T, c->n_head,
                                         c->n_kv_head, hs, QD, KD, b->seg));
-    ZS_CHECK(zs_linear_fwd(o, s, b->dC, a->atty, p + t[L_O], NULL, BT, QD, C));
-    ZS_CHECK(o->residual_fwd(s, a->res2, x, b->dC, (size_t)BT * C));
+    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, x, b->dC, a->atty, p + t[L_O], NULL, BT, QD, C));
     ZS_CHECK(o->rmsnorm_fwd(s, a->ln2, a->ln2_rstd, a->res2, p + t[L_NORM2], BT, C, c->norm_eps));
     ZS_CHECK(zs_linear_fwd(o, s, a->gate, a->ln2, p + t[L_GATE], NULL, BT, C, F));
     ZS_CHECK(zs_linear_fwd(o, s, a->up, a->ln2, p + t[L_UP], NULL, BT, C, F));
     ZS_CHECK(o->swiglu_fwd(s, a->h, a->gate, a->up, (size_t)BT * F));
-    ZS_CHECK(zs_linear_fwd(o, s, b->dC, a->h, p + t[L_DOWN], NULL, BT, F, C));
-    ZS_CHECK(o->residual_fwd(s, out, a->res2, b->dC, (size_t)BT * C));
+    ZS_CHECK(
+        zs_linear_residual_fwd(o, s, out, a->res2, b->dC, a->h, p + t[L_DOWN], NULL, BT, F, C));
 fail:
     return st;
 }

@@ -284,6 +284,26 @@ fail:
     return st;
 }
 
+/* Whether the loss leaves its gradient in bf16 (ops.h softmax_xent16): where the table has it
+ * with gemm_linear_bwd16 and the head's pieces fit. The head's two products round it to bf16
+ * either way; this writes half the bytes and never rounds them again. */
+static int head_bf16(const zs_model_base *b, int BT) {
+    int op = 0, np = 0;
+    if (!b->ops->softmax_xent16 || !b->ops->gemm_linear_bwd16) return 0;
+    zs_linear_bwd16_pieces(BT, b->cfg.n_embd, b->cfg.padded_vocab, &op, &np);
+    return op > 0 && np > 0;
+}
+
+/* The head's backward (weights W, their gradient dW) from the loss's gradient in b->logits,
+ * into b->dC. */
+static zs_status head_bwd(zs_model_base *b, float *dW, const float *W, int BT) {
+    const int C = b->cfg.n_embd, Vp = b->cfg.padded_vocab;
+    if (head_bf16(b, BT)) /* row r's bf16 at the start of its fp32 row: ld 2 Vp */
+        return zs_linear_bwd16_set(b->ops, b->s, b->dC, dW, (const zs_bf16 *)b->logits, 2 * Vp,
+                                   b->lnf, W, BT, C, Vp);
+    return zs_linear_bwd_set(b->ops, b->s, b->dC, dW, NULL, b->logits, b->lnf, W, BT, C, Vp);
+}
+
 /* Backward from the dlogits that the loss left in b->logits, in the reverse unit order. */
 static zs_status model_backward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B,
                                 int T) {
@@ -291,7 +311,7 @@ static zs_status model_backward(zs_model_t *m, const int32_t *in, const int32_t 
     zs_model_base *b = m->b;
     const zs_ops *o = b->ops;
     zs_stream_t *s = b->s;
-    const int C = b->cfg.n_embd, BT = B * T, Vp = b->cfg.padded_vocab, uf = b->cfg.n_layer + 1;
+    const int C = b->cfg.n_embd, BT = B * T, uf = b->cfg.n_layer + 1;
     const int pos = b->off_pos >= 0;
     const size_t nC = (size_t)BT * C;
     float *p = NULL, *g = NULL;
@@ -300,17 +320,14 @@ static zs_status model_backward(zs_model_t *m, const int32_t *in, const int32_t 
     /* dC: the head's input gradient, from the tied embedding's weights or the separate head's. */
     if (b->tied) {
         ZS_CHECK(zs_module_backward_begin(b->engine, 0, &p, &g));
-        ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + b->off_embed, NULL, b->logits, b->lnf,
-                                   p + b->off_embed, BT, C, Vp));
+        ZS_CHECK(head_bwd(b, g + b->off_embed, p + b->off_embed, BT));
         ZS_CHECK(zs_module_backward_end(b->engine, 0));
     }
     const float *xlast = NULL;
     ZS_CHECK(zs_resid_load(&b->resid, o, s, b->cfg.n_layer, nC, &xlast));
     ZS_CHECK(o->fill(s, b->dres, 0.0f, nC));
     ZS_CHECK(zs_module_backward_begin(b->engine, uf, &p, &g));
-    if (!b->tied)
-        ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + b->off_head, NULL, b->logits, b->lnf,
-                                   p + b->off_head, BT, C, Vp));
+    if (!b->tied) ZS_CHECK(head_bwd(b, g + b->off_head, p + b->off_head, BT));
     ZS_CHECK(m->A->norm_bwd(b, p, g, xlast, BT));
     ZS_CHECK(zs_module_backward_end(b->engine, uf));
 
@@ -325,7 +342,8 @@ fail:
     return st;
 }
 
-/* Forward, the fused softmax-cross-entropy (dlogits written in place over the logits), then
+/* Forward, the fused softmax-cross-entropy (dlogits written in place over the logits, in bf16
+ * where head_bf16), then
  * backward from them: the same sequence for every architecture. */
 zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
                                     int B, int T, float dloss, int backward, double *loss_sum) {
@@ -340,8 +358,12 @@ zs_status zs_model_forward_backward_docs(zs_model_t *m, const int32_t *inputs,
     zs_model_base *b = m->b;
     const int BT = B * T;
     ZS_CHECK(model_forward(m, inputs, seg, B, T));
-    ZS_CHECK(b->ops->softmax_xent(b->s, b->losses, backward ? b->logits : NULL, b->logits, targets,
-                                  BT, b->cfg.vocab, b->cfg.padded_vocab, dloss));
+    if (backward && head_bf16(b, BT))
+        ZS_CHECK(b->ops->softmax_xent16(b->s, b->losses, b->logits, targets, BT, b->cfg.vocab,
+                                        b->cfg.padded_vocab, dloss));
+    else
+        ZS_CHECK(b->ops->softmax_xent(b->s, b->losses, backward ? b->logits : NULL, b->logits,
+                                      targets, BT, b->cfg.vocab, b->cfg.padded_vocab, dloss));
     ZS_CHECK(b->ops->sum(b->s, loss_sum, b->losses, (size_t)BT));
     if (backward) ZS_CHECK(model_backward(m, inputs, seg, B, T));
 fail:

@@ -22,6 +22,8 @@ zs_status zs_cpu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
 zs_status zs_cpu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n);
+zs_status zs_cpu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
+                               int OC);
 zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                           size_t n);
 zs_status zs_cpu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,

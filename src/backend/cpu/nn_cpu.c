@@ -122,6 +122,26 @@ zs_status zs_cpu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n
     return ZS_OK;
 }
 
+/* bias_fwd then gelu_fwd, a row at a time (the same bits: gelu of the rounded sum). */
+zs_status zs_cpu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
+                               int OC) {
+    zs_status st = ZS_OK;
+    (void)s;
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_gelu_fwd: negative shape N=%d OC=%d", N,
+               OC);
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= ZS_CPU_PAR_MIN)
+    for (int r = 0; r < N; r++) {
+        float *x = pre + (size_t)r * OC, *y = out + (size_t)r * OC;
+        for (int c = 0; c < OC; c++) {
+            float v = bias ? x[c] + bias[c] : x[c];
+            x[c] = v;
+            y[c] = zs_gelu(v);
+        }
+    }
+fail:
+    return st;
+}
+
 zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                           size_t n) {
 #pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)

@@ -28,6 +28,24 @@ fail:
     return st;
 }
 
+/* bias_fwd then residual_fwd, a row at a time: a + (b + bias), the same two roundings. */
+static zs_status cpu_bias_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
+                                       const float *bias, int N, int OC) {
+    zs_status st = ZS_OK;
+    (void)s;
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_residual_fwd: negative shape N=%d OC=%d", N,
+               OC);
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= ZS_CPU_PAR_MIN)
+    for (int r = 0; r < N; r++) {
+        float *o = out + (size_t)r * OC;
+        const float *x = a + (size_t)r * OC, *y = b + (size_t)r * OC;
+        for (int c = 0; c < OC; c++)
+            o[c] = x[c] + (bias ? y[c] + bias[c] : y[c]);
+    }
+fail:
+    return st;
+}
+
 static zs_status cpu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_bwd: negative shape N=%d OC=%d", N, OC);
@@ -233,17 +251,19 @@ static const zs_ops *cpu_with_math(zs_gemm_math math);
 #define CPU_TABLE(math, gemm_fn)                                                                   \
     {                                                                                              \
         .name = "cpu", .gemm_math = math, .with_math = cpu_with_math, .gemm = gemm_fn,             \
-        .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd, .embedding_fwd = zs_cpu_embedding_fwd, \
-        .embedding_bwd = zs_cpu_embedding_bwd, .layernorm_fwd = zs_cpu_layernorm_fwd,              \
-        .layernorm_bwd = zs_cpu_layernorm_bwd, .gelu_fwd = zs_cpu_gelu_fwd,                        \
-        .gelu_bwd = zs_cpu_gelu_bwd, .attention_fwd = zs_cpu_attention_fwd,                        \
-        .attention_bwd = zs_cpu_attention_bwd, .residual_fwd = cpu_residual_fwd, .axpy = cpu_axpy, \
-        .softmax_xent = zs_cpu_softmax_xent, .adamw = cpu_adamw, .adamw_segs = cpu_adamw_segs,     \
-        .adamw_segs16 = cpu_adamw_segs16, .cast = cpu_cast, .scale = cpu_scale,                    \
-        .sumsq = cpu_sumsq, .sum = cpu_sum, .sumsq16 = cpu_sumsq16, .fill = cpu_fill,              \
-        .copy = cpu_copy, .init_normal = cpu_init_normal, .sync = cpu_sync,                        \
-        .rmsnorm_fwd = zs_cpu_rmsnorm_fwd, .rmsnorm_bwd = zs_cpu_rmsnorm_bwd,                      \
-        .rope_fwd = zs_cpu_rope_fwd, .rope_bwd = zs_cpu_rope_bwd, .swiglu_fwd = zs_cpu_swiglu_fwd, \
+        .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,                                        \
+        .bias_residual_fwd = cpu_bias_residual_fwd, .bias_gelu_fwd = zs_cpu_bias_gelu_fwd,         \
+        .embedding_fwd = zs_cpu_embedding_fwd, .embedding_bwd = zs_cpu_embedding_bwd,              \
+        .layernorm_fwd = zs_cpu_layernorm_fwd, .layernorm_bwd = zs_cpu_layernorm_bwd,              \
+        .gelu_fwd = zs_cpu_gelu_fwd, .gelu_bwd = zs_cpu_gelu_bwd,                                  \
+        .attention_fwd = zs_cpu_attention_fwd, .attention_bwd = zs_cpu_attention_bwd,              \
+        .residual_fwd = cpu_residual_fwd, .axpy = cpu_axpy, .softmax_xent = zs_cpu_softmax_xent,   \
+        .adamw = cpu_adamw, .adamw_segs = cpu_adamw_segs, .adamw_segs16 = cpu_adamw_segs16,        \
+        .cast = cpu_cast, .scale = cpu_scale, .sumsq = cpu_sumsq, .sum = cpu_sum,                  \
+        .sumsq16 = cpu_sumsq16, .fill = cpu_fill, .copy = cpu_copy,                                \
+        .init_normal = cpu_init_normal, .sync = cpu_sync, .rmsnorm_fwd = zs_cpu_rmsnorm_fwd,       \
+        .rmsnorm_bwd = zs_cpu_rmsnorm_bwd, .rope_fwd = zs_cpu_rope_fwd,                            \
+        .rope_bwd = zs_cpu_rope_bwd, .swiglu_fwd = zs_cpu_swiglu_fwd,                              \
         .swiglu_bwd = zs_cpu_swiglu_bwd, .attention_gqa_fwd = zs_cpu_attention_gqa_fwd,            \
         .attention_gqa_bwd = zs_cpu_attention_gqa_bwd,                                             \
         .flash_attention_fwd = zs_cpu_flash_attention_fwd,                                         \

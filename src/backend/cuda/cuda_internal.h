@@ -248,6 +248,30 @@ static inline unsigned zs_cu_col_blocks(size_t cols) {
 zs_status zs_cu_blas_lock(cublasHandle_t *out);
 void zs_cu_blas_unlock(void);
 
+/* The gemms of the tables (gemm_cuda.cu; ops.h gemm, gemm_linear_bwd, gemm_linear_bwd16). */
+zs_status zs_cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc);
+zs_status zs_cu_gemm_tf32(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                          int ldc);
+zs_status zs_cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                          int ldc);
+zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                                     const float *dout, const float *gelu_inp, float *dtmp,
+                                     const float *inp, const float *W, int N, int IC, int OC,
+                                     float dinp_beta);
+zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
+                                  int ldd, const float *inp, const float *W, int N, int IC, int OC,
+                                  float dinp_beta);
+/* The kernels those share (ops_cuda.cu): n floats rounded to bf16 (zs_f32_to_bf16), and
+ * bias_bwd with dout (or gelu_bwd's gradient of gelu_inp from it) rounded into cast[N * OC] in
+ * the pass that sums its columns (dbias NULL: no sums). */
+zs_status zs_cu_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
+zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
+                              zs_bf16 *cast, const float *gelu_inp);
+
 /* Network ops (nn_cuda.cu; RMSNorm, RoPE and SwiGLU in llama_cuda.cu). */
 zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
                               const float *wpe, int B, int T, int C, const int32_t *seg);
@@ -263,6 +287,8 @@ zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const fl
                          size_t n);
 zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
                              const int32_t *targets, int N, int V, int Vp, float dloss);
+zs_status zs_cu_softmax_xent16(zs_stream_t *s, float *losses, float *logits, const int32_t *targets,
+                               int N, int V, int Vp, float dloss);
 zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
                             const float *w, int N, int C, float eps);
 zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,

@@ -350,6 +350,10 @@ fail:
 
 /* ---- softmax + cross-entropy -------------------------------------------------------- */
 
+/* softmax_xent16's gradient pass: XENT16_PER_THREAD elements a thread between barriers. */
+#define XENT16_PER_THREAD 4
+#define XENT16_CHUNK (XENT16_PER_THREAD * ZS_ROW_THREADS)
+
 /* A block of ZS_ROW_THREADS per row: the maximum and the sum of exponentials through block
  * reductions in the CPU twin's order (kernels/softmax_xent.h), then the gradient elementwise.
  * The CPU validates targets before computing; here they are device memory, so a target outside
@@ -358,7 +362,7 @@ fail:
  * before the first barrier, and each thread rewrites only the elements it read. */
 static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
                                            const int32_t *targets, int N, int V, int Vp,
-                                           float dloss) {
+                                           float dloss, int out16) {
 #ifndef ZS_MUTANT_SMEM_SHORT
     ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP);
 #else /* broken build: the warps' partials in an array one element too small */
@@ -367,18 +371,23 @@ static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const 
     size_t r = blockIdx.x, off = r * Vp;
     int t = (int)threadIdx.x, tg = targets[r];
     const float *x = logits + off;
-    float *dx = dlogits ? dlogits + off : NULL;
+    float *dx = dlogits && !out16 ? dlogits + off : NULL;
+    zs_bf16 *dx16 = out16 ? (zs_bf16 *)(dlogits + off) : NULL; /* over the row's first half */
     (void)N;
     if (tg < -1 || tg >= V) { /* the whole block takes this branch */
         if (t == 0) losses[r] = __int_as_float(0x7fc00000);
         for (int i = t; dx && i < Vp; i += ZS_ROW_THREADS)
             dx[i] = __int_as_float(0x7fc00000);
+        for (int i = t; dx16 && i < Vp; i += ZS_ROW_THREADS)
+            dx16[i] = zs_f32_to_bf16(__int_as_float(0x7fc00000));
         return;
     }
     if (tg < 0) { /* masked row */
         if (t == 0) losses[r] = 0.0f;
         for (int i = t; dx && i < Vp; i += ZS_ROW_THREADS)
             dx[i] = 0.0f;
+        for (int i = t; dx16 && i < Vp; i += ZS_ROW_THREADS)
+            dx16[i] = zs_f32_to_bf16(0.0f);
         return;
     }
     float xt = x[tg], m = -INFINITY, s = 0.0f;
@@ -409,11 +418,37 @@ static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const 
         for (int i = V + t; i < Vp; i += ZS_ROW_THREADS)
             dx[i] = 0.0f;
     }
+    if (dx16) {
+        /* The same values rounded, written over the row's first half: a chunk's bf16 land on
+         * floats at or before the chunk's own, so every thread reads its part of the chunk
+         * before the barrier and writes after it, and no float is written before it is read. */
+        float k = dloss / sum;
+        for (int i0 = 0; i0 < Vp; i0 += XENT16_CHUNK) {
+            float v[XENT16_PER_THREAD];
+            ZS_UNROLL
+            for (int u = 0; u < XENT16_PER_THREAD; u++) {
+                int i = i0 + u * ZS_ROW_THREADS + t;
+                float g = i < V ? zs_expf(x[i] - mx) * k : 0.0f;
+                v[u] = i == tg ? g - dloss : g;
+            }
+#ifndef ZS_MUTANT_XENT16_NO_SYNC
+            __syncthreads();
+#endif
+            ZS_UNROLL
+            for (int u = 0; u < XENT16_PER_THREAD; u++) {
+                int i = i0 + u * ZS_ROW_THREADS + t;
+                if (i < Vp) dx16[i] = zs_f32_to_bf16(v[u]);
+            }
+        }
+    }
     if (t == 0) losses[r] = logf(sum) - (xt - mx);
 }
 
-zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
-                             const int32_t *targets, int N, int V, int Vp, float dloss) {
+/* softmax_xent (dlogits non-NULL, or NULL: losses only) and softmax_xent16 (out16: bf16
+ * dlogits over the logits) in one kernel. */
+static zs_status launch_softmax_xent(zs_stream_t *s, float *losses, float *dlogits,
+                                     const float *logits, const int32_t *targets, int N, int V,
+                                     int Vp, float dloss, int out16) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     ZS_REQUIRE(N >= 0 && V >= 1 && Vp >= V, ZS_ERR_INVALID,
@@ -424,13 +459,23 @@ zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, cons
      * logits and computes nothing): 3 per logit (exp of the difference, sum), the block sum,
      * the loss (3); with the gradient 3 per logit (the exp of the difference again, the scale),
      * 1 at the target and dloss / sum in every thread. Logits read V of each row (twice with
-     * the gradient, the same bytes), dlogits written Vp. */
+     * the gradient, the same bytes), dlogits written Vp (4 bytes each, 2 in bf16). */
     ZS_COST((double)N * (3.0 * V + ZS_CU_BLOCK_SUM_FLOPS + 3.0 +
                          (dlogits ? 3.0 * V + 1.0 + ZS_ROW_THREADS : 0.0)),
-            0, 4.0 * (2.0 * N + (double)N * V + (dlogits ? (double)N * Vp : 0.0)));
+            0, 4.0 * (2.0 * N + (double)N * V) + (dlogits ? (out16 ? 2.0 : 4.0) * N * Vp : 0.0));
     ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, 0, cs, losses, dlogits, logits,
-              targets, N, V, Vp, dloss);
+              targets, N, V, Vp, dloss, out16);
     ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
 fail:
     return st;
+}
+
+zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int N, int V, int Vp, float dloss) {
+    return launch_softmax_xent(s, losses, dlogits, logits, targets, N, V, Vp, dloss, 0);
+}
+
+zs_status zs_cu_softmax_xent16(zs_stream_t *s, float *losses, float *logits, const int32_t *targets,
+                               int N, int V, int Vp, float dloss) {
+    return launch_softmax_xent(s, losses, logits, logits, targets, N, V, Vp, dloss, 1);
 }

@@ -1,6 +1,6 @@
-/* The CUDA backend's ops table: gemm through cuBLAS (plain fp32, the column-major arguments
- * of ops.h as they are), and bias, elementwise, cast, fill/copy and Philox-init kernels over
- * the shared per-element math in backend/kernels. Network ops live in nn_cuda.cu and
+/* The CUDA backend's ops tables, and bias, elementwise, cast, fill/copy and Philox-init kernels
+ * over the shared per-element math in backend/kernels. The gemms (cuBLAS) live in gemm_cuda.cu,
+ * network ops in nn_cuda.cu and
  * llama_cuda.cu, attention in attention_cuda.cu and flash*_cuda.cu, AdamW and the sums of the
  * gradient norm and the loss in optim_cuda.cu. Each op is a static __global__ kernel and the
  * op itself, which checks shapes and buffers and launches it. Every op is asynchronous on its
@@ -14,173 +14,10 @@
 #include "core/bf16.h"
 #include "core/philox.h"
 
-/* ---- gemm --------------------------------------------------------------------------- */
-
-static zs_status launch_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
-static zs_status launch_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
-                                 zs_bf16 *cast, const float *gelu_inp);
-static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC);
-
-static zs_status blas_gemm(cublasHandle_t h, cublasComputeType_t compute, int transa, int transb,
-                           int m, int n, int k, float alpha, const void *A, int lda, const void *B,
-                           int ldb, cudaDataType in_t, float beta, float *C, int ldc) {
-    zs_status st = ZS_OK;
-    /* k == 0 is C = beta C, as in BLAS; beta == 0 does not read C. */
-    ZS_CUBLAS_CHECK(cublasGemmEx(
-        h, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
-        A, in_t, lda, B, in_t, ldb, &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
-fail:
-    return st;
-}
-
-/* The bf16 gemm on operands rounded into the stream's scratch, by plan p (ops.h
- * zs_gemm_cast_plan): A whole then B (whole, or in pieces of columns with C's), or both in
- * pieces along k with C accumulating from the first piece's beta. Every cast runs on the
- * stream before the product that reads it and after the one before. */
-static zs_status gemm_cast(cublasHandle_t h, zs_stream_t *s, zs_gemm_cast p, int transa, int transb,
-                           int m, int n, int k, float alpha, const float *A, int lda,
-                           const float *B, int ldb, float beta, float *C, int ldc) {
-    zs_status st = ZS_OK;
-    cudaStream_t cs = zs_cu_stream(s);
-    zs_bf16 *w = NULL;
-    ZS_CHECK(zs_cu_gemm_scratch(s, p.elems, &w));
-    if (p.k_piece < k) { /* !transa && transb: A's columns and B's stored columns along k */
-        for (int k0 = 0; k0 < k; k0 += p.k_piece) {
-            int kc = k - k0 < p.k_piece ? k - k0 : p.k_piece;
-            size_t na = zs_gemm_cast_round((size_t)m * kc);
-            ZS_CHECK(launch_f32_to_bf16(cs, w, A + (size_t)k0 * lda, (size_t)m * kc));
-            ZS_CHECK(launch_f32_to_bf16(cs, w + na, B + (size_t)k0 * ldb, (size_t)n * kc));
-            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, kc, alpha, w, lda,
-                               w + na, ldb, CUDA_R_16BF, k0 ? 1.0f : beta, C, ldc));
-        }
-    } else {
-        size_t na = zs_gemm_cast_round((size_t)m * k);
-        ZS_CHECK(launch_f32_to_bf16(cs, w, A, (size_t)m * k));
-        for (int j0 = 0; j0 < n; j0 += p.n_piece) { /* one piece unless !transb */
-            int nc = n - j0 < p.n_piece ? n - j0 : p.n_piece;
-            ZS_CHECK(launch_f32_to_bf16(cs, w + na, B + (size_t)j0 * ldb, (size_t)k * nc));
-            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, nc, k, alpha, w, lda,
-                               w + na, ldb, CUDA_R_16BF, beta, C + (size_t)j0 * ldc, ldc));
-        }
-    }
-fail:
-    return st;
-}
-
-/* gemm in the table's arithmetic (ops.h, zs_gemm_math): plain fp32 (CUBLAS_COMPUTE_32F), or the
- * inputs down-converted to TF32 or bf16 on tensor cores with fp32 accumulation
- * (CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF). bf16 rounds the operands into
- * the stream's scratch first where zs_gemm_cast_plan allows (gemm_cast): the values FAST_16BF
- * takes, on the bf16 tensor cores. */
-static zs_status cu_gemm_math(cublasComputeType_t compute, zs_stream_t *s, int transa, int transb,
-                              int m, int n, int k, float alpha, const float *A, int lda,
-                              const float *B, int ldb, float beta, float *C, int ldc) {
-    zs_status st = ZS_OK;
-    cublasHandle_t h = NULL;
-    int locked = 0;
-    zs_gemm_cast plan = {0, n, k};
-    ZS_CHECK(zs_gemm_check(transa, transb, m, n, k, A, lda, B, ldb, C, ldc));
-    if (m == 0 || n == 0) return ZS_OK;
-#ifdef ZS_MUTANT_SWAP_TRANS /* the tests' deliberately broken build: transposes swapped */
-    {
-        int t = transa;
-        transa = transb;
-        transb = t;
-    }
-#endif
-    ZS_CHECK(zs_cu_blas_lock(&h));
-    locked = 1;
-    ZS_CUBLAS_CHECK(cublasSetStream(h, zs_cu_stream(s)));
-    if (compute == CUBLAS_COMPUTE_32F_FAST_16BF)
-        plan = zs_gemm_cast_plan(transa, transb, m, n, k, lda, ldb);
-    if (plan.elems) /* under the cuBLAS lock: one thread at a time uses the default stream's */
-        ZS_CHECK(
-            gemm_cast(h, s, plan, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
-    else
-        ZS_CHECK(blas_gemm(h, compute, transa, transb, m, n, k, alpha, A, lda, B, ldb, CUDA_R_32F,
-                           beta, C, ldc));
-fail:
-    if (locked) zs_cu_blas_unlock();
-    return st;
-}
-
-static zs_status cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
-                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                         int ldc) {
-    return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
-                        C, ldc);
-}
-
-static zs_status cu_gemm_tf32(zs_stream_t *s, int transa, int transb, int m, int n, int k,
-                              float alpha, const float *A, int lda, const float *B, int ldb,
-                              float beta, float *C, int ldc) {
-    return cu_gemm_math(CUBLAS_COMPUTE_32F_FAST_TF32, s, transa, transb, m, n, k, alpha, A, lda, B,
-                        ldb, beta, C, ldc);
-}
-
-static zs_status cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, int k,
-                              float alpha, const float *A, int lda, const float *B, int ldb,
-                              float beta, float *C, int ldc) {
-#ifndef ZS_MUTANT_GEMM_32F
-    return cu_gemm_math(CUBLAS_COMPUTE_32F_FAST_16BF, s, transa, transb, m, n, k, alpha, A, lda, B,
-                        ldb, beta, C, ldc);
-#else /* broken build: the bf16 arithmetic asked for, fp32 computed */
-    return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
-                        C, ldc);
-#endif
-}
-
-/* ops.h gemm_linear_bwd for the bf16 table: W, dout and inp rounded into the stream's scratch
- * once (dout serves both products), then linear.c's two gemms on them; where the three do not
- * fit (zs_linear_bwd_cast_elems 0), the two gemms each casting their own. With dbias or
- * gelu_inp, dout's rounding is bias_bwd's pass over it (one read of dout where a GELU's
- * backward, a cast and a sum took three passes). */
-static zs_status cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                         const float *dout, const float *gelu_inp, float *dtmp,
-                                         const float *inp, const float *W, int N, int IC, int OC,
-                                         float dinp_beta) {
-    zs_status st = ZS_OK;
-    cublasHandle_t h = NULL;
-    int locked = 0;
-    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC);
-    size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = zs_gemm_cast_round((size_t)OC * N);
-    zs_bf16 *w = NULL;
-    cudaStream_t cs = zs_cu_stream(s);
-#ifdef ZS_MUTANT_GEMM_32F
-    cast = 0; /* the broken build's fp32 arithmetic: through cu_gemm_bf16 below */
-#endif
-    ZS_REQUIRE(!gelu_inp || dtmp, ZS_ERR_INVALID, "linear_bwd: GELU input without a scratch");
-    if (!cast) {
-        if (gelu_inp) {
-            ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
-            dout = dtmp;
-        }
-        ZS_CHECK(cu_gemm_bf16(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
-        ZS_CHECK(cu_gemm_bf16(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
-        return dbias ? cu_bias_bwd(s, dbias, dout, N, OC) : ZS_OK;
-    }
-    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
-    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, inp, IC, dout, OC, dW, IC));
-    ZS_CHECK(zs_cu_blas_lock(&h));
-    locked = 1;
-    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
-    ZS_CHECK(zs_cu_gemm_scratch(s, cast, &w));
-    ZS_CHECK(launch_f32_to_bf16(cs, w, W, (size_t)IC * OC));
-    if (dbias || gelu_inp)
-        ZS_CHECK(launch_bias_bwd(s, dbias, dout, N, OC, w + nw, gelu_inp));
-    else
-        ZS_CHECK(launch_f32_to_bf16(cs, w + nw, dout, (size_t)OC * N));
-    ZS_CHECK(launch_f32_to_bf16(cs, w + nw + nd, inp, (size_t)IC * N));
-    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, w, IC, w + nw, OC, CUDA_R_16BF,
-                       dinp_beta, dinp, IC));
-    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, w + nw + nd, IC, w + nw, OC,
-                       CUDA_R_16BF, 1.0f, dW, IC));
-fail:
-    if (locked) zs_cu_blas_unlock();
-    return st;
-}
-
 /* ---- bias --------------------------------------------------------------------------- */
+
+static zs_status cu_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
+                                 size_t n);
 
 /* out[i] += bias[i % OC]: 4 elements a thread (16-byte accesses) where rows are 16-byte
  * aligned (vec: OC a multiple of 4, both buffers aligned), else one. */
@@ -249,6 +86,82 @@ static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 1) bias_bwd_kernel(float *dbias,
     if (w == 0 && c < OC && dbias) zs_colsum_finish(dbias + c, part + tx, ZS_CU_COLS + 1, 1);
 }
 
+/* out[i] = a[i] + (b[i] + bias[i % OC]) (bias_fwd's sum, then residual's), and with pre
+ * non-NULL the GELU's form instead: pre[i] += bias, out[i] = gelu(pre[i]). 4 elements a thread
+ * where rows and buffers are 16-byte aligned (vec), else one. out may alias a or b: each
+ * thread reads its elements before writing them. */
+static __global__ void bias_act_kernel(float *out, const float *a, const float *b, float *pre,
+                                       const float *bias, size_t total, int OC, int vec) {
+    if (vec) {
+        unsigned oc4 = (unsigned)OC / 4;
+        ZS_CU_FOR(i, total / 4) {
+            float4 c = ((const float4 *)bias)[i % oc4];
+            if (pre) {
+                float4 x = ((float4 *)pre)[i];
+                x = make_float4(x.x + c.x, x.y + c.y, x.z + c.z, x.w + c.w);
+                ((float4 *)pre)[i] = x;
+                ((float4 *)out)[i] =
+                    make_float4(zs_gelu(x.x), zs_gelu(x.y), zs_gelu(x.z), zs_gelu(x.w));
+            } else {
+                float4 x = ((const float4 *)a)[i], y = ((const float4 *)b)[i];
+                ((float4 *)out)[i] = make_float4(x.x + (y.x + c.x), x.y + (y.y + c.y),
+                                                 x.z + (y.z + c.z), x.w + (y.w + c.w));
+            }
+        }
+        return;
+    }
+    ZS_CU_FOR(i, total) {
+        float c = bias[i % (size_t)OC];
+        if (pre) {
+            float x = pre[i] + c;
+            pre[i] = x;
+            out[i] = zs_gelu(x);
+        } else {
+            out[i] = a[i] + (b[i] + c);
+        }
+    }
+}
+
+/* ops.h bias_residual_fwd (pre NULL) and bias_gelu_fwd (a, b NULL) with a bias; without one,
+ * residual_fwd's and gelu_fwd's own kernels. */
+static zs_status bias_act(zs_stream_t *s, float *out, const float *a, const float *b, float *pre,
+                          const float *bias, int N, int OC) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    size_t total = (size_t)N * OC;
+    int vec;
+    const char *what = pre ? "bias_gelu_fwd" : "bias_residual_fwd";
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "%s: negative shape N=%d OC=%d", what, N, OC);
+    if (total == 0) return ZS_OK;
+    if (!bias)
+        return pre ? zs_cu_gelu_fwd(s, out, pre, total) : cu_residual_fwd(s, out, a, b, total);
+    ZS_REQUIRE(out && (pre || (a && b)), ZS_ERR_INVALID, "%s: NULL buffer", what);
+    /* two adds an element and the bias read; GELU: one add and zs_gelu's 10, pre read and
+     * written and out written */
+    ZS_COST(pre ? 11.0 * total : 2.0 * total, 0, 12.0 * total + 4.0 * OC);
+    vec = OC % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)bias % 16 == 0 &&
+          (pre ? (uintptr_t)pre % 16 == 0 : (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0);
+    ZS_LAUNCH(bias_act_kernel, zs_cu_blocks(vec ? total / 4 : total), ZS_CU_THREADS, 0, cs, out, a,
+              b, pre, bias, total, OC, vec);
+    ZS_CUDA_CHECK_LAUNCH(bias_act_kernel);
+fail:
+    return st;
+}
+
+static zs_status cu_bias_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
+                                      const float *bias, int N, int OC) {
+    return bias_act(s, out, a, b, NULL, bias, N, OC);
+}
+
+static zs_status cu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
+                                  int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(pre || (size_t)N * OC == 0, ZS_ERR_INVALID, "bias_gelu_fwd: NULL buffer");
+    return bias_act(s, out, NULL, NULL, pre, bias, N, OC);
+fail:
+    return st;
+}
+
 static zs_status cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
@@ -268,8 +181,8 @@ fail:
 
 /* bias_bwd (dbias may be NULL when cast is not), and with cast non-NULL the gradient rounded to
  * bf16 into cast[N * OC] in the same pass; with gelu_inp the gradient is gelu_bwd's of dout. */
-static zs_status launch_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
-                                 zs_bf16 *cast, const float *gelu_inp) {
+zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
+                              zs_bf16 *cast, const float *gelu_inp) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     double n = (double)N * OC;
@@ -288,7 +201,7 @@ fail:
 }
 
 static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
-    return launch_bias_bwd(s, dbias, dout, N, OC, NULL, NULL);
+    return zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, NULL, NULL);
 }
 
 /* ---- elementwise: residual, axpy, scale, fill --------------------------------------- */
@@ -401,7 +314,7 @@ static int cast_vec(const void *out, const void *in) {
     return (uintptr_t)out % 16 == 0 && (uintptr_t)in % 16 == 0;
 }
 
-static zs_status launch_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n) {
+zs_status zs_cu_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n) {
     zs_status st = ZS_OK;
     int vec = cast_vec(out, in);
     if (n == 0) return ZS_OK;
@@ -438,7 +351,7 @@ static zs_status cu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void 
             ZS_CUDA_CHECK(
                 cudaMemcpyAsync(out, in, n * es, cudaMemcpyDeviceToDevice, zs_cu_stream(s)));
     } else if (out_dt == ZS_DTYPE_BF16 && in_dt == ZS_DTYPE_F32) {
-        ZS_CHECK(launch_f32_to_bf16(zs_cu_stream(s), (zs_bf16 *)out, (const float *)in, n));
+        ZS_CHECK(zs_cu_f32_to_bf16(zs_cu_stream(s), (zs_bf16 *)out, (const float *)in, n));
     } else if (out_dt == ZS_DTYPE_F32 && in_dt == ZS_DTYPE_BF16) {
         ZS_CHECK(launch_bf16_to_f32(zs_cu_stream(s), (float *)out, (const zs_bf16 *)in, n));
     } else {
@@ -532,19 +445,22 @@ fail:
     return st;
 }
 
-#define CUDA_TABLE(math, gemm_fn, linear_bwd_fn, flash_fwd, flash_bwd)                             \
+#define CUDA_TABLE(math, gemm_fn, linear_bwd_fn, linear_bwd16_fn, xent16_fn, flash_fwd, flash_bwd) \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
-        .gemm_linear_bwd = linear_bwd_fn, .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd,        \
+        .gemm_linear_bwd = linear_bwd_fn, .gemm_linear_bwd16 = linear_bwd16_fn,                    \
+        .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd,                                          \
+        .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd,              \
         .embedding_fwd = zs_cu_embedding_fwd, .embedding_bwd = zs_cu_embedding_bwd,                \
         .layernorm_fwd = zs_cu_layernorm_fwd, .layernorm_bwd = zs_cu_layernorm_bwd,                \
         .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd,                                    \
         .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
         .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
-        .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs, .adamw_segs16 = zs_cu_adamw_segs16,  \
-        .cast = cu_cast, .scale = cu_scale, .sumsq = zs_cu_sumsq, .sum = zs_cu_sum,                \
-        .sumsq16 = zs_cu_sumsq16, .fill = cu_fill, .copy = cu_copy, .init_normal = cu_init_normal, \
-        .sync = cu_sync, .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_bwd = zs_cu_rmsnorm_bwd,       \
+        .softmax_xent16 = xent16_fn, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,         \
+        .adamw_segs16 = zs_cu_adamw_segs16, .cast = cu_cast, .scale = cu_scale,                    \
+        .sumsq = zs_cu_sumsq, .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16, .fill = cu_fill,         \
+        .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
+        .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_bwd = zs_cu_rmsnorm_bwd,                        \
         .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd, .swiglu_fwd = zs_cu_swiglu_fwd,    \
         .swiglu_bwd = zs_cu_swiglu_bwd, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,              \
         .attention_gqa_bwd = zs_cu_attention_gqa_bwd, .flash_attention_fwd = flash_fwd,            \
@@ -553,11 +469,12 @@ fail:
     }
 
 static const zs_ops cuda_ops[3] = {
-    CUDA_TABLE(ZS_MATH_FP32, cu_gemm, NULL, zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
-    CUDA_TABLE(ZS_MATH_TF32, cu_gemm_tf32, NULL, zs_cu_flash_attention_fwd,
+    CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, zs_cu_flash_attention_fwd,
                zs_cu_flash_attention_bwd),
-    CUDA_TABLE(ZS_MATH_BF16, cu_gemm_bf16, cu_gemm_linear_bwd_bf16, cu_flash_fwd_bf16,
-               cu_flash_bwd_bf16)};
+    CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, zs_cu_flash_attention_fwd,
+               zs_cu_flash_attention_bwd),
+    CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16,
+               zs_cu_softmax_xent16, cu_flash_fwd_bf16, cu_flash_bwd_bf16)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];

@@ -1,0 +1,210 @@
+/* The CUDA tables' gemm through cuBLAS: plain fp32 (the column-major arguments of ops.h as they
+ * are), TF32, and bf16 on operands rounded into the stream's scratch (ops.h zs_gemm_cast_plan),
+ * with the bf16 table's linear backwards (ops.h gemm_linear_bwd and gemm_linear_bwd16). The
+ * casts and the column sums they share a pass with are ops_cuda.cu's kernels. */
+#include "backend/cuda/cuda_internal.h"
+#include "core/bf16.h"
+
+/* ---- gemm --------------------------------------------------------------------------- */
+
+static zs_status blas_gemm(cublasHandle_t h, cublasComputeType_t compute, int transa, int transb,
+                           int m, int n, int k, float alpha, const void *A, int lda, const void *B,
+                           int ldb, cudaDataType in_t, float beta, float *C, int ldc) {
+    zs_status st = ZS_OK;
+    /* k == 0 is C = beta C, as in BLAS; beta == 0 does not read C. */
+    ZS_CUBLAS_CHECK(cublasGemmEx(
+        h, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
+        A, in_t, lda, B, in_t, ldb, &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+fail:
+    return st;
+}
+
+/* The bf16 gemm on operands rounded into the stream's scratch, by plan p (ops.h
+ * zs_gemm_cast_plan): A whole then B (whole, or in pieces of columns with C's), or both in
+ * pieces along k with C accumulating from the first piece's beta. Every cast runs on the
+ * stream before the product that reads it and after the one before. */
+static zs_status gemm_cast(cublasHandle_t h, zs_stream_t *s, zs_gemm_cast p, int transa, int transb,
+                           int m, int n, int k, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    zs_bf16 *w = NULL;
+    ZS_CHECK(zs_cu_gemm_scratch(s, p.elems, &w));
+    if (p.k_piece < k) { /* !transa && transb: A's columns and B's stored columns along k */
+        for (int k0 = 0; k0 < k; k0 += p.k_piece) {
+            int kc = k - k0 < p.k_piece ? k - k0 : p.k_piece;
+            size_t na = zs_gemm_cast_round((size_t)m * kc);
+            ZS_CHECK(zs_cu_f32_to_bf16(cs, w, A + (size_t)k0 * lda, (size_t)m * kc));
+            ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, B + (size_t)k0 * ldb, (size_t)n * kc));
+            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, kc, alpha, w, lda,
+                               w + na, ldb, CUDA_R_16BF, k0 ? 1.0f : beta, C, ldc));
+        }
+    } else {
+        size_t na = zs_gemm_cast_round((size_t)m * k);
+        ZS_CHECK(zs_cu_f32_to_bf16(cs, w, A, (size_t)m * k));
+        for (int j0 = 0; j0 < n; j0 += p.n_piece) { /* one piece unless !transb */
+            int nc = n - j0 < p.n_piece ? n - j0 : p.n_piece;
+            ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, B + (size_t)j0 * ldb, (size_t)k * nc));
+            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, nc, k, alpha, w, lda,
+                               w + na, ldb, CUDA_R_16BF, beta, C + (size_t)j0 * ldc, ldc));
+        }
+    }
+fail:
+    return st;
+}
+
+/* gemm in the table's arithmetic (ops.h, zs_gemm_math): plain fp32 (CUBLAS_COMPUTE_32F), or the
+ * inputs down-converted to TF32 or bf16 on tensor cores with fp32 accumulation
+ * (CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF). bf16 rounds the operands into
+ * the stream's scratch first where zs_gemm_cast_plan allows (gemm_cast): the values FAST_16BF
+ * takes, on the bf16 tensor cores. */
+static zs_status cu_gemm_math(cublasComputeType_t compute, zs_stream_t *s, int transa, int transb,
+                              int m, int n, int k, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc) {
+    zs_status st = ZS_OK;
+    cublasHandle_t h = NULL;
+    int locked = 0;
+    zs_gemm_cast plan = {0, n, k};
+    ZS_CHECK(zs_gemm_check(transa, transb, m, n, k, A, lda, B, ldb, C, ldc));
+    if (m == 0 || n == 0) return ZS_OK;
+#ifdef ZS_MUTANT_SWAP_TRANS /* the tests' deliberately broken build: transposes swapped */
+    {
+        int t = transa;
+        transa = transb;
+        transb = t;
+    }
+#endif
+    ZS_CHECK(zs_cu_blas_lock(&h));
+    locked = 1;
+    ZS_CUBLAS_CHECK(cublasSetStream(h, zs_cu_stream(s)));
+    if (compute == CUBLAS_COMPUTE_32F_FAST_16BF)
+        plan = zs_gemm_cast_plan(transa, transb, m, n, k, lda, ldb);
+    if (plan.elems) /* under the cuBLAS lock: one thread at a time uses the default stream's */
+        ZS_CHECK(
+            gemm_cast(h, s, plan, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
+    else
+        ZS_CHECK(blas_gemm(h, compute, transa, transb, m, n, k, alpha, A, lda, B, ldb, CUDA_R_32F,
+                           beta, C, ldc));
+fail:
+    if (locked) zs_cu_blas_unlock();
+    return st;
+}
+
+zs_status zs_cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc) {
+    return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
+                        C, ldc);
+}
+
+zs_status zs_cu_gemm_tf32(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                          int ldc) {
+    return cu_gemm_math(CUBLAS_COMPUTE_32F_FAST_TF32, s, transa, transb, m, n, k, alpha, A, lda, B,
+                        ldb, beta, C, ldc);
+}
+
+zs_status zs_cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                          int ldc) {
+#ifndef ZS_MUTANT_GEMM_32F
+    return cu_gemm_math(CUBLAS_COMPUTE_32F_FAST_16BF, s, transa, transb, m, n, k, alpha, A, lda, B,
+                        ldb, beta, C, ldc);
+#else /* broken build: the bf16 arithmetic asked for, fp32 computed */
+    return cu_gemm_math(CUBLAS_COMPUTE_32F, s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
+                        C, ldc);
+#endif
+}
+
+/* ops.h gemm_linear_bwd for the bf16 table: W, dout and inp rounded into the stream's scratch
+ * once (dout serves both products), then linear.c's two gemms on them; where the three do not
+ * fit (zs_linear_bwd_cast_elems 0), the two gemms each casting their own. With dbias or
+ * gelu_inp, dout's rounding is bias_bwd's pass over it (one read of dout where a GELU's
+ * backward, a cast and a sum took three passes). */
+zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
+                                     const float *dout, const float *gelu_inp, float *dtmp,
+                                     const float *inp, const float *W, int N, int IC, int OC,
+                                     float dinp_beta) {
+    zs_status st = ZS_OK;
+    cublasHandle_t h = NULL;
+    int locked = 0;
+    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC);
+    size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = zs_gemm_cast_round((size_t)OC * N);
+    zs_bf16 *w = NULL;
+    cudaStream_t cs = zs_cu_stream(s);
+#ifdef ZS_MUTANT_GEMM_32F
+    cast = 0; /* the broken build's fp32 arithmetic: through cu_gemm_bf16 below */
+#endif
+    ZS_REQUIRE(!gelu_inp || dtmp, ZS_ERR_INVALID, "linear_bwd: GELU input without a scratch");
+    if (!cast) {
+        if (gelu_inp) {
+            ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
+            dout = dtmp;
+        }
+        ZS_CHECK(zs_cu_gemm_bf16(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
+        ZS_CHECK(zs_cu_gemm_bf16(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
+        return dbias ? zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, NULL, NULL) : ZS_OK;
+    }
+    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
+    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, inp, IC, dout, OC, dW, IC));
+    ZS_CHECK(zs_cu_blas_lock(&h));
+    locked = 1;
+    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
+    ZS_CHECK(zs_cu_gemm_scratch(s, cast, &w));
+    ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
+    if (dbias || gelu_inp)
+        ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, w + nw, gelu_inp));
+    else
+        ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, dout, (size_t)OC * N));
+    ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, inp, (size_t)IC * N));
+    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, w, IC, w + nw, OC, CUDA_R_16BF,
+                       dinp_beta, dinp, IC));
+    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, w + nw + nd, IC, w + nw, OC,
+                       CUDA_R_16BF, 1.0f, dW, IC));
+fail:
+    if (locked) zs_cu_blas_unlock();
+    return st;
+}
+
+/* ops.h gemm_linear_bwd16: G is bf16 already (softmax_xent16's dlogits), so only W and inp are
+ * rounded, each into the whole scratch in turn, in zs_linear_bwd16_pieces' pieces: W's rows
+ * (contiguous) with G^T's matching rows for dinp, then inp's rows with G^T's matching columns
+ * for dW. A piece's product adds to the last one's in order. */
+zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
+                                  int ldd, const float *inp, const float *W, int N, int IC, int OC,
+                                  float dinp_beta) {
+    zs_status st = ZS_OK;
+    cublasHandle_t h = NULL;
+    int locked = 0, op = 0, np = 0;
+    zs_bf16 *w = NULL;
+    cudaStream_t cs = zs_cu_stream(s);
+    size_t elems = zs_linear_bwd16_pieces(N, IC, OC, &op, &np);
+    ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0 && ldd >= (OC > 1 ? OC : 1), ZS_ERR_INVALID,
+               "linear_bwd16: bad shape N=%d IC=%d OC=%d ldd=%d", N, IC, OC, ldd);
+    if (N == 0 || IC == 0 || (OC == 0 && !dinp)) return ZS_OK;
+    if (OC == 0)
+        return zs_cu_gemm_bf16(s, 0, 0, IC, N, 0, 1.0f, W, IC, NULL, 1, dinp_beta, dinp, IC);
+    ZS_REQUIRE(op > 0 && np > 0, ZS_ERR_INVALID,
+               "linear_bwd16: rows of %d inputs do not fit the %zu-element gemm scratch", IC,
+               (size_t)ZS_GEMM_CAST_MAX);
+    ZS_REQUIRE(dout && inp && W, ZS_ERR_INVALID, "linear_bwd16: NULL operand");
+    ZS_CHECK(zs_cu_blas_lock(&h));
+    locked = 1;
+    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
+    ZS_CHECK(zs_cu_gemm_scratch(s, elems, &w));
+    for (int o0 = 0; dinp && o0 < OC; o0 += op) { /* dinp^T (IC x N) = W^T G^T, along OC */
+        int oc = OC - o0 < op ? OC - o0 : op;
+        ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W + (size_t)o0 * IC, (size_t)oc * IC));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, oc, 1.0f, w, IC, dout + o0, ldd,
+                           CUDA_R_16BF, o0 ? 1.0f : dinp_beta, dinp, IC));
+    }
+    for (int n0 = 0; dW && n0 < N; n0 += np) { /* dW^T (IC x OC) += inp^T G, along N */
+        int nc = N - n0 < np ? N - n0 : np;
+        ZS_CHECK(zs_cu_f32_to_bf16(cs, w, inp + (size_t)n0 * IC, (size_t)nc * IC));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, nc, 1.0f, w, IC,
+                           dout + (size_t)n0 * ldd, ldd, CUDA_R_16BF, 1.0f, dW, IC));
+    }
+fail:
+    if (locked) zs_cu_blas_unlock();
+    return st;
+}

@@ -1,0 +1,304 @@
+/* Fused ops of the CUDA tables (ctest label gpu; docs/cuda.md "GEMM operands" and "Kernels"):
+ *  - bias_residual_fwd and bias_gelu_fwd, a linear layer's bias with the residual add or the
+ *    GELU after it in one pass: bit for bit the CPU's, and the CPU's bit for bit its bias_fwd
+ *    then residual_fwd or gelu_fwd; with and without a bias, in place, and with rows that break
+ *    16-byte alignment (the scalar path);
+ *  - the bf16 table's loss and head backward in bf16: softmax_xent16 writes the loss's gradient
+ *    rounded to bf16 over the first half of each logits row, and gemm_linear_bwd16 takes it for
+ *    the head's two products, so the fp32 gradient is never written or rounded again;
+ *  - softmax_xent16: the losses bit for bit softmax_xent's, and every row's bf16 gradient
+ *    zs_f32_to_bf16 of softmax_xent's fp32 one (masked rows, an invalid target's NaN row and
+ *    the padded columns included), at vocabularies of one chunk, several, and GPT-2's 50257;
+ *  - zs_linear_bwd16_set where its operands fit: dinp and dW bit for bit zs_linear_bwd_set's
+ *    on the fp32 gradient (the same rounded values into the same products);
+ *  - in pieces (W's rows, then inp's rows, past the gemm scratch): dinp and dW against an fp64
+ *    product of the same bf16 values, within fp32 accumulation's bound, so a piece missed,
+ *    doubled or misplaced (an error of the order of a whole piece's sum) is caught;
+ *  - the other tables have neither slot, and zs_linear_bwd16_set refuses them.
+ * Outputs are poisoned (NaN) first. The race checker runs on this test. Exits 77 without a GPU. */
+#include "backend/cuda_device.h"
+#include "backend/device.h"
+#include "backend/cpu/cpu.h"
+#include "backend/ops.h"
+#include "core/bf16.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+static const zs_ops *gpu; /* the bf16 table */
+
+/* Every buffer of a check, device and host, freed together by release(). */
+static void *g_dev[32], *g_host[64];
+static int g_ndev, g_nhost;
+
+static void *hbuf(size_t nbytes) {
+    ZT_CHECK(g_nhost < 64, "too many host buffers");
+    return g_host[g_nhost++] = zt_malloc(nbytes + 4);
+}
+
+static void release(void) {
+    for (int i = 0; i < g_ndev; i++)
+        zs_cuda_free(g_dev[i]);
+    for (int i = 0; i < g_nhost; i++)
+        free(g_host[i]);
+    g_ndev = g_nhost = 0;
+}
+
+static void *dev_up(const void *h, size_t nbytes) {
+    void *d = NULL;
+    ZT_CHECK(g_ndev < 32, "too many device buffers");
+    ZT_OK(zs_cuda_alloc(ZS_MEM_WORKSPACE, nbytes ? nbytes : 1, "test buffer", &d));
+    if (nbytes) ZT_OK(zs_cuda_memcpy_h2d(d, h, nbytes));
+    return g_dev[g_ndev++] = d;
+}
+
+static void *dev_down(const void *d, size_t nbytes) {
+    void *h = hbuf(nbytes);
+    ZT_OK(gpu->sync(NULL));
+    if (nbytes) ZT_OK(zs_cuda_memcpy_d2h(h, d, nbytes));
+    return h;
+}
+
+static float *randn(size_t n, float sd) {
+    float *x = hbuf(n * sizeof(float));
+    zt_fill_normal(x, n, sd);
+    return x;
+}
+
+static float *poisoned(size_t n) {
+    float *x = hbuf(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+static void expect_bits(const char *what, const void *got, const void *want, size_t nbytes) {
+    const unsigned char *g = got, *w = want;
+    size_t first = nbytes;
+    for (size_t i = 0; i < nbytes && first == nbytes; i++)
+        if (g[i] != w[i]) first = i;
+    ZT_CHECK(first == nbytes, "%s: not bit for bit (first differing byte %zu of %zu)", what, first,
+             nbytes);
+    if (first == nbytes) printf("ok %s\n", what);
+}
+
+/* bias_residual_fwd (mode 0, mode 2 in place over a) and bias_gelu_fwd (mode 1): the GPU's
+ * against the CPU's, and the CPU's against its two ops. off shifts every buffer by one float,
+ * so with OC odd no row is 16-byte aligned. */
+static void check_bias_act(const zs_ops *cpu, int mode, int N, int OC, int with_bias, int off) {
+    char what[128], sub[200];
+    size_t n = (size_t)N * OC;
+    float *a = randn(n + 1, 1.0f) + off, *b = randn(n + 1, 1.0f) + off;
+    float *bias = with_bias ? randn((size_t)OC + 1, 1.0f) + off : NULL;
+    float *want = (float *)hbuf((n + 1) * 4) + off, *want_pre = (float *)hbuf((n + 1) * 4) + off;
+    float *got = (float *)hbuf((n + 1) * 4) + off, *got_pre = (float *)hbuf((n + 1) * 4) + off;
+    /* the two ops the fused one stands for, on the CPU */
+    memcpy(want_pre, b, n * 4);
+    if (bias) ZT_OK(cpu->bias_fwd(NULL, want_pre, bias, N, OC));
+    if (mode == 1)
+        ZT_OK(cpu->gelu_fwd(NULL, want, want_pre, n));
+    else
+        ZT_OK(cpu->residual_fwd(NULL, want, a, want_pre, n));
+    /* the fused op on the CPU, then on the GPU */
+    memcpy(got_pre, b, n * 4);
+    float *cpu_out = got;
+    if (mode == 2)
+        memcpy(got, a, n * 4);
+    else
+        memcpy(got, poisoned(n), n * 4);
+    if (mode == 1)
+        ZT_OK(cpu->bias_gelu_fwd(NULL, got_pre, cpu_out, bias, N, OC));
+    else
+        ZT_OK(cpu->bias_residual_fwd(NULL, cpu_out, mode == 2 ? cpu_out : a, got_pre, bias, N, OC));
+    float *d_a = (float *)dev_up(a - off, (n + 1) * 4) + off;
+    float *d_b = (float *)dev_up(b - off, (n + 1) * 4) + off;
+    float *d_bias = bias ? (float *)dev_up(bias - off, ((size_t)OC + 1) * 4) + off : NULL;
+    float *d_out = mode == 2 ? d_a : (float *)dev_up(poisoned(n + 1), (n + 1) * 4) + off;
+    if (mode == 1)
+        ZT_OK(gpu->bias_gelu_fwd(NULL, d_b, d_out, d_bias, N, OC));
+    else
+        ZT_OK(gpu->bias_residual_fwd(NULL, d_out, d_a, d_b, d_bias, N, OC));
+    snprintf(what, sizeof what, "%s N=%d OC=%d%s%s%s",
+             mode == 1 ? "bias_gelu_fwd" : "bias_residual_fwd", N, OC, with_bias ? "" : " no bias",
+             mode == 2 ? " in place" : "", off ? " unaligned" : "");
+    snprintf(sub, sizeof sub, "%s: the CPU's = its two ops", what);
+    expect_bits(sub, cpu_out, want, n * 4);
+    snprintf(sub, sizeof sub, "%s: the GPU's = the CPU's", what);
+    expect_bits(sub, (float *)dev_down(d_out - off, (n + 1) * 4) + off, want, n * 4);
+    if (mode == 1) {
+        snprintf(sub, sizeof sub, "%s: the sum kept (CPU, GPU)", what);
+        expect_bits(sub, got_pre, want_pre, n * 4);
+        expect_bits(sub, (float *)dev_down(d_b - off, (n + 1) * 4) + off, want_pre, n * 4);
+    }
+    release();
+}
+
+/* softmax_xent16 against softmax_xent on the same logits and targets: row 1 masked (-1), the
+ * last row's target invalid (V: a NaN row) when N > 2, the rest random. */
+static void check_xent16(int N, int V, int Vp) {
+    char what[128];
+    size_t nl = (size_t)N * Vp;
+    float *logits = randn(nl, 3.0f);
+    int32_t *tg = hbuf((size_t)N * sizeof(int32_t));
+    for (int r = 0; r < N; r++)
+        tg[r] = r == 1 ? -1 : r == N - 1 && N > 2 ? V : (int32_t)zt_uniform(0, V);
+    float dloss = 1.0f / (float)N;
+    float *d_logits = dev_up(logits, nl * 4), *d_dl = dev_up(poisoned(nl), nl * 4);
+    float *d_io = dev_up(logits, nl * 4);
+    float *d_loss = dev_up(poisoned(N), N * 4), *d_loss16 = dev_up(poisoned(N), N * 4);
+    int32_t *d_tg = dev_up(tg, (size_t)N * sizeof(int32_t));
+    ZT_OK(gpu->softmax_xent(NULL, d_loss, d_dl, d_logits, d_tg, N, V, Vp, dloss));
+    ZT_OK(gpu->softmax_xent16(NULL, d_loss16, d_io, d_tg, N, V, Vp, dloss));
+    float *dl = dev_down(d_dl, nl * 4), *io = dev_down(d_io, nl * 4);
+    zs_bf16 *want = hbuf(nl * sizeof(zs_bf16)), *got = hbuf(nl * sizeof(zs_bf16));
+    for (int r = 0; r < N; r++) /* row r's bf16 start at row r's fp32 storage */
+        for (int i = 0; i < Vp; i++) {
+            want[(size_t)r * Vp + i] = zs_f32_to_bf16(dl[(size_t)r * Vp + i]);
+            got[(size_t)r * Vp + i] = ((const zs_bf16 *)(io + (size_t)r * Vp))[i];
+        }
+    snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d dlogits (softmax_xent's, rounded)",
+             N, V, Vp);
+    expect_bits(what, got, want, nl * sizeof(zs_bf16));
+    snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d losses (softmax_xent's)", N, V, Vp);
+    expect_bits(what, dev_down(d_loss16, N * 4), dev_down(d_loss, N * 4), N * 4);
+    release();
+}
+
+/* The head's backward where its operands fit the scratch, bf16 gradient against fp32. */
+static void check_fits(int N, int IC, int OC, int Vp_pad) {
+    char what[128];
+    const int ld = OC + Vp_pad; /* the bf16 rows' stride: 2 Vp in a model */
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *dW0 = randn(nw, 1.0f);
+    float *g32 = randn((size_t)N * OC, 0.01f);
+    zs_bf16 *g16 = hbuf((size_t)N * ld * sizeof(zs_bf16));
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < ld; c++) /* stride padding holds garbage, never read */
+            g16[(size_t)r * ld + c] =
+                c < OC ? zs_f32_to_bf16(g32[(size_t)r * OC + c]) : zs_f32_to_bf16(NAN);
+    for (size_t i = 0; i < (size_t)N * OC; i++) /* the values the bf16 gradient holds */
+        g32[i] = zs_bf16_to_f32(g16[i / OC * ld + i % OC]);
+    float *d_inp = dev_up(inp, ni * 4), *d_W = dev_up(W, nw * 4), *d_g32 = dev_up(g32, N * OC * 4);
+    zs_bf16 *d_g16 = dev_up(g16, (size_t)N * ld * sizeof(zs_bf16));
+    float *a_dinp = dev_up(poisoned(ni), ni * 4), *a_dW = dev_up(dW0, nw * 4);
+    float *b_dinp = dev_up(poisoned(ni), ni * 4), *b_dW = dev_up(dW0, nw * 4);
+    ZT_OK(zs_linear_bwd_set(gpu, NULL, a_dinp, a_dW, NULL, d_g32, d_inp, d_W, N, IC, OC));
+    ZT_OK(zs_linear_bwd16_set(gpu, NULL, b_dinp, b_dW, d_g16, ld, d_inp, d_W, N, IC, OC));
+    snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d ld=%d dinp (linear_bwd_set's)", N,
+             IC, OC, ld);
+    expect_bits(what, dev_down(b_dinp, ni * 4), dev_down(a_dinp, ni * 4), ni * 4);
+    snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d ld=%d dW (linear_bwd_set's)", N, IC,
+             OC, ld);
+    expect_bits(what, dev_down(b_dW, nw * 4), dev_down(a_dW, nw * 4), nw * 4);
+    release();
+}
+
+/* |got - want| <= bound element by element (NaN fails). */
+static void expect_within(const char *what, const float *got, const double *want,
+                          const double *bound, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= bound[i])) {
+            if (!bad) first = i;
+            bad++;
+        }
+    ZT_CHECK(bad == 0, "%s: %zu of %zu off, first [%zu] %.9g, want %.9g within %.3g", what, bad, n,
+             first, bad ? got[first] : 0.0, bad ? want[first] : 0.0, bad ? bound[first] : 0.0);
+    if (!bad) printf("ok %s\n", what);
+}
+
+/* want[r, i] = init[r, i] + sum_k g[r gr + k gk] bf16(X[k, i]) in fp64 (R x IC, init NULL: 0),
+ * and bound[r, i] fp32 accumulation's: (K + 2) 2^-24 of the sum of magnitudes, doubled. */
+static void ref_product(double *want, double *bound, int R, int K, int IC, const zs_bf16 *g,
+                        size_t gr, size_t gk, const float *X, const float *init) {
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < IC; i++) {
+            double s = init ? init[(size_t)r * IC + i] : 0.0, m = fabs(s);
+            for (int k = 0; k < K; k++) {
+                double p = (double)zs_bf16_to_f32(g[r * gr + k * gk]) *
+                           zs_bf16_to_f32(zs_f32_to_bf16(X[(size_t)k * IC + i]));
+                s += p;
+                m += fabs(p);
+            }
+            want[(size_t)r * IC + i] = s;
+            bound[(size_t)r * IC + i] = 2.0 * (K + 2) * ldexp(m, -24);
+        }
+}
+
+/* The head's backward past the scratch, in pieces, against fp64 products of the bf16 values:
+ * fp32 accumulation over k terms is within (k + 2) 2^-24 of the sum of magnitudes (doubled). */
+static void check_pieces(int N, int IC, int OC) {
+    char what[160];
+    int op = 0, np = 0;
+    zs_linear_bwd16_pieces(N, IC, OC, &op, &np);
+    ZT_CHECK(op > 0 && np > 0 && (op < OC || np < N), "N=%d IC=%d OC=%d: pieces %d, %d", N, IC, OC,
+             op, np);
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, ng = (size_t)N * OC;
+    float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *dW0 = randn(nw, 1.0f);
+    zs_bf16 *g16 = hbuf(ng * sizeof(zs_bf16));
+    for (size_t i = 0; i < ng; i++)
+        g16[i] = zs_f32_to_bf16((float)zt_normal() * 0.01f);
+    float *d_dinp = dev_up(poisoned(ni), ni * 4), *d_dW = dev_up(dW0, nw * 4);
+    ZT_OK(zs_linear_bwd16_set(gpu, NULL, d_dinp, d_dW, dev_up(g16, ng * sizeof(zs_bf16)), OC,
+                              dev_up(inp, ni * 4), dev_up(W, nw * 4), N, IC, OC));
+    float *dinp = dev_down(d_dinp, ni * 4), *dW = dev_down(d_dW, nw * 4);
+    double *want = hbuf(ni * 8), *bound = hbuf(ni * 8);
+    ref_product(want, bound, N, OC, IC, g16, OC, 1, W, NULL); /* dinp = g W */
+    snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d dinp in pieces of %d rows of W", N,
+             IC, OC, op);
+    expect_within(what, dinp, want, bound, ni);
+    want = hbuf(nw * 8);
+    bound = hbuf(nw * 8);
+    ref_product(want, bound, OC, N, IC, g16, 1, OC, inp, dW0); /* dW = dW0 + g^T inp */
+    snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d dW in pieces of %d rows of inp", N,
+             IC, OC, np);
+    expect_within(what, dW, want, bound, nw);
+    release();
+}
+
+/* Only the bf16 table has the pair; linear_bwd16 refuses the others by name. */
+static void check_tables(const zs_ops *base) {
+    ZT_CHECK(gpu->softmax_xent16 && gpu->gemm_linear_bwd16, "the bf16 table lacks the pair");
+    const zs_ops *other[2] = {base->with_math(ZS_MATH_FP32), base->with_math(ZS_MATH_TF32)};
+    for (int k = 0; k < 2; k++) {
+        ZT_CHECK(!other[k]->softmax_xent16 && !other[k]->gemm_linear_bwd16,
+                 "table of math %d has a bf16 loss gradient", (int)other[k]->gemm_math);
+        float x = 0;
+        zs_bf16 h = {0};
+        ZT_CHECK(zs_linear_bwd16_set(other[k], NULL, &x, &x, &h, 1, &x, &x, 1, 1, 1) ==
+                     ZS_ERR_INVALID,
+                 "linear_bwd16 on the math %d table", (int)other[k]->gemm_math);
+    }
+    ZT_CHECK(zs_linear_bwd16_set(gpu, NULL, NULL, NULL, NULL, 3, NULL, NULL, 1, 1, 4) ==
+                 ZS_ERR_INVALID,
+             "linear_bwd16 took ld 3 for 4 rows");
+}
+
+int main(void) {
+    zt_init("cuda_fused");
+    zt_gpu_require();
+    const zs_ops *base = NULL;
+    const zs_device *dev = NULL;
+    ZT_OK(zs_backend_select("cuda", &base, &dev));
+    ZT_OK(zs_cuda_set_device(0));
+    gpu = base->with_math(ZS_MATH_BF16);
+    const zs_ops *cpu = NULL;
+    ZT_OK(zs_backend_select("cpu", &cpu, &dev));
+    for (int mode = 0; mode < 3; mode++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            check_bias_act(cpu, mode, 33, 300, with_bias, 0); /* 16-byte rows */
+            check_bias_act(cpu, mode, 9, 77, with_bias, 1);   /* no row aligned */
+        }
+    check_tables(base);
+    check_xent16(5, 37, 40);       /* within one chunk */
+    check_xent16(4, 3001, 3072);   /* three chunks, the last one partly padding */
+    check_xent16(3, 50257, 50304); /* GPT-2's vocabulary: 50 chunks */
+    check_fits(33, 48, 40, 40);    /* ld 2 OC, as a model lays it out */
+    check_fits(7, 130, 300, 5);    /* an odd ld */
+    /* W's rows in pieces: 2048 x 33024 floats is past ZS_GEMM_CAST_MAX */
+    check_pieces(6, 2048, 33024);
+    /* inp's rows in pieces: 16640 rows of 4096 */
+    check_pieces(16640, 4096, 3);
+    return zt_finish();
+}
