@@ -669,8 +669,8 @@ static void check_swiglu(void) {
     ZT_OK(gpu->swiglu_fwd(NULL, d_u2, d_g, d_u2, n));
     expect_bits("swiglu_fwd out = gate", d_g2, out, n);
     expect_bits("swiglu_fwd out = up", d_u2, out, n);
-    float *dout = randn(n, 1.0f), *dg0 = randn(n, 1.0f), *du0 = randn(n, 1.0f);
-    float *dg = clone(dg0, n), *du = clone(du0, n), *d_dg = up(dg0, n), *d_du = up(du0, n);
+    float *dout = randn(n, 1.0f), *dg = poisoned(n), *du = poisoned(n);
+    float *d_dg = up(poisoned(n), n), *d_du = up(poisoned(n), n); /* overwritten, never read */
     ZT_OK(cpu->swiglu_bwd(NULL, dg, du, dout, g, u, n));
     ZT_OK(gpu->swiglu_bwd(NULL, d_dg, d_du, up(dout, n), d_g, d_u, n));
     expect_bits("swiglu_bwd dgate", d_dg, dg, n);

@@ -208,13 +208,14 @@ static void test_swiglu(void) {
     double *gg = dbuf(n), *gu = dbuf(n);
     fd_grad(swiglu_loss, &c, c.g, n, gg);
     fd_grad(swiglu_loss, &c, c.u, n, gu);
-    float *dg = rnd(n, 1.0f), *du = rnd(n, 1.0f), *pg = fcopy(dg, n), *pu = fcopy(du, n);
+    /* swiglu_bwd overwrites: the random prefill is never read */
+    float *dg = rnd(n, 1.0f), *du = rnd(n, 1.0f);
     ZT_OK(ops->swiglu_bwd(NULL, dg, du, r, g, u, n));
     /* silu' = s (1 + x (1 - s)) with 1 - s formed exactly enough for |x| <= 40: 2e-6 mixed. */
-    ZT_CHECK(acc_err(dg, pg, gg, n) <= 2e-6, "swiglu dgate err %g", acc_err(dg, pg, gg, n));
-    ZT_CHECK(acc_err(du, pu, gu, n) <= 2e-6, "swiglu dup err %g", acc_err(du, pu, gu, n));
+    ZT_CHECK(acc_err(dg, NULL, gg, n) <= 2e-6, "swiglu dgate err %g", acc_err(dg, NULL, gg, n));
+    ZT_CHECK(acc_err(du, NULL, gu, n) <= 2e-6, "swiglu dup err %g", acc_err(du, NULL, gu, n));
     free(g), free(u), free(r), free(out), free(ref), free(a), free(c.g), free(c.u), free(c.r);
-    free(gg), free(gu), free(dg), free(du), free(pg), free(pu);
+    free(gg), free(gu), free(dg), free(du);
 }
 
 /* ---- grouped-query attention ----------------------------------------------------------- */

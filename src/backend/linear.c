@@ -29,6 +29,17 @@ size_t zs_linear_bwd_cast_elems(int N, int IC, int OC) {
     return N > 0 && IC > 0 && OC > 0 && e <= ZS_GEMM_CAST_MAX ? e : 0;
 }
 
+size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int *rows) {
+    *rows = 0;
+    if (N <= 0 || IC <= 0 || OC <= 0 || zs_linear_bwd_cast_elems(N, IC, OC)) return 0;
+    size_t nw = zs_gemm_cast_round((size_t)IC * OC);
+    if (nw >= ZS_GEMM_CAST_MAX) return 0;
+    size_t r = (ZS_GEMM_CAST_MAX - nw) / ((size_t)IC + OC) / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
+    if (r < ZS_GEMM_PIECE || r >= (size_t)N) return 0;
+    *rows = (int)r;
+    return nw + ((size_t)IC + OC) * r;
+}
+
 /* cols whole when IC of each fit the scratch, else in multiples of ZS_GEMM_PIECE (0: none fit). */
 static int bwd16_piece(int cols, int IC) {
     size_t p = ZS_GEMM_CAST_MAX / (size_t)IC / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
@@ -57,6 +68,9 @@ size_t zs_linear_cast_elems(int N, int IC, int OC) {
         b = d > w ? d : w;
     }
     b = b > h ? b : h;
+    int rows;
+    size_t r = zs_linear_bwd_rows_plan(N, IC, OC, &rows);
+    b = b > r ? b : r;
     return f > b ? f : b;
 }
 

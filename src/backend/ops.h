@@ -223,7 +223,8 @@ typedef struct zs_ops {
      * alias gate or up. */
     zs_status (*swiglu_fwd)(zs_stream_t *s, float *out, const float *gate, const float *up,
                             size_t n);
-    /* Accumulates dgate += dout * up * silu'(gate) and dup += dout * silu(gate). */
+    /* dgate = 0 + dout * up * silu'(gate) and dup = 0 + dout * silu(gate): overwrites both (two
+     * fills and two reads saved), with the bits of accumulating into zeros, as gelu_bwd. */
     zs_status (*swiglu_bwd)(zs_stream_t *s, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, size_t n);
 
@@ -330,6 +331,10 @@ typedef struct zs_gemm_cast {
 zs_gemm_cast zs_gemm_cast_plan(int transa, int transb, int m, int n, int k, int lda, int ldb);
 /* What gemm_linear_bwd casts at once, W, dout and inp (0: too many, each gemm casts its own). */
 size_t zs_linear_bwd_cast_elems(int N, int IC, int OC);
+/* Where those do not fit and there is no bias or GELU: W whole and dout's and inp's rows in
+ * pieces of *rows (a multiple of ZS_GEMM_PIECE below N), both products taking each piece; the
+ * scratch it asks, or 0 when even one piece does not fit with W (each gemm casts its own). */
+size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int *rows);
 /* gemm_linear_bwd16's pieces: W's rows oc_piece at a time, inp's n_piece (multiples of
  * ZS_GEMM_PIECE unless all of them), so neither asks more than ZS_GEMM_CAST_MAX of the scratch;
  * 0 when IC is too wide for a piece. The scratch it asks is returned. */

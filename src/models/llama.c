@@ -206,9 +206,7 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     /* res3 = res2 + down(silu(gate) * up): dres flows unchanged into res2 and into the MLP. */
     ZS_CHECK(zs_linear_bwd_set(o, s, m->dh, g + t[L_DOWN], NULL, b->dres, a->h, p + t[L_DOWN], BT,
                                F, C));
-    ZS_CHECK(o->fill(s, m->dgate, 0.0f, nF));
-    ZS_CHECK(o->fill(s, m->dup, 0.0f, nF));
-    ZS_CHECK(o->swiglu_bwd(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF));
+    ZS_CHECK(o->swiglu_bwd(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF)); /* overwrites */
     ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, p + t[L_GATE],
                                BT, C, F));
     ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_UP], NULL, m->dup, a->ln2, p + t[L_UP], BT, C, F));

@@ -125,8 +125,8 @@ zs_status zs_cpu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const floa
 #pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i], d = dout[i];
-        dgate[i] += d * up[i] * zs_silu_grad(g);
-        dup[i] += d * zs_silu(g);
+        dgate[i] = 0.0f + d * up[i] * zs_silu_grad(g); /* ops.h: the bits of += into zeros */
+        dup[i] = 0.0f + d * zs_silu(g);
     }
     return ZS_OK;
 }

@@ -116,6 +116,41 @@ zs_status zs_cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, 
 #endif
 }
 
+/* gemm_linear_bwd without a bias or GELU where W, dout and inp do not fit the scratch together
+ * (zs_linear_bwd_rows_plan): W rounded once, then dout's and inp's rows in pieces of `rows`,
+ * each piece rounded once for both products: its columns of dinp^T, and its part of dW^T's
+ * sum along N (the pieces' products added in order). Where each GEMM planned its own pieces,
+ * dout was rounded once for each. */
+static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const float *dout,
+                                 const float *inp, const float *W, int N, int IC, int OC,
+                                 float dinp_beta, int rows) {
+    zs_status st = ZS_OK;
+    cublasHandle_t h = NULL;
+    int locked = 0;
+    zs_bf16 *w = NULL;
+    cudaStream_t cs = zs_cu_stream(s);
+    size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = (size_t)OC * rows;
+    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
+    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, inp, IC, dout, OC, dW, IC));
+    ZS_CHECK(zs_cu_blas_lock(&h));
+    locked = 1;
+    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
+    ZS_CHECK(zs_cu_gemm_scratch(s, nw + nd + (size_t)IC * rows, &w));
+    ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
+    for (int j0 = 0; j0 < N; j0 += rows) {
+        int nc = N - j0 < rows ? N - j0 : rows;
+        ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, dout + (size_t)j0 * OC, (size_t)OC * nc));
+        ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, inp + (size_t)j0 * IC, (size_t)IC * nc));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, nc, OC, 1.0f, w, IC, w + nw, OC,
+                           CUDA_R_16BF, dinp_beta, dinp + (size_t)j0 * IC, IC));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, nc, 1.0f, w + nw + nd, IC, w + nw,
+                           OC, CUDA_R_16BF, 1.0f, dW, IC));
+    }
+fail:
+    if (locked) zs_cu_blas_unlock();
+    return st;
+}
+
 /* ops.h gemm_linear_bwd for the bf16 table: W, dout and inp rounded into the stream's scratch
  * once (dout serves both products), then linear.c's two gemms on them; where the three do not
  * fit (zs_linear_bwd_cast_elems 0), the two gemms each casting their own. With dbias or
@@ -136,6 +171,13 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     cast = 0; /* the broken build's fp32 arithmetic: through cu_gemm_bf16 below */
 #endif
     ZS_REQUIRE(!gelu_inp || dtmp, ZS_ERR_INVALID, "linear_bwd: GELU input without a scratch");
+#ifndef ZS_MUTANT_GEMM_32F
+    { /* too large to round at once, without a bias or GELU: in pieces of rows */
+        int rows = 0;
+        if (!cast && !dbias && !gelu_inp && zs_linear_bwd_rows_plan(N, IC, OC, &rows))
+            return linear_bwd_rows(s, dinp, dW, dout, inp, W, N, IC, OC, dinp_beta, rows);
+    }
+#endif
     if (!cast) {
         if (gelu_inp) {
             ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
