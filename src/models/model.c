@@ -343,8 +343,7 @@ fail:
 }
 
 /* Forward, the fused softmax-cross-entropy (dlogits written in place over the logits, in bf16
- * where head_bf16), then
- * backward from them: the same sequence for every architecture. */
+ * where head_bf16), then backward from them: the same sequence for every architecture. */
 zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
                                     int B, int T, float dloss, int backward, double *loss_sum) {
     return zs_model_forward_backward_docs(m, inputs, targets, NULL, B, T, dloss, backward,
