@@ -73,16 +73,6 @@ static float *poisoned(size_t n) {
     return x;
 }
 
-static void expect_bits(const char *what, const void *got, const void *want, size_t nbytes) {
-    const unsigned char *g = got, *w = want;
-    size_t first = nbytes;
-    for (size_t i = 0; i < nbytes && first == nbytes; i++)
-        if (g[i] != w[i]) first = i;
-    ZT_CHECK(first == nbytes, "%s: not bit for bit (first differing byte %zu of %zu)", what, first,
-             nbytes);
-    if (first == nbytes) printf("ok %s\n", what);
-}
-
 /* bias_residual_fwd (mode 0, mode 2 in place over a) and bias_gelu_fwd (mode 1): the GPU's
  * against the CPU's, and the CPU's against its two ops. off shifts every buffer by one float,
  * so with OC odd no row is 16-byte aligned. */
@@ -123,13 +113,13 @@ static void check_bias_act(const zs_ops *cpu, int mode, int N, int OC, int with_
              mode == 1 ? "bias_gelu_fwd" : "bias_residual_fwd", N, OC, with_bias ? "" : " no bias",
              mode == 2 ? " in place" : "", off ? " unaligned" : "");
     snprintf(sub, sizeof sub, "%s: the CPU's = its two ops", what);
-    expect_bits(sub, cpu_out, want, n * 4);
+    zt_expect_bits(sub, cpu_out, want, n * 4);
     snprintf(sub, sizeof sub, "%s: the GPU's = the CPU's", what);
-    expect_bits(sub, (float *)dev_down(d_out - off, (n + 1) * 4) + off, want, n * 4);
+    zt_expect_bits(sub, (float *)dev_down(d_out - off, (n + 1) * 4) + off, want, n * 4);
     if (mode == 1) {
         snprintf(sub, sizeof sub, "%s: the sum kept (CPU, GPU)", what);
-        expect_bits(sub, got_pre, want_pre, n * 4);
-        expect_bits(sub, (float *)dev_down(d_b - off, (n + 1) * 4) + off, want_pre, n * 4);
+        zt_expect_bits(sub, got_pre, want_pre, n * 4);
+        zt_expect_bits(sub, (float *)dev_down(d_b - off, (n + 1) * 4) + off, want_pre, n * 4);
     }
     release();
 }
@@ -159,9 +149,9 @@ static void check_xent16(int N, int V, int Vp) {
         }
     snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d dlogits (softmax_xent's, rounded)",
              N, V, Vp);
-    expect_bits(what, got, want, nl * sizeof(zs_bf16));
+    zt_expect_bits(what, got, want, nl * sizeof(zs_bf16));
     snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d losses (softmax_xent's)", N, V, Vp);
-    expect_bits(what, dev_down(d_loss16, N * 4), dev_down(d_loss, N * 4), N * 4);
+    zt_expect_bits(what, dev_down(d_loss16, N * 4), dev_down(d_loss, N * 4), N * 4);
     release();
 }
 
@@ -183,14 +173,14 @@ static void check_fits(int N, int IC, int OC, int Vp_pad) {
     zs_bf16 *d_g16 = dev_up(g16, (size_t)N * ld * sizeof(zs_bf16));
     float *a_dinp = dev_up(poisoned(ni), ni * 4), *a_dW = dev_up(dW0, nw * 4);
     float *b_dinp = dev_up(poisoned(ni), ni * 4), *b_dW = dev_up(dW0, nw * 4);
-    ZT_OK(zs_linear_bwd_set(gpu, NULL, a_dinp, a_dW, NULL, d_g32, d_inp, d_W, N, IC, OC));
+    ZT_OK(zs_linear_bwd_set(gpu, NULL, a_dinp, a_dW, NULL, d_g32, d_inp, 0, d_W, N, IC, OC));
     ZT_OK(zs_linear_bwd16_set(gpu, NULL, b_dinp, b_dW, d_g16, ld, d_inp, d_W, N, IC, OC));
     snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d ld=%d dinp (linear_bwd_set's)", N,
              IC, OC, ld);
-    expect_bits(what, dev_down(b_dinp, ni * 4), dev_down(a_dinp, ni * 4), ni * 4);
+    zt_expect_bits(what, dev_down(b_dinp, ni * 4), dev_down(a_dinp, ni * 4), ni * 4);
     snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d ld=%d dW (linear_bwd_set's)", N, IC,
              OC, ld);
-    expect_bits(what, dev_down(b_dW, nw * 4), dev_down(a_dW, nw * 4), nw * 4);
+    zt_expect_bits(what, dev_down(b_dW, nw * 4), dev_down(a_dW, nw * 4), nw * 4);
     release();
 }
 

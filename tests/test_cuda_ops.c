@@ -193,11 +193,13 @@ static void check_table(void) {
     /* Every function pointer, from with_math on (name and gemm_math come before). */
     for (size_t off = offsetof(zs_ops, with_math); off + sizeof(void *) <= sizeof(zs_ops);
          off += sizeof(void *))
-        ZT_CHECK(off == offsetof(zs_ops, gemm_linear_bwd) ||
+        ZT_CHECK(off == offsetof(zs_ops, gemm16) || off == offsetof(zs_ops, gemm_linear_bwd) ||
                      off == offsetof(zs_ops, gemm_linear_bwd16) ||
                      off == offsetof(zs_ops, softmax_xent16) ||
                      memcmp(p + off, zero, sizeof(void *)),
                  "zs_ops slot at byte %zu is NULL", off);
+    ZT_CHECK(gpu->with_math(ZS_MATH_BF16)->gemm16, "the %s bf16 table takes no bf16 input",
+             gpu->name);
     ZT_CHECK(fake || gpu->with_math(ZS_MATH_BF16)->gemm_linear_bwd,
              "the CUDA bf16 table does not share dout between a linear layer's backward gemms");
     ZT_CHECK(strcmp(gpu->name, fake ? "cpu" : "cuda") == 0, "table name %s", gpu->name);
@@ -445,16 +447,16 @@ static void check_linear(zs_gemm_math math, int N, int IC, int OC) {
     /* CPU results and the absolute-value scales. */
     float *out = hf(no), *scale_o = hf(no);
     float *dinp = clone(dinp0, ni), *dW = clone(dW0, nw), *db = clone(db0, OC);
-    ZT_OK(zs_linear_fwd(c, NULL, out, inp, W, bias, N, IC, OC));
-    ZT_OK(zs_linear_fwd(cpu, NULL, scale_o, ainp, aW, ab, N, IC, OC));
-    ZT_OK(zs_linear_bwd(c, NULL, dinp, dW, db, dout, inp, W, N, IC, OC));
-    ZT_OK(zs_linear_bwd(cpu, NULL, adinp, adW, adb, adout, ainp, aW, N, IC, OC));
+    ZT_OK(zs_linear_fwd(c, NULL, out, inp, 0, W, bias, N, IC, OC));
+    ZT_OK(zs_linear_fwd(cpu, NULL, scale_o, ainp, 0, aW, ab, N, IC, OC));
+    ZT_OK(zs_linear_bwd(c, NULL, dinp, dW, db, dout, inp, 0, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd(cpu, NULL, adinp, adW, adb, adout, ainp, 0, aW, N, IC, OC));
     /* CUDA. */
     float *d_inp = up(inp, ni), *d_W = up(W, nw), *d_b = up(bias, OC), *d_dout = up(dout, no);
     float *d_out = up(poisoned(no), no);
     float *d_dinp = up(dinp0, ni), *d_dW = up(dW0, nw), *d_db = up(db0, OC);
-    ZT_OK(zs_linear_fwd(g, NULL, d_out, d_inp, d_W, d_b, N, IC, OC));
-    ZT_OK(zs_linear_bwd(g, NULL, d_dinp, d_dW, d_db, d_dout, d_inp, d_W, N, IC, OC));
+    ZT_OK(zs_linear_fwd(g, NULL, d_out, d_inp, 0, d_W, d_b, N, IC, OC));
+    ZT_OK(zs_linear_bwd(g, NULL, d_dinp, d_dW, d_db, d_dout, d_inp, 0, d_W, N, IC, OC));
     double *bo = hbuf(no * sizeof(double)), *bi = hbuf(ni * sizeof(double)),
            *bw = hbuf(nw * sizeof(double));
     for (size_t i = 0; i < no; i++)
@@ -470,8 +472,8 @@ static void check_linear(zs_gemm_math math, int N, int IC, int OC) {
     /* Overwriting dinp (never read: NaN there must not show) and without a bias gradient. */
     float *sdinp = hf(ni), *sdW = clone(dW0, nw), *d_sdinp = up(poisoned(ni), ni),
           *d_sdW = up(dW0, nw);
-    ZT_OK(zs_linear_bwd_set(c, NULL, sdinp, sdW, NULL, dout, inp, W, N, IC, OC));
-    ZT_OK(zs_linear_bwd_set(g, NULL, d_sdinp, d_sdW, NULL, d_dout, d_inp, d_W, N, IC, OC));
+    ZT_OK(zs_linear_bwd_set(c, NULL, sdinp, sdW, NULL, dout, inp, 0, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd_set(g, NULL, d_sdinp, d_sdW, NULL, d_dout, d_inp, 0, d_W, N, IC, OC));
     expect_bounded("linear_bwd_set dinp", d_sdinp, sdinp, bi, ni);
     expect_bounded("linear_bwd_set dW", d_sdW, sdW, bw, nw);
     release();
@@ -489,16 +491,16 @@ static void check_linear_gelu(int N, int IC, int OC) {
     float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *pre = randn(no, 2.0f);
     float *dout = randn(no, 1.0f), *dW0 = randn(nw, 1.0f), *db0 = randn(OC, 1.0f);
     float *dinp = hf(ni), *dW = clone(dW0, nw), *db = clone(db0, OC), *tmp = hf(no);
-    ZT_OK(zs_linear_gelu_bwd_set(c, NULL, dinp, dW, db, dout, pre, tmp, inp, W, N, IC, OC));
+    ZT_OK(zs_linear_gelu_bwd_set(c, NULL, dinp, dW, db, dout, pre, tmp, inp, 0, W, N, IC, OC));
     float *d_inp = up(inp, ni), *d_W = up(W, nw), *d_pre = up(pre, no), *d_dout = up(dout, no);
     float *u_dinp = up(poisoned(ni), ni), *u_dW = up(dW0, nw), *u_db = up(db0, OC),
           *u_tmp = up(poisoned(no), no);
     ZT_OK(g->gelu_bwd(NULL, u_tmp, d_pre, d_dout, no));
-    ZT_OK(zs_linear_bwd_set(g, NULL, u_dinp, u_dW, u_db, u_tmp, d_inp, d_W, N, IC, OC));
+    ZT_OK(zs_linear_bwd_set(g, NULL, u_dinp, u_dW, u_db, u_tmp, d_inp, 0, d_W, N, IC, OC));
     float *f_dinp = up(poisoned(ni), ni), *f_dW = up(dW0, nw), *f_db = up(db0, OC),
           *f_tmp = up(poisoned(no), no);
-    ZT_OK(zs_linear_gelu_bwd_set(g, NULL, f_dinp, f_dW, f_db, d_dout, d_pre, f_tmp, d_inp, d_W, N,
-                                 IC, OC));
+    ZT_OK(zs_linear_gelu_bwd_set(g, NULL, f_dinp, f_dW, f_db, d_dout, d_pre, f_tmp, d_inp, 0, d_W,
+                                 N, IC, OC));
     expect_bits("linear_gelu_bwd dinp (one pass = gelu_bwd, then linear_bwd)", f_dinp,
                 down(u_dinp, ni), ni);
     expect_bits("linear_gelu_bwd dW (one pass = gelu_bwd, then linear_bwd)", f_dW, down(u_dW, nw),
@@ -1235,7 +1237,7 @@ int main(void) {
         check_gemm_pieces(0, 8, 1100, 65536, 1.0f); /* B by columns: 768 then 332 */
         check_gemm_pieces(1, 8, 8, 5000000, 0.5f);  /* along k: 4194304 then 805696 */
         /* a backward whose operands do not fit together: each gemm casts its own */
-        ZT_CHECK(zs_linear_bwd_cast_elems(1100, 8, 65536) == 0, "linear backward cast at once");
+        ZT_CHECK(zs_linear_bwd_cast_elems(1100, 8, 65536, 0) == 0, "linear backward cast at once");
         check_linear(ZS_MATH_BF16, 1100, 8, 65536);
         check_linear_gelu(1100, 8, 65536);
     } else {

@@ -180,11 +180,11 @@ static void test_linear_fwd(void) {
                 ref[r * OC + o] = s;
                 bound[r * OC + o] = 2.0 * (IC + 2) * U32 * sa; /* gamma_k bound, x2 margin */
             }
-        ZT_OK(zs_linear_fwd(ops, NULL, out, inp, W, with_bias ? bias : NULL, N, IC, OC));
+        ZT_OK(zs_linear_fwd(ops, NULL, out, inp, 0, W, with_bias ? bias : NULL, N, IC, OC));
         size_t bad = count_over(out, ref, bound, (size_t)N * OC);
         ZT_CHECK(bad == 0, "linear_fwd bias=%d: %zu elements out of bound", with_bias, bad);
     }
-    ZT_CHECK(zs_linear_fwd(ops, NULL, out, inp, W, NULL, -1, IC, OC) == ZS_ERR_INVALID,
+    ZT_CHECK(zs_linear_fwd(ops, NULL, out, inp, 0, W, NULL, -1, IC, OC) == ZS_ERR_INVALID,
              "negative N rejected");
     free(inp), free(W), free(bias), free(out), free(ref), free(bound);
 }

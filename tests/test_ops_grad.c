@@ -47,7 +47,7 @@ static void test_linear_bwd(void) {
     fd_grad(linear_loss, &c, c.W, nw, gw);
     fd_grad(linear_loss, &c, c.bias, OC, gb);
     /* dout = r. */
-    ZT_OK(zs_linear_bwd(ops, NULL, dinp, dW, db, r, inp, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd(ops, NULL, dinp, dW, db, r, inp, 0, W, N, IC, OC));
     /* fp32 sums of at most max(N, OC) = 13 O(1) products: ~1e-6; allow 1e-5 mixed. */
     ZT_CHECK(acc_err(dinp, pi, gi, ni) <= 1e-5, "linear dinp err %g", acc_err(dinp, pi, gi, ni));
     ZT_CHECK(acc_err(dW, pw, gw, nw) <= 1e-5, "linear dW err %g", acc_err(dW, pw, gw, nw));
@@ -55,9 +55,9 @@ static void test_linear_bwd(void) {
 
     /* Each gradient alone (others NULL) gives the same bits as all three together. */
     float *d1 = fcopy(pi, ni), *d2 = fcopy(pw, nw), *d3 = fcopy(pb, OC);
-    ZT_OK(zs_linear_bwd(ops, NULL, d1, NULL, NULL, r, inp, W, N, IC, OC));
-    ZT_OK(zs_linear_bwd(ops, NULL, NULL, d2, NULL, r, inp, W, N, IC, OC));
-    ZT_OK(zs_linear_bwd(ops, NULL, NULL, NULL, d3, r, inp, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd(ops, NULL, d1, NULL, NULL, r, inp, 0, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd(ops, NULL, NULL, d2, NULL, r, inp, 0, W, N, IC, OC));
+    ZT_OK(zs_linear_bwd(ops, NULL, NULL, NULL, d3, r, inp, 0, W, N, IC, OC));
     ZT_CHECK(bits_equal(d1, dinp, ni * 4) && bits_equal(d2, dW, nw * 4) &&
                  bits_equal(d3, db, OC * 4),
              "linear_bwd with NULL gradients differs");

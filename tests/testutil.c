@@ -120,6 +120,16 @@ double zt_max_err_ff(const float *a, const float *b, size_t n) {
     return worst;
 }
 
+void zt_expect_bits(const char *what, const void *got, const void *want, size_t nbytes) {
+    const unsigned char *g = got, *w = want;
+    size_t first = nbytes;
+    for (size_t i = 0; i < nbytes && first == nbytes; i++)
+        if (g[i] != w[i]) first = i;
+    ZT_CHECK(first == nbytes, "%s: not bit for bit (first differing byte %zu of %zu)", what, first,
+             nbytes);
+    if (first == nbytes) printf("ok %s\n", what);
+}
+
 void *zt_malloc(size_t nbytes) {
     void *p = malloc(nbytes ? nbytes : 1);
     ZT_REQUIRE(p != NULL, "out of memory allocating %zu bytes", nbytes);

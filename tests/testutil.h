@@ -84,6 +84,9 @@ void zt_poison(float *x, size_t n);
 /* Largest |a-b| / max(1, |b|) over n (mixed absolute/relative error), NaN-aware (NaN -> inf). */
 double zt_max_err(const float *a, const double *b, size_t n);
 double zt_max_err_ff(const float *a, const float *b, size_t n);
+/* A check that got's nbytes are want's, bit for bit: "ok what" when they are, else a failure
+ * naming the first byte that differs. */
+void zt_expect_bits(const char *what, const void *got, const void *want, size_t nbytes);
 /* malloc that exits on failure. */
 void *zt_malloc(size_t nbytes);
 /* Path of the zshard executable: ZS_ZSHARD (the gpu suite's: zshard-emu on the emulated GPU),

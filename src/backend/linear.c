@@ -23,21 +23,52 @@ zs_gemm_cast zs_gemm_cast_plan(int transa, int transb, int m, int n, int k, int 
     return none;
 }
 
-size_t zs_linear_bwd_cast_elems(int N, int IC, int OC) {
+zs_gemm16_split zs_gemm16_plan(int transa, int transb, int m, int n, int k, int a16) {
+    /* the fp32 operand: B (stored n x k or k x n) where A is bf16, else A; its stored columns
+     * are m's (A transposed), n's (B not transposed) or k's */
+    size_t rows = (size_t)(a16 ? (transb ? n : k) : (transa ? k : m));
+    size_t cols = (size_t)(a16 ? (transb ? k : n) : (transa ? m : k));
+    int own = a16 ? (transb ? ZS_SPLIT_K : ZS_SPLIT_N) : (transa ? ZS_SPLIT_M : ZS_SPLIT_K);
+    zs_gemm16_split none = {0, ZS_SPLIT_NONE, 0}, p = {rows * cols, ZS_SPLIT_NONE, 0};
+    if (m <= 0 || n <= 0 || k <= 0) return none;
+    zs_gemm_cast f = zs_gemm_cast_plan(transa, transb, m, n, k, transa ? k : m, transb ? n : k);
+    if (f.elems && f.k_piece < k) /* the fp32 pair's pieces, so the same sums: the same bits */
+        p = (zs_gemm16_split){rows * (own == ZS_SPLIT_K ? (size_t)f.k_piece : cols), ZS_SPLIT_K,
+                              f.k_piece};
+    else if (f.elems && f.n_piece < n)
+        p = (zs_gemm16_split){rows * (own == ZS_SPLIT_N ? (size_t)f.n_piece : cols), ZS_SPLIT_N,
+                              f.n_piece};
+    else if (!f.elems && rows * cols > ZS_GEMM_CAST_MAX) { /* its own columns in pieces */
+        size_t pc = ZS_GEMM_CAST_MAX / rows / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
+        if (pc < ZS_GEMM_PIECE) return none;
+        p = (zs_gemm16_split){rows * pc, own, (int)pc};
+    }
+    return p.elems <= ZS_GEMM_CAST_MAX ? p : none;
+}
+
+/* The plans below are decided on the fp32 operands' sizes whatever in16 says, so that a bf16
+ * input takes the very products, in the very pieces, that its fp32 twin takes: only its
+ * rounding pass and its room in the scratch are saved. */
+static size_t bwd_cast_fp32(int N, int IC, int OC) {
     size_t e =
         zs_gemm_cast_round((size_t)IC * OC) + zs_gemm_cast_round((size_t)OC * N) + (size_t)IC * N;
     return N > 0 && IC > 0 && OC > 0 && e <= ZS_GEMM_CAST_MAX ? e : 0;
 }
 
-size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int *rows) {
+size_t zs_linear_bwd_cast_elems(int N, int IC, int OC, int in16) {
+    size_t e = bwd_cast_fp32(N, IC, OC);
+    return e && in16 ? e - (size_t)IC * N : e;
+}
+
+size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int in16, int *rows) {
     *rows = 0;
-    if (N <= 0 || IC <= 0 || OC <= 0 || zs_linear_bwd_cast_elems(N, IC, OC)) return 0;
+    if (N <= 0 || IC <= 0 || OC <= 0 || bwd_cast_fp32(N, IC, OC)) return 0;
     size_t nw = zs_gemm_cast_round((size_t)IC * OC);
     if (nw >= ZS_GEMM_CAST_MAX) return 0;
     size_t r = (ZS_GEMM_CAST_MAX - nw) / ((size_t)IC + OC) / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
     if (r < ZS_GEMM_PIECE || r >= (size_t)N) return 0;
     *rows = (int)r;
-    return nw + ((size_t)IC + OC) * r;
+    return nw + ((in16 ? 0 : (size_t)IC) + OC) * r;
 }
 
 /* cols whole when IC of each fit the scratch, else in multiples of ZS_GEMM_PIECE (0: none fit). */
@@ -55,26 +86,42 @@ size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece
     return w > x ? w : x;
 }
 
-/* The three gemms below, with their arguments, the backward's two as one where they fit, and
- * gemm_linear_bwd16's pieces. */
-size_t zs_linear_cast_elems(int N, int IC, int OC) {
-    int op, np;
-    size_t f = zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC).elems;
-    size_t h = zs_linear_bwd16_pieces(N, IC, OC, &op, &np);
-    size_t b = zs_linear_bwd_cast_elems(N, IC, OC);
+/* The three gemms below, with their arguments, the backward's two as one where they fit; with
+ * in16 the input is bf16 and only W (forward) and dout (the weight gradient) are rounded, by
+ * gemm16's plan; with dout16 the backward is gemm_linear_bwd16's pieces where they fit (what a
+ * model's head does: model.c head_bf16). */
+size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16) {
+    int op, np, rows;
+    size_t f = in16 ? zs_gemm16_plan(1, 0, OC, N, IC, 0).elems
+                    : zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC).elems;
+    size_t b = dout16 ? zs_linear_bwd16_pieces(N, IC, OC, &op, &np) : 0;
     if (!b) {
-        size_t d = zs_gemm_cast_plan(0, 0, IC, N, OC, IC, OC).elems;
-        size_t w = zs_gemm_cast_plan(0, 1, IC, OC, N, IC, OC).elems;
-        b = d > w ? d : w;
+        b = zs_linear_bwd_cast_elems(N, IC, OC, in16);
+        if (!b) {
+            size_t d = zs_gemm_cast_plan(0, 0, IC, N, OC, IC, OC).elems;
+            size_t w = in16 ? zs_gemm16_plan(0, 1, IC, OC, N, 1).elems
+                            : zs_gemm_cast_plan(0, 1, IC, OC, N, IC, OC).elems;
+            b = d > w ? d : w;
+        }
+        size_t r = zs_linear_bwd_rows_plan(N, IC, OC, in16, &rows);
+        b = b > r ? b : r;
     }
-    b = b > h ? b : h;
-    int rows;
-    size_t r = zs_linear_bwd_rows_plan(N, IC, OC, &rows);
-    b = b > r ? b : r;
     return f > b ? f : b;
 }
 
-zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *inp,
+/* gemm, or gemm16 with A bf16 where a16 and B where b16 (the table must have it). */
+static zs_status gemm_in(const zs_ops *ops, zs_stream_t *s, int transa, int transb, int m, int n,
+                         int k, const void *A, int a16, int lda, const void *B, int b16, int ldb,
+                         float beta, float *C, int ldc) {
+    if (!a16 && !b16)
+        return ops->gemm(s, transa, transb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (!ops->gemm16)
+        return zs_error(ZS_ERR_INVALID, "linear: the %s table's gemm takes no bf16 input",
+                        ops->name);
+    return ops->gemm16(s, transa, transb, m, n, k, 1.0f, A, a16, lda, B, b16, ldb, beta, C, ldc);
+}
+
+zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const void *inp, int in16,
                         const float *W, const float *bias, int N, int IC, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
@@ -82,28 +129,31 @@ zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const flo
     /* out[N,OC] = inp W^T  <=>  out^T (OC x N) = W (OC x IC) inp^T (IC x N). The stored W is,
      * read column-major, W^T (IC x OC, ld IC), hence transa = T; the stored inp is inp^T
      * (IC x N, ld IC) and out is out^T (OC x N, ld OC), used as they are. */
-    ZS_CHECK(ops->gemm(s, 1, 0, OC, N, IC, 1.0f, W, IC, inp, IC, 0.0f, out, OC));
+    ZS_CHECK(gemm_in(ops, s, 1, 0, OC, N, IC, W, 0, IC, inp, in16, IC, 0.0f, out, OC));
     if (bias) ZS_CHECK(ops->bias_fwd(s, out, bias, N, OC));
 fail:
     return st;
 }
 
 zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *x,
-                                 float *tmp, const float *inp, const float *W, const float *bias,
-                                 int N, int IC, int OC) {
+                                 float *tmp, const void *inp, int in16, const float *W,
+                                 const float *bias, int N, int IC, int OC) {
     zs_status st = ZS_OK;
-    ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, W, NULL, N, IC, OC));
+    ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, in16, W, NULL, N, IC, OC));
     ZS_CHECK(ops->bias_residual_fwd(s, out, x, tmp, bias, N, OC));
 fail:
     return st;
 }
 
-zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, float *out,
-                             const float *inp, const float *W, const float *bias, int N, int IC,
-                             int OC) {
+zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, void *out,
+                             const void *inp, int act16, const float *W, const float *bias, int N,
+                             int IC, int OC) {
     zs_status st = ZS_OK;
-    ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, W, NULL, N, IC, OC));
-    ZS_CHECK(ops->bias_gelu_fwd(s, pre, out, bias, N, OC));
+    ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, act16, W, NULL, N, IC, OC));
+    if (act16)
+        ZS_CHECK(ops->bias_gelu_fwd16(s, pre, out, bias, N, OC));
+    else
+        ZS_CHECK(ops->bias_gelu_fwd(s, pre, out, bias, N, OC));
 fail:
     return st;
 }
@@ -112,8 +162,8 @@ fail:
  * output went through a GELU, dout is the gradient of gelu(gelu_inp), and gelu_bwd's of
  * gelu_inp (into dtmp unless the table fuses it) is the layer's output gradient. */
 static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const float *dout, const float *gelu_inp, float *dtmp, const float *inp,
-                            const float *W, int N, int IC, int OC, float dinp_beta) {
+                            const float *dout, const float *gelu_inp, float *dtmp, const void *inp,
+                            int in16, const float *W, int N, int IC, int OC, float dinp_beta) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
@@ -122,38 +172,38 @@ static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
     /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
      * dout is dout^T (OC x N) column-major, hence transb = T. */
     if (dinp && dW && ops->gemm_linear_bwd)
-        return ops->gemm_linear_bwd(s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, W, N, IC, OC,
-                                    dinp_beta);
+        return ops->gemm_linear_bwd(s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, in16, W, N, IC,
+                                    OC, dinp_beta);
     if (gelu_inp) {
         ZS_CHECK(ops->gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
         dout = dtmp;
     }
     if (dinp) ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
-    if (dW) ZS_CHECK(ops->gemm(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
+    if (dW) ZS_CHECK(gemm_in(ops, s, 0, 1, IC, OC, N, inp, in16, IC, dout, 0, OC, 1.0f, dW, IC));
     if (dbias) ZS_CHECK(ops->bias_bwd(s, dbias, dout, N, OC));
 fail:
     return st;
 }
 
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                        const float *dout, const float *inp, const float *W, int N, int IC,
+                        const float *dout, const void *inp, int in16, const float *W, int N, int IC,
                         int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, NULL, NULL, inp, W, N, IC, OC, 1.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, NULL, NULL, inp, in16, W, N, IC, OC, 1.0f);
 }
 
 zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const float *dout, const float *inp, const float *W, int N, int IC,
-                            int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, NULL, NULL, inp, W, N, IC, OC, 0.0f);
+                            const float *dout, const void *inp, int in16, const float *W, int N,
+                            int IC, int OC) {
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, NULL, NULL, inp, in16, W, N, IC, OC, 0.0f);
 }
 
 zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
                                  float *dbias, const float *dout, const float *gelu_inp,
-                                 float *dtmp, const float *inp, const float *W, int N, int IC,
-                                 int OC) {
+                                 float *dtmp, const void *inp, int in16, const float *W, int N,
+                                 int IC, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, W, N, IC, OC, 0.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, in16, W, N, IC, OC, 0.0f);
 fail:
     return st;
 }

@@ -56,16 +56,29 @@ typedef struct zs_ops {
                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
                       int ldc);
 
+    /* Optional, in the bf16 tables (NULL elsewhere): gemm with A stored as bf16 where a16, B where
+     * b16 (the other fp32; lda, ldb in elements). A bf16 operand is exact in fp32 and already
+     * what this table rounds an fp32 operand to, so the product is gemm's, bit for bit, on any
+     * fp32 operand that rounds to it, where the plans split the sum alike (always, when the
+     * operands fit the scratch whole): a producer may store a GEMM's input in bf16 (half the
+     * bytes, and no pass to round it) without changing a result (docs/cuda.md "GEMM operands").
+     * An fp32 operand beside a bf16 one is packed (ld = its stored rows): a CUDA table rounds it
+     * into its scratch by zs_gemm16_plan. */
+    zs_status (*gemm16)(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                        const void *A, int a16, int lda, const void *B, int b16, int ldb,
+                        float beta, float *C, int ldc);
+
     /* Optional (NULL: linear.c calls gemm twice, then bias_bwd): a linear layer's backward,
      * whose products share the output gradient G, with linear.c's gemm arguments: dinp^T =
      * W^T G^T + dinp_beta dinp^T, then dW^T += inp^T G, and with dbias non-NULL bias_bwd's
      * dbias += G's column sums (the same bits). G is dout, or with gelu_inp non-NULL (the layer's
      * output, which went through a GELU) gelu_bwd's gradient of gelu_inp from dout, bit for
-     * bit, which the table may write to dtmp[N * OC] or never store. A CUDA bf16 table rounds G to
-     * bf16 once for both products (zs_linear_bwd_cast_elems), in the pass that sums its columns. */
+     * bit, which the table may write to dtmp[N * OC] or never store. inp is bf16 where inp16 (as
+     * gemm16's operands). A CUDA bf16 table rounds G to bf16 once for both products
+     * (zs_linear_bwd_cast_elems), in the pass that sums its columns. */
     zs_status (*gemm_linear_bwd)(zs_stream_t *s, float *dinp, float *dW, float *dbias,
                                  const float *dout, const float *gelu_inp, float *dtmp,
-                                 const float *inp, const float *W, int N, int IC, int OC,
+                                 const void *inp, int inp16, const float *W, int N, int IC, int OC,
                                  float dinp_beta);
 
     /* Optional, set together with softmax_xent16 (NULL: the loss writes fp32 dlogits and a
@@ -93,6 +106,10 @@ typedef struct zs_ops {
      * backward reads it). */
     zs_status (*bias_gelu_fwd)(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
                                int OC);
+    /* bias_gelu_fwd with out stored in bf16, each value zs_f32_to_bf16 of bias_gelu_fwd's:
+     * the input of the next layer's gemm16 (--dtype bf16). */
+    zs_status (*bias_gelu_fwd16)(zs_stream_t *s, float *pre, zs_bf16 *out, const float *bias, int N,
+                                 int OC);
 
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[pos(b,t),:]; tokens in [0, V) are the caller's
      * responsibility (validated by the data layer). wpe may be NULL (no position table,
@@ -109,6 +126,9 @@ typedef struct zs_ops {
      * mean[N] and rstd[N] for backward. */
     zs_status (*layernorm_fwd)(zs_stream_t *s, float *out, float *mean, float *rstd,
                                const float *inp, const float *w, const float *b, int N, int C);
+    /* layernorm_fwd with out stored in bf16 (zs_f32_to_bf16 of layernorm_fwd's values). */
+    zs_status (*layernorm_fwd16)(zs_stream_t *s, zs_bf16 *out, float *mean, float *rstd,
+                                 const float *inp, const float *w, const float *b, int N, int C);
     /* Accumulates dinp[N,C], dw[C], db[C]. */
     zs_status (*layernorm_bwd)(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
@@ -204,6 +224,9 @@ typedef struct zs_ops {
      * + eps), Hugging Face's order. Saves rstd[N] for backward. */
     zs_status (*rmsnorm_fwd)(zs_stream_t *s, float *out, float *rstd, const float *inp,
                              const float *w, int N, int C, float eps);
+    /* rmsnorm_fwd with out stored in bf16 (zs_f32_to_bf16 of rmsnorm_fwd's values). */
+    zs_status (*rmsnorm_fwd16)(zs_stream_t *s, zs_bf16 *out, float *rstd, const float *inp,
+                               const float *w, int N, int C, float eps);
     /* Accumulates dinp[N,C] and dw[C]. */
     zs_status (*rmsnorm_bwd)(zs_stream_t *s, float *dinp, float *dw, const float *dout,
                              const float *inp, const float *w, const float *rstd, int N, int C);
@@ -223,6 +246,9 @@ typedef struct zs_ops {
      * alias gate or up. */
     zs_status (*swiglu_fwd)(zs_stream_t *s, float *out, const float *gate, const float *up,
                             size_t n);
+    /* swiglu_fwd with out stored in bf16 (zs_f32_to_bf16 of swiglu_fwd's values). */
+    zs_status (*swiglu_fwd16)(zs_stream_t *s, zs_bf16 *out, const float *gate, const float *up,
+                              size_t n);
     /* dgate = 0 + dout * up * silu'(gate) and dup = 0 + dout * silu(gate): overwrites both (two
      * fills and two reads saved), with the bits of accumulating into zeros, as gelu_bwd. */
     zs_status (*swiglu_bwd)(zs_stream_t *s, float *dgate, float *dup, const float *dout,
@@ -329,17 +355,32 @@ typedef struct zs_gemm_cast {
     int n_piece, k_piece;
 } zs_gemm_cast;
 zs_gemm_cast zs_gemm_cast_plan(int transa, int transb, int m, int n, int k, int lda, int ldb);
-/* What gemm_linear_bwd casts at once, W, dout and inp (0: too many, each gemm casts its own). */
-size_t zs_linear_bwd_cast_elems(int N, int IC, int OC);
-/* Where those do not fit and there is no bias or GELU: W whole and dout's and inp's rows in
- * pieces of *rows (a multiple of ZS_GEMM_PIECE below N), both products taking each piece; the
- * scratch it asks, or 0 when even one piece does not fit with W (each gemm casts its own). */
-size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int *rows);
+/* gemm16's plan for its fp32 operand (B where a16, else A), packed. Where zs_gemm_cast_plan
+ * would split the fp32 pair (along k, or n), gemm16 splits the same way: cuBLAS may choose its
+ * kernel by shape, so only the same pieces are sure to give the same bits. Else the operand is
+ * rounded whole when it fits, or in pieces of its stored columns (m's, n's or k's). The fp32
+ * operand is rounded piece by piece where the split runs along its stored columns, else once,
+ * whole. elems: the scratch it asks (0: no plan fits). */
+enum { ZS_SPLIT_NONE, ZS_SPLIT_M, ZS_SPLIT_N, ZS_SPLIT_K };
+typedef struct zs_gemm16_split {
+    size_t elems;
+    int dim;   /* ZS_SPLIT_*: C's rows (m), C's columns (n), or the sum (k, added in order) */
+    int piece; /* along dim, a multiple of ZS_GEMM_PIECE */
+} zs_gemm16_split;
+zs_gemm16_split zs_gemm16_plan(int transa, int transb, int m, int n, int k, int a16);
+/* What gemm_linear_bwd casts at once, W, dout and (unless in16, a bf16 input) inp (0: too many
+ * with an fp32 inp, each gemm casts its own). */
+size_t zs_linear_bwd_cast_elems(int N, int IC, int OC, int in16);
+/* Where those do not fit and there is no bias or GELU: W whole and dout's and (unless in16)
+ * inp's rows in pieces of *rows (a multiple of ZS_GEMM_PIECE below N, sized for an fp32 inp
+ * either way), both products taking each piece; the scratch it asks, or 0 when even one piece
+ * does not fit with W (each gemm casts its own). */
+size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int in16, int *rows);
 /* gemm_linear_bwd16's pieces: W's rows oc_piece at a time, inp's n_piece (multiples of
  * ZS_GEMM_PIECE unless all of them), so neither asks more than ZS_GEMM_CAST_MAX of the scratch;
  * 0 when IC is too wide for a piece. The scratch it asks is returned. */
 size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece);
-size_t zs_linear_cast_elems(int N, int IC, int OC);
+size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16);
 
 /* The argument checks every backend's gemm makes before any work (linear.c): trans flags 0 or
  * 1, sizes >= 0, leading dimensions at least the rows of their operand (and 1), no NULL
@@ -350,29 +391,32 @@ zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float
 /* Row-major linear layer through the column-major gemm (docs/architecture.md "The ops
  * table"): a row-major X[r,c] is the column-major X^T with ld c, so out = inp W^T becomes
  * out^T = W inp^T, i.e. gemm(T, N, m=OC, n=N, k=IC, W, IC, inp, IC, out, OC). This is the one
- * place that mapping is written.
+ * place that mapping is written. A layer's input inp is fp32, or bf16 where in16 (a producer's
+ * rounded output, --dtype bf16: through the table's gemm16, which a table without it refuses).
  *   out[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC] if non-NULL)          (overwrites out) */
-zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *inp,
+zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const void *inp, int in16,
                         const float *W, const float *bias, int N, int IC, int OC);
 /* zs_linear_fwd into tmp[N,OC] with the residual add after it: out[N,OC] = x + (inp W^T + bias),
  * the bias and the add in one pass (ops->bias_residual_fwd). out may alias x. */
 zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *x,
-                                 float *tmp, const float *inp, const float *W, const float *bias,
-                                 int N, int IC, int OC);
+                                 float *tmp, const void *inp, int in16, const float *W,
+                                 const float *bias, int N, int IC, int OC);
 /* zs_linear_fwd into pre[N,OC] with a GELU after it: out = gelu(pre), the bias and the GELU in
- * one pass (ops->bias_gelu_fwd). */
-zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, float *out,
-                             const float *inp, const float *W, const float *bias, int N, int IC,
-                             int OC);
+ * one pass (ops->bias_gelu_fwd). With act16, inp is bf16 and out is stored in bf16
+ * (bias_gelu_fwd16): the next layer's input. */
+zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, void *out,
+                             const void *inp, int act16, const float *W, const float *bias, int N,
+                             int IC, int OC);
 /* Backward of zs_linear_fwd, all accumulating: dinp[N,IC] += dout @ W; dW[OC,IC] +=
  * dout^T @ inp; dbias[OC] += colsum(dout). dinp, dW or dbias may be NULL to skip. */
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                        const float *dout, const float *inp, const float *W, int N, int IC, int OC);
+                        const float *dout, const void *inp, int in16, const float *W, int N, int IC,
+                        int OC);
 /* zs_linear_bwd with dinp overwritten, dinp = dout @ W, for its first contribution: nothing
  * has to zero dinp before, and the GEMM does not read it (dW and dbias still accumulate). */
 zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const float *dout, const float *inp, const float *W, int N, int IC,
-                            int OC);
+                            const float *dout, const void *inp, int in16, const float *W, int N,
+                            int IC, int OC);
 /* zs_linear_bwd_set of a layer whose output gelu_inp[N, OC] went through a GELU (GPT-2's fc
  * layer): dout is the gradient of gelu(gelu_inp), and the layer's own output gradient is
  * gelu_bwd's (into dtmp[N * OC]: the bits of ops->gelu_bwd then zs_linear_bwd_set), which a
@@ -380,8 +424,8 @@ zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
  * dtmp's contents afterwards are unspecified. */
 zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
                                  float *dbias, const float *dout, const float *gelu_inp,
-                                 float *dtmp, const float *inp, const float *W, int N, int IC,
-                                 int OC);
+                                 float *dtmp, const void *inp, int in16, const float *W, int N,
+                                 int IC, int OC);
 
 /* zs_linear_bwd_set with dout bf16, the column-major dout^T (OC x N, ld ldd), through the
  * table's gemm_linear_bwd16 (ZS_ERR_INVALID on a table without it), no bias: what a language

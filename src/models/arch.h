@@ -20,6 +20,7 @@ typedef struct zs_model_base {
     zs_module_t *engine;
     int recompute; /* ZS_RECOMPUTE_BLOCK: recompute each block inside its backward */
     int naive;     /* ZS_ATTENTION_NAIVE: keep T x T probabilities (else flash) */
+    int act16;     /* bf16 activations: inputs only GEMMs read are stored in bf16 (zs_carve_in) */
     int tied;      /* head = the token embedding (unit 0, acquired twice), else the final unit's
                       last tensor */
     int64_t toff[ZS_MAX_BLOCK_TENSORS]; /* element offsets of block tensors within a block unit */
@@ -51,8 +52,9 @@ typedef struct zs_arch_impl {
     /* The block's linear layers as its forward and backward call them (count: per block);
      * returns how many, at most ZS_MODEL_MAX_LINEARS - 1. */
     int (*block_linears)(const zs_model_config *c, zs_linear_dims *out);
-    /* One block's activation record, carved at *n (base NULL: count only). */
-    void (*carve_block)(const zs_model_config *c, int B, int T, int naive, float *base,
+    /* One block's activation record, carved at *n (base NULL: count only), its GEMM-only inputs
+     * in bf16 where act16 (zs_carve_in). */
+    void (*carve_block)(const zs_model_config *c, int B, int T, int naive, int act16, float *base,
                         uint64_t *n, void *acts);
     /* After the shared buffers: the final norm's statistics (arena) and the architecture's
      * activation gradients (workspace), as zs_carve. */

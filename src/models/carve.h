@@ -16,6 +16,12 @@ static inline float *zs_carve(float *base, uint64_t *total, uint64_t n) {
     return p;
 }
 
+/* A GEMM's input that only GEMMs read (a norm's, GELU's or SwiGLU's output): n bf16 values in
+ * n / 2 floats' room where act16 (--dtype bf16, backend/ops.h gemm16), else n floats. */
+static inline void *zs_carve_in(float *base, uint64_t *total, uint64_t n, int act16) {
+    return zs_carve(base, total, act16 ? (n + 1) / 2 : n);
+}
+
 /* The two allocations every model carves on its device: activations (na bytes) and workspace
  * (ns). */
 static inline zs_status zs_model_alloc_buffers(const zs_device *dev, uint64_t na, uint64_t ns,

@@ -339,26 +339,26 @@ static zs_status block(zs_decoder_t *d, const float *p, int l) {
 #define B_(i) (t[i] >= 0 ? p + t[i] : NULL)
     ZS_CHECK(norm(d, d->ln, d->x, p + t[N1W], B_(N1B)));
     if (d->llama) {
-        ZS_CHECK(zs_linear_fwd(o, s, d->q, d->ln, p + t[QW], NULL, 1, C, QD));
-        ZS_CHECK(zs_linear_fwd(o, s, d->k, d->ln, p + t[KW], NULL, 1, C, KD));
-        ZS_CHECK(zs_linear_fwd(o, s, d->v, d->ln, p + t[VW], NULL, 1, C, KD));
+        ZS_CHECK(zs_linear_fwd(o, s, d->q, d->ln, 0, p + t[QW], NULL, 1, C, QD));
+        ZS_CHECK(zs_linear_fwd(o, s, d->k, d->ln, 0, p + t[KW], NULL, 1, C, KD));
+        ZS_CHECK(zs_linear_fwd(o, s, d->v, d->ln, 0, p + t[VW], NULL, 1, C, KD));
     } else { /* q | k | v in one row, as c_attn packs them */
-        ZS_CHECK(zs_linear_fwd(o, s, d->q, d->ln, p + t[QW], p + t[QB], 1, C, 3 * C));
+        ZS_CHECK(zs_linear_fwd(o, s, d->q, d->ln, 0, p + t[QW], p + t[QB], 1, C, 3 * C));
     }
     float *kc = d->kv + (size_t)l * 2 * d->cap * KD, *vc = kc + (size_t)d->cap * KD;
     ZS_CHECK(o->decode_attention(s, d->atty, d->q, d->k, d->v, kc, vc, d->scores, d->cfg.n_head,
                                  KD / d->hs, d->hs, pos, d->llama ? d->cfg.rope_theta : 0.0f));
-    ZS_CHECK(zs_linear_fwd(o, s, d->tmp, d->atty, p + t[OW], B_(OB), 1, QD, C));
+    ZS_CHECK(zs_linear_fwd(o, s, d->tmp, d->atty, 0, p + t[OW], B_(OB), 1, QD, C));
     ZS_CHECK(o->residual_fwd(s, d->x, d->x, d->tmp, (size_t)C));
     ZS_CHECK(norm(d, d->ln, d->x, p + t[N2W], B_(N2B)));
-    ZS_CHECK(zs_linear_fwd(o, s, d->h, d->ln, p + t[UPW], B_(UPB), 1, C, F));
+    ZS_CHECK(zs_linear_fwd(o, s, d->h, d->ln, 0, p + t[UPW], B_(UPB), 1, C, F));
     if (d->llama) {
-        ZS_CHECK(zs_linear_fwd(o, s, d->h2, d->ln, p + t[GATEW], NULL, 1, C, F));
+        ZS_CHECK(zs_linear_fwd(o, s, d->h2, d->ln, 0, p + t[GATEW], NULL, 1, C, F));
         ZS_CHECK(o->swiglu_fwd(s, d->h, d->h2, d->h, (size_t)F));
     } else {
         ZS_CHECK(o->gelu_fwd(s, d->h, d->h, (size_t)F));
     }
-    ZS_CHECK(zs_linear_fwd(o, s, d->tmp, d->h, p + t[DOWNW], B_(DOWNB), 1, F, C));
+    ZS_CHECK(zs_linear_fwd(o, s, d->tmp, d->h, 0, p + t[DOWNW], B_(DOWNB), 1, F, C));
     ZS_CHECK(o->residual_fwd(s, d->x, d->x, d->tmp, (size_t)C));
 #undef B_
 fail:
@@ -417,7 +417,7 @@ static zs_status step(zs_decoder_t *d, int token, zs_decode_pick pick, void *ctx
         ZS_CHECK(release(d, held));
         ZS_CHECK(acquire(d, held = d->u_head, &p));
     }
-    ZS_CHECK(zs_linear_fwd(d->o, d->s, d->logits, d->ln, p + d->off_head, NULL, 1, d->C, d->Vp));
+    ZS_CHECK(zs_linear_fwd(d->o, d->s, d->logits, d->ln, 0, p + d->off_head, NULL, 1, d->C, d->Vp));
     ZS_CHECK(choose(d, pick, ctx, dr, next));
     d->pos++;
     if (d->u_head == d->u_embed && d->pos < d->cap && *next >= 0 && *next < d->cfg.vocab) {

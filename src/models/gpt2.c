@@ -36,14 +36,17 @@ enum {
  * everything here from the input. With --recompute block every layer's record points at one
  * shared set of these buffers. */
 typedef struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [BT,C], [BT], [BT] */
+    void *ln1;                        /* [BT,C], bf16 where act16 (carve.h zs_carve_in) */
+    float *ln1_mean, *ln1_rstd;       /* [BT], [BT] */
     float *qkv;                       /* [BT,3C] */
     float *atty;                      /* [BT,C] */
     float *att;                       /* naive attention: [B,NH,T,T] probabilities */
     float *lse;                       /* flash attention: [B,NH,T] row log-sum-exps */
     float *res2;                      /* [BT,C] residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu; /* [BT,4C] */
+    void *ln2;                        /* as ln1 */
+    float *ln2_mean, *ln2_rstd;
+    float *fch;     /* [BT,4C] */
+    void *fch_gelu; /* [BT,4C], as ln1 */
 } layer_acts;
 
 /* GPT-2's own state after the shared one (arch.h). */
@@ -117,13 +120,13 @@ fail:
 
 /* One block's activations (not its input or output, the kept stream), carved at *n. Attention
  * keeps [B,NH,T,T] probabilities (naive) or one log-sum-exp per row (flash). */
-static void carve_block(const zs_model_config *c, int B, int T, int naive, float *base,
+static void carve_block(const zs_model_config *c, int B, int T, int naive, int act16, float *base,
                         uint64_t *total, void *acts) {
     layer_acts *a = acts;
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
     uint64_t att = (uint64_t)B * c->n_head * T * (naive ? (uint64_t)T : 1);
     uint64_t n = *total;
-    a->ln1 = zs_carve(base, &n, BT * C);
+    a->ln1 = zs_carve_in(base, &n, BT * C, act16);
     a->ln1_mean = zs_carve(base, &n, BT);
     a->ln1_rstd = zs_carve(base, &n, BT);
     a->qkv = zs_carve(base, &n, BT * 3 * C);
@@ -131,11 +134,11 @@ static void carve_block(const zs_model_config *c, int B, int T, int naive, float
     a->att = naive ? zs_carve(base, &n, att) : NULL;
     a->lse = naive ? NULL : zs_carve(base, &n, att);
     a->res2 = zs_carve(base, &n, BT * C);
-    a->ln2 = zs_carve(base, &n, BT * C);
+    a->ln2 = zs_carve_in(base, &n, BT * C, act16);
     a->ln2_mean = zs_carve(base, &n, BT);
     a->ln2_rstd = zs_carve(base, &n, BT);
     a->fch = zs_carve(base, &n, BT * 4 * C);
-    a->fch_gelu = zs_carve(base, &n, BT * 4 * C);
+    a->fch_gelu = zs_carve_in(base, &n, BT * 4 * C, act16);
     *total = n;
 }
 
@@ -155,6 +158,14 @@ static void carve_scratch(zs_model_base *b, int B, int T, float *base, uint64_t 
     m->dqkv = zs_carve(base, n, BT * 3 * C);
 }
 
+/* A block's layer norm of x into out, fp32 or (act16) bf16: the input of the next linear. */
+static zs_status layernorm(const zs_model_base *b, void *out, float *mean, float *rstd,
+                           const float *x, const float *w, const float *bias, int BT) {
+    if (b->act16)
+        return b->ops->layernorm_fwd16(b->s, out, mean, rstd, x, w, bias, BT, b->cfg.n_embd);
+    return b->ops->layernorm_fwd(b->s, out, mean, rstd, x, w, bias, BT, b->cfg.n_embd);
+}
+
 /* One block's forward from its input x and full parameters p, writing every activation its
  * backward reads into layer l's record and its output (res3) into out. It reads nothing that
  * backward changes (b->dC is only a temporary), so backward re-runs it to recompute a block. */
@@ -167,21 +178,21 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     zs_stream_t *s = b->s;
     const int C = b->cfg.n_embd, NH = b->cfg.n_head, BT = B * T;
     const int64_t *t = b->toff;
-    ZS_CHECK(o->layernorm_fwd(s, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + t[B_LN1W], p + t[B_LN1B],
-                              BT, C));
-    ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
+    const int h = b->act16; /* GEMM-only inputs in bf16 */
+    ZS_CHECK(layernorm(b, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + t[B_LN1W], p + t[B_LN1B], BT));
+    ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, h, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
     if (b->naive)
         ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH, b->seg));
     else /* q | k | v packed in each row of qkv: strided views, kv heads = heads */
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, B,
                                         T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
-    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, x, b->dC, a->atty, p + t[B_PROJW],
+    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, x, b->dC, a->atty, 0, p + t[B_PROJW],
                                     p + t[B_PROJB], BT, C, C));
-    ZS_CHECK(o->layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W],
-                              p + t[B_LN2B], BT, C));
-    ZS_CHECK(zs_linear_gelu_fwd(o, s, a->fch, a->fch_gelu, a->ln2, p + t[B_FCW], p + t[B_FCB], BT,
-                                C, 4 * C));
-    ZS_CHECK(zs_linear_residual_fwd(o, s, out, a->res2, b->dC, a->fch_gelu, p + t[B_FCPW],
+    ZS_CHECK(
+        layernorm(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W], p + t[B_LN2B], BT));
+    ZS_CHECK(zs_linear_gelu_fwd(o, s, a->fch, a->fch_gelu, a->ln2, h, p + t[B_FCW], p + t[B_FCB],
+                                BT, C, 4 * C));
+    ZS_CHECK(zs_linear_residual_fwd(o, s, out, a->res2, b->dC, a->fch_gelu, h, p + t[B_FCPW],
                                     p + t[B_FCPB], BT, 4 * C, C));
 fail:
     return st;
@@ -200,16 +211,17 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     const int C = b->cfg.n_embd, NH = b->cfg.n_head, BT = B * T;
     const size_t nC = (size_t)BT * C;
     const int64_t *t = b->toff;
+    const int h = b->act16; /* GEMM-only inputs in bf16 */
     /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
     ZS_CHECK(zs_linear_bwd_set(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], b->dres, a->fch_gelu,
-                               p + t[B_FCPW], BT, 4 * C, C));
+                               h, p + t[B_FCPW], BT, 4 * C, C));
     /* fch_gelu = gelu(fch), fch = fc(ln2): GELU's backward in the fc layer's (fused on a GPU) */
     ZS_CHECK(zs_linear_gelu_bwd_set(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4, a->fch,
-                                    m->dtmp4b, a->ln2, p + t[B_FCW], BT, C, 4 * C));
+                                    m->dtmp4b, a->ln2, h, p + t[B_FCW], BT, C, 4 * C));
     ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN2W], g + t[B_LN2B], b->dC, a->res2,
                               p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
     /* res2 = x + attn_proj(atty). */
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty,
+    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty, 0,
                                p + t[B_PROJW], BT, C, C));
     ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
     if (b->naive)
@@ -218,7 +230,7 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt, b->dC,
                                         a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,
                                         NH, NH, C / NH, 3 * C, 3 * C, b->seg));
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1,
+    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1, h,
                                p + t[B_QKVW], BT, C, 3 * C));
     ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN1W], g + t[B_LN1B], b->dC, x, p + t[B_LN1W],
                               a->ln1_mean, a->ln1_rstd, BT, C));
@@ -244,10 +256,10 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
 /* block_forward's and block_backward's linears: qkv, the attention projection, fc, fc_proj. */
 static int gpt2_linears(const zs_model_config *c, zs_linear_dims *out) {
     const int C = c->n_embd;
-    out[0] = (zs_linear_dims){C, 3 * C, 1};
-    out[1] = (zs_linear_dims){C, C, 1};
-    out[2] = (zs_linear_dims){C, 4 * C, 1};
-    out[3] = (zs_linear_dims){4 * C, C, 1};
+    out[0] = (zs_linear_dims){C, 3 * C, 1, 1, 0};
+    out[1] = (zs_linear_dims){C, C, 1, 0, 0}; /* attention's output: fp32 */
+    out[2] = (zs_linear_dims){C, 4 * C, 1, 1, 0};
+    out[3] = (zs_linear_dims){4 * C, C, 1, 1, 0};
     return 4;
 }
 

@@ -23,14 +23,17 @@ enum { L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_GATE, L_UP, L_DOWN, L_NT };
  * everything here from the input. With --recompute block every layer's record points at one
  * shared set of these buffers. */
 typedef struct layer_acts {
-    float *ln1, *ln1_rstd; /* [BT,C], [BT] */
+    void *ln1;             /* [BT,C], bf16 where act16 (carve.h zs_carve_in) */
+    float *ln1_rstd;       /* [BT] */
     float *q, *k, *v;      /* [BT,QD], [BT,KD], [BT,KD]; q and k after RoPE */
     float *att;            /* naive attention: [B,NH,T,T] probabilities */
     float *lse;            /* flash attention: [B,NH,T] row log-sum-exps */
     float *atty;           /* [BT,QD] */
     float *res2;           /* [BT,C] residual after attention */
-    float *ln2, *ln2_rstd;
-    float *gate, *up, *h; /* [BT,F]: pre-activation gate and up, h = silu(gate) * up */
+    void *ln2;             /* as ln1 */
+    float *ln2_rstd;
+    float *gate, *up; /* [BT,F]: pre-activation gate and up */
+    void *h;          /* [BT,F] silu(gate) * up, as ln1 */
 } layer_acts;
 
 /* LLaMA's own state after the shared one (arch.h). */
@@ -109,13 +112,13 @@ fail:
 
 /* One block's activations (not its input or output, the kept stream), carved at *total.
  * Attention keeps [B,NH,T,T] probabilities (naive) or one log-sum-exp per row (flash). */
-static void carve_block(const zs_model_config *c, int B, int T, int naive, float *base,
+static void carve_block(const zs_model_config *c, int B, int T, int naive, int act16, float *base,
                         uint64_t *total, void *acts) {
     layer_acts *a = acts;
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, F = (uint64_t)c->ffn_hidden;
     uint64_t KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
     uint64_t att = (uint64_t)B * c->n_head * T * (naive ? (uint64_t)T : 1), n = *total;
-    a->ln1 = zs_carve(base, &n, BT * C);
+    a->ln1 = zs_carve_in(base, &n, BT * C, act16);
     a->ln1_rstd = zs_carve(base, &n, BT);
     a->q = zs_carve(base, &n, BT * C);
     a->k = zs_carve(base, &n, BT * KD);
@@ -124,11 +127,11 @@ static void carve_block(const zs_model_config *c, int B, int T, int naive, float
     a->lse = naive ? NULL : zs_carve(base, &n, att);
     a->atty = zs_carve(base, &n, BT * C);
     a->res2 = zs_carve(base, &n, BT * C);
-    a->ln2 = zs_carve(base, &n, BT * C);
+    a->ln2 = zs_carve_in(base, &n, BT * C, act16);
     a->ln2_rstd = zs_carve(base, &n, BT);
     a->gate = zs_carve(base, &n, BT * F);
     a->up = zs_carve(base, &n, BT * F);
-    a->h = zs_carve(base, &n, BT * F);
+    a->h = zs_carve_in(base, &n, BT * F, act16);
     *total = n;
 }
 
@@ -151,6 +154,14 @@ static void carve_scratch(zs_model_base *b, int B, int T, float *base, uint64_t 
     m->dup = zs_carve(base, n, BT * F);
 }
 
+/* A block's RMSNorm of x into out, fp32 or (act16) bf16: the input of the next linears. */
+static zs_status rmsnorm(const zs_model_base *b, void *out, float *rstd, const float *x,
+                         const float *w, int BT) {
+    const zs_model_config *c = &b->cfg;
+    if (b->act16) return b->ops->rmsnorm_fwd16(b->s, out, rstd, x, w, BT, c->n_embd, c->norm_eps);
+    return b->ops->rmsnorm_fwd(b->s, out, rstd, x, w, BT, c->n_embd, c->norm_eps);
+}
+
 /* One block's forward from its input x and full parameters p, writing every activation its
  * backward reads into a. It reads nothing else that backward changes (b->dC is only a
  * temporary here), so backward may re-run it to recompute a block's activations. */
@@ -165,10 +176,11 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     const int C = c->n_embd, F = c->ffn_hidden, BT = B * T, hs = C / c->n_head;
     const int QD = hs * c->n_head, KD = hs * c->n_kv_head;
     const int64_t *t = b->toff;
-    ZS_CHECK(o->rmsnorm_fwd(s, a->ln1, a->ln1_rstd, x, p + t[L_NORM1], BT, C, c->norm_eps));
-    ZS_CHECK(zs_linear_fwd(o, s, a->q, a->ln1, p + t[L_Q], NULL, BT, C, QD));
-    ZS_CHECK(zs_linear_fwd(o, s, a->k, a->ln1, p + t[L_K], NULL, BT, C, KD));
-    ZS_CHECK(zs_linear_fwd(o, s, a->v, a->ln1, p + t[L_V], NULL, BT, C, KD));
+    const int h = b->act16; /* GEMM-only inputs in bf16 */
+    ZS_CHECK(rmsnorm(b, a->ln1, a->ln1_rstd, x, p + t[L_NORM1], BT));
+    ZS_CHECK(zs_linear_fwd(o, s, a->q, a->ln1, h, p + t[L_Q], NULL, BT, C, QD));
+    ZS_CHECK(zs_linear_fwd(o, s, a->k, a->ln1, h, p + t[L_K], NULL, BT, C, KD));
+    ZS_CHECK(zs_linear_fwd(o, s, a->v, a->ln1, h, p + t[L_V], NULL, BT, C, KD));
     ZS_CHECK(o->rope_fwd(s, a->q, a->q, B, T, c->n_head, hs, c->rope_theta, b->seg));
     ZS_CHECK(o->rope_fwd(s, a->k, a->k, B, T, c->n_kv_head, hs, c->rope_theta, b->seg));
     if (b->naive)
@@ -177,13 +189,17 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     else
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->q, a->k, a->v, B, T, c->n_head,
                                         c->n_kv_head, hs, QD, KD, b->seg));
-    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, x, b->dC, a->atty, p + t[L_O], NULL, BT, QD, C));
-    ZS_CHECK(o->rmsnorm_fwd(s, a->ln2, a->ln2_rstd, a->res2, p + t[L_NORM2], BT, C, c->norm_eps));
-    ZS_CHECK(zs_linear_fwd(o, s, a->gate, a->ln2, p + t[L_GATE], NULL, BT, C, F));
-    ZS_CHECK(zs_linear_fwd(o, s, a->up, a->ln2, p + t[L_UP], NULL, BT, C, F));
-    ZS_CHECK(o->swiglu_fwd(s, a->h, a->gate, a->up, (size_t)BT * F));
     ZS_CHECK(
-        zs_linear_residual_fwd(o, s, out, a->res2, b->dC, a->h, p + t[L_DOWN], NULL, BT, F, C));
+        zs_linear_residual_fwd(o, s, a->res2, x, b->dC, a->atty, 0, p + t[L_O], NULL, BT, QD, C));
+    ZS_CHECK(rmsnorm(b, a->ln2, a->ln2_rstd, a->res2, p + t[L_NORM2], BT));
+    ZS_CHECK(zs_linear_fwd(o, s, a->gate, a->ln2, h, p + t[L_GATE], NULL, BT, C, F));
+    ZS_CHECK(zs_linear_fwd(o, s, a->up, a->ln2, h, p + t[L_UP], NULL, BT, C, F));
+    if (h)
+        ZS_CHECK(o->swiglu_fwd16(s, a->h, a->gate, a->up, (size_t)BT * F));
+    else
+        ZS_CHECK(o->swiglu_fwd(s, a->h, a->gate, a->up, (size_t)BT * F));
+    ZS_CHECK(
+        zs_linear_residual_fwd(o, s, out, a->res2, b->dC, a->h, h, p + t[L_DOWN], NULL, BT, F, C));
 fail:
     return st;
 }
@@ -203,18 +219,20 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     const int QD = hs * c->n_head, KD = hs * c->n_kv_head;
     const size_t nF = (size_t)BT * F;
     const int64_t *t = b->toff;
+    const int h = b->act16; /* GEMM-only inputs in bf16 */
     /* res3 = res2 + down(silu(gate) * up): dres flows unchanged into res2 and into the MLP. */
-    ZS_CHECK(zs_linear_bwd_set(o, s, m->dh, g + t[L_DOWN], NULL, b->dres, a->h, p + t[L_DOWN], BT,
-                               F, C));
+    ZS_CHECK(zs_linear_bwd_set(o, s, m->dh, g + t[L_DOWN], NULL, b->dres, a->h, h, p + t[L_DOWN],
+                               BT, F, C));
     ZS_CHECK(o->swiglu_bwd(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF)); /* overwrites */
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, p + t[L_GATE],
+    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, h, p + t[L_GATE],
                                BT, C, F));
-    ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_UP], NULL, m->dup, a->ln2, p + t[L_UP], BT, C, F));
+    ZS_CHECK(
+        zs_linear_bwd(o, s, b->dC, g + t[L_UP], NULL, m->dup, a->ln2, h, p + t[L_UP], BT, C, F));
     ZS_CHECK(o->rmsnorm_bwd(s, b->dres, g + t[L_NORM2], b->dC, a->res2, p + t[L_NORM2], a->ln2_rstd,
                             BT, C));
     /* res2 = x + o_proj(atty). */
-    ZS_CHECK(
-        zs_linear_bwd_set(o, s, b->dC, g + t[L_O], NULL, b->dres, a->atty, p + t[L_O], BT, QD, C));
+    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_O], NULL, b->dres, a->atty, 0, p + t[L_O], BT,
+                               QD, C));
     ZS_CHECK(o->fill(s, m->dq, 0.0f, (size_t)BT * QD));
     ZS_CHECK(o->fill(s, m->dk, 0.0f, (size_t)BT * KD));
     ZS_CHECK(o->fill(s, m->dv, 0.0f, (size_t)BT * KD));
@@ -230,9 +248,9 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, hs, c->rope_theta, b->seg));
     ZS_CHECK(o->rope_bwd(s, m->dk, m->dk, B, T, c->n_kv_head, hs, c->rope_theta, b->seg));
     ZS_CHECK(
-        zs_linear_bwd_set(o, s, b->dC, g + t[L_Q], NULL, m->dq, a->ln1, p + t[L_Q], BT, C, QD));
-    ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_K], NULL, m->dk, a->ln1, p + t[L_K], BT, C, KD));
-    ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_V], NULL, m->dv, a->ln1, p + t[L_V], BT, C, KD));
+        zs_linear_bwd_set(o, s, b->dC, g + t[L_Q], NULL, m->dq, a->ln1, h, p + t[L_Q], BT, C, QD));
+    ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_K], NULL, m->dk, a->ln1, h, p + t[L_K], BT, C, KD));
+    ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_V], NULL, m->dv, a->ln1, h, p + t[L_V], BT, C, KD));
     ZS_CHECK(
         o->rmsnorm_bwd(s, b->dres, g + t[L_NORM1], b->dC, x, p + t[L_NORM1], a->ln1_rstd, BT, C));
 fail:
@@ -254,11 +272,11 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
 static int llama_linears(const zs_model_config *c, zs_linear_dims *out) {
     const int C = c->n_embd, F = c->ffn_hidden, hs = C / c->n_head;
     const int QD = hs * c->n_head, KD = hs * c->n_kv_head;
-    out[0] = (zs_linear_dims){C, QD, 1};
-    out[1] = (zs_linear_dims){C, KD, 2};
-    out[2] = (zs_linear_dims){QD, C, 1};
-    out[3] = (zs_linear_dims){C, F, 2};
-    out[4] = (zs_linear_dims){F, C, 1};
+    out[0] = (zs_linear_dims){C, QD, 1, 1, 0};
+    out[1] = (zs_linear_dims){C, KD, 2, 1, 0};
+    out[2] = (zs_linear_dims){QD, C, 1, 0, 0}; /* attention's output: fp32 */
+    out[3] = (zs_linear_dims){C, F, 2, 1, 0};
+    out[4] = (zs_linear_dims){F, C, 1, 1, 0};
     return 5;
 }
 

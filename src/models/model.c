@@ -52,13 +52,13 @@ static uint64_t carve_arena(const zs_arch_impl *A, int B, int T, zs_model_base *
     float *base = b->arena;
     _Alignas(max_align_t) char shared[LAYER_MAX_SIZE];
     zs_resid_carve(&b->resid, 0, base, &n, BT * C);
-    if (b->recompute) A->carve_block(c, B, T, b->naive, base, &n, shared);
+    if (b->recompute) A->carve_block(c, B, T, b->naive, b->act16, base, &n, shared);
     for (int l = 0; l < c->n_layer; l++) {
         void *a = zs_model_layer(b, A->layer_size, base ? l : 0);
         if (b->recompute)
             memcpy(a, shared, A->layer_size);
         else
-            A->carve_block(c, B, T, b->naive, base, &n, a);
+            A->carve_block(c, B, T, b->naive, b->act16, base, &n, a);
         zs_resid_carve(&b->resid, l + 1, base, &n, BT * C);
     }
     b->lnf = zs_carve(base, &n, BT * C);
@@ -98,6 +98,7 @@ static const zs_arch_impl *counter_init(counter *k, const zs_model_config *cfg,
     k->m.b.cfg = *cfg;
     k->m.b.layers = k->layer;
     k->m.b.resid.bf16 = opts->act_dtype == ZS_DTYPE_BF16; /* no pointer arrays: count only */
+    k->m.b.act16 = opts->act_dtype == ZS_DTYPE_BF16;
     k->m.b.naive = opts->attention == ZS_ATTENTION_NAIVE;
     k->m.b.recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
     return A;
@@ -117,7 +118,7 @@ int zs_model_linears(const zs_model_config *cfg, zs_linear_dims *out) {
     int n = A->block_linears(cfg, out);
     for (int i = 0; i < n; i++)
         out[i].count *= cfg->n_layer;
-    out[n++] = (zs_linear_dims){cfg->n_embd, cfg->padded_vocab, 1}; /* the head (tied or not) */
+    out[n++] = (zs_linear_dims){cfg->n_embd, cfg->padded_vocab, 1, 0, 1}; /* the head */
     return n;
 }
 
@@ -204,6 +205,11 @@ zs_status zs_model_create_opts(const zs_model_config *cfg, const zs_model_option
     b->engine = engine;
     b->recompute = opts->recompute == ZS_RECOMPUTE_BLOCK;
     b->naive = opts->attention == ZS_ATTENTION_NAIVE;
+    b->act16 = opts->act_dtype == ZS_DTYPE_BF16;
+    ZS_REQUIRE(!b->act16 || ops->gemm16, ZS_ERR_INVALID,
+               "model: bf16 activations need a table whose gemm takes bf16 inputs (the %s table "
+               "computes in %s; --dtype bf16 sets both)",
+               ops->name, ops->gemm_math == ZS_MATH_TF32 ? "tf32" : "fp32");
     b->tied = zs_model_tied(cfg);
     ZS_CHECK(bind_layout(A, b));
     b->layers = calloc((size_t)cfg->n_layer, A->layer_size);
@@ -273,11 +279,12 @@ static zs_status model_forward(zs_model_t *m, const int32_t *in, const int32_t *
 
     ZS_CHECK(zs_module_forward_begin(b->engine, uf, &p));
     ZS_CHECK(m->A->norm_fwd(b, p, x, BT));
-    if (!b->tied) ZS_CHECK(zs_linear_fwd(o, s, b->logits, b->lnf, p + b->off_head, NULL, BT, C, Vp));
+    if (!b->tied)
+        ZS_CHECK(zs_linear_fwd(o, s, b->logits, b->lnf, 0, p + b->off_head, NULL, BT, C, Vp));
     ZS_CHECK(zs_module_forward_end(b->engine, uf));
     if (b->tied) { /* logits = lnf @ wte^T over the padded vocabulary */
         ZS_CHECK(zs_module_forward_begin(b->engine, 0, &p));
-        ZS_CHECK(zs_linear_fwd(o, s, b->logits, b->lnf, p + b->off_embed, NULL, BT, C, Vp));
+        ZS_CHECK(zs_linear_fwd(o, s, b->logits, b->lnf, 0, p + b->off_embed, NULL, BT, C, Vp));
         ZS_CHECK(zs_module_forward_end(b->engine, 0));
     }
 fail:
@@ -301,7 +308,7 @@ static zs_status head_bwd(zs_model_base *b, float *dW, const float *W, int BT) {
     if (head_bf16(b, BT)) /* row r's bf16 at the start of its fp32 row: ld 2 Vp */
         return zs_linear_bwd16_set(b->ops, b->s, b->dC, dW, (const zs_bf16 *)b->logits, 2 * Vp,
                                    b->lnf, W, BT, C, Vp);
-    return zs_linear_bwd_set(b->ops, b->s, b->dC, dW, NULL, b->logits, b->lnf, W, BT, C, Vp);
+    return zs_linear_bwd_set(b->ops, b->s, b->dC, dW, NULL, b->logits, b->lnf, 0, W, BT, C, Vp);
 }
 
 /* Backward from the dlogits that the loss left in b->logits, in the reverse unit order. */

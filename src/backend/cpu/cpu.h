@@ -16,12 +16,16 @@ zs_status zs_cpu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens
                                const float *wpe, int B, int T, int C, const int32_t *seg);
 zs_status zs_cpu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
                                const int32_t *tokens, int B, int T, int C, const int32_t *seg);
+zs_status zs_cpu_layernorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *mean, float *rstd,
+                                 const float *inp, const float *w, const float *b, int N, int C);
 zs_status zs_cpu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
                                const float *inp, const float *w, const float *b, int N, int C);
 zs_status zs_cpu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
 zs_status zs_cpu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n);
+zs_status zs_cpu_bias_gelu_fwd16(zs_stream_t *s, float *pre, zs_bf16 *out, const float *bias, int N,
+                                 int OC);
 zs_status zs_cpu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
                                int OC);
 zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
@@ -35,6 +39,8 @@ zs_status zs_cpu_attention_bwd(zs_stream_t *s, float *dqkv, float *datt, const f
                                const int32_t *seg);
 
 /* LLaMA-family ops: llama_cpu.c and attention_gqa_cpu.c. */
+zs_status zs_cpu_rmsnorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *rstd, const float *inp,
+                               const float *w, int N, int C, float eps);
 zs_status zs_cpu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
                              const float *w, int N, int C, float eps);
 zs_status zs_cpu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
@@ -43,6 +49,8 @@ zs_status zs_cpu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, i
                           int hs, float theta, const int32_t *seg);
 zs_status zs_cpu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
                           int hs, float theta, const int32_t *seg);
+zs_status zs_cpu_swiglu_fwd16(zs_stream_t *s, zs_bf16 *out, const float *gate, const float *up,
+                              size_t n);
 zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
                             size_t n);
 zs_status zs_cpu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
@@ -72,6 +80,10 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
 zs_status zs_cpu_gemm_fp32(ZS_CPU_GEMM_ARGS);
 zs_status zs_cpu_gemm_tf32(ZS_CPU_GEMM_ARGS);
 zs_status zs_cpu_gemm_bf16(ZS_CPU_GEMM_ARGS);
+/* ops.h gemm16: the bf16 gemm with either operand stored as bf16 (widened as packed). */
+zs_status zs_cpu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                        const void *A, int a16, int lda, const void *B, int b16, int ldb,
+                        float beta, float *C, int ldc);
 /* The rounded modes' panel size in floats (0: the default, 16 MiB); tests make it small to
  * reach the multi-panel paths with small shapes. */
 void zs_cpu_gemm_panel(size_t floats);

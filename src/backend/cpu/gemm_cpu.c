@@ -94,19 +94,31 @@ static void round_run(zs_gemm_math math, float *restrict dst, const float *restr
     }
 }
 
-/* dst (rows x cols, leading dimension rows) = the rounded block of the stored matrix X at rows
- * r0.., columns c0..: its own layout, so every column is one contiguous run. */
-static void pack(zs_gemm_math math, float *dst, const float *X, int ld, int r0, int c0, int rows,
-                 int cols) {
+/* Widened copy of n contiguous bf16 values: exact, and already rounded in either mode (bf16's
+ * 7 mantissa bits fit TF32's 10). */
+static void widen_run(float *restrict dst, const zs_bf16 *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = zs_bits_f32((uint32_t)src[i].bits << 16);
+}
+
+/* dst (rows x cols, leading dimension rows) = the rounded block of the stored matrix X (fp32,
+ * or bf16 where x16) at rows r0.., columns c0..: its own layout, so every column is one
+ * contiguous run. */
+static void pack(zs_gemm_math math, float *dst, const void *X, int x16, int ld, int r0, int c0,
+                 int rows, int cols) {
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= 65536)
-    for (int c = 0; c < cols; c++)
-        round_run(math, dst + (size_t)c * rows, X + (size_t)r0 + (size_t)(c0 + c) * ld,
-                  (size_t)rows);
+    for (int c = 0; c < cols; c++) {
+        size_t at = (size_t)r0 + (size_t)(c0 + c) * ld;
+        if (x16)
+            widen_run(dst + (size_t)c * rows, (const zs_bf16 *)X + at, (size_t)rows);
+        else
+            round_run(math, dst + (size_t)c * rows, (const float *)X + at, (size_t)rows);
+    }
 }
 
 static zs_status gemm_rounded(zs_gemm_math math, int transa, int transb, int m, int n, int k,
-                              float alpha, const float *A, int lda, const float *B, int ldb,
-                              float beta, float *C, int ldc) {
+                              float alpha, const void *A, int a16, int lda, const void *B, int b16,
+                              int ldb, float beta, float *C, int ldc) {
     zs_status st = zs_gemm_check(transa, transb, m, n, k, A, lda, B, ldb, C, ldc);
     float *ap, *bp;
     if (st != ZS_OK || m == 0 || n == 0) return st;
@@ -132,16 +144,16 @@ static zs_status gemm_rounded(zs_gemm_math math, int transa, int transb, int m, 
         for (int n0 = 0; n0 < n; n0 += nb0) {
             int nb = n - n0 < nb0 ? n - n0 : nb0;
             if (transb)
-                pack(math, bp, B, ldb, n0, k0, nb, kb);
+                pack(math, bp, B, b16, ldb, n0, k0, nb, kb);
             else
-                pack(math, bp, B, ldb, k0, n0, kb, nb);
+                pack(math, bp, B, b16, ldb, k0, n0, kb, nb);
             for (int m0 = 0; m0 < m; m0 += mb0) {
                 int mb = m - m0 < mb0 ? m - m0 : mb0;
                 if (n0 == 0 || mb0 < m) { /* a single m panel stays packed across n */
                     if (transa)
-                        pack(math, ap, A, lda, k0, m0, kb, mb);
+                        pack(math, ap, A, a16, lda, k0, m0, kb, mb);
                     else
-                        pack(math, ap, A, lda, m0, k0, mb, kb);
+                        pack(math, ap, A, a16, lda, m0, k0, mb, kb);
                 }
                 cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans,
                             transb ? CblasTrans : CblasNoTrans, mb, nb, kb, alpha, ap,
@@ -158,12 +170,22 @@ zs_status zs_cpu_gemm_tf32(zs_stream_t *s, int transa, int transb, int m, int n,
                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
                            int ldc) {
     (void)s;
-    return gemm_rounded(ZS_MATH_TF32, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_rounded(ZS_MATH_TF32, transa, transb, m, n, k, alpha, A, 0, lda, B, 0, ldb, beta, C,
+                        ldc);
 }
 
 zs_status zs_cpu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
                            int ldc) {
     (void)s;
-    return gemm_rounded(ZS_MATH_BF16, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_rounded(ZS_MATH_BF16, transa, transb, m, n, k, alpha, A, 0, lda, B, 0, ldb, beta, C,
+                        ldc);
+}
+
+zs_status zs_cpu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                        const void *A, int a16, int lda, const void *B, int b16, int ldb,
+                        float beta, float *C, int ldc) {
+    (void)s;
+    return gemm_rounded(ZS_MATH_BF16, transa, transb, m, n, k, alpha, A, a16, lda, B, b16, ldb,
+                        beta, C, ldc);
 }

@@ -14,16 +14,36 @@
 /* Largest head size RoPE accepts: the per-position cos/sin tables live on the stack. */
 #define ROPE_MAX_HALF 512
 
-zs_status zs_cpu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
+/* rmsnorm_fwd into out32, or rounded to bf16 into out16 (the other NULL). */
+static zs_status rmsnorm_fwd(float *out32, zs_bf16 *out16, float *rstd, const float *inp,
                              const float *w, int N, int C, float eps) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && C >= 1 && eps >= 0.0f, ZS_ERR_INVALID,
                "rmsnorm_fwd: bad shape N=%d C=%d or eps %g", N, C, (double)eps);
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= ZS_CPU_PAR_MIN)
-    for (int r = 0; r < N; r++)
-        rstd[r] = zs_rmsnorm_row_fwd(out + (size_t)r * C, inp + (size_t)r * C, w, C, eps);
+    for (int r = 0; r < N; r++) {
+        const float *x = inp + (size_t)r * C;
+        if (out32) {
+            rstd[r] = zs_rmsnorm_row_fwd(out32 + (size_t)r * C, x, w, C, eps);
+            continue;
+        }
+        zs_bf16 *y = out16 + (size_t)r * C;
+        float rs = rstd[r] = zs_rmsnorm_row_rstd(x, C, eps);
+        for (int i = 0; i < C; i++)
+            y[i] = zs_f32_to_bf16(x[i] * rs * w[i]);
+    }
 fail:
     return st;
+}
+
+zs_status zs_cpu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
+                             const float *w, int N, int C, float eps) {
+    return rmsnorm_fwd(out, NULL, rstd, inp, w, N, C, eps);
+}
+
+zs_status zs_cpu_rmsnorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *rstd, const float *inp,
+                               const float *w, int N, int C, float eps) {
+    return rmsnorm_fwd(NULL, out, rstd, inp, w, N, C, eps);
 }
 
 zs_status zs_cpu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
@@ -117,6 +137,14 @@ zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const
 #pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         out[i] = zs_silu(gate[i]) * up[i];
+    return ZS_OK;
+}
+
+zs_status zs_cpu_swiglu_fwd16(zs_stream_t *s, zs_bf16 *out, const float *gate, const float *up,
+                              size_t n) {
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        out[i] = zs_f32_to_bf16(zs_silu(gate[i]) * up[i]);
     return ZS_OK;
 }
 

@@ -58,15 +58,35 @@ fail:
     return st;
 }
 
-zs_status zs_cpu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
+/* layernorm_fwd into out32, or rounded to bf16 into out16 (the other NULL). */
+static zs_status layernorm_fwd(float *out32, zs_bf16 *out16, float *mean, float *rstd,
                                const float *inp, const float *w, const float *b, int N, int C) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_fwd: bad shape N=%d C=%d", N, C);
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= ZS_CPU_PAR_MIN)
-    for (int r = 0; r < N; r++)
-        zs_layernorm_row_fwd(out + (size_t)r * C, &mean[r], &rstd[r], inp + (size_t)r * C, w, b, C);
+    for (int r = 0; r < N; r++) {
+        const float *x = inp + (size_t)r * C;
+        if (out32) {
+            zs_layernorm_row_fwd(out32 + (size_t)r * C, &mean[r], &rstd[r], x, w, b, C);
+            continue;
+        }
+        zs_bf16 *y = out16 + (size_t)r * C;
+        zs_layernorm_row_stats(&mean[r], &rstd[r], x, C);
+        for (int i = 0; i < C; i++)
+            y[i] = zs_f32_to_bf16(zs_layernorm_xhat(x[i], mean[r], rstd[r]) * w[i] + b[i]);
+    }
 fail:
     return st;
+}
+
+zs_status zs_cpu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *b, int N, int C) {
+    return layernorm_fwd(out, NULL, mean, rstd, inp, w, b, N, C);
+}
+
+zs_status zs_cpu_layernorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *mean, float *rstd,
+                                 const float *inp, const float *w, const float *b, int N, int C) {
+    return layernorm_fwd(NULL, out, mean, rstd, inp, w, b, N, C);
 }
 
 zs_status zs_cpu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
@@ -122,24 +142,38 @@ zs_status zs_cpu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n
     return ZS_OK;
 }
 
-/* bias_fwd then gelu_fwd, a row at a time (the same bits: gelu of the rounded sum). */
-zs_status zs_cpu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
+/* bias_fwd then gelu_fwd, a row at a time (the same bits: gelu of the rounded sum), out fp32
+ * (out32) or rounded to bf16 (out16; the other NULL). */
+static zs_status bias_gelu_fwd(float *pre, float *out32, zs_bf16 *out16, const float *bias, int N,
                                int OC) {
     zs_status st = ZS_OK;
-    (void)s;
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_gelu_fwd: negative shape N=%d OC=%d", N,
                OC);
 #pragma omp parallel for schedule(static) if ((size_t)N * OC >= ZS_CPU_PAR_MIN)
     for (int r = 0; r < N; r++) {
-        float *x = pre + (size_t)r * OC, *y = out + (size_t)r * OC;
-        for (int c = 0; c < OC; c++) {
-            float v = bias ? x[c] + bias[c] : x[c];
-            x[c] = v;
-            y[c] = zs_gelu(v);
-        }
+        float *x = pre + (size_t)r * OC;
+        if (bias)
+            for (int c = 0; c < OC; c++)
+                x[c] += bias[c];
+        if (out32)
+            for (int c = 0; c < OC; c++)
+                out32[(size_t)r * OC + c] = zs_gelu(x[c]);
+        else
+            for (int c = 0; c < OC; c++)
+                out16[(size_t)r * OC + c] = zs_f32_to_bf16(zs_gelu(x[c]));
     }
 fail:
     return st;
+}
+
+zs_status zs_cpu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
+                               int OC) {
+    return bias_gelu_fwd(pre, out, NULL, bias, N, OC);
+}
+
+zs_status zs_cpu_bias_gelu_fwd16(zs_stream_t *s, float *pre, zs_bf16 *out, const float *bias, int N,
+                                 int OC) {
+    return bias_gelu_fwd(pre, NULL, out, bias, N, OC);
 }
 
 zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,

@@ -245,14 +245,17 @@ static zs_status cpu_sync(zs_stream_t *s) {
     return ZS_OK;
 }
 
-/* The three tables differ in their gemm's arithmetic only (gemm_cpu.c). */
+/* The three tables differ in their gemm's arithmetic only (gemm_cpu.c); the bf16 one also takes
+ * bf16 operands (gemm16). */
 static const zs_ops *cpu_with_math(zs_gemm_math math);
 
-#define CPU_TABLE(math, gemm_fn)                                                                   \
+#define CPU_TABLE(math, gemm_fn, gemm16_fn)                                                        \
     {                                                                                              \
         .name = "cpu", .gemm_math = math, .with_math = cpu_with_math, .gemm = gemm_fn,             \
-        .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,                                        \
+        .gemm16 = gemm16_fn, .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,                   \
         .bias_residual_fwd = cpu_bias_residual_fwd, .bias_gelu_fwd = zs_cpu_bias_gelu_fwd,         \
+        .bias_gelu_fwd16 = zs_cpu_bias_gelu_fwd16, .layernorm_fwd16 = zs_cpu_layernorm_fwd16,      \
+        .rmsnorm_fwd16 = zs_cpu_rmsnorm_fwd16, .swiglu_fwd16 = zs_cpu_swiglu_fwd16,                \
         .embedding_fwd = zs_cpu_embedding_fwd, .embedding_bwd = zs_cpu_embedding_bwd,              \
         .layernorm_fwd = zs_cpu_layernorm_fwd, .layernorm_bwd = zs_cpu_layernorm_bwd,              \
         .gelu_fwd = zs_cpu_gelu_fwd, .gelu_bwd = zs_cpu_gelu_bwd,                                  \
@@ -271,9 +274,9 @@ static const zs_ops *cpu_with_math(zs_gemm_math math);
         .decode_attention = zs_cpu_decode_attention, .sample = zs_cpu_sample,                      \
     }
 
-static const zs_ops cpu_ops[3] = {CPU_TABLE(ZS_MATH_FP32, zs_cpu_gemm_fp32),
-                                  CPU_TABLE(ZS_MATH_TF32, zs_cpu_gemm_tf32),
-                                  CPU_TABLE(ZS_MATH_BF16, zs_cpu_gemm_bf16)};
+static const zs_ops cpu_ops[3] = {CPU_TABLE(ZS_MATH_FP32, zs_cpu_gemm_fp32, NULL),
+                                  CPU_TABLE(ZS_MATH_TF32, zs_cpu_gemm_tf32, NULL),
+                                  CPU_TABLE(ZS_MATH_BF16, zs_cpu_gemm_bf16, zs_cpu_gemm16)};
 
 static const zs_ops *cpu_with_math(zs_gemm_math math) {
     return &cpu_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];

@@ -170,6 +170,24 @@ static __device__ __forceinline__ size_t zs_cu_warp_row(size_t N) {
     return r < N ? r : N;
 }
 
+/* An output element stored as fp32, or rounded to bf16 (zs_f32_to_bf16) where a producer writes
+ * the next GEMM's bf16 input (ops.h gemm16); zs_cu_put4 stores four at element 4 i (16-byte,
+ * or for bf16 8-byte, aligned). */
+static __device__ __forceinline__ void zs_cu_put(float *p, float v) {
+    *p = v;
+}
+static __device__ __forceinline__ void zs_cu_put(zs_bf16 *p, float v) {
+    *p = zs_f32_to_bf16(v);
+}
+static __device__ __forceinline__ void zs_cu_put4(float *p, size_t i, float4 v) {
+    ((float4 *)p)[i] = v;
+}
+static __device__ __forceinline__ void zs_cu_put4(zs_bf16 *p, size_t i, float4 v) {
+    uint32_t lo = (uint32_t)zs_f32_to_bf16(v.x).bits | (uint32_t)zs_f32_to_bf16(v.y).bits << 16;
+    uint32_t hi = (uint32_t)zs_f32_to_bf16(v.z).bits | (uint32_t)zs_f32_to_bf16(v.w).bits << 16;
+    ((uint2 *)p)[i] = make_uint2(lo, hi);
+}
+
 /* FLOPs of zs_cu_warp_sum over a warp and of zs_cu_block_reduce (sum) over a block. */
 #define ZS_CU_WARP_SUM_FLOPS (5.0 * ZS_WARP)
 #define ZS_CU_BLOCK_SUM_FLOPS (12.0 * ZS_ROW_THREADS)
@@ -258,10 +276,13 @@ zs_status zs_cu_gemm_tf32(zs_stream_t *s, int transa, int transb, int m, int n, 
 zs_status zs_cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
                           const float *A, int lda, const float *B, int ldb, float beta, float *C,
                           int ldc);
+zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                       const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta,
+                       float *C, int ldc);
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
                                      const float *dout, const float *gelu_inp, float *dtmp,
-                                     const float *inp, const float *W, int N, int IC, int OC,
-                                     float dinp_beta);
+                                     const void *inp, int inp16, const float *W, int N, int IC,
+                                     int OC, float dinp_beta);
 zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                   float dinp_beta);
@@ -279,6 +300,8 @@ zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const fl
                               const int32_t *tokens, int B, int T, int C, const int32_t *seg);
 zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
                               const float *inp, const float *w, const float *b, int N, int C);
+zs_status zs_cu_layernorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *mean, float *rstd,
+                                const float *inp, const float *w, const float *b, int N, int C);
 zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
                               const float *inp, const float *w, const float *mean,
                               const float *rstd, int N, int C);
@@ -291,6 +314,8 @@ zs_status zs_cu_softmax_xent16(zs_stream_t *s, float *losses, float *logits, con
                                int N, int V, int Vp, float dloss);
 zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
                             const float *w, int N, int C, float eps);
+zs_status zs_cu_rmsnorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *rstd, const float *inp,
+                              const float *w, int N, int C, float eps);
 zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, const float *rstd, int N, int C);
 zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH, int hs,
@@ -299,6 +324,8 @@ zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, 
                          int hs, float theta, const int32_t *seg);
 zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
                            size_t n);
+zs_status zs_cu_swiglu_fwd16(zs_stream_t *s, zs_bf16 *out, const float *gate, const float *up,
+                             size_t n);
 zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
                            const float *gate, const float *up, size_t n);
 

@@ -116,13 +116,78 @@ zs_status zs_cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, 
 #endif
 }
 
+/* ops.h gemm16: the bf16 operand as it is, the fp32 one rounded into the stream's scratch by
+ * zs_gemm16_plan: whole, or in pieces along m, n or k, each piece of A, B and C an offset into
+ * them (a piece of the fp32 operand is a run of its stored columns, rounded just before its
+ * product), k's products added in order. */
+zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
+                       const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta,
+                       float *C, int ldc) {
+    zs_status st = ZS_OK;
+    cublasHandle_t h = NULL;
+    int locked = 0;
+    zs_bf16 *w = NULL;
+    cudaStream_t cs = zs_cu_stream(s);
+    if (!a16 && !b16)
+        return zs_cu_gemm_bf16(s, transa, transb, m, n, k, alpha, (const float *)A, lda,
+                               (const float *)B, ldb, beta, C, ldc);
+    ZS_CHECK(zs_gemm_check(transa, transb, m, n, k, (const float *)A, lda, (const float *)B, ldb, C,
+                           ldc));
+    if (m == 0 || n == 0) return ZS_OK;
+    ZS_CHECK(zs_cu_blas_lock(&h));
+    locked = 1;
+    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
+    if ((a16 && b16) || k == 0) { /* nothing to round (k == 0: C = beta C) */
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, k, alpha, A, lda, B, ldb,
+                           CUDA_R_16BF, beta, C, ldc));
+    } else {
+        const float *X = (const float *)(a16 ? B : A); /* the fp32 operand */
+        int ld = a16 ? ldb : lda, rows = a16 ? (transb ? n : k) : (transa ? k : m);
+        int own = a16 ? (transb ? ZS_SPLIT_K : ZS_SPLIT_N) : (transa ? ZS_SPLIT_M : ZS_SPLIT_K);
+        zs_gemm16_split p = zs_gemm16_plan(transa, transb, m, n, k, a16);
+        int len = p.dim == ZS_SPLIT_M ? m : p.dim == ZS_SPLIT_N ? n : k;
+        int piece = p.dim == ZS_SPLIT_NONE ? len : p.piece;
+        ZS_REQUIRE(ld == rows, ZS_ERR_INVALID,
+                   "gemm16: the fp32 operand is not packed (ld %d for %d rows)", ld, rows);
+        ZS_REQUIRE(p.elems, ZS_ERR_INVALID,
+                   "gemm16: a column of %d fp32 rows does not fit the %zu-element scratch", rows,
+                   (size_t)ZS_GEMM_CAST_MAX);
+        ZS_CHECK(zs_cu_gemm_scratch(s, p.elems, &w));
+        if (p.dim != own) /* not split along its columns: rounded once, whole */
+            ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X, p.elems));
+        for (int c0 = 0; c0 < len; c0 += piece) {
+            int nc = len - c0 < piece ? len - c0 : piece;
+            size_t ao = 0, bo = 0, co = 0; /* element offsets of the piece in A, B and C */
+            int pm = m, pn = n, pk = k;
+            if (p.dim == ZS_SPLIT_M) {
+                pm = nc, ao = transa ? (size_t)c0 * lda : (size_t)c0, co = (size_t)c0;
+            } else if (p.dim == ZS_SPLIT_N) {
+                pn = nc, bo = transb ? (size_t)c0 : (size_t)c0 * ldb, co = (size_t)c0 * ldc;
+            } else if (p.dim == ZS_SPLIT_K) {
+                pk = nc, ao = transa ? (size_t)c0 : (size_t)c0 * lda;
+                bo = transb ? (size_t)c0 * ldb : (size_t)c0;
+            }
+            if (p.dim == own && p.dim != ZS_SPLIT_NONE)
+                ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X + (size_t)c0 * ld, (size_t)rows * nc));
+            const zs_bf16 *a = a16 ? (const zs_bf16 *)A + ao : w + (p.dim == own ? 0 : ao);
+            const zs_bf16 *b = a16 ? w + (p.dim == own ? 0 : bo) : (const zs_bf16 *)B + bo;
+            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, pm, pn, pk, alpha, a, lda, b,
+                               ldb, CUDA_R_16BF, p.dim == ZS_SPLIT_K && c0 ? 1.0f : beta, C + co,
+                               ldc));
+        }
+    }
+fail:
+    if (locked) zs_cu_blas_unlock();
+    return st;
+}
+
 /* gemm_linear_bwd without a bias or GELU where W, dout and inp do not fit the scratch together
  * (zs_linear_bwd_rows_plan): W rounded once, then dout's and inp's rows in pieces of `rows`,
  * each piece rounded once for both products: its columns of dinp^T, and its part of dW^T's
  * sum along N (the pieces' products added in order). Where each GEMM planned its own pieces,
  * dout was rounded once for each. */
 static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const float *dout,
-                                 const float *inp, const float *W, int N, int IC, int OC,
+                                 const void *inp, int inp16, const float *W, int N, int IC, int OC,
                                  float dinp_beta, int rows) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
@@ -131,20 +196,23 @@ static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const f
     cudaStream_t cs = zs_cu_stream(s);
     size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = (size_t)OC * rows;
     ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
-    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, inp, IC, dout, OC, dW, IC));
+    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, dout, OC, dW, IC));
     ZS_CHECK(zs_cu_blas_lock(&h));
     locked = 1;
     ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
-    ZS_CHECK(zs_cu_gemm_scratch(s, nw + nd + (size_t)IC * rows, &w));
+    ZS_CHECK(zs_cu_gemm_scratch(s, nw + nd + (inp16 ? 0 : (size_t)IC * rows), &w));
     ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
     for (int j0 = 0; j0 < N; j0 += rows) {
         int nc = N - j0 < rows ? N - j0 : rows;
+        const zs_bf16 *x = inp16 ? (const zs_bf16 *)inp + (size_t)j0 * IC : w + nw + nd;
         ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, dout + (size_t)j0 * OC, (size_t)OC * nc));
-        ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, inp + (size_t)j0 * IC, (size_t)IC * nc));
+        if (!inp16)
+            ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp + (size_t)j0 * IC,
+                                       (size_t)IC * nc));
         ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, nc, OC, 1.0f, w, IC, w + nw, OC,
                            CUDA_R_16BF, dinp_beta, dinp + (size_t)j0 * IC, IC));
-        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, nc, 1.0f, w + nw + nd, IC, w + nw,
-                           OC, CUDA_R_16BF, 1.0f, dW, IC));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, nc, 1.0f, x, IC, w + nw, OC,
+                           CUDA_R_16BF, 1.0f, dW, IC));
     }
 fail:
     if (locked) zs_cu_blas_unlock();
@@ -158,12 +226,12 @@ fail:
  * backward, a cast and a sum took three passes). */
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
                                      const float *dout, const float *gelu_inp, float *dtmp,
-                                     const float *inp, const float *W, int N, int IC, int OC,
-                                     float dinp_beta) {
+                                     const void *inp, int inp16, const float *W, int N, int IC,
+                                     int OC, float dinp_beta) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     int locked = 0;
-    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC);
+    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC, inp16);
     size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = zs_gemm_cast_round((size_t)OC * N);
     zs_bf16 *w = NULL;
     cudaStream_t cs = zs_cu_stream(s);
@@ -174,8 +242,8 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
 #ifndef ZS_MUTANT_GEMM_32F
     { /* too large to round at once, without a bias or GELU: in pieces of rows */
         int rows = 0;
-        if (!cast && !dbias && !gelu_inp && zs_linear_bwd_rows_plan(N, IC, OC, &rows))
-            return linear_bwd_rows(s, dinp, dW, dout, inp, W, N, IC, OC, dinp_beta, rows);
+        if (!cast && !dbias && !gelu_inp && zs_linear_bwd_rows_plan(N, IC, OC, inp16, &rows))
+            return linear_bwd_rows(s, dinp, dW, dout, inp, inp16, W, N, IC, OC, dinp_beta, rows);
     }
 #endif
     if (!cast) {
@@ -184,11 +252,11 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
             dout = dtmp;
         }
         ZS_CHECK(zs_cu_gemm_bf16(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
-        ZS_CHECK(zs_cu_gemm_bf16(s, 0, 1, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, IC));
+        ZS_CHECK(zs_cu_gemm16(s, 0, 1, IC, OC, N, 1.0f, inp, inp16, IC, dout, 0, OC, 1.0f, dW, IC));
         return dbias ? zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, NULL, NULL) : ZS_OK;
     }
     ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
-    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, inp, IC, dout, OC, dW, IC));
+    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, dout, OC, dW, IC));
     ZS_CHECK(zs_cu_blas_lock(&h));
     locked = 1;
     ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
@@ -198,11 +266,11 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
         ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, w + nw, gelu_inp));
     else
         ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, dout, (size_t)OC * N));
-    ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, inp, (size_t)IC * N));
+    if (!inp16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp, (size_t)IC * N));
     ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, w, IC, w + nw, OC, CUDA_R_16BF,
                        dinp_beta, dinp, IC));
-    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, w + nw + nd, IC, w + nw, OC,
-                       CUDA_R_16BF, 1.0f, dW, IC));
+    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, inp16 ? inp : w + nw + nd, IC,
+                       w + nw, OC, CUDA_R_16BF, 1.0f, dW, IC));
 fail:
     if (locked) zs_cu_blas_unlock();
     return st;

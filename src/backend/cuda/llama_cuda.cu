@@ -15,7 +15,8 @@
 /* ---- RMSNorm ------------------------------------------------------------------------ */
 
 /* A warp per row, as layer norm (kernels/rmsnorm.h's lanes). */
-static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp, const float *w,
+template <typename OutT>
+static __global__ void rmsnorm_fwd_kernel(OutT *out, float *rstd, const float *inp, const float *w,
                                           int N, int C, float eps) {
     size_t r = zs_cu_warp_row((size_t)N);
     if (r == (size_t)N) return;
@@ -26,7 +27,7 @@ static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *
         q += x[i] * x[i];
     float rs = zs_rmsnorm_rstd(zs_cu_warp_sum(q), C, eps);
     for (int i = lane; i < C; i += ZS_WARP)
-        out[r * C + i] = x[i] * rs * w[i];
+        zs_cu_put(&out[r * C + i], x[i] * rs * w[i]);
     if (lane == 0) rstd[r] = rs;
 }
 
@@ -72,8 +73,10 @@ static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, con
     if (g == 0 && c < C) zs_colsum_finish(dw + c, pw + tx, ZS_CU_COLS + 1, 1);
 }
 
-zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
-                            const float *w, int N, int C, float eps) {
+/* out fp32, or bf16 (rmsnorm_fwd16). */
+template <typename OutT>
+static zs_status rmsnorm_fwd(zs_stream_t *s, OutT *out, float *rstd, const float *inp,
+                             const float *w, int N, int C, float eps) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     ZS_REQUIRE(N >= 0 && C >= 1 && eps >= 0.0f, ZS_ERR_INVALID,
@@ -81,12 +84,23 @@ zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(out && rstd && inp && w, ZS_ERR_INVALID, "rmsnorm_fwd: NULL buffer");
     /* per row: 4 per element, a butterfly and 4 scalar ops in each lane */
-    ZS_COST((double)N * (4.0 * C + ZS_CU_WARP_SUM_FLOPS + 4.0 * ZS_WARP), 0, 4.0 * (2.0 * N * C + C + N));
-    ZS_LAUNCH(rmsnorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, rstd, inp,
-              w, N, C, eps);
+    ZS_COST((double)N * (4.0 * C + ZS_CU_WARP_SUM_FLOPS + 4.0 * ZS_WARP), 0,
+            (4.0 + sizeof(OutT)) * N * C + 4.0 * (C + N));
+    ZS_LAUNCH(rmsnorm_fwd_kernel<OutT>, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out,
+              rstd, inp, w, N, C, eps);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel);
 fail:
     return st;
+}
+
+zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps) {
+    return rmsnorm_fwd(s, out, rstd, inp, w, N, C, eps);
+}
+
+zs_status zs_cu_rmsnorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *rstd, const float *inp,
+                              const float *w, int N, int C, float eps) {
+    return rmsnorm_fwd(s, out, rstd, inp, w, N, C, eps);
 }
 
 zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
@@ -168,9 +182,10 @@ zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, 
 /* ---- SwiGLU ------------------------------------------------------------------------- */
 
 /* out may alias gate or up: each thread reads its elements before writing. */
-static __global__ void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n) {
+template <typename OutT>
+static __global__ void swiglu_fwd_kernel(OutT *out, const float *gate, const float *up, size_t n) {
     ZS_CU_FOR(i, n) {
-        out[i] = zs_silu(gate[i]) * up[i];
+        zs_cu_put(&out[i], zs_silu(gate[i]) * up[i]);
     }
 }
 
@@ -183,17 +198,29 @@ static __global__ void swiglu_bwd_kernel(float *dgate, float *dup, const float *
     }
 }
 
-zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
-                           size_t n) {
+/* out fp32, or bf16 (swiglu_fwd16). */
+template <typename OutT>
+static zs_status swiglu_fwd(zs_stream_t *s, OutT *out, const float *gate, const float *up,
+                            size_t n) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(out && gate && up, ZS_ERR_INVALID, "swiglu_fwd: NULL buffer");
-    ZS_COST(6.0 * n, 0, 12.0 * n); /* zs_silu 5, times up */
-    ZS_LAUNCH(swiglu_fwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, gate, up, n);
+    ZS_COST(6.0 * n, 0, (8.0 + sizeof(OutT)) * n); /* zs_silu 5, times up */
+    ZS_LAUNCH(swiglu_fwd_kernel<OutT>, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, out, gate, up, n);
     ZS_CUDA_CHECK_LAUNCH(swiglu_fwd_kernel);
 fail:
     return st;
+}
+
+zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
+                           size_t n) {
+    return swiglu_fwd(s, out, gate, up, n);
+}
+
+zs_status zs_cu_swiglu_fwd16(zs_stream_t *s, zs_bf16 *out, const float *gate, const float *up,
+                             size_t n) {
+    return swiglu_fwd(s, out, gate, up, n);
 }
 
 zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,

@@ -186,7 +186,8 @@ fail:
 
 /* A warp per row: lane l takes elements l, l + 32, ... (the CPU twin's lanes, kernels/
  * layernorm.h), the butterfly gives every lane the row's sums. */
-static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+template <typename OutT>
+static __global__ void layernorm_fwd_kernel(OutT *out, float *mean, float *rstd, const float *inp,
                                             const float *w, const float *b, int N, int C) {
     size_t r = zs_cu_warp_row((size_t)N);
     if (r == (size_t)N) return;
@@ -200,7 +201,7 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
         q += (x[i] - mu) * (x[i] - mu);
     float rs = 1.0f / sqrtf(zs_cu_warp_sum(q) / (float)C + ZS_LAYERNORM_EPS);
     for (int i = lane; i < C; i += ZS_WARP)
-        out[r * C + i] = zs_layernorm_xhat(x[i], mu, rs) * w[i] + b[i];
+        zs_cu_put(&out[r * C + i], zs_layernorm_xhat(x[i], mu, rs) * w[i] + b[i]);
     if (lane == 0) {
         mean[r] = mu;
         rstd[r] = rs;
@@ -265,8 +266,10 @@ static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const flo
     }
 }
 
-zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b, int N, int C) {
+/* out fp32, or bf16 (layernorm_fwd16). */
+template <typename OutT>
+static zs_status layernorm_fwd(zs_stream_t *s, OutT *out, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *b, int N, int C) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_fwd: bad shape N=%d C=%d", N, C);
@@ -275,12 +278,22 @@ zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rs
     /* per row: 9 per element (sum, squared deviation, normalise), two butterflies and 5
      * scalar ops in each lane */
     ZS_COST((double)N * (9.0 * C + 2.0 * ZS_CU_WARP_SUM_FLOPS + 5.0 * ZS_WARP), 0,
-            4.0 * (2.0 * N * C + 2.0 * C + 2.0 * N));
-    ZS_LAUNCH(layernorm_fwd_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out, mean,
-              rstd, inp, w, b, N, C);
+            (4.0 + sizeof(OutT)) * N * C + 4.0 * (2.0 * C + 2.0 * N));
+    ZS_LAUNCH(layernorm_fwd_kernel<OutT>, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, out,
+              mean, rstd, inp, w, b, N, C);
     ZS_CUDA_CHECK_LAUNCH(layernorm_fwd_kernel);
 fail:
     return st;
+}
+
+zs_status zs_cu_layernorm_fwd(zs_stream_t *s, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C) {
+    return layernorm_fwd(s, out, mean, rstd, inp, w, b, N, C);
+}
+
+zs_status zs_cu_layernorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *mean, float *rstd,
+                                const float *inp, const float *w, const float *b, int N, int C) {
+    return layernorm_fwd(s, out, mean, rstd, inp, w, b, N, C);
 }
 
 zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,

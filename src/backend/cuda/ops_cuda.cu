@@ -87,62 +87,74 @@ static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 1) bias_bwd_kernel(float *dbias,
 }
 
 /* out[i] = a[i] + (b[i] + bias[i % OC]) (bias_fwd's sum, then residual's), and with pre
- * non-NULL the GELU's form instead: pre[i] += bias, out[i] = gelu(pre[i]). 4 elements a thread
- * where rows and buffers are 16-byte aligned (vec), else one. out may alias a or b: each
- * thread reads its elements before writing them. */
-static __global__ void bias_act_kernel(float *out, const float *a, const float *b, float *pre,
+ * non-NULL the GELU's form instead: pre[i] += bias (none where bias is NULL), out[i] =
+ * gelu(pre[i]), out fp32 or bf16 (bias_gelu_fwd16). 4 elements a thread where rows and buffers
+ * are aligned (vec), else one. out may alias a or b: each thread reads its elements before
+ * writing them. */
+template <typename OutT>
+static __global__ void bias_act_kernel(OutT *out, const float *a, const float *b, float *pre,
                                        const float *bias, size_t total, int OC, int vec) {
     if (vec) {
         unsigned oc4 = (unsigned)OC / 4;
         ZS_CU_FOR(i, total / 4) {
-            float4 c = ((const float4 *)bias)[i % oc4];
             if (pre) {
                 float4 x = ((float4 *)pre)[i];
-                x = make_float4(x.x + c.x, x.y + c.y, x.z + c.z, x.w + c.w);
-                ((float4 *)pre)[i] = x;
-                ((float4 *)out)[i] =
-                    make_float4(zs_gelu(x.x), zs_gelu(x.y), zs_gelu(x.z), zs_gelu(x.w));
+                if (bias) {
+                    float4 c = ((const float4 *)bias)[i % oc4];
+                    x = make_float4(x.x + c.x, x.y + c.y, x.z + c.z, x.w + c.w);
+                    ((float4 *)pre)[i] = x;
+                }
+                zs_cu_put4(out, i,
+                           make_float4(zs_gelu(x.x), zs_gelu(x.y), zs_gelu(x.z), zs_gelu(x.w)));
             } else {
+                float4 c = ((const float4 *)bias)[i % oc4];
                 float4 x = ((const float4 *)a)[i], y = ((const float4 *)b)[i];
-                ((float4 *)out)[i] = make_float4(x.x + (y.x + c.x), x.y + (y.y + c.y),
-                                                 x.z + (y.z + c.z), x.w + (y.w + c.w));
+                zs_cu_put4(out, i,
+                           make_float4(x.x + (y.x + c.x), x.y + (y.y + c.y), x.z + (y.z + c.z),
+                                       x.w + (y.w + c.w)));
             }
         }
         return;
     }
     ZS_CU_FOR(i, total) {
-        float c = bias[i % (size_t)OC];
         if (pre) {
-            float x = pre[i] + c;
-            pre[i] = x;
-            out[i] = zs_gelu(x);
+            float x = pre[i];
+            if (bias) {
+                x += bias[i % (size_t)OC];
+                pre[i] = x;
+            }
+            zs_cu_put(&out[i], zs_gelu(x));
         } else {
-            out[i] = a[i] + (b[i] + c);
+            zs_cu_put(&out[i], a[i] + (b[i] + bias[i % (size_t)OC]));
         }
     }
 }
 
-/* ops.h bias_residual_fwd (pre NULL) and bias_gelu_fwd (a, b NULL) with a bias; without one,
- * residual_fwd's and gelu_fwd's own kernels. */
-static zs_status bias_act(zs_stream_t *s, float *out, const float *a, const float *b, float *pre,
+/* ops.h bias_residual_fwd (pre NULL) and bias_gelu_fwd (a, b NULL) with a bias, and
+ * bias_gelu_fwd16 (out bf16); without a bias, fp32 outputs take residual_fwd's and gelu_fwd's
+ * own kernels. */
+template <typename OutT>
+static zs_status bias_act(zs_stream_t *s, OutT *out, const float *a, const float *b, float *pre,
                           const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
-    size_t total = (size_t)N * OC;
+    size_t total = (size_t)N * OC, align = 4 * sizeof(OutT);
     int vec;
     const char *what = pre ? "bias_gelu_fwd" : "bias_residual_fwd";
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "%s: negative shape N=%d OC=%d", what, N, OC);
     if (total == 0) return ZS_OK;
-    if (!bias)
-        return pre ? zs_cu_gelu_fwd(s, out, pre, total) : cu_residual_fwd(s, out, a, b, total);
-    ZS_REQUIRE(out && (pre || (a && b)), ZS_ERR_INVALID, "%s: NULL buffer", what);
+    if (!bias && sizeof(OutT) == sizeof(float))
+        return pre ? zs_cu_gelu_fwd(s, (float *)out, pre, total)
+                   : cu_residual_fwd(s, (float *)out, a, b, total);
+    ZS_REQUIRE(out && (pre || (a && b && bias)), ZS_ERR_INVALID, "%s: NULL buffer", what);
     /* two adds an element and the bias read; GELU: one add and zs_gelu's 10, pre read and
-     * written and out written */
-    ZS_COST(pre ? 11.0 * total : 2.0 * total, 0, 12.0 * total + 4.0 * OC);
-    vec = OC % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)bias % 16 == 0 &&
+     * written (read only without a bias) and out written */
+    ZS_COST(pre ? 11.0 * total : 2.0 * total, 0,
+            (4.0 + (pre && !bias ? 0.0 : 4.0) + sizeof(OutT)) * total + (bias ? 4.0 * OC : 0.0));
+    vec = OC % 4 == 0 && (uintptr_t)out % align == 0 && (!bias || (uintptr_t)bias % 16 == 0) &&
           (pre ? (uintptr_t)pre % 16 == 0 : (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0);
-    ZS_LAUNCH(bias_act_kernel, zs_cu_blocks(vec ? total / 4 : total), ZS_CU_THREADS, 0, cs, out, a,
-              b, pre, bias, total, OC, vec);
+    ZS_LAUNCH(bias_act_kernel<OutT>, zs_cu_blocks(vec ? total / 4 : total), ZS_CU_THREADS, 0, cs,
+              out, a, b, pre, bias, total, OC, vec);
     ZS_CUDA_CHECK_LAUNCH(bias_act_kernel);
 fail:
     return st;
@@ -150,11 +162,20 @@ fail:
 
 static zs_status cu_bias_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
                                       const float *bias, int N, int OC) {
-    return bias_act(s, out, a, b, NULL, bias, N, OC);
+    return bias_act(s, out, a, b, (float *)NULL, bias, N, OC);
 }
 
 static zs_status cu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
                                   int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(pre || (size_t)N * OC == 0, ZS_ERR_INVALID, "bias_gelu_fwd: NULL buffer");
+    return bias_act(s, out, NULL, NULL, pre, bias, N, OC);
+fail:
+    return st;
+}
+
+static zs_status cu_bias_gelu_fwd16(zs_stream_t *s, float *pre, zs_bf16 *out, const float *bias,
+                                    int N, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(pre || (size_t)N * OC == 0, ZS_ERR_INVALID, "bias_gelu_fwd: NULL buffer");
     return bias_act(s, out, NULL, NULL, pre, bias, N, OC);
@@ -445,14 +466,16 @@ fail:
     return st;
 }
 
-#define CUDA_TABLE(math, gemm_fn, linear_bwd_fn, linear_bwd16_fn, xent16_fn, flash_fwd, flash_bwd) \
+#define CUDA_TABLE(math, gemm_fn, gemm16_fn, linear_bwd_fn, linear_bwd16_fn, xent16_fn, flash_fwd, \
+                   flash_bwd)                                                                      \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
-        .gemm_linear_bwd = linear_bwd_fn, .gemm_linear_bwd16 = linear_bwd16_fn,                    \
-        .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd,                                          \
+        .gemm16 = gemm16_fn, .gemm_linear_bwd = linear_bwd_fn,                                     \
+        .gemm_linear_bwd16 = linear_bwd16_fn, .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd,    \
         .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd,              \
-        .embedding_fwd = zs_cu_embedding_fwd, .embedding_bwd = zs_cu_embedding_bwd,                \
-        .layernorm_fwd = zs_cu_layernorm_fwd, .layernorm_bwd = zs_cu_layernorm_bwd,                \
+        .bias_gelu_fwd16 = cu_bias_gelu_fwd16, .embedding_fwd = zs_cu_embedding_fwd,               \
+        .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
+        .layernorm_fwd16 = zs_cu_layernorm_fwd16, .layernorm_bwd = zs_cu_layernorm_bwd,            \
         .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd,                                    \
         .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
         .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
@@ -460,21 +483,23 @@ fail:
         .adamw_segs16 = zs_cu_adamw_segs16, .cast = cu_cast, .scale = cu_scale,                    \
         .sumsq = zs_cu_sumsq, .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16, .fill = cu_fill,         \
         .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
-        .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_bwd = zs_cu_rmsnorm_bwd,                        \
-        .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd, .swiglu_fwd = zs_cu_swiglu_fwd,    \
+        .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_fwd16 = zs_cu_rmsnorm_fwd16,                    \
+        .rmsnorm_bwd = zs_cu_rmsnorm_bwd, .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd,  \
+        .swiglu_fwd = zs_cu_swiglu_fwd, .swiglu_fwd16 = zs_cu_swiglu_fwd16,                        \
         .swiglu_bwd = zs_cu_swiglu_bwd, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,              \
         .attention_gqa_bwd = zs_cu_attention_gqa_bwd, .flash_attention_fwd = flash_fwd,            \
         .flash_attention_bwd = flash_bwd, .decode_attention = zs_cu_decode_attention,              \
         .sample = zs_cu_sample,                                                                    \
     }
 
-static const zs_ops cuda_ops[3] = {
-    CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, zs_cu_flash_attention_fwd,
-               zs_cu_flash_attention_bwd),
-    CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, zs_cu_flash_attention_fwd,
-               zs_cu_flash_attention_bwd),
-    CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16,
-               zs_cu_softmax_xent16, cu_flash_fwd_bf16, cu_flash_bwd_bf16)};
+static const zs_ops cuda_ops[3] = {CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, NULL,
+                                              zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
+                                   CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, NULL,
+                                              zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
+                                   CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm16,
+                                              zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16,
+                                              zs_cu_softmax_xent16, cu_flash_fwd_bf16,
+                                              cu_flash_bwd_bf16)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];

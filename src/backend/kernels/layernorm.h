@@ -13,22 +13,27 @@ static ZS_HD float zs_layernorm_xhat(float x, float mean, float rstd) {
     return (x - mean) * rstd;
 }
 
-/* out = (x - mean) * rstd * w + b over one row; returns mean and rstd. The variance is
- * computed from the centred values (two passes), not E[x^2] - mean^2, which cancels. Sums run
- * in the order of a warp per row (common.h). */
-static ZS_HD void zs_layernorm_row_fwd(float *ZS_RESTRICT out, float *mean_out, float *rstd_out,
-                                       const float *ZS_RESTRICT x, const float *ZS_RESTRICT w,
-                                       const float *ZS_RESTRICT b, int C) {
+/* One row's mean and rstd. The variance is computed from the centred values (two passes), not
+ * E[x^2] - mean^2, which cancels. Sums run in the order of a warp per row (common.h). */
+static ZS_HD void zs_layernorm_row_stats(float *mean_out, float *rstd_out,
+                                         const float *ZS_RESTRICT x, int C) {
     float acc[ZS_WARP] = {0}, sq[ZS_WARP] = {0};
     ZS_LANE_SUM(acc, ZS_WARP, C, i, x[i]);
     float mean = zs_tree(acc, ZS_WARP) / (float)C;
     ZS_LANE_SUM(sq, ZS_WARP, C, i, (x[i] - mean) * (x[i] - mean));
     acc[0] = zs_tree(sq, ZS_WARP);
-    float rstd = 1.0f / sqrtf(acc[0] / (float)C + ZS_LAYERNORM_EPS);
+    *mean_out = mean;
+    *rstd_out = 1.0f / sqrtf(acc[0] / (float)C + ZS_LAYERNORM_EPS);
+}
+
+/* out = (x - mean) * rstd * w + b over one row; returns mean and rstd. */
+static ZS_HD void zs_layernorm_row_fwd(float *ZS_RESTRICT out, float *mean_out, float *rstd_out,
+                                       const float *ZS_RESTRICT x, const float *ZS_RESTRICT w,
+                                       const float *ZS_RESTRICT b, int C) {
+    zs_layernorm_row_stats(mean_out, rstd_out, x, C);
+    float mean = *mean_out, rstd = *rstd_out;
     for (int i = 0; i < C; i++)
         out[i] = zs_layernorm_xhat(x[i], mean, rstd) * w[i] + b[i];
-    *mean_out = mean;
-    *rstd_out = rstd;
 }
 
 /* The input gradient of one element: rstd * (g - mean(g) - xhat * mean(g * xhat)). */

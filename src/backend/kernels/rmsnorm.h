@@ -11,13 +11,18 @@ static ZS_HD float zs_rmsnorm_rstd(float sumsq, int C, float eps) {
     return 1.0f / sqrtf(sumsq / (float)C + eps);
 }
 
-/* out = x * rstd * w over one row (Hugging Face's order: normalise, then scale by w);
- * returns rstd = 1 / sqrt(mean(x^2) + eps). Sums in the order of a warp per row. */
-static ZS_HD float zs_rmsnorm_row_fwd(float *ZS_RESTRICT out, const float *ZS_RESTRICT x,
-                                      const float *ZS_RESTRICT w, int C, float eps) {
+/* One row's rstd = 1 / sqrt(mean(x^2) + eps), its sums in the order of a warp per row. */
+static ZS_HD float zs_rmsnorm_row_rstd(const float *ZS_RESTRICT x, int C, float eps) {
     float acc[ZS_WARP] = {0};
     ZS_LANE_SUM(acc, ZS_WARP, C, i, x[i] * x[i]);
-    float rstd = zs_rmsnorm_rstd(zs_tree(acc, ZS_WARP), C, eps);
+    return zs_rmsnorm_rstd(zs_tree(acc, ZS_WARP), C, eps);
+}
+
+/* out = x * rstd * w over one row (Hugging Face's order: normalise, then scale by w);
+ * returns rstd. */
+static ZS_HD float zs_rmsnorm_row_fwd(float *ZS_RESTRICT out, const float *ZS_RESTRICT x,
+                                      const float *ZS_RESTRICT w, int C, float eps) {
+    float rstd = zs_rmsnorm_row_rstd(x, C, eps);
     for (int i = 0; i < C; i++)
         out[i] = x[i] * rstd * w[i];
     return rstd;

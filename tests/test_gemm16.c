@@ -1,0 +1,275 @@
+/* bf16 GEMM inputs (docs/cuda.md "GEMM operands"): with --dtype bf16 a norm's, GELU's or
+ * SwiGLU's output, which only GEMMs read, is stored in bf16 by its producer and taken as it is by
+ * the bf16 table's gemm16, so it is half the bytes and never rounded again. The claim is that
+ * this changes no bit, so every check here is bit for bit, on the table under test (the CPU's;
+ * with the argument "cuda" the CUDA bf16 table's, against the CPU's too):
+ *  - layernorm_fwd16, rmsnorm_fwd16, bias_gelu_fwd16 (with and without a bias, rows aligned or
+ *    not) and swiglu_fwd16 store zs_f32_to_bf16 of their fp32 twins' outputs, and the same
+ *    statistics or kept sums;
+ *  - gemm16 with A, B or both bf16, in all four transpose cases and with beta 0 and 1, equals
+ *    gemm on the fp32 operands the bf16 ones were rounded from (on the CPU also with a small
+ *    panel: its multi-panel path);
+ *  - zs_linear_fwd / _bwd_set / _gelu_bwd_set with a bf16 input equal the fp32 input's (the
+ *    CUDA table's fused backward, and its pieces of rows where W, dout and inp do not fit);
+ *  - CUDA: gemm16's pieces past the scratch (ZS_GEMM_CAST_MAX), along m, n and k, equal the
+ *    same products on bf16 operands (no rounding pass), the k pieces added in order.
+ * Outputs are poisoned (NaN) first. */
+#include "backend/cpu/cpu.h"
+#include "backend/cuda_device.h"
+#include "backend/device.h"
+#include "backend/ops.h"
+#include "core/bf16.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const zs_ops *T;   /* the table under test (bf16 math) */
+static const zs_ops *CPU; /* the CPU's bf16 table */
+static int g_cuda;
+
+/* Buffers of one check, freed together by release(). */
+static void *g_dev[32], *g_host[64];
+static int g_ndev, g_nhost;
+
+static void *hbuf(size_t nbytes) {
+    ZT_CHECK(g_nhost < 64, "too many host buffers");
+    return g_host[g_nhost++] = zt_malloc(nbytes + 16);
+}
+
+static void release(void) {
+    for (int i = 0; i < g_ndev; i++)
+        zs_cuda_free(g_dev[i]);
+    for (int i = 0; i < g_nhost; i++)
+        free(g_host[i]);
+    g_ndev = g_nhost = 0;
+}
+
+/* A copy of h in the table's memory (the host's on the CPU). */
+static void *up(const void *h, size_t nbytes) {
+    if (!g_cuda) return memcpy(hbuf(nbytes), h, nbytes);
+    void *d = NULL;
+    ZT_CHECK(g_ndev < 32, "too many device buffers");
+    ZT_OK(zs_cuda_alloc(ZS_MEM_WORKSPACE, nbytes + 16, "test buffer", &d));
+    ZT_OK(zs_cuda_memcpy_h2d(d, h, nbytes));
+    return g_dev[g_ndev++] = d;
+}
+
+static void *down(const void *d, size_t nbytes) {
+    ZT_OK(T->sync(NULL));
+    if (!g_cuda) return (void *)d;
+    void *h = hbuf(nbytes);
+    ZT_OK(zs_cuda_memcpy_d2h(h, d, nbytes));
+    return h;
+}
+
+static float *randn(size_t n, float sd) {
+    float *x = hbuf(n * sizeof(float));
+    zt_fill_normal(x, n, sd);
+    return x;
+}
+
+static void *poison(size_t nbytes) {
+    unsigned char *x = hbuf(nbytes);
+    memset(x, 0xff, nbytes); /* NaN as fp32 and as bf16 */
+    return up(x, nbytes);
+}
+
+static zs_bf16 *rounded(const float *x, size_t n) {
+    zs_bf16 *r = hbuf(n * sizeof *r);
+    for (size_t i = 0; i < n; i++)
+        r[i] = zs_f32_to_bf16(x[i]);
+    return r;
+}
+
+/* The producers: each *_fwd16 stores its fp32 twin's values rounded, with the same statistics.
+ * off shifts the buffers by one element, so no row of odd width is aligned. */
+static void check_producers(int N, int C, int off) {
+    char what[160];
+    size_t n = (size_t)N * C;
+    float *x = randn(n + 1, 1.0f) + off, *y = randn(n + 1, 1.0f) + off;
+    float *w = randn((size_t)C, 1.0f), *b = randn((size_t)C, 0.5f);
+    float *dx = up(x - off, (n + 1) * 4), *dy = up(y - off, (n + 1) * 4);
+    float *dw = up(w, (size_t)C * 4), *db = up(b, (size_t)C * 4);
+    float *o32 = poison((n + 1) * 4), *s1 = poison((size_t)N * 4), *s2 = poison((size_t)N * 4);
+    zs_bf16 *o16 = (zs_bf16 *)poison((n + 1) * 2) + off;
+    float *t1 = poison((size_t)N * 4), *t2 = poison((size_t)N * 4);
+    dx += off, dy += off, o32 += off;
+
+    ZT_OK(T->layernorm_fwd(NULL, o32, s1, s2, dx, dw, db, N, C));
+    ZT_OK(T->layernorm_fwd16(NULL, o16, t1, t2, dx, dw, db, N, C));
+    snprintf(what, sizeof what, "%s layernorm_fwd16 N=%d C=%d%s", T->name, N, C,
+             off ? " unaligned" : "");
+    zt_expect_bits(what, down(o16, n * 2), rounded(down(o32, n * 4), n), n * 2);
+    zt_expect_bits(what, down(t1, (size_t)N * 4), down(s1, (size_t)N * 4), (size_t)N * 4);
+    zt_expect_bits(what, down(t2, (size_t)N * 4), down(s2, (size_t)N * 4), (size_t)N * 4);
+
+    ZT_OK(T->rmsnorm_fwd(NULL, o32, s1, dx, dw, N, C, 1e-6f));
+    ZT_OK(T->rmsnorm_fwd16(NULL, o16, t1, dx, dw, N, C, 1e-6f));
+    snprintf(what, sizeof what, "%s rmsnorm_fwd16 N=%d C=%d%s", T->name, N, C,
+             off ? " unaligned" : "");
+    zt_expect_bits(what, down(o16, n * 2), rounded(down(o32, n * 4), n), n * 2);
+    zt_expect_bits(what, down(t1, (size_t)N * 4), down(s1, (size_t)N * 4), (size_t)N * 4);
+
+    ZT_OK(T->swiglu_fwd(NULL, o32, dx, dy, n));
+    ZT_OK(T->swiglu_fwd16(NULL, o16, dx, dy, n));
+    snprintf(what, sizeof what, "%s swiglu_fwd16 n=%zu%s", T->name, n, off ? " unaligned" : "");
+    zt_expect_bits(what, down(o16, n * 2), rounded(down(o32, n * 4), n), n * 2);
+
+    for (int with_bias = 0; with_bias < 2; with_bias++) { /* pre: two copies of x */
+        float *p32 = (float *)up(x - off, (n + 1) * 4) + off;
+        float *p16 = (float *)up(x - off, (n + 1) * 4) + off;
+        ZT_OK(T->bias_gelu_fwd(NULL, p32, o32, with_bias ? db : NULL, N, C));
+        ZT_OK(T->bias_gelu_fwd16(NULL, p16, o16, with_bias ? db : NULL, N, C));
+        snprintf(what, sizeof what, "%s bias_gelu_fwd16 N=%d C=%d%s%s", T->name, N, C,
+                 with_bias ? "" : " no bias", off ? " unaligned" : "");
+        zt_expect_bits(what, down(o16, n * 2), rounded(down(o32, n * 4), n), n * 2);
+        zt_expect_bits(what, down(p16, n * 4), down(p32, n * 4), n * 4);
+    }
+    release();
+}
+
+/* gemm16 against gemm on the fp32 operands (packed, as the models pass them). */
+static void check_gemm16(int ta, int tb, int m, int n, int k, float beta) {
+    char what[160];
+    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    size_t na = (size_t)ar * ac, nb = (size_t)br * bc, nc = (size_t)m * n;
+    float *A = randn(na, 1.0f), *B = randn(nb, 1.0f), *C0 = randn(nc, 1.0f);
+    float *dA = up(A, na * 4), *dB = up(B, nb * 4);
+    zs_bf16 *dA16 = up(rounded(A, na), na * 2), *dB16 = up(rounded(B, nb), nb * 2);
+    float *want = up(C0, nc * 4);
+    ZT_OK(T->gemm(NULL, ta, tb, m, n, k, 1.0f, dA, ar, dB, br, beta, want, m));
+    float *w = memcpy(hbuf(nc * 4), down(want, nc * 4), nc * 4);
+    for (int mode = 1; mode < 4; mode++) { /* A bf16, B bf16, both */
+        int a16 = mode & 1, b16 = mode >> 1;
+        float *got = up(C0, nc * 4);
+        ZT_OK(T->gemm16(NULL, ta, tb, m, n, k, 1.0f, a16 ? (void *)dA16 : dA, a16, ar,
+                        b16 ? (void *)dB16 : dB, b16, br, beta, got, m));
+        snprintf(what, sizeof what, "%s gemm16 %c%c m=%d n=%d k=%d beta=%g, %s bf16", T->name,
+                 ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, beta,
+                 a16 && b16 ? "both"
+                 : a16      ? "A"
+                            : "B");
+        zt_expect_bits(what, down(got, nc * 4), w, nc * 4);
+    }
+    release();
+}
+
+/* A linear layer with its input fp32 and bf16 (rounded from it): forward, backward (overwriting
+ * dinp, with a bias) and the GELU form's backward, bit for bit. */
+static void check_linear(int N, int IC, int OC, int with_bias) {
+    char what[160];
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *x = randn(ni, 1.0f), *W = randn(nw, 0.05f), *bias = randn((size_t)OC, 0.1f);
+    float *g = randn(no, 1.0f), *pre = randn(no, 1.0f);
+    float *dx = up(x, ni * 4), *dW = up(W, nw * 4),
+          *db = with_bias ? up(bias, (size_t)OC * 4) : NULL;
+    float *dg = up(g, no * 4), *dpre = up(pre, no * 4);
+    zs_bf16 *dx16 = up(rounded(x, ni), ni * 2);
+    float *out[2], *dinp[2], *gW[2], *gb[2], *tmp = poison(no * 4), *gW0 = randn(nw, 1.0f);
+    for (int h = 0; h < 2; h++) {
+        const void *in = h ? (const void *)dx16 : dx;
+        out[h] = poison(no * 4), dinp[h] = poison(ni * 4);
+        gW[h] = up(gW0, nw * 4), gb[h] = up(bias, (size_t)OC * 4);
+        ZT_OK(zs_linear_fwd(T, NULL, out[h], in, h, dW, db, N, IC, OC));
+        ZT_OK(zs_linear_bwd_set(T, NULL, dinp[h], gW[h], with_bias ? gb[h] : NULL, dg, in, h, dW, N,
+                                IC, OC));
+        ZT_OK(zs_linear_gelu_bwd_set(T, NULL, dinp[h], gW[h], with_bias ? gb[h] : NULL, dg, dpre,
+                                     tmp, in, h, dW, N, IC, OC));
+    }
+    snprintf(what, sizeof what, "%s linear N=%d IC=%d OC=%d%s, bf16 input", T->name, N, IC, OC,
+             with_bias ? " bias" : "");
+    zt_expect_bits(what, down(out[1], no * 4), memcpy(hbuf(no * 4), down(out[0], no * 4), no * 4),
+                   no * 4);
+    zt_expect_bits(what, down(dinp[1], ni * 4), memcpy(hbuf(ni * 4), down(dinp[0], ni * 4), ni * 4),
+                   ni * 4);
+    zt_expect_bits(what, down(gW[1], nw * 4), memcpy(hbuf(nw * 4), down(gW[0], nw * 4), nw * 4),
+                   nw * 4);
+    release();
+}
+
+/* CUDA: gemm16 with its fp32 operand past the scratch, rounded in pieces, against gemm16 on
+ * both operands bf16 (nothing to round) over the same pieces: along m or n each piece its own
+ * rows or columns of C, along k the pieces' products added in order. dim and piece are what
+ * zs_gemm16_plan's rule gives (docs/cuda.md): its own stored columns where the fp32 pair would
+ * not be rounded at all, else the fp32 pair's own pieces (zs_gemm_cast_plan, piece -1 here),
+ * which cuBLAS's choice of kernel by shape makes the only sure way to keep their bits. */
+static void check_pieces(int ta, int tb, int a16, int m, int n, int k, int dim, int piece) {
+    char what[200];
+    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    size_t na = (size_t)ar * ac, nb = (size_t)br * bc, nc = (size_t)m * n;
+    float *A = randn(na, 1.0f), *B = randn(nb, 1.0f);
+    void *dA = a16 ? up(rounded(A, na), na * 2) : up(A, na * 4);
+    void *dB = a16 ? up(B, nb * 4) : up(rounded(B, nb), nb * 2);
+    const zs_bf16 *rA = a16 ? dA : up(rounded(A, na), na * 2);
+    const zs_bf16 *rB = a16 ? up(rounded(B, nb), nb * 2) : dB;
+    float *got = poison(nc * 4), *want = poison(nc * 4);
+    if (piece < 0) {
+        zs_gemm_cast f = zs_gemm_cast_plan(ta, tb, m, n, k, ar, br);
+        piece = dim == ZS_SPLIT_K ? f.k_piece : f.n_piece;
+    }
+    int len = dim == ZS_SPLIT_M ? m : dim == ZS_SPLIT_N ? n : k;
+    ZT_CHECK(piece > 0 && piece < len, "the plan splits %d (piece %d)", len, piece);
+    ZT_OK(T->gemm16(NULL, ta, tb, m, n, k, 1.0f, dA, a16, ar, dB, !a16, br, 0.0f, got, m));
+    for (int c0 = 0; piece > 0 && c0 < len; c0 += piece) {
+        int nc0 = len - c0 < piece ? len - c0 : piece;
+        size_t ao = 0, bo = 0, co = 0;
+        if (dim == ZS_SPLIT_M)
+            ao = ta ? (size_t)c0 * ar : (size_t)c0, co = (size_t)c0;
+        else if (dim == ZS_SPLIT_N)
+            bo = tb ? (size_t)c0 : (size_t)c0 * br, co = (size_t)c0 * m;
+        else
+            ao = ta ? (size_t)c0 : (size_t)c0 * ar, bo = tb ? (size_t)c0 * br : (size_t)c0;
+        ZT_OK(T->gemm16(NULL, ta, tb, dim == ZS_SPLIT_M ? nc0 : m, dim == ZS_SPLIT_N ? nc0 : n,
+                        dim == ZS_SPLIT_K ? nc0 : k, 1.0f, rA + ao, 1, ar, rB + bo, 1, br,
+                        dim == ZS_SPLIT_K && c0 ? 1.0f : 0.0f, want + co, m));
+    }
+    snprintf(what, sizeof what, "cuda gemm16 %c%c m=%d n=%d k=%d, %s fp32 in pieces of %d along %c",
+             ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, a16 ? "B" : "A", piece, "-mnk"[dim]);
+    zt_expect_bits(what, down(got, nc * 4), memcpy(hbuf(nc * 4), down(want, nc * 4), nc * 4),
+                   nc * 4);
+    release();
+}
+
+int main(int argc, char **argv) {
+    zt_init("gemm16");
+    const zs_device *dev = NULL;
+    const zs_ops *base = NULL;
+    ZT_OK(zs_backend_select("cpu", &base, &dev));
+    CPU = base->with_math(ZS_MATH_BF16);
+    g_cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    if (g_cuda) {
+        zt_gpu_require();
+        ZT_OK(zs_backend_select("cuda", &base, &dev));
+        ZT_OK(zs_cuda_set_device(0));
+    }
+    T = base->with_math(ZS_MATH_BF16);
+    ZT_CHECK(T->gemm16 && !base->with_math(ZS_MATH_FP32)->gemm16 &&
+                 !base->with_math(ZS_MATH_TF32)->gemm16,
+             "%s: gemm16 in the bf16 table only", T->name);
+    check_producers(37, 300, 0);
+    check_producers(5, 77, 1);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_gemm16(ta, tb, 33, 20, 70, 0.0f);
+            check_gemm16(ta, tb, 9, 130, 48, 1.0f);
+        }
+    if (!g_cuda) { /* panels of 4096 floats: several along m, n and k */
+        zs_cpu_gemm_panel(4096);
+        check_gemm16(1, 0, 300, 200, 5000, 0.0f);
+        check_gemm16(0, 1, 200, 300, 5000, 1.0f);
+        zs_cpu_gemm_panel(0);
+    }
+    check_linear(40, 24, 36, 1);
+    check_linear(33, 48, 20, 0);
+    if (g_cuda) {
+        /* W, dout and inp past the scratch, no bias: rows of dout (and inp) in pieces */
+        check_linear(16640, 8, 4096, 0);
+        check_pieces(1, 0, 0, 8200, 3, 8192, ZS_SPLIT_M, 8192);      /* W^T's own columns */
+        check_pieces(0, 0, 1, 2, 16400, 4096, ZS_SPLIT_N, -1);       /* the pair's n pieces */
+        check_pieces(0, 0, 0, 4, 2, 16781312, ZS_SPLIT_K, 16777216); /* A's own columns */
+        check_pieces(0, 1, 1, 2, 4, 16781312, ZS_SPLIT_K, -1);       /* the pair's k pieces */
+        check_pieces(1, 0, 0, 64, 70000, 1024, ZS_SPLIT_N, -1);      /* the same, A fp32 */
+    }
+    return zt_finish();
+}
