@@ -28,46 +28,20 @@
 
 static const zs_ops *gpu; /* the bf16 table */
 
-/* Every buffer of a check, device and host, freed together by release(). */
-static void *g_dev[32], *g_host[64];
-static int g_ndev, g_nhost;
-
-static void *hbuf(size_t nbytes) {
-    ZT_CHECK(g_nhost < 64, "too many host buffers");
-    return g_host[g_nhost++] = zt_malloc(nbytes + 4);
-}
-
-static void release(void) {
-    for (int i = 0; i < g_ndev; i++)
-        zs_cuda_free(g_dev[i]);
-    for (int i = 0; i < g_nhost; i++)
-        free(g_host[i]);
-    g_ndev = g_nhost = 0;
-}
-
-static void *dev_up(const void *h, size_t nbytes) {
-    void *d = NULL;
-    ZT_CHECK(g_ndev < 32, "too many device buffers");
-    ZT_OK(zs_cuda_alloc(ZS_MEM_WORKSPACE, nbytes ? nbytes : 1, "test buffer", &d));
-    if (nbytes) ZT_OK(zs_cuda_memcpy_h2d(d, h, nbytes));
-    return g_dev[g_ndev++] = d;
-}
-
+/* A host copy of d once the table's work is done. */
 static void *dev_down(const void *d, size_t nbytes) {
-    void *h = hbuf(nbytes);
     ZT_OK(gpu->sync(NULL));
-    if (nbytes) ZT_OK(zs_cuda_memcpy_d2h(h, d, nbytes));
-    return h;
+    return zt_hcopy(d, nbytes);
 }
 
 static float *randn(size_t n, float sd) {
-    float *x = hbuf(n * sizeof(float));
+    float *x = zt_hbuf(n * sizeof(float));
     zt_fill_normal(x, n, sd);
     return x;
 }
 
 static float *poisoned(size_t n) {
-    float *x = hbuf(n * sizeof(float));
+    float *x = zt_hbuf(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         x[i] = NAN;
     return x;
@@ -81,8 +55,10 @@ static void check_bias_act(const zs_ops *cpu, int mode, int N, int OC, int with_
     size_t n = (size_t)N * OC;
     float *a = randn(n + 1, 1.0f) + off, *b = randn(n + 1, 1.0f) + off;
     float *bias = with_bias ? randn((size_t)OC + 1, 1.0f) + off : NULL;
-    float *want = (float *)hbuf((n + 1) * 4) + off, *want_pre = (float *)hbuf((n + 1) * 4) + off;
-    float *got = (float *)hbuf((n + 1) * 4) + off, *got_pre = (float *)hbuf((n + 1) * 4) + off;
+    float *want = (float *)zt_hbuf((n + 1) * 4) + off,
+          *want_pre = (float *)zt_hbuf((n + 1) * 4) + off;
+    float *got = (float *)zt_hbuf((n + 1) * 4) + off,
+          *got_pre = (float *)zt_hbuf((n + 1) * 4) + off;
     /* the two ops the fused one stands for, on the CPU */
     memcpy(want_pre, b, n * 4);
     if (bias) ZT_OK(cpu->bias_fwd(NULL, want_pre, bias, N, OC));
@@ -101,10 +77,10 @@ static void check_bias_act(const zs_ops *cpu, int mode, int N, int OC, int with_
         ZT_OK(cpu->bias_gelu_fwd(NULL, got_pre, cpu_out, bias, N, OC));
     else
         ZT_OK(cpu->bias_residual_fwd(NULL, cpu_out, mode == 2 ? cpu_out : a, got_pre, bias, N, OC));
-    float *d_a = (float *)dev_up(a - off, (n + 1) * 4) + off;
-    float *d_b = (float *)dev_up(b - off, (n + 1) * 4) + off;
-    float *d_bias = bias ? (float *)dev_up(bias - off, ((size_t)OC + 1) * 4) + off : NULL;
-    float *d_out = mode == 2 ? d_a : (float *)dev_up(poisoned(n + 1), (n + 1) * 4) + off;
+    float *d_a = (float *)zt_dup(a - off, (n + 1) * 4) + off;
+    float *d_b = (float *)zt_dup(b - off, (n + 1) * 4) + off;
+    float *d_bias = bias ? (float *)zt_dup(bias - off, ((size_t)OC + 1) * 4) + off : NULL;
+    float *d_out = mode == 2 ? d_a : (float *)zt_dup(poisoned(n + 1), (n + 1) * 4) + off;
     if (mode == 1)
         ZT_OK(gpu->bias_gelu_fwd(NULL, d_b, d_out, d_bias, N, OC));
     else
@@ -121,7 +97,7 @@ static void check_bias_act(const zs_ops *cpu, int mode, int N, int OC, int with_
         zt_expect_bits(sub, got_pre, want_pre, n * 4);
         zt_expect_bits(sub, (float *)dev_down(d_b - off, (n + 1) * 4) + off, want_pre, n * 4);
     }
-    release();
+    zt_release();
 }
 
 /* softmax_xent16 against softmax_xent on the same logits and targets: row 1 masked (-1), the
@@ -130,18 +106,18 @@ static void check_xent16(int N, int V, int Vp) {
     char what[128];
     size_t nl = (size_t)N * Vp;
     float *logits = randn(nl, 3.0f);
-    int32_t *tg = hbuf((size_t)N * sizeof(int32_t));
+    int32_t *tg = zt_hbuf((size_t)N * sizeof(int32_t));
     for (int r = 0; r < N; r++)
         tg[r] = r == 1 ? -1 : r == N - 1 && N > 2 ? V : (int32_t)zt_uniform(0, V);
     float dloss = 1.0f / (float)N;
-    float *d_logits = dev_up(logits, nl * 4), *d_dl = dev_up(poisoned(nl), nl * 4);
-    float *d_io = dev_up(logits, nl * 4);
-    float *d_loss = dev_up(poisoned(N), N * 4), *d_loss16 = dev_up(poisoned(N), N * 4);
-    int32_t *d_tg = dev_up(tg, (size_t)N * sizeof(int32_t));
+    float *d_logits = zt_dup(logits, nl * 4), *d_dl = zt_dup(poisoned(nl), nl * 4);
+    float *d_io = zt_dup(logits, nl * 4);
+    float *d_loss = zt_dup(poisoned(N), N * 4), *d_loss16 = zt_dup(poisoned(N), N * 4);
+    int32_t *d_tg = zt_dup(tg, (size_t)N * sizeof(int32_t));
     ZT_OK(gpu->softmax_xent(NULL, d_loss, d_dl, d_logits, d_tg, N, V, Vp, dloss));
     ZT_OK(gpu->softmax_xent16(NULL, d_loss16, d_io, d_tg, N, V, Vp, dloss));
     float *dl = dev_down(d_dl, nl * 4), *io = dev_down(d_io, nl * 4);
-    zs_bf16 *want = hbuf(nl * sizeof(zs_bf16)), *got = hbuf(nl * sizeof(zs_bf16));
+    zs_bf16 *want = zt_hbuf(nl * sizeof(zs_bf16)), *got = zt_hbuf(nl * sizeof(zs_bf16));
     for (int r = 0; r < N; r++) /* row r's bf16 start at row r's fp32 storage */
         for (int i = 0; i < Vp; i++) {
             want[(size_t)r * Vp + i] = zs_f32_to_bf16(dl[(size_t)r * Vp + i]);
@@ -152,7 +128,7 @@ static void check_xent16(int N, int V, int Vp) {
     zt_expect_bits(what, got, want, nl * sizeof(zs_bf16));
     snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d losses (softmax_xent's)", N, V, Vp);
     zt_expect_bits(what, dev_down(d_loss16, N * 4), dev_down(d_loss, N * 4), N * 4);
-    release();
+    zt_release();
 }
 
 /* The head's backward where its operands fit the scratch, bf16 gradient against fp32. */
@@ -162,17 +138,17 @@ static void check_fits(int N, int IC, int OC, int Vp_pad) {
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
     float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *dW0 = randn(nw, 1.0f);
     float *g32 = randn((size_t)N * OC, 0.01f);
-    zs_bf16 *g16 = hbuf((size_t)N * ld * sizeof(zs_bf16));
+    zs_bf16 *g16 = zt_hbuf((size_t)N * ld * sizeof(zs_bf16));
     for (int r = 0; r < N; r++)
         for (int c = 0; c < ld; c++) /* stride padding holds garbage, never read */
             g16[(size_t)r * ld + c] =
                 c < OC ? zs_f32_to_bf16(g32[(size_t)r * OC + c]) : zs_f32_to_bf16(NAN);
     for (size_t i = 0; i < (size_t)N * OC; i++) /* the values the bf16 gradient holds */
         g32[i] = zs_bf16_to_f32(g16[i / OC * ld + i % OC]);
-    float *d_inp = dev_up(inp, ni * 4), *d_W = dev_up(W, nw * 4), *d_g32 = dev_up(g32, N * OC * 4);
-    zs_bf16 *d_g16 = dev_up(g16, (size_t)N * ld * sizeof(zs_bf16));
-    float *a_dinp = dev_up(poisoned(ni), ni * 4), *a_dW = dev_up(dW0, nw * 4);
-    float *b_dinp = dev_up(poisoned(ni), ni * 4), *b_dW = dev_up(dW0, nw * 4);
+    float *d_inp = zt_dup(inp, ni * 4), *d_W = zt_dup(W, nw * 4), *d_g32 = zt_dup(g32, N * OC * 4);
+    zs_bf16 *d_g16 = zt_dup(g16, (size_t)N * ld * sizeof(zs_bf16));
+    float *a_dinp = zt_dup(poisoned(ni), ni * 4), *a_dW = zt_dup(dW0, nw * 4);
+    float *b_dinp = zt_dup(poisoned(ni), ni * 4), *b_dW = zt_dup(dW0, nw * 4);
     ZT_OK(zs_linear_bwd_set(gpu, NULL, a_dinp, a_dW, NULL, d_g32, d_inp, 0, d_W, N, IC, OC));
     ZT_OK(zs_linear_bwd16_set(gpu, NULL, b_dinp, b_dW, d_g16, ld, d_inp, d_W, N, IC, OC));
     snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d ld=%d dinp (linear_bwd_set's)", N,
@@ -181,7 +157,7 @@ static void check_fits(int N, int IC, int OC, int Vp_pad) {
     snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d ld=%d dW (linear_bwd_set's)", N, IC,
              OC, ld);
     zt_expect_bits(what, dev_down(b_dW, nw * 4), dev_down(a_dW, nw * 4), nw * 4);
-    release();
+    zt_release();
 }
 
 /* |got - want| <= bound element by element (NaN fails). */
@@ -226,25 +202,25 @@ static void check_pieces(int N, int IC, int OC) {
              op, np);
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, ng = (size_t)N * OC;
     float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f), *dW0 = randn(nw, 1.0f);
-    zs_bf16 *g16 = hbuf(ng * sizeof(zs_bf16));
+    zs_bf16 *g16 = zt_hbuf(ng * sizeof(zs_bf16));
     for (size_t i = 0; i < ng; i++)
         g16[i] = zs_f32_to_bf16((float)zt_normal() * 0.01f);
-    float *d_dinp = dev_up(poisoned(ni), ni * 4), *d_dW = dev_up(dW0, nw * 4);
-    ZT_OK(zs_linear_bwd16_set(gpu, NULL, d_dinp, d_dW, dev_up(g16, ng * sizeof(zs_bf16)), OC,
-                              dev_up(inp, ni * 4), dev_up(W, nw * 4), N, IC, OC));
+    float *d_dinp = zt_dup(poisoned(ni), ni * 4), *d_dW = zt_dup(dW0, nw * 4);
+    ZT_OK(zs_linear_bwd16_set(gpu, NULL, d_dinp, d_dW, zt_dup(g16, ng * sizeof(zs_bf16)), OC,
+                              zt_dup(inp, ni * 4), zt_dup(W, nw * 4), N, IC, OC));
     float *dinp = dev_down(d_dinp, ni * 4), *dW = dev_down(d_dW, nw * 4);
-    double *want = hbuf(ni * 8), *bound = hbuf(ni * 8);
+    double *want = zt_hbuf(ni * 8), *bound = zt_hbuf(ni * 8);
     ref_product(want, bound, N, OC, IC, g16, OC, 1, W, NULL); /* dinp = g W */
     snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d dinp in pieces of %d rows of W", N,
              IC, OC, op);
     expect_within(what, dinp, want, bound, ni);
-    want = hbuf(nw * 8);
-    bound = hbuf(nw * 8);
+    want = zt_hbuf(nw * 8);
+    bound = zt_hbuf(nw * 8);
     ref_product(want, bound, OC, N, IC, g16, 1, OC, inp, dW0); /* dW = dW0 + g^T inp */
     snprintf(what, sizeof what, "linear_bwd16 N=%d IC=%d OC=%d dW in pieces of %d rows of inp", N,
              IC, OC, np);
     expect_within(what, dW, want, bound, nw);
-    release();
+    zt_release();
 }
 
 /* Only the bf16 table has the pair; linear_bwd16 refuses the others by name. */

@@ -29,43 +29,11 @@
 
 static const zs_ops *gpu;
 
-/* ---- buffers (as test_cuda_ops.c): every allocation of a check is freed by release() ---- */
-
-#define MAX_BUFS 64
-static void *g_dev[MAX_BUFS], *g_host[MAX_BUFS];
-static int g_ndev, g_nhost;
-
-static void *hbuf(size_t nbytes) {
-    ZT_REQUIRE(g_nhost < MAX_BUFS, "too many host buffers in one check");
-    return g_host[g_nhost++] = zt_malloc(nbytes ? nbytes : 1);
-}
+/* ---- buffers: testutil's pool, every allocation of a check freed by zt_release(); device
+ * buffers are 256-byte aligned (zt_dbuf checks), which the sector counts below rely on ---- */
 
 static float *hf(size_t n) {
-    return hbuf(n * sizeof(float));
-}
-
-/* Device buffers are 256-byte aligned (cudaMalloc's promise, which the emulator keeps): the
- * sector counts enumerated below rely on it. */
-static void *dbuf(size_t nbytes) {
-    void *p = NULL;
-    ZT_REQUIRE(g_ndev < MAX_BUFS, "too many device buffers in one check");
-    ZT_OK(zs_cuda_alloc(ZS_MEM_WORKSPACE, nbytes ? nbytes : 1, "test buffer", &p));
-    ZT_REQUIRE((uintptr_t)p % 256 == 0, "device buffer %p not 256-byte aligned", p);
-    return g_dev[g_ndev++] = p;
-}
-
-static void release(void) {
-    for (int i = 0; i < g_ndev; i++)
-        zs_cuda_free(g_dev[i]);
-    for (int i = 0; i < g_nhost; i++)
-        free(g_host[i]);
-    g_ndev = g_nhost = 0;
-}
-
-static void *upb(const void *h, size_t nbytes) {
-    void *d = dbuf(nbytes);
-    ZT_OK(zs_cuda_memcpy_h2d(d, h, nbytes));
-    return d;
+    return zt_hbuf(n * sizeof(float));
 }
 
 static float *randn(size_t n) {
@@ -76,7 +44,7 @@ static float *randn(size_t n) {
 
 /* A device buffer of n random floats. */
 static float *drand(size_t n) {
-    return upb(randn(n), n * sizeof(float));
+    return zt_dup(randn(n), n * sizeof(float));
 }
 
 /* Document starts (backend/ops.h "Documents"), as test_cuda_ops.c draws them: a new document at
@@ -85,7 +53,7 @@ static float *drand(size_t n) {
 static const int32_t *docs_seg(int docs, int B, int T, const int32_t **h) {
     *h = NULL;
     if (!docs) return NULL;
-    int32_t *seg = hbuf((size_t)B * T * sizeof(int32_t));
+    int32_t *seg = zt_hbuf((size_t)B * T * sizeof(int32_t));
     for (int b = 0; b < B; b++) {
         int m = b == 1 ? 1 + (int)zt_uniform(0, T) : T;
         int32_t *r = seg + (size_t)b * T;
@@ -93,7 +61,7 @@ static const int32_t *docs_seg(int docs, int B, int T, const int32_t **h) {
             r[t] = t == 0 ? 0 : t >= m ? t : zt_uniform(0, 1) < 0.125 ? t : r[t - 1];
     }
     *h = seg;
-    return upb(seg, (size_t)B * T * sizeof(int32_t));
+    return zt_dup(seg, (size_t)B * T * sizeof(int32_t));
 }
 
 static int seg_lo(const int32_t *seg, size_t bt) {
@@ -108,7 +76,7 @@ typedef struct sectors {
 } sectors;
 
 static sectors sec_new(size_t nbytes) {
-    sectors s = {hbuf(nbytes / 32 + 1), nbytes / 32 + 1};
+    sectors s = {zt_hbuf(nbytes / 32 + 1), nbytes / 32 + 1};
     memset(s.hit, 0, s.n);
     return s;
 }
@@ -296,7 +264,7 @@ static void check_gemm(void) {
                  2.0 * m * n * k);
         printf("  %-30s flops %.0f (2mnk)\n", r->name, fl);
     }
-    release();
+    zt_release();
 }
 
 /* ---- elementwise ops: FLOPs proportional to n ------------------------------------------ */
@@ -326,7 +294,7 @@ static const int g_elem_bufs[E_COUNT] = {3, 2, 1, 1, 2, 3, 3, 5, 2, 2, 1, 4};
 /* One elementwise op over n elements; its FLOPs. */
 static double run_elementwise(int op, size_t n) {
     float *a = drand(n), *b = drand(n), *c = drand(n), *d = drand(n), *e = drand(n);
-    zs_bf16 *h = dbuf(n * sizeof(zs_bf16));
+    zs_bf16 *h = zt_dbuf(n * sizeof(zs_bf16));
     if (op == E_ADAMW) ZT_OK(gpu->fill(NULL, d, 0.01f, n)); /* v: a running mean of squares */
     prof_start();
     switch (op) {
@@ -371,7 +339,7 @@ static double run_elementwise(int op, size_t n) {
     const zs_emu_record *r = rec(g_elem_kernel[op]);
     check_rec(r, g_elem_bufs[op], 0, NULL);
     double fl = r->flops;
-    release();
+    zt_release();
     return fl;
 }
 
@@ -387,7 +355,7 @@ static void check_elementwise(void) {
  * per element as adamw's. Each segment is a range of each of the 4 buffers (k = 4 per
  * segment). */
 static double run_adamw_segs(const zs_adamw_segs *s, size_t n) {
-    float *p = drand(n), *g = drand(n), *m = drand(n), *v = dbuf(n * sizeof(float));
+    float *p = drand(n), *g = drand(n), *m = drand(n), *v = zt_dbuf(n * sizeof(float));
     double covered = 0;
     for (int i = 0; i < s->n; i++)
         covered += (double)(s->hi[i] - s->lo[i]);
@@ -397,7 +365,7 @@ static double run_adamw_segs(const zs_adamw_segs *s, size_t n) {
     prof_stop();
     const zs_emu_record *r = rec("adamw_segs_kernel");
     check_rec(r, 4 * s->n, 0, NULL);
-    release();
+    zt_release();
     return r->flops / covered;
 }
 
@@ -415,8 +383,8 @@ static void check_adamw_segs(void) {
 /* adamw_segs16: as adamw_segs, the gradient bf16 (widened as read; its 2-byte reads counted),
  * the same FLOPs per covered element. */
 static double run_adamw_segs16(const zs_adamw_segs *s, size_t n) {
-    float *p = drand(n), *m = drand(n), *v = dbuf(n * sizeof(float)), *g32 = drand(n);
-    zs_bf16 *g = dbuf(n * sizeof(zs_bf16));
+    float *p = drand(n), *m = drand(n), *v = zt_dbuf(n * sizeof(float)), *g32 = drand(n);
+    zs_bf16 *g = zt_dbuf(n * sizeof(zs_bf16));
     double covered = 0;
     for (int i = 0; i < s->n; i++)
         covered += (double)(s->hi[i] - s->lo[i]);
@@ -427,7 +395,7 @@ static double run_adamw_segs16(const zs_adamw_segs *s, size_t n) {
     prof_stop();
     const zs_emu_record *r = rec("adamw_segs16_kernel");
     check_rec(r, 4 * s->n, 0, NULL);
-    release();
+    zt_release();
     return r->flops / covered;
 }
 
@@ -444,8 +412,8 @@ static void check_adamw_segs16(void) {
 static void run_sumsq16(size_t n, double fl[2]) {
     size_t group = 4 * ZS_SUMSQ_CHUNK, ng = (n + group - 1) / group;
     float *x32 = drand(n);
-    zs_bf16 *x = dbuf(n * sizeof(zs_bf16));
-    double *out = dbuf(ng * sizeof(double));
+    zs_bf16 *x = zt_dbuf(n * sizeof(zs_bf16));
+    double *out = zt_dbuf(ng * sizeof(double));
     ZT_OK(gpu->cast(NULL, x, ZS_DTYPE_BF16, x32, ZS_DTYPE_F32, n));
     prof_start();
     ZT_OK(gpu->sumsq16(NULL, out, x, n, group));
@@ -455,7 +423,7 @@ static void run_sumsq16(size_t n, double fl[2]) {
     check_rec(b, 2, 0, NULL);
     fl[0] = a->flops;
     fl[1] = b->flops;
-    release();
+    zt_release();
 }
 
 static void check_sumsq16(void) {
@@ -471,7 +439,7 @@ static void check_sumsq16(void) {
  * of 2 and 4 whole-ish chunks, so that the chunk count scales with n too. */
 static void run_sums(size_t n, int square, double fl[2]) {
     float *x = drand(n);
-    double *out = dbuf(sizeof(double));
+    double *out = zt_dbuf(sizeof(double));
     prof_start();
     ZT_OK((square ? gpu->sumsq : gpu->sum)(NULL, out, x, n));
     prof_stop();
@@ -480,7 +448,7 @@ static void run_sums(size_t n, int square, double fl[2]) {
     check_rec(b, 2, 0, NULL);
     fl[0] = a->flops;
     fl[1] = b->flops;
-    release();
+    zt_release();
 }
 
 static void check_sums(void) {
@@ -525,7 +493,7 @@ static void run_bias(int N, int OC, double fl[4]) {
     const zs_emu_record *b = rec("bias_bwd_kernel");
     check_rec(b, 2, 0, NULL);
     fl[1] = b->flops;
-    release();
+    zt_release();
 }
 
 /* Row kernels (a warp per row) scale with N, column kernels (a thread per column summing the
@@ -561,7 +529,7 @@ static void run_layernorm(int N, int C, double fl[3]) {
     check_rec(c, 6, 0, NULL);
     fl[1] = r->flops;
     fl[2] = c->flops;
-    release();
+    zt_release();
 }
 
 static void run_rmsnorm(int N, int C, double fl[3]) {
@@ -582,7 +550,7 @@ static void run_rmsnorm(int N, int C, double fl[3]) {
     check_rec(c, 4, 0, NULL);
     fl[1] = r->flops;
     fl[2] = c->flops;
-    release();
+    zt_release();
 }
 
 static void check_norms(void) {
@@ -612,7 +580,7 @@ static void run_embedding(int B, int with_wpe, int docs, double fl[3]) {
     size_t BT = (size_t)B * T, no = BT * C;
     ZT_REQUIRE(BT <= (size_t)V, "tokens must be distinct");
     const int32_t *seg = NULL, *d_seg = docs_seg(docs, B, T, &seg);
-    int32_t *tok = hbuf((size_t)V * sizeof(int32_t));
+    int32_t *tok = zt_hbuf((size_t)V * sizeof(int32_t));
     for (int i = 0; i < V; i++)
         tok[i] = i;
     for (int i = V - 1; i > 0; i--) { /* shuffle */
@@ -620,7 +588,7 @@ static void run_embedding(int B, int with_wpe, int docs, double fl[3]) {
         tok[i] = tok[j];
         tok[j] = t;
     }
-    int32_t *d_tok = upb(tok, BT * sizeof(int32_t));
+    int32_t *d_tok = zt_dup(tok, BT * sizeof(int32_t));
     float *wte = drand((size_t)V * C), *wpe = with_wpe ? drand((size_t)T * C) : NULL;
     float *out = drand(no), *dout = drand(no), *dwte = drand((size_t)V * C);
     float *dwpe = drand((size_t)T * C);
@@ -654,7 +622,7 @@ static void run_embedding(int B, int with_wpe, int docs, double fl[3]) {
                   "dwpe: only the positions documents reach, read and written");
         fl[2] = p->flops;
     }
-    release();
+    zt_release();
 }
 
 static void check_embedding(void) {
@@ -683,7 +651,7 @@ static double run_rope(int B, int docs, int bwd) {
     prof_stop();
     const zs_emu_record *r = rec("rope_kernel");
     check_rec(r, 2 + docs, 0, NULL);
-    release();
+    zt_release();
     return r->flops;
 }
 
@@ -700,10 +668,10 @@ static void check_rope(void) {
 static double run_softmax_xent(int N, int mode) {
     int V = 37, Vp = 40;
     size_t nl = (size_t)N * Vp;
-    int32_t *tg = hbuf((size_t)N * sizeof(int32_t));
+    int32_t *tg = zt_hbuf((size_t)N * sizeof(int32_t));
     for (int r = 0; r < N; r++)
         tg[r] = r == 3 ? -1 : (int32_t)zt_uniform(0, V);
-    int32_t *d_tg = upb(tg, (size_t)N * sizeof(int32_t));
+    int32_t *d_tg = zt_dup(tg, (size_t)N * sizeof(int32_t));
     /* mode 0: dlogits apart, 1: in place, 2: no gradient, 3: softmax_xent16 (bf16 in place) */
     float *logits = drand(nl), *dl = mode == 0 ? drand(nl) : mode == 1 ? logits : NULL;
     float *loss = drand(N);
@@ -731,7 +699,7 @@ static double run_softmax_xent(int N, int mode) {
               mode == 3 ? "logit rows' partial sectors, masked row unread, bf16 rows' partial "
                           "sectors"
                         : "logit rows' partial sectors, masked row unread");
-    release();
+    zt_release();
     return r->flops;
 }
 
@@ -823,7 +791,7 @@ static void check_attention(int NH, int NKV, int packed, int docs) {
         printf("  with documents the kernels run %.0f, %.0f and %.0f FLOPs of those declared\n",
                pairs * (4.0 * hs + 12) + 8 * rows, pairs * (4.0 * hs + 12) + 7 * rows,
                pairs * 4.0 * hs);
-    release();
+    zt_release();
 }
 
 /* ---- flash attention ---------------------------------------------------------------------- */
@@ -901,7 +869,7 @@ static void check_flash(int NH, int NKV, int packed, int docs) {
         printf("  with documents the kernels run %.0f, %.0f and %.0f FLOPs of fwd, bwd q, bwd kv\n",
                adm[0] * (4.0 * hs + 4) + adm[1] * (hs + 11.0) + adm[2] * (hs + 3.0),
                adm[0] * (6.0 * hs + 7), adm[0] * (8.0 * hs + 7));
-    release();
+    zt_release();
 }
 
 /* The bf16 table's flash attention on tensor cores (flash_tc_cuda.cu), without documents (with
@@ -937,7 +905,7 @@ static void check_flash_tc(int NH, int NKV, int packed) {
     check_rec(rec("fa_tc_delta_kernel"), 3, 0, NULL);
     check_rec(rec("fa_tc_bwd_q_kernel"), 4 + nbuf, 0, NULL);
     check_rec(rec("fa_tc_bwd_kv_kernel"), 4 + nbuf, 0, NULL);
-    release();
+    zt_release();
 }
 
 /* ---- decoding ---------------------------------------------------------------------------- */
@@ -970,7 +938,7 @@ static void run_decode(int NH, int NKV, float theta, int pos, double fl[2]) {
              pairs * (4.0 * hs + 5));
     fl[0] = s->flops;
     fl[1] = a->flops;
-    release();
+    zt_release();
 }
 
 static void check_decode(void) {
@@ -986,13 +954,13 @@ static void check_decode(void) {
  * equal steps of FLOPs. */
 static double run_sample(int V, float temp) {
     float *logits = drand((size_t)V);
-    int32_t *tok = dbuf(sizeof(int32_t));
+    int32_t *tok = zt_dbuf(sizeof(int32_t));
     prof_start();
     ZT_OK(gpu->sample(NULL, tok, logits, V, temp, 12345, 7));
     prof_stop();
     const zs_emu_record *r = rec("sample_kernel");
     check_rec(r, 2, 0, NULL);
-    release();
+    zt_release();
     return r->flops;
 }
 

@@ -28,55 +28,34 @@ static const zs_ops *T;   /* the table under test (bf16 math) */
 static const zs_ops *CPU; /* the CPU's bf16 table */
 static int g_cuda;
 
-/* Buffers of one check, freed together by release(). */
-static void *g_dev[32], *g_host[64];
-static int g_ndev, g_nhost;
-
-static void *hbuf(size_t nbytes) {
-    ZT_CHECK(g_nhost < 64, "too many host buffers");
-    return g_host[g_nhost++] = zt_malloc(nbytes + 16);
-}
-
-static void release(void) {
-    for (int i = 0; i < g_ndev; i++)
-        zs_cuda_free(g_dev[i]);
-    for (int i = 0; i < g_nhost; i++)
-        free(g_host[i]);
-    g_ndev = g_nhost = 0;
-}
-
 /* A copy of h in the table's memory (the host's on the CPU). */
 static void *up(const void *h, size_t nbytes) {
-    if (!g_cuda) return memcpy(hbuf(nbytes), h, nbytes);
-    void *d = NULL;
-    ZT_CHECK(g_ndev < 32, "too many device buffers");
-    ZT_OK(zs_cuda_alloc(ZS_MEM_WORKSPACE, nbytes + 16, "test buffer", &d));
+    if (!g_cuda) return memcpy(zt_hbuf(nbytes), h, nbytes);
+    void *d = zt_dbuf(nbytes + 16);
     ZT_OK(zs_cuda_memcpy_h2d(d, h, nbytes));
-    return g_dev[g_ndev++] = d;
+    return d;
 }
 
+/* A host view of d once the table's work is done (d itself on the CPU). */
 static void *down(const void *d, size_t nbytes) {
     ZT_OK(T->sync(NULL));
-    if (!g_cuda) return (void *)d;
-    void *h = hbuf(nbytes);
-    ZT_OK(zs_cuda_memcpy_d2h(h, d, nbytes));
-    return h;
+    return g_cuda ? zt_hcopy(d, nbytes) : (void *)d;
 }
 
 static float *randn(size_t n, float sd) {
-    float *x = hbuf(n * sizeof(float));
+    float *x = zt_hbuf(n * sizeof(float));
     zt_fill_normal(x, n, sd);
     return x;
 }
 
 static void *poison(size_t nbytes) {
-    unsigned char *x = hbuf(nbytes);
+    unsigned char *x = zt_hbuf(nbytes);
     memset(x, 0xff, nbytes); /* NaN as fp32 and as bf16 */
     return up(x, nbytes);
 }
 
 static zs_bf16 *rounded(const float *x, size_t n) {
-    zs_bf16 *r = hbuf(n * sizeof *r);
+    zs_bf16 *r = zt_hbuf(n * sizeof *r);
     for (size_t i = 0; i < n; i++)
         r[i] = zs_f32_to_bf16(x[i]);
     return r;
@@ -126,7 +105,7 @@ static void check_producers(int N, int C, int off) {
         zt_expect_bits(what, down(o16, n * 2), rounded(down(o32, n * 4), n), n * 2);
         zt_expect_bits(what, down(p16, n * 4), down(p32, n * 4), n * 4);
     }
-    release();
+    zt_release();
 }
 
 /* gemm16 against gemm on the fp32 operands (packed, as the models pass them). */
@@ -139,7 +118,7 @@ static void check_gemm16(int ta, int tb, int m, int n, int k, float beta) {
     zs_bf16 *dA16 = up(rounded(A, na), na * 2), *dB16 = up(rounded(B, nb), nb * 2);
     float *want = up(C0, nc * 4);
     ZT_OK(T->gemm(NULL, ta, tb, m, n, k, 1.0f, dA, ar, dB, br, beta, want, m));
-    float *w = memcpy(hbuf(nc * 4), down(want, nc * 4), nc * 4);
+    float *w = memcpy(zt_hbuf(nc * 4), down(want, nc * 4), nc * 4);
     for (int mode = 1; mode < 4; mode++) { /* A bf16, B bf16, both */
         int a16 = mode & 1, b16 = mode >> 1;
         float *got = up(C0, nc * 4);
@@ -152,7 +131,7 @@ static void check_gemm16(int ta, int tb, int m, int n, int k, float beta) {
                             : "B");
         zt_expect_bits(what, down(got, nc * 4), w, nc * 4);
     }
-    release();
+    zt_release();
 }
 
 /* A linear layer with its input fp32 and bf16 (rounded from it): forward, backward (overwriting
@@ -179,13 +158,13 @@ static void check_linear(int N, int IC, int OC, int with_bias) {
     }
     snprintf(what, sizeof what, "%s linear N=%d IC=%d OC=%d%s, bf16 input", T->name, N, IC, OC,
              with_bias ? " bias" : "");
-    zt_expect_bits(what, down(out[1], no * 4), memcpy(hbuf(no * 4), down(out[0], no * 4), no * 4),
-                   no * 4);
-    zt_expect_bits(what, down(dinp[1], ni * 4), memcpy(hbuf(ni * 4), down(dinp[0], ni * 4), ni * 4),
-                   ni * 4);
-    zt_expect_bits(what, down(gW[1], nw * 4), memcpy(hbuf(nw * 4), down(gW[0], nw * 4), nw * 4),
+    zt_expect_bits(what, down(out[1], no * 4),
+                   memcpy(zt_hbuf(no * 4), down(out[0], no * 4), no * 4), no * 4);
+    zt_expect_bits(what, down(dinp[1], ni * 4),
+                   memcpy(zt_hbuf(ni * 4), down(dinp[0], ni * 4), ni * 4), ni * 4);
+    zt_expect_bits(what, down(gW[1], nw * 4), memcpy(zt_hbuf(nw * 4), down(gW[0], nw * 4), nw * 4),
                    nw * 4);
-    release();
+    zt_release();
 }
 
 /* CUDA: gemm16 with its fp32 operand past the scratch, rounded in pieces, against gemm16 on
@@ -226,9 +205,9 @@ static void check_pieces(int ta, int tb, int a16, int m, int n, int k, int dim, 
     }
     snprintf(what, sizeof what, "cuda gemm16 %c%c m=%d n=%d k=%d, %s fp32 in pieces of %d along %c",
              ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, a16 ? "B" : "A", piece, "-mnk"[dim]);
-    zt_expect_bits(what, down(got, nc * 4), memcpy(hbuf(nc * 4), down(want, nc * 4), nc * 4),
+    zt_expect_bits(what, down(got, nc * 4), memcpy(zt_hbuf(nc * 4), down(want, nc * 4), nc * 4),
                    nc * 4);
-    release();
+    zt_release();
 }
 
 int main(int argc, char **argv) {

@@ -136,6 +136,43 @@ void *zt_malloc(size_t nbytes) {
     return p;
 }
 
+#define ZT_MAX_BUFS 256
+static void *g_dev[ZT_MAX_BUFS], *g_host[ZT_MAX_BUFS];
+static int g_ndev, g_nhost;
+
+void *zt_hbuf(size_t nbytes) {
+    ZT_REQUIRE(g_nhost < ZT_MAX_BUFS, "more than %d host buffers in one check", ZT_MAX_BUFS);
+    return g_host[g_nhost++] = zt_malloc(nbytes + 16);
+}
+
+void *zt_dbuf(size_t nbytes) {
+    void *p = NULL;
+    ZT_REQUIRE(g_ndev < ZT_MAX_BUFS, "more than %d device buffers in one check", ZT_MAX_BUFS);
+    ZT_OK(zs_cuda_alloc(ZS_MEM_WORKSPACE, nbytes ? nbytes : 1, "test buffer", &p));
+    ZT_REQUIRE((uintptr_t)p % 256 == 0, "device buffer %p not 256-byte aligned", p);
+    return g_dev[g_ndev++] = p;
+}
+
+void *zt_dup(const void *h, size_t nbytes) {
+    void *d = zt_dbuf(nbytes);
+    if (nbytes) ZT_OK(zs_cuda_memcpy_h2d(d, h, nbytes));
+    return d;
+}
+
+void *zt_hcopy(const void *d, size_t nbytes) {
+    void *h = zt_hbuf(nbytes);
+    if (nbytes) ZT_OK(zs_cuda_memcpy_d2h(h, d, nbytes));
+    return h;
+}
+
+void zt_release(void) {
+    for (int i = 0; i < g_ndev; i++)
+        zs_cuda_free(g_dev[i]);
+    for (int i = 0; i < g_nhost; i++)
+        free(g_host[i]);
+    g_ndev = g_nhost = 0;
+}
+
 void zt_gpu_require(void) {
     const char *g = getenv("ZS_GPU");
     if (!zs_cuda_built())

@@ -89,6 +89,16 @@ double zt_max_err_ff(const float *a, const float *b, size_t n);
 void zt_expect_bits(const char *what, const void *got, const void *want, size_t nbytes);
 /* malloc that exits on failure. */
 void *zt_malloc(size_t nbytes);
+/* The buffers of one check, host and device, all freed by zt_release() at its end:
+ * zt_hbuf: host memory (zt_malloc) with 16 bytes of slack past nbytes, for shifted views;
+ * zt_dbuf: device memory (zs_cuda_alloc), 256-byte aligned as cudaMalloc's is;
+ * zt_dup: a device copy of nbytes of host h; zt_hcopy: a host copy of device d (the caller has
+ * synchronised the stream that wrote it). Each exits the test when the pool or memory runs out. */
+void *zt_hbuf(size_t nbytes);
+void *zt_dbuf(size_t nbytes);
+void *zt_dup(const void *h, size_t nbytes);
+void *zt_hcopy(const void *d, size_t nbytes);
+void zt_release(void);
 /* Path of the zshard executable: ZS_ZSHARD (the gpu suite's: zshard-emu on the emulated GPU),
  * else the build tree's (from ZS_BUILD_DIR). */
 const char *zt_zshard_exe(void);

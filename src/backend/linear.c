@@ -29,20 +29,20 @@ zs_gemm16_split zs_gemm16_plan(int transa, int transb, int m, int n, int k, int 
     size_t rows = (size_t)(a16 ? (transb ? n : k) : (transa ? k : m));
     size_t cols = (size_t)(a16 ? (transb ? k : n) : (transa ? m : k));
     int own = a16 ? (transb ? ZS_SPLIT_K : ZS_SPLIT_N) : (transa ? ZS_SPLIT_M : ZS_SPLIT_K);
-    zs_gemm16_split none = {0, ZS_SPLIT_NONE, 0}, p = {rows * cols, ZS_SPLIT_NONE, 0};
+    zs_gemm16_split none = {0, ZS_SPLIT_NONE, 0, (int)rows, own};
+    zs_gemm16_split p = {rows * cols, ZS_SPLIT_NONE, 0, (int)rows, own};
     if (m <= 0 || n <= 0 || k <= 0) return none;
     zs_gemm_cast f = zs_gemm_cast_plan(transa, transb, m, n, k, transa ? k : m, transb ? n : k);
-    if (f.elems && f.k_piece < k) /* the fp32 pair's pieces, so the same sums: the same bits */
-        p = (zs_gemm16_split){rows * (own == ZS_SPLIT_K ? (size_t)f.k_piece : cols), ZS_SPLIT_K,
-                              f.k_piece};
-    else if (f.elems && f.n_piece < n)
-        p = (zs_gemm16_split){rows * (own == ZS_SPLIT_N ? (size_t)f.n_piece : cols), ZS_SPLIT_N,
-                              f.n_piece};
-    else if (!f.elems && rows * cols > ZS_GEMM_CAST_MAX) { /* its own columns in pieces */
+    if (f.elems && f.k_piece < k) { /* the fp32 pair's pieces, so the same sums: the same bits */
+        p.dim = ZS_SPLIT_K, p.piece = f.k_piece;
+    } else if (f.elems && f.n_piece < n) {
+        p.dim = ZS_SPLIT_N, p.piece = f.n_piece;
+    } else if (!f.elems && rows * cols > ZS_GEMM_CAST_MAX) { /* its own columns in pieces */
         size_t pc = ZS_GEMM_CAST_MAX / rows / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
         if (pc < ZS_GEMM_PIECE) return none;
-        p = (zs_gemm16_split){rows * pc, own, (int)pc};
+        p.dim = own, p.piece = (int)pc;
     }
+    if (p.dim == own) p.elems = rows * (size_t)p.piece; /* a piece at a time */
     return p.elems <= ZS_GEMM_CAST_MAX ? p : none;
 }
 

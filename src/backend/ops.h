@@ -365,7 +365,9 @@ enum { ZS_SPLIT_NONE, ZS_SPLIT_M, ZS_SPLIT_N, ZS_SPLIT_K };
 typedef struct zs_gemm16_split {
     size_t elems;
     int dim;   /* ZS_SPLIT_*: C's rows (m), C's columns (n), or the sum (k, added in order) */
-    int piece; /* along dim, a multiple of ZS_GEMM_PIECE */
+    int piece; /* along dim, a multiple of ZS_GEMM_PIECE (0 where not split) */
+    int rows;  /* the fp32 operand's stored rows (its leading dimension, packed) */
+    int own;   /* the ZS_SPLIT_* its stored columns run along: pieces there are rounded apart */
 } zs_gemm16_split;
 zs_gemm16_split zs_gemm16_plan(int transa, int transb, int m, int n, int k, int a16);
 /* What gemm_linear_bwd casts at once, W, dout and (unless in16, a bf16 input) inp (0: too many

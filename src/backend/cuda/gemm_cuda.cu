@@ -19,17 +19,32 @@ fail:
     return st;
 }
 
-/* The bf16 gemm on operands rounded into the stream's scratch, by plan p (ops.h
+/* Every cuBLAS call's start: the library's lock taken (*h set once it is, so the caller's fail
+ * path unlocks where *h is non-NULL), the handle on the op's stream, and, with scratch > 0, the
+ * stream's bf16 scratch of that many elements in *w. */
+static zs_status blas_begin(zs_stream_t *s, size_t scratch, cublasHandle_t *h, zs_bf16 **w) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_cu_blas_lock(h));
+    ZS_CUBLAS_CHECK(cublasSetStream(*h, zs_cu_stream(s)));
+    if (scratch) ZS_CHECK(zs_cu_gemm_scratch(s, scratch, w));
+fail:
+    return st;
+}
+
+/* blas_begin's end, on every path. */
+static void blas_end(cublasHandle_t h) {
+    if (h) zs_cu_blas_unlock();
+}
+
+/* The bf16 gemm on operands rounded into the stream's scratch w, by plan p (ops.h
  * zs_gemm_cast_plan): A whole then B (whole, or in pieces of columns with C's), or both in
  * pieces along k with C accumulating from the first piece's beta. Every cast runs on the
  * stream before the product that reads it and after the one before. */
-static zs_status gemm_cast(cublasHandle_t h, zs_stream_t *s, zs_gemm_cast p, int transa, int transb,
-                           int m, int n, int k, float alpha, const float *A, int lda,
+static zs_status gemm_cast(cublasHandle_t h, zs_stream_t *s, zs_bf16 *w, zs_gemm_cast p, int transa,
+                           int transb, int m, int n, int k, float alpha, const float *A, int lda,
                            const float *B, int ldb, float beta, float *C, int ldc) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
-    zs_bf16 *w = NULL;
-    ZS_CHECK(zs_cu_gemm_scratch(s, p.elems, &w));
     if (p.k_piece < k) { /* !transa && transb: A's columns and B's stored columns along k */
         for (int k0 = 0; k0 < k; k0 += p.k_piece) {
             int kc = k - k0 < p.k_piece ? k - k0 : p.k_piece;
@@ -63,7 +78,7 @@ static zs_status cu_gemm_math(cublasComputeType_t compute, zs_stream_t *s, int t
                               const float *B, int ldb, float beta, float *C, int ldc) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
-    int locked = 0;
+    zs_bf16 *w = NULL;
     zs_gemm_cast plan = {0, n, k};
     ZS_CHECK(zs_gemm_check(transa, transb, m, n, k, A, lda, B, ldb, C, ldc));
     if (m == 0 || n == 0) return ZS_OK;
@@ -74,19 +89,18 @@ static zs_status cu_gemm_math(cublasComputeType_t compute, zs_stream_t *s, int t
         transb = t;
     }
 #endif
-    ZS_CHECK(zs_cu_blas_lock(&h));
-    locked = 1;
-    ZS_CUBLAS_CHECK(cublasSetStream(h, zs_cu_stream(s)));
     if (compute == CUBLAS_COMPUTE_32F_FAST_16BF)
         plan = zs_gemm_cast_plan(transa, transb, m, n, k, lda, ldb);
-    if (plan.elems) /* under the cuBLAS lock: one thread at a time uses the default stream's */
+    /* the scratch under the cuBLAS lock: one thread at a time uses the default stream's */
+    ZS_CHECK(blas_begin(s, plan.elems, &h, &w));
+    if (plan.elems)
         ZS_CHECK(
-            gemm_cast(h, s, plan, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
+            gemm_cast(h, s, w, plan, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
     else
         ZS_CHECK(blas_gemm(h, compute, transa, transb, m, n, k, alpha, A, lda, B, ldb, CUDA_R_32F,
                            beta, C, ldc));
 fail:
-    if (locked) zs_cu_blas_unlock();
+    blas_end(h);
     return st;
 }
 
@@ -125,7 +139,6 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
                        float *C, int ldc) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
-    int locked = 0;
     zs_bf16 *w = NULL;
     cudaStream_t cs = zs_cu_stream(s);
     if (!a16 && !b16)
@@ -134,26 +147,23 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
     ZS_CHECK(zs_gemm_check(transa, transb, m, n, k, (const float *)A, lda, (const float *)B, ldb, C,
                            ldc));
     if (m == 0 || n == 0) return ZS_OK;
-    ZS_CHECK(zs_cu_blas_lock(&h));
-    locked = 1;
-    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
     if ((a16 && b16) || k == 0) { /* nothing to round (k == 0: C = beta C) */
+        ZS_CHECK(blas_begin(s, 0, &h, NULL));
         ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, k, alpha, A, lda, B, ldb,
                            CUDA_R_16BF, beta, C, ldc));
     } else {
         const float *X = (const float *)(a16 ? B : A); /* the fp32 operand */
-        int ld = a16 ? ldb : lda, rows = a16 ? (transb ? n : k) : (transa ? k : m);
-        int own = a16 ? (transb ? ZS_SPLIT_K : ZS_SPLIT_N) : (transa ? ZS_SPLIT_M : ZS_SPLIT_K);
+        int ld = a16 ? ldb : lda;
         zs_gemm16_split p = zs_gemm16_plan(transa, transb, m, n, k, a16);
         int len = p.dim == ZS_SPLIT_M ? m : p.dim == ZS_SPLIT_N ? n : k;
         int piece = p.dim == ZS_SPLIT_NONE ? len : p.piece;
-        ZS_REQUIRE(ld == rows, ZS_ERR_INVALID,
-                   "gemm16: the fp32 operand is not packed (ld %d for %d rows)", ld, rows);
+        ZS_REQUIRE(ld == p.rows, ZS_ERR_INVALID,
+                   "gemm16: the fp32 operand is not packed (ld %d for %d rows)", ld, p.rows);
         ZS_REQUIRE(p.elems, ZS_ERR_INVALID,
-                   "gemm16: a column of %d fp32 rows does not fit the %zu-element scratch", rows,
+                   "gemm16: a column of %d fp32 rows does not fit the %zu-element scratch", p.rows,
                    (size_t)ZS_GEMM_CAST_MAX);
-        ZS_CHECK(zs_cu_gemm_scratch(s, p.elems, &w));
-        if (p.dim != own) /* not split along its columns: rounded once, whole */
+        ZS_CHECK(blas_begin(s, p.elems, &h, &w));
+        if (p.dim != p.own) /* not split along its columns: rounded once, whole */
             ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X, p.elems));
         for (int c0 = 0; c0 < len; c0 += piece) {
             int nc = len - c0 < piece ? len - c0 : piece;
@@ -167,17 +177,17 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
                 pk = nc, ao = transa ? (size_t)c0 : (size_t)c0 * lda;
                 bo = transb ? (size_t)c0 * ldb : (size_t)c0;
             }
-            if (p.dim == own && p.dim != ZS_SPLIT_NONE)
-                ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X + (size_t)c0 * ld, (size_t)rows * nc));
-            const zs_bf16 *a = a16 ? (const zs_bf16 *)A + ao : w + (p.dim == own ? 0 : ao);
-            const zs_bf16 *b = a16 ? w + (p.dim == own ? 0 : bo) : (const zs_bf16 *)B + bo;
+            if (p.dim == p.own) /* this piece of its columns, rounded just before its product */
+                ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X + (size_t)c0 * ld, (size_t)p.rows * nc));
+            const zs_bf16 *a = a16 ? (const zs_bf16 *)A + ao : w + (p.dim == p.own ? 0 : ao);
+            const zs_bf16 *b = a16 ? w + (p.dim == p.own ? 0 : bo) : (const zs_bf16 *)B + bo;
             ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, pm, pn, pk, alpha, a, lda, b,
                                ldb, CUDA_R_16BF, p.dim == ZS_SPLIT_K && c0 ? 1.0f : beta, C + co,
                                ldc));
         }
     }
 fail:
-    if (locked) zs_cu_blas_unlock();
+    blas_end(h);
     return st;
 }
 
@@ -191,16 +201,12 @@ static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const f
                                  float dinp_beta, int rows) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
-    int locked = 0;
     zs_bf16 *w = NULL;
     cudaStream_t cs = zs_cu_stream(s);
     size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = (size_t)OC * rows;
     ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
     ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, dout, OC, dW, IC));
-    ZS_CHECK(zs_cu_blas_lock(&h));
-    locked = 1;
-    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
-    ZS_CHECK(zs_cu_gemm_scratch(s, nw + nd + (inp16 ? 0 : (size_t)IC * rows), &w));
+    ZS_CHECK(blas_begin(s, nw + nd + (inp16 ? 0 : (size_t)IC * rows), &h, &w));
     ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
     for (int j0 = 0; j0 < N; j0 += rows) {
         int nc = N - j0 < rows ? N - j0 : rows;
@@ -215,7 +221,7 @@ static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const f
                            CUDA_R_16BF, 1.0f, dW, IC));
     }
 fail:
-    if (locked) zs_cu_blas_unlock();
+    blas_end(h);
     return st;
 }
 
@@ -230,7 +236,6 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
                                      int OC, float dinp_beta) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
-    int locked = 0;
     size_t cast = zs_linear_bwd_cast_elems(N, IC, OC, inp16);
     size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = zs_gemm_cast_round((size_t)OC * N);
     zs_bf16 *w = NULL;
@@ -257,10 +262,7 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     }
     ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
     ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, dout, OC, dW, IC));
-    ZS_CHECK(zs_cu_blas_lock(&h));
-    locked = 1;
-    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
-    ZS_CHECK(zs_cu_gemm_scratch(s, cast, &w));
+    ZS_CHECK(blas_begin(s, cast, &h, &w));
     ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
     if (dbias || gelu_inp)
         ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, w + nw, gelu_inp));
@@ -272,7 +274,7 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, inp16 ? inp : w + nw + nd, IC,
                        w + nw, OC, CUDA_R_16BF, 1.0f, dW, IC));
 fail:
-    if (locked) zs_cu_blas_unlock();
+    blas_end(h);
     return st;
 }
 
@@ -285,7 +287,7 @@ zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const 
                                   float dinp_beta) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
-    int locked = 0, op = 0, np = 0;
+    int op = 0, np = 0;
     zs_bf16 *w = NULL;
     cudaStream_t cs = zs_cu_stream(s);
     size_t elems = zs_linear_bwd16_pieces(N, IC, OC, &op, &np);
@@ -298,10 +300,7 @@ zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const 
                "linear_bwd16: rows of %d inputs do not fit the %zu-element gemm scratch", IC,
                (size_t)ZS_GEMM_CAST_MAX);
     ZS_REQUIRE(dout && inp && W, ZS_ERR_INVALID, "linear_bwd16: NULL operand");
-    ZS_CHECK(zs_cu_blas_lock(&h));
-    locked = 1;
-    ZS_CUBLAS_CHECK(cublasSetStream(h, cs));
-    ZS_CHECK(zs_cu_gemm_scratch(s, elems, &w));
+    ZS_CHECK(blas_begin(s, elems, &h, &w));
     for (int o0 = 0; dinp && o0 < OC; o0 += op) { /* dinp^T (IC x N) = W^T G^T, along OC */
         int oc = OC - o0 < op ? OC - o0 : op;
         ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W + (size_t)o0 * IC, (size_t)oc * IC));
@@ -315,6 +314,6 @@ zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const 
                            dout + (size_t)n0 * ldd, ldd, CUDA_R_16BF, 1.0f, dW, IC));
     }
 fail:
-    if (locked) zs_cu_blas_unlock();
+    blas_end(h);
     return st;
 }

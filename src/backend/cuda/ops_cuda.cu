@@ -143,9 +143,9 @@ static zs_status bias_act(zs_stream_t *s, OutT *out, const float *a, const float
     const char *what = pre ? "bias_gelu_fwd" : "bias_residual_fwd";
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "%s: negative shape N=%d OC=%d", what, N, OC);
     if (total == 0) return ZS_OK;
-    if (!bias && sizeof(OutT) == sizeof(float))
-        return pre ? zs_cu_gelu_fwd(s, (float *)out, pre, total)
-                   : cu_residual_fwd(s, (float *)out, a, b, total);
+    if constexpr (sizeof(OutT) == sizeof(float)) /* without a bias, their own kernels */
+        if (!bias)
+            return pre ? zs_cu_gelu_fwd(s, out, pre, total) : cu_residual_fwd(s, out, a, b, total);
     ZS_REQUIRE(out && (pre || (a && b && bias)), ZS_ERR_INVALID, "%s: NULL buffer", what);
     /* two adds an element and the bias read; GELU: one add and zs_gelu's 10, pre read and
      * written (read only without a bias) and out written */
@@ -165,17 +165,10 @@ static zs_status cu_bias_residual_fwd(zs_stream_t *s, float *out, const float *a
     return bias_act(s, out, a, b, (float *)NULL, bias, N, OC);
 }
 
-static zs_status cu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
+/* bias_gelu_fwd (OutT float) and bias_gelu_fwd16 (zs_bf16). */
+template <typename OutT>
+static zs_status cu_bias_gelu_fwd(zs_stream_t *s, float *pre, OutT *out, const float *bias, int N,
                                   int OC) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(pre || (size_t)N * OC == 0, ZS_ERR_INVALID, "bias_gelu_fwd: NULL buffer");
-    return bias_act(s, out, NULL, NULL, pre, bias, N, OC);
-fail:
-    return st;
-}
-
-static zs_status cu_bias_gelu_fwd16(zs_stream_t *s, float *pre, zs_bf16 *out, const float *bias,
-                                    int N, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(pre || (size_t)N * OC == 0, ZS_ERR_INVALID, "bias_gelu_fwd: NULL buffer");
     return bias_act(s, out, NULL, NULL, pre, bias, N, OC);
@@ -472,8 +465,8 @@ fail:
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
         .gemm16 = gemm16_fn, .gemm_linear_bwd = linear_bwd_fn,                                     \
         .gemm_linear_bwd16 = linear_bwd16_fn, .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd,    \
-        .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd,              \
-        .bias_gelu_fwd16 = cu_bias_gelu_fwd16, .embedding_fwd = zs_cu_embedding_fwd,               \
+        .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd<float>,       \
+        .bias_gelu_fwd16 = cu_bias_gelu_fwd<zs_bf16>, .embedding_fwd = zs_cu_embedding_fwd,        \
         .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
         .layernorm_fwd16 = zs_cu_layernorm_fwd16, .layernorm_bwd = zs_cu_layernorm_bwd,            \
         .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd,                                    \
