@@ -282,8 +282,10 @@ typedef struct zs_ops {
     zs_status (*flash_attention_fwd)(zs_stream_t *s, float *out, float *lse, const float *q,
                                      const float *k, const float *v, int B, int T, int NH, int NKV,
                                      int hs, int ldq, int ldkv, const int32_t *seg);
-    /* Accumulates dq (stride ldq), dk and dv (stride ldkv), which may be views into one packed
-     * buffer as q, k, v are. delta[B,NH,T] is scratch owned by the caller (dO.O per row). */
+    /* Overwrites dq (stride ldq), dk and dv (stride ldkv), which may be views into one packed
+     * buffer as q, k, v are (the other columns of their rows are not touched), with the bits of
+     * accumulating into zeros (0 + makes -0 into +0), so no fill has to come first.
+     * delta[B,NH,T] is scratch owned by the caller (dO.O per row). */
     zs_status (*flash_attention_bwd)(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
                                      const float *dout, const float *q, const float *k,
                                      const float *v, const float *out, const float *lse, int B,

@@ -223,13 +223,14 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     /* res2 = x + attn_proj(atty). */
     ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty, 0,
                                p + t[B_PROJW], BT, C, C));
-    ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
-    if (b->naive)
+    if (b->naive) { /* it accumulates; the flash backward overwrites */
+        ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
         ZS_CHECK(o->attention_bwd(s, m->dqkv, b->datt, b->dC, a->qkv, a->att, B, T, C, NH, b->seg));
-    else
+    } else {
         ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt, b->dC,
                                         a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,
                                         NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+    }
     ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1, h,
                                p + t[B_QKVW], BT, C, 3 * C));
     ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN1W], g + t[B_LN1B], b->dC, x, p + t[B_LN1W],

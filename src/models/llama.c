@@ -233,16 +233,17 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     /* res2 = x + o_proj(atty). */
     ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_O], NULL, b->dres, a->atty, 0, p + t[L_O], BT,
                                QD, C));
-    ZS_CHECK(o->fill(s, m->dq, 0.0f, (size_t)BT * QD));
-    ZS_CHECK(o->fill(s, m->dk, 0.0f, (size_t)BT * KD));
-    ZS_CHECK(o->fill(s, m->dv, 0.0f, (size_t)BT * KD));
-    if (b->naive)
+    if (b->naive) { /* it accumulates; the flash backward overwrites */
+        ZS_CHECK(o->fill(s, m->dq, 0.0f, (size_t)BT * QD));
+        ZS_CHECK(o->fill(s, m->dk, 0.0f, (size_t)BT * KD));
+        ZS_CHECK(o->fill(s, m->dv, 0.0f, (size_t)BT * KD));
         ZS_CHECK(o->attention_gqa_bwd(s, m->dq, m->dk, m->dv, b->datt, b->dC, a->q, a->k, a->v,
                                       a->att, B, T, c->n_head, c->n_kv_head, hs, b->seg));
-    else
+    } else {
         ZS_CHECK(o->flash_attention_bwd(s, m->dq, m->dk, m->dv, b->datt, b->dC, a->q, a->k, a->v,
                                         a->atty, a->lse, B, T, c->n_head, c->n_kv_head, hs, QD,
                                         KD, b->seg));
+    }
     /* The saved q and k are post-RoPE; their gradients go back through the inverse rotation
      * to the projections' outputs. */
     ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, hs, c->rope_theta, b->seg));

@@ -114,6 +114,13 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
         int b = (int)(task / NKV), g = (int)(task % NKV);
         size_t koff = (size_t)b * T * ldkv + (size_t)g * hs;
         float sc[BWD_ROWS][ZS_FA_BK], dp[BWD_ROWS][ZS_FA_BK];
+        /* the op overwrites: this task's rows of dk, dv and its heads' dq start at zero */
+        for (int t = 0; t < T; t++) {
+            memset(dk + koff + (size_t)t * ldkv, 0, (size_t)hs * sizeof *dk);
+            memset(dv + koff + (size_t)t * ldkv, 0, (size_t)hs * sizeof *dv);
+            memset(dq + ((size_t)b * T + t) * ldq + (size_t)g * rep * hs, 0,
+                   (size_t)rep * hs * sizeof *dq);
+        }
         float *kt = malloc(2 * (size_t)hs * ZS_FA_BK * sizeof *kt);
         if (!kt) {
             oom = 1;

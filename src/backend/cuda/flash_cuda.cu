@@ -84,6 +84,8 @@ static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float
         float *dqi = dq + fa_qrow(a, b, i, h);
         float sc[ZS_FA_BK], dp[ZS_FA_BK];
         int lo = zs_seg_lo(seg, (size_t)b * a.T + i);
+        for (int e = 0; e < a.hs; e++) /* the op overwrites: the sum starts at zero */
+            dqi[e] = 0.0f;
         for (int j0 = zs_fa_first_block(lo); j0 <= i; j0 += ZS_FA_BK) {
             int n = a.T - j0 < ZS_FA_BK ? a.T - j0 : ZS_FA_BK, f = 0;
             int ni = zs_fa_span(i, lo, j0, n, &f);
@@ -106,6 +108,10 @@ static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout,
         int b = (int)(bg / (size_t)a.NKV), g = (int)(bg % (size_t)a.NKV);
         int rep = a.NH / a.NKV;
         size_t kr = fa_kvrow(a, b, j, g);
+        for (int e = 0; e < a.hs; e++) { /* the op overwrites: the sums start at zero */
+            dk[kr + e] = 0.0f;
+            dv[kr + e] = 0.0f;
+        }
         for (int h = g * rep; h < (g + 1) * rep; h++) {
             size_t bh = (size_t)b * a.NH + h;
             for (int i = j; i < a.T; i++) {

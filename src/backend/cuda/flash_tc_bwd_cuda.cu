@@ -25,7 +25,8 @@ static __global__ void fa_tc_delta_kernel(float *delta, const float *dout, const
 }
 
 /* dq for a block of 128 query rows of one head, over its key blocks in order:
- * S = Q K^T, P = 2^(S scale2 - lse log2 e), dP = dO V^T, dS = P (dP - delta), dq += scale dS K. */
+ * S = Q K^T, P = 2^(S scale2 - lse log2 e), dP = dO V^T, dS = P (dP - delta), dq = scale dS K
+ * (written once, as 0 + the sum: ops.h's bits of accumulating into zeros). */
 template <int HS>
 static __global__ void fa_tc_bwd_q_kernel(float *dq, const float *dout, const float *q,
                                           const float *k, const float *v, const float *lse,
@@ -75,8 +76,8 @@ static __global__ void fa_tc_bwd_q_kernel(float *dq, const float *dout, const fl
         if (r[i] >= a.T) continue;
         float *row = dq + tc_qrow(a, b, r[i], h);
         for (int dt = 0; dt < HS / 8; dt++) {
-            row[dt * 8 + 2 * t] += acc[dt].x[2 * i] * a.scale;
-            row[dt * 8 + 2 * t + 1] += acc[dt].x[2 * i + 1] * a.scale;
+            row[dt * 8 + 2 * t] = 0.0f + acc[dt].x[2 * i] * a.scale;
+            row[dt * 8 + 2 * t + 1] = 0.0f + acc[dt].x[2 * i + 1] * a.scale;
         }
     }
 }
@@ -103,9 +104,9 @@ static __device__ __forceinline__ void tc_kv_next(const tc_view &a, const int32_
 
 /* dk and dv for a block of 128 key rows of one kv head, over the group's query heads and, in
  * each, the query blocks that can see them, in order: S^T = K Q^T, P^T = 2^(S^T scale2 -
- * lse log2 e), dP^T = V dO^T, dS^T = P^T (dP^T - delta), dv += P^T dO, dk += scale dS^T Q. The
- * next block's Q and dO (and their rows' lse, delta and document starts) load while this one
- * computes, as the key blocks of the forward do. */
+ * lse log2 e), dP^T = V dO^T, dS^T = P^T (dP^T - delta), dv = P^T dO, dk = scale dS^T Q (written
+ * once, as dq). The next block's Q and dO (and their rows' lse, delta and document starts) load
+ * while this one computes, as the key blocks of the forward do. */
 template <int HS>
 static __global__ void fa_tc_bwd_kv_kernel(float *dk, float *dv, const float *dout, const float *q,
                                            const float *k, const float *v, const float *lse,
@@ -198,8 +199,8 @@ static __global__ void fa_tc_bwd_kv_kernel(float *dk, float *dv, const float *do
         size_t off = tc_kvrow(a, b, c[i], kvh);
         for (int dt = 0; dt < HS / 8; dt++)
             for (int x = 0; x < 2; x++) {
-                dk[off + dt * 8 + 2 * t + x] += dka[dt].x[2 * i + x] * a.scale;
-                dv[off + dt * 8 + 2 * t + x] += dva[dt].x[2 * i + x];
+                dk[off + dt * 8 + 2 * t + x] = 0.0f + dka[dt].x[2 * i + x] * a.scale;
+                dv[off + dt * 8 + 2 * t + x] = 0.0f + dva[dt].x[2 * i + x];
             }
     }
 }
@@ -223,13 +224,13 @@ static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float 
     ZS_CUDA_CHECK_LAUNCH(fa_tc_delta_kernel);
     /* per unit: S, dP and dq, 2 x 16 x 64 x HS each; p (fmaf, exp2) and dS 6 per score */
     ZS_COST(uq * 16.0 * 64.0 * 6.0 + qe * 2.0, uq * 6.0 * 16.0 * 64.0 * HS,
-            4.0 * (4.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege));
+            4.0 * (3.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege)); /* dq written */
     ZS_LAUNCH(fa_tc_bwd_q_kernel<HS>, gq, FA_TC_THREADS, 0, cs, dq, dout, q, k, v, lse, delta, seg,
               a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_q_kernel);
     /* per unit: S^T, dP^T, dv and dk, 2 x 16 x 64 x HS each */
     ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 3.0, ukv * 8.0 * 16.0 * 64.0 * HS,
-            4.0 * (2.0 * qe + 6.0 * kve + 2.0 * (double)rows + sege));
+            4.0 * (2.0 * qe + 4.0 * kve + 2.0 * (double)rows + sege)); /* dk, dv written */
     ZS_LAUNCH(fa_tc_bwd_kv_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k, v, lse, delta,
               seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_kv_kernel);
