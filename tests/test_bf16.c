@@ -8,7 +8,9 @@
  *    docs/architecture.md "Memory accounting" exactly (bf16 params and grads: ddp 16Ψ, 1: 4Ψ +
  *    12Ψ/N, 2: 2Ψ + 14Ψ/N, 3: 16Ψ/N; with fp32 grads 18Ψ, 6Ψ + 12Ψ/N, 2Ψ + 16Ψ/N, 18Ψ/N),
  *    zs_mem_formula says the same, the estimator equals the allocator for model states, activations
- *    and workspace, and gathered bytes stay within the estimate;
+ *    and workspace, and gathered bytes stay within the estimate; the workspace of bf16
+ *    activations is fp32's, less half of LLaMA's two [BT, F] SwiGLU gradients (stored in bf16
+ *    for the gate and up GEMMs only, docs/cuda.md "GEMM operands");
  *  - accuracy: bf16 (bf16 GEMM inputs included) and fp32 losses on gpt2-tiny agree within
  *    0.5% relative over the first 15 steps and 3% over 50, and differ somewhere (bf16 really
  *    is in use);
@@ -87,6 +89,34 @@ static void check_memory(const char *model, const rl_run *r, int s, int g16) {
                  (unsigned long long)r->est[ZS_MEM_GATHERED]);
     }
     zs_layout_free(&l);
+}
+
+static uint64_t r16(uint64_t n) {
+    return (n + 15) / 16 * 16;
+}
+
+/* zs_model_workspace_bytes with bf16 activations against fp32's at B x T: equal for GPT-2,
+ * LLaMA's dgate and dup at (n + 1) / 2 floats' room each (64-byte carves). A config with
+ * ffn_hidden below n_embd widens dgate to hold the q gradient. */
+static void test_workspace(const char *model, int ffn, int B, int T) {
+    zs_model_config c;
+    ZT_OK(zs_model_preset(model, &c));
+    zs_model_config_set_vocab(&c, 256);
+    if (ffn) c.ffn_hidden = ffn;
+    zs_model_options f32 = {.act_dtype = ZS_DTYPE_F32}, b16 = {.act_dtype = ZS_DTYPE_BF16};
+    uint64_t wf = zs_model_workspace_bytes(&c, &f32, B, T);
+    uint64_t wb = zs_model_workspace_bytes(&c, &b16, B, T);
+    /* with bf16 activations dgate and dup also hold the q and k gradients: F or C and KD wide */
+    uint64_t BT = (uint64_t)B * T, F = (uint64_t)c.ffn_hidden, C = (uint64_t)c.n_embd;
+    uint64_t KD = C / (uint64_t)c.n_head * (uint64_t)c.n_kv_head;
+    uint64_t g16 = BT * (C > F ? C : F), u16 = BT * (KD > F ? KD : F);
+    uint64_t saved = c.arch == ZS_ARCH_LLAMA
+                         ? 4 * (2 * r16(BT * F) - r16((g16 + 1) / 2) - r16((u16 + 1) / 2))
+                         : 0;
+    ZT_CHECK(wf > 0 && wb == wf - saved,
+             "%s (ffn %d) %dx%d: bf16 workspace %llu, want fp32's %llu less %llu", model,
+             c.ffn_hidden, B, T, (unsigned long long)wb, (unsigned long long)wf,
+             (unsigned long long)saved);
 }
 
 /* g16: bf16 gradients (the default with --dtype bf16), else --reduce-dtype fp32. */
@@ -203,6 +233,10 @@ int main(void) {
         cat_names[c] = zs_mem_category_name((zs_mem_category)c);
     rl_setup("bf16");
     test_bad_input();
+    test_workspace("gpt2-tiny", 0, 4, 32);
+    test_workspace("llama-tiny", 0, 4, 32);
+    test_workspace("llama-tiny", 0, 3, 7);  /* half of 3696 floats: 1848, carved as 1856 */
+    test_workspace("llama-tiny", 16, 3, 7); /* ffn_hidden below n_embd (64) and KD (32) */
     test_parity_and_memory("gpt2-tiny", 1);
     test_parity_and_memory("llama-tiny", 1);
     test_parity_and_memory("gpt2-tiny", 0);

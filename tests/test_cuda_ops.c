@@ -1241,7 +1241,8 @@ int main(void) {
         check_gemm_pieces(0, 8, 1100, 65536, 1.0f); /* B by columns: 768 then 332 */
         check_gemm_pieces(1, 8, 8, 5000000, 0.5f);  /* along k: 4194304 then 805696 */
         /* a backward whose operands do not fit together: each gemm casts its own */
-        ZT_CHECK(zs_linear_bwd_cast_elems(1100, 8, 65536, 0) == 0, "linear backward cast at once");
+        ZT_CHECK(zs_linear_bwd_cast_elems(1100, 8, 65536, 0, 0) == 0,
+                 "linear backward cast at once");
         check_linear(ZS_MATH_BF16, 1100, 8, 65536);
         check_linear_gelu(1100, 8, 65536);
     } else {

@@ -278,6 +278,7 @@ enum {
     E_GELU_BWD,
     E_SWIGLU_FWD,
     E_SWIGLU_BWD,
+    E_SWIGLU_BWD16,
     E_TO_BF16,
     E_TO_F32,
     E_INIT,
@@ -285,16 +286,17 @@ enum {
     E_COUNT
 };
 static const char *const g_elem_kernel[E_COUNT] = {
-    "residual_kernel",    "axpy_kernel",        "scale_kernel",       "fill_kernel",
-    "gelu_fwd_kernel",    "gelu_bwd_kernel",    "swiglu_fwd_kernel",  "swiglu_bwd_kernel",
-    "f32_to_bf16_kernel", "bf16_to_f32_kernel", "init_normal_kernel", "adamw_kernel"};
+    "residual_kernel",   "axpy_kernel",        "scale_kernel",       "fill_kernel",
+    "gelu_fwd_kernel",   "gelu_bwd_kernel",    "swiglu_fwd_kernel",  "swiglu_bwd_kernel",
+    "swiglu_bwd_kernel", "f32_to_bf16_kernel", "bf16_to_f32_kernel", "init_normal_kernel",
+    "adamw_kernel"};
 /* distinct buffers each touches */
-static const int g_elem_bufs[E_COUNT] = {3, 2, 1, 1, 2, 3, 3, 5, 2, 2, 1, 4};
+static const int g_elem_bufs[E_COUNT] = {3, 2, 1, 1, 2, 3, 3, 5, 5, 2, 2, 1, 4};
 
 /* One elementwise op over n elements; its FLOPs. */
 static double run_elementwise(int op, size_t n) {
     float *a = drand(n), *b = drand(n), *c = drand(n), *d = drand(n), *e = drand(n);
-    zs_bf16 *h = zt_dbuf(n * sizeof(zs_bf16));
+    zs_bf16 *h = zt_dbuf(n * sizeof(zs_bf16)), *h2 = zt_dbuf(n * sizeof(zs_bf16));
     if (op == E_ADAMW) ZT_OK(gpu->fill(NULL, d, 0.01f, n)); /* v: a running mean of squares */
     prof_start();
     switch (op) {
@@ -321,6 +323,9 @@ static double run_elementwise(int op, size_t n) {
         break;
     case E_SWIGLU_BWD:
         ZT_OK(gpu->swiglu_bwd(NULL, a, b, c, d, e, n));
+        break;
+    case E_SWIGLU_BWD16: /* the two gradients in bf16: 2-byte writes */
+        ZT_OK(gpu->swiglu_bwd16(NULL, h, h2, c, d, e, n));
         break;
     case E_TO_BF16:
         ZT_OK(gpu->cast(NULL, h, ZS_DTYPE_BF16, a, ZS_DTYPE_F32, n));
@@ -641,13 +646,18 @@ static void check_embedding(void) {
 
 /* ---- RoPE ----------------------------------------------------------------------------------- */
 
+/* bwd 0: rope_fwd, 1: rope_bwd, 2: rope_bwd16 (its output bf16: 2-byte writes). */
 static double run_rope(int B, int docs, int bwd) {
     int T = 11, NH = 3, hs = 16;
     size_t n = (size_t)B * T * NH * hs;
     const int32_t *seg = NULL, *d_seg = docs_seg(docs, B, T, &seg);
     float *x = drand(n), *out = drand(n);
+    zs_bf16 *out16 = zt_dbuf(n * sizeof(zs_bf16));
     prof_start();
-    ZT_OK((bwd ? gpu->rope_bwd : gpu->rope_fwd)(NULL, out, x, B, T, NH, hs, 10000.0f, d_seg));
+    if (bwd == 2)
+        ZT_OK(gpu->rope_bwd16(NULL, out16, x, B, T, NH, hs, 10000.0f, d_seg));
+    else
+        ZT_OK((bwd ? gpu->rope_bwd : gpu->rope_fwd)(NULL, out, x, B, T, NH, hs, 10000.0f, d_seg));
     prof_stop();
     const zs_emu_record *r = rec("rope_kernel");
     check_rec(r, 2 + docs, 0, NULL);
@@ -657,7 +667,7 @@ static double run_rope(int B, int docs, int bwd) {
 
 static void check_rope(void) {
     for (int docs = 0; docs < 2; docs++)
-        for (int bwd = 0; bwd < 2; bwd++)
+        for (int bwd = 0; bwd < 3; bwd++)
             check_scaling("rope_kernel", run_rope(2, docs, bwd), 2, run_rope(5, docs, bwd), 5);
 }
 

@@ -5,12 +5,15 @@
  * with the argument "cuda" the CUDA bf16 table's, against the CPU's too):
  *  - layernorm_fwd16, rmsnorm_fwd16, bias_gelu_fwd16 (with and without a bias, rows aligned or
  *    not) and swiglu_fwd16 store zs_f32_to_bf16 of their fp32 twins' outputs, and the same
- *    statistics or kept sums;
+ *    statistics or kept sums; swiglu_bwd16 and rope_bwd16 store their fp32 twins' gradients
+ *    rounded;
  *  - gemm16 with A, B or both bf16, in all four transpose cases and with beta 0 and 1, equals
  *    gemm on the fp32 operands the bf16 ones were rounded from (on the CPU also with a small
  *    panel: its multi-panel path);
  *  - zs_linear_fwd / _bwd_set / _gelu_bwd_set with a bf16 input equal the fp32 input's (the
  *    CUDA table's fused backward, and its pieces of rows where W, dout and inp do not fit);
+ *    zs_linear_bwd_g16 with a bf16 output gradient equals zs_linear_bwd(_set) with the fp32
+ *    one it rounds, with fp32 and bf16 inputs;
  *  - CUDA: gemm16's pieces past the scratch (ZS_GEMM_CAST_MAX), along m, n and k, equal the
  *    same products on bf16 operands (no rounding pass), the k pieces added in order.
  * Outputs are poisoned (NaN) first. */
@@ -95,6 +98,17 @@ static void check_producers(int N, int C, int off) {
     snprintf(what, sizeof what, "%s swiglu_fwd16 n=%zu%s", T->name, n, off ? " unaligned" : "");
     zt_expect_bits(what, down(o16, n * 2), rounded(down(o32, n * 4), n), n * 2);
 
+    { /* swiglu_bwd16: swiglu_bwd's two gradients, rounded (dout: x again) */
+        float *g32 = (float *)poison((n + 1) * 4) + off, *u32 = (float *)poison((n + 1) * 4) + off;
+        zs_bf16 *g16 = (zs_bf16 *)poison((n + 1) * 2) + off;
+        zs_bf16 *u16 = (zs_bf16 *)poison((n + 1) * 2) + off;
+        ZT_OK(T->swiglu_bwd(NULL, g32, u32, dx, dy, dx, n));
+        ZT_OK(T->swiglu_bwd16(NULL, g16, u16, dx, dy, dx, n));
+        snprintf(what, sizeof what, "%s swiglu_bwd16 n=%zu%s", T->name, n, off ? " unaligned" : "");
+        zt_expect_bits(what, down(g16, n * 2), rounded(down(g32, n * 4), n), n * 2);
+        zt_expect_bits(what, down(u16, n * 2), rounded(down(u32, n * 4), n), n * 2);
+    }
+
     for (int with_bias = 0; with_bias < 2; with_bias++) { /* pre: two copies of x */
         float *p32 = (float *)up(x - off, (n + 1) * 4) + off;
         float *p16 = (float *)up(x - off, (n + 1) * 4) + off;
@@ -164,6 +178,65 @@ static void check_linear(int N, int IC, int OC, int with_bias) {
                    memcpy(zt_hbuf(ni * 4), down(dinp[0], ni * 4), ni * 4), ni * 4);
     zt_expect_bits(what, down(gW[1], nw * 4), memcpy(zt_hbuf(nw * 4), down(gW[0], nw * 4), nw * 4),
                    nw * 4);
+    zt_release();
+}
+
+/* rope_bwd16 against rope_bwd rounded, on one table (the rotation's cosf/sinf are the table's
+ * own), without and with documents (seg: a row's second document starts at t = 5). */
+static void check_rope16(int B, int Tn, int NH, int hs) {
+    char what[160];
+    size_t n = (size_t)B * Tn * NH * hs;
+    float *x = randn(n, 1.0f);
+    int32_t *seg = zt_hbuf((size_t)B * Tn * sizeof(int32_t));
+    for (int i = 0; i < B * Tn; i++)
+        seg[i] = i % Tn < 5 ? 0 : 5;
+    const float *dx = up(x, n * 4);
+    const int32_t *dseg = up(seg, (size_t)B * Tn * sizeof(int32_t));
+    for (int docs = 0; docs < 2; docs++) {
+        float *o32 = poison(n * 4);
+        zs_bf16 *o16 = poison(n * 2);
+        ZT_OK(T->rope_bwd(NULL, o32, dx, B, Tn, NH, hs, 10000.0f, docs ? dseg : NULL));
+        ZT_OK(T->rope_bwd16(NULL, o16, dx, B, Tn, NH, hs, 10000.0f, docs ? dseg : NULL));
+        snprintf(what, sizeof what, "%s rope_bwd16 B=%d T=%d NH=%d hs=%d%s", T->name, B, Tn, NH, hs,
+                 docs ? " documents" : "");
+        zt_expect_bits(what, down(o16, n * 2), rounded(down(o32, n * 4), n), n * 2);
+    }
+    zt_release();
+}
+
+/* zs_linear_bwd_g16, its output gradient stored in bf16 (rounded from the fp32 one), against
+ * zs_linear_bwd_set / zs_linear_bwd on the fp32 gradient, with an fp32 and a bf16 input, bit for
+ * bit: the same products in the same pieces (past the scratch too), without the rounding. */
+static void check_linear_g16(int N, int IC, int OC) {
+    char what[160];
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *x = randn(ni, 1.0f), *W = randn(nw, 0.05f), *g = randn(no, 1.0f);
+    float *gW0 = randn(nw, 1.0f), *di0 = randn(ni, 1.0f);
+    float *dx = up(x, ni * 4), *dW = up(W, nw * 4), *dg = up(g, no * 4);
+    zs_bf16 *dx16 = up(rounded(x, ni), ni * 2), *dg16 = up(rounded(g, no), no * 2);
+    for (int in16 = 0; in16 < 2; in16++)
+        for (int set = 0; set < 2; set++) {
+            const void *in = in16 ? (const void *)dx16 : dx;
+            float *dinp[2], *gW[2];
+            for (int h = 0; h < 2; h++) {
+                dinp[h] = up(di0, ni * 4), gW[h] = up(gW0, nw * 4);
+                if (!h && set)
+                    ZT_OK(zs_linear_bwd_set(T, NULL, dinp[h], gW[h], NULL, dg, in, in16, dW, N, IC,
+                                            OC));
+                else if (!h)
+                    ZT_OK(
+                        zs_linear_bwd(T, NULL, dinp[h], gW[h], NULL, dg, in, in16, dW, N, IC, OC));
+                else
+                    ZT_OK(zs_linear_bwd_g16(T, NULL, dinp[h], gW[h], dg16, in, in16, dW, N, IC, OC,
+                                            set));
+            }
+            snprintf(what, sizeof what, "%s linear_bwd_g16 N=%d IC=%d OC=%d%s%s", T->name, N, IC,
+                     OC, in16 ? ", bf16 input" : "", set ? ", set" : "");
+            zt_expect_bits(what, down(dinp[1], ni * 4),
+                           memcpy(zt_hbuf(ni * 4), down(dinp[0], ni * 4), ni * 4), ni * 4);
+            zt_expect_bits(what, down(gW[1], nw * 4),
+                           memcpy(zt_hbuf(nw * 4), down(gW[0], nw * 4), nw * 4), nw * 4);
+        }
     zt_release();
 }
 
@@ -241,9 +314,13 @@ int main(int argc, char **argv) {
     }
     check_linear(40, 24, 36, 1);
     check_linear(33, 48, 20, 0);
+    check_linear_g16(40, 24, 36);
+    check_rope16(2, 11, 3, 16);
+    check_rope16(1, 7, 2, 128);
     if (g_cuda) {
         /* W, dout and inp past the scratch, no bias: rows of dout (and inp) in pieces */
         check_linear(16640, 8, 4096, 0);
+        check_linear_g16(16640, 8, 4096); /* the rows plan, dout's pieces taken as they are */
         check_pieces(1, 0, 0, 8200, 3, 8192, ZS_SPLIT_M, 8192);      /* W^T's own columns */
         check_pieces(0, 0, 1, 2, 16400, 4096, ZS_SPLIT_N, -1);       /* the pair's n pieces */
         check_pieces(0, 0, 0, 4, 2, 16781312, ZS_SPLIT_K, 16777216); /* A's own columns */

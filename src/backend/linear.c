@@ -55,12 +55,13 @@ static size_t bwd_cast_fp32(int N, int IC, int OC) {
     return N > 0 && IC > 0 && OC > 0 && e <= ZS_GEMM_CAST_MAX ? e : 0;
 }
 
-size_t zs_linear_bwd_cast_elems(int N, int IC, int OC, int in16) {
+size_t zs_linear_bwd_cast_elems(int N, int IC, int OC, int in16, int g16) {
     size_t e = bwd_cast_fp32(N, IC, OC);
-    return e && in16 ? e - (size_t)IC * N : e;
+    if (!e) return 0;
+    return e - (in16 ? (size_t)IC * N : 0) - (g16 ? zs_gemm_cast_round((size_t)OC * N) : 0);
 }
 
-size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int in16, int *rows) {
+size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int in16, int g16, int *rows) {
     *rows = 0;
     if (N <= 0 || IC <= 0 || OC <= 0 || bwd_cast_fp32(N, IC, OC)) return 0;
     size_t nw = zs_gemm_cast_round((size_t)IC * OC);
@@ -68,7 +69,7 @@ size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int in16, int *rows) {
     size_t r = (ZS_GEMM_CAST_MAX - nw) / ((size_t)IC + OC) / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
     if (r < ZS_GEMM_PIECE || r >= (size_t)N) return 0;
     *rows = (int)r;
-    return nw + ((in16 ? 0 : (size_t)IC) + OC) * r;
+    return nw + ((in16 ? 0 : (size_t)IC) + (g16 ? 0 : (size_t)OC)) * r;
 }
 
 /* cols whole when IC of each fit the scratch, else in multiples of ZS_GEMM_PIECE (0: none fit). */
@@ -89,21 +90,25 @@ size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece
 /* The three gemms below, with their arguments, the backward's two as one where they fit; with
  * in16 the input is bf16 and only W (forward) and dout (the weight gradient) are rounded, by
  * gemm16's plan; with dout16 the backward is gemm_linear_bwd16's pieces where they fit (what a
- * model's head does: model.c head_bf16). */
-size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16) {
+ * model's head does: model.c head_bf16); with g16 the output gradient is bf16 as its producer
+ * stored it (zs_linear_bwd_g16), so only W and an fp32 input are rounded. */
+size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16, int g16) {
     int op, np, rows;
     size_t f = in16 ? zs_gemm16_plan(1, 0, OC, N, IC, 0).elems
                     : zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC).elems;
     size_t b = dout16 ? zs_linear_bwd16_pieces(N, IC, OC, &op, &np) : 0;
     if (!b) {
-        b = zs_linear_bwd_cast_elems(N, IC, OC, in16);
-        if (!b) {
-            size_t d = zs_gemm_cast_plan(0, 0, IC, N, OC, IC, OC).elems;
-            size_t w = in16 ? zs_gemm16_plan(0, 1, IC, OC, N, 1).elems
-                            : zs_gemm_cast_plan(0, 1, IC, OC, N, IC, OC).elems;
+        b = zs_linear_bwd_cast_elems(N, IC, OC, in16, g16);
+        if (!b) { /* each gemm its own: dinp^T = W^T G^T, dW^T = inp^T G */
+            size_t d = g16 ? zs_gemm16_plan(0, 0, IC, N, OC, 0).elems
+                           : zs_gemm_cast_plan(0, 0, IC, N, OC, IC, OC).elems;
+            size_t w = in16 && g16 ? 0
+                       : in16      ? zs_gemm16_plan(0, 1, IC, OC, N, 1).elems
+                       : g16       ? zs_gemm16_plan(0, 1, IC, OC, N, 0).elems
+                                   : zs_gemm_cast_plan(0, 1, IC, OC, N, IC, OC).elems;
             b = d > w ? d : w;
         }
-        size_t r = zs_linear_bwd_rows_plan(N, IC, OC, in16, &rows);
+        size_t r = zs_linear_bwd_rows_plan(N, IC, OC, in16, g16, &rows);
         b = b > r ? b : r;
     }
     return f > b ? f : b;
@@ -162,24 +167,29 @@ fail:
  * output went through a GELU, dout is the gradient of gelu(gelu_inp), and gelu_bwd's of
  * gelu_inp (into dtmp unless the table fuses it) is the layer's output gradient. */
 static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const float *dout, const float *gelu_inp, float *dtmp, const void *inp,
-                            int in16, const float *W, int N, int IC, int OC, float dinp_beta) {
+                            const void *dout, int dout16, const float *gelu_inp, float *dtmp,
+                            const void *inp, int in16, const float *W, int N, int IC, int OC,
+                            float dinp_beta) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    ZS_REQUIRE(!dout16 || (!dbias && !gelu_inp), ZS_ERR_INVALID,
+               "linear_bwd: a bf16 output gradient takes no bias or GELU");
     /* dinp[N,IC] += dout[N,OC] W[OC,IC]  <=>  dinp^T (IC x N) += W^T (IC x OC) dout^T (OC x N);
      * both column-major views are the stored arrays as they are: no transposes. */
     /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
      * dout is dout^T (OC x N) column-major, hence transb = T. */
     if (dinp && dW && ops->gemm_linear_bwd)
-        return ops->gemm_linear_bwd(s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, in16, W, N, IC,
-                                    OC, dinp_beta);
+        return ops->gemm_linear_bwd(s, dinp, dW, dbias, dout, dout16, gelu_inp, dtmp, inp, in16, W,
+                                    N, IC, OC, dinp_beta);
     if (gelu_inp) {
         ZS_CHECK(ops->gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
         dout = dtmp;
     }
-    if (dinp) ZS_CHECK(ops->gemm(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
-    if (dW) ZS_CHECK(gemm_in(ops, s, 0, 1, IC, OC, N, inp, in16, IC, dout, 0, OC, 1.0f, dW, IC));
+    if (dinp)
+        ZS_CHECK(gemm_in(ops, s, 0, 0, IC, N, OC, W, 0, IC, dout, dout16, OC, dinp_beta, dinp, IC));
+    if (dW)
+        ZS_CHECK(gemm_in(ops, s, 0, 1, IC, OC, N, inp, in16, IC, dout, dout16, OC, 1.0f, dW, IC));
     if (dbias) ZS_CHECK(ops->bias_bwd(s, dbias, dout, N, OC));
 fail:
     return st;
@@ -188,13 +198,13 @@ fail:
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                         const float *dout, const void *inp, int in16, const float *W, int N, int IC,
                         int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, NULL, NULL, inp, in16, W, N, IC, OC, 1.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, NULL, NULL, inp, in16, W, N, IC, OC, 1.0f);
 }
 
 zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                             const float *dout, const void *inp, int in16, const float *W, int N,
                             int IC, int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, NULL, NULL, inp, in16, W, N, IC, OC, 0.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, NULL, NULL, inp, in16, W, N, IC, OC, 0.0f);
 }
 
 zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
@@ -203,9 +213,17 @@ zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp,
                                  int IC, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, gelu_inp, dtmp, inp, in16, W, N, IC, OC, 0.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, gelu_inp, dtmp, inp, in16, W, N, IC, OC,
+                      0.0f);
 fail:
     return st;
+}
+
+zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                            const zs_bf16 *dout, const void *inp, int in16, const float *W, int N,
+                            int IC, int OC, int set) {
+    return linear_bwd(ops, s, dinp, dW, NULL, dout, 1, NULL, NULL, inp, in16, W, N, IC, OC,
+                      set ? 0.0f : 1.0f);
 }
 
 zs_status zs_linear_bwd16_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,

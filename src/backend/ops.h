@@ -73,11 +73,13 @@ typedef struct zs_ops {
      * W^T G^T + dinp_beta dinp^T, then dW^T += inp^T G, and with dbias non-NULL bias_bwd's
      * dbias += G's column sums (the same bits). G is dout, or with gelu_inp non-NULL (the layer's
      * output, which went through a GELU) gelu_bwd's gradient of gelu_inp from dout, bit for
-     * bit, which the table may write to dtmp[N * OC] or never store. inp is bf16 where inp16 (as
-     * gemm16's operands). A CUDA bf16 table rounds G to bf16 once for both products
-     * (zs_linear_bwd_cast_elems), in the pass that sums its columns. */
+     * bit, which the table may write to dtmp[N * OC] or never store. inp is bf16 where inp16,
+     * and dout where dout16 (then without dbias or gelu_inp), as gemm16's operands: a producer's
+     * rounded values, the same bits as the fp32 values they round. A CUDA bf16 table rounds an
+     * fp32 G to bf16 once for both products (zs_linear_bwd_cast_elems), in the pass that sums
+     * its columns. */
     zs_status (*gemm_linear_bwd)(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                 const float *dout, const float *gelu_inp, float *dtmp,
+                                 const void *dout, int dout16, const float *gelu_inp, float *dtmp,
                                  const void *inp, int inp16, const float *W, int N, int IC, int OC,
                                  float dinp_beta);
 
@@ -241,6 +243,10 @@ typedef struct zs_ops {
      * dinp (it does NOT accumulate); dinp MAY alias dout. */
     zs_status (*rope_bwd)(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
                           int hs, float theta, const int32_t *seg);
+    /* rope_bwd with dinp stored in bf16 (zs_f32_to_bf16 of rope_bwd's values; dinp must not
+     * overlap dout): LLaMA's q and k gradients, which only GEMMs read (zs_linear_bwd_g16). */
+    zs_status (*rope_bwd16)(zs_stream_t *s, zs_bf16 *dinp, const float *dout, int B, int T, int NH,
+                            int hs, float theta, const int32_t *seg);
 
     /* SwiGLU gate, elementwise over n: out = silu(gate) * up, silu(x) = x sigmoid(x). out may
      * alias gate or up. */
@@ -253,6 +259,10 @@ typedef struct zs_ops {
      * fills and two reads saved), with the bits of accumulating into zeros, as gelu_bwd. */
     zs_status (*swiglu_bwd)(zs_stream_t *s, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, size_t n);
+    /* swiglu_bwd with dgate and dup stored in bf16 (zs_f32_to_bf16 of swiglu_bwd's values):
+     * gradients only GEMMs read (zs_linear_bwd_g16). */
+    zs_status (*swiglu_bwd16)(zs_stream_t *s, zs_bf16 *dgate, zs_bf16 *dup, const float *dout,
+                              const float *gate, const float *up, size_t n);
 
     /* Causal self-attention with grouped-query heads: q[B,T,NH*hs], k and v [B,T,NKV*hs]
      * (separate buffers, head-major within a row), NKV divides NH, query head h attends with
@@ -372,19 +382,19 @@ typedef struct zs_gemm16_split {
     int own;   /* the ZS_SPLIT_* its stored columns run along: pieces there are rounded apart */
 } zs_gemm16_split;
 zs_gemm16_split zs_gemm16_plan(int transa, int transb, int m, int n, int k, int a16);
-/* What gemm_linear_bwd casts at once, W, dout and (unless in16, a bf16 input) inp (0: too many
- * with an fp32 inp, each gemm casts its own). */
-size_t zs_linear_bwd_cast_elems(int N, int IC, int OC, int in16);
-/* Where those do not fit and there is no bias or GELU: W whole and dout's and (unless in16)
- * inp's rows in pieces of *rows (a multiple of ZS_GEMM_PIECE below N, sized for an fp32 inp
- * either way), both products taking each piece; the scratch it asks, or 0 when even one piece
- * does not fit with W (each gemm casts its own). */
-size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int in16, int *rows);
+/* What gemm_linear_bwd casts at once, W, dout (unless g16, a bf16 dout) and inp (unless in16,
+ * a bf16 input) (0: too many as fp32, each gemm casts its own). */
+size_t zs_linear_bwd_cast_elems(int N, int IC, int OC, int in16, int g16);
+/* Where those do not fit and there is no bias or GELU: W whole and dout's (unless g16) and
+ * inp's (unless in16) rows in pieces of *rows (a multiple of ZS_GEMM_PIECE below N, sized for
+ * fp32 ones either way), both products taking each piece; the scratch it asks, or 0 when even one
+ * piece does not fit with W (each gemm casts its own). */
+size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int in16, int g16, int *rows);
 /* gemm_linear_bwd16's pieces: W's rows oc_piece at a time, inp's n_piece (multiples of
  * ZS_GEMM_PIECE unless all of them), so neither asks more than ZS_GEMM_CAST_MAX of the scratch;
  * 0 when IC is too wide for a piece. The scratch it asks is returned. */
 size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece);
-size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16);
+size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16, int g16);
 
 /* The argument checks every backend's gemm makes before any work (linear.c): trans flags 0 or
  * 1, sizes >= 0, leading dimensions at least the rows of their operand (and 1), no NULL
@@ -430,6 +440,14 @@ zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp,
                                  float *dbias, const float *dout, const float *gelu_inp,
                                  float *dtmp, const void *inp, int in16, const float *W, int N,
                                  int IC, int OC);
+
+/* zs_linear_bwd (set 0) or zs_linear_bwd_set (set 1) without a bias, with dout[N,OC] bf16 as
+ * its producer stored it (swiglu_bwd16, rope_bwd16): the same bits as the fp32 dout it rounds,
+ * in the same pieces (the plans are decided on fp32 sizes), without the rounding pass. The table
+ * must have gemm16. */
+zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                            const zs_bf16 *dout, const void *inp, int in16, const float *W, int N,
+                            int IC, int OC, int set);
 
 /* zs_linear_bwd_set with dout bf16, the column-major dout^T (OC x N, ld ldd), through the
  * table's gemm_linear_bwd16 (ZS_ERR_INVALID on a table without it), no bias: what a language

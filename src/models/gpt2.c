@@ -257,10 +257,10 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
 /* block_forward's and block_backward's linears: qkv, the attention projection, fc, fc_proj. */
 static int gpt2_linears(const zs_model_config *c, zs_linear_dims *out) {
     const int C = c->n_embd;
-    out[0] = (zs_linear_dims){C, 3 * C, 1, 1, 0};
-    out[1] = (zs_linear_dims){C, C, 1, 0, 0}; /* attention's output: fp32 */
-    out[2] = (zs_linear_dims){C, 4 * C, 1, 1, 0};
-    out[3] = (zs_linear_dims){4 * C, C, 1, 1, 0};
+    out[0] = (zs_linear_dims){C, 3 * C, 1, 1, 0, 0};
+    out[1] = (zs_linear_dims){C, C, 1, 0, 0, 0}; /* attention's output: fp32 */
+    out[2] = (zs_linear_dims){C, 4 * C, 1, 1, 0, 0};
+    out[3] = (zs_linear_dims){4 * C, C, 1, 1, 0, 0};
     return 4;
 }
 

@@ -41,7 +41,10 @@ typedef struct zs_llama {
     zs_model_base b;
     float *lnf_rstd;                /* [BT] final RMSNorm statistics */
     float *dq, *dk, *dv;            /* [BT,QD], [BT,KD], [BT,KD] */
-    float *dh, *dgate, *dup;        /* [BT,F] */
+    float *dh;                      /* [BT,F] */
+    void *dgate, *dup;              /* [BT,F], bf16 with act16: read by GEMMs only */
+    /* With act16 dgate and dup, free once the gate and up backward is done, then take the
+     * rotated q and k gradients in bf16 (rope_bwd16): [BT,QD] and [BT,KD] (carved to fit). */
 } zs_llama_t;
 
 _Static_assert(L_NT <= ZS_MAX_BLOCK_TENSORS, "LLaMA block tensors");
@@ -150,8 +153,9 @@ static void carve_scratch(zs_model_base *b, int B, int T, float *base, uint64_t 
     m->dk = zs_carve(base, n, BT * KD);
     m->dv = zs_carve(base, n, BT * KD);
     m->dh = zs_carve(base, n, BT * F);
-    m->dgate = zs_carve(base, n, BT * F);
-    m->dup = zs_carve(base, n, BT * F);
+    uint64_t gate = b->act16 && C > F ? C : F, up = b->act16 && KD > F ? KD : F;
+    m->dgate = zs_carve_in(base, n, BT * gate, b->act16);
+    m->dup = zs_carve_in(base, n, BT * up, b->act16);
 }
 
 /* A block's RMSNorm of x into out, fp32 or (act16) bf16: the input of the next linears. */
@@ -223,11 +227,19 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     /* res3 = res2 + down(silu(gate) * up): dres flows unchanged into res2 and into the MLP. */
     ZS_CHECK(zs_linear_bwd_set(o, s, m->dh, g + t[L_DOWN], NULL, b->dres, a->h, h, p + t[L_DOWN],
                                BT, F, C));
-    ZS_CHECK(o->swiglu_bwd(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF)); /* overwrites */
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, h, p + t[L_GATE],
-                               BT, C, F));
-    ZS_CHECK(
-        zs_linear_bwd(o, s, b->dC, g + t[L_UP], NULL, m->dup, a->ln2, h, p + t[L_UP], BT, C, F));
+    if (h) { /* the gradients rounded where they are made: the bits the GEMMs would round to */
+        ZS_CHECK(o->swiglu_bwd16(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF));
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, g + t[L_GATE], m->dgate, a->ln2, h, p + t[L_GATE],
+                                   BT, C, F, 1));
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, g + t[L_UP], m->dup, a->ln2, h, p + t[L_UP], BT, C,
+                                   F, 0));
+    } else {
+        ZS_CHECK(o->swiglu_bwd(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF)); /* overwrites */
+        ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, h,
+                                   p + t[L_GATE], BT, C, F));
+        ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_UP], NULL, m->dup, a->ln2, h, p + t[L_UP], BT,
+                               C, F));
+    }
     ZS_CHECK(o->rmsnorm_bwd(s, b->dres, g + t[L_NORM2], b->dC, a->res2, p + t[L_NORM2], a->ln2_rstd,
                             BT, C));
     /* res2 = x + o_proj(atty). */
@@ -245,12 +257,23 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
                                         KD, b->seg));
     }
     /* The saved q and k are post-RoPE; their gradients go back through the inverse rotation
-     * to the projections' outputs. */
-    ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, hs, c->rope_theta, b->seg));
-    ZS_CHECK(o->rope_bwd(s, m->dk, m->dk, B, T, c->n_kv_head, hs, c->rope_theta, b->seg));
-    ZS_CHECK(
-        zs_linear_bwd_set(o, s, b->dC, g + t[L_Q], NULL, m->dq, a->ln1, h, p + t[L_Q], BT, C, QD));
-    ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_K], NULL, m->dk, a->ln1, h, p + t[L_K], BT, C, KD));
+     * to the projections' outputs (with act16 rounded there, into dgate's and dup's room). */
+    if (h) {
+        zs_bf16 *dq16 = m->dgate, *dk16 = m->dup;
+        ZS_CHECK(o->rope_bwd16(s, dq16, m->dq, B, T, c->n_head, hs, c->rope_theta, b->seg));
+        ZS_CHECK(o->rope_bwd16(s, dk16, m->dk, B, T, c->n_kv_head, hs, c->rope_theta, b->seg));
+        ZS_CHECK(
+            zs_linear_bwd_g16(o, s, b->dC, g + t[L_Q], dq16, a->ln1, h, p + t[L_Q], BT, C, QD, 1));
+        ZS_CHECK(
+            zs_linear_bwd_g16(o, s, b->dC, g + t[L_K], dk16, a->ln1, h, p + t[L_K], BT, C, KD, 0));
+    } else {
+        ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, hs, c->rope_theta, b->seg));
+        ZS_CHECK(o->rope_bwd(s, m->dk, m->dk, B, T, c->n_kv_head, hs, c->rope_theta, b->seg));
+        ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_Q], NULL, m->dq, a->ln1, h, p + t[L_Q], BT,
+                                   C, QD));
+        ZS_CHECK(
+            zs_linear_bwd(o, s, b->dC, g + t[L_K], NULL, m->dk, a->ln1, h, p + t[L_K], BT, C, KD));
+    }
     ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_V], NULL, m->dv, a->ln1, h, p + t[L_V], BT, C, KD));
     ZS_CHECK(
         o->rmsnorm_bwd(s, b->dres, g + t[L_NORM1], b->dC, x, p + t[L_NORM1], a->ln1_rstd, BT, C));
@@ -273,12 +296,13 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
 static int llama_linears(const zs_model_config *c, zs_linear_dims *out) {
     const int C = c->n_embd, F = c->ffn_hidden, hs = C / c->n_head;
     const int QD = hs * c->n_head, KD = hs * c->n_kv_head;
-    out[0] = (zs_linear_dims){C, QD, 1, 1, 0};
-    out[1] = (zs_linear_dims){C, KD, 2, 1, 0};
-    out[2] = (zs_linear_dims){QD, C, 1, 0, 0}; /* attention's output: fp32 */
-    out[3] = (zs_linear_dims){C, F, 2, 1, 0};
-    out[4] = (zs_linear_dims){F, C, 1, 1, 0};
-    return 5;
+    out[0] = (zs_linear_dims){C, QD, 1, 1, 0, 1}; /* q and k: rope_bwd16's gradients */
+    out[1] = (zs_linear_dims){C, KD, 1, 1, 0, 1};
+    out[2] = (zs_linear_dims){C, KD, 1, 1, 0, 0}; /* v: the attention's fp32 dv */
+    out[3] = (zs_linear_dims){QD, C, 1, 0, 0, 0}; /* attention's output: fp32 */
+    out[4] = (zs_linear_dims){C, F, 2, 1, 0, 1};  /* gate and up: swiglu_bwd16's gradients */
+    out[5] = (zs_linear_dims){F, C, 1, 1, 0, 0};
+    return 6;
 }
 
 const zs_arch_impl zs_llama_arch = {

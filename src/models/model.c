@@ -118,7 +118,7 @@ int zs_model_linears(const zs_model_config *cfg, zs_linear_dims *out) {
     int n = A->block_linears(cfg, out);
     for (int i = 0; i < n; i++)
         out[i].count *= cfg->n_layer;
-    out[n++] = (zs_linear_dims){cfg->n_embd, cfg->padded_vocab, 1, 0, 1}; /* the head */
+    out[n++] = (zs_linear_dims){cfg->n_embd, cfg->padded_vocab, 1, 0, 1, 0}; /* the head */
     return n;
 }
 

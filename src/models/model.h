@@ -54,9 +54,11 @@ zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, con
 /* A linear layer of the model, N = B*T rows (backend/ops.h zs_linear_fwd), run `count` times
  * a step (each block's once a layer); in16: its input is one that bf16 activations store in
  * bf16 (a norm's, GELU's or SwiGLU's output, read by GEMMs only); dout16: the output head,
- * whose gradient a table with softmax_xent16 leaves in bf16 (zs_linear_bwd16_set). */
+ * whose gradient a table with softmax_xent16 leaves in bf16 (zs_linear_bwd16_set); g16: its
+ * output gradient is stored in bf16 by its producer with bf16 activations (LLaMA's gate and
+ * up: swiglu_bwd16; q and k: rope_bwd16; zs_linear_bwd_g16). */
 typedef struct zs_linear_dims {
-    int IC, OC, count, in16, dout16;
+    int IC, OC, count, in16, dout16, g16;
 } zs_linear_dims;
 #define ZS_MODEL_MAX_LINEARS 8
 /* The shapes of the linear layers one training step runs: the blocks', then the output head.

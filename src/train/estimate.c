@@ -142,8 +142,8 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
         int nl = bf16 ? zs_model_linears(cfg, lin) : 0;
         uint64_t cast = 0;
         for (int i = 0; i < nl; i++) {
-            uint64_t e =
-                zs_linear_cast_elems(micro * seq, lin[i].IC, lin[i].OC, lin[i].in16, lin[i].dout16);
+            uint64_t e = zs_linear_cast_elems(micro * seq, lin[i].IC, lin[i].OC, lin[i].in16,
+                                              lin[i].dout16, lin[i].g16);
             if (e > cast) cast = e;
         }
         if (cast) {

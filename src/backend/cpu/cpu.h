@@ -49,10 +49,14 @@ zs_status zs_cpu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, i
                           int hs, float theta, const int32_t *seg);
 zs_status zs_cpu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
                           int hs, float theta, const int32_t *seg);
+zs_status zs_cpu_rope_bwd16(zs_stream_t *s, zs_bf16 *dinp, const float *dout, int B, int T, int NH,
+                            int hs, float theta, const int32_t *seg);
 zs_status zs_cpu_swiglu_fwd16(zs_stream_t *s, zs_bf16 *out, const float *gate, const float *up,
                               size_t n);
 zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
                             size_t n);
+zs_status zs_cpu_swiglu_bwd16(zs_stream_t *s, zs_bf16 *dgate, zs_bf16 *dup, const float *dout,
+                              const float *gate, const float *up, size_t n);
 zs_status zs_cpu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, size_t n);
 zs_status zs_cpu_attention_gqa_fwd(zs_stream_t *s, float *out, float *att, const float *q,

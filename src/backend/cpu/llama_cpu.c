@@ -82,9 +82,23 @@ fail:
  * the rotation by the negative angle. Positions are parallel; each computes its cos/sin
  * table once and applies it to every batch row and head at that position. With document masks
  * (seg) a row's position is t - seg, so each (row, t) computes the table of its own position:
- * the same function of (position, pair), hence the same values. */
-static zs_status rope(const char *op, float *out, const float *inp, int B, int T, int NH, int hs,
-                      float theta, int inverse, const int32_t *seg) {
+ * the same function of (position, pair), hence the same values. out16: out is bf16, each
+ * head rotated in fp32 and rounded (rope_bwd16). */
+static void rope_head_out(void *out, int out16, size_t off, const float *x, const float *cs,
+                          const float *sn, int half, int inverse) {
+    if (!out16) {
+        zs_rope_head((float *)out + off, x, cs, sn, half, inverse);
+        return;
+    }
+    float r[2 * ROPE_MAX_HALF];
+    zs_rope_head(r, x, cs, sn, half, inverse);
+    zs_bf16 *o = (zs_bf16 *)out + off;
+    for (int i = 0; i < 2 * half; i++)
+        o[i] = zs_f32_to_bf16(r[i]);
+}
+
+static zs_status rope(const char *op, void *out, int out16, const float *inp, int B, int T, int NH,
+                      int hs, float theta, int inverse, const int32_t *seg) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(B >= 0 && T >= 0 && NH >= 1 && hs >= 2 && hs % 2 == 0 && hs / 2 <= ROPE_MAX_HALF &&
                    theta > 0.0f,
@@ -102,7 +116,7 @@ static zs_status rope(const char *op, float *out, const float *inp, int B, int T
                 zs_rope_cos_sin(&cs[i], &sn[i], pos, i, hs, theta);
             for (int h = 0; h < NH; h++) {
                 size_t off = (size_t)bt * D + (size_t)h * hs;
-                zs_rope_head(out + off, inp + off, cs, sn, half, inverse);
+                rope_head_out(out, out16, off, inp + off, cs, sn, half, inverse);
             }
         }
         return ZS_OK;
@@ -115,7 +129,7 @@ static zs_status rope(const char *op, float *out, const float *inp, int B, int T
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
                 size_t off = ((size_t)b * T + t) * D + (size_t)h * hs;
-                zs_rope_head(out + off, inp + off, cs, sn, half, inverse);
+                rope_head_out(out, out16, off, inp + off, cs, sn, half, inverse);
             }
     }
 fail:
@@ -124,12 +138,17 @@ fail:
 
 zs_status zs_cpu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH,
                           int hs, float theta, const int32_t *seg) {
-    return rope("rope_fwd", out, inp, B, T, NH, hs, theta, 0, seg);
+    return rope("rope_fwd", out, 0, inp, B, T, NH, hs, theta, 0, seg);
 }
 
 zs_status zs_cpu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
                           int hs, float theta, const int32_t *seg) {
-    return rope("rope_bwd", dinp, dout, B, T, NH, hs, theta, 1, seg);
+    return rope("rope_bwd", dinp, 0, dout, B, T, NH, hs, theta, 1, seg);
+}
+
+zs_status zs_cpu_rope_bwd16(zs_stream_t *s, zs_bf16 *dinp, const float *dout, int B, int T, int NH,
+                            int hs, float theta, const int32_t *seg) {
+    return rope("rope_bwd16", dinp, 1, dout, B, T, NH, hs, theta, 1, seg);
 }
 
 zs_status zs_cpu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
@@ -155,6 +174,17 @@ zs_status zs_cpu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const floa
         float g = gate[i], d = dout[i];
         dgate[i] = 0.0f + d * up[i] * zs_silu_grad(g); /* ops.h: the bits of += into zeros */
         dup[i] = 0.0f + d * zs_silu(g);
+    }
+    return ZS_OK;
+}
+
+zs_status zs_cpu_swiglu_bwd16(zs_stream_t *s, zs_bf16 *dgate, zs_bf16 *dup, const float *dout,
+                              const float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], d = dout[i];
+        dgate[i] = zs_f32_to_bf16(0.0f + d * up[i] * zs_silu_grad(g)); /* swiglu_bwd's, rounded */
+        dup[i] = zs_f32_to_bf16(0.0f + d * zs_silu(g));
     }
     return ZS_OK;
 }

@@ -266,8 +266,9 @@ static const zs_ops *cpu_with_math(zs_gemm_math math);
         .sumsq16 = cpu_sumsq16, .fill = cpu_fill, .copy = cpu_copy,                                \
         .init_normal = cpu_init_normal, .sync = cpu_sync, .rmsnorm_fwd = zs_cpu_rmsnorm_fwd,       \
         .rmsnorm_bwd = zs_cpu_rmsnorm_bwd, .rope_fwd = zs_cpu_rope_fwd,                            \
-        .rope_bwd = zs_cpu_rope_bwd, .swiglu_fwd = zs_cpu_swiglu_fwd,                              \
-        .swiglu_bwd = zs_cpu_swiglu_bwd, .attention_gqa_fwd = zs_cpu_attention_gqa_fwd,            \
+        .rope_bwd = zs_cpu_rope_bwd, .rope_bwd16 = zs_cpu_rope_bwd16,                              \
+        .swiglu_fwd = zs_cpu_swiglu_fwd, .swiglu_bwd = zs_cpu_swiglu_bwd,                          \
+        .swiglu_bwd16 = zs_cpu_swiglu_bwd16, .attention_gqa_fwd = zs_cpu_attention_gqa_fwd,        \
         .attention_gqa_bwd = zs_cpu_attention_gqa_bwd,                                             \
         .flash_attention_fwd = zs_cpu_flash_attention_fwd,                                         \
         .flash_attention_bwd = zs_cpu_flash_attention_bwd,                                         \

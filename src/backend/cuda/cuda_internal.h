@@ -280,9 +280,9 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
                        const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta,
                        float *C, int ldc);
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                     const float *dout, const float *gelu_inp, float *dtmp,
-                                     const void *inp, int inp16, const float *W, int N, int IC,
-                                     int OC, float dinp_beta);
+                                     const void *dout, int dout16, const float *gelu_inp,
+                                     float *dtmp, const void *inp, int inp16, const float *W, int N,
+                                     int IC, int OC, float dinp_beta);
 zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                   float dinp_beta);
@@ -322,10 +322,14 @@ zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, in
                          float theta, const int32_t *seg);
 zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,
                          int hs, float theta, const int32_t *seg);
+zs_status zs_cu_rope_bwd16(zs_stream_t *s, zs_bf16 *dinp, const float *dout, int B, int T, int NH,
+                           int hs, float theta, const int32_t *seg);
 zs_status zs_cu_swiglu_fwd(zs_stream_t *s, float *out, const float *gate, const float *up,
                            size_t n);
 zs_status zs_cu_swiglu_fwd16(zs_stream_t *s, zs_bf16 *out, const float *gate, const float *up,
                              size_t n);
+zs_status zs_cu_swiglu_bwd16(zs_stream_t *s, zs_bf16 *dgate, zs_bf16 *dup, const float *dout,
+                             const float *gate, const float *up, size_t n);
 zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
                            const float *gate, const float *up, size_t n);
 

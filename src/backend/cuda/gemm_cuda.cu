@@ -147,23 +147,33 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
     ZS_CHECK(zs_gemm_check(transa, transb, m, n, k, (const float *)A, lda, (const float *)B, ldb, C,
                            ldc));
     if (m == 0 || n == 0) return ZS_OK;
-    if ((a16 && b16) || k == 0) { /* nothing to round (k == 0: C = beta C) */
+    if (k == 0) { /* C = beta C */
         ZS_CHECK(blas_begin(s, 0, &h, NULL));
         ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, k, alpha, A, lda, B, ldb,
                            CUDA_R_16BF, beta, C, ldc));
     } else {
-        const float *X = (const float *)(a16 ? B : A); /* the fp32 operand */
+        const float *X = (const float *)(a16 ? B : A); /* the fp32 operand, if any */
         int ld = a16 ? ldb : lda;
-        zs_gemm16_split p = zs_gemm16_plan(transa, transb, m, n, k, a16);
+        zs_gemm16_split p = {0, ZS_SPLIT_NONE, 0, 0, -1}; /* both bf16: nothing rounded */
+        if (a16 && b16) { /* the fp32 pair's pieces all the same, so its bits */
+            zs_gemm_cast f =
+                zs_gemm_cast_plan(transa, transb, m, n, k, transa ? k : m, transb ? n : k);
+            if (f.elems && f.k_piece < k)
+                p.dim = ZS_SPLIT_K, p.piece = f.k_piece;
+            else if (f.elems && f.n_piece < n)
+                p.dim = ZS_SPLIT_N, p.piece = f.n_piece;
+        } else {
+            p = zs_gemm16_plan(transa, transb, m, n, k, a16);
+            ZS_REQUIRE(ld == p.rows, ZS_ERR_INVALID,
+                       "gemm16: the fp32 operand is not packed (ld %d for %d rows)", ld, p.rows);
+            ZS_REQUIRE(p.elems, ZS_ERR_INVALID,
+                       "gemm16: a column of %d fp32 rows does not fit the %zu-element scratch",
+                       p.rows, (size_t)ZS_GEMM_CAST_MAX);
+        }
         int len = p.dim == ZS_SPLIT_M ? m : p.dim == ZS_SPLIT_N ? n : k;
         int piece = p.dim == ZS_SPLIT_NONE ? len : p.piece;
-        ZS_REQUIRE(ld == p.rows, ZS_ERR_INVALID,
-                   "gemm16: the fp32 operand is not packed (ld %d for %d rows)", ld, p.rows);
-        ZS_REQUIRE(p.elems, ZS_ERR_INVALID,
-                   "gemm16: a column of %d fp32 rows does not fit the %zu-element scratch", p.rows,
-                   (size_t)ZS_GEMM_CAST_MAX);
         ZS_CHECK(blas_begin(s, p.elems, &h, &w));
-        if (p.dim != p.own) /* not split along its columns: rounded once, whole */
+        if (p.elems && p.dim != p.own) /* not split along its columns: rounded once, whole */
             ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X, p.elems));
         for (int c0 = 0; c0 < len; c0 += piece) {
             int nc = len - c0 < piece ? len - c0 : piece;
@@ -180,7 +190,7 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
             if (p.dim == p.own) /* this piece of its columns, rounded just before its product */
                 ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X + (size_t)c0 * ld, (size_t)p.rows * nc));
             const zs_bf16 *a = a16 ? (const zs_bf16 *)A + ao : w + (p.dim == p.own ? 0 : ao);
-            const zs_bf16 *b = a16 ? w + (p.dim == p.own ? 0 : bo) : (const zs_bf16 *)B + bo;
+            const zs_bf16 *b = b16 ? (const zs_bf16 *)B + bo : w + (p.dim == p.own ? 0 : bo);
             ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, pm, pn, pk, alpha, a, lda, b,
                                ldb, CUDA_R_16BF, p.dim == ZS_SPLIT_K && c0 ? 1.0f : beta, C + co,
                                ldc));
@@ -193,32 +203,36 @@ fail:
 
 /* gemm_linear_bwd without a bias or GELU where W, dout and inp do not fit the scratch together
  * (zs_linear_bwd_rows_plan): W rounded once, then dout's and inp's rows in pieces of `rows`,
- * each piece rounded once for both products: its columns of dinp^T, and its part of dW^T's
- * sum along N (the pieces' products added in order). Where each GEMM planned its own pieces,
- * dout was rounded once for each. */
-static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const float *dout,
-                                 const void *inp, int inp16, const float *W, int N, int IC, int OC,
-                                 float dinp_beta, int rows) {
+ * each piece rounded once for both products (a bf16 one taken as it is): its columns of
+ * dinp^T, and its part of dW^T's sum along N (the pieces' products added in order). Where each
+ * GEMM planned its own pieces, dout was rounded once for each. */
+static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const void *dout,
+                                 int dout16, const void *inp, int inp16, const float *W, int N,
+                                 int IC, int OC, float dinp_beta, int rows) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     zs_bf16 *w = NULL;
     cudaStream_t cs = zs_cu_stream(s);
-    size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = (size_t)OC * rows;
-    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
-    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, dout, OC, dW, IC));
+    size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = dout16 ? 0 : (size_t)OC * rows;
+    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, (const float *)dout, OC, dinp, IC));
+    ZS_CHECK(
+        zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, (const float *)dout, OC, dW, IC));
     ZS_CHECK(blas_begin(s, nw + nd + (inp16 ? 0 : (size_t)IC * rows), &h, &w));
     ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
     for (int j0 = 0; j0 < N; j0 += rows) {
         int nc = N - j0 < rows ? N - j0 : rows;
         const zs_bf16 *x = inp16 ? (const zs_bf16 *)inp + (size_t)j0 * IC : w + nw + nd;
-        ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, dout + (size_t)j0 * OC, (size_t)OC * nc));
+        const zs_bf16 *g = dout16 ? (const zs_bf16 *)dout + (size_t)j0 * OC : w + nw;
+        if (!dout16)
+            ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, (const float *)dout + (size_t)j0 * OC,
+                                       (size_t)OC * nc));
         if (!inp16)
             ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp + (size_t)j0 * IC,
                                        (size_t)IC * nc));
-        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, nc, OC, 1.0f, w, IC, w + nw, OC,
-                           CUDA_R_16BF, dinp_beta, dinp + (size_t)j0 * IC, IC));
-        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, nc, 1.0f, x, IC, w + nw, OC,
-                           CUDA_R_16BF, 1.0f, dW, IC));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, nc, OC, 1.0f, w, IC, g, OC, CUDA_R_16BF,
+                           dinp_beta, dinp + (size_t)j0 * IC, IC));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, nc, 1.0f, x, IC, g, OC, CUDA_R_16BF,
+                           1.0f, dW, IC));
     }
 fail:
     blas_end(h);
@@ -226,53 +240,65 @@ fail:
 }
 
 /* ops.h gemm_linear_bwd for the bf16 table: W, dout and inp rounded into the stream's scratch
- * once (dout serves both products), then linear.c's two gemms on them; where the three do not
- * fit (zs_linear_bwd_cast_elems 0), the two gemms each casting their own. With dbias or
- * gelu_inp, dout's rounding is bias_bwd's pass over it (one read of dout where a GELU's
- * backward, a cast and a sum took three passes). */
+ * once (dout serves both products; a bf16 dout or inp taken as it is), then linear.c's two
+ * gemms on them; where the three do not fit (zs_linear_bwd_cast_elems 0), the two gemms each
+ * casting their own. With dbias or gelu_inp, dout's rounding is bias_bwd's pass over it (one
+ * read of dout where a GELU's backward, a cast and a sum took three passes). */
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                     const float *dout, const float *gelu_inp, float *dtmp,
-                                     const void *inp, int inp16, const float *W, int N, int IC,
-                                     int OC, float dinp_beta) {
+                                     const void *dout, int dout16, const float *gelu_inp,
+                                     float *dtmp, const void *inp, int inp16, const float *W, int N,
+                                     int IC, int OC, float dinp_beta) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
-    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC, inp16);
-    size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = zs_gemm_cast_round((size_t)OC * N);
+    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC, inp16, dout16);
+    size_t nw = zs_gemm_cast_round((size_t)IC * OC);
+    size_t nd = dout16 ? 0 : zs_gemm_cast_round((size_t)OC * N);
     zs_bf16 *w = NULL;
     cudaStream_t cs = zs_cu_stream(s);
 #ifdef ZS_MUTANT_GEMM_32F
     cast = 0; /* the broken build's fp32 arithmetic: through cu_gemm_bf16 below */
 #endif
     ZS_REQUIRE(!gelu_inp || dtmp, ZS_ERR_INVALID, "linear_bwd: GELU input without a scratch");
+    ZS_REQUIRE(!dout16 || (!dbias && !gelu_inp), ZS_ERR_INVALID,
+               "linear_bwd: a bf16 output gradient takes no bias or GELU");
 #ifndef ZS_MUTANT_GEMM_32F
     { /* too large to round at once, without a bias or GELU: in pieces of rows */
         int rows = 0;
-        if (!cast && !dbias && !gelu_inp && zs_linear_bwd_rows_plan(N, IC, OC, inp16, &rows))
-            return linear_bwd_rows(s, dinp, dW, dout, inp, inp16, W, N, IC, OC, dinp_beta, rows);
+        if (!cast && !dbias && !gelu_inp &&
+            zs_linear_bwd_rows_plan(N, IC, OC, inp16, dout16, &rows))
+            return linear_bwd_rows(s, dinp, dW, dout, dout16, inp, inp16, W, N, IC, OC, dinp_beta,
+                                   rows);
     }
 #endif
     if (!cast) {
         if (gelu_inp) {
-            ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
+            ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, gelu_inp, (const float *)dout, (size_t)N * OC));
             dout = dtmp;
         }
-        ZS_CHECK(zs_cu_gemm_bf16(s, 0, 0, IC, N, OC, 1.0f, W, IC, dout, OC, dinp_beta, dinp, IC));
-        ZS_CHECK(zs_cu_gemm16(s, 0, 1, IC, OC, N, 1.0f, inp, inp16, IC, dout, 0, OC, 1.0f, dW, IC));
-        return dbias ? zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, NULL, NULL) : ZS_OK;
+        ZS_CHECK(zs_cu_gemm16(s, 0, 0, IC, N, OC, 1.0f, W, 0, IC, dout, dout16, OC, dinp_beta, dinp,
+                              IC));
+        ZS_CHECK(
+            zs_cu_gemm16(s, 0, 1, IC, OC, N, 1.0f, inp, inp16, IC, dout, dout16, OC, 1.0f, dW, IC));
+        return dbias ? zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, NULL, NULL)
+                     : ZS_OK;
     }
-    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, dout, OC, dinp, IC));
-    ZS_CHECK(zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, dout, OC, dW, IC));
+    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, (const float *)dout, OC, dinp, IC));
+    ZS_CHECK(
+        zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, (const float *)dout, OC, dW, IC));
     ZS_CHECK(blas_begin(s, cast, &h, &w));
     ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
     if (dbias || gelu_inp)
-        ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, w + nw, gelu_inp));
-    else
-        ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, dout, (size_t)OC * N));
+        ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, w + nw, gelu_inp));
+    else if (!dout16)
+        ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, (const float *)dout, (size_t)OC * N));
     if (!inp16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp, (size_t)IC * N));
-    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, w, IC, w + nw, OC, CUDA_R_16BF,
-                       dinp_beta, dinp, IC));
-    ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, inp16 ? inp : w + nw + nd, IC,
-                       w + nw, OC, CUDA_R_16BF, 1.0f, dW, IC));
+    {
+        const zs_bf16 *g = dout16 ? (const zs_bf16 *)dout : w + nw;
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, w, IC, g, OC, CUDA_R_16BF,
+                           dinp_beta, dinp, IC));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, inp16 ? inp : w + nw + nd,
+                           IC, g, OC, CUDA_R_16BF, 1.0f, dW, IC));
+    }
 fail:
     blas_end(h);
     return st;

@@ -128,8 +128,10 @@ fail:
 
 /* A thread per rotated pair (b, t, h, i): it computes its own cos/sin (the CPU shares one
  * table per position; the values are the same function of (t, i)) and rotates x[i] with
- * x[i + hs/2]. In place is safe: a pair is read whole before it is written. */
-static __global__ void rope_kernel(float *out, const float *inp, const int32_t *seg, int T, int NH,
+ * x[i + hs/2]. In place is safe: a pair is read whole before it is written. OutT bf16: the
+ * rotated pair rounded (rope_bwd16). */
+template <typename OutT>
+static __global__ void rope_kernel(OutT *out, const float *inp, const int32_t *seg, int T, int NH,
                                    int hs, float theta, int inverse, size_t npairs) {
     ZS_CU_FOR(p, npairs) {
         int half = hs / 2;
@@ -141,13 +143,15 @@ static __global__ void rope_kernel(float *out, const float *inp, const int32_t *
         size_t off = bt * (size_t)NH * hs + (size_t)h * hs;
         float c, sn;
         zs_rope_cos_sin(&c, &sn, t, i, hs, theta);
-        float sg = inverse ? -1.0f : 1.0f;
-        zs_rope_pair(&out[off + i], &out[off + i + half], inp[off + i], inp[off + i + half], c,
-                     sg * sn);
+        float sg = inverse ? -1.0f : 1.0f, o1, o2;
+        zs_rope_pair(&o1, &o2, inp[off + i], inp[off + i + half], c, sg * sn);
+        zs_cu_put(&out[off + i], o1);
+        zs_cu_put(&out[off + i + half], o2);
     }
 }
 
-static zs_status rope(zs_stream_t *s, const char *op, float *out, const float *inp, int B, int T,
+template <typename OutT>
+static zs_status rope(zs_stream_t *s, const char *op, OutT *out, const float *inp, int B, int T,
                       int NH, int hs, float theta, int inverse, const int32_t *seg) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
@@ -161,9 +165,10 @@ static zs_status rope(zs_stream_t *s, const char *op, float *out, const float *i
     ZS_REQUIRE(out && inp, ZS_ERR_INVALID, "%s: NULL buffer", op);
     /* per pair: the angle (powf, cosf, sinf and 3 more), the sign, the rotation (6); two
      * values read and two written */
-    ZS_COST(13.0 * npairs, 0, 4.0 * (4.0 * npairs + (seg ? (double)B * T : 0.0)));
-    ZS_LAUNCH(rope_kernel, zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs, out, inp, seg, T, NH, hs,
-              theta, inverse, npairs);
+    ZS_COST(13.0 * npairs, 0,
+            (8.0 + 2.0 * sizeof(OutT)) * npairs + (seg ? 4.0 * (double)B * T : 0.0));
+    ZS_LAUNCH(rope_kernel<OutT>, zs_cu_blocks(npairs), ZS_CU_THREADS, 0, cs, out, inp, seg, T, NH,
+              hs, theta, inverse, npairs);
     ZS_CUDA_CHECK_LAUNCH(rope_kernel);
 fail:
     return st;
@@ -179,6 +184,11 @@ zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, 
     return rope(s, "rope_bwd", dinp, dout, B, T, NH, hs, theta, 1, seg);
 }
 
+zs_status zs_cu_rope_bwd16(zs_stream_t *s, zs_bf16 *dinp, const float *dout, int B, int T, int NH,
+                           int hs, float theta, const int32_t *seg) {
+    return rope(s, "rope_bwd16", dinp, dout, B, T, NH, hs, theta, 1, seg);
+}
+
 /* ---- SwiGLU ------------------------------------------------------------------------- */
 
 /* out may alias gate or up: each thread reads its elements before writing. */
@@ -189,12 +199,14 @@ static __global__ void swiglu_fwd_kernel(OutT *out, const float *gate, const flo
     }
 }
 
-static __global__ void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
+/* dgate, dup fp32 or bf16 (swiglu_bwd16: the fp32 values rounded). */
+template <typename OutT>
+static __global__ void swiglu_bwd_kernel(OutT *dgate, OutT *dup, const float *dout,
                                          const float *gate, const float *up, size_t n) {
     ZS_CU_FOR(i, n) {
         float g = gate[i], d = dout[i];
-        dgate[i] = 0.0f + d * up[i] * zs_silu_grad(g); /* ops.h: the bits of += into zeros */
-        dup[i] = 0.0f + d * zs_silu(g);
+        zs_cu_put(&dgate[i], 0.0f + d * up[i] * zs_silu_grad(g)); /* ops.h: += into zeros */
+        zs_cu_put(&dup[i], 0.0f + d * zs_silu(g));
     }
 }
 
@@ -223,18 +235,28 @@ zs_status zs_cu_swiglu_fwd16(zs_stream_t *s, zs_bf16 *out, const float *gate, co
     return swiglu_fwd(s, out, gate, up, n);
 }
 
-zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
-                           const float *gate, const float *up, size_t n) {
+template <typename OutT>
+static zs_status swiglu_bwd(zs_stream_t *s, OutT *dgate, OutT *dup, const float *dout,
+                            const float *gate, const float *up, size_t n) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(dgate && dup && dout && gate && up, ZS_ERR_INVALID, "swiglu_bwd: NULL buffer");
     /* zs_silu_grad 8 and zs_silu 5, 5 more; dout, gate, up read, dgate and dup written */
-    ZS_COST(18.0 * n, 0, 20.0 * n);
-    ZS_LAUNCH(swiglu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dgate, dup, dout, gate, up,
-              n);
+    ZS_COST(18.0 * n, 0, (12.0 + 2.0 * sizeof(OutT)) * n);
+    ZS_LAUNCH(swiglu_bwd_kernel<OutT>, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dgate, dup, dout,
+              gate, up, n);
     ZS_CUDA_CHECK_LAUNCH(swiglu_bwd_kernel);
 fail:
     return st;
 }
 
+zs_status zs_cu_swiglu_bwd(zs_stream_t *s, float *dgate, float *dup, const float *dout,
+                           const float *gate, const float *up, size_t n) {
+    return swiglu_bwd(s, dgate, dup, dout, gate, up, n);
+}
+
+zs_status zs_cu_swiglu_bwd16(zs_stream_t *s, zs_bf16 *dgate, zs_bf16 *dup, const float *dout,
+                             const float *gate, const float *up, size_t n) {
+    return swiglu_bwd(s, dgate, dup, dout, gate, up, n);
+}

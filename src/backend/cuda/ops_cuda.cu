@@ -478,8 +478,9 @@ fail:
         .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
         .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_fwd16 = zs_cu_rmsnorm_fwd16,                    \
         .rmsnorm_bwd = zs_cu_rmsnorm_bwd, .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd,  \
-        .swiglu_fwd = zs_cu_swiglu_fwd, .swiglu_fwd16 = zs_cu_swiglu_fwd16,                        \
-        .swiglu_bwd = zs_cu_swiglu_bwd, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,              \
+        .rope_bwd16 = zs_cu_rope_bwd16, .swiglu_fwd = zs_cu_swiglu_fwd,                            \
+        .swiglu_fwd16 = zs_cu_swiglu_fwd16, .swiglu_bwd = zs_cu_swiglu_bwd,                        \
+        .swiglu_bwd16 = zs_cu_swiglu_bwd16, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,          \
         .attention_gqa_bwd = zs_cu_attention_gqa_bwd, .flash_attention_fwd = flash_fwd,            \
         .flash_attention_bwd = flash_bwd, .decode_attention = zs_cu_decode_attention,              \
         .sample = zs_cu_sample,                                                                    \
