@@ -1,4 +1,5 @@
-/* Helpers shared by the CPU ops tests (test_ops.c, test_ops_grad.c, test_ops_llama.c):
+/* Helpers shared by the CPU ops tests (test_ops.c, test_ops_state.c, test_ops_grad.c,
+ * test_ops_llama.c):
  * buffers, central finite differences of a double-precision reference loss, the error
  * measure for accumulating outputs, and the causal softmax row of the attention references. static
  * inline, so each test compiles only what it uses. */
