@@ -1,41 +1,95 @@
 /* The tensor-core attention's forward (flash_tc_cuda.h, docs/cuda.md "Kernels"): a block of
- * 8 warps per 128 query rows of one head, over the key blocks in order, the online softmax in
- * registers; and the launchers of both directions' eligibility and the forward. */
+ * 8 warps per 256 query rows of one head (32 a warp, in two 16-row tiles), over the key blocks
+ * in order, the online softmax in registers; and the launchers of both directions' eligibility
+ * and the forward. */
 #include "backend/cuda/flash_tc_cuda.h"
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* Two blocks an SM: registers capped at 128 a thread (about 25 spilled at head size 64, where
- * unbounded it takes 172), 16 warps an SM instead of 8; 3.04 against 3.37 ms of a gpt2-124m
- * step's forward attention on an H100 (docs/cuda.md, "On a real GPU"). */
+/* A forward warp takes FA_FWD_RT tiles of 16 query rows: each B fragment an ldmatrix brings
+ * from the staged K or V block feeds FA_FWD_RT mma instead of one, so the block's shared-memory
+ * reads per FLOP fall by that factor (shared memory bounded the 16-row warp: docs/cuda.md, "The
+ * profiler"). A block of FA_TC_WARPS warps takes FA_FWD_ROWS = 256 rows. Each row's arithmetic
+ * is the 16-row warp's, in the same order: the same bits. */
+#define FA_FWD_RT 2
+#define FA_FWD_ROWS (16 * FA_FWD_RT * FA_TC_WARPS)
+
+/* The online softmax of one 16-row tile (rows row0..; this lane's r[0], r[1]) over one key
+ * block's scores s: mask (edge blocks only), the rows' maxima over their 4 lanes, the rescale
+ * of l and o by alpha = 2^((m_old - m_new) scale2), and s replaced by P. A row with no key yet
+ * keeps m = -inf, and its 2^(s scale2 - ms) is taken with ms = 0 so that -inf gives 0. */
+template <int HS>
+static __device__ __forceinline__ void
+tc_softmax_tile(zs_mma_c *s, float *m, float *l, zs_mma_c *o, const tc_view &a, const int32_t *seg,
+                int b, int row0, const int *r, const int *lo, int j0, int t) {
+    float mx[2] = {m[0], m[1]};
+    if (!tc_block_full(a, seg, b, row0, j0)) tc_mask_rows(s, a, r, lo, j0, t);
+    ZS_UNROLL
+    for (int x = 0; x < 32; x++) {
+        float v = s[x >> 2].x[x & 3];
+        mx[(x & 3) >> 1] = v > mx[(x & 3) >> 1] ? v : mx[(x & 3) >> 1];
+    }
+    float alpha[2], ms[2];
+    ZS_UNROLL
+    for (int i = 0; i < 2; i++) {
+        for (int d = 1; d <= 2; d *= 2) {
+            float y = __shfl_xor_sync(0xffffffffu, mx[i], d);
+            mx[i] = y > mx[i] ? y : mx[i];
+        }
+        ms[i] = mx[i] == -INFINITY ? 0.0f : mx[i] * a.scale2;
+        alpha[i] = mx[i] == -INFINITY ? 0.0f : zs_cu_exp2((m[i] - mx[i]) * a.scale2);
+        m[i] = mx[i];
+        l[i] *= alpha[i];
+    }
+    ZS_UNROLL
+    for (int x = 0; x < 32; x++) {
+        int nt = x >> 2, e = x & 3;
+        float p = zs_cu_exp2(fmaf(s[nt].x[e], a.scale2, -ms[e >> 1]));
+        s[nt].x[e] = p;
+        l[e >> 1] += p;
+    }
+    ZS_UNROLL
+    for (int x = 0; x < HS / 2; x++)
+        o[x >> 2].x[x & 3] *= alpha[(x & 3) >> 1];
+}
+
+/* One block an SM: 8 warps of 32 rows hold twice the 16-row warp's accumulators (255
+ * registers a thread at head size 64, nothing spilled: ptxas -v for sm_90). */
 /* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
 // clang-format off
 template <int HS>
-static __global__ void ZS_BOUNDS(FA_TC_THREADS, 2) fa_tc_fwd_kernel(float *out, float *lse,
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_fwd_kernel(float *out, float *lse,
         const float *q, const float *k, const float *v, const int32_t *seg, tc_view a) {
     // clang-format on
     ZS_SHARED_ALIGNED(uint16_t, ks, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* K [key][dim] */
     ZS_SHARED_ALIGNED(uint16_t, vs, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* V [key][dim] */
     int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
     int bh = (int)blockIdx.y, b = bh / a.NH, h = bh % a.NH, kvh = h / (a.NH / a.NKV);
-    int q0 = (int)blockIdx.x * FA_TC_ROWS, row0 = q0 + w * 16, r[2] = {row0 + g, row0 + g + 8};
-    int lo[2];
-    for (int i = 0; i < 2; i++)
-        lo[i] = r[i] < a.T ? zs_seg_lo(seg, (size_t)b * a.T + r[i]) : 0;
+    int q0 = (int)blockIdx.x * FA_FWD_ROWS, row0 = q0 + w * 16 * FA_FWD_RT;
 
-    /* load: this warp's 16 query rows as A fragments */
-    zs_mma_a qa[HS / 16];
-    tc_load_a<HS>(qa, q + tc_qrow(a, b, 0, h), a.ldq, row0, a.T);
-    /* the running maximum of the raw scores, and the sum of 2^((s - m) scale2) */
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    zs_mma_c o[HS / 8];
+    /* load: each tile's 16 query rows as A fragments; the running maximum of the raw scores,
+     * and the sum of 2^((s - m) scale2) */
+    int r[FA_FWD_RT][2], lo[FA_FWD_RT][2];
+    zs_mma_a qa[FA_FWD_RT][HS / 16];
+    float m[FA_FWD_RT][2], l[FA_FWD_RT][2];
+    zs_mma_c o[FA_FWD_RT][HS / 8];
     ZS_UNROLL
-    for (int dt = 0; dt < HS / 8; dt++)
-        zs_mma_zero(o[dt]);
+    for (int rt = 0; rt < FA_FWD_RT; rt++) {
+        for (int i = 0; i < 2; i++) {
+            r[rt][i] = row0 + 16 * rt + g + 8 * i;
+            lo[rt][i] = r[rt][i] < a.T ? zs_seg_lo(seg, (size_t)b * a.T + r[rt][i]) : 0;
+            m[rt][i] = -INFINITY;
+            l[rt][i] = 0.0f;
+        }
+        tc_load_a<HS>(qa[rt], q + tc_qrow(a, b, 0, h), a.ldq, row0 + 16 * rt, a.T);
+        ZS_UNROLL
+        for (int dt = 0; dt < HS / 8; dt++)
+            zs_mma_zero(o[rt][dt]);
+    }
 
     /* document starts never decrease along a row, so row q0's block is the first any reads */
     int first = zs_fa_first_block(zs_seg_lo(seg, (size_t)b * a.T + q0));
-    int last = q0 + FA_TC_ROWS - 1 < a.T - 1 ? q0 + FA_TC_ROWS - 1 : a.T - 1;
+    int last = q0 + FA_FWD_ROWS - 1 < a.T - 1 ? q0 + FA_FWD_ROWS - 1 : a.T - 1;
     const float *kb = k + tc_kvrow(a, b, 0, kvh), *vb = v + tc_kvrow(a, b, 0, kvh);
     float4 kr[FA_TC_PER(HS)], vr[FA_TC_PER(HS)]; /* the next key block, in flight */
     tc_fetch<HS>(kr, kb, a.ldkv, first, a.T, a.vec);
@@ -43,64 +97,44 @@ static __global__ void ZS_BOUNDS(FA_TC_THREADS, 2) fa_tc_fwd_kernel(float *out, 
     for (int j0 = first; j0 <= last; j0 += ZS_FA_BK) {
         tc_kv_step<HS>(ks, vs, kr, vr, kb, vb, a, j0, last);
 
-        /* a warp whose rows all precede the block (or lie past T) has nothing to add */
-        if (row0 >= a.T || j0 > row0 + 15) continue;
+        /* a tile whose rows all precede the block (or lie past T) has nothing to add */
+        bool act[FA_FWD_RT], any = false;
+        ZS_UNROLL
+        for (int rt = 0; rt < FA_FWD_RT; rt++) {
+            int t0 = row0 + 16 * rt;
+            act[rt] = t0 < a.T && j0 <= t0 + 15;
+            any = any || act[rt];
+        }
+        if (!any) continue;
 
-        /* MMA: scores S = Q K^T, 16 rows x 64 keys in 8 n-tiles */
-        zs_mma_c s[8];
-        tc_mma_rows<HS>(s, qa, ks);
-
-        /* online softmax: mask (edge blocks only), the rows' maxima over their 4 lanes */
-        float mx[2] = {m[0], m[1]};
-        if (!tc_block_full(a, seg, b, row0, j0)) tc_mask_rows(s, a, r, lo, j0, t);
+        /* MMA: scores S = Q K^T, 16 rows x 64 keys in 8 n-tiles a tile */
+        zs_mma_c s[FA_FWD_RT][8];
+        tc_mma_rows_rt<HS, FA_FWD_RT>(s, qa, act, ks);
         ZS_UNROLL
-        for (int x = 0; x < 32; x++) {
-            float v = s[x >> 2].x[x & 3];
-            mx[(x & 3) >> 1] = v > mx[(x & 3) >> 1] ? v : mx[(x & 3) >> 1];
-        }
-        /* rescale by alpha = 2^((m_old - m_new) scale2); a row with no key yet keeps
-         * m = -inf, and its 2^(s scale2 - ms) is taken with ms = 0 so that -inf gives 0 */
-        float alpha[2], ms[2];
-        ZS_UNROLL
-        for (int i = 0; i < 2; i++) {
-            for (int d = 1; d <= 2; d *= 2) {
-                float y = __shfl_xor_sync(0xffffffffu, mx[i], d);
-                mx[i] = y > mx[i] ? y : mx[i];
-            }
-            ms[i] = mx[i] == -INFINITY ? 0.0f : mx[i] * a.scale2;
-            alpha[i] = mx[i] == -INFINITY ? 0.0f : zs_cu_exp2((m[i] - mx[i]) * a.scale2);
-            m[i] = mx[i];
-            l[i] *= alpha[i];
-        }
-        ZS_UNROLL
-        for (int x = 0; x < 32; x++) {
-            int nt = x >> 2, e = x & 3;
-            float p = zs_cu_exp2(fmaf(s[nt].x[e], a.scale2, -ms[e >> 1]));
-            s[nt].x[e] = p;
-            l[e >> 1] += p;
-        }
-        ZS_UNROLL
-        for (int x = 0; x < HS / 2; x++)
-            o[x >> 2].x[x & 3] *= alpha[(x & 3) >> 1];
+        for (int rt = 0; rt < FA_FWD_RT; rt++)
+            if (act[rt])
+                tc_softmax_tile<HS>(s[rt], m[rt], l[rt], o[rt], a, seg, b, row0 + 16 * rt, r[rt],
+                                    lo[rt], j0, t);
 
         /* MMA: O += P V (P rounded to bf16 in registers) */
-        tc_mma_p<HS>(o, s, vs);
+        tc_mma_p_rt<HS, FA_FWD_RT>(o, s, act, vs);
     }
 
     /* store: O / l and lse = m scale + log l, l summed over the row's 4 lanes */
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
-    for (int i = 0; i < 2; i++) {
-        if (r[i] >= a.T) continue;
-        float inv = 1.0f / l[i];
-        float *orow = out + tc_orow(a, b, r[i], h);
-        for (int dt = 0; dt < HS / 8; dt++)
-            *(float2 *)(orow + dt * 8 + 2 * t) =
-                make_float2(o[dt].x[2 * i] * inv, o[dt].x[2 * i + 1] * inv);
-        if (t == 0) lse[(size_t)bh * a.T + r[i]] = m[i] * a.scale + zs_logf(l[i]);
-    }
+    ZS_UNROLL
+    for (int rt = 0; rt < FA_FWD_RT; rt++)
+        for (int i = 0; i < 2; i++) {
+            float lt = l[rt][i];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            if (r[rt][i] >= a.T) continue;
+            float inv = 1.0f / lt;
+            float *orow = out + tc_orow(a, b, r[rt][i], h);
+            for (int dt = 0; dt < HS / 8; dt++)
+                *(float2 *)(orow + dt * 8 + 2 * t) =
+                    make_float2(o[rt][dt].x[2 * i] * inv, o[rt][dt].x[2 * i + 1] * inv);
+            if (t == 0) lse[(size_t)bh * a.T + r[rt][i]] = m[rt][i] * a.scale + zs_logf(lt);
+        }
 }
 
 /* ---- launchers ---------------------------------------------------------------------------- */
@@ -113,7 +147,7 @@ template <int HS>
 static zs_status tc_fwd(cudaStream_t cs, float *out, float *lse, const float *q, const float *k,
                         const float *v, const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
-    dim3 grid((unsigned)((a.T + FA_TC_ROWS - 1) / FA_TC_ROWS), (unsigned)(a.B * a.NH));
+    dim3 grid((unsigned)((a.T + FA_FWD_ROWS - 1) / FA_FWD_ROWS), (unsigned)(a.B * a.NH));
     double units = tc_units_q(a.T) * a.B * a.NH; /* (16 rows x 64 keys) */
     /* per unit: S = Q K^T and O += P V, 2 x 16 x 64 x HS each; the softmax's max, fmaf, exp2
      * and sum 5 per score (the mask on edge blocks aside) plus the rescale, HS per row; per

@@ -6,18 +6,18 @@
  * one fmaf and the special-function unit's exp2 per score (mma_cuda.h, zs_cu_exp2). The fp32
  * table keeps flash_cuda.cu's kernels, bitwise the CPU's.
  *
- * Tiles: a block of 8 warps takes 128 rows (query rows forward and for dq, key rows for dk/dv),
- * 16 per warp, against key (or query) blocks of ZS_FA_BK = 64 staged in shared memory, the
- * CPU's blocks: a row's first block is the one holding its document's start, as on the CPU,
- * and the online softmax rescales at the same block boundaries. 128 rows share each staged
- * block (half the re-reads of 64); a warp whose 16 rows the causal mask leaves nothing of in a
- * block skips it, and only the blocks on the diagonal, at a document's start or past T are
- * masked element by element. Blocks are staged in shared memory as bf16, row-major, rows
- * padded by FA_PAD elements so that the 8 rows an ldmatrix reads hit 32 different banks; the
- * products' B fragments come from them by ldmatrix.x4 (transposing for P V, dS K, P^T dO and
- * dS^T Q); Q (forward, dq) or K and V (dk/dv) stay in registers as A fragments; a product's
- * fp32 result becomes the next product's A fragment in registers (mma_cuda.h). The next block
- * loads into registers while this one computes (16-byte loads where rows are aligned).
+ * Tiles: a block of 8 warps takes 128 rows (query rows for dq, key rows for dk/dv), 16 per warp
+ * (the forward's warp: two tiles of 16, flash_tc_cuda.cu), against key (or query) blocks of
+ * ZS_FA_BK = 64 staged in shared memory, the CPU's blocks: a row's first block is the one holding
+ * its document's start, as on the CPU, and the online softmax rescales at the same block
+ * boundaries. 128 rows share each staged block (half the re-reads of 64); a warp whose 16 rows the
+ * causal mask leaves nothing of in a block skips it, and only the blocks on the diagonal, at a
+ * document's start or past T are masked element by element. Blocks are staged in shared memory as
+ * bf16, row-major, rows padded by FA_PAD elements so that the 8 rows an ldmatrix reads hit 32
+ * different banks; the products' B fragments come from them by ldmatrix.x4 (transposing for P V, dS
+ * K, P^T dO and dS^T Q); Q (forward, dq) or K and V (dk/dv) stay in registers as A fragments; a
+ * product's fp32 result becomes the next product's A fragment in registers (mma_cuda.h). The next
+ * block loads into registers while this one computes (16-byte loads where rows are aligned).
  *
  * Determinism without atomics: dq has its own kernel (a block per 128 query rows, looping over
  * key blocks in order), dk and dv theirs (a block per 128 keys of a kv head, looping over the
@@ -135,51 +135,80 @@ static __device__ __forceinline__ void tc_mma2(zs_mma_c &c0, zs_mma_c &c1, const
     zs_mma_16816(c1, a, b1);
 }
 
-/* c[nt] = A (16 x HS, registers) times the transpose of 8 rows nt*8.. of a row-major shared
- * block sm[64][HS + FA_PAD], for the 8 n-tiles: scores Q K^T (or K Q^T, V dO^T, dO V^T). The B
- * fragments of two n-tiles come in one ldmatrix.x4: lane l points at row l % 8 of n-tile
+/* c[rt][nt] = A_rt (16 x HS, registers) times the transpose of 8 rows nt*8.. of a row-major
+ * shared block sm[64][HS + FA_PAD], for the 8 n-tiles and each of RT row tiles whose act[rt]
+ * holds (warp-uniform): scores Q K^T (or K Q^T, V dO^T, dO V^T). The B fragments of two n-tiles
+ * come in one ldmatrix.x4, shared by the RT tiles: lane l points at row l % 8 of n-tile
  * nt + l / 16, columns ks 16 + 8 ((l / 8) % 2).. */
-template <int HS>
-static __device__ __forceinline__ void tc_mma_rows(zs_mma_c *c, const zs_mma_a *a,
-                                                   const uint16_t *sm) {
+template <int HS, int RT>
+static __device__ __forceinline__ void tc_mma_rows_rt(zs_mma_c (*c)[8],
+                                                      const zs_mma_a (*a)[HS / 16], const bool *act,
+                                                      const uint16_t *sm) {
     int lane = (int)threadIdx.x % 32, j = lane / 8, i = lane % 8;
     const uint16_t *base = sm + ((j >> 1) * 8 + i) * (HS + FA_PAD) + (j & 1) * 8;
     ZS_UNROLL
     for (int nt = 0; nt < 8; nt += 2) {
-        zs_mma_zero(c[nt]);
-        zs_mma_zero(c[nt + 1]);
+        ZS_UNROLL
+        for (int rt = 0; rt < RT; rt++) {
+            zs_mma_zero(c[rt][nt]);
+            zs_mma_zero(c[rt][nt + 1]);
+        }
         ZS_UNROLL
         for (int ks = 0; ks < HS / 16; ks++) {
             uint32_t r[4];
             zs_ldmatrix_x4<false>(r, base + nt * 8 * (HS + FA_PAD) + ks * 16);
-            tc_mma2(c[nt], c[nt + 1], a[ks], r);
+            ZS_UNROLL
+            for (int rt = 0; rt < RT; rt++)
+                if (act[rt]) tc_mma2(c[rt][nt], c[rt][nt + 1], a[rt][ks], r);
         }
     }
 }
 
-/* acc[dt] += P (16 x 64, the fp32 fragments p of 8 n-tiles, rounded to bf16) times a row-major
- * shared block sm[64][HS + FA_PAD]: P V, dS K, P^T dO, dS^T Q. The B fragments (k: the block's
- * rows, n: its columns) of two column tiles come in one transposing ldmatrix.x4: lane l points
- * at row kk 16 + 8 ((l / 8) % 2) + l % 8, columns (dt + l / 16) 8.. */
+/* One row tile: c[nt] = A sm^T. */
 template <int HS>
-static __device__ __forceinline__ void tc_mma_p(zs_mma_c *acc, const zs_mma_c *p,
-                                                const uint16_t *sm) {
+static __device__ __forceinline__ void tc_mma_rows(zs_mma_c *c, const zs_mma_a *a,
+                                                   const uint16_t *sm) {
+    const bool act = true;
+    tc_mma_rows_rt<HS, 1>((zs_mma_c(*)[8])c, (const zs_mma_a(*)[HS / 16]) a, &act, sm);
+}
+
+/* acc[rt][dt] += P_rt (16 x 64, the fp32 fragments p[rt] of 8 n-tiles, rounded to bf16) times
+ * a row-major shared block sm[64][HS + FA_PAD], for each of RT row tiles whose act[rt] holds:
+ * P V, dS K, P^T dO, dS^T Q. The B fragments (k: the block's rows, n: its columns) of two
+ * column tiles come in one transposing ldmatrix.x4, shared by the RT tiles: lane l points at
+ * row kk 16 + 8 ((l / 8) % 2) + l % 8, columns (dt + l / 16) 8.. */
+template <int HS, int RT>
+static __device__ __forceinline__ void tc_mma_p_rt(zs_mma_c (*acc)[HS / 8], const zs_mma_c (*p)[8],
+                                                   const bool *act, const uint16_t *sm) {
     int lane = (int)threadIdx.x % 32, j = lane / 8, i = lane % 8;
     const uint16_t *base = sm + ((j & 1) * 8 + i) * (HS + FA_PAD) + (j >> 1) * 8;
     ZS_UNROLL
     for (int kk = 0; kk < 4; kk++) {
-        zs_mma_a pa;
-        pa.x[0] = zs_pack_bf16(p[2 * kk].x[0], p[2 * kk].x[1]);
-        pa.x[1] = zs_pack_bf16(p[2 * kk].x[2], p[2 * kk].x[3]);
-        pa.x[2] = zs_pack_bf16(p[2 * kk + 1].x[0], p[2 * kk + 1].x[1]);
-        pa.x[3] = zs_pack_bf16(p[2 * kk + 1].x[2], p[2 * kk + 1].x[3]);
+        zs_mma_a pa[RT];
+        ZS_UNROLL
+        for (int rt = 0; rt < RT; rt++) {
+            pa[rt].x[0] = zs_pack_bf16(p[rt][2 * kk].x[0], p[rt][2 * kk].x[1]);
+            pa[rt].x[1] = zs_pack_bf16(p[rt][2 * kk].x[2], p[rt][2 * kk].x[3]);
+            pa[rt].x[2] = zs_pack_bf16(p[rt][2 * kk + 1].x[0], p[rt][2 * kk + 1].x[1]);
+            pa[rt].x[3] = zs_pack_bf16(p[rt][2 * kk + 1].x[2], p[rt][2 * kk + 1].x[3]);
+        }
         ZS_UNROLL
         for (int dt = 0; dt < HS / 8; dt += 2) {
             uint32_t r[4];
             zs_ldmatrix_x4<true>(r, base + kk * 16 * (HS + FA_PAD) + dt * 8);
-            tc_mma2(acc[dt], acc[dt + 1], pa, r);
+            ZS_UNROLL
+            for (int rt = 0; rt < RT; rt++)
+                if (act[rt]) tc_mma2(acc[rt][dt], acc[rt][dt + 1], pa[rt], r);
         }
     }
+}
+
+/* One row tile: acc[dt] += P sm. */
+template <int HS>
+static __device__ __forceinline__ void tc_mma_p(zs_mma_c *acc, const zs_mma_c *p,
+                                                const uint16_t *sm) {
+    const bool act = true;
+    tc_mma_p_rt<HS, 1>((zs_mma_c(*)[HS / 8]) acc, (const zs_mma_c(*)[8])p, &act, sm);
 }
 
 /* One step of a query-parallel kernel's walk over key blocks: store the block in flight (kr,
