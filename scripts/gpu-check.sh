@@ -226,7 +226,7 @@ step configure 180 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release
     -DZS_CUDA=ON -DZS_NCCL=ON -DZS_GPU_TESTS=REAL -DZS_CUDA_EMU=ON -DZS_MPI=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cmake_extra[@]}" || { say "configure failed"; exit 1; }
 # zshard-emu: the emulated GPU's CLI, for the predicted per-kernel table beside ncu's.
-targets=(zshard test_cuda_ops test_cuda_flash_tc test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda)
+targets=(zshard test_cuda_ops test_cuda_ops_attn test_cuda_ops_state test_cuda_flash_tc test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda)
 predicted=${ZS_GPU_PREDICTED:-}
 if [ -n "$predicted" ] && [ -f "$predicted/predict.out" ] && [ -f "$predicted/predict_small.out" ]; then
     cp "$predicted/predict.out" "$predicted/predict_small.out" "$out/"
@@ -386,6 +386,8 @@ if cs=$(tool compute-sanitizer); then
     cs_run racecheck_flash_tc racecheck 120 "$build/tests/test_cuda_flash_tc"
     if [ "$quick" = 0 ]; then
         cs_run racecheck_cuda_ops racecheck 120 "$build/tests/test_cuda_ops"
+        cs_run memcheck_cuda_ops_attn memcheck 90 "$build/tests/test_cuda_ops_attn"
+        cs_run memcheck_cuda_ops_state memcheck 90 "$build/tests/test_cuda_ops_state"
         cs_run memcheck_train memcheck 60 "${train_short[@]}"
     fi
 else

@@ -149,7 +149,8 @@ grep -q 'stopped where a GPU is needed (--dry-run)' "$report" || fail "the repor
 grep -q 'predict_small: exit 0' "$report" || fail "the emulated GPU's prediction did not run in the bare root"
 grep -q 'dependencies: OpenBLAS zstd libyaml libcrypto pkg-config missing here; unpacked' "$report" ||
     fail "the report does not list the five missing dependencies as unpacked"
-for b in zshard tests/test_cuda_ops tests/test_cuda_flash_tc tests/test_device_cuda tests/test_comm_nccl tests/comm_worker_gpu \
+for b in zshard tests/test_cuda_ops tests/test_cuda_ops_attn tests/test_cuda_ops_state \
+    tests/test_cuda_flash_tc tests/test_device_cuda tests/test_comm_nccl tests/comm_worker_gpu \
     tests/test_train_cuda tests/zshard-emu; do
     [ -x "$proj/build-gpu/$b" ] || fail "build-gpu/$b was not built"
 done

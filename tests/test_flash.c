@@ -253,7 +253,7 @@ static void check_determinism_and_naive(void) {
  * delta and dq, a thread per key row for dk and dv, k and v read row-major), run here on the
  * host with the same kernels/flash.h functions: the CPU op must give exactly these bits. This
  * is what lets the CPU stand as the GPU's bitwise oracle, checked without a GPU; the GPU
- * itself is checked against the CPU in test_cuda_ops. */
+ * itself is checked against the CPU in test_cuda_ops_attn. */
 static void check_device_order(const shape *s) {
     bufs x = make_inputs(s, 0);
     int T = s->T, hs = s->hs, rep = s->NH / s->NKV;

@@ -3,13 +3,14 @@
  * long documents) with its count and --strict; document boundaries (template BOS, EOS after
  * each); the split by document; shard sizes and the 32-bit format; byte-identical output at
  * 1, 2 and 3 threads; memory that does not grow with the corpus (the child's peak RSS from
- * getrusage); the CLI's exit codes and summary. The tokenizer here maps each byte to the id of
- * its value (a byte-level vocabulary of 256 chars and no merges), so the expected ids are the
- * documents' own bytes. */
+ * getrusage). The command's side is test_tokenize_cli.c. The tokenizer here maps each byte to
+ * the id of its value (a byte-level vocabulary of 256 chars and no merges), so the expected ids
+ * are the documents' own bytes; it and the corpora are tokenize_fixture.c's. */
 #include "data/corpus.h"
 #include "data/data.h"
 #include "data/tokenize.h"
 #include "testutil.h"
+#include "tokenize_fixture.h"
 #include "zshard.h"
 
 #include <glob.h>
@@ -18,82 +19,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static char g_dir[] = "/tmp/zs_test_tokenize_XXXXXX";
-
-/* Every path() made, freed at the end of the run (configs hold these pointers until then). */
-static char **g_paths;
-static size_t g_n_paths;
-
-/* A path in the test's folder, valid for the whole run. */
-static const char *path(const char *name) {
-    char *p = zt_malloc(strlen(g_dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", g_dir, name);
-    if ((g_n_paths & (g_n_paths - 1)) == 0) { /* 0, 1, 2, 4, ...: grow to twice */
-        char **g = realloc(g_paths, (g_n_paths ? 2 * g_n_paths : 1) * sizeof *g);
-        ZT_REQUIRE(g, "out of memory");
-        g_paths = g;
-    }
-    g_paths[g_n_paths++] = p;
-    return p;
-}
-
-static void write_bytes(const char *p, const void *b, size_t n) {
-    FILE *f = fopen(p, "wb");
-    ZT_REQUIRE(f && fwrite(b, 1, n, f) == n && fclose(f) == 0, "write %s", p);
-}
-static void write_text(const char *p, const char *s) {
-    write_bytes(p, s, strlen(s));
-}
-
-/* GPT-2's byte -> char table as its encoder.py defines it: '!'..'~', '¡'..'¬', '®'..'ÿ' stand
- * for themselves, the other bytes take U+0100, U+0101, ... in order. */
-static unsigned byte_cp(unsigned b) {
-    unsigned next = 256;
-    for (unsigned x = 0; x < 256; x++) {
-        int self = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE);
-        unsigned cp = self ? x : next++;
-        if (x == b) return cp;
-    }
-    return 0;
-}
-
-/* The identity tokenizer in dir: ids 0..255 are the bytes, EOS <|endoftext|> is eos_id; with
- * bos, <s> (id 257) is put in front of each sequence by the template. */
-static void write_ident(const char *dir, int eos_id, int bos) {
-    static char j[65536];
-    mkdir(dir, 0700);
-    int k = sprintf(j,
-                    "{\"added_tokens\": [{\"id\": %d, \"content\": \"<|endoftext|>\", "
-                    "\"special\": true, \"normalized\": false}%s],\n",
-                    eos_id,
-                    bos ? ", {\"id\": 257, \"content\": \"<s>\", \"special\": true, "
-                          "\"normalized\": false}"
-                        : "");
-    k += sprintf(j + k, "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
-                        "\"add_prefix_space\": false, \"use_regex\": true},\n");
-    if (bos)
-        k += sprintf(j + k, "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
-                            "[{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "
-                            "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}]},\n");
-    k += sprintf(j + k, "\"decoder\": {\"type\": \"ByteLevel\"},\n\"model\": {\"type\": \"BPE\", "
-                        "\"merges\": [], \"vocab\": {");
-    for (unsigned b = 0; b < 256; b++) {
-        unsigned cp = byte_cp(b);
-        char u[8];
-        if (cp == '"' || cp == '\\')
-            sprintf(u, "\\%c", cp);
-        else if (cp < 0x80)
-            sprintf(u, "%c", cp);
-        else
-            sprintf(u, "%c%c", 0xC0 | cp >> 6, 0x80 | (cp & 0x3F));
-        k += sprintf(j + k, "%s\"%s\": %u", b ? ", " : "", u, b);
-    }
-    sprintf(j + k, "}}}\n");
-    char p[700];
-    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-    write_text(p, j);
-}
 
 typedef struct toks {
     uint32_t *v;
@@ -151,21 +76,15 @@ static int expect_doc(const toks *t, int64_t *at, const char *text, size_t n, in
 /* ---- rules --------------------------------------------------------------------------------- */
 
 static void test_text_rules(void) {
-    mkdir(path("t1"), 0700);
-    /* Fortune style: %-lines separate; a CRLF file; invalid UTF-8; empty and blank documents. */
-    write_text(path("t1/a.txt"), "first\nline two\n%\n%\n   \n\t\n%\nbad \xff\xfe end\n%\n"
-                                 "cut \xe4\xb8\n%\nlast without newline");
-    write_text(path("t1/b.txt"), "crlf one\r\nmore\r\n%\r\nsecond\r\n");
-    write_bytes(path("t1/c.bin"), "\x01\x00\x02text", 7); /* a NUL: binary */
-    write_ident(path("ident"), 256, 0);
-    const char *in[] = {path("t1")};
-    zs_tokenize_config c = config(in, 1, path("ident"), path("o1"));
+    tk_write_t1();
+    const char *in[] = {tk_path("t1")};
+    zs_tokenize_config c = config(in, 1, tk_path("ident"), tk_path("o1"));
     c.corpus.doc_sep = "%";
     c.threads = 2;
     zs_tokenize_stats s;
     ZT_OK(zs_tokenize_run(&c, &s));
     int files;
-    toks t = read_split(path("o1"), "train", &files);
+    toks t = read_split(tk_path("o1"), "train", &files);
     ZT_CHECK(t.bits == 16 && files == 1, "bits %d, %d files", t.bits, files);
     int64_t at = 0;
     expect_doc(&t, &at, "first\nline two", 14, 256, 0, "two lines");
@@ -188,10 +107,10 @@ static void test_text_rules(void) {
     free(t.v);
 
     /* One document per file (no --doc-sep): the bytes as they are, the final newline kept. */
-    const char *in2[] = {path("t1/a.txt"), path("t1/b.txt")};
-    c = config(in2, 2, path("ident"), path("o2"));
+    const char *in2[] = {tk_path("t1/a.txt"), tk_path("t1/b.txt")};
+    c = config(in2, 2, tk_path("ident"), tk_path("o2"));
     ZT_OK(zs_tokenize_run(&c, &s));
-    t = read_split(path("o2"), "train", &files);
+    t = read_split(tk_path("o2"), "train", &files);
     ZT_CHECK(s.docs[0] == 2 && s.utf8_replaced == 3, "whole files: %lld docs, %lld replaced",
              (long long)s.docs[0], (long long)s.utf8_replaced);
     at = 0;
@@ -203,7 +122,7 @@ static void test_text_rules(void) {
 
     /* Too long: over --max-doc-bytes is skipped and counted; --strict makes it an error that
      * names the file and line, and leaves no shard behind. */
-    c = config(in, 1, path("ident"), path("o3"));
+    c = config(in, 1, tk_path("ident"), tk_path("o3"));
     c.corpus.doc_sep = "%";
     c.corpus.max_doc_bytes = 10;
     ZT_OK(zs_tokenize_run(&c, &s));
@@ -212,36 +131,24 @@ static void test_text_rules(void) {
     ZT_CHECK(s.skipped[ZS_DOC_TOO_LONG] == 3, "too long: %lld, want 3",
              (long long)s.skipped[ZS_DOC_TOO_LONG]);
     c.strict = 1;
-    c.out_dir = path("o4");
+    c.out_dir = tk_path("o4");
     zs_status st = zs_tokenize_run(&c, &s);
     ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "a.txt:1: too_long"), "strict: %s: %s",
              zs_status_string(st), zs_last_error());
-    t = read_split(path("o4"), "train", &files);
-    ZT_CHECK(files == 0 && access(path("o4/dataset.json"), F_OK) != 0,
+    t = read_split(tk_path("o4"), "train", &files);
+    ZT_CHECK(files == 0 && access(tk_path("o4/dataset.json"), F_OK) != 0,
              "a failed run left %d shards or its dataset.json", files);
     free(t.v);
 }
 
 static void test_jsonl_rules(void) {
-    write_text(
-        path("d.jsonl"),
-        "{\"id\": 1, \"text\": \"plain\"}\n"
-        "\n"
-        "{\"text\": \"esc \\\"q\\\" \\n \\u00e9 \\ud83d\\ude00 lone \\ud800 x\", \"n\": [1, {}]}\n"
-        "{\"title\": \"no text field\"}\n"
-        "{\"text\": 42}\n"
-        "{\"text\": null}\n"
-        "not json at all\n"
-        "{\"text\": \"dup\", \"text\": \"second wins\"}\n"
-        "{\"text\": \"\"}\n"
-        "{\"text\": \"raw \xc3\x28 bytes\"}\n"
-        "{\"text\": \"cut off in the mid");
-    const char *in[] = {path("d.jsonl")};
-    zs_tokenize_config c = config(in, 1, path("ident"), path("o5"));
+    tk_write_jsonl();
+    const char *in[] = {tk_path("d.jsonl")};
+    zs_tokenize_config c = config(in, 1, tk_path("ident"), tk_path("o5"));
     zs_tokenize_stats s;
     ZT_OK(zs_tokenize_run(&c, &s));
     int files;
-    toks t = read_split(path("o5"), "train", &files);
+    toks t = read_split(tk_path("o5"), "train", &files);
     int64_t at = 0;
     expect_doc(&t, &at, "plain", 5, 256, 0, "jsonl");
     const char *esc = "esc \"q\" \n \xC3\xA9 \xF0\x9F\x98\x80 lone \xEF\xBF\xBD x";
@@ -265,17 +172,18 @@ static void test_jsonl_rules(void) {
              s.bad[s.n_bad - 1]);
     free(t.v);
     /* --field picks another key. */
-    c = config(in, 1, path("ident"), path("o6"));
+    c = config(in, 1, tk_path("ident"), tk_path("o6"));
     c.corpus.field = "title";
     ZT_OK(zs_tokenize_run(&c, &s));
     ZT_CHECK(s.docs[0] == 1 && s.skipped[ZS_DOC_NO_FIELD] == 7, "--field title: %lld docs",
              (long long)s.docs[0]);
     /* A UTF-8 byte-order mark before the first line (an editor's) is not part of it. */
-    write_text(path("bom.jsonl"), "\xEF\xBB\xBF{\"text\": \"first\"}\n{\"text\": \"second\"}\n");
-    const char *bin[] = {path("bom.jsonl")};
-    c = config(bin, 1, path("ident"), path("o6b"));
+    tk_write_text(tk_path("bom.jsonl"),
+                  "\xEF\xBB\xBF{\"text\": \"first\"}\n{\"text\": \"second\"}\n");
+    const char *bin[] = {tk_path("bom.jsonl")};
+    c = config(bin, 1, tk_path("ident"), tk_path("o6b"));
     ZT_OK(zs_tokenize_run(&c, &s));
-    t = read_split(path("o6b"), "train", &files);
+    t = read_split(tk_path("o6b"), "train", &files);
     at = 0;
     expect_doc(&t, &at, "first", 5, 256, 0, "jsonl after a BOM");
     expect_doc(&t, &at, "second", 6, 256, 0, "jsonl second line");
@@ -298,21 +206,22 @@ static void test_jsonl_rules(void) {
 
 static void test_layout(void) {
     /* 400 documents of different lengths; shards of 100 tokens; 30% to val. */
-    FILE *f = fopen(path("many.txt"), "w");
+    FILE *f = fopen(tk_path("many.txt"), "w");
     ZT_REQUIRE(f, "create");
     for (int i = 0; i < 400; i++)
         fprintf(f, "document %d %.*s\n%%\n", i, i % 37, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL");
     fclose(f);
-    write_ident(path("ident32"), 70000, 1);
-    const char *in[] = {path("many.txt")};
-    zs_tokenize_config c = config(in, 1, path("ident32"), path("o7"));
+    tk_write_ident(tk_path("ident32"), 70000, 1);
+    const char *in[] = {tk_path("many.txt")};
+    zs_tokenize_config c = config(in, 1, tk_path("ident32"), tk_path("o7"));
     c.corpus.doc_sep = "%";
     c.shard_size = 100;
     c.val_frac = 0.3;
     zs_tokenize_stats s;
     ZT_OK(zs_tokenize_run(&c, &s));
     int nf[2];
-    toks t[2] = {read_split(path("o7"), "train", &nf[0]), read_split(path("o7"), "val", &nf[1])};
+    toks t[2] = {read_split(tk_path("o7"), "train", &nf[0]),
+                 read_split(tk_path("o7"), "val", &nf[1])};
     ZT_CHECK(t[0].bits == 32 && t[1].bits == 32, "vocab 70001 needs 32-bit shards: %d %d",
              t[0].bits, t[1].bits);
     for (int k = 0; k < 2; k++)
@@ -320,7 +229,7 @@ static void test_layout(void) {
                  "split %d: %lld tokens in %d shards of 100", k, (long long)t[k].n, nf[k]);
     /* Every shard but the last of a split is full. */
     zs_tokens one;
-    ZT_OK(zs_llmc_shard_read(path("o7/train_000000.bin"), &one));
+    ZT_OK(zs_llmc_shard_read(tk_path("o7/train_000000.bin"), &one));
     ZT_CHECK(one.n == 100, "first shard holds %lld tokens", (long long)one.n);
     free(one.tok);
     /* Each document once, in order within its split, <s> first and EOS last. */
@@ -354,7 +263,7 @@ static void test_layout(void) {
     }
     ZT_CHECK(differ > 40 && same, "seeds 1 and 2 split %d of 400 documents differently", differ);
     /* dataset.json: the contract's keys. */
-    FILE *j = fopen(path("o7/dataset.json"), "r");
+    FILE *j = fopen(tk_path("o7/dataset.json"), "r");
     static char buf[8192];
     size_t n = j ? fread(buf, 1, sizeof buf - 1, j) : 0;
     if (j) fclose(j);
@@ -391,26 +300,11 @@ static int same_file(const char *a, const char *b) {
 }
 
 static void test_threads(void) {
-    /* Enough documents for many batches (a batch is 1 MiB or 4096 documents). */
-    mkdir(path("th"), 0700);
-    for (int fi = 0; fi < 3; fi++) {
-        char name[40];
-        snprintf(name, sizeof name, "th/part%d.txt", fi);
-        FILE *f = fopen(path(name), "w");
-        ZT_REQUIRE(f, "create");
-        for (int i = 0; i < 6000; i++) {
-            int len = (int)zt_uniform(0, 300);
-            fprintf(f, "%d:", i);
-            for (int k = 0; k < len; k++)
-                fputc("abc def\xc3\xa9\n"[(int)zt_uniform(0, 10)], f);
-            fprintf(f, "\n%%\n");
-        }
-        fclose(f);
-    }
-    const char *in[] = {path("th")};
-    const char *outs[3] = {path("th1"), path("th2"), path("th3")};
+    tk_write_th();
+    const char *in[] = {tk_path("th")};
+    const char *outs[3] = {tk_path("th1"), tk_path("th2"), tk_path("th3")};
     for (int k = 0; k < 3; k++) {
-        zs_tokenize_config c = config(in, 1, path("ident"), outs[k]);
+        zs_tokenize_config c = config(in, 1, tk_path("ident"), outs[k]);
         c.corpus.doc_sep = "%";
         c.shard_size = 300000;
         c.val_frac = 0.2;
@@ -457,7 +351,7 @@ static long child_peak_kib(const char *dir, int mb) {
         const char *in[] = {p};
         char out[700];
         snprintf(out, sizeof out, "%s/out", dir);
-        zs_tokenize_config c = config(in, 1, path("ident"), out);
+        zs_tokenize_config c = config(in, 1, tk_path("ident"), out);
         c.corpus.doc_sep = "%";
         c.shard_size = 65536;
         c.threads = 2;
@@ -475,211 +369,19 @@ static void test_memory(void) {
     if (!zt_unsanitized_for("the peak RSS check",
                             "its shadow memory and quarantine of freed blocks grow with the work"))
         return;
-    long small = child_peak_kib(path("m8"), 8), big = child_peak_kib(path("m32"), 32);
+    long small = child_peak_kib(tk_path("m8"), 8), big = child_peak_kib(tk_path("m32"), 32);
     printf("peak RSS: %ld KiB for 8 MB of text, %ld KiB for 32 MB\n", small, big);
     /* 24 MB more text (24M more tokens, 48 MB of shards) may not cost 8 MB more memory. */
     ZT_CHECK(big - small < 8 * 1024, "peak RSS grew by %ld KiB with 24 MB more text", big - small);
 }
 
-/* ---- the CLI ------------------------------------------------------------------------------- */
-
-static void test_cli(void) {
-    static char buf[1 << 16];
-    const char *z = zt_zshard_exe();
-    int rc = zt_runf(buf, sizeof buf,
-                     "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
-                     "--threads 2",
-                     z, path("t1"), path("ident"), path("c1"));
-    ZT_CHECK(rc == 0 && strstr(buf, "tokenize: 6 documents") &&
-                 strstr(buf, "skipped 3 documents (empty 2, binary_file 1)") &&
-                 strstr(buf, "a.txt:5: empty (only white space)") &&
-                 strstr(buf, "invalid UTF-8 replaced 3"),
-             "summary (rc %d):\n%s", rc, buf);
-    rc = zt_runf(buf, sizeof buf,
-                 "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
-                 "--exclude '*.bin' --quiet",
-                 z, path("t1"), path("ident"), path("c0"));
-    ZT_CHECK(rc == 0 && strstr(buf, "read 2 files") && strstr(buf, "skipped 2 documents (empty 2)"),
-             "--exclude '*.bin' (rc %d):\n%s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s --doc-sep %%", z,
-                 path("t1"), path("ident"), path("c1"));
-    ZT_CHECK(rc == 1 && strstr(buf, "already holds") && strstr(buf, "--overwrite"),
-             "a second run into the same folder (rc %d): %s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s --strict", z,
-                 path("d.jsonl"), path("ident"), path("c2"));
-    ZT_CHECK(rc == 1 && strstr(buf, "d.jsonl:4: missing_field: no field 'text' (--strict)"),
-             "strict jsonl (rc %d): %s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s", z,
-                 path("nothing/here*.txt"), path("ident"), path("c3"));
-    ZT_CHECK(rc == 1 && strstr(buf, "matches no file"), "no match (rc %d): %s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s", z, path("t1"),
-                 path("absent"), path("c4"));
-    ZT_CHECK(rc == 1 && strstr(buf, "absent"), "missing tokenizer (rc %d): %s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "%s tokenize %s --tokenizer %s --out %s --val-frac 2", z,
-                 path("t1"), path("ident"), path("c5"));
-    ZT_CHECK(rc == 2 && strstr(buf, "--val-frac"), "bad flag (rc %d): %s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "%s tokenize %s --out %s", z, path("t1"), path("c6"));
-    ZT_CHECK(rc == 2 && strstr(buf, "--tokenizer"), "no tokenizer (rc %d): %s", rc, buf);
-}
-
-/* tokenize stopped by SIGINT or SIGTERM removes the shards it wrote, writes no
- * dataset.json, says so, and exits 128 + the signal. ZS_FAULT_HOLD_SHARDS=3 holds the job after
- * the batch that begins its third shard (as a stalled input would), so the signal always comes
- * mid-run. */
-static void test_interrupt(void) {
-    static char buf[1 << 16];
-    FILE *f = fopen(path("intr.txt"), "w");
-    ZT_REQUIRE(f, "create intr.txt");
-    for (int d = 0; d < 400; d++)
-        fprintf(f, "document %d of the interrupted run, with a few words\n%%\n", d);
-    fclose(f);
-    const int sigs[] = {2, 15};
-    const char *names[] = {"SIGINT", "SIGTERM"};
-    for (int k = 0; k < 2; k++) {
-        char out[64], want[64], said[64];
-        snprintf(out, sizeof out, "intr_out%d", k);
-        int rc = zt_runf(
-            buf, sizeof buf,
-            "cd %s && rm -rf %s && { ZS_FAULT_HOLD_SHARDS=3 %s tokenize intr.txt "
-            "--doc-sep %% --tokenizer %s --out %s --shard-size 50 --threads 1 > intr%d.log 2>&1 "
-            "& } ; p=$!; i=0; while [ ! -e %s/train_000001.bin ] && [ $i -lt 3000 ]; do "
-            "sleep 0.01; i=$((i+1)); done; ls %s > before%d.txt; kill -%d $p; wait $p; "
-            "echo \"rc=$?\"; cat intr%d.log; echo \"shards before: $(wc -l < before%d.txt)\"; "
-            "echo \"left: [$(ls -A %s)]\"",
-            g_dir, out, zt_zshard_exe(), path("ident"), out, k, out, out, k, sigs[k], k, k, out);
-        snprintf(want, sizeof want, "rc=%d", 128 + sigs[k]);
-        snprintf(said, sizeof said, "interrupted by %s: removed the ", names[k]);
-        ZT_CHECK(rc == 0 && strstr(buf, want) && strstr(buf, said) &&
-                     strstr(buf, "wrote no dataset.json") && strstr(buf, "left: []") &&
-                     !strstr(buf, "shards before: 0"),
-                 "tokenize stopped by %s: want %s, its message, and an empty output folder:\n%s",
-                 names[k], want, buf);
-    }
-}
-
-/* an output folder inside the input folder, and earlier
- * runs' token folders, are left out of the inputs with a note (never tokenized as text);
- * --overwrite never deletes an input; nothing kept is an error; a validation-only set and a
- * bad --eos are said once, without a doubled prefix. */
-static void test_output_in_input(void) {
-    static char buf[1 << 16];
-    char cmd[4096];
-    const char *z = zt_zshard_exe(), *tok = path("ident");
-    ZT_REQUIRE(system("true") == 0, "sh");
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/nest && cd %s/nest && for i in 1 2 3 4 5 6; do "
-             "printf 'document %%s of the nest\n%%%%\n' $i; done > a.txt", g_dir, g_dir);
-    ZT_REQUIRE(system(cmd) == 0, "%s", cmd);
-    int rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest --doc-sep %% --tokenizer %s "
-                     "--out nest/tok --val-frac 0", g_dir, z, tok);
-    ZT_CHECK(rc == 0 && strstr(buf, "tokenize: 6 documents"), "first run (rc %d):\n%s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest --doc-sep %% --tokenizer %s "
-                 "--out nest/tok2 --val-frac 0", g_dir, z, tok);
-    ZT_CHECK(rc == 0 && strstr(buf, "tokenize: 6 documents") &&
-                 strstr(buf, "note: left out nest/tok (token shards: it holds a zshard "
-                             "dataset.json)"),
-             "a second output folder beside the first: the first is not an input (rc %d):\n%s",
-             rc, buf);
-    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest --doc-sep %% --tokenizer %s "
-                 "--out nest/tok --val-frac 0 --overwrite && test -f nest/tok/dataset.json",
-                 g_dir, z, tok);
-    ZT_CHECK(rc == 0 && strstr(buf, "tokenize: 6 documents") &&
-                 strstr(buf, "note: left out nest/tok (the output folder)"),
-             "--overwrite of an output folder inside the inputs (rc %d):\n%s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest/tok/dataset.json nest/a.txt "
-                 "--doc-sep %% --tokenizer %s --out nest/tok --overwrite 2>&1; echo \"rc=$?\"; "
-                 "test -f nest/tok/dataset.json && test -f nest/tok/train_000000.bin && "
-                 "echo kept", g_dir, z, tok);
-    ZT_CHECK(strstr(buf, "rc=1") &&
-                 strstr(buf, "the input nest/tok/dataset.json is an earlier output in --out "
-                             "nest/tok, which this run would delete (--overwrite)") &&
-                 strstr(buf, "kept") && !strstr(buf, "tokenize: tokenize:"),
-             "--overwrite must not delete an input:\n%s", buf);
-    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest/a.txt --doc-sep %% --tokenizer %s "
-                 "--out nest_none --max-doc-bytes 4", g_dir, z, tok);
-    ZT_CHECK(rc == 1 && strstr(buf, "none of the 6 documents read was kept (the first: "
-                                    "nest/a.txt:1: too_long"),
-             "nothing kept (rc %d):\n%s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest/a.txt --doc-sep %% --tokenizer %s "
-                 "--out nest_val --val-frac 1", g_dir, z, tok);
-    ZT_CHECK(rc == 0 && strstr(buf, "note: no document went to train (--val-frac 1)"),
-             "validation-only (rc %d):\n%s", rc, buf);
-    rc = zt_runf(buf, sizeof buf, "cd %s && %s tokenize nest/a.txt --tokenizer %s --out nest_e "
-                 "--eos nope", g_dir, z, tok);
-    ZT_CHECK(rc == 1 && strstr(buf, "zshard: tokenize: --eos 'nope' is not a token") &&
-                 !strstr(buf, "tokenize: tokenize:"),
-             "--eos that is no token: one prefix (rc %d):\n%s", rc, buf);
-}
-
-/* eval --data TEXT --tokenizer: the same loss as eval on the shards `zshard tokenize` writes
- * from that text (all documents in one split), at 1 and 2 ranks. */
-static void test_eval_text(void) {
-    static char buf[1 << 16], a[512];
-    const char *z = zt_zshard_exe();
-    int rc = zt_runf(buf, sizeof buf,
-                     "%s tokenize %s --tokenizer %s --out %s --doc-sep %% "
-                     "--val-frac 0 --quiet",
-                     z, path("th"), path("ident"), path("ev"));
-    ZT_REQUIRE(rc == 0, "tokenize: %s", buf);
-    rc = zt_runf(buf, sizeof buf,
-                 "%s train --model gpt2-tiny --data '%s/train_*.bin' --vocab 257 "
-                 "--batch 4 --seq 32 --steps 3 --sample-len 0 --quiet "
-                 "--save-dir %s",
-                 z, path("ev"), path("ev-ck"));
-    ZT_REQUIRE(rc == 0, "train: %s", buf);
-    rc = zt_runf(buf, sizeof buf,
-                 "%s eval %s --data '%s/train_*.bin' --split all --batches 6 "
-                 "--json",
-                 z, path("ev-ck"), path("ev"));
-    snprintf(a, sizeof a, "%.*s", (int)strcspn(buf, ","), buf);
-    ZT_CHECK(rc == 0 && strstr(a, "\"loss\":"), "eval on shards: %s", buf);
-    const char *tail[] = {"", " --nproc 2 --stage 3"};
-    for (int k = 0; k < 2; k++) {
-        rc = zt_runf(buf, sizeof buf,
-                     "%s eval %s --data %s --tokenizer %s --doc-sep %% "
-                     "--split all --batches 6 --json%s 2>/dev/null",
-                     z, path("ev-ck"), path("th"), path("ident"), tail[k]);
-        const char *j = strstr(buf, "{\"loss\"");
-        ZT_CHECK(rc == 0 && j && !strncmp(j, a, strlen(a)),
-                 "eval --tokenizer%s: %s, want the loss of %s", tail[k], buf, a);
-    }
-    /* --field reads JSONL for the tokenizer; without one there is nothing to read it for
-     * (--doc-sep alone is byte-level text's document rule, as train's). */
-    rc =
-        zt_runf(buf, sizeof buf, "%s eval %s --data %s --field text", z, path("ev-ck"), path("th"));
-    ZT_CHECK(rc == 2 && strstr(buf, "--field applies with --tokenizer"),
-             "--field without --tokenizer: %s", buf);
-    /* a tokenizer of another vocabulary than the model's: named, not the temporary shards */
-    rc = zt_runf(buf, sizeof buf,
-                 "%s train --model gpt2-tiny --data %s --batch 2 --seq 16 --steps 1 "
-                 "--sample-len 0 --val-every 0 --quiet --save-dir %s",
-                 z, path("intr.txt"), path("ev-bytes"));
-    ZT_REQUIRE(rc == 0, "byte-level train: %s", buf);
-    rc = zt_runf(buf, sizeof buf, "%s eval %s --data %s --tokenizer %s --doc-sep %% 2>&1", z,
-                 path("ev-bytes"), path("intr.txt"), path("ident"));
-    ZT_CHECK(rc == 1 && strstr(buf, "has 257 ids and the model of") &&
-                 strstr(buf, "not the tokenizer the model was trained with") &&
-                 !strstr(buf, "dataset.json"),
-             "eval with another tokenizer: %s", buf);
-}
-
 int main(void) {
     zt_init("tokenize");
-    ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
+    tk_begin("tokenize");
     test_text_rules();
     test_jsonl_rules();
     test_layout();
     test_threads();
     test_memory();
-    test_cli();
-    test_interrupt();
-    test_output_in_input();
-    test_eval_text();
-    int rc = zt_finish();
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (rc == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-    for (size_t i = 0; i < g_n_paths; i++)
-        free(g_paths[i]);
-    free(g_paths);
-    return rc;
+    return tk_end(zt_finish());
 }

@@ -6,7 +6,7 @@
  * For every access by a kernel thread (t_kctx set) to the block's shared memory or to device
  * memory:
  *  - bounds: a shared access must lie inside one __shared__ array (each has its own bounds and
- *    red zones, fiber.cc); anything else is a fault naming the array and the offset;
+ *    red zones, smem.cc); anything else is a fault naming the array and the offset;
  *  - races (ZS_EMU_CHECK=1, like compute-sanitizer's racecheck): two threads of a block that
  *    touch the same byte within one barrier interval, at least one writing, are a hazard unless
  *    both accesses are atomics, or the threads share a warp and a warp operation (shuffle, vote,

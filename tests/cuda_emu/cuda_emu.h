@@ -55,7 +55,7 @@ static constexpr int warpSize = 32;
 #undef __shared__
 #define __shared__ zs_emu_use_ZS_SHARED_not_raw_shared
 
-/* ---- barriers, warp operations (fiber.cc) ---------------------------------------------------- */
+/* ---- barriers, warp operations (warp.cc), shared memory (smem.cc) ---------------------------- */
 
 extern "C" void zs_emu_syncthreads(const char *site);
 /* One warp collective: every lane of mask must reach it (at the same call site). kind is one of

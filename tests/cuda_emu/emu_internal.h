@@ -1,6 +1,6 @@
 /* Internals of the emulated GPU shared by its files: device memory (memory.cc), streams and the
- * runtime API (runtime.cc), kernel execution on fibers (fiber.cc), cuBLAS (cublas.cc), NCCL
- * (nccl.cc). Test infrastructure only. */
+ * runtime API (runtime.cc, runtime_streams.cc, runtime_memory.cc), kernel execution on fibers
+ * (fiber.cc, warp.cc, smem.cc), cuBLAS (cublas.cc), NCCL (nccl.cc). Test infrastructure only. */
 #ifndef ZS_CUDA_EMU_INTERNAL_H
 #define ZS_CUDA_EMU_INTERNAL_H
 
@@ -66,7 +66,7 @@ void install_fault_handler();
 /* The red zones after live allocations a launch touched: report writes past their end. */
 void check_redzone(const void *p);
 
-/* ---- streams (runtime.cc) -------------------------------------------------------------------- */
+/* ---- streams (runtime_streams.cc), errors (runtime.cc) --------------------------------------- */
 struct Stream;
 Stream *stream_of(cudaStream_t s); /* nullptr handle -> the legacy default stream */
 /* Queue fn on s (after the implicit dependencies of legacy/blocking streams); returns the task's
