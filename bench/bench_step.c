@@ -122,15 +122,16 @@ static const zs_flag STEP_FLAGS[] = {
      .help = "token or text data [random tokens below --vocab]"},
     {.name = "vocab", .kind = ZS_FLAG_INT, .off = SO(cfg.vocab), .lo = 0, .hi = INT_MAX,
      .arg = "N", .help = "the random tokens' vocabulary [GPT-2's 50257]"},
-    {.name = "dtype", .kind = ZS_FLAG_DTYPE, .off = SO(cfg.dtype), .arg = "fp32|bf16",
+    {.name = "dtype", .kind = ZS_FLAG_DTYPE, .off = SO(cfg.module.param_dtype), .arg = "fp32|bf16",
      .help = "bf16: bf16 params, grads, kept activations and GEMM inputs [fp32]"},
     {.name = "recompute", .kind = ZS_FLAG_RECOMPUTE, .off = SO(cfg.recompute),
      .arg = "none|block", .help = "activation recomputation [none]"},
     {.name = "attention", .kind = ZS_FLAG_ATTENTION, .off = SO(cfg.attention),
      .arg = "flash|naive", .help = "attention kernel [flash]"},
-    {.name = "device", .kind = ZS_FLAG_DEVICE, .off = SO(cfg.device), .arg = "cpu|cuda|auto",
+    {.name = "device", .kind = ZS_FLAG_DEVICE, .off = SO(cfg.module.device), .arg = "cpu|cuda|auto",
      .help = "where the step runs [auto]"},
-    {.name = "tf32", .kind = ZS_FLAG_SWITCH, .off = SO(cfg.tf32), .help = "TF32 GEMM inputs"},
+    {.name = "tf32", .kind = ZS_FLAG_SWITCH, .off = SO(cfg.module.tf32),
+     .help = "TF32 GEMM inputs"},
     {.name = "json", .kind = ZS_FLAG_SWITCH, .off = SO(json), .help = "one JSON object on stdout"},
 };
 
@@ -155,7 +156,7 @@ int zs_bench_step(int argc, char **argv) {
     int rc = zs_flag_parse(&STEP_TABLE, argc, argv, 1, &so, NULL);
     if (rc) return rc < 0 ? 0 : rc;
     zs_train_config cfg = so.cfg;
-    cfg.reduce_dtype = cfg.dtype;
+    cfg.module.grad_dtype = cfg.module.param_dtype;
     const char *model = so.model, *data = so.data;
     int steps = so.steps, warm = so.warm, json = so.json;
     if (zs_model_preset(model, &cfg.model) != ZS_OK)
@@ -176,8 +177,8 @@ int zs_bench_step(int argc, char **argv) {
     cfg.data_path = data;
     /* On the emulated GPU a wall-clock time means nothing: the step is priced on the H100 model
      * instead (docs/cuda.md, "The profiler"), cost only, one step after the warm-up. */
-    int predict = (cfg.device == NULL || strcmp(cfg.device, "cpu") != 0) && zs_cuda_emulated() &&
-                  zs_cuda_device_count() > 0;
+    int predict = (cfg.module.device == NULL || strcmp(cfg.module.device, "cpu") != 0) &&
+                  zs_cuda_emulated() && zs_cuda_device_count() > 0;
     if (predict) {
         steps = 1;
         if (warm < 1) warm = 1;
@@ -269,7 +270,7 @@ int zs_bench_step(int argc, char **argv) {
                "\"ratio\":%.4f,\"param_hash\":\"%016llx\",\"peak_bytes\":%llu,"
                "\"blas_threads\":%d,\"blas_parallel\":\"%s\",\"device\":\"%s\","
                "\"peak_gflops\":%s,\"mfu\":%s,\"predicted\":%s}\n",
-               mc->name, zs_dtype_name(cfg.dtype),
+               mc->name, zs_dtype_name(cfg.module.param_dtype),
                cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq, steps,
                med_ms, tps, model_gflops, sgemm_gflops, ratio, (unsigned long long)hash,
                (unsigned long long)mem.total_peak, threads, pname, zs_trainer_device(t, NULL),
@@ -280,7 +281,7 @@ int zs_bench_step(int argc, char **argv) {
         printf("bench step: %s, %s, %s attention, batch %d x seq %d, vocab %d: PREDICTED for one "
                "H100 SXM by the emulated GPU's profiler from the traffic its kernels made (not "
                "measured; docs/cuda.md, \"The profiler\")\n",
-               mc->name, zs_dtype_name(cfg.dtype),
+               mc->name, zs_dtype_name(cfg.module.param_dtype),
                cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq,
                mc->vocab);
         printf("| metric | predicted |\n|---|---|\n");
@@ -304,7 +305,7 @@ int zs_bench_step(int argc, char **argv) {
         zs_format_bytes(mem.total_peak, peak, sizeof peak);
         printf("bench step: %s, %s, %s attention, batch %d x seq %d, vocab %d, %d timed steps "
                "after %d warm-up\n",
-               mc->name, zs_dtype_name(cfg.dtype),
+               mc->name, zs_dtype_name(cfg.module.param_dtype),
                cfg.attention == ZS_ATTENTION_NAIVE ? "naive" : "flash", cfg.batch, cfg.seq,
                mc->vocab, steps, warm);
         const char *why = NULL, *devname = zs_trainer_device(t, &why);

@@ -241,8 +241,29 @@ typedef enum zs_stage {
     ZS_STAGE_3 = 3,
 } zs_stage;
 
+/* The sharded module's settings (include/zshard/module.h): a trainer reads its own and hands
+ * this part on as it is (docs/architecture.md "Layers"). */
+typedef struct zs_module_config {
+    zs_stage stage;       /* ZS_STAGE_DDP (default), 1, 2, 3 */
+    int prefetch;         /* ZeRO-3 units gathered ahead of the current one (default 1) */
+    zs_dtype param_dtype; /* compute copy: F32 (default) or BF16; begin always returns fp32 */
+    zs_dtype grad_dtype;  /* gradient storage and reduction: F32 (default) or BF16 */
+    uint64_t seed;        /* init seed (default 1337) */
+    const char *device;   /* "cpu" (default, NULL too) or "cuda": where parameters, gradients
+                             and optimizer state live and the pointers begin returns point.
+                             In a zs_train_config: also "auto", and NULL = auto
+                             (zs_device_choose) */
+    const char *name;     /* recorded in checkpoints (default "module"); a trainer's is its
+                             model's name */
+    int tf32;             /* fp32 compute copy: GEMMs of models built on the module take TF32
+                             inputs (a bf16 copy always takes bf16 GEMMs) */
+} zs_module_config;
+
 typedef struct zs_train_config {
     zs_model_config model;
+    zs_module_config module; /* the module's part: stage, prefetch, param_dtype (--dtype),
+                                grad_dtype (--reduce-dtype), seed (also the data order's),
+                                device, tf32; its name is the model's */
     const char *data_path;   /* text file, or llm.c token shard (.bin); NULL: batches come
                                 from memory (zs_trainer_step_batch) or none (generation), with
                                 the vocabulary of `vocab`, else model.vocab */
@@ -259,21 +280,13 @@ typedef struct zs_train_config {
     float weight_decay;      /* applied to matrices only */
     float beta1, beta2, eps; /* Adam */
     float grad_clip;         /* global-norm clip; <= 0 disables */
-    uint64_t seed;
-    zs_stage stage;
-    uint64_t device_mem;    /* per-rank cap in bytes; 0 = none. The cap is process-wide
-                               (zs_mem_set_cap) while the trainer lives; destroy restores
-                               the cap it found */
-    int prefetch;           /* ZeRO-3 units gathered ahead of the current one */
+    uint64_t device_mem;     /* per-rank cap in bytes; 0 = none. The cap is process-wide
+                                (zs_mem_set_cap) while the trainer lives; destroy restores
+                                the cap it found */
     const char *comm;       /* "auto", "shm", "mpi", "nccl" (NULL = auto / ZS_COMM) */
     double comm_timeout_s;  /* 0 = the comm default (300 s or ZS_COMM_TIMEOUT) */
     zs_recompute recompute; /* activation checkpointing (ZS_RECOMPUTE_NONE) */
     zs_attention attention; /* attention kernel (ZS_ATTENTION_FLASH) */
-    zs_dtype dtype;         /* compute copy of the parameters: F32 (default) or BF16 */
-    zs_dtype reduce_dtype;  /* gradient storage and reduction: F32 (default) or BF16 */
-    const char *device;     /* "cpu", "cuda" or "auto" (NULL = auto): see zs_device_choose */
-    int tf32;               /* fp32 GEMMs with TF32 inputs (tensor cores on a GPU; the same
-                               rounding on the CPU); bf16 runs use bf16 GEMMs either way */
     /* Documents and epochs (docs/data.md); data_path is required for any docs mode. */
     zs_docs_mode docs;   /* NONE (default): random windows, as without these fields */
     int epochs;          /* > 0 (docs modes): train epochs x steps-per-epoch steps, or `steps`

@@ -42,11 +42,11 @@ static zs_trainer_t *make(const char *preset, int vocab, zs_stage stage, zs_tie 
     if (zs_model_preset(preset, &cfg.model) != ZS_OK) return NULL;
     zs_model_config_set_vocab(&cfg.model, vocab);
     cfg.model.tie_embeddings = tie;
-    cfg.stage = stage;
+    cfg.module.stage = stage;
     cfg.batch = 1;
     cfg.seq = 64;
     cfg.data_path = NULL;
-    cfg.seed = 7;
+    cfg.module.seed = 7;
     if (zs_trainer_create(&cfg, &t) != ZS_OK) return NULL;
     if (sharpen(t) != ZS_OK) {
         zs_trainer_destroy(t);

@@ -206,7 +206,7 @@ static void test_loss_reference(void) {
     c.data_path = data;
     c.batch = 1;
     c.seq = T;
-    c.seed = 7;
+    c.module.seed = 7;
     zs_trainer_t *t = NULL;
     ZT_OK(zs_trainer_create(&c, &t));
     double sum = 0;

@@ -59,18 +59,7 @@ zs_status zs_units_add_tensor(zs_units_t *u, const zs_tensor_spec *t);
 
 typedef struct zs_module zs_module_t;
 
-typedef struct zs_module_config {
-    zs_stage stage;       /* ZS_STAGE_DDP (default), 1, 2, 3 */
-    int prefetch;         /* ZeRO-3 units gathered ahead of the current one (default 1) */
-    zs_dtype param_dtype; /* compute copy: F32 (default) or BF16; begin always returns fp32 */
-    zs_dtype grad_dtype;  /* gradient storage and reduction: F32 (default) or BF16 */
-    uint64_t seed;        /* init seed (default 1337) */
-    const char *device;   /* "cpu" (default, NULL too) or "cuda": where parameters, gradients
-                             and optimizer state live and the pointers begin returns point */
-    const char *name;     /* recorded in checkpoints (default "module") */
-    int tf32;             /* fp32 compute copy: GEMMs of models built on the module take TF32
-                             inputs (a bf16 copy always takes bf16 GEMMs) */
-} zs_module_config;
+/* zs_module_config, the module's settings, is in zshard.h: zs_train_config carries one. */
 
 zs_module_config zs_module_config_default(void);
 

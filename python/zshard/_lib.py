@@ -62,21 +62,25 @@ class MemOptions(ctypes.Structure):
                 ("docs", ctypes.c_int)]
 
 
+class ModuleConfig(ctypes.Structure):
+    _fields_ = [("stage", ctypes.c_int), ("prefetch", ctypes.c_int),
+                ("param_dtype", ctypes.c_int), ("grad_dtype", ctypes.c_int),
+                ("seed", ctypes.c_uint64), ("device", ctypes.c_char_p),
+                ("name", ctypes.c_char_p), ("tf32", ctypes.c_int)]
+
+
 class TrainConfig(ctypes.Structure):
-    _fields_ = [("model", ModelConfig), ("data_path", ctypes.c_char_p),
+    _fields_ = [("model", ModelConfig), ("module", ModuleConfig), ("data_path", ctypes.c_char_p),
                 ("val_path", ctypes.c_char_p), ("vocab", ctypes.c_int),
                 ("val_fraction", ctypes.c_double), ("batch", ctypes.c_int),
                 ("seq", ctypes.c_int), ("steps", ctypes.c_int), ("grad_accum", ctypes.c_int),
                 ("lr", ctypes.c_float), ("min_lr_frac", ctypes.c_float),
                 ("warmup", ctypes.c_int), ("weight_decay", ctypes.c_float),
                 ("beta1", ctypes.c_float), ("beta2", ctypes.c_float), ("eps", ctypes.c_float),
-                ("grad_clip", ctypes.c_float), ("seed", ctypes.c_uint64),
-                ("stage", ctypes.c_int), ("device_mem", ctypes.c_uint64),
-                ("prefetch", ctypes.c_int), ("comm", ctypes.c_char_p),
-                ("comm_timeout_s", ctypes.c_double), ("recompute", ctypes.c_int),
-                ("attention", ctypes.c_int), ("dtype", ctypes.c_int),
-                ("reduce_dtype", ctypes.c_int), ("device", ctypes.c_char_p),
-                ("tf32", ctypes.c_int), ("docs", ctypes.c_int), ("epochs", ctypes.c_int),
+                ("grad_clip", ctypes.c_float), ("device_mem", ctypes.c_uint64),
+                ("comm", ctypes.c_char_p), ("comm_timeout_s", ctypes.c_double),
+                ("recompute", ctypes.c_int), ("attention", ctypes.c_int),
+                ("docs", ctypes.c_int), ("epochs", ctypes.c_int),
                 ("eos_id", ctypes.c_int64), ("pad_id", ctypes.c_int64),
                 ("doc_sep", ctypes.c_char_p)]
 
@@ -102,13 +106,6 @@ class TensorSpec(ctypes.Structure):
                 ("shape", ctypes.c_int64 * 4), ("dtype", ctypes.c_int), ("decay", ctypes.c_int),
                 ("init", ctypes.c_int), ("init_std", ctypes.c_float),
                 ("zero_from", ctypes.c_int64), ("values", c_float_p)]
-
-
-class ModuleConfig(ctypes.Structure):
-    _fields_ = [("stage", ctypes.c_int), ("prefetch", ctypes.c_int),
-                ("param_dtype", ctypes.c_int), ("grad_dtype", ctypes.c_int),
-                ("seed", ctypes.c_uint64), ("device", ctypes.c_char_p),
-                ("name", ctypes.c_char_p), ("tf32", ctypes.c_int)]
 
 
 class TensorInfo(ctypes.Structure):

@@ -13,6 +13,8 @@ from ._lib import ModelConfig, StepStats, ZshardError, call, dtype_of, enc, lib,
 _TRAIN_KEYS = ("batch", "seq", "steps", "grad_accum", "lr", "min_lr_frac", "warmup",
                "weight_decay", "beta1", "beta2", "eps", "grad_clip", "seed", "prefetch", "vocab",
                "val_fraction", "comm_timeout_s", "epochs", "eos_id", "pad_id")
+# The settings zs_train_config carries in its module part (zs_module_config).
+_MODULE_KEYS = ("seed", "prefetch")
 _DOCS = {"none": 0, "pack": 1, "concat": 2, "pad": 3}
 _RECOMPUTE = {"none": 0, "block": 1}
 _ATTENTION = {"flash": 0, "naive": 1}
@@ -84,16 +86,16 @@ class Trainer:
             _choice("device", device, _DEVICES)
         # The C config points at these.
         self._keep = [enc(data), enc(val), enc(comm), enc(device), enc(doc_sep)]
-        cfg.data_path, cfg.val_path, cfg.comm, cfg.device, cfg.doc_sep = self._keep
+        cfg.data_path, cfg.val_path, cfg.comm, cfg.module.device, cfg.doc_sep = self._keep
         cfg.docs = _DOCS[_choice("docs", docs, _DOCS)]
         if "epochs" in settings and "steps" not in settings:
             cfg.steps = 0  # as `zshard train --epochs N`: the epochs set the length
-        cfg.stage = stage_of(stage)
-        cfg.dtype = dtype_of(dtype)
-        cfg.reduce_dtype = dtype_of(dtype if reduce_dtype is None else reduce_dtype)
+        cfg.module.stage = stage_of(stage)
+        cfg.module.param_dtype = dtype_of(dtype)
+        cfg.module.grad_dtype = dtype_of(dtype if reduce_dtype is None else reduce_dtype)
         cfg.recompute = _RECOMPUTE[_choice("recompute", recompute, _RECOMPUTE)]
         cfg.attention = _ATTENTION[_choice("attention", attention, _ATTENTION)]
-        cfg.tf32 = 1 if tf32 else 0
+        cfg.module.tf32 = 1 if tf32 else 0
         if isinstance(device_mem, str):
             cap = ctypes.c_uint64()
             call("zs_parse_bytes", enc(device_mem), ctypes.byref(cap))
@@ -103,7 +105,7 @@ class Trainer:
         for k, v in settings.items():
             if k not in _TRAIN_KEYS:
                 raise TypeError(f"unknown trainer setting {k!r}")
-            setattr(cfg, k, v)
+            setattr(cfg.module if k in _MODULE_KEYS else cfg, k, v)
         self._cfg = cfg
         self._t = ctypes.c_void_p()
         call("zs_trainer_create", ctypes.byref(cfg), ctypes.byref(self._t))

@@ -98,11 +98,11 @@ static const zs_flag GEN_FLAGS[] = {
              "reference; the stderr banner line says which ran)"},
     {.name = "model", .kind = ZS_FLAG_STR, .off = GO(model), .arg = "NAME",
      .help = "must agree with SRC (supplies heads for a bare safetensors)"},
-    {.name = "device", .kind = ZS_FLAG_DEVICE, .off = GO(cfg.device), .arg = "cpu|cuda|auto",
+    {.name = "device", .kind = ZS_FLAG_DEVICE, .off = GO(cfg.module.device), .arg = "cpu|cuda|auto",
      .help = "where it computes (as train) [auto]"},
     {.name = "nproc", .kind = ZS_FLAG_INT, .off = GO(nproc), .lo = 1, .hi = 256, .arg = "N",
      .help = "ranks [1]"},
-    {.name = "stage", .kind = ZS_FLAG_STAGE, .off = GO(cfg.stage), .arg = "ddp|1|2|3",
+    {.name = "stage", .kind = ZS_FLAG_STAGE, .off = GO(cfg.module.stage), .arg = "ddp|1|2|3",
      .help = "sharding [ddp]"},
 };
 

@@ -107,16 +107,16 @@ int zs_cli_mem(int argc, char **argv) {
     if (rc) return rc < 0 ? 0 : rc;
     const zs_train_config *tc = &m.t.cfg;
     const char *model = m.t.model_name, *data = tc->data_path, *val_data = tc->val_path;
-    const char *device = tc->device ? tc->device : "auto";
-    int nproc = m.t.nproc, stage = (int)tc->stage, seq = tc->seq, accum = tc->grad_accum;
+    const char *device = tc->module.device ? tc->module.device : "auto";
+    int nproc = m.t.nproc, stage = (int)tc->module.stage, seq = tc->seq, accum = tc->grad_accum;
     int batch = (m.t.given & ZS_GIVEN_BATCH) ? tc->batch : 0; /* 0: train's 8 if it divides */
-    int prefetch = tc->prefetch, vocab = tc->vocab > 0 ? tc->vocab : -1, compare = m.compare;
+    int prefetch = tc->module.prefetch, vocab = tc->vocab > 0 ? tc->vocab : -1, compare = m.compare;
     int tie = m.t.tie;
     uint64_t device_mem = tc->device_mem;
     zs_mem_options mo;
     memset(&mo, 0, sizeof mo);
-    mo.dtype = tc->dtype;
-    mo.reduce_dtype = m.t.reduce_dtype_set ? tc->reduce_dtype : tc->dtype;
+    mo.dtype = tc->module.param_dtype;
+    mo.reduce_dtype = m.t.reduce_dtype_set ? tc->module.grad_dtype : tc->module.param_dtype;
     mo.recompute = tc->recompute;
     mo.attention = tc->attention;
     mo.comm = tc->comm;

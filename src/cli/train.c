@@ -43,7 +43,7 @@ static void print_sample(const train_opts *o, zs_trainer_t *t, int step, double 
     const char *prompt = o->prompt && text ? o->prompt : NULL;
     g.max_tokens = o->sample_len < 4000 ? o->sample_len : 4000;
     g.temperature = o->temperature;
-    g.seed = o->cfg.seed + (uint64_t)step;
+    g.seed = o->cfg.module.seed + (uint64_t)step;
     g.max_seconds = o->sample_budget > 0 ? o->sample_budget * train_s + 1e-3 : 0.0;
     int32_t *p = malloc((size_t)(prompt ? strlen(prompt) + 1 : 1) * sizeof *p);
     int32_t *out = malloc((size_t)(g.max_tokens + 1) * sizeof *out);
@@ -285,9 +285,9 @@ int zs_cli_train(int argc, char **argv) {
         static const char *stages[] = {"ddp", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
         printf("  %d rank%s, %s, batch %d x seq %d (%d micro-batch%s), %d steps, lr %g, warmup "
                "%d, seed %llu\n",
-               world, world > 1 ? "s" : "", stages[o.cfg.stage], o.cfg.batch, o.cfg.seq,
+               world, world > 1 ? "s" : "", stages[o.cfg.module.stage], o.cfg.batch, o.cfg.seq,
                o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "", o.cfg.steps, (double)o.cfg.lr,
-               o.cfg.warmup, (unsigned long long)o.cfg.seed);
+               o.cfg.warmup, (unsigned long long)o.cfg.module.seed);
         if (dp0.samples)
             printf("  documents: --docs %s, %lld %s from %lld document%s, %lld steps per "
                    "epoch%s\n",
@@ -486,13 +486,13 @@ int zs_cli_train(int argc, char **argv) {
     memset(&est, 0, sizeof est);
     zs_mem_options mo = {.recompute = o.cfg.recompute,
                          .attention = o.cfg.attention,
-                         .dtype = o.cfg.dtype,
-                         .reduce_dtype = o.cfg.reduce_dtype,
+                         .dtype = o.cfg.module.param_dtype,
+                         .reduce_dtype = o.cfg.module.grad_dtype,
                          .comm = world > 1 ? zs_trainer_comm_name(t) : o.cfg.comm,
                          .device = zs_trainer_device(t, NULL),
                          .docs = o.cfg.docs};
-    zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.stage, o.cfg.batch, o.cfg.seq,
-                                 o.cfg.grad_accum, o.cfg.prefetch, &mo, &est);
+    zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.module.stage, o.cfg.batch, o.cfg.seq,
+                                 o.cfg.grad_accum, o.cfg.module.prefetch, &mo, &est);
     if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est);
     zs_mem_stats ms;
     zs_mem_get_stats(&ms);
@@ -515,8 +515,9 @@ int zs_cli_train(int argc, char **argv) {
         fprintf(log, "\"model\":");
         zs_json_write_string(log, mc->name);
         fprintf(log, ",\"stage\":\"%s\",\"world_size\":%d,",
-                o.cfg.stage == ZS_STAGE_DDP ? "ddp"
-                                            : (const char *[]){"", "1", "2", "3"}[o.cfg.stage],
+                o.cfg.module.stage == ZS_STAGE_DDP
+                    ? "ddp"
+                    : (const char *[]){"", "1", "2", "3"}[o.cfg.module.stage],
                 world);
         json_mem(log);
         fprintf(log, ",\"peak_bytes_per_rank\":[");

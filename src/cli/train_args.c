@@ -57,7 +57,7 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
         o->resume = o->save_dir;
     }
     /* As FSDP's MixedPrecision: gradients follow the compute dtype unless told otherwise. */
-    if (!o->reduce_dtype_set) o->cfg.reduce_dtype = o->cfg.dtype;
+    if (!o->reduce_dtype_set) o->cfg.module.grad_dtype = o->cfg.module.param_dtype;
     if (o->sample_len < 0) return zs_flag_fail(2, "train: --sample-len must be >= 0");
     if (!(o->sample_budget >= 0)) return zs_flag_fail(2, "train: --sample-budget must be >= 0");
     if (zs_model_preset(o->model_name, &o->cfg.model) != ZS_OK)

@@ -83,26 +83,26 @@ static const zs_flag FLAGS[] = {
      "AdamW decay on matrices [0.1]", 0, NULL},
     {"grad-clip", ZS_FLAG_FLOAT, OFF(cfg.grad_clip), ZS_GIVEN_CLIP, 0, 0, 0, "C",
      "global-norm clip, 0 = off [1.0]", 0, NULL},
-    {"seed", ZS_FLAG_U64, OFF(cfg.seed), ZS_GIVEN_SEED, 0, 0, 0, "S", "init and data seed [1337]",
-     0, NULL},
+    {"seed", ZS_FLAG_U64, OFF(cfg.module.seed), ZS_GIVEN_SEED, 0, 0, 0, "S",
+     "init and data seed [1337]", 0, NULL},
     SECTION("distribution"),
-    {"stage", ZS_FLAG_STAGE, OFF(cfg.stage), NONE, "S", "ddp|1|2|3 [ddp]", 0, NULL},
+    {"stage", ZS_FLAG_STAGE, OFF(cfg.module.stage), NONE, "S", "ddp|1|2|3 [ddp]", 0, NULL},
     {"nproc", ZS_FLAG_INT, OFF(nproc), 0, 1, 256, 0, "N",
      "start N local ranks through the launcher (zshard run) [1]", 0, NULL},
     {"max-restarts", ZS_FLAG_INT, OFF(max_restarts), 0, 0, 1000, 0, "N",
      "restart the whole job up to N times after a rank fails,\n"
      "resuming from --save-dir's latest checkpoint [0]", 0, NULL},
-    {"prefetch", ZS_FLAG_INT, OFF(cfg.prefetch), NONNEG, "N",
+    {"prefetch", ZS_FLAG_INT, OFF(cfg.module.prefetch), NONNEG, "N",
      "ZeRO-3 units gathered ahead of the current one [1]", 0, NULL},
-    {"dtype", ZS_FLAG_DTYPE, OFF(cfg.dtype), NONE, "D",
+    {"dtype", ZS_FLAG_DTYPE, OFF(cfg.module.param_dtype), NONE, "D",
      "fp32|bf16: compute copy of the parameters and of the\n"
      "residual stream kept between blocks, and GEMMs on bf16\n"
      "inputs with fp32 accumulation (tensor cores on a GPU);\n"
      "fp32 master and Adam state either way [fp32]", 0, NULL},
-    {"tf32", ZS_FLAG_SWITCH, OFF(cfg.tf32), NONE, NULL,
+    {"tf32", ZS_FLAG_SWITCH, OFF(cfg.module.tf32), NONE, NULL,
      "fp32 GEMMs with TF32 inputs (tensor cores on a GPU; the\n"
      "same rounding on the CPU) [off]", 0, NULL},
-    {"reduce-dtype", ZS_FLAG_DTYPE, OFF(cfg.reduce_dtype), 0, 0, 0, OFF(reduce_dtype_set), "D",
+    {"reduce-dtype", ZS_FLAG_DTYPE, OFF(cfg.module.grad_dtype), 0, 0, 0, OFF(reduce_dtype_set), "D",
      "fp32|bf16: gradient storage and reduction [--dtype]", 0, NULL},
     {"recompute", ZS_FLAG_RECOMPUTE, OFF(cfg.recompute), NONE, "M",
      "none|block: block keeps only each block's input and\n"
@@ -110,7 +110,7 @@ static const zs_flag FLAGS[] = {
     {"attention", ZS_FLAG_ATTENTION, OFF(cfg.attention), NONE, "K",
      "flash|naive: flash keeps O(T) per head and recomputes\n"
      "probabilities in backward; naive keeps T x T [flash]", 0, NULL},
-    {"device", ZS_FLAG_DEVICE, OFF(cfg.device), NONE, "D",
+    {"device", ZS_FLAG_DEVICE, OFF(cfg.module.device), NONE, "D",
      "cpu|cuda|auto: auto takes a CUDA device when one is\n"
      "visible, else the CPU (docs/cuda.md) [auto]", 0, NULL},
     {"comm", ZS_FLAG_STR, OFF(cfg.comm), NONE, "NAME", "auto|shm|gloo|mpi|nccl [auto, or $ZS_COMM]",

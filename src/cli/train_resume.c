@@ -125,10 +125,11 @@ int zs_train_resume_settings(train_opts *o, char *changes, size_t cap) {
         INT_SETTING(ZS_GIVEN_SEQ, "--seq", "seq", 1, o->cfg.seq, k->seq);
         char w[32], n[32];
         snprintf(w, sizeof w, "%" PRIu64, k->seed);
-        snprintf(n, sizeof n, "%" PRIu64, (uint64_t)o->cfg.seed);
-        if ((rc = setting(&c, ZS_GIVEN_SEED, "--seed", "seed", 1, o->cfg.seed == k->seed, w, n)))
+        snprintf(n, sizeof n, "%" PRIu64, (uint64_t)o->cfg.module.seed);
+        if ((rc = setting(&c, ZS_GIVEN_SEED, "--seed", "seed", 1, o->cfg.module.seed == k->seed, w,
+                          n)))
             goto done;
-        if (!(o->given & ZS_GIVEN_SEED)) o->cfg.seed = k->seed;
+        if (!(o->given & ZS_GIVEN_SEED)) o->cfg.module.seed = k->seed;
         INT_SETTING(ZS_GIVEN_ACCUM, "--grad-accum", "grad-accum", 0, o->cfg.grad_accum,
                     k->grad_accum);
         /* --epochs without --steps: the epochs set the length, not the stored --steps. */

@@ -52,33 +52,19 @@ uint64_t zs_engine_scratch_bytes(const zs_layout *layout, int world, zs_dtype gr
     return *comm + *workspace;
 }
 
-zs_engine_config zs_engine_config_default(void) {
-    zs_engine_config c;
-    memset(&c, 0, sizeof c);
-    c.stage = ZS_STAGE_DDP;
-    c.world_size = 1;
-    c.prefetch = 1;
-    c.param_dtype = ZS_DTYPE_F32;
-    c.grad_dtype = ZS_DTYPE_F32;
-    return c;
-}
-
 uint64_t zs_engine_param_gathers(const zs_engine_t *e) {
     return e->n_param_gathers;
 }
 
 zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_device *dev,
-                           zs_stream_t *stream, const zs_engine_config *cfg, zs_engine_t **out) {
+                           zs_stream_t *stream, zs_comm_t *comm, const zs_module_config *cfg,
+                           zs_engine_t **out) {
     zs_status st = ZS_OK;
     zs_engine_t *e = NULL;
+    int world = comm ? zs_comm_world_size(comm) : 1;
     *out = NULL;
-    ZS_REQUIRE(cfg->world_size >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world_size,
-               ZS_ERR_INVALID, "engine: rank %d of world %d", cfg->rank, cfg->world_size);
-    ZS_REQUIRE(cfg->world_size == 1 || cfg->comm, ZS_ERR_INVALID,
-               "engine: %d ranks need a communicator", cfg->world_size);
-    ZS_REQUIRE(layout->world_size == cfg->world_size, ZS_ERR_INTERNAL,
-               "engine: layout finalized for %d ranks, engine has %d", layout->world_size,
-               cfg->world_size);
+    ZS_REQUIRE(layout->world_size == world, ZS_ERR_INTERNAL,
+               "engine: layout finalized for %d ranks, engine has %d", layout->world_size, world);
     ZS_REQUIRE(cfg->prefetch >= 0 && cfg->prefetch <= 8, ZS_ERR_INVALID,
                "--prefetch %d must be in [0, 8]", cfg->prefetch);
     ZS_REQUIRE(cfg->stage >= ZS_STAGE_DDP && cfg->stage <= ZS_STAGE_3, ZS_ERR_INVALID,
@@ -95,9 +81,10 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
     e->dev = dev ? dev : zs_device_cpu();
     e->stream = stream;
     e->cfg = *cfg;
-    e->comm = cfg->world_size > 1 ? cfg->comm : NULL;
-    e->rank = cfg->rank;
-    e->world = cfg->world_size;
+    e->cfg.device = e->cfg.name = NULL; /* the caller's strings; the engine reads neither */
+    e->comm = world > 1 ? comm : NULL;
+    e->rank = comm ? zs_comm_rank(comm) : 0;
+    e->world = world;
     e->micro_K = 1;
     e->persist_params = cfg->stage != ZS_STAGE_3;
     e->persist_grads = cfg->stage == ZS_STAGE_DDP || cfg->stage == ZS_STAGE_1;

@@ -18,23 +18,6 @@
 
 typedef struct zs_engine zs_engine_t;
 
-typedef struct zs_engine_config {
-    zs_stage stage;
-    int rank;
-    int world_size;
-    int prefetch;    /* gathered units in flight ahead of the current one (ZeRO-3), >= 0 */
-    zs_comm_t *comm; /* NULL when world_size == 1 */
-    /* Compute copy of the parameters: ZS_DTYPE_F32 (the master itself) or ZS_DTYPE_BF16 (a
-     * bf16 copy rounded from the fp32 master after every step and all-gathered as bf16; each
-     * acquired unit is widened into one fp32 buffer, so begin still returns fp32 and only one
-     * unit may be acquired at a time). */
-    zs_dtype param_dtype;
-    /* Gradient storage and reduction: ZS_DTYPE_F32, or ZS_DTYPE_BF16 (full gradients, gradient
-     * shards and collectives in bf16; backward still accumulates each unit in an fp32 pool
-     * buffer, rounded once when the unit's backward ends). */
-    zs_dtype grad_dtype;
-} zs_engine_config;
-
 /* Elements of the fp32 scratch (allocated twice, workspace) through which bf16 gradients are
  * summed, normed and stepped chunk by chunk. */
 #define ZS_ENGINE_CAST_CHUNK 16384
@@ -43,19 +26,25 @@ typedef struct zs_engine_config {
  * checkpoints and memory statistics) take part in collectives, twice (send and receive). */
 #define ZS_ENGINE_HOST_CHUNK 4096
 
-zs_engine_config zs_engine_config_default(void);
-
 /* Device bytes the engine allocates besides model states and pools: the host-collective scratch
  * (comm) and the gradient-norm partial sums (workspace). The estimator adds them. */
 uint64_t zs_engine_scratch_bytes(const zs_layout *layout, int world, zs_dtype grad_dtype,
                                  uint64_t *comm, uint64_t *workspace);
 
 /* Allocates persistent state for the stage (accounted by category) on dev (NULL: the CPU), whose
- * ops are ops and whose work goes on stream. With a communicator, its buffers must live on the
- * same device (comm/device.h). The layout must be finalized for cfg->world_size and outlive the
- * engine. Everything the engine hands out (begin's parameters and gradients) is device memory. */
+ * ops are ops and whose work goes on stream. The engine reads its part of the module's settings
+ * (include/zshard/module.h): stage, prefetch, param_dtype and grad_dtype.
+ * - param_dtype BF16: the compute copy is bf16, rounded from the fp32 master after every step and
+ *   all-gathered as bf16; each acquired unit is widened into one fp32 buffer, so begin still
+ *   returns fp32 and only one unit may be acquired at a time.
+ * - grad_dtype BF16: full gradients, gradient shards and collectives are bf16; backward still
+ *   accumulates each unit in an fp32 pool buffer, rounded once when the unit's backward ends.
+ * comm (NULL: a world of one) gives the rank and world size; its buffers must live on the same
+ * device (comm/device.h). The layout must be finalized for that world and outlive the engine.
+ * Everything the engine hands out (begin's parameters and gradients) is device memory. */
 zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_device *dev,
-                           zs_stream_t *stream, const zs_engine_config *cfg, zs_engine_t **out);
+                           zs_stream_t *stream, zs_comm_t *comm, const zs_module_config *cfg,
+                           zs_engine_t **out);
 void zs_engine_destroy(zs_engine_t *e);
 
 /* Initialise this rank's master parameters from the layout's init rules: element i of tensor

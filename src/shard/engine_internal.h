@@ -46,7 +46,7 @@ struct zs_engine {
     const zs_ops *ops;
     const zs_device *dev;
     zs_stream_t *stream;
-    zs_engine_config cfg;
+    zs_module_config cfg; /* stage, prefetch and the dtypes are the engine's part */
     zs_comm_t *comm; /* NULL for a world of one */
     int rank, world;
     int persist_params, persist_grads;

@@ -186,15 +186,7 @@ zs_status zs_module_create(const zs_units_t *units, zs_comm_t *comm, const zs_mo
     ZS_CHECK(zs_layout_copy(&units->layout, &m->layout));
     ZS_CHECK(zs_layout_finalize(&m->layout, m->world));
 
-    zs_engine_config ec = zs_engine_config_default();
-    ec.stage = cfg->stage;
-    ec.rank = m->rank;
-    ec.world_size = m->world;
-    ec.prefetch = cfg->prefetch;
-    ec.comm = m->comm;
-    ec.param_dtype = cfg->param_dtype;
-    ec.grad_dtype = cfg->grad_dtype;
-    ZS_CHECK(zs_engine_create(&m->layout, m->ops, m->dev, m->stream, &ec, &m->engine));
+    ZS_CHECK(zs_engine_create(&m->layout, m->ops, m->dev, m->stream, m->comm, &m->cfg, &m->engine));
     ZS_CHECK(zs_engine_init_params(m->engine, cfg->seed));
     int any_values = 0;
     for (int i = 0; i < m->layout.n_tensors && units->values; i++)

@@ -21,9 +21,9 @@ static void fill_info(const zs_trainer_t *t, zs_ckpt_info *in) {
     memset(in, 0, sizeof *in);
     in->model = t->model_cfg;
     in->world_size = t->world;
-    in->stage = c->stage;
+    in->stage = c->module.stage;
     in->step = t->step;
-    in->seed = c->seed;
+    in->seed = c->module.seed;
     in->data_position = t->step;
     in->batch = c->batch;
     in->seq = c->seq;

@@ -41,9 +41,7 @@ zs_train_config zs_train_config_default(void) {
     c.beta2 = 0.95f;
     c.eps = 1e-8f;
     c.grad_clip = 1.0f;
-    c.seed = 1337;
-    c.stage = ZS_STAGE_DDP;
-    c.prefetch = 1;
+    c.module = zs_module_config_default(); /* ddp, prefetch 1, fp32, seed 1337 */
     c.eos_id = -1;
     c.pad_id = -1;
     return c;
@@ -65,11 +63,12 @@ static zs_status validate(const zs_train_config *c, int world) {
     ZS_REQUIRE(c->batch % (world * c->grad_accum) == 0, ZS_ERR_INVALID,
                "--batch %d must divide evenly into %d rank(s) x %d micro-batch(es)", c->batch,
                world, c->grad_accum);
-    ZS_REQUIRE(c->dtype == ZS_DTYPE_F32 || c->dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
-               "--dtype %s: only fp32 and bf16 are compute dtypes", zs_dtype_name(c->dtype));
-    ZS_REQUIRE(c->reduce_dtype == ZS_DTYPE_F32 || c->reduce_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
-               "--reduce-dtype %s: only fp32 and bf16 are gradient dtypes",
-               zs_dtype_name(c->reduce_dtype));
+    ZS_REQUIRE(c->module.param_dtype == ZS_DTYPE_F32 || c->module.param_dtype == ZS_DTYPE_BF16,
+               ZS_ERR_INVALID, "--dtype %s: only fp32 and bf16 are compute dtypes",
+               zs_dtype_name(c->module.param_dtype));
+    ZS_REQUIRE(c->module.grad_dtype == ZS_DTYPE_F32 || c->module.grad_dtype == ZS_DTYPE_BF16,
+               ZS_ERR_INVALID, "--reduce-dtype %s: only fp32 and bf16 are gradient dtypes",
+               zs_dtype_name(c->module.grad_dtype));
     ZS_REQUIRE(c->recompute == ZS_RECOMPUTE_NONE || c->recompute == ZS_RECOMPUTE_BLOCK,
                ZS_ERR_INVALID, "recompute mode %d is not none or block", (int)c->recompute);
     ZS_REQUIRE(c->attention == ZS_ATTENTION_FLASH || c->attention == ZS_ATTENTION_NAIVE,
@@ -92,13 +91,14 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_mem_estimate est;
     zs_mem_options mo = {.recompute = c->recompute,
                          .attention = c->attention,
-                         .dtype = c->dtype,
-                         .reduce_dtype = c->reduce_dtype,
+                         .dtype = c->module.param_dtype,
+                         .reduce_dtype = c->module.grad_dtype,
                          .comm = c->comm,
                          .device = t->device,
                          .docs = c->docs};
-    zs_status st = zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->stage, c->batch, c->seq,
-                                                c->grad_accum, c->prefetch, &mo, &est);
+    zs_status st =
+        zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->module.stage, c->batch, c->seq,
+                                     c->grad_accum, c->module.prefetch, &mo, &est);
     if (st != ZS_OK || est.total <= c->device_mem) return st;
     zs_mem_stats fake;
     memset(&fake, 0, sizeof fake);
@@ -107,13 +107,13 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
     zs_format_bytes(est.total, need, sizeof need);
     zs_format_bytes(c->device_mem, cap, sizeof cap);
     zs_mem_format_breakdown(&fake, 0, brk, sizeof brk);
-    zs_mem_fit_hint(&t->model_cfg, t->world, c->stage, c->batch, c->seq, c->grad_accum, c->prefetch,
-                    &mo, c->device_mem, hint, sizeof hint);
+    zs_mem_fit_hint(&t->model_cfg, t->world, c->module.stage, c->batch, c->seq, c->grad_accum,
+                    c->module.prefetch, &mo, c->device_mem, hint, sizeof hint);
     return zs_error(ZS_ERR_OOM,
                     "%s at stage %s on %d rank%s needs about %s per rank (%s), over --device-mem "
                     "%s; would fit: %s",
-                    t->model_cfg.name, stage_flag(c->stage), t->world, t->world > 1 ? "s" : "",
-                    need, brk, cap, hint);
+                    t->model_cfg.name, stage_flag(c->module.stage), t->world,
+                    t->world > 1 ? "s" : "", need, brk, cap, hint);
 }
 
 zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
@@ -128,7 +128,7 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
 
     /* The device before anything else: asking for one that cannot be had is one clear error.
      * Its tables decide the memory ledger the cap and the reports use. */
-    ZS_CHECK(zs_device_choose(cfg->device, &t->device, t->device_why, sizeof t->device_why));
+    ZS_CHECK(zs_device_choose(cfg->module.device, &t->device, t->device_why, sizeof t->device_why));
     ZS_CHECK(zs_backend_select(t->device, &ops, &t->dev));
     /* Join the job first: a world of one needs no environment and no communicator. */
     zs_comm_config cc = zs_comm_config_default();
@@ -184,22 +184,19 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     if (cfg->device_mem) ZS_CHECK(check_fit(t, cfg));
 
     /* The model's units go through the public sharding API like anyone's. */
-    zs_module_config mc = zs_module_config_default();
-    mc.stage = cfg->stage;
-    mc.prefetch = cfg->prefetch;
-    mc.param_dtype = cfg->dtype;
-    mc.grad_dtype = cfg->reduce_dtype;
-    mc.seed = cfg->seed;
+    /* The module reads its part of the settings as given; only the device ("auto" chosen) and
+     * the name (the model's) are the trainer's to fill in. */
+    zs_module_config mc = cfg->module;
     mc.name = t->model_cfg.name;
     mc.device = t->device;
-    mc.tf32 = cfg->tf32;
     ZS_CHECK(zs_units_from_layout(&t->layout, &units));
     ZS_CHECK(zs_module_create(units, t->comm, &mc, &t->engine));
     /* The model computes where the module keeps its parameters, on its stream. */
     t->ops = zs_module_ops(t->engine);
     t->stream = zs_module_stream(t->engine);
-    zs_model_options mo = {
-        .recompute = cfg->recompute, .act_dtype = cfg->dtype, .attention = cfg->attention};
+    zs_model_options mo = {.recompute = cfg->recompute,
+                           .act_dtype = cfg->module.param_dtype,
+                           .attention = cfg->attention};
     ZS_CHECK(zs_model_create_opts(&t->model_cfg, &mo, t->ops, t->stream, t->engine, t->micro,
                                   cfg->seq, &t->model));
     ZS_CHECK(zs_trainer_io_create(t));
@@ -265,7 +262,8 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
         } else if (c->docs != ZS_DOCS_NONE) {
             ZS_CHECK(zs_trainer_docs_fill(t, step, first, in, tg, zs_trainer_io_seg(t)));
         } else {
-            zs_batch_train(&t->data, c->seed, step, c->batch, c->seq, first, t->micro, in, tg);
+            zs_batch_train(&t->data, c->module.seed, step, c->batch, c->seq, first, t->micro, in,
+                           tg);
         }
         ZS_CHECK(zs_trainer_io_pass(t, t->micro, c->seq, dloss, 1, k));
     }

@@ -74,7 +74,8 @@ zs_status zs_trainer_docs_fill(zs_trainer_t *t, int64_t step, int first, int32_t
     const int T = c->seq;
     if (t->trace) fprintf(t->trace, "%lld %d %d", (long long)step, t->rank, first);
     for (int r = 0; r < t->micro; r++) {
-        int64_t s = zs_docs_step_sample(c->seed, t->dtrain.n_samples, c->batch, step, first + r);
+        int64_t s =
+            zs_docs_step_sample(c->module.seed, t->dtrain.n_samples, c->batch, step, first + r);
         zs_docs_row(&t->dtrain, &t->docr, s, in + (size_t)r * T, tg + (size_t)r * T,
                     seg ? seg + (size_t)r * T : NULL);
         if (t->trace) fprintf(t->trace, " %lld", (long long)s);
@@ -92,7 +93,7 @@ int64_t zs_trainer_docs_targets(const zs_trainer_t *t, int64_t step) {
     for (int i = 0; i < c->batch; i++)
         n += zs_docs_row_targets(
             &t->dtrain, &t->docr,
-            zs_docs_step_sample(c->seed, t->dtrain.n_samples, c->batch, step, i));
+            zs_docs_step_sample(c->module.seed, t->dtrain.n_samples, c->batch, step, i));
     return n;
 }
 
