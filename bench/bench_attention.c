@@ -166,10 +166,12 @@ static double step_ms(const char *self, const char *model, int B, int T, int ste
 typedef struct attn_opts {
     const char *model, *tlist;
     int B, reps, step_reps, step_steps;
+    const char *config_path; /* --config */
 } attn_opts;
 
 #define AO(field) offsetof(attn_opts, field)
 static const zs_flag ATTN_FLAGS[] = {
+    ZS_FLAG_CONFIG_ROW(AO(config_path)),
     {.name = "model", .kind = ZS_FLAG_STR, .off = AO(model), .arg = "NAME",
      .help = "model preset [llama-mini]"},
     {.name = "batch", .kind = ZS_FLAG_INT, .off = AO(B), .lo = 1, .hi = INT_MAX, .arg = "B",

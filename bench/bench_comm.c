@@ -28,6 +28,7 @@ typedef struct bench_opts {
     double timeout_s;
     char ceil_name[32]; /* the last column's reference: memcpy, or --ceiling NAME=GBPS */
     double ceil_gbps;   /* < 0: the memcpy rate measured here */
+    const char *config_path; /* --config */
 } bench_opts;
 
 enum { OP_AR = 0, OP_RS, OP_AG, NOPS };
@@ -49,6 +50,7 @@ static int parse_ceiling(void *opts, const char *v, const char *what) {
 
 #define BO(field) offsetof(bench_opts, field)
 static const zs_flag COMM_FLAGS[] = {
+    ZS_FLAG_CONFIG_ROW(BO(config_path)),
     {.name = "max-size", .kind = ZS_FLAG_BYTES, .off = BO(max_bytes), .arg = "SIZE",
      .help = "largest message [256M]"},
     {.name = "min-size", .kind = ZS_FLAG_BYTES, .off = BO(min_bytes), .arg = "SIZE",

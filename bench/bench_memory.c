@@ -95,6 +95,7 @@ static int parse_list(const char *flag, const char *text, int *out, int max) {
 typedef struct memb_opts {
     const char *model, *out, *dtype, *rdtype, *recompute, *attention, *device;
     int ws[8], nw, batch, seq, steps;
+    const char *config_path; /* --config */
 } memb_opts;
 
 /* --nproc-list 1,2,4: world sizes 1..64. */
@@ -108,6 +109,7 @@ static int parse_nproc_list(void *opts, const char *text, const char *what) {
 
 #define MO(field) offsetof(memb_opts, field)
 static const zs_flag MEMB_FLAGS[] = {
+    ZS_FLAG_CONFIG_ROW(MO(config_path)),
     {.name = "model", .kind = ZS_FLAG_STR, .off = MO(model), .arg = "NAME",
      .help = "model preset [gpt2-124m]"},
     {.name = "nproc-list", .kind = ZS_FLAG_CUSTOM, .arg = "1,2,4", .parse = parse_nproc_list,

@@ -104,10 +104,12 @@ typedef struct step_opts {
     zs_train_config cfg;
     const char *model, *data;
     int steps, warm, json;
+    const char *config_path; /* --config */
 } step_opts;
 
 #define SO(field) offsetof(step_opts, field)
 static const zs_flag STEP_FLAGS[] = {
+    ZS_FLAG_CONFIG_ROW(SO(config_path)),
     {.name = "model", .kind = ZS_FLAG_STR, .off = SO(model), .arg = "NAME",
      .help = "model preset [gpt2-124m]"},
     {.name = "batch", .kind = ZS_FLAG_INT, .off = SO(cfg.batch), .lo = 1, .hi = INT_MAX,

@@ -1,7 +1,8 @@
 /* One argument library under every command: for train, eval, generate, mem, run,
  * tokenize, ckpt and the four benchmarks, `--flag=value` reaches the flag, `--help` lists the
  * table's flags, an unknown flag is refused with exit 2 and the nearest name ("did you mean"),
- * a value out of range names its flag with exit 2, and a switch takes `=false`. */
+ * so is an unknown key of a `--config` file, a value out of range names its flag with exit 2,
+ * and a switch takes `=false`. */
 #include "testutil.h"
 
 #include <string.h>
@@ -97,6 +98,8 @@ static void test_command(const cmd_case *c) {
     for (int i = 0; i < 4 && c->help[i]; i++)
         ZT_CHECK(strstr(g_out, c->help[i]) != NULL, "`zshard %s --help` lacks '%s':\n%s", c->cmd,
                  c->help[i], g_out);
+    ZT_CHECK(strstr(g_out, "--config FILE") != NULL, "`zshard %s --help` lacks --config:\n%s",
+             c->cmd, g_out);
     /* an unknown flag: exit 2, one line, the nearest name */
     rc = sh("%s %s %s 1 2>&1", z, c->cmd, c->typo);
     char want[256];
@@ -105,6 +108,17 @@ static void test_command(const cmd_case *c) {
     ZT_CHECK(rc == 2 && strstr(g_out, want) && strstr(g_out, "zshard: ") &&
                  strchr(g_out, '\n') == g_out + strlen(g_out) - 1,
              "`zshard %s %s`: exit %d, want 2 and '%s':\n%s", c->cmd, c->typo, rc, want, g_out);
+    /* --config on every command (the help lists it, above): the table's long flags are its
+     * keys, and a key with a typo is named with the nearest one */
+    const char *last = strrchr(c->typo, ' ') ? strrchr(c->typo, ' ') + 1 : c->typo;
+    rc = sh("printf '%s: 1\\n' > %s/typo.yaml && %s %s %.*s --config %s/typo.yaml 2>&1", last + 2,
+            g_dir, z, c->cmd, (int)(last - c->typo), c->typo, g_dir);
+    snprintf(want, sizeof want, "typo.yaml:1: unknown key '%s' (did you mean '%s'?", last + 2,
+             c->suggest + 2);
+    ZT_CHECK(rc == 2 && strstr(g_out, want),
+             "`zshard %s --config` with the key '%s': exit %d, "
+             "want 2 and '%s':\n%s",
+             c->cmd, last + 2, rc, want, g_out);
     /* out of range: exit 2, the flag named */
     rc = sh("%s %s %s 2>&1", z, c->cmd, c->range);
     ZT_CHECK(rc == 2 && strstr(g_out, c->range_msg), "`zshard %s %s`: exit %d, want 2 and '%s':\n%s",

@@ -55,6 +55,17 @@ typedef struct zs_flag {
     int (*parse)(void *opts, const char *text, const char *what);
 } zs_flag;
 
+/* The --config row every command's table starts with: a YAML or JSON file whose keys are the
+ * table's long flags, read before the command line (which overrides it). off: a const char *
+ * field of the options (its offsetof). */
+#define ZS_FLAG_CONFIG_ROW(offset)                                                                 \
+    {                                                                                              \
+        .name = "config", .kind = ZS_FLAG_STR, .off = (offset), .arg = "FILE",                     \
+        .help = "settings from a YAML or JSON file whose keys are the long\n"                      \
+                "flags below; flags given on the command line override it",                        \
+        .opt = ZS_FLAG_CLI_ONLY                                                                    \
+    }
+
 typedef struct zs_flag_table {
     const char *cmd;    /* "train", "bench step": messages' prefix and `zshard CMD --help` */
     const zs_flag *rows;

@@ -70,6 +70,7 @@ typedef struct ckpt_args {
     int npos;
     const char *format, *dtype, *model, *stage, *max_shard;
     int heads, nproc;
+    const char *config_path; /* --config */
 } ckpt_args;
 
 /* SRC/DIR and DST: at most two words that are no flags. */
@@ -82,6 +83,7 @@ static int ckpt_pos(void *opts, const char *s) {
 
 #define CO(field) offsetof(ckpt_args, field)
 static const zs_flag CKPT_FLAGS[] = {
+    ZS_FLAG_CONFIG_ROW(CO(config_path)),
     {.name = "format", .kind = ZS_FLAG_STR, .off = CO(format), .arg = "hf|safetensors|llmc",
      .help = "export and import: the other side's format"},
     {.name = "dtype", .kind = ZS_FLAG_STR, .off = CO(dtype), .arg = "f32|bf16|f16",

@@ -79,10 +79,7 @@ static int eval_src(void *opts, const char *a) {
 
 #define EO(field) offsetof(eval_opts, field)
 static const zs_flag EVAL_FLAGS[] = {
-    {.name = "config", .kind = ZS_FLAG_STR, .off = EO(config_path), .arg = "FILE",
-     .help = "settings from a YAML or JSON file whose keys are the long\n"
-             "flags below; flags given on the command line override it",
-     .opt = ZS_FLAG_CLI_ONLY},
+    ZS_FLAG_CONFIG_ROW(EO(config_path)),
     {.name = "data", .kind = ZS_FLAG_STR, .off = EO(cfg.data_path), .arg = "FILE",
      .help = "text or token shards (a quoted pattern joins shards); with\n"
              "--tokenizer, text files, a folder or JSONL to tokenize"},

@@ -56,10 +56,7 @@ static int gen_src(void *opts, const char *a) {
 
 #define GO(field) offsetof(gen_opts, field)
 static const zs_flag GEN_FLAGS[] = {
-    {.name = "config", .kind = ZS_FLAG_STR, .off = GO(config_path), .arg = "FILE",
-     .help = "settings from a YAML or JSON file whose keys are the long\n"
-             "flags below; flags given on the command line override it",
-     .opt = ZS_FLAG_CLI_ONLY},
+    ZS_FLAG_CONFIG_ROW(GO(config_path)),
     {.name = "prompt", .kind = ZS_FLAG_STR, .off = GO(prompt), .arg = "TEXT",
      .help = "the text to continue: byte-level models, or any model\n"
              "with --tokenizer [newline; with a tokenizer, its BOS\n"

@@ -31,6 +31,7 @@ typedef struct run_opts {
     const char *addr;
     double drain_s, kill_grace_s, backoff_s;
     char **cmd;
+    const char *config_path; /* --config */
 } run_opts;
 
 static volatile sig_atomic_t g_signal = 0, g_nsignals = 0;
@@ -56,6 +57,7 @@ static int run_positional(void *opts, const char *a) {
 
 #define RO(field) offsetof(run_opts, field)
 static const zs_flag RUN_FLAGS[] = {
+    ZS_FLAG_CONFIG_ROW(RO(config_path)),
     {.name = "nproc-per-node", .kind = ZS_FLAG_INT, .off = RO(nproc), .lo = 1, .hi = MAX_LOCAL,
      .arg = "N", .help = "local ranks (required); also -n N, --nproc N"},
     {.name = "n", .kind = ZS_FLAG_INT, .off = RO(nproc), .lo = 1, .hi = MAX_LOCAL,

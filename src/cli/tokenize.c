@@ -182,10 +182,7 @@ static int parse_max_doc(void *opts, const char *v, const char *what) {
 
 #define TO(field) offsetof(tok_opts, field)
 static const zs_flag TOK_FLAGS[] = {
-    {.name = "config", .kind = ZS_FLAG_STR, .off = TO(config_path), .arg = "FILE",
-     .help = "settings from a YAML or JSON file whose keys are the long\n"
-             "flags below; flags given on the command line override it",
-     .opt = ZS_FLAG_CLI_ONLY},
+    ZS_FLAG_CONFIG_ROW(TO(config_path)),
     {.name = "tokenizer", .kind = ZS_FLAG_STR, .off = TO(c.tokenizer), .arg = "PATH",
      .help = "a Hugging Face tokenizer: a folder with tokenizer.json or\n"
              "vocab.json + merges.txt, or one of those files (required)"},
