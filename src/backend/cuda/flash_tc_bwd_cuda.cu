@@ -1,5 +1,5 @@
 /* The tensor-core attention's backward (flash_tc_cuda.h, docs/cuda.md "Kernels"): delta, then
- * dq (a block per 128 query rows over the key blocks in order) and dk, dv (a block per 128 keys
+ * dq (a block per 256 query rows over the key blocks in order) and dk, dv (a block per 128 keys
  * of a kv head over the group's query heads and blocks in order), without atomics. */
 #include "backend/cuda/flash_tc_cuda.h"
 
@@ -24,62 +24,98 @@ static __global__ void fa_tc_delta_kernel(float *delta, const float *dout, const
     }
 }
 
-/* dq for a block of 128 query rows of one head, over its key blocks in order:
+/* A dq warp takes BQ_RT tiles of 16 query rows, as the forward's do (flash_tc_cuda.cu): each K
+ * or V fragment an ldmatrix brings from the staged block feeds BQ_RT mma instead of one, so the
+ * block's shared-memory reads per FLOP fall by that factor. To hold twice the accumulators in
+ * registers, a warp takes each key block in parts of 8 BQ_NT keys (scores, mask, dS and dq +=
+ * dS K per part); dq's k-steps still add in key order, so each row's arithmetic is the 16-row
+ * warp's over whole blocks: the same bits. A block of FA_TC_WARPS warps takes BQ_ROWS = 256. */
+#define BQ_RT 2
+#define BQ_NT 2
+#define BQ_ROWS (16 * BQ_RT * FA_TC_WARPS)
+
+/* dq for a block of BQ_ROWS query rows of one head, over its key blocks in order:
  * S = Q K^T, P = 2^(S scale2 - lse log2 e), dP = dO V^T, dS = P (dP - delta), dq = scale dS K
- * (written once, as 0 + the sum: ops.h's bits of accumulating into zeros). */
+ * (written once, as 0 + the sum: ops.h's bits of accumulating into zeros). One block an SM. */
+/* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
+// clang-format off
 template <int HS>
-static __global__ void fa_tc_bwd_q_kernel(float *dq, const float *dout, const float *q,
-                                          const float *k, const float *v, const float *lse,
-                                          const float *delta, const int32_t *seg, tc_view a) {
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_q_kernel(float *dq,
+        const float *dout, const float *q, const float *k, const float *v, const float *lse,
+        const float *delta, const int32_t *seg, tc_view a) {
+    // clang-format on
     ZS_SHARED_ALIGNED(uint16_t, ks, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* K [key][dim] */
     ZS_SHARED_ALIGNED(uint16_t, vs, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* V [key][dim] */
     int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
     int bh = (int)blockIdx.y, b = bh / a.NH, h = bh % a.NH, kvh = h / (a.NH / a.NKV);
-    int q0 = (int)blockIdx.x * FA_TC_ROWS, row0 = q0 + w * 16, r[2] = {row0 + g, row0 + g + 8};
-    int lo[2];
-    float rl[2], rd[2]; /* the rows' lse (times log2 e) and delta */
-    for (int i = 0; i < 2; i++) {
-        bool in = r[i] < a.T;
-        lo[i] = in ? zs_seg_lo(seg, (size_t)b * a.T + r[i]) : 0;
-        rl[i] = in ? lse[(size_t)bh * a.T + r[i]] * FA_LOG2E : 0.0f;
-        rd[i] = in ? delta[(size_t)bh * a.T + r[i]] : 0.0f;
-    }
-    zs_mma_a qa[HS / 16], da[HS / 16];
-    tc_load_a<HS>(qa, q + tc_qrow(a, b, 0, h), a.ldq, row0, a.T);
-    tc_load_a<HS>(da, dout + tc_orow(a, b, 0, h), (size_t)a.NH * a.hs, row0, a.T);
-    zs_mma_c acc[HS / 8];
+    int q0 = (int)blockIdx.x * BQ_ROWS, row0 = q0 + w * 16 * BQ_RT;
+    int r[BQ_RT][2], lo[BQ_RT][2];
+    float rl[BQ_RT][2], rd[BQ_RT][2]; /* the rows' lse (times log2 e) and delta */
+    zs_mma_a qa[BQ_RT][HS / 16], da[BQ_RT][HS / 16];
+    zs_mma_c acc[BQ_RT][HS / 8];
     ZS_UNROLL
-    for (int dt = 0; dt < HS / 8; dt++)
-        zs_mma_zero(acc[dt]);
+    for (int rt = 0; rt < BQ_RT; rt++) {
+        for (int i = 0; i < 2; i++) {
+            r[rt][i] = row0 + 16 * rt + g + 8 * i;
+            bool in = r[rt][i] < a.T;
+            lo[rt][i] = in ? zs_seg_lo(seg, (size_t)b * a.T + r[rt][i]) : 0;
+            rl[rt][i] = in ? lse[(size_t)bh * a.T + r[rt][i]] * FA_LOG2E : 0.0f;
+            rd[rt][i] = in ? delta[(size_t)bh * a.T + r[rt][i]] : 0.0f;
+        }
+        tc_load_a<HS>(qa[rt], q + tc_qrow(a, b, 0, h), a.ldq, row0 + 16 * rt, a.T);
+        tc_load_a<HS>(da[rt], dout + tc_orow(a, b, 0, h), (size_t)a.NH * a.hs, row0 + 16 * rt, a.T);
+        ZS_UNROLL
+        for (int dt = 0; dt < HS / 8; dt++)
+            zs_mma_zero(acc[rt][dt]);
+    }
     int first = zs_fa_first_block(zs_seg_lo(seg, (size_t)b * a.T + q0));
-    int last = q0 + FA_TC_ROWS - 1 < a.T - 1 ? q0 + FA_TC_ROWS - 1 : a.T - 1;
+    int last = q0 + BQ_ROWS - 1 < a.T - 1 ? q0 + BQ_ROWS - 1 : a.T - 1;
     const float *kb = k + tc_kvrow(a, b, 0, kvh), *vb = v + tc_kvrow(a, b, 0, kvh);
     float4 kr[FA_TC_PER(HS)], vr[FA_TC_PER(HS)]; /* the next key block, in flight */
     tc_fetch<HS>(kr, kb, a.ldkv, first, a.T, a.vec);
     tc_fetch<HS>(vr, vb, a.ldkv, first, a.T, a.vec);
     for (int j0 = first; j0 <= last; j0 += ZS_FA_BK) {
         tc_kv_step<HS>(ks, vs, kr, vr, kb, vb, a, j0, last);
-        if (row0 >= a.T || j0 > row0 + 15) continue; /* nothing this warp's rows can see */
-        zs_mma_c s[8], dp[8];
-        tc_mma_rows<HS>(s, qa, ks);
-        tc_mma_rows<HS>(dp, da, vs);
-        if (!tc_block_full(a, seg, b, row0, j0)) tc_mask_rows(s, a, r, lo, j0, t);
+        /* a tile whose rows all precede the block (or lie past T) has nothing to add */
+        bool act[BQ_RT], full[BQ_RT], any = false;
         ZS_UNROLL
-        for (int x = 0; x < 32; x++) {
-            int nt = x >> 2, e = x & 3, i = e >> 1;
-            float p = zs_cu_exp2(fmaf(s[nt].x[e], a.scale2, -rl[i]));
-            s[nt].x[e] = p * (dp[nt].x[e] - rd[i]); /* dS */
+        for (int rt = 0; rt < BQ_RT; rt++) {
+            int t0 = row0 + 16 * rt;
+            act[rt] = t0 < a.T && j0 <= t0 + 15;
+            full[rt] = act[rt] && tc_block_full(a, seg, b, t0, j0);
+            any = any || act[rt];
         }
-        tc_mma_p<HS>(acc, s, ks);
-    }
-    for (int i = 0; i < 2; i++) {
-        if (r[i] >= a.T) continue;
-        float *row = dq + tc_qrow(a, b, r[i], h);
-        for (int dt = 0; dt < HS / 8; dt++) {
-            row[dt * 8 + 2 * t] = 0.0f + acc[dt].x[2 * i] * a.scale;
-            row[dt * 8 + 2 * t + 1] = 0.0f + acc[dt].x[2 * i + 1] * a.scale;
+        if (!any) continue;
+        ZS_UNROLL
+        for (int k0 = 0; k0 < FA_TC_TILE; k0 += 8 * BQ_NT) {
+            const int off = k0 * (HS + FA_PAD);
+            zs_mma_c s[BQ_RT][BQ_NT], dp[BQ_RT][BQ_NT];
+            tc_mma_rows_rt<HS, BQ_RT, BQ_NT>(s, qa, act, ks + off);
+            tc_mma_rows_rt<HS, BQ_RT, BQ_NT>(dp, da, act, vs + off);
+            ZS_UNROLL
+            for (int rt = 0; rt < BQ_RT; rt++) {
+                if (!act[rt]) continue;
+                if (!full[rt]) tc_mask_rows<BQ_NT>(s[rt], a, r[rt], lo[rt], j0 + k0, t);
+                ZS_UNROLL
+                for (int x = 0; x < 4 * BQ_NT; x++) {
+                    int nt = x >> 2, e = x & 3, i = e >> 1;
+                    float p = zs_cu_exp2(fmaf(s[rt][nt].x[e], a.scale2, -rl[rt][i]));
+                    s[rt][nt].x[e] = p * (dp[rt][nt].x[e] - rd[rt][i]); /* dS */
+                }
+            }
+            tc_mma_p_rt<HS, BQ_RT, BQ_NT>(acc, s, act, ks + off);
         }
     }
+    ZS_UNROLL
+    for (int rt = 0; rt < BQ_RT; rt++)
+        for (int i = 0; i < 2; i++) {
+            if (r[rt][i] >= a.T) continue;
+            float *row = dq + tc_qrow(a, b, r[rt][i], h);
+            for (int dt = 0; dt < HS / 8; dt++) {
+                row[dt * 8 + 2 * t] = 0.0f + acc[rt][dt].x[2 * i] * a.scale;
+                row[dt * 8 + 2 * t + 1] = 0.0f + acc[rt][dt].x[2 * i + 1] * a.scale;
+            }
+        }
 }
 
 /* Whether a warp's 16 keys key0.. are seen by every query of the block i0..i0+63: the block
@@ -213,7 +249,7 @@ static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float 
                         const float *out, const float *lse, const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
     size_t rows = (size_t)a.B * a.NH * a.T;
-    dim3 gq((unsigned)((a.T + FA_TC_ROWS - 1) / FA_TC_ROWS), (unsigned)(a.B * a.NH));
+    dim3 gq((unsigned)((a.T + BQ_ROWS - 1) / BQ_ROWS), (unsigned)(a.B * a.NH));
     dim3 gkv((unsigned)((a.T + FA_TC_ROWS - 1) / FA_TC_ROWS), (unsigned)(a.B * a.NKV));
     double uq = tc_units_q(a.T) * a.B * a.NH, ukv = tc_units_kv(a.T) * a.B * a.NH;
     double qe = (double)a.B * a.T * a.NH * HS, kve = (double)a.B * a.T * a.NKV * HS;

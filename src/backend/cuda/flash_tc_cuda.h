@@ -136,18 +136,18 @@ static __device__ __forceinline__ void tc_mma2(zs_mma_c &c0, zs_mma_c &c1, const
 }
 
 /* c[rt][nt] = A_rt (16 x HS, registers) times the transpose of 8 rows nt*8.. of a row-major
- * shared block sm[64][HS + FA_PAD], for the 8 n-tiles and each of RT row tiles whose act[rt]
- * holds (warp-uniform): scores Q K^T (or K Q^T, V dO^T, dO V^T). The B fragments of two n-tiles
- * come in one ldmatrix.x4, shared by the RT tiles: lane l points at row l % 8 of n-tile
- * nt + l / 16, columns ks 16 + 8 ((l / 8) % 2).. */
-template <int HS, int RT>
-static __device__ __forceinline__ void tc_mma_rows_rt(zs_mma_c (*c)[8],
+ * shared block sm[8 NT][HS + FA_PAD], for the NT n-tiles (8: a whole staged block of 64) and
+ * each of RT row tiles whose act[rt] holds (warp-uniform): scores Q K^T (or K Q^T, V dO^T,
+ * dO V^T). The B fragments of two n-tiles come in one ldmatrix.x4, shared by the RT tiles: lane
+ * l points at row l % 8 of n-tile nt + l / 16, columns ks 16 + 8 ((l / 8) % 2).. */
+template <int HS, int RT, int NT = 8>
+static __device__ __forceinline__ void tc_mma_rows_rt(zs_mma_c (*c)[NT],
                                                       const zs_mma_a (*a)[HS / 16], const bool *act,
                                                       const uint16_t *sm) {
     int lane = (int)threadIdx.x % 32, j = lane / 8, i = lane % 8;
     const uint16_t *base = sm + ((j >> 1) * 8 + i) * (HS + FA_PAD) + (j & 1) * 8;
     ZS_UNROLL
-    for (int nt = 0; nt < 8; nt += 2) {
+    for (int nt = 0; nt < NT; nt += 2) {
         ZS_UNROLL
         for (int rt = 0; rt < RT; rt++) {
             zs_mma_zero(c[rt][nt]);
@@ -172,18 +172,20 @@ static __device__ __forceinline__ void tc_mma_rows(zs_mma_c *c, const zs_mma_a *
     tc_mma_rows_rt<HS, 1>((zs_mma_c(*)[8])c, (const zs_mma_a(*)[HS / 16]) a, &act, sm);
 }
 
-/* acc[rt][dt] += P_rt (16 x 64, the fp32 fragments p[rt] of 8 n-tiles, rounded to bf16) times
- * a row-major shared block sm[64][HS + FA_PAD], for each of RT row tiles whose act[rt] holds:
- * P V, dS K, P^T dO, dS^T Q. The B fragments (k: the block's rows, n: its columns) of two
- * column tiles come in one transposing ldmatrix.x4, shared by the RT tiles: lane l points at
- * row kk 16 + 8 ((l / 8) % 2) + l % 8, columns (dt + l / 16) 8.. */
-template <int HS, int RT>
-static __device__ __forceinline__ void tc_mma_p_rt(zs_mma_c (*acc)[HS / 8], const zs_mma_c (*p)[8],
+/* acc[rt][dt] += P_rt (16 x 8 NT, the fp32 fragments p[rt] of NT n-tiles, rounded to bf16)
+ * times a row-major shared block sm[8 NT][HS + FA_PAD], for each of RT row tiles whose act[rt]
+ * holds: P V, dS K, P^T dO, dS^T Q. The B fragments (k: the block's rows, n: its columns) of
+ * two column tiles come in one transposing ldmatrix.x4, shared by the RT tiles: lane l points
+ * at row kk 16 + 8 ((l / 8) % 2) + l % 8, columns (dt + l / 16) 8.. Each acc element adds its
+ * k-steps of 16 rows in order, so a block taken in parts of 8 NT rows, in order, sums as the
+ * whole block does. */
+template <int HS, int RT, int NT = 8>
+static __device__ __forceinline__ void tc_mma_p_rt(zs_mma_c (*acc)[HS / 8], const zs_mma_c (*p)[NT],
                                                    const bool *act, const uint16_t *sm) {
     int lane = (int)threadIdx.x % 32, j = lane / 8, i = lane % 8;
     const uint16_t *base = sm + ((j & 1) * 8 + i) * (HS + FA_PAD) + (j >> 1) * 8;
     ZS_UNROLL
-    for (int kk = 0; kk < 4; kk++) {
+    for (int kk = 0; kk < NT / 2; kk++) {
         zs_mma_a pa[RT];
         ZS_UNROLL
         for (int rt = 0; rt < RT; rt++) {
@@ -239,12 +241,13 @@ static __device__ __forceinline__ bool tc_block_full(const tc_view &a, const int
 }
 
 /* The scores a query-parallel warp may not use set to -inf: this lane's rows r[0], r[1] (g and
- * g + 8 of the warp) against keys j0 + 8 nt + 2 t (+1): keys after the row, keys before its
- * document's start lo, and rows past T. For the blocks tc_block_full is false of. */
+ * g + 8 of the warp) against keys j0 + 8 nt + 2 t (+1) of NT n-tiles: keys after the row, keys
+ * before its document's start lo, and rows past T. For the blocks tc_block_full is false of. */
+template <int NT = 8>
 static __device__ __forceinline__ void tc_mask_rows(zs_mma_c *s, const tc_view &a, const int *r,
                                                     const int *lo, int j0, int t) {
     ZS_UNROLL
-    for (int x = 0; x < 32; x++) {
+    for (int x = 0; x < 4 * NT; x++) {
         int nt = x >> 2, e = x & 3, i = e >> 1, j = j0 + nt * 8 + 2 * t + (e & 1);
         bool ok = j <= r[i] && j >= lo[i] && r[i] < a.T;
         s[nt].x[e] = ok ? s[nt].x[e] : -INFINITY;
