@@ -241,8 +241,9 @@ typedef enum zs_stage {
     ZS_STAGE_3 = 3,
 } zs_stage;
 
-/* The sharded module's settings (include/zshard/module.h): a trainer reads its own and hands
- * this part on as it is (docs/architecture.md "Layers"). */
+/* The sharded module's settings, read by the module API (include/zshard/module.h) and the
+ * engine: a trainer reads its own and hands this part on as it is (docs/architecture.md
+ * "Layers"). */
 typedef struct zs_module_config {
     zs_stage stage;       /* ZS_STAGE_DDP (default), 1, 2, 3 */
     int prefetch;         /* ZeRO-3 units gathered ahead of the current one (default 1) */

@@ -74,6 +74,9 @@ static const cmd_case CASES[] = {
     {"bench attention", "--model=gpt2-tiny --seq-list=16 --reps=1 --batch=1", "| 16 | flash |",
      {"--seq-list T1,T2,...", "--reps N", "--step-reps R", "--model NAME"}, "--rep", "--reps",
      "--reps 65", "--reps: 65 is out of range [1, 64]"},
+    {"bench optim", "--sizes=4K,1M --reps=1 --threads=1 --json", "\"elements\":1048576,",
+     {"--sizes N1,N2,...", "--threads N", "--grad fp32|bf16", "--reps N"}, "--rep", "--reps",
+     "--threads 0", "--threads: 0 is out of range [1, 1024]"},
 };
 
 static void test_command(const cmd_case *c) {
@@ -161,6 +164,17 @@ static void test_switch_values(void) {
              "generate --nproc=0: exit %d:\n%s", rc, g_out);
 }
 
+/* bench optim's list of sizes: a word that is no size, and a size past 4G elements, are named. */
+static void test_optim_sizes(void) {
+    const char *z = zt_zshard_exe();
+    const char *bad[] = {"16X", "0", "5G", "1M,,2M"};
+    for (int i = 0; i < 4; i++) {
+        int rc = sh("%s bench optim --sizes %s 2>&1", z, bad[i]);
+        ZT_CHECK(rc == 2 && strstr(g_out, "--sizes: bad list") && strstr(g_out, bad[i]),
+                 "bench optim --sizes %s: exit %d:\n%s", bad[i], rc, g_out);
+    }
+}
+
 int main(void) {
     zt_init("flags");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
@@ -175,6 +189,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
         test_command(&CASES[i]);
     test_switch_values();
+    test_optim_sizes();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");

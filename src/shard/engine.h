@@ -33,7 +33,7 @@ uint64_t zs_engine_scratch_bytes(const zs_layout *layout, int world, zs_dtype gr
 
 /* Allocates persistent state for the stage (accounted by category) on dev (NULL: the CPU), whose
  * ops are ops and whose work goes on stream. The engine reads its part of the module's settings
- * (include/zshard/module.h): stage, prefetch, param_dtype and grad_dtype.
+ * (zs_module_config, include/zshard.h): stage, prefetch, param_dtype and grad_dtype.
  * - param_dtype BF16: the compute copy is bf16, rounded from the fp32 master after every step and
  *   all-gathered as bf16; each acquired unit is widened into one fp32 buffer, so begin still
  *   returns fp32 and only one unit may be acquired at a time.
