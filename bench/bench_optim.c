@@ -11,6 +11,7 @@
  * ceiling copies half that many bytes from one buffer to another, so it too reads and writes 28
  * (26) bytes an element. The three are timed in rotation, rep by rep, so a busy machine slows
  * them alike; the table gives medians. */
+#include "backend/cpu/cpu.h"
 #include "backend/ops.h"
 #include "bench/bench.h"
 #include "args/flags.h"
@@ -35,6 +36,7 @@ typedef struct optim_opts {
     int64_t sizes[MAX_SIZES];
     int nsizes, threads, reps, json;
     zs_dtype grad;
+    const char *isa; /* auto, avx2, avx512 */
 } optim_opts;
 
 /* --sizes 1M,16M: element counts, each with an optional K, M or G (powers of 1024). */
@@ -63,33 +65,17 @@ static int parse_sizes(void *opts, const char *text, const char *what) {
 #define OO(field) offsetof(optim_opts, field)
 static const zs_flag OPTIM_FLAGS[] = {
     ZS_FLAG_CONFIG_ROW(OO(config_path)),
-    {.name = "sizes",
-     .kind = ZS_FLAG_CUSTOM,
-     .arg = "N1,N2,...",
-     .parse = parse_sizes,
+    {.name = "sizes", .kind = ZS_FLAG_CUSTOM, .arg = "N1,N2,...", .parse = parse_sizes,
      .help = "elements per shard, K/M/G suffixes [1M,16M,64M]"},
-    {.name = "threads",
-     .kind = ZS_FLAG_INT,
-     .off = OO(threads),
-     .lo = 1,
-     .hi = 1024,
-     .arg = "N",
+    {.name = "threads", .kind = ZS_FLAG_INT, .off = OO(threads), .lo = 1, .hi = 1024, .arg = "N",
      .help = "threads for both the step and the ceiling [OpenMP's default]"},
-    {.name = "grad",
-     .kind = ZS_FLAG_DTYPE,
-     .off = OO(grad),
-     .arg = "fp32|bf16",
+    {.name = "grad", .kind = ZS_FLAG_DTYPE, .off = OO(grad), .arg = "fp32|bf16",
      .help = "the gradient's dtype, as --reduce-dtype [fp32]"},
-    {.name = "reps",
-     .kind = ZS_FLAG_INT,
-     .off = OO(reps),
-     .lo = 1,
-     .hi = MAX_REPS,
-     .arg = "N",
+    {.name = "isa", .kind = ZS_FLAG_STR, .off = OO(isa), .arg = "auto|avx2|avx512",
+     .help = "the step's instruction set [auto: avx512 where the CPU has it]"},
+    {.name = "reps", .kind = ZS_FLAG_INT, .off = OO(reps), .lo = 1, .hi = MAX_REPS, .arg = "N",
      .help = "timed steps (and copies) per size [9]"},
-    {.name = "json",
-     .kind = ZS_FLAG_SWITCH,
-     .off = OO(json),
+    {.name = "json", .kind = ZS_FLAG_SWITCH, .off = OO(json),
      .help = "one JSON line per size instead of the table"},
 };
 
@@ -213,27 +199,37 @@ int zs_bench_optim(int argc, char **argv) {
         .sizes = {1 << 20, 16 << 20, 64 << 20}, .nsizes = 3, .reps = 9, .grad = ZS_DTYPE_F32};
     int rc = zs_flag_parse(&OPTIM_TABLE, argc, argv, 1, &o, NULL);
     if (rc) return rc < 0 ? 0 : rc;
+    if (o.isa && strcmp(o.isa, "auto") && strcmp(o.isa, "avx2") && strcmp(o.isa, "avx512"))
+        return zs_flag_fail(2, "bench optim: --isa '%s' (expected auto, avx2 or avx512)", o.isa);
+    int want = !o.isa || !strcmp(o.isa, "auto") ? -1
+               : !strcmp(o.isa, "avx2")             ? ZS_CPU_ISA_AVX2
+                                                    : ZS_CPU_ISA_AVX512;
+    int isa = want < 0 ? zs_cpu_adamw_isa() : zs_cpu_adamw_set_isa(want);
+    if (want == ZS_CPU_ISA_AVX512 && isa != want)
+        return zs_flag_fail(2, "bench optim: --isa avx512: this CPU has no AVX-512 (x86-64-v4)");
     if (o.threads) omp_set_num_threads(o.threads);
     int threads = omp_get_max_threads();
     const zs_ops *ops = zs_ops_cpu();
     const char *gname = o.grad == ZS_DTYPE_BF16 ? "bf16" : "fp32";
     if (!o.json)
-        printf("bench optim: host AdamW (kernels/adamw.h), %s gradients, %d threads, median of "
-               "%d reps, interleaved with memcpy of the same bytes and a pass over the same "
+        printf("bench optim: host AdamW (kernels/adamw.h, %s), %s gradients, %d threads, median "
+               "of %d reps, interleaved with memcpy of the same bytes and a pass over the same "
                "streams\n\n"
                "| elements | state MiB | step ms | step GB/s | memcpy GB/s | streams GB/s | of "
                "ceiling |\n|---:|---:|---:|---:|---:|---:|---:|\n",
-               gname, threads, o.reps);
+               zs_cpu_isa_name(isa), gname, threads, o.reps);
     for (int i = 0; i < o.nsizes; i++) {
         optim_result r;
         if ((rc = bench_size(ops, o.sizes[i], o.grad, o.reps, &r))) return rc;
         double sg = r.bytes / r.step_s / 1e9, cg = r.bytes / r.copy_s / 1e9;
         double mg = r.bytes / r.stream_s / 1e9, ceil = cg > mg ? cg : mg;
         if (o.json)
-            printf("{\"elements\":%lld,\"grad\":\"%s\",\"threads\":%d,\"bytes\":%.0f,"
+            printf("{\"elements\":%lld,\"grad\":\"%s\",\"isa\":\"%s\",\"threads\":%d,"
+                   "\"bytes\":%.0f,"
                    "\"step_ms\":%.4f,\"step_gbps\":%.3f,\"memcpy_gbps\":%.3f,"
                    "\"streams_gbps\":%.3f}\n",
-                   (long long)o.sizes[i], gname, threads, r.bytes, r.step_s * 1e3, sg, cg, mg);
+                   (long long)o.sizes[i], gname, zs_cpu_isa_name(isa), threads, r.bytes,
+                   r.step_s * 1e3, sg, cg, mg);
         else
             printf("| %lld | %.1f | %.2f | %.2f | %.2f | %.2f | %.0f%% |\n", (long long)o.sizes[i],
                    (double)o.sizes[i] * (12.0 + (o.grad == ZS_DTYPE_BF16 ? 2 : 4)) / 1048576.0,

@@ -1,8 +1,9 @@
 /* CPU ops table, the ops around the model: AdamW (whole buffers and segments, fp32 and bf16
- * gradients), the token draw (philox KAT), casts against an independent bf16 rounding, sumsq
+ * gradients, each instruction set's build), the token draw (philox KAT), casts against an independent bf16 rounding, sumsq
  * and its chunked forms, init_normal; each against a naive reference, outputs poisoned first.
  * The model's forward ops: test_ops.c. */
 #include "backend/cpu/cpu.h"
+#include "backend/kernels/adamw.h"
 #include "backend/ops.h"
 #include "core/bf16.h"
 #include "core/philox.h"
@@ -140,6 +141,63 @@ static void test_adamw_segs(void) {
     free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2);
 }
 
+/* The host AdamW step in each instruction set this CPU has (adamw_cpu.c): fp32 and bf16
+ * gradients, segments long enough for the threads' split and ending off a vector's width, all
+ * bit for bit kernels/adamw.h's element update run one element at a time. Where the CPU has no
+ * AVX-512 the AVX2 build is the only one, and the choice must say so. */
+static void test_adamw_isa(void) {
+    size_t n = 3 * ZS_CPU_PAR_MIN + 37;
+    float *p0 = fbuf(n), *g = fbuf(n), *m0 = fbuf(n), *v0 = fbuf(n);
+    float *p = fbuf(n), *m = fbuf(n), *v = fbuf(n), *rp = fbuf(n), *rm = fbuf(n), *rv = fbuf(n);
+    zs_bf16 *g16 = malloc(n * sizeof *g16);
+    zt_fill_normal(p0, n, 1.0f);
+    zt_fill_normal(g, n, 1.0f);
+    zt_fill_normal(m0, n, 0.1f);
+    for (size_t i = 0; i < n; i++)
+        v0[i] = m0[i] * m0[i], g16[i] = zs_f32_to_bf16(g[i]);
+    zs_adamw_segs s = {.n = 2, .lo = {3, 2 * ZS_CPU_PAR_MIN + 1}, .hi = {2 * ZS_CPU_PAR_MIN - 5, n},
+                       .decay = {1, 0}};
+    int have512 = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    have512 = __builtin_cpu_supports("x86-64-v4") > 0;
+#endif
+    for (int isa = ZS_CPU_ISA_AVX2; isa <= ZS_CPU_ISA_AVX512; isa++) {
+        int got = zs_cpu_adamw_set_isa(isa);
+        ZT_CHECK(got == (isa == ZS_CPU_ISA_AVX512 && have512 ? isa : ZS_CPU_ISA_AVX2),
+                 "asked for %s, got %s (CPU has x86-64-v4: %d)", zs_cpu_isa_name(isa),
+                 zs_cpu_isa_name(got), have512);
+        if (got != isa) {
+            printf("adamw: this CPU has no AVX-512 (x86-64-v4): its build is not run here\n");
+            continue;
+        }
+        for (int half = 0; half < 2; half++) {
+            memcpy(p, p0, n * 4), memcpy(m, m0, n * 4), memcpy(v, v0, n * 4);
+            memcpy(rp, p0, n * 4), memcpy(rm, m0, n * 4), memcpy(rv, v0, n * 4);
+            for (int t = 1; t <= 2; t++) {
+                ZT_OK(half ? ops->adamw_segs16(NULL, p, g16, m, v, &s, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                                               0.1f, 0.7f, t)
+                           : ops->adamw_segs(NULL, p, g, m, v, &s, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                             0.7f, t));
+                float bc1 = zs_adamw_bias_correction(0.9f, t);
+                float bc2 = zs_adamw_bias_correction(0.95f, t);
+                for (int k = 0; k < s.n; k++)
+                    for (int64_t i = s.lo[k]; i < s.hi[k]; i++)
+                        zs_adamw_elem(&rp[i], &rm[i], &rv[i],
+                                      half ? zs_bf16_to_f32(g16[i]) : g[i], 1e-2f, 0.9f, 0.95f,
+                                      1e-8f, s.decay[k] ? 0.1f : 0.0f, 0.7f, bc1, bc2);
+            }
+            ZT_CHECK(bits_equal(p, rp, n * 4) && bits_equal(m, rm, n * 4) &&
+                         bits_equal(v, rv, n * 4),
+                     "adamw (%s, %s gradients) differs from kernels/adamw.h element by element",
+                     zs_cpu_isa_name(isa), half ? "bf16" : "fp32");
+        }
+    }
+    zs_cpu_adamw_set_isa(ZS_CPU_ISA_AVX512);
+    free(p0), free(g), free(m0), free(v0), free(p), free(m), free(v);
+    free(rp), free(rm), free(rv), free(g16);
+}
+
 /* The token draw (kernels/sample.h, the CPU twin of the GPU's cuRAND draw): core/philox.h's
  * Philox-4x32-10 reproduces Random123's published known-answer vectors (the generator cuRAND's
  * Philox4_32_10 implements); greedy is the first maximum; and 8000 draws from softmax([0, 1, 2, 3])
@@ -240,6 +298,7 @@ int main(void) {
     ZT_REQUIRE(ops != NULL && ops->name != NULL, "no CPU ops table");
     test_adamw();
     test_adamw_segs();
+    test_adamw_isa();
     test_sample();
     test_cast();
     test_sumsq();

@@ -85,12 +85,9 @@ static zs_status cpu_adamw(zs_stream_t *s, float *param, const float *grad, floa
                            float grad_scale, int t) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(t >= 1, ZS_ERR_INVALID, "adamw: step t must be >= 1 (got %d)", t);
-    float bc1 = zs_adamw_bias_correction(beta1, t);
-    float bc2 = zs_adamw_bias_correction(beta2, t);
-#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        zs_adamw_elem(&param[i], &m[i], &v[i], grad[i], lr, beta1, beta2, eps, wd, grad_scale, bc1,
-                      bc2);
+    zs_cpu_adamw_hp h = {lr, beta1, beta2, eps, wd, grad_scale, zs_adamw_bias_correction(beta1, t),
+                         zs_adamw_bias_correction(beta2, t)};
+    zs_cpu_adamw_run(param, grad, NULL, m, v, 0, (int64_t)n, &h);
 fail:
     return st;
 }
@@ -101,15 +98,11 @@ static zs_status adamw_segs_any(float *param, const float *g32, const zs_bf16 *g
                                 float beta2, float eps, float wd, float grad_scale, int t) {
     zs_status st = ZS_OK;
     ZS_CHECK(zs_adamw_segs_check(segs, t));
-    float bc1 = zs_adamw_bias_correction(beta1, t);
-    float bc2 = zs_adamw_bias_correction(beta2, t);
+    zs_cpu_adamw_hp h = {lr, beta1, beta2, eps, wd, grad_scale, zs_adamw_bias_correction(beta1, t),
+                         zs_adamw_bias_correction(beta2, t)};
     for (int k = 0; k < segs->n; k++) {
-        float w = segs->decay[k] ? wd : 0.0f;
-        int64_t lo = segs->lo[k], hi = segs->hi[k];
-#pragma omp parallel for schedule(static) if ((size_t)(hi - lo) >= ZS_CPU_PAR_MIN)
-        for (int64_t i = lo; i < hi; i++)
-            zs_adamw_elem(&param[i], &m[i], &v[i], g32 ? g32[i] : zs_bf16_to_f32(g16[i]), lr, beta1,
-                          beta2, eps, w, grad_scale, bc1, bc2);
+        h.wd = segs->decay[k] ? wd : 0.0f;
+        zs_cpu_adamw_run(param, g32, g16, m, v, segs->lo[k], segs->hi[k], &h);
     }
 fail:
     return st;
