@@ -228,10 +228,14 @@ static __device__ __forceinline__ float zs_cu_block_reduce(float v, float *red, 
 }
 
 /* Column sums in kernels/common.h's order (bias and norm-weight gradients): a block of
- * ZS_CU_COLS columns times ZS_COLSUM_GROUPS partial sums (256 threads; a warp reads two rows of
- * 16 consecutive floats, whole sectors); the partials meet in shared memory and the first
- * group's threads add them in group order. */
-#define ZS_CU_COLS 16
+ * ZS_CU_COLS columns times ZS_COLSUM_GROUPS partial sums (ZS_CU_COL_THREADS = 128 threads; a
+ * warp reads four rows of 8 consecutive floats, one whole 32-byte sector each); the partials
+ * meet in shared memory and the first group's threads add them in group order. Eight columns
+ * a block, not sixteen: a 768-column sum is 96 blocks rather than 48, so it spreads over most
+ * of an H100's 132 SMs (each SM pulls only its share of the memory bandwidth); the order of
+ * each column's adds, and so its bits, does not depend on the width. */
+#define ZS_CU_COLS 8
+#define ZS_CU_COL_THREADS (ZS_CU_COLS * ZS_COLSUM_GROUPS)
 /* rmsnorm_bwd_cols reads this many rows of a segment ahead (all loads in flight), then adds
  * them in order: one load's latency per batch, not per row. The other column sums size their
  * own batch by the registers they hold: bias_bwd BIAS_BWD_BATCH (ops_cuda.cu), layer norm's

@@ -45,9 +45,11 @@ static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const float *dout, c
         dinp[r * C + i] += zs_rmsnorm_dinp(w[i] * d[i], x[i] * rs, mgx, rs);
 }
 
-/* dw: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu). */
+/* dw: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu); a whole
+ * batch's rstd read 16 bytes at a time where it is 16-byte aligned (vec), as
+ * layernorm_bwd_cols_kernel (nn_cuda.cu) reads its mean and rstd. */
 static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, const float *inp,
-                                               const float *rstd, int N, int C) {
+                                               const float *rstd, int N, int C, int vec) {
     ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
     int tx = (int)threadIdx.x % ZS_CU_COLS, g = (int)threadIdx.x / ZS_CU_COLS;
     int c = (int)blockIdx.x * ZS_CU_COLS + tx;
@@ -56,12 +58,18 @@ static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, con
         int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
         for (int r0 = s0; r0 < end; r0 += ZS_CU_COL_BATCH) { /* loads in flight, then in order */
             float d[ZS_CU_COL_BATCH], x[ZS_CU_COL_BATCH], rs[ZS_CU_COL_BATCH];
+            int whole = vec && r0 + ZS_CU_COL_BATCH <= end;
             ZS_UNROLL
             for (int u = 0; u < ZS_CU_COL_BATCH; u++) {
                 int r = r0 + u < end ? r0 + u : r0; /* past the segment: a row read, unused */
                 d[u] = dout[(size_t)r * C + c];
                 x[u] = inp[(size_t)r * C + c];
-                rs[u] = rstd[r];
+                if (whole && u % 4 == 0) {
+                    float4 b = *(const float4 *)(rstd + r);
+                    rs[u] = b.x, rs[u + 1] = b.y, rs[u + 2] = b.z, rs[u + 3] = b.w;
+                } else if (!whole) {
+                    rs[u] = rstd[r];
+                }
             }
             ZS_UNROLL
             for (int u = 0; u < ZS_CU_COL_BATCH; u++)
@@ -117,8 +125,8 @@ zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float 
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_rows_kernel);
     /* per column: 3 per row, the partials' total, 1 into dw (read and written) */
     ZS_COST((double)C * (3.0 * N + ZS_COLSUM_GROUPS + 1.0), 0, 4.0 * (2.0 * N * C + N + 2.0 * C));
-    ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, dout,
-              inp, rstd, N, C);
+    ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_COL_THREADS, 0, cs, dw,
+              dout, inp, rstd, N, C, ((uintptr_t)rstd & 15) == 0);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_cols_kernel);
 fail:
     return st;

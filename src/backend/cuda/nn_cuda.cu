@@ -227,11 +227,14 @@ static __global__ void layernorm_bwd_rows_kernel(float *dinp, const float *dout,
 }
 
 /* dw and db: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu), with
- * LN_COL_BATCH rows' loads in flight (four arrays of them: 128 registers). */
+ * LN_COL_BATCH rows' loads in flight (four arrays of them: 128 registers). A whole batch reads
+ * its rows' mean and rstd 16 bytes at a time (vec: both 16-byte aligned; batches start on a
+ * multiple of 32 rows), so a warp's loads of them use whole sectors, where one float a row
+ * used 4 bytes of each. */
 #define LN_COL_BATCH 32
 static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const float *dout,
                                                  const float *inp, const float *mean,
-                                                 const float *rstd, int N, int C) {
+                                                 const float *rstd, int N, int C, int vec) {
     ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
     ZS_SHARED(float, pb, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
     int tx = (int)threadIdx.x % ZS_CU_COLS, g = (int)threadIdx.x / ZS_CU_COLS;
@@ -241,13 +244,20 @@ static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const flo
         int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
         for (int r0 = s0; r0 < end; r0 += LN_COL_BATCH) { /* loads in flight, then in order */
             float d[LN_COL_BATCH], x[LN_COL_BATCH], mu[LN_COL_BATCH], rs[LN_COL_BATCH];
+            int whole = vec && r0 + LN_COL_BATCH <= end;
             ZS_UNROLL
             for (int u = 0; u < LN_COL_BATCH; u++) {
                 int r = r0 + u < end ? r0 + u : r0; /* past the segment: a row read, unused */
                 d[u] = dout[(size_t)r * C + c];
                 x[u] = inp[(size_t)r * C + c];
-                mu[u] = mean[r];
-                rs[u] = rstd[r];
+                if (whole && u % 4 == 0) {
+                    float4 a = *(const float4 *)(mean + r), b = *(const float4 *)(rstd + r);
+                    mu[u] = a.x, mu[u + 1] = a.y, mu[u + 2] = a.z, mu[u + 3] = a.w;
+                    rs[u] = b.x, rs[u + 1] = b.y, rs[u + 2] = b.z, rs[u + 3] = b.w;
+                } else if (!whole) {
+                    mu[u] = mean[r];
+                    rs[u] = rstd[r];
+                }
             }
             ZS_UNROLL
             for (int u = 0; u < LN_COL_BATCH; u++)
@@ -314,8 +324,8 @@ zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db,
     /* per column: 5 per row, the two partials' totals, 2 into dw and db (read and written) */
     ZS_COST((double)C * (5.0 * N + 2.0 * ZS_COLSUM_GROUPS + 2.0), 0,
             4.0 * (2.0 * N * C + 2.0 * N + 4.0 * C));
-    ZS_LAUNCH(layernorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_THREADS, 0, cs, dw, db,
-              dout, inp, mean, rstd, N, C);
+    ZS_LAUNCH(layernorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_COL_THREADS, 0, cs, dw,
+              db, dout, inp, mean, rstd, N, C, (((uintptr_t)mean | (uintptr_t)rstd) & 15) == 0);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_cols_kernel);
 fail:
     return st;

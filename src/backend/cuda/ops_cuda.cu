@@ -49,8 +49,8 @@ static __global__ void bias_fwd_kernel(float *out, const float *bias, size_t tot
 #define BIAS_BWD_BATCH ZS_COLSUM_SEG
 /* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
 // clang-format off
-static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 1) bias_bwd_kernel(float *dbias, const float *dout,
-        int N, int OC, zs_bf16 *cast, const float *gelu_inp) {
+static __global__ void ZS_BOUNDS(ZS_CU_COL_THREADS, 1) bias_bwd_kernel(float *dbias,
+        const float *dout, int N, int OC, zs_bf16 *cast, const float *gelu_inp) {
     // clang-format on
     ZS_SHARED(float, part, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
     int tx = (int)threadIdx.x % ZS_CU_COLS, w = (int)threadIdx.x / ZS_CU_COLS;
@@ -207,8 +207,8 @@ zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, i
      * written); zs_gelu_grad's 21 and 2 an element, gelu_inp read; the bf16 copy written */
     ZS_COST((dbias ? (double)(N + ZS_COLSUM_GROUPS + 1) * OC : 0.0) + (gelu_inp ? 23.0 * n : 0.0),
             0, (4.0 + (cast ? 2.0 : 0.0) + (gelu_inp ? 4.0 : 0.0)) * n + (dbias ? 8.0 * OC : 0.0));
-    ZS_LAUNCH(bias_bwd_kernel, zs_cu_col_blocks((size_t)OC), ZS_CU_THREADS, 0, cs, dbias, dout, N,
-              OC, cast, gelu_inp);
+    ZS_LAUNCH(bias_bwd_kernel, zs_cu_col_blocks((size_t)OC), ZS_CU_COL_THREADS, 0, cs, dbias, dout,
+              N, OC, cast, gelu_inp);
     ZS_CUDA_CHECK_LAUNCH(bias_bwd_kernel);
 fail:
     return st;
