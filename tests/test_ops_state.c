@@ -141,6 +141,27 @@ static void test_adamw_segs(void) {
     free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2);
 }
 
+/* Whether /proc/cpuinfo's flags list x86-64-v4's AVX-512 features (F, BW, CD, DQ, VL): the
+ * kernel's word, independent of the compiler's CPU builtins that adamw_cpu.c asks. */
+static int cpuinfo_has_avx512(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    static char line[1 << 14];
+    int have = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "flags", 5)) {
+            const char *need[] = {" avx512f", " avx512bw", " avx512cd", " avx512dq", " avx512vl"};
+            have = 1;
+            for (int i = 0; i < 5; i++) {
+                const char *p = strstr(line, need[i]);
+                size_t k = strlen(need[i]);
+                have &= p && (p[k] == ' ' || p[k] == '\n');
+            }
+            break;
+        }
+    if (f) fclose(f);
+    return have;
+}
+
 /* The host AdamW step in each instruction set this CPU has (adamw_cpu.c): fp32 and bf16
  * gradients, segments long enough for the threads' split and ending off a vector's width, all
  * bit for bit kernels/adamw.h's element update run one element at a time. Where the CPU has no
@@ -157,11 +178,7 @@ static void test_adamw_isa(void) {
         v0[i] = m0[i] * m0[i], g16[i] = zs_f32_to_bf16(g[i]);
     zs_adamw_segs s = {.n = 2, .lo = {3, 2 * ZS_CPU_PAR_MIN + 1}, .hi = {2 * ZS_CPU_PAR_MIN - 5, n},
                        .decay = {1, 0}};
-    int have512 = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    have512 = __builtin_cpu_supports("x86-64-v4") > 0;
-#endif
+    int have512 = cpuinfo_has_avx512();
     for (int isa = ZS_CPU_ISA_AVX2; isa <= ZS_CPU_ISA_AVX512; isa++) {
         int got = zs_cpu_adamw_set_isa(isa);
         ZT_CHECK(got == (isa == ZS_CPU_ISA_AVX512 && have512 ? isa : ZS_CPU_ISA_AVX2),

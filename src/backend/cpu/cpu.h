@@ -28,6 +28,8 @@ int zs_cpu_adamw_isa(void);
  * and bench optim --isa. */
 int zs_cpu_adamw_set_isa(int isa);
 const char *zs_cpu_isa_name(int isa);
+/* Whether this CPU (and its OS) runs x86-64-v4 code: AVX-512 F, BW, CD, DQ and VL. */
+int zs_cpu_has_avx512(void);
 
 zs_status zs_cpu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
                                const float *wpe, int B, int T, int C, const int32_t *seg);
