@@ -23,16 +23,6 @@
 #define MAX_T 16
 #define MAX_REPS 64
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
-
 static float *rnd_buf(size_t n, unsigned *state) {
     float *x = malloc(n * sizeof *x);
     for (size_t i = 0; x && i < n; i++) {
@@ -71,7 +61,7 @@ static double sgemm_ceiling(int pairs, int T, int hs, int reps, double *flops) {
         }
         if (r >= 0) t[r] = zs_now_s() - t0;
     }
-    med = median(t, reps);
+    med = zs_bench_median(t, reps);
 done:
     free(Q);
     free(P);
@@ -134,8 +124,8 @@ static int time_kernels(const zs_model_config *c, int B, int T, int reps, kernel
     }
     if (ok)
         for (int w = 0; w < 2; w++) {
-            kt->fwd[w] = median(tf[w], reps);
-            kt->bwd[w] = median(tb[w], reps);
+            kt->fwd[w] = zs_bench_median(tf[w], reps);
+            kt->bwd[w] = zs_bench_median(tb[w], reps);
         }
     kt->kept[0] = kt->scratch[0] = na * 4;
     kt->kept[1] = kt->scratch[1] = nl * 4;
@@ -258,7 +248,8 @@ int zs_bench_attention(int argc, char **argv) {
                     return zs_flag_fail(1, "bench attention: bench step at T=%d (%s) failed", Ts[i],
                                        w ? "flash" : "naive");
             }
-        double mn = median(ms[0], step_reps), mf = median(ms[1], step_reps);
+        double mn = zs_bench_median(ms[0], step_reps);
+        double mf = zs_bench_median(ms[1], step_reps);
         printf("| %d | %.1f | %.1f | %.2f |\n", Ts[i], mn, mf, mf / mn);
     }
     return 0;

@@ -39,11 +39,6 @@ static uint64_t field(const char *s, const char *end, const char *key) {
     return v && (!end || v < end) ? strtoull(v + strlen(k), NULL, 10) : 0;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static int parse_run(const char *log, cell *c) {
     FILE *f = fopen(log, "r");
     if (!f) return -1;
@@ -71,8 +66,7 @@ static int parse_run(const char *log, cell *c) {
     }
     fclose(f);
     if (n) {
-        qsort(ms, (size_t)n, sizeof *ms, cmp_d);
-        c->ms = ms[n / 2];
+        c->ms = zs_bench_median(ms, n);
     }
     return c->ok ? 0 : -1;
 }

@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/ops.h"
 #include "bench/bench.h"
+#include "bench/bench_util.h"
 #include "args/flags.h"
 #include "core/bf16.h"
 #include "core/timer.h"
@@ -89,16 +90,6 @@ static const zs_flag_table OPTIM_TABLE = {
              "touched (28 bytes an element, 26 with bf16 gradients) and the share of the\n"
              "ceiling. bench/torch_adamw.py sets torch.optim.AdamW beside it.\n",
 };
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
 
 /* memcpy of n bytes from src to dst, one contiguous part a thread (as the step splits). */
 static void par_copy(char *dst, const char *src, size_t n) {
@@ -185,9 +176,9 @@ static int bench_size(const zs_ops *ops, int64_t n, zs_dtype gdt, int reps, opti
             if (k) (which == 2 ? ts : which == 1 ? tc : tm)[k - 1] = dt;
         }
     }
-    r->step_s = median(ts, reps);
-    r->copy_s = median(tc, reps);
-    r->stream_s = median(tm, reps);
+    r->step_s = zs_bench_median(ts, reps);
+    r->copy_s = zs_bench_median(tc, reps);
+    r->stream_s = zs_bench_median(tm, reps);
     r->bytes = (double)n * (double)per;
 done:
     free(p), free(m), free(v), free(g), free(src), free(dst);

@@ -1,4 +1,4 @@
-/* Helpers shared by the benchmarks: synthetic token data and the executable's own path. */
+/* Helpers shared by the benchmarks: synthetic token data, the executable's own path, medians. */
 #include "bench/bench_util.h"
 
 #include "data/data.h"
@@ -25,4 +25,14 @@ int zs_bench_self(char *buf, size_t cap) {
     if (len <= 0) return -1;
     buf[len] = '\0';
     return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double zs_bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
 }
