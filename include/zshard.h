@@ -151,6 +151,10 @@ typedef struct zs_mem_estimate {
     uint64_t total;
     int64_t params; /* real parameters (Ψ) */
     int64_t padded; /* Ψ plus alignment and shard padding */
+    /* With --offload: the pinned host memory the engine holds beside the device's (the master,
+     * Adam m and v, the gradient shard's host copy), by category; zero without offload. */
+    uint64_t host_bytes[ZS_MEM_NCAT];
+    uint64_t host_total;
 } zs_mem_estimate;
 
 /* batch is the global batch; it must divide by world_size x grad_accum. */
@@ -196,6 +200,13 @@ typedef enum zs_docs_mode {
 const char *zs_docs_mode_name(zs_docs_mode m);
 zs_status zs_docs_mode_parse(const char *name, zs_docs_mode *out);
 
+/* Where a GPU rank keeps its optimizer state (docs/sharding.md "Offload"). OPTIMIZER (ZeRO-Offload,
+ * FSDP's optimizer offload): the fp32 master and Adam m, v of the rank's range live in pinned host
+ * memory; each step copies the gradient shard to the host, runs AdamW there (the arithmetic of the
+ * device's step, so the bits are the same) and uploads the updated compute copy. Refused on CPU
+ * ranks, whose device memory is host memory already. */
+typedef enum zs_offload { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_OPTIMIZER = 1 } zs_offload;
+
 /* Training settings that change memory but not the model. All-zero = fp32, no recompute,
  * flash attention. */
 typedef struct zs_mem_options {
@@ -209,6 +220,8 @@ typedef struct zs_mem_options {
                               On a GPU, host memory (the comm backends' and the tokens' pinned
                               staging) is not part of it; the reductions' scratch is. */
     zs_docs_mode docs;     /* PACK and PAD add each token's document start to the batch */
+    zs_offload offload;    /* OPTIMIZER: master and Adam states counted in host_bytes, not bytes */
+    double offload_fraction; /* as zs_module_config's: 0 = all */
 } zs_mem_options;
 
 /* The model-state formula (docs/architecture.md "Memory accounting") for a stage and opts' dtypes
@@ -258,6 +271,10 @@ typedef struct zs_module_config {
                              model's name */
     int tf32;             /* fp32 compute copy: GEMMs of models built on the module take TF32
                              inputs (a bf16 copy always takes bf16 GEMMs) */
+    zs_offload offload;   /* NONE (default) or OPTIMIZER: optimizer state in host memory */
+    double offload_fraction; /* with offload: the share of the optimizer state offloaded, in
+                                (0, 1]; 0 = all. Whole units in layout order, the first ones
+                                until the share is reached (zs_offload_choose) */
 } zs_module_config;
 
 typedef struct zs_train_config {
@@ -357,6 +374,8 @@ const char *zs_trainer_comm_reason(const zs_trainer_t *t);
 const char *zs_trainer_device(const zs_trainer_t *t, const char **why);
 /* Memory statistics of every rank, rank order, into all[world_size]. Collective. */
 zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all);
+/* Host memory (pinned staging, --offload's state) of every rank the same way. Collective. */
+zs_status zs_trainer_gather_host_mem(zs_trainer_t *t, zs_mem_stats *all);
 const zs_model_config *zs_trainer_model(const zs_trainer_t *t);
 /* Vocabulary size that the data implies (256 for text, 50257 for GPT-2 token shards). */
 int zs_trainer_vocab(const zs_trainer_t *t);

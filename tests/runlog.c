@@ -58,6 +58,18 @@ static void parse_final(const char *line, rl_run *r) {
         r->world = k + 1;
         pr = end;
     }
+    const char *hp = strstr(line, "\"host_peak_bytes_per_rank\":[");
+    const char *hp_end = hp ? strchr(hp, ']') : NULL;
+    for (int k = 0; hp && k < RL_MAX_RANKS; k++) {
+        hp = strchr(hp, '{');
+        if (!hp || hp > hp_end) break;
+        const char *end = strchr(hp, '}');
+        read_cats(hp, end, r->hpeak[k]);
+        r->hworld = k + 1;
+        hp = end;
+    }
+    const char *he = strstr(line, "\"host_estimate_bytes\":{");
+    if (he) read_cats(he, strchr(he, '}'), r->hest);
     /* The estimate is the record's last object, so the rest of the line is its. */
     const char *es = strstr(line, "\"estimate_bytes\":{");
     if (es) read_cats(es, NULL, r->est);

@@ -26,6 +26,11 @@ typedef struct rl_run {
     char hash[17];                                /* param_hash, 16 hex digits */
     uint64_t peak[RL_MAX_RANKS][ZS_MEM_NCAT + 1]; /* bytes per category; [ZS_MEM_NCAT]: total */
     uint64_t est[ZS_MEM_NCAT + 1];                /* the estimator's, same indices */
+    /* --offload: pinned host bytes of the offloaded state per rank and the estimator's (the
+     * offloaded categories; [ZS_MEM_NCAT]: their total); hworld ranks read. */
+    uint64_t hpeak[RL_MAX_RANKS][ZS_MEM_NCAT + 1];
+    uint64_t hest[ZS_MEM_NCAT + 1];
+    int hworld;
 } rl_run;
 
 /* Output (stdout and stderr) of the last rl_train, for failure messages; tests may also pass

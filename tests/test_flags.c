@@ -175,6 +175,34 @@ static void test_optim_sizes(void) {
     }
 }
 
+/* --offload: a mode that is not one is named with exit 2, so is a fraction out of (0, 1] or
+ * without offload; on CPU ranks (train, mem) the request is refused with the reason, not
+ * silently ignored. */
+static void test_offload(void) {
+    const char *z = zt_zshard_exe();
+    int rc = sh("%s train --data %s/t.txt --steps 1 --offload params-and-more 2>&1", z, g_dir);
+    ZT_CHECK(rc == 2 && strstr(g_out, "--offload: 'params-and-more' is not one of none, optimizer"),
+             "train --offload params-and-more: exit %d:\n%s", rc, g_out);
+    rc = sh("%s train --data %s/t.txt --steps 1 --batch 2 --seq 16 --sample-len 0 --device cpu "
+            "--offload optimizer 2>&1",
+            z, g_dir);
+    ZT_CHECK(rc != 0 && strstr(g_out, "on CPU ranks the device is the host") &&
+                 !strstr(g_out, "step 1"),
+             "train --device cpu --offload optimizer: exit %d:\n%s", rc, g_out);
+    rc = sh("%s mem --model gpt2-tiny --device cuda --offload-fraction 0.5 2>&1", z);
+    ZT_CHECK(rc == 2 && strstr(g_out, "--offload-fraction 0.5: nothing is offloaded without "
+                                      "--offload optimizer"),
+             "mem --offload-fraction without --offload: exit %d:\n%s", rc, g_out);
+    rc = sh("%s mem --model gpt2-tiny --device cuda --offload optimizer --offload-fraction 1.5 "
+            "2>&1",
+            z);
+    ZT_CHECK(rc == 2 && strstr(g_out, "--offload-fraction 1.5 must be in (0, 1]"),
+             "mem --offload-fraction 1.5: exit %d:\n%s", rc, g_out);
+    rc = sh("%s mem --model gpt2-tiny --device cpu --offload optimizer 2>&1", z);
+    ZT_CHECK(rc == 2 && strstr(g_out, "on CPU ranks the device is the host"),
+             "mem --device cpu --offload optimizer: exit %d:\n%s", rc, g_out);
+}
+
 int main(void) {
     zt_init("flags");
     ZT_REQUIRE(mkdtemp(g_dir), "mkdtemp");
@@ -190,6 +218,7 @@ int main(void) {
         test_command(&CASES[i]);
     test_switch_values();
     test_optim_sizes();
+    test_offload();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");

@@ -151,6 +151,9 @@ zs_status zs_module_set_param(zs_module_t *m, const char *name, const float *val
 
 /* Memory statistics of every rank, rank order, into all[world_size]. Collective. */
 zs_status zs_module_gather_mem(zs_module_t *m, zs_mem_stats *all);
+/* The same for host memory (pinned staging and --offload's state on a GPU rank; on CPU ranks
+ * the host is the device and this equals zs_module_gather_mem). Collective. */
+zs_status zs_module_gather_host_mem(zs_module_t *m, zs_mem_stats *all);
 
 /* Checkpoints (docs/checkpoint.md): save_dir/step_NNNNNNNN with the module's unit layout and
  * tensor names in manifest.json, one zstd file per rank (fp32 master, Adam m and v); `latest`

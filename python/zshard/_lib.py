@@ -52,21 +52,24 @@ class MemStats(ctypes.Structure):
 class MemEstimate(ctypes.Structure):
     _fields_ = [("bytes", ctypes.c_uint64 * NCAT), ("model_states", ctypes.c_uint64),
                 ("total", ctypes.c_uint64), ("params", ctypes.c_int64),
-                ("padded", ctypes.c_int64)]
+                ("padded", ctypes.c_int64), ("host_bytes", ctypes.c_uint64 * NCAT),
+                ("host_total", ctypes.c_uint64)]
 
 
 class MemOptions(ctypes.Structure):
     _fields_ = [("recompute", ctypes.c_int), ("attention", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("reduce_dtype", ctypes.c_int),
                 ("comm", ctypes.c_char_p), ("device", ctypes.c_char_p),
-                ("docs", ctypes.c_int)]
+                ("docs", ctypes.c_int), ("offload", ctypes.c_int),
+                ("offload_fraction", ctypes.c_double)]
 
 
 class ModuleConfig(ctypes.Structure):
     _fields_ = [("stage", ctypes.c_int), ("prefetch", ctypes.c_int),
                 ("param_dtype", ctypes.c_int), ("grad_dtype", ctypes.c_int),
                 ("seed", ctypes.c_uint64), ("device", ctypes.c_char_p),
-                ("name", ctypes.c_char_p), ("tf32", ctypes.c_int)]
+                ("name", ctypes.c_char_p), ("tf32", ctypes.c_int),
+                ("offload", ctypes.c_int), ("offload_fraction", ctypes.c_double)]
 
 
 class TrainConfig(ctypes.Structure):

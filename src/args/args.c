@@ -83,6 +83,16 @@ int zs_arg_recompute(const char *flag, const char *text, zs_recompute *out) {
     return 0;
 }
 
+int zs_arg_offload(const char *flag, const char *text, zs_offload *out) {
+    if (!strcmp(text, "none"))
+        *out = ZS_OFFLOAD_NONE;
+    else if (!strcmp(text, "optimizer"))
+        *out = ZS_OFFLOAD_OPTIMIZER;
+    else
+        return zs_flag_fail(2, "%s: '%s' is not one of none, optimizer", flag, text);
+    return 0;
+}
+
 int zs_arg_attention(const char *flag, const char *text, zs_attention *out) {
     if (!strcmp(text, "flash"))
         *out = ZS_ATTENTION_FLASH;

@@ -19,6 +19,7 @@ int zs_arg_tie(const char *flag, const char *text, int *out);
  * decides later). */
 int zs_arg_stage(const char *flag, const char *text, zs_stage *out);
 int zs_arg_recompute(const char *flag, const char *text, zs_recompute *out);
+int zs_arg_offload(const char *flag, const char *text, zs_offload *out);
 int zs_arg_attention(const char *flag, const char *text, zs_attention *out);
 int zs_arg_device(const char *flag, const char *text, const char **out);
 /* A dtype, spelled either way on every command: fp32/f32, bf16, fp16/f16 (only where

@@ -175,6 +175,8 @@ static int apply_kind(void *opts, const zs_flag *f, const char *text, const char
         return zs_arg_dtype(what, text, 0, (zs_dtype *)p);
     case ZS_FLAG_RECOMPUTE:
         return zs_arg_recompute(what, text, (zs_recompute *)p);
+    case ZS_FLAG_OFFLOAD:
+        return zs_arg_offload(what, text, (zs_offload *)p);
     case ZS_FLAG_ATTENTION:
         return zs_arg_attention(what, text, (zs_attention *)p);
     case ZS_FLAG_DEVICE:
@@ -264,6 +266,9 @@ int zs_flag_value(const void *opts, const zs_flag *f, char *buf, size_t cap) {
         return 1;
     case ZS_FLAG_RECOMPUTE:
         snprintf(buf, cap, "%s", *(const zs_recompute *)p == ZS_RECOMPUTE_BLOCK ? "block" : "none");
+        return 1;
+    case ZS_FLAG_OFFLOAD:
+        snprintf(buf, cap, "%s", *(const zs_offload *)p == ZS_OFFLOAD_OPTIMIZER ? "optimizer" : "none");
         return 1;
     case ZS_FLAG_ATTENTION:
         snprintf(buf, cap, "%s",

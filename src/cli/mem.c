@@ -42,7 +42,8 @@ typedef struct mem_args {
 static const char *const MEM_FLAGS[] = {
     "model", "data", "val-data", "tie-embeddings", "nproc", "batch", "seq", "grad-accum",
     "prefetch", "vocab", "dtype", "comm", "docs", "device-mem", "reduce-dtype", "recompute",
-    "device", "attention", "stage", "compare", "config"};
+    "device", "attention", "stage", "compare", "config", "offload",
+    "offload-fraction"};
 
 /* One of train's flags that mem has no use for: named in the note (once). */
 static void mem_seen(void *opts, const zs_flag *f) {
@@ -121,6 +122,8 @@ int zs_cli_mem(int argc, char **argv) {
     mo.attention = tc->attention;
     mo.comm = tc->comm;
     mo.docs = tc->docs;
+    mo.offload = tc->module.offload;
+    mo.offload_fraction = tc->module.offload_fraction;
     /* A prediction needs no GPU: auto predicts the device a run here would pick. */
     const char *chosen = "cpu";
     char why[160];
@@ -164,11 +167,12 @@ int zs_cli_mem(int argc, char **argv) {
             return zs_cli_fail(2, "mem: %s", zs_last_error());
     const zs_mem_estimate *e0 = &est[first];
     printf("zshard mem: %s, %d rank%s, %s, global batch %d x seq %d (%d per rank per "
-           "micro-batch), prefetch %d, recompute %s, %s attention%s%s\n",
+           "micro-batch), prefetch %d, recompute %s, %s attention%s%s%s\n",
            model, nproc, nproc > 1 ? "s" : "", dtype_words(&mo), batch, seq,
            batch / (nproc * accum), prefetch, mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none",
            mo.attention == ZS_ATTENTION_NAIVE ? "naive (T x T)" : "flash",
-           mo.docs ? ", --docs " : "", mo.docs ? zs_docs_mode_name(mo.docs) : "");
+           mo.docs ? ", --docs " : "", mo.docs ? zs_docs_mode_name(mo.docs) : "",
+           mo.offload ? ", --offload optimizer" : "");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);
@@ -200,16 +204,32 @@ int zs_cli_mem(int argc, char **argv) {
     printf("| **model states** |");
     for (int s = first; s <= last; s++)
         printf(" **%.3f** |", gib(est[s].model_states));
-    printf("\n| formula (Ψ padded, N=%d) |", nproc);
-    for (int s = first; s <= last; s++) {
-        char f[48];
-        printf(" %s = %.3f |", zs_mem_formula_text(s, &mo, f, sizeof f),
-               gib(zs_mem_formula_bytes(s, &mo, (uint64_t)e0->padded, nproc)));
+    /* A fraction offloads whole units: no formula per parameter describes it. */
+    if (!mo.offload || mo.offload_fraction <= 0 || mo.offload_fraction >= 1) {
+        printf("\n| formula (Ψ padded, N=%d) |", nproc);
+        for (int s = first; s <= last; s++) {
+            char f[48];
+            printf(" %s = %.3f |", zs_mem_formula_text(s, &mo, f, sizeof f),
+                   gib(zs_mem_formula_bytes(s, &mo, (uint64_t)e0->padded, nproc)));
+        }
     }
     printf("\n| **total** |");
     for (int s = first; s <= last; s++)
         printf(" **%.3f** |", gib(est[s].total));
     printf("\n");
+    if (mo.offload) { /* the offloaded state, in pinned host memory */
+        for (int c = 0; c < ZS_MEM_NCAT; c++) {
+            if (!est[first].host_bytes[c]) continue;
+            printf("| host (pinned): %s |", zs_mem_category_name((zs_mem_category)c));
+            for (int s = first; s <= last; s++)
+                printf(" %.3f |", gib(est[s].host_bytes[c]));
+            printf("\n");
+        }
+        printf("| **host (pinned) total** |");
+        for (int s = first; s <= last; s++)
+            printf(" **%.3f** |", gib(est[s].host_total));
+        printf("\n");
+    }
     if (device_mem) {
         char cap[32];
         zs_format_bytes(device_mem, cap, sizeof cap);

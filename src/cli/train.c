@@ -139,8 +139,53 @@ static int stop_early(const train_opts *o, zs_trainer_t *t, FILE *log, int step,
     return st == ZS_OK ? 128 + sig : 1;
 }
 
+/* The host categories --offload fills on a GPU rank. */
+static const zs_mem_category HOST_CATS[] = {ZS_MEM_PARAM_SHARD, ZS_MEM_GRAD_SHARD,
+                                            ZS_MEM_OPTIM_STATE};
+#define N_HOST_CATS (int)(sizeof HOST_CATS / sizeof HOST_CATS[0])
+
+/* --offload: each rank's peak pinned host bytes of the offloaded state, by category, and the
+ * estimator's (the final record's "host_peak_bytes_per_rank" and "host_estimate_bytes"). */
+static void json_host_mem(FILE *f, int world, const zs_mem_stats *host,
+                          const zs_mem_estimate *est) {
+    fprintf(f, ",\"host_peak_bytes_per_rank\":[");
+    for (int r = 0; r < world; r++) {
+        uint64_t sum = 0;
+        fprintf(f, "%s{", r ? "," : "");
+        for (int i = 0; i < N_HOST_CATS; i++) {
+            sum += host[r].peak[HOST_CATS[i]];
+            fprintf(f, "%s\"%s\":%llu", i ? "," : "", zs_mem_category_name(HOST_CATS[i]),
+                    (unsigned long long)host[r].peak[HOST_CATS[i]]);
+        }
+        fprintf(f, ",\"total\":%llu}", (unsigned long long)sum);
+    }
+    fprintf(f, "],\"host_estimate_bytes\":{");
+    for (int i = 0; i < N_HOST_CATS; i++)
+        fprintf(f, "%s\"%s\":%llu", i ? "," : "", zs_mem_category_name(HOST_CATS[i]),
+                (unsigned long long)est->host_bytes[HOST_CATS[i]]);
+    fprintf(f, ",\"total\":%llu}", (unsigned long long)est->host_total);
+}
+
+/* The estimator's figures for this run (what `zshard mem` prints for its flags). */
+static void run_estimate(const train_opts *o, zs_trainer_t *t, int world, zs_mem_estimate *est) {
+    zs_mem_options mo = {.recompute = o->cfg.recompute,
+                         .attention = o->cfg.attention,
+                         .dtype = o->cfg.module.param_dtype,
+                         .reduce_dtype = o->cfg.module.grad_dtype,
+                         .comm = world > 1 ? zs_trainer_comm_name(t) : o->cfg.comm,
+                         .device = zs_trainer_device(t, NULL),
+                         .docs = o->cfg.docs,
+                         .offload = o->cfg.module.offload,
+                         .offload_fraction = o->cfg.module.offload_fraction};
+    memset(est, 0, sizeof *est);
+    zs_mem_estimate_compute_opts(zs_trainer_model(t), world, (int)o->cfg.module.stage,
+                                 o->cfg.batch, o->cfg.seq, o->cfg.grad_accum,
+                                 o->cfg.module.prefetch, &mo, est);
+}
+
 static void mem_report(const train_opts *o, const zs_model_config *mc, int world,
-                       const zs_mem_stats *all, const zs_mem_estimate *est) {
+                       const zs_mem_stats *all, const zs_mem_estimate *est,
+                       const zs_mem_stats *host) {
     printf("memory per rank (MiB): measured peak by rank vs estimate\n| category |");
     for (int r = 0; r < world; r++)
         printf(" rank %d |", r);
@@ -154,6 +199,21 @@ static void mem_report(const train_opts *o, const zs_model_config *mc, int world
             printf(" %.2f |",
                    (double)(c < ZS_MEM_NCAT ? all[r].peak[c] : all[r].total_peak) / 1048576.0);
         printf(" %.2f |\n", (double)(c < ZS_MEM_NCAT ? est->bytes[c] : est->total) / 1048576.0);
+    }
+    if (!host) return;
+    /* --offload: the state the device no longer holds, in pinned host memory. */
+    for (int i = 0; i <= N_HOST_CATS; i++) {
+        printf("| host (pinned): %s |", i < N_HOST_CATS ? zs_mem_category_name(HOST_CATS[i])
+                                                        : "offload total");
+        for (int r = 0; r < world; r++) {
+            uint64_t v = 0;
+            for (int k = 0; k < N_HOST_CATS; k++)
+                if (k == i || i == N_HOST_CATS) v += host[r].peak[HOST_CATS[k]];
+            printf(" %.2f |", (double)v / 1048576.0);
+        }
+        printf(" %.2f |\n", (double)(i < N_HOST_CATS ? est->host_bytes[HOST_CATS[i]]
+                                                     : est->host_total) /
+                                   1048576.0);
     }
     (void)o;
     (void)mc;
@@ -288,6 +348,16 @@ int zs_cli_train(int argc, char **argv) {
                world, world > 1 ? "s" : "", stages[o.cfg.module.stage], o.cfg.batch, o.cfg.seq,
                o.cfg.grad_accum, o.cfg.grad_accum > 1 ? "es" : "", o.cfg.steps, (double)o.cfg.lr,
                o.cfg.warmup, (unsigned long long)o.cfg.module.seed);
+        if (o.cfg.module.offload) {
+            zs_mem_estimate est;
+            char hb[32], db[32];
+            run_estimate(&o, t, world, &est);
+            zs_format_bytes(est.host_total, hb, sizeof hb);
+            zs_format_bytes(est.total, db, sizeof db);
+            printf("  --offload optimizer: fp32 master and Adam state stepped on the host, %s of "
+                   "pinned host memory per rank; %s on the GPU (docs/sharding.md \"Offload\")\n",
+                   hb, db);
+        }
         if (dp0.samples)
             printf("  documents: --docs %s, %lld %s from %lld document%s, %lld steps per "
                    "epoch%s\n",
@@ -470,30 +540,23 @@ int zs_cli_train(int argc, char **argv) {
         print_sample(&o, t, o.cfg.steps, train_s);
 
     uint64_t hash = 0;
-    zs_mem_stats *all = calloc((size_t)world, sizeof *all);
+    int offload = o.cfg.module.offload != ZS_OFFLOAD_NONE;
+    zs_mem_stats *all = calloc((size_t)world * 2, sizeof *all), *host = all + world;
     if (!all) {
         st = zs_error(ZS_ERR_OOM, "out of memory");
         goto fail;
     }
     if ((st = zs_trainer_param_hash(t, &hash)) != ZS_OK ||
         (o.dump_path && (st = zs_trainer_dump_params(t, o.dump_path)) != ZS_OK) ||
-        (st = zs_trainer_gather_mem(t, all)) != ZS_OK) {
+        (st = zs_trainer_gather_mem(t, all)) != ZS_OK ||
+        (offload && (st = zs_trainer_gather_host_mem(t, host)) != ZS_OK)) {
         free(all);
         fprintf(stderr, "zshard: %s\n", zs_last_error());
         goto fail;
     }
     zs_mem_estimate est;
-    memset(&est, 0, sizeof est);
-    zs_mem_options mo = {.recompute = o.cfg.recompute,
-                         .attention = o.cfg.attention,
-                         .dtype = o.cfg.module.param_dtype,
-                         .reduce_dtype = o.cfg.module.grad_dtype,
-                         .comm = world > 1 ? zs_trainer_comm_name(t) : o.cfg.comm,
-                         .device = zs_trainer_device(t, NULL),
-                         .docs = o.cfg.docs};
-    zs_mem_estimate_compute_opts(mc, world, (int)o.cfg.module.stage, o.cfg.batch, o.cfg.seq,
-                                 o.cfg.grad_accum, o.cfg.module.prefetch, &mo, &est);
-    if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est);
+    run_estimate(&o, t, world, &est);
+    if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est, offload ? host : NULL);
     zs_mem_stats ms;
     zs_mem_get_stats(&ms);
     char peak[32], brk[512];
@@ -529,7 +592,9 @@ int zs_cli_train(int argc, char **argv) {
                         (unsigned long long)all[r].peak[c]);
             fprintf(log, ",\"total\":%llu}", (unsigned long long)all[r].total_peak);
         }
-        fprintf(log, "],\"estimate_bytes\":{");
+        fprintf(log, "]");
+        if (offload) json_host_mem(log, world, host, &est);
+        fprintf(log, ",\"estimate_bytes\":{");
         for (int c = 0; c < ZS_MEM_NCAT; c++)
             fprintf(log, "%s\"%s\":%llu", c ? "," : "", zs_mem_category_name((zs_mem_category)c),
                     (unsigned long long)est.bytes[c]);

@@ -104,6 +104,14 @@ static const zs_flag FLAGS[] = {
      "same rounding on the CPU) [off]", 0, NULL},
     {"reduce-dtype", ZS_FLAG_DTYPE, OFF(cfg.module.grad_dtype), 0, 0, 0, OFF(reduce_dtype_set), "D",
      "fp32|bf16: gradient storage and reduction [--dtype]", 0, NULL},
+    {"offload", ZS_FLAG_OFFLOAD, OFF(cfg.module.offload), NONE, "O",
+     "none|optimizer: optimizer keeps the fp32 master and Adam\n"
+     "state in pinned host memory and steps them on the host\n"
+     "(GPU ranks; docs/sharding.md \"Offload\") [none]", 0, NULL},
+    {"offload-fraction", ZS_FLAG_DOUBLE, OFF(cfg.module.offload_fraction), 0, 1, 0, 0, "F",
+     "with --offload optimizer: offload the first units in\n"
+     "layout order until this share of the optimizer state,\n"
+     "in (0, 1]; the rest stays on the GPU [1]", 0, NULL},
     {"recompute", ZS_FLAG_RECOMPUTE, OFF(cfg.recompute), NONE, "M",
      "none|block: block keeps only each block's input and\n"
      "recomputes the block in its backward [none]", 0, NULL},
@@ -278,8 +286,9 @@ char *zs_train_config_json(const train_opts *o) {
         const zs_flag *fl = &FLAGS[i];
         if (!shown(o, fl) || !zs_flag_value(o, fl, v, sizeof v)) continue;
         fprintf(f, "%s\"%s\":", n++ ? "," : "", fl->name);
-        if (quoted(fl) || fl->kind == ZS_FLAG_STAGE || fl->kind == ZS_FLAG_DTYPE || fl->kind == ZS_FLAG_DOCS ||
-            fl->kind == ZS_FLAG_RECOMPUTE || fl->kind == ZS_FLAG_ATTENTION || fl->kind == ZS_FLAG_TIE)
+        if (quoted(fl) || fl->kind == ZS_FLAG_STAGE || fl->kind == ZS_FLAG_DTYPE ||
+            fl->kind == ZS_FLAG_DOCS || fl->kind == ZS_FLAG_RECOMPUTE ||
+            fl->kind == ZS_FLAG_ATTENTION || fl->kind == ZS_FLAG_TIE || fl->kind == ZS_FLAG_OFFLOAD)
             zs_json_write_string(f, v);
         else if (fl->kind == ZS_FLAG_U64)
             zs_json_write_string(f, v); /* a 64-bit seed does not survive a double */

@@ -74,6 +74,17 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
                zs_dtype_name(cfg->param_dtype));
     ZS_REQUIRE(cfg->grad_dtype == ZS_DTYPE_F32 || cfg->grad_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
                "engine: gradient dtype %s is not fp32 or bf16", zs_dtype_name(cfg->grad_dtype));
+    ZS_REQUIRE(cfg->offload == ZS_OFFLOAD_NONE || cfg->offload == ZS_OFFLOAD_OPTIMIZER,
+               ZS_ERR_INVALID, "engine: unknown offload mode %d", (int)cfg->offload);
+    ZS_REQUIRE(cfg->offload_fraction >= 0 && cfg->offload_fraction <= 1, ZS_ERR_INVALID,
+               "--offload-fraction %g must be in (0, 1]", cfg->offload_fraction);
+    ZS_REQUIRE(cfg->offload_fraction == 0 || cfg->offload != ZS_OFFLOAD_NONE, ZS_ERR_INVALID,
+               "--offload-fraction %g: nothing is offloaded without --offload optimizer",
+               cfg->offload_fraction);
+    ZS_REQUIRE(cfg->offload == ZS_OFFLOAD_NONE || !(dev ? dev : zs_device_cpu())->host_memory,
+               ZS_ERR_INVALID,
+               "--offload optimizer: on CPU ranks the device is the host, so the optimizer state "
+               "is in host memory already; offload moves it off a GPU (--device cuda)");
     e = calloc(1, sizeof *e);
     ZS_REQUIRE(e, ZS_ERR_OOM, "engine: out of memory");
     e->layout = layout;
@@ -94,6 +105,14 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
     e->cunit = -1;
     e->units = calloc((size_t)layout->n_units, sizeof *e->units);
     ZS_REQUIRE(e->units, ZS_ERR_OOM, "engine: out of memory");
+    if (cfg->offload == ZS_OFFLOAD_OPTIMIZER) {
+        unsigned char *off = malloc((size_t)layout->n_units);
+        ZS_REQUIRE(off, ZS_ERR_OOM, "engine: out of memory");
+        e->offload = zs_offload_choose(layout, cfg->offload_fraction, off) > 0;
+        for (int u = 0; u < layout->n_units; u++)
+            e->units[u].off = off[u];
+        free(off);
+    }
     for (int u = 0; u < layout->n_units; u++) {
         const zs_unit_desc *ud = &layout->units[u];
         unit_state *us = &e->units[u];
@@ -113,38 +132,42 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
             ZS_CHECK(e->dev->alloc(ZS_MEM_GRAD_SHARD, S * 2, ud->name, (void **)&us->gs16));
         else
             ZS_CHECK(e->dev->alloc(ZS_MEM_GRAD_SHARD, S * 4, ud->name, (void **)&us->gshard));
+        /* The optimizer range: the whole unit for DDP, this rank's shard otherwise. */
+        int full = cfg->stage == ZS_STAGE_DDP;
+        us->opt_base = full ? 0 : (int64_t)e->rank * ud->shard;
+        us->opt_n = full ? (int64_t)P : ud->shard;
         if (e->bf16) {
-            /* bf16 compute copy: the fp32 master is its own buffer at every stage (full for
-             * DDP, the shard otherwise); ZeRO-3 also keeps the bf16 shard it gathers. */
-            int full = cfg->stage == ZS_STAGE_DDP;
-            us->opt_base = full ? 0 : (int64_t)e->rank * ud->shard;
-            us->opt_n = full ? (int64_t)P : ud->shard;
-            ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, (size_t)us->opt_n * 4, ud->name,
-                                         &us->master));
-            us->master_owned = 1;
+            /* bf16 compute copy: the fp32 master is its own buffer at every stage (on the host
+             * with offload); ZeRO-3 also keeps the bf16 shard it gathers. */
+            if (!us->off) {
+                ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, (size_t)us->opt_n * 4,
+                                             ud->name, &us->master));
+                us->master_owned = 1;
+            }
             if (!e->persist_params)
                 ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, S * 2, ud->name,
                                              (float **)&us->p16));
-        } else if (cfg->stage == ZS_STAGE_DDP) {
-            /* DDP: every rank updates the full unit; its master copy is the full params. */
-            us->master = us->param;
-            us->opt_base = 0;
-            us->opt_n = (int64_t)P;
         } else {
-            us->opt_base = (int64_t)e->rank * ud->shard;
-            us->opt_n = ud->shard;
+            /* fp32: the device's copy of the range is the full params (DDP), their slice
+             * (ZeRO-1/2) or a shard of its own (ZeRO-3); it is the master unless offloaded. */
             if (e->persist_params)
-                us->master = us->param + us->opt_base; /* fp32: a slice */
+                us->dparam = us->param + us->opt_base;
             else {
-                ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, S * 4, ud->name, &us->master));
-                us->master_owned = 1;
+                ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, S * 4, ud->name, &us->dparam));
+                us->dparam_owned = 1;
             }
+            if (!us->off) us->master = us->dparam;
+        }
+        if (us->off) {
+            ZS_CHECK(zs_engine_offload_unit_alloc(e, u));
+            continue;
         }
         ZS_CHECK(
             e->dev->alloc(ZS_MEM_OPTIM_STATE, (size_t)us->opt_n * 4, "adam m", (void **)&us->m));
         ZS_CHECK(
             e->dev->alloc(ZS_MEM_OPTIM_STATE, (size_t)us->opt_n * 4, "adam v", (void **)&us->v));
     }
+    ZS_CHECK(zs_engine_offload_create(e));
     ZS_CHECK(zs_engine_pools_create(e));
     if (e->comm)
         ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_COMM, 2 * (size_t)e->world * ZS_ENGINE_HOST_CHUNK,
@@ -172,9 +195,13 @@ void zs_engine_destroy(zs_engine_t *e) {
             e->dev->free(us->gshard);
             e->dev->free(us->gs16);
             if (us->master_owned) zs_engine_buf_free(e, us->master);
-            e->dev->free(us->m);
-            e->dev->free(us->v);
+            if (us->dparam_owned) zs_engine_buf_free(e, us->dparam);
+            if (!us->off) {
+                e->dev->free(us->m);
+                e->dev->free(us->v);
+            }
         }
+    zs_engine_offload_destroy(e);
     zs_engine_pools_destroy(e);
     zs_engine_buf_free(e, (float *)e->hx);
     e->dev->free(e->norm_parts);

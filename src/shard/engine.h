@@ -31,6 +31,12 @@ typedef struct zs_engine zs_engine_t;
 uint64_t zs_engine_scratch_bytes(const zs_layout *layout, int world, zs_dtype grad_dtype,
                                  uint64_t *comm, uint64_t *workspace);
 
+/* --offload-fraction (docs/sharding.md "Offload"): the units whose optimizer state goes to the
+ * host, off[u] = 1: the first units in layout order while the share of the padded elements
+ * taken so far is under fraction (0, or >= 1: every unit). The same on every rank and world
+ * size. Returns how many. */
+int zs_offload_choose(const zs_layout *layout, double fraction, unsigned char *off);
+
 /* Allocates persistent state for the stage (accounted by category) on dev (NULL: the CPU), whose
  * ops are ops and whose work goes on stream. The engine reads its part of the module's settings
  * (zs_module_config, include/zshard.h): stage, prefetch, param_dtype and grad_dtype.

@@ -1,7 +1,7 @@
 /* The bf16 compute copy (--dtype bf16, docs/architecture.md "Precision"): after every step each
  * rank rounds its fp32 master values to bf16 and the copy is all-gathered as bf16 (ZeRO-1/2 into
  * the full bf16 parameters, in place; ZeRO-3 keeps the bf16 shard and gathers it per unit on
- * acquire). On the CPU bf16 is storage only: an acquired unit is widened into one fp32 buffer, and
+ * acquire; zs_engine_regather_unit, engine_step.c). On the CPU bf16 is storage only: an acquired unit is widened into one fp32 buffer, and
  * the model computes in fp32 on values that are exactly the bf16 ones. Every stage rounds the same
  * fp32 masters at the same point, so every stage computes on the same bits. */
 #include "shard/engine_internal.h"
@@ -26,32 +26,6 @@ fail:
 void zs_engine_bf16_destroy(zs_engine_t *e) {
     zs_engine_buf_free(e, e->cbuf);
     e->cbuf = NULL;
-}
-
-zs_status zs_engine_round_params(zs_engine_t *e, int wait) {
-    zs_status st = ZS_OK;
-    const zs_layout *l = e->layout;
-    e->cunit = -1; /* the widened copy is stale from here on */
-    for (int u = 0; u < l->n_units; u++) {
-        unit_state *us = &e->units[u];
-        const zs_unit_desc *ud = &l->units[u];
-        if (e->cfg.stage == ZS_STAGE_DDP) {
-            ZS_CHECK(e->ops->cast(e->stream, us->p16, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32,
-                                  (size_t)ud->padded));
-            continue;
-        }
-        /* ZeRO-1/2: round this rank's slice in place, then gather every rank's slice. ZeRO-3:
-         * round into the bf16 shard; the unit is gathered when it is acquired. */
-        zs_bf16 *mine = e->persist_params ? us->p16 + us->opt_base : us->p16;
-        ZS_CHECK(e->ops->cast(e->stream, mine, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32,
-                              (size_t)ud->shard));
-        if (!e->persist_params) continue;
-        ZS_CHECK(zs_engine_gather(e, mine, us->p16, (size_t)ud->shard, ZS_DTYPE_BF16, ud->name,
-                                  &us->work));
-        if (wait) ZS_CHECK(zs_engine_wait(&us->work));
-    }
-fail:
-    return st;
 }
 
 zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **params) {

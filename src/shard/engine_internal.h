@@ -12,11 +12,22 @@ typedef struct unit_state {
     float *gshard; /* fp32 gradient shard (2, 3) or NULL */
     zs_bf16 *g16;  /* bf16 gradients: full, persistent (ddp, 1) or NULL */
     zs_bf16 *gs16; /* bf16 gradients: the gradient shard (2, 3) or NULL */
-    float *master; /* fp32 master: full (ddp), slice of param (1, 2), own (3 and bf16) */
-    zs_bf16 *p16;  /* bf16 compute copy: full (ddp, 1, 2) or this rank's shard (3); fp32: NULL */
-    int master_owned;
-    float *m, *v; /* Adam moments over [opt_base, opt_base + opt_n) of the unit */
+    float *master; /* fp32 master: full (ddp), slice of param (1, 2), own (3 and bf16); with
+                      offload, pinned host memory of its own at every stage */
+    /* fp32 compute copy of the optimizer range on the device, what ZeRO-1/2/3 gather: the
+     * master itself without offload; with it, the slice of param (ddp, 1, 2) or a shard of its
+     * own (3). bf16: NULL (p16 is the compute copy). */
+    float *dparam;
+    zs_bf16 *p16; /* bf16 compute copy: full (ddp, 1, 2) or this rank's shard (3); fp32: NULL */
+    int master_owned, dparam_owned;
+    float *m, *v; /* Adam moments over [opt_base, opt_base + opt_n) of the unit (host: offload) */
     int64_t opt_base, opt_n;
+    /* Offload (engine_offload.c): the gradient range's host copy (pinned; the reduce dtype),
+     * which after the host step carries the bf16 compute copy up; events marking its download
+     * and the compute copy's upload on the offload stream. */
+    void *hg;
+    zs_event_t *ev_down, *ev_up;
+    int off; /* this unit's optimizer state is offloaded (--offload-fraction chooses) */
     zs_comm_work_t *work; /* pending reduction (ddp, 1) or post-step gather (1, 2) */
     int uses_done;        /* backward uses seen in this micro-batch */
     int pslot, gslot;     /* pool slots holding the unit's gathered params / full grads */
@@ -77,6 +88,12 @@ struct zs_engine {
     char *hx;
     double *norm_parts;
     int n_parts;
+    /* --offload optimizer: the offloaded units' (unit_state.off) master and Adam states on the
+     * host, stepped by the CPU's ops (hops) while ostream carries gradients down and compute
+     * copies up. offload: any unit is. */
+    int offload;
+    const zs_ops *hops;
+    zs_stream_t *ostream;
 };
 
 /* Buffers that collectives read or write: registered with the communicator (peers read them
@@ -98,18 +115,31 @@ zs_status zs_engine_wait(zs_comm_work_t **work);
 /* The engine's stream waits for *work; the host does not, where the device allows. */
 zs_status zs_engine_wait_stream(zs_engine_t *e, zs_comm_work_t **work);
 
-/* ZeRO-1/2 keep full params: (re)assemble them from every rank's master shard, one
- * asynchronous all-gather per unit (engine_step.c); with wait == 0 each unit's gather is
- * waited for at its next acquisition. */
+/* After the masters changed (a step, init, a checkpoint load), bring each unit's compute copy
+ * up to date (engine_step.c): with offload upload it; round it to bf16 with a bf16 copy; and at
+ * ZeRO-1/2 all-gather every rank's range into the full params, asynchronously (with wait == 0
+ * each unit's gather is waited for at its next acquisition). */
+zs_status zs_engine_regather_unit(zs_engine_t *e, int unit, int wait);
 zs_status zs_engine_regather_params(zs_engine_t *e, int wait);
 
-/* bf16 compute copy (engine_bf16.c): the fp32 widening buffer; rounding the masters into the
- * bf16 copy and gathering it (with wait == 0 each unit's gather is waited at its next
- * acquisition); widening an acquired unit's bf16 values (src) into the buffer. */
+/* bf16 compute copy (engine_bf16.c): the fp32 widening buffer; widening an acquired unit's
+ * bf16 values (src) into the buffer. */
 zs_status zs_engine_bf16_create(zs_engine_t *e);
 void zs_engine_bf16_destroy(zs_engine_t *e);
-zs_status zs_engine_round_params(zs_engine_t *e, int wait);
 zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **params);
+
+/* Offload (engine_offload.c): the host state of unit u (master, m, v, the gradient's host copy)
+ * and its events, allocated in create's order; the stream and the CPU's ops. fetch queues every
+ * unit's gradient range down (after the drain); upload queues unit u's compute copy up from its
+ * host master and makes the engine's stream wait for it; sync waits for the offload stream. */
+zs_status zs_engine_offload_unit_alloc(zs_engine_t *e, int unit);
+zs_status zs_engine_offload_create(zs_engine_t *e);
+void zs_engine_offload_destroy(zs_engine_t *e);
+zs_status zs_engine_offload_fetch(zs_engine_t *e);
+zs_status zs_engine_offload_upload(zs_engine_t *e, int unit);
+zs_status zs_engine_offload_sync(zs_engine_t *e);
+/* The gradient range the step reads for unit u: this rank's reduced shard (fp32, or bf16). */
+const void *zs_engine_step_grad(const zs_engine_t *e, int unit);
 
 /* bf16 gradients (engine_grad16.c): dst = bf16(dst + src) for src fp32 or bf16; the squared
  * norm of n bf16 values; rounding a finished pool slot into the persistent bf16 gradients of

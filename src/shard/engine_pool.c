@@ -172,7 +172,7 @@ static zs_status evict_and_gather(zs_engine_t *e, int k, int unit) {
         ZS_CHECK(zs_engine_gather(e, e->units[unit].p16, s->buf, (size_t)ud->shard, ZS_DTYPE_BF16,
                                   ud->name, &s->work));
     else
-        ZS_CHECK(zs_engine_gather(e, e->units[unit].master, s->buf, (size_t)ud->shard, ZS_DTYPE_F32,
+        ZS_CHECK(zs_engine_gather(e, e->units[unit].dparam, s->buf, (size_t)ud->shard, ZS_DTYPE_F32,
                                   ud->name, &s->work));
 fail:
     return st;

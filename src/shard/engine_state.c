@@ -16,6 +16,10 @@ zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
     for (int ti = 0; ti < l->n_tensors; ti++) {
         const zs_tensor_desc *t = &l->tensors[ti];
         unit_state *us = &e->units[t->unit];
+        /* Offloaded masters are host memory: the CPU's ops initialise them, to the same
+         * values. */
+        const zs_ops *ops = us->off ? e->hops : e->ops;
+        zs_stream_t *s = us->off ? NULL : e->stream;
         /* This rank initialises only the part of the tensor inside its optimizer range. */
         int64_t lo = t->offset > us->opt_base ? t->offset : us->opt_base;
         int64_t hi = t->offset + t->count;
@@ -26,20 +30,20 @@ zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
         int64_t i0 = lo - t->offset; /* element index inside the tensor */
         switch (t->init) {
         case ZS_INIT_ZEROS:
-            ZS_CHECK(e->ops->fill(e->stream, p, 0.0f, n));
+            ZS_CHECK(ops->fill(s, p, 0.0f, n));
             break;
         case ZS_INIT_ONES:
-            ZS_CHECK(e->ops->fill(e->stream, p, 1.0f, n));
+            ZS_CHECK(ops->fill(s, p, 1.0f, n));
             break;
         case ZS_INIT_NORMAL:
             /* Philox stream = tensor index, counter = element index: the value of element i
              * does not depend on which rank, world size or stage computes it. */
-            ZS_CHECK(e->ops->init_normal(e->stream, p, n, seed, (uint64_t)ti, (uint64_t)i0,
+            ZS_CHECK(ops->init_normal(s, p, n, seed, (uint64_t)ti, (uint64_t)i0,
                                          t->init_std));
             if (t->zero_from < i0 + (int64_t)n) {
                 int64_t z = t->zero_from > i0 ? t->zero_from : i0;
                 ZS_CHECK(
-                    e->ops->fill(e->stream, p + (z - i0), 0.0f, (size_t)(i0 + (int64_t)n - z)));
+                    ops->fill(s, p + (z - i0), 0.0f, (size_t)(i0 + (int64_t)n - z)));
             }
             break;
         case ZS_INIT_VALUES: /* written by the module (src/shard/module.c) after this */
@@ -73,6 +77,7 @@ static zs_status state_at(zs_engine_t *e, int unit, int kind, int64_t at, int64_
     float *base = kind == ZS_STATE_MASTER ? us->master : kind == ZS_STATE_ADAM_M ? us->m : us->v;
     *out = base + (at - us->opt_base);
     ZS_CHECK(zs_engine_drain(e));
+    ZS_CHECK(zs_engine_offload_sync(e)); /* no upload reads the host state any more */
 fail:
     return st;
 }
@@ -82,6 +87,10 @@ zs_status zs_engine_state_read(zs_engine_t *e, int unit, int kind, int64_t at, i
     zs_status st = ZS_OK;
     float *p = NULL;
     ZS_CHECK(state_at(e, unit, kind, at, count, &p));
+    if (e->units[unit].off) { /* host memory */
+        memcpy(host, p, (size_t)count * sizeof(float));
+        return ZS_OK;
+    }
     ZS_CHECK(e->dev->copy_d2h(e->stream, host, p, (size_t)count * sizeof(float)));
     ZS_CHECK(e->dev->stream_sync(e->stream));
 fail:
@@ -93,6 +102,10 @@ zs_status zs_engine_state_write(zs_engine_t *e, int unit, int kind, int64_t at, 
     zs_status st = ZS_OK;
     float *p = NULL;
     ZS_CHECK(state_at(e, unit, kind, at, count, &p));
+    if (e->units[unit].off) { /* host memory; state_changed uploads the masters */
+        memcpy(p, host, (size_t)count * sizeof(float));
+        return ZS_OK;
+    }
     ZS_CHECK(e->dev->copy_h2d(e->stream, p, host, (size_t)count * sizeof(float)));
     ZS_CHECK(e->dev->stream_sync(e->stream)); /* the caller may reuse host at once */
 fail:
@@ -119,12 +132,24 @@ zs_status zs_engine_unit_values(zs_engine_t *e, int u, float *host) {
      * compute copy the fp32 masters are gathered into the (fp32) compute buffer instead. */
     int gather = e->bf16 ? e->cfg.stage != ZS_STAGE_DDP : !e->persist_params;
     const float *src = e->bf16 ? us->master : us->param;
+    if (e->bf16 && us->off && !gather) { /* DDP: the whole unit's master, on the host */
+        ZS_CHECK(zs_engine_offload_sync(e));
+        memcpy(host, us->master, (size_t)ud->padded * sizeof(float));
+        return ZS_OK;
+    }
     if (gather) {
         float *full = e->bf16 ? e->cbuf : e->pslots[0].buf;
+        const float *mine = e->bf16 ? us->master : us->dparam;
         zs_comm_work_t *w = NULL;
         e->cunit = -1;
-        ZS_CHECK(
-            zs_engine_gather(e, us->master, full, (size_t)ud->shard, ZS_DTYPE_F32, ud->name, &w));
+        if (e->bf16 && us->off) {
+            /* The host master goes up into this rank's slice of the buffer, gathered in
+             * place. */
+            float *slice = full + us->opt_base;
+            ZS_CHECK(e->dev->copy_h2d(e->stream, slice, us->master, (size_t)ud->shard * 4));
+            mine = slice;
+        }
+        ZS_CHECK(zs_engine_gather(e, mine, full, (size_t)ud->shard, ZS_DTYPE_F32, ud->name, &w));
         ZS_CHECK(zs_engine_wait_stream(e, &w));
         src = full;
     }

@@ -7,6 +7,7 @@
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "comm/device.h"
+#include "core/alloc.h"
 #include "core/status.h"
 #include "shard/engine.h"
 
@@ -450,5 +451,11 @@ zs_status zs_module_state_changed(zs_module_t *m, int steps_done) {
 zs_status zs_module_gather_mem(zs_module_t *m, zs_mem_stats *all) {
     zs_mem_stats mine;
     zs_mem_get_stats(&mine);
+    return zs_engine_all_gather_bytes(m->engine, &mine, all, sizeof mine);
+}
+
+zs_status zs_module_gather_host_mem(zs_module_t *m, zs_mem_stats *all) {
+    zs_mem_stats mine;
+    zs_mem_get_ledger_stats(ZS_LEDGER_HOST, &mine);
     return zs_engine_all_gather_bytes(m->engine, &mine, all, sizeof mine);
 }

@@ -25,6 +25,11 @@ void zs_mem_formula(int stage, const zs_mem_options *opts, int *a, int *b) {
     int g = opts && opts->reduce_dtype == ZS_DTYPE_BF16 ? 2 : 4; /* gradients */
     int master = p == 4 ? 0 : 4; /* fp32 params are their own master */
     int adam = 8;                /* m and v, fp32 */
+    /* --offload optimizer of every unit: the master and Adam state are on the host (a fraction
+     * splits whole units, which no per-parameter formula describes) */
+    if (opts && opts->offload == ZS_OFFLOAD_OPTIMIZER &&
+        (opts->offload_fraction <= 0 || opts->offload_fraction >= 1))
+        master = adam = 0;
     switch (stage) {
     case 0: /* everything full on every rank */
         *a = p + g + master + adam, *b = 0;
@@ -78,14 +83,41 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
      * fp32: one fp32 copy of the parameters serves as master. bf16 compute copy: bf16 params (full,
      * or ZeRO-3's gathered shard) plus an fp32 master of their own (full for DDP, the shard
      * otherwise). Gradients (full or shard) are stored in the reduce dtype. */
+    int offload = opts->offload == ZS_OFFLOAD_OPTIMIZER;
+    ZS_REQUIRE(opts->offload_fraction >= 0 && opts->offload_fraction <= 1, ZS_ERR_INVALID,
+               "--offload-fraction %g must be in (0, 1]", opts->offload_fraction);
+    ZS_REQUIRE(opts->offload_fraction == 0 || offload, ZS_ERR_INVALID,
+               "--offload-fraction %g: nothing is offloaded without --offload optimizer",
+               opts->offload_fraction);
+    ZS_REQUIRE(!offload || (opts->device && !strcmp(opts->device, "cuda")), ZS_ERR_INVALID,
+               "--offload optimizer: on CPU ranks the device is the host, so the optimizer state "
+               "is in host memory already; offload moves it off a GPU (--device cuda)");
+    /* R: the optimizer range's fp32 bytes; H: those of the offloaded units (whole units,
+     * zs_offload_choose's, so the same split as the engine's). */
+    uint64_t R = stage == 0 ? P : S, H = 0;
+    if (offload) {
+        unsigned char *off = malloc((size_t)l.n_units);
+        ZS_REQUIRE(off, ZS_ERR_OOM, "memory estimate: out of memory");
+        zs_offload_choose(&l, opts->offload_fraction, off);
+        for (int u = 0; u < l.n_units; u++)
+            if (off[u]) H += (uint64_t)(stage == 0 ? l.units[u].padded : l.units[u].shard) * 4;
+        free(off);
+    }
     b[ZS_MEM_PARAM] = stage == 3 ? 0 : bf16 ? P / 2 : P;
     if (bf16)
-        b[ZS_MEM_PARAM_SHARD] = stage == 0 ? P : stage == 3 ? S + S / 2 : S;
+        b[ZS_MEM_PARAM_SHARD] = (R - H) + (stage == 3 ? S / 2 : 0);
     else
         b[ZS_MEM_PARAM_SHARD] = stage == 3 ? S : 0;
     b[ZS_MEM_GRAD] = stage <= 1 ? (g16 ? P / 2 : P) : 0;
     b[ZS_MEM_GRAD_SHARD] = stage >= 2 ? (g16 ? S / 2 : S) : 0;
-    b[ZS_MEM_OPTIM_STATE] = stage == 0 ? 2 * P : 2 * S;
+    b[ZS_MEM_OPTIM_STATE] = 2 * (R - H);
+    /* Offload (src/shard/engine_offload.c): the master, m and v of the offloaded units' range in
+     * pinned host memory, and their gradients beside them in the reduce dtype. */
+    out->host_bytes[ZS_MEM_PARAM_SHARD] = H;
+    out->host_bytes[ZS_MEM_OPTIM_STATE] = 2 * H;
+    out->host_bytes[ZS_MEM_GRAD_SHARD] = g16 ? H / 2 : H;
+    for (int c = 0; c < ZS_MEM_NCAT; c++)
+        out->host_total += out->host_bytes[c];
     /* Pools: ZeRO-3 gathers (prefetch + 1) units; ZeRO-2/3 hold 2 fp32 unit gradients plus
      * one per tied unit. With bf16 gradients every stage holds 1 fp32 unit gradient plus one
      * per tied unit, and ZeRO-2/3 2 bf16 copies being reduced. Slots are sized by the largest
@@ -246,6 +278,26 @@ void zs_mem_fit_hint(const zs_model_config *cfg, int world, int stage, int batch
                      : s == 2 ? "2"
                               : "3");
             add_hint(out, n, flags, t);
+            break;
+        }
+    }
+    /* A GPU's optimizer state on the host (docs/sharding.md "Offload"). */
+    if (o.offload == ZS_OFFLOAD_NONE && o.device && !strcmp(o.device, "cuda")) {
+        zs_mem_options r = o;
+        r.offload = ZS_OFFLOAD_OPTIMIZER;
+        /* the smallest share, in twentieths, that fits: what stays on the GPU runs its step
+         * there */
+        for (int k = 1; k <= 20; k++) {
+            r.offload_fraction = k / 20.0;
+            if ((t = variant_total(cfg, world, stage, batch, seq, accum, prefetch, &r)) > cap)
+                continue;
+            if (k == 20)
+                add_hint(out, n, "--offload optimizer", t);
+            else {
+                snprintf(flags, sizeof flags, "--offload optimizer --offload-fraction %.2f",
+                         k / 20.0);
+                add_hint(out, n, flags, t);
+            }
             break;
         }
     }

@@ -95,7 +95,9 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
                          .reduce_dtype = c->module.grad_dtype,
                          .comm = c->comm,
                          .device = t->device,
-                         .docs = c->docs};
+                         .docs = c->docs,
+                         .offload = c->module.offload,
+                         .offload_fraction = c->module.offload_fraction};
     zs_status st =
         zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->module.stage, c->batch, c->seq,
                                      c->grad_accum, c->module.prefetch, &mo, &est);
@@ -114,6 +116,48 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
                     "%s; would fit: %s",
                     t->model_cfg.name, stage_flag(c->module.stage), t->world,
                     t->world > 1 ? "s" : "", need, brk, cap, hint);
+}
+
+/* Bytes of memory the host can still give (MemAvailable), or 0 when unknown. */
+static uint64_t host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* --offload: the pinned host memory every rank on this host will hold must be there, or the run
+ * stops before allocating any of it, naming the shortfall. */
+static zs_status check_host_fit(const zs_trainer_t *t, const zs_train_config *c) {
+    zs_status st = ZS_OK;
+    zs_mem_estimate est;
+    zs_mem_options mo = {.dtype = c->module.param_dtype,
+                         .reduce_dtype = c->module.grad_dtype,
+                         .device = t->device,
+                         .offload = c->module.offload,
+                         .offload_fraction = c->module.offload_fraction};
+    ZS_CHECK(zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->module.stage, c->batch,
+                                          c->seq, c->grad_accum, c->module.prefetch, &mo, &est));
+    const char *lw = getenv("LOCAL_WORLD_SIZE");
+    int local = lw && atoi(lw) > 0 ? atoi(lw) : 1;
+    uint64_t need = est.host_total * (uint64_t)local, have = host_available();
+    char a[32], b[32], h[32];
+    zs_format_bytes(est.host_total, a, sizeof a);
+    zs_format_bytes(need, b, sizeof b);
+    zs_format_bytes(have, h, sizeof h);
+    ZS_REQUIRE(!have || need <= have, ZS_ERR_OOM,
+               "--offload optimizer: %s at stage %s on %d rank%s needs %s of pinned host memory "
+               "per rank, %s for the %d rank%s on this host, and it has %s available "
+               "(MemAvailable): shard the state over more ranks (--stage 1, 2 or 3 divide it by the world "
+               "size) on more hosts, or offload on fewer ranks per host",
+               t->model_cfg.name, stage_flag(c->module.stage), t->world, t->world > 1 ? "s" : "",
+               a, b, local, local > 1 ? "s" : "", h);
+fail:
+    return st;
 }
 
 zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
@@ -182,6 +226,8 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
     ZS_CHECK(zs_model_layout(&t->model_cfg, t->world, &t->layout));
     if (cfg->device_mem) ZS_CHECK(check_fit(t, cfg));
+    if (cfg->module.offload && t->device && !strcmp(t->device, "cuda"))
+        ZS_CHECK(check_host_fit(t, cfg));
 
     /* The model's units go through the public sharding API like anyone's. */
     /* The module reads its part of the settings as given; only the device ("auto" chosen) and
@@ -465,6 +511,10 @@ const char *zs_trainer_device(const zs_trainer_t *t, const char **why) {
 
 zs_status zs_trainer_gather_mem(zs_trainer_t *t, zs_mem_stats *all) {
     return zs_module_gather_mem(t->engine, all);
+}
+
+zs_status zs_trainer_gather_host_mem(zs_trainer_t *t, zs_mem_stats *all) {
+    return zs_module_gather_host_mem(t->engine, all);
 }
 
 const zs_model_config *zs_trainer_model(const zs_trainer_t *t) {

@@ -24,6 +24,8 @@ struct Settings {
     int devices;          /* ZS_EMU_DEVICES: visible devices (default 1) */
     uint64_t device_mem;  /* ZS_EMU_DEVICE_MEM bytes per device (default 16 GiB) */
     int delay_us;         /* ZS_EMU_DELAY_US: random delay up to this before each stream task */
+    int copy_delay_us;    /* ZS_EMU_COPY_DELAY_US: a host<->device copy of pinned memory waits
+                             this long on its stream first (a slow bus beside fast kernels) */
     std::string coverage; /* ZS_EMU_COVERAGE_DIR: kernel names launched, one file per process */
     int check;            /* ZS_EMU_CHECK: the race checker (check.cc) on every launch */
     int sched;            /* ZS_EMU_SCHED: thread orders (Sched; default SCHED_MIX) */

@@ -40,6 +40,7 @@ const Settings &settings() {
         s.devices = (int)env_u64("ZS_EMU_DEVICES", 1);
         s.device_mem = env_u64("ZS_EMU_DEVICE_MEM", 16ull << 30);
         s.delay_us = (int)env_u64("ZS_EMU_DELAY_US", 0);
+        s.copy_delay_us = (int)env_u64("ZS_EMU_COPY_DELAY_US", 0);
         const char *c = getenv("ZS_EMU_COVERAGE_DIR");
         s.coverage = c ? c : "";
         s.check = (int)env_u64("ZS_EMU_CHECK", 0);

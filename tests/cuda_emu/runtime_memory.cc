@@ -9,6 +9,7 @@
 #include "runtime_internal.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include <memory>
 #include <vector>
@@ -139,7 +140,13 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t n, cudaMemcpy
             new std::vector<char>((const char *)src, (const char *)src + n));
         enqueue(st, "memcpy", [vd, copy] { memcpy(vd, copy->data(), copy->size()); });
     } else {
-        enqueue(st, "memcpy", [vd, vs, n] { memmove(vd, vs, n); });
+        int wait_us = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToHost
+                          ? settings().copy_delay_us
+                          : 0;
+        enqueue(st, "memcpy", [vd, vs, n, wait_us] {
+            if (wait_us > 0) usleep((useconds_t)wait_us);
+            memmove(vd, vs, n);
+        });
     }
     if (sync || pageable_dst || kind == cudaMemcpyHostToHost) stream_wait_host(st);
     STICKY_CHECK();

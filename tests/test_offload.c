@@ -1,0 +1,194 @@
+/* --offload optimizer on a GPU, end to end through the CLI (ctest label gpu; in CI the emulated
+ * GPU, whose stream workers run copies and kernels asynchronously to the host):
+ *  - the final param_hash of an offloaded run equals the run without offload, at ddp/1/2/3 on
+ *    1, 2 and 3 ranks (one GPU each, NCCL), fp32 and bf16 (bf16 gradients);
+ *  - GPU bytes per category equal the estimator's (what `zshard mem --offload optimizer`
+ *    prints) exactly, and so do the pinned host bytes of the offloaded state, on every rank,
+ *    for whole offload and for --offload-fraction 0.5 (whose run is bitwise the same too);
+ *  - a --device-mem cap under which ZeRO-3 alone is refused fits ZeRO-3 with offload, and the
+ *    refusal suggests it;
+ *  - a host without the pinned memory the offloaded state needs refuses the run before step 1;
+ *  - resume is bitwise, and checkpoints continue across offload modes and stages;
+ *  - ZS_TEST_QUICK=offload (the broken builds' check): one offloaded run against the same run
+ *    without, with a delay before every stream task, so a missing wait shows. */
+#include "runlog.h"
+
+#include <string.h>
+
+static const char *STAGES[] = {"ddp", "1", "2", "3"};
+
+/* One job (its exit not checked). */
+static rl_run run(int nproc, const char *stage, const char *dtype, int offload,
+                  const char *extra) {
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "timeout 300 env ZS_EMU_DEVICES=%d", nproc);
+    return rl_train(prefix,
+                    "--model gpt2-tiny --batch 6 --seq 32 --steps 3 --lr 3e-3 --warmup 2 "
+                    "--val-every 0 --val-batches 1 --sample-len 0 --nproc %d --stage %s "
+                    "--dtype %s --device cuda --comm-timeout 60 --offload %s %s",
+                    nproc, stage, dtype, offload ? "optimizer" : "none", extra);
+}
+
+/* One job that must succeed. */
+static rl_run job(int nproc, const char *stage, const char *dtype, int offload,
+                  const char *extra) {
+    rl_run r = run(nproc, stage, dtype, offload, extra);
+    rl_check_exit(&r);
+    return r;
+}
+
+static void parity(void) {
+    for (int n = 1; n <= 3; n++) {
+        char what[160];
+        snprintf(what, sizeof what, "offload parity on %d ranks", n);
+        if (!zt_gpus_for(n, what)) continue;
+        for (int d = 0; d < 2; d++) {
+            const char *dtype = d ? "bf16" : "fp32";
+            /* The stages are bitwise equal without offload (train_cuda): one reference. */
+            rl_run base = job(n, "3", dtype, 0, "");
+            for (int s = 0; s < 4; s++) {
+                rl_run r = job(n, STAGES[s], dtype, 1, "");
+                snprintf(what, sizeof what, "%s N=%d stage %s offloaded vs not", dtype, n,
+                         STAGES[s]);
+                rl_check_same(&r, &base, what);
+            }
+        }
+    }
+}
+
+/* full: every unit offloaded (no Adam state left on the GPU); else a fraction (some on each). */
+static void check_memory(const rl_run *r, const char *what, int full) {
+    ZT_CHECK(r->world >= 1 && r->hworld == r->world, "%s: %d device and %d host records", what,
+             r->world, r->hworld);
+    for (int k = 0; k < r->world; k++)
+        for (int c = 0; c <= ZS_MEM_NCAT; c++) {
+            const char *name = c < ZS_MEM_NCAT ? zs_mem_category_name((zs_mem_category)c) : "total";
+            ZT_CHECK(r->peak[k][c] == r->est[c], "%s rank %d %s: GPU measured %llu, predicted %llu",
+                     what, k, name, (unsigned long long)r->peak[k][c],
+                     (unsigned long long)r->est[c]);
+            ZT_CHECK(r->hpeak[k][c] == r->hest[c],
+                     "%s rank %d %s: pinned host measured %llu, predicted %llu", what, k, name,
+                     (unsigned long long)r->hpeak[k][c], (unsigned long long)r->hest[c]);
+        }
+    ZT_CHECK((full ? r->est[ZS_MEM_OPTIM_STATE] == 0 : r->est[ZS_MEM_OPTIM_STATE] > 0) &&
+                 r->hest[ZS_MEM_OPTIM_STATE] > 0,
+             "%s: Adam state predicted %llu bytes on the GPU, %llu on the host", what,
+             (unsigned long long)r->est[ZS_MEM_OPTIM_STATE],
+             (unsigned long long)r->hest[ZS_MEM_OPTIM_STATE]);
+}
+
+static void memory_and_cap(void) {
+    if (!zt_gpus_for(2, "offload memory")) return;
+    rl_run ddp = job(2, "ddp", "fp32", 1, "");
+    check_memory(&ddp, "fp32 ddp", 1);
+    rl_run b2 = job(2, "2", "bf16", 1, "");
+    check_memory(&b2, "bf16 stage 2", 1);
+    rl_run z3o = job(2, "3", "fp32", 1, "");
+    check_memory(&z3o, "fp32 stage 3", 1);
+    /* A fraction: the first units on the host, the others' state on the GPU, the same bits. */
+    rl_run fr = job(2, "3", "bf16", 1, "--offload-fraction 0.5");
+    check_memory(&fr, "bf16 stage 3 --offload-fraction 0.5", 0);
+    rl_run b3 = job(2, "3", "bf16", 0, "");
+    rl_check_same(&fr, &b3, "bf16 N=2 stage 3 half offloaded vs not");
+    ZT_CHECK(fr.hest[ZS_MEM_NCAT] < b2.hest[ZS_MEM_NCAT] && fr.est[ZS_MEM_NCAT] < b3.est[ZS_MEM_NCAT],
+             "--offload-fraction 0.5: host %llu bytes (all offloaded %llu), GPU %llu (none %llu)",
+             (unsigned long long)fr.hest[ZS_MEM_NCAT], (unsigned long long)b2.hest[ZS_MEM_NCAT],
+             (unsigned long long)fr.est[ZS_MEM_NCAT], (unsigned long long)b3.est[ZS_MEM_NCAT]);
+    rl_run z3 = job(2, "3", "fp32", 0, "");
+    uint64_t with = z3o.est[ZS_MEM_NCAT], without = z3.est[ZS_MEM_NCAT];
+    ZT_REQUIRE(with < without, "offloaded ZeRO-3 (%llu bytes) is not smaller than ZeRO-3 (%llu)",
+               (unsigned long long)with, (unsigned long long)without);
+    char cap[64];
+    snprintf(cap, sizeof cap, "--device-mem %llu", (unsigned long long)(with + without) / 2);
+    rl_run refused = run(2, "3", "fp32", 0, cap);
+    ZT_CHECK(refused.rc != 0 && strstr(rl_out, "--device-mem") &&
+                 strstr(rl_out, "--offload optimizer"),
+             "ZeRO-3 under %s: exit %d; the message must name the cap and suggest offload:\n%s",
+             cap, refused.rc, rl_out);
+    rl_run fits = job(2, "3", "fp32", 1, cap);
+    ZT_CHECK(fits.ok && fits.n_steps == 3 && !strcmp(fits.hash, z3.hash),
+             "offloaded ZeRO-3 under %s: %d steps, param_hash %s (without the cap %s):\n%s", cap,
+             fits.n_steps, fits.hash, z3.hash, rl_out);
+}
+
+static void checkpoints(void) {
+    char extra[1024];
+    if (!zt_gpus_for(2, "offload checkpoints")) return;
+    snprintf(extra, sizeof extra, "--steps 6 --save-dir %s/ock --save-every 3", rl_dir());
+    rl_run full = job(2, "2", "bf16", 1, extra);
+    snprintf(extra, sizeof extra, "--steps 6 --resume %s/ock/step_00000003", rl_dir());
+    struct {
+        const char *stage;
+        int offload;
+        const char *what;
+    } cases[] = {{"2", 1, "offloaded, resumed offloaded"},
+                 {"3", 0, "offloaded at stage 2, resumed at stage 3 without offload"},
+                 {"ddp", 1, "offloaded at stage 2, resumed offloaded at ddp"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rl_run r = job(2, cases[i].stage, "bf16", cases[i].offload, extra);
+        ZT_CHECK(r.ok && r.n_steps == 3 && !strcmp(r.hash, full.hash),
+                 "%s: %d steps, param_hash %s, uninterrupted %s", cases[i].what, r.n_steps, r.hash,
+                 full.hash);
+    }
+    /* A checkpoint saved without offload continues offloaded, on another world size. */
+    snprintf(extra, sizeof extra, "--steps 6 --save-dir %s/nck --save-every 3", rl_dir());
+    rl_run plain = job(2, "1", "fp32", 0, extra);
+    snprintf(extra, sizeof extra, "--steps 6 --resume %s/nck/step_00000003", rl_dir());
+    rl_run r = job(2, "3", "fp32", 1, extra);
+    ZT_CHECK(r.ok && r.n_steps == 3 && !strcmp(r.hash, plain.hash),
+             "saved without offload at stage 1, resumed offloaded at stage 3: param_hash %s, "
+             "uninterrupted %s",
+             r.hash, plain.hash);
+}
+
+/* Pinned host memory the host does not have: refused before step 1 (before any of it is
+ * allocated), naming the need and what the host has. */
+static void host_shortfall(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    /* llama-7b's master, Adam state and gradients on the host: 16 bytes x 6.5G parameters */
+    if (kb == 0 || kb > 90ull * 1024 * 1024) {
+        printf("not run: the host shortfall needs a host with less than 90 GiB available "
+               "(MemAvailable %llu kB)\n",
+               kb);
+        return;
+    }
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "timeout 120 env ZS_EMU_DEVICES=1");
+    rl_run r = rl_train(prefix, "--model llama-7b --batch 1 --seq 64 --steps 1 --sample-len 0 "
+                                "--val-every 0 --device cuda --offload optimizer");
+    ZT_CHECK(r.rc != 0 && r.rc != 124 && r.n_steps == 0 && strstr(rl_out, "pinned host memory") &&
+                 strstr(rl_out, "MemAvailable"),
+             "llama-7b offloaded on one rank: exit %d after %d steps; the message must name the "
+             "pinned host memory it needs and what the host has:\n%s",
+             r.rc, r.n_steps, rl_out);
+}
+
+/* The broken builds' check: a run whose host step or upload is not waited for differs. */
+static void quick(void) {
+    if (!zt_gpus_for(2, "offload quick")) return;
+    rl_run base = job(2, "2", "bf16", 0, "");
+    rl_run r = job(2, "2", "bf16", 1, "");
+    rl_check_same(&r, &base, "quick: bf16 N=2 stage 2 offloaded vs not");
+}
+
+int main(void) {
+    zt_init("offload");
+    zt_gpu_require();
+    rl_setup("offload");
+    const char *q = getenv("ZS_TEST_QUICK");
+    if (q && *q) {
+        quick();
+    } else {
+        memory_and_cap();
+        host_shortfall();
+        checkpoints();
+        parity();
+    }
+    ZT_CHECK(rl_cleanup() == 0, "cleanup");
+    return zt_finish();
+}
