@@ -45,29 +45,27 @@ static void read_cats(const char *from, const char *end, uint64_t out[ZS_MEM_NCA
     }
 }
 
+/* The per-rank objects of the array named key ("\"peak_bytes_per_rank\":["); returns how
+ * many were read. */
+static int read_ranks(const char *line, const char *key, uint64_t out[][ZS_MEM_NCAT + 1]) {
+    const char *p = strstr(line, key);
+    const char *stop = p ? strchr(p, ']') : NULL;
+    int n = 0;
+    while (p && n < RL_MAX_RANKS) {
+        p = strchr(p, '{');
+        if (!p || p > stop) break;
+        const char *end = strchr(p, '}');
+        read_cats(p, end, out[n++]);
+        p = end;
+    }
+    return n;
+}
+
 static void parse_final(const char *line, rl_run *r) {
     const char *h = strstr(line, "\"param_hash\":\"");
     if (h) snprintf(r->hash, sizeof r->hash, "%.16s", h + 14);
-    const char *pr = strstr(line, "\"peak_bytes_per_rank\":[");
-    const char *pr_end = pr ? strchr(pr, ']') : NULL;
-    for (int k = 0; pr && k < RL_MAX_RANKS; k++) {
-        pr = strchr(pr, '{');
-        if (!pr || pr > pr_end) break;
-        const char *end = strchr(pr, '}');
-        read_cats(pr, end, r->peak[k]);
-        r->world = k + 1;
-        pr = end;
-    }
-    const char *hp = strstr(line, "\"host_peak_bytes_per_rank\":[");
-    const char *hp_end = hp ? strchr(hp, ']') : NULL;
-    for (int k = 0; hp && k < RL_MAX_RANKS; k++) {
-        hp = strchr(hp, '{');
-        if (!hp || hp > hp_end) break;
-        const char *end = strchr(hp, '}');
-        read_cats(hp, end, r->hpeak[k]);
-        r->hworld = k + 1;
-        hp = end;
-    }
+    r->world = read_ranks(line, "\"peak_bytes_per_rank\":[", r->peak);
+    r->hworld = read_ranks(line, "\"host_peak_bytes_per_rank\":[", r->hpeak);
     const char *he = strstr(line, "\"host_estimate_bytes\":{");
     if (he) read_cats(he, strchr(he, '}'), r->hest);
     /* The estimate is the record's last object, so the rest of the line is its. */

@@ -86,6 +86,26 @@ def test_memory_estimate_and_compare(tmp_path):
         assert chart is None
 
 
+def test_memory_estimate_offload():
+    # --offload optimizer on a GPU: no Adam state left on the device, and the host holds the
+    # master (4 bytes), m and v (8) and the gradients' copy (4) of each element of the range.
+    for stage, n in (("ddp", 1), ("3", 4)):
+        e = zshard.mem.estimate("gpt2-124m", world_size=n, stage=stage, seq=256, device="cuda",
+                                offload="optimizer")
+        rng = e["padded"] if stage == "ddp" else e["padded"] // n
+        assert e["optim_state"] == 0 and e["host_total"] == 16 * rng, e
+        plain = zshard.mem.estimate("gpt2-124m", world_size=n, stage=stage, seq=256,
+                                    device="cuda")
+        assert plain["total"] - e["total"] == 8 * rng
+    half = zshard.mem.estimate("gpt2-124m", world_size=2, stage=3, seq=256, device="cuda",
+                               offload="optimizer", offload_fraction=0.5)
+    assert 0 < half["host_total"] < 16 * half["padded"] // 2 and half["optim_state"] > 0
+    with pytest.raises(zshard.ZshardError, match="on CPU ranks"):
+        zshard.mem.estimate("gpt2-tiny", offload="optimizer")
+    with pytest.raises(ValueError, match="offload"):
+        zshard.mem.estimate("gpt2-tiny", device="cuda", offload="params")
+
+
 def test_module_numpy_fit():
     x = np.linspace(-1, 1, 16, dtype=np.float32)
     units = zshard.Units().add_unit("lin").add_tensor("w", (1,), values=[0.5]).add_tensor(

@@ -28,12 +28,15 @@ def _recompute(r):
 
 def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, grad_accum=1,
              prefetch=1, vocab=None, dtype="fp32", reduce_dtype=None, recompute="none",
-             attention="flash"):
+             attention="flash", device=None, offload="none", offload_fraction=None):
     """Predicted per-rank peak bytes: a dict of the categories (param, ..., comm) plus
     model_states, total, params (Ψ) and padded. The defaults are `zshard mem`'s (train's):
     batch is the global batch, None = 8, or one sequence per rank and micro-batch when 8 does
     not divide; vocab None = GPT-2's 50257, or 32000 for LLaMA models (256 for text data);
-    reduce_dtype None = dtype; recompute "none"|"block" (or a bool); attention "flash"|"naive"."""
+    reduce_dtype None = dtype; recompute "none"|"block" (or a bool); attention "flash"|"naive".
+    device None|"cpu"|"cuda": whose memory is predicted. offload "none"|"optimizer" and
+    offload_fraction (device "cuda"): the pinned host bytes come back as host_<category> and
+    host_total."""
     cfg = lib.zs_train_config_default().model
     call("zs_model_preset", enc(model), ctypes.byref(cfg))
     if vocab is None:
@@ -41,9 +44,14 @@ def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, g
     lib.zs_model_config_set_vocab(ctypes.byref(cfg), vocab)
     if str(attention).lower() not in ("flash", "naive"):
         raise ValueError(f"attention {attention!r} is not one of flash, naive")
+    if offload not in ("none", "optimizer"):
+        raise ValueError(f"offload {offload!r} is not one of none, optimizer")
+    keep = enc(device)
     o = MemOptions(_recompute(recompute), int(str(attention).lower() == "naive"),
                    dtype_of(dtype), dtype_of(dtype if reduce_dtype is None else reduce_dtype),
-                   None)
+                   None, keep)
+    o.offload = int(offload == "optimizer")
+    o.offload_fraction = 0.0 if offload_fraction is None else float(offload_fraction)
     e = MemEstimate()
     per = world_size * grad_accum
     if batch is None:
@@ -56,6 +64,9 @@ def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, g
     out = {c: int(e.bytes[i]) for i, c in enumerate(MEM_CATEGORIES)}
     out.update(model_states=int(e.model_states), total=int(e.total), params=int(e.params),
                padded=int(e.padded))
+    if o.offload:
+        out.update({"host_" + c: int(e.host_bytes[i]) for i, c in enumerate(MEM_CATEGORIES)})
+        out["host_total"] = int(e.host_total)
     return out
 
 

@@ -17,6 +17,7 @@ _TRAIN_KEYS = ("batch", "seq", "steps", "grad_accum", "lr", "min_lr_frac", "warm
 _MODULE_KEYS = ("seed", "prefetch")
 _DOCS = {"none": 0, "pack": 1, "concat": 2, "pad": 3}
 _RECOMPUTE = {"none": 0, "block": 1}
+_OFFLOAD = {"none": 0, "optimizer": 1}
 _ATTENTION = {"flash": 0, "naive": 1}
 _DEVICES = ("cpu", "cuda", "auto")
 
@@ -55,7 +56,8 @@ class Trainer:
     checkpoint, safetensors file, Hugging Face directory or llm.c model file (step 0, fresh
     optimizer, this run's schedule; zs_trainer_init_from). reduce_dtype: gradient dtype, None =
     dtype. recompute "none"|"block", attention "flash"|"naive", device "cpu"|"cuda"|"auto",
-    tf32, device_mem (bytes, or a size such as "4G"). docs "none"|"pack"|"concat"|"pad" and
+    tf32, device_mem (bytes, or a size such as "4G"), offload "none"|"optimizer" and
+    offload_fraction (GPU ranks: `--offload`, `--offload-fraction`; docs/sharding.md). docs "none"|"pack"|"concat"|"pad" and
     doc_sep: documents as `--docs` and `--doc-sep` read them (docs/data.md). settings: batch
     (global rows per step), seq, steps, grad_accum, lr, min_lr_frac, warmup, weight_decay,
     grad_clip, seed, prefetch, vocab, val_fraction, comm_timeout_s, beta1, beta2, eps, epochs,
@@ -65,7 +67,7 @@ class Trainer:
     def __init__(self, model=None, data=None, stage="ddp", dtype="fp32", reduce_dtype=None,
                  val=None, comm=None, init_from=None, device=None, recompute="none",
                  attention="flash", tf32=False, device_mem=0, docs="none", doc_sep=None,
-                 **settings):
+                 offload="none", offload_fraction=None, **settings):
         cfg = lib.zs_train_config_default()
         if init_from is not None:
             # The source's model; a named model is a hint it must agree with (as the CLI).
@@ -96,6 +98,9 @@ class Trainer:
         cfg.recompute = _RECOMPUTE[_choice("recompute", recompute, _RECOMPUTE)]
         cfg.attention = _ATTENTION[_choice("attention", attention, _ATTENTION)]
         cfg.module.tf32 = 1 if tf32 else 0
+        cfg.module.offload = _OFFLOAD[_choice("offload", offload, _OFFLOAD)]
+        if offload_fraction is not None:
+            cfg.module.offload_fraction = float(offload_fraction)
         if isinstance(device_mem, str):
             cap = ctypes.c_uint64()
             call("zs_parse_bytes", enc(device_mem), ctypes.byref(cap))

@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/train_args.h"
 #include "cli/train_flags.h"
+#include "cli/train_mem.h"
 #include "cli/train_ops.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/json.h"
@@ -22,16 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static void json_mem(FILE *f) {
-    zs_mem_stats ms;
-    zs_mem_get_stats(&ms);
-    fprintf(f, "\"peak_bytes\":{");
-    for (int c = 0; c < ZS_MEM_NCAT; c++)
-        fprintf(f, "%s\"%s\":%llu", c ? "," : "", zs_mem_category_name((zs_mem_category)c),
-                (unsigned long long)ms.peak[c]);
-    fprintf(f, "},\"peak_total_bytes\":%llu", (unsigned long long)ms.total_peak);
-}
 
 /* A sample through the KV-cache generator, bounded to o->sample_budget of the training time
  * so far (the end-of-run sample of a large model once took longer than the run). Every rank
@@ -139,33 +130,6 @@ static int stop_early(const train_opts *o, zs_trainer_t *t, FILE *log, int step,
     return st == ZS_OK ? 128 + sig : 1;
 }
 
-/* The host categories --offload fills on a GPU rank. */
-static const zs_mem_category HOST_CATS[] = {ZS_MEM_PARAM_SHARD, ZS_MEM_GRAD_SHARD,
-                                            ZS_MEM_OPTIM_STATE};
-#define N_HOST_CATS (int)(sizeof HOST_CATS / sizeof HOST_CATS[0])
-
-/* --offload: each rank's peak pinned host bytes of the offloaded state, by category, and the
- * estimator's (the final record's "host_peak_bytes_per_rank" and "host_estimate_bytes"). */
-static void json_host_mem(FILE *f, int world, const zs_mem_stats *host,
-                          const zs_mem_estimate *est) {
-    fprintf(f, ",\"host_peak_bytes_per_rank\":[");
-    for (int r = 0; r < world; r++) {
-        uint64_t sum = 0;
-        fprintf(f, "%s{", r ? "," : "");
-        for (int i = 0; i < N_HOST_CATS; i++) {
-            sum += host[r].peak[HOST_CATS[i]];
-            fprintf(f, "%s\"%s\":%llu", i ? "," : "", zs_mem_category_name(HOST_CATS[i]),
-                    (unsigned long long)host[r].peak[HOST_CATS[i]]);
-        }
-        fprintf(f, ",\"total\":%llu}", (unsigned long long)sum);
-    }
-    fprintf(f, "],\"host_estimate_bytes\":{");
-    for (int i = 0; i < N_HOST_CATS; i++)
-        fprintf(f, "%s\"%s\":%llu", i ? "," : "", zs_mem_category_name(HOST_CATS[i]),
-                (unsigned long long)est->host_bytes[HOST_CATS[i]]);
-    fprintf(f, ",\"total\":%llu}", (unsigned long long)est->host_total);
-}
-
 /* The estimator's figures for this run (what `zshard mem` prints for its flags). */
 static void run_estimate(const train_opts *o, zs_trainer_t *t, int world, zs_mem_estimate *est) {
     zs_mem_options mo = {.recompute = o->cfg.recompute,
@@ -181,42 +145,6 @@ static void run_estimate(const train_opts *o, zs_trainer_t *t, int world, zs_mem
     zs_mem_estimate_compute_opts(zs_trainer_model(t), world, (int)o->cfg.module.stage,
                                  o->cfg.batch, o->cfg.seq, o->cfg.grad_accum,
                                  o->cfg.module.prefetch, &mo, est);
-}
-
-static void mem_report(const train_opts *o, const zs_model_config *mc, int world,
-                       const zs_mem_stats *all, const zs_mem_estimate *est,
-                       const zs_mem_stats *host) {
-    printf("memory per rank (MiB): measured peak by rank vs estimate\n| category |");
-    for (int r = 0; r < world; r++)
-        printf(" rank %d |", r);
-    printf(" estimate |\n|---|");
-    for (int r = 0; r <= world; r++)
-        printf("---:|");
-    printf("\n");
-    for (int c = 0; c <= ZS_MEM_NCAT; c++) {
-        printf("| %s |", c < ZS_MEM_NCAT ? zs_mem_category_name((zs_mem_category)c) : "total");
-        for (int r = 0; r < world; r++)
-            printf(" %.2f |",
-                   (double)(c < ZS_MEM_NCAT ? all[r].peak[c] : all[r].total_peak) / 1048576.0);
-        printf(" %.2f |\n", (double)(c < ZS_MEM_NCAT ? est->bytes[c] : est->total) / 1048576.0);
-    }
-    if (!host) return;
-    /* --offload: the state the device no longer holds, in pinned host memory. */
-    for (int i = 0; i <= N_HOST_CATS; i++) {
-        printf("| host (pinned): %s |", i < N_HOST_CATS ? zs_mem_category_name(HOST_CATS[i])
-                                                        : "offload total");
-        for (int r = 0; r < world; r++) {
-            uint64_t v = 0;
-            for (int k = 0; k < N_HOST_CATS; k++)
-                if (k == i || i == N_HOST_CATS) v += host[r].peak[HOST_CATS[k]];
-            printf(" %.2f |", (double)v / 1048576.0);
-        }
-        printf(" %.2f |\n", (double)(i < N_HOST_CATS ? est->host_bytes[HOST_CATS[i]]
-                                                     : est->host_total) /
-                                   1048576.0);
-    }
-    (void)o;
-    (void)mc;
 }
 
 /* One step's JSONL record. Values that are not finite are written as null and named in a
@@ -556,7 +484,7 @@ int zs_cli_train(int argc, char **argv) {
     }
     zs_mem_estimate est;
     run_estimate(&o, t, world, &est);
-    if (o.mem_report && rank == 0) mem_report(&o, mc, world, all, &est, offload ? host : NULL);
+    if (o.mem_report && rank == 0) zs_train_mem_report(world, all, &est, offload ? host : NULL);
     zs_mem_stats ms;
     zs_mem_get_stats(&ms);
     char peak[32], brk[512];
@@ -582,7 +510,7 @@ int zs_cli_train(int argc, char **argv) {
                     ? "ddp"
                     : (const char *[]){"", "1", "2", "3"}[o.cfg.module.stage],
                 world);
-        json_mem(log);
+        zs_train_json_mem(log);
         fprintf(log, ",\"peak_bytes_per_rank\":[");
         for (int r = 0; r < world; r++) {
             fprintf(log, "%s{", r ? "," : "");
@@ -593,7 +521,7 @@ int zs_cli_train(int argc, char **argv) {
             fprintf(log, ",\"total\":%llu}", (unsigned long long)all[r].total_peak);
         }
         fprintf(log, "]");
-        if (offload) json_host_mem(log, world, host, &est);
+        if (offload) zs_train_json_host_mem(log, world, host, &est);
         fprintf(log, ",\"estimate_bytes\":{");
         for (int c = 0; c < ZS_MEM_NCAT; c++)
             fprintf(log, "%s\"%s\":%llu", c ? "," : "", zs_mem_category_name((zs_mem_category)c),
