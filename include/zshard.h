@@ -200,12 +200,18 @@ typedef enum zs_docs_mode {
 const char *zs_docs_mode_name(zs_docs_mode m);
 zs_status zs_docs_mode_parse(const char *name, zs_docs_mode *out);
 
-/* Where a GPU rank keeps its optimizer state (docs/sharding.md "Offload"). OPTIMIZER (ZeRO-Offload,
+/* Where a GPU rank keeps its training state (docs/sharding.md "Offload"). OPTIMIZER (ZeRO-Offload,
  * FSDP's optimizer offload): the fp32 master and Adam m, v of the rank's range live in pinned host
  * memory; each step copies the gradient shard to the host, runs AdamW there (the arithmetic of the
- * device's step, so the bits are the same) and uploads the updated compute copy. Refused on CPU
+ * device's step, so the bits are the same) and uploads the updated compute copy. PARAMS (ZeRO-3
+ * only; ZeRO-Infinity's parameter offload, FSDP's CPUOffload): the same, and the rank's parameter
+ * shard stays on the host too, copied to the device just before each all-gather. Refused on CPU
  * ranks, whose device memory is host memory already. */
-typedef enum zs_offload { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_OPTIMIZER = 1 } zs_offload;
+typedef enum zs_offload {
+    ZS_OFFLOAD_NONE = 0,
+    ZS_OFFLOAD_OPTIMIZER = 1,
+    ZS_OFFLOAD_PARAMS = 2
+} zs_offload;
 
 /* Training settings that change memory but not the model. All-zero = fp32, no recompute,
  * flash attention. */
@@ -220,7 +226,7 @@ typedef struct zs_mem_options {
                               On a GPU, host memory (the comm backends' and the tokens' pinned
                               staging) is not part of it; the reductions' scratch is. */
     zs_docs_mode docs;     /* PACK and PAD add each token's document start to the batch */
-    zs_offload offload;    /* OPTIMIZER: master and Adam states counted in host_bytes, not bytes */
+    zs_offload offload;    /* OPTIMIZER, PARAMS: the offloaded state counted in host_bytes */
     double offload_fraction; /* as zs_module_config's: 0 = all */
 } zs_mem_options;
 
@@ -271,7 +277,7 @@ typedef struct zs_module_config {
                              model's name */
     int tf32;             /* fp32 compute copy: GEMMs of models built on the module take TF32
                              inputs (a bf16 copy always takes bf16 GEMMs) */
-    zs_offload offload;   /* NONE (default) or OPTIMIZER: optimizer state in host memory */
+    zs_offload offload;   /* NONE (default), OPTIMIZER or PARAMS: state in host memory */
     double offload_fraction; /* with offload: the share of the optimizer state offloaded, in
                                 (0, 1]; 0 = all. Whole units in layout order, the first ones
                                 until the share is reached (zs_offload_choose) */

@@ -181,7 +181,8 @@ static void test_optim_sizes(void) {
 static void test_offload(void) {
     const char *z = zt_zshard_exe();
     int rc = sh("%s train --data %s/t.txt --steps 1 --offload params-and-more 2>&1", z, g_dir);
-    ZT_CHECK(rc == 2 && strstr(g_out, "--offload: 'params-and-more' is not one of none, optimizer"),
+    ZT_CHECK(rc == 2 &&
+                 strstr(g_out, "--offload: 'params-and-more' is not one of none, optimizer, params"),
              "train --offload params-and-more: exit %d:\n%s", rc, g_out);
     rc = sh("%s train --data %s/t.txt --steps 1 --batch 2 --seq 16 --sample-len 0 --device cpu "
             "--offload optimizer 2>&1",
@@ -191,13 +192,16 @@ static void test_offload(void) {
              "train --device cpu --offload optimizer: exit %d:\n%s", rc, g_out);
     rc = sh("%s mem --model gpt2-tiny --device cuda --offload-fraction 0.5 2>&1", z);
     ZT_CHECK(rc == 2 && strstr(g_out, "--offload-fraction 0.5: nothing is offloaded without "
-                                      "--offload optimizer"),
+                                      "--offload optimizer or params"),
              "mem --offload-fraction without --offload: exit %d:\n%s", rc, g_out);
     rc = sh("%s mem --model gpt2-tiny --device cuda --offload optimizer --offload-fraction 1.5 "
             "2>&1",
             z);
     ZT_CHECK(rc == 2 && strstr(g_out, "--offload-fraction 1.5 must be in (0, 1]"),
              "mem --offload-fraction 1.5: exit %d:\n%s", rc, g_out);
+    rc = sh("%s mem --model gpt2-tiny --device cuda --stage 2 --offload params 2>&1", z);
+    ZT_CHECK(rc == 2 && strstr(g_out, "only ZeRO-3 shards the parameters: use --stage 3"),
+             "mem --stage 2 --offload params: exit %d:\n%s", rc, g_out);
     rc = sh("%s mem --model gpt2-tiny --device cpu --offload optimizer 2>&1", z);
     ZT_CHECK(rc == 2 && strstr(g_out, "on CPU ranks the device is the host"),
              "mem --device cpu --offload optimizer: exit %d:\n%s", rc, g_out);

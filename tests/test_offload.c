@@ -1,12 +1,13 @@
 /* --offload optimizer on a GPU, end to end through the CLI (ctest label gpu; in CI the emulated
  * GPU, whose stream workers run copies and kernels asynchronously to the host):
  *  - the final param_hash of an offloaded run equals the run without offload, at ddp/1/2/3 on
- *    1, 2 and 3 ranks (one GPU each, NCCL), fp32 and bf16 (bf16 gradients);
+ *    1, 2 and 3 ranks (one GPU each, NCCL), fp32 and bf16 (bf16 gradients), and with
+ *    --offload params at ZeRO-3;
  *  - GPU bytes per category equal the estimator's (what `zshard mem --offload optimizer`
  *    prints) exactly, and so do the pinned host bytes of the offloaded state, on every rank,
  *    for whole offload and for --offload-fraction 0.5 (whose run is bitwise the same too);
  *  - a --device-mem cap under which ZeRO-3 alone is refused fits ZeRO-3 with offload, and the
- *    refusal suggests it;
+ *    refusal suggests it; a lower one fits only --offload params;
  *  - a host without the pinned memory the offloaded state needs refuses the run before step 1;
  *  - resume is bitwise, and checkpoints continue across offload modes and stages;
  *  - ZS_TEST_QUICK=offload (the broken builds' check): one offloaded run against the same run
@@ -18,7 +19,7 @@
 static const char *STAGES[] = {"ddp", "1", "2", "3"};
 
 /* One job (its exit not checked). */
-static rl_run run(int nproc, const char *stage, const char *dtype, int offload,
+static rl_run run(int nproc, const char *stage, const char *dtype, const char *offload,
                   const char *extra) {
     char prefix[128];
     snprintf(prefix, sizeof prefix, "timeout 300 env ZS_EMU_DEVICES=%d", nproc);
@@ -26,11 +27,11 @@ static rl_run run(int nproc, const char *stage, const char *dtype, int offload,
                     "--model gpt2-tiny --batch 6 --seq 32 --steps 3 --lr 3e-3 --warmup 2 "
                     "--val-every 0 --val-batches 1 --sample-len 0 --nproc %d --stage %s "
                     "--dtype %s --device cuda --comm-timeout 60 --offload %s %s",
-                    nproc, stage, dtype, offload ? "optimizer" : "none", extra);
+                    nproc, stage, dtype, offload, extra);
 }
 
 /* One job that must succeed. */
-static rl_run job(int nproc, const char *stage, const char *dtype, int offload,
+static rl_run job(int nproc, const char *stage, const char *dtype, const char *offload,
                   const char *extra) {
     rl_run r = run(nproc, stage, dtype, offload, extra);
     rl_check_exit(&r);
@@ -45,13 +46,16 @@ static void parity(void) {
         for (int d = 0; d < 2; d++) {
             const char *dtype = d ? "bf16" : "fp32";
             /* The stages are bitwise equal without offload (train_cuda): one reference. */
-            rl_run base = job(n, "3", dtype, 0, "");
+            rl_run base = job(n, "3", dtype, "none", "");
             for (int s = 0; s < 4; s++) {
-                rl_run r = job(n, STAGES[s], dtype, 1, "");
+                rl_run r = job(n, STAGES[s], dtype, "optimizer", "");
                 snprintf(what, sizeof what, "%s N=%d stage %s offloaded vs not", dtype, n,
                          STAGES[s]);
                 rl_check_same(&r, &base, what);
             }
+            rl_run p = job(n, "3", dtype, "params", "");
+            snprintf(what, sizeof what, "%s N=%d stage 3 --offload params vs not", dtype, n);
+            rl_check_same(&p, &base, what);
         }
     }
 }
@@ -79,51 +83,75 @@ static void check_memory(const rl_run *r, const char *what, int full) {
 
 static void memory_and_cap(void) {
     if (!zt_gpus_for(2, "offload memory")) return;
-    rl_run ddp = job(2, "ddp", "fp32", 1, "");
+    rl_run ddp = job(2, "ddp", "fp32", "optimizer", "");
     check_memory(&ddp, "fp32 ddp", 1);
-    rl_run b2 = job(2, "2", "bf16", 1, "");
+    rl_run b2 = job(2, "2", "bf16", "optimizer", "");
     check_memory(&b2, "bf16 stage 2", 1);
-    rl_run z3o = job(2, "3", "fp32", 1, "");
+    rl_run z3o = job(2, "3", "fp32", "optimizer", "");
     check_memory(&z3o, "fp32 stage 3", 1);
     /* A fraction: the first units on the host, the others' state on the GPU, the same bits. */
-    rl_run fr = job(2, "3", "bf16", 1, "--offload-fraction 0.5");
+    rl_run fr = job(2, "3", "bf16", "optimizer", "--offload-fraction 0.5");
     check_memory(&fr, "bf16 stage 3 --offload-fraction 0.5", 0);
-    rl_run b3 = job(2, "3", "bf16", 0, "");
+    rl_run b3 = job(2, "3", "bf16", "none", "");
     rl_check_same(&fr, &b3, "bf16 N=2 stage 3 half offloaded vs not");
-    ZT_CHECK(fr.hest[ZS_MEM_NCAT] < b2.hest[ZS_MEM_NCAT] && fr.est[ZS_MEM_NCAT] < b3.est[ZS_MEM_NCAT],
+    ZT_CHECK(fr.hest[ZS_MEM_NCAT] < b2.hest[ZS_MEM_NCAT] &&
+                 fr.est[ZS_MEM_NCAT] < b3.est[ZS_MEM_NCAT],
              "--offload-fraction 0.5: host %llu bytes (all offloaded %llu), GPU %llu (none %llu)",
              (unsigned long long)fr.hest[ZS_MEM_NCAT], (unsigned long long)b2.hest[ZS_MEM_NCAT],
              (unsigned long long)fr.est[ZS_MEM_NCAT], (unsigned long long)b3.est[ZS_MEM_NCAT]);
-    rl_run z3 = job(2, "3", "fp32", 0, "");
+    rl_run z3 = job(2, "3", "fp32", "none", "");
     uint64_t with = z3o.est[ZS_MEM_NCAT], without = z3.est[ZS_MEM_NCAT];
     ZT_REQUIRE(with < without, "offloaded ZeRO-3 (%llu bytes) is not smaller than ZeRO-3 (%llu)",
                (unsigned long long)with, (unsigned long long)without);
     char cap[64];
     snprintf(cap, sizeof cap, "--device-mem %llu", (unsigned long long)(with + without) / 2);
-    rl_run refused = run(2, "3", "fp32", 0, cap);
+    rl_run refused = run(2, "3", "fp32", "none", cap);
     ZT_CHECK(refused.rc != 0 && strstr(rl_out, "--device-mem") &&
                  strstr(rl_out, "--offload optimizer"),
              "ZeRO-3 under %s: exit %d; the message must name the cap and suggest offload:\n%s",
              cap, refused.rc, rl_out);
-    rl_run fits = job(2, "3", "fp32", 1, cap);
+    rl_run fits = job(2, "3", "fp32", "optimizer", cap);
     ZT_CHECK(fits.ok && fits.n_steps == 3 && !strcmp(fits.hash, z3.hash),
              "offloaded ZeRO-3 under %s: %d steps, param_hash %s (without the cap %s):\n%s", cap,
              fits.n_steps, fits.hash, z3.hash, rl_out);
+    /* --offload params: the parameter shard leaves the GPU too. Under a cap between its total
+     * and the optimizer offload's, only it fits, and the refusal says so. */
+    rl_run z3p = job(2, "3", "fp32", "params", "");
+    check_memory(&z3p, "fp32 stage 3 --offload params", 1);
+    ZT_CHECK(z3p.est[ZS_MEM_PARAM_SHARD] == 0 && z3p.est[ZS_MEM_NCAT] < with,
+             "--offload params: %llu parameter-shard bytes left on the GPU, total %llu (optimizer "
+             "offload %llu)",
+             (unsigned long long)z3p.est[ZS_MEM_PARAM_SHARD],
+             (unsigned long long)z3p.est[ZS_MEM_NCAT], (unsigned long long)with);
+    snprintf(cap, sizeof cap, "--device-mem %llu",
+             (unsigned long long)(z3p.est[ZS_MEM_NCAT] + with) / 2);
+    refused = run(2, "3", "fp32", "optimizer", cap);
+    ZT_CHECK(refused.rc != 0 && strstr(rl_out, "--device-mem"),
+             "optimizer offload under %s: exit %d:\n%s", cap, refused.rc, rl_out);
+    refused = run(2, "3", "fp32", "none", cap);
+    ZT_CHECK(refused.rc != 0 && strstr(rl_out, "--offload params"),
+             "ZeRO-3 under %s: exit %d; the message must suggest --offload params:\n%s", cap,
+             refused.rc, rl_out);
+    fits = job(2, "3", "fp32", "params", cap);
+    ZT_CHECK(fits.ok && fits.n_steps == 3 && !strcmp(fits.hash, z3.hash),
+             "--offload params under %s: %d steps, param_hash %s (ZeRO-3 %s):\n%s", cap,
+             fits.n_steps, fits.hash, z3.hash, rl_out);
+    rl_run b3p = job(2, "3", "bf16", "params", "");
+    check_memory(&b3p, "bf16 stage 3 --offload params", 1);
 }
 
 static void checkpoints(void) {
     char extra[1024];
     if (!zt_gpus_for(2, "offload checkpoints")) return;
     snprintf(extra, sizeof extra, "--steps 6 --save-dir %s/ock --save-every 3", rl_dir());
-    rl_run full = job(2, "2", "bf16", 1, extra);
+    rl_run full = job(2, "2", "bf16", "optimizer", extra);
     snprintf(extra, sizeof extra, "--steps 6 --resume %s/ock/step_00000003", rl_dir());
     struct {
-        const char *stage;
-        int offload;
-        const char *what;
-    } cases[] = {{"2", 1, "offloaded, resumed offloaded"},
-                 {"3", 0, "offloaded at stage 2, resumed at stage 3 without offload"},
-                 {"ddp", 1, "offloaded at stage 2, resumed offloaded at ddp"}};
+        const char *stage, *offload, *what;
+    } cases[] = {{"2", "optimizer", "offloaded, resumed offloaded"},
+                 {"3", "none", "offloaded at stage 2, resumed at stage 3 without offload"},
+                 {"ddp", "optimizer", "offloaded at stage 2, resumed offloaded at ddp"},
+                 {"3", "params", "optimizer offloaded at stage 2, resumed with params at 3"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rl_run r = job(2, cases[i].stage, "bf16", cases[i].offload, extra);
         ZT_CHECK(r.ok && r.n_steps == 3 && !strcmp(r.hash, full.hash),
@@ -132,9 +160,9 @@ static void checkpoints(void) {
     }
     /* A checkpoint saved without offload continues offloaded, on another world size. */
     snprintf(extra, sizeof extra, "--steps 6 --save-dir %s/nck --save-every 3", rl_dir());
-    rl_run plain = job(2, "1", "fp32", 0, extra);
+    rl_run plain = job(2, "1", "fp32", "none", extra);
     snprintf(extra, sizeof extra, "--steps 6 --resume %s/nck/step_00000003", rl_dir());
-    rl_run r = job(2, "3", "fp32", 1, extra);
+    rl_run r = job(2, "3", "fp32", "optimizer", extra);
     ZT_CHECK(r.ok && r.n_steps == 3 && !strcmp(r.hash, plain.hash),
              "saved without offload at stage 1, resumed offloaded at stage 3: param_hash %s, "
              "uninterrupted %s",
@@ -171,8 +199,8 @@ static void host_shortfall(void) {
 /* The broken builds' check: a run whose host step or upload is not waited for differs. */
 static void quick(void) {
     if (!zt_gpus_for(2, "offload quick")) return;
-    rl_run base = job(2, "2", "bf16", 0, "");
-    rl_run r = job(2, "2", "bf16", 1, "");
+    rl_run base = job(2, "2", "bf16", "none", "");
+    rl_run r = job(2, "2", "bf16", "optimizer", "");
     rl_check_same(&r, &base, "quick: bf16 N=2 stage 2 offloaded vs not");
 }
 

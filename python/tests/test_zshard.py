@@ -103,7 +103,15 @@ def test_memory_estimate_offload():
     with pytest.raises(zshard.ZshardError, match="on CPU ranks"):
         zshard.mem.estimate("gpt2-tiny", offload="optimizer")
     with pytest.raises(ValueError, match="offload"):
-        zshard.mem.estimate("gpt2-tiny", device="cuda", offload="params")
+        zshard.mem.estimate("gpt2-tiny", device="cuda", offload="disk")
+    # --offload params (ZeRO-3): the parameter shard leaves the GPU as well
+    p = zshard.mem.estimate("gpt2-124m", world_size=4, stage=3, seq=256, device="cuda",
+                            offload="params")
+    o = zshard.mem.estimate("gpt2-124m", world_size=4, stage=3, seq=256, device="cuda",
+                            offload="optimizer")
+    assert p["param_shard"] == 0 and o["total"] - p["total"] == 4 * (p["padded"] // 4)
+    with pytest.raises(zshard.ZshardError, match="use --stage 3"):
+        zshard.mem.estimate("gpt2-tiny", stage=2, device="cuda", offload="params")
 
 
 def test_module_numpy_fit():

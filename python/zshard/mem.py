@@ -34,7 +34,7 @@ def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, g
     batch is the global batch, None = 8, or one sequence per rank and micro-batch when 8 does
     not divide; vocab None = GPT-2's 50257, or 32000 for LLaMA models (256 for text data);
     reduce_dtype None = dtype; recompute "none"|"block" (or a bool); attention "flash"|"naive".
-    device None|"cpu"|"cuda": whose memory is predicted. offload "none"|"optimizer" and
+    device None|"cpu"|"cuda": whose memory is predicted. offload "none"|"optimizer"|"params" and
     offload_fraction (device "cuda"): the pinned host bytes come back as host_<category> and
     host_total."""
     cfg = lib.zs_train_config_default().model
@@ -44,13 +44,13 @@ def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, g
     lib.zs_model_config_set_vocab(ctypes.byref(cfg), vocab)
     if str(attention).lower() not in ("flash", "naive"):
         raise ValueError(f"attention {attention!r} is not one of flash, naive")
-    if offload not in ("none", "optimizer"):
-        raise ValueError(f"offload {offload!r} is not one of none, optimizer")
+    if offload not in ("none", "optimizer", "params"):
+        raise ValueError(f"offload {offload!r} is not one of none, optimizer, params")
     keep = enc(device)
     o = MemOptions(_recompute(recompute), int(str(attention).lower() == "naive"),
                    dtype_of(dtype), dtype_of(dtype if reduce_dtype is None else reduce_dtype),
                    None, keep)
-    o.offload = int(offload == "optimizer")
+    o.offload = ("none", "optimizer", "params").index(offload)
     o.offload_fraction = 0.0 if offload_fraction is None else float(offload_fraction)
     e = MemEstimate()
     per = world_size * grad_accum

@@ -17,7 +17,7 @@ _TRAIN_KEYS = ("batch", "seq", "steps", "grad_accum", "lr", "min_lr_frac", "warm
 _MODULE_KEYS = ("seed", "prefetch")
 _DOCS = {"none": 0, "pack": 1, "concat": 2, "pad": 3}
 _RECOMPUTE = {"none": 0, "block": 1}
-_OFFLOAD = {"none": 0, "optimizer": 1}
+_OFFLOAD = {"none": 0, "optimizer": 1, "params": 2}
 _ATTENTION = {"flash": 0, "naive": 1}
 _DEVICES = ("cpu", "cuda", "auto")
 
@@ -56,7 +56,7 @@ class Trainer:
     checkpoint, safetensors file, Hugging Face directory or llm.c model file (step 0, fresh
     optimizer, this run's schedule; zs_trainer_init_from). reduce_dtype: gradient dtype, None =
     dtype. recompute "none"|"block", attention "flash"|"naive", device "cpu"|"cuda"|"auto",
-    tf32, device_mem (bytes, or a size such as "4G"), offload "none"|"optimizer" and
+    tf32, device_mem (bytes, or a size such as "4G"), offload "none"|"optimizer"|"params" and
     offload_fraction (GPU ranks: `--offload`, `--offload-fraction`; docs/sharding.md). docs "none"|"pack"|"concat"|"pad" and
     doc_sep: documents as `--docs` and `--doc-sep` read them (docs/data.md). settings: batch
     (global rows per step), seq, steps, grad_accum, lr, min_lr_frac, warmup, weight_decay,

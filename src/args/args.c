@@ -48,7 +48,8 @@ int zs_arg_u64(const char *flag, const char *text, uint64_t *out) {
 int zs_arg_int_range(const char *flag, const char *text, int lo, int hi, int *out) {
     int v = 0, rc = zs_arg_int(flag, text, &v);
     if (rc) return rc;
-    if (v < lo || v > hi) return zs_flag_fail(2, "%s: %d is out of range [%d, %d]", flag, v, lo, hi);
+    if (v < lo || v > hi)
+        return zs_flag_fail(2, "%s: %d is out of range [%d, %d]", flag, v, lo, hi);
     *out = v;
     return 0;
 }
@@ -88,8 +89,10 @@ int zs_arg_offload(const char *flag, const char *text, zs_offload *out) {
         *out = ZS_OFFLOAD_NONE;
     else if (!strcmp(text, "optimizer"))
         *out = ZS_OFFLOAD_OPTIMIZER;
+    else if (!strcmp(text, "params"))
+        *out = ZS_OFFLOAD_PARAMS;
     else
-        return zs_flag_fail(2, "%s: '%s' is not one of none, optimizer", flag, text);
+        return zs_flag_fail(2, "%s: '%s' is not one of none, optimizer, params", flag, text);
     return 0;
 }
 
@@ -132,7 +135,7 @@ int zs_arg_dtype(const char *flag, const char *text, int allow_f16, zs_dtype *ou
         *out = ZS_DTYPE_F16;
     else
         return zs_flag_fail(2, "%s: '%s' is not one of fp32 (f32), bf16%s", flag, text,
-                           allow_f16 ? ", fp16 (f16)" : "");
+                            allow_f16 ? ", fp16 (f16)" : "");
     return 0;
 }
 

@@ -268,7 +268,8 @@ int zs_flag_value(const void *opts, const zs_flag *f, char *buf, size_t cap) {
         snprintf(buf, cap, "%s", *(const zs_recompute *)p == ZS_RECOMPUTE_BLOCK ? "block" : "none");
         return 1;
     case ZS_FLAG_OFFLOAD:
-        snprintf(buf, cap, "%s", *(const zs_offload *)p == ZS_OFFLOAD_OPTIMIZER ? "optimizer" : "none");
+        snprintf(buf, cap, "%s",
+                 (const char *[]){"none", "optimizer", "params"}[*(const zs_offload *)p % 3]);
         return 1;
     case ZS_FLAG_ATTENTION:
         snprintf(buf, cap, "%s",

@@ -29,7 +29,7 @@ typedef enum zs_flag_kind {
     ZS_FLAG_BYTES,     /* uint64_t from a size such as 4G */
     ZS_FLAG_I64,       /* int64_t within [lo, hi]; shown only when >= 0 (-1: unset) */
     ZS_FLAG_DOCS,      /* zs_docs_mode: pack|concat|pad|none */
-    ZS_FLAG_OFFLOAD,   /* zs_offload: none|optimizer */
+    ZS_FLAG_OFFLOAD,   /* zs_offload: none|optimizer|params */
     ZS_FLAG_CUSTOM,    /* the row's own parse function */
     ZS_FLAG_SECTION,   /* not a flag: a heading in the help text (name is its title) */
 } zs_flag_kind;

@@ -172,7 +172,9 @@ int zs_cli_mem(int argc, char **argv) {
            batch / (nproc * accum), prefetch, mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none",
            mo.attention == ZS_ATTENTION_NAIVE ? "naive (T x T)" : "flash",
            mo.docs ? ", --docs " : "", mo.docs ? zs_docs_mode_name(mo.docs) : "",
-           mo.offload ? ", --offload optimizer" : "");
+           mo.offload == ZS_OFFLOAD_PARAMS ? ", --offload params"
+           : mo.offload                    ? ", --offload optimizer"
+                                           : "");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);

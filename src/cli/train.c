@@ -142,9 +142,8 @@ static void run_estimate(const train_opts *o, zs_trainer_t *t, int world, zs_mem
                          .offload = o->cfg.module.offload,
                          .offload_fraction = o->cfg.module.offload_fraction};
     memset(est, 0, sizeof *est);
-    zs_mem_estimate_compute_opts(zs_trainer_model(t), world, (int)o->cfg.module.stage,
-                                 o->cfg.batch, o->cfg.seq, o->cfg.grad_accum,
-                                 o->cfg.module.prefetch, &mo, est);
+    zs_mem_estimate_compute_opts(zs_trainer_model(t), world, (int)o->cfg.module.stage, o->cfg.batch,
+                                 o->cfg.seq, o->cfg.grad_accum, o->cfg.module.prefetch, &mo, est);
 }
 
 /* One step's JSONL record. Values that are not finite are written as null and named in a
@@ -282,9 +281,11 @@ int zs_cli_train(int argc, char **argv) {
             run_estimate(&o, t, world, &est);
             zs_format_bytes(est.host_total, hb, sizeof hb);
             zs_format_bytes(est.total, db, sizeof db);
-            printf("  --offload optimizer: fp32 master and Adam state stepped on the host, %s of "
+            int params = o.cfg.module.offload == ZS_OFFLOAD_PARAMS;
+            printf("  --offload %s: fp32 master and Adam state%s stepped on the host, %s of "
                    "pinned host memory per rank; %s on the GPU (docs/sharding.md \"Offload\")\n",
-                   hb, db);
+                   params ? "params" : "optimizer", params ? " (and the parameter shard)" : "", hb,
+                   db);
         }
         if (dp0.samples)
             printf("  documents: --docs %s, %lld %s from %lld document%s, %lld steps per "

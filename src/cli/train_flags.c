@@ -105,11 +105,13 @@ static const zs_flag FLAGS[] = {
     {"reduce-dtype", ZS_FLAG_DTYPE, OFF(cfg.module.grad_dtype), 0, 0, 0, OFF(reduce_dtype_set), "D",
      "fp32|bf16: gradient storage and reduction [--dtype]", 0, NULL},
     {"offload", ZS_FLAG_OFFLOAD, OFF(cfg.module.offload), NONE, "O",
-     "none|optimizer: optimizer keeps the fp32 master and Adam\n"
-     "state in pinned host memory and steps them on the host\n"
-     "(GPU ranks; docs/sharding.md \"Offload\") [none]", 0, NULL},
+     "none|optimizer|params: optimizer keeps the fp32 master\n"
+     "and Adam state in pinned host memory and steps them on\n"
+     "the host; params (--stage 3) also the parameter shard,\n"
+     "copied up before each gather (GPU ranks;\n"
+     "docs/sharding.md \"Offload\") [none]", 0, NULL},
     {"offload-fraction", ZS_FLAG_DOUBLE, OFF(cfg.module.offload_fraction), 0, 1, 0, 0, "F",
-     "with --offload optimizer: offload the first units in\n"
+     "with --offload: offload the first units in\n"
      "layout order until this share of the optimizer state,\n"
      "in (0, 1]; the rest stays on the GPU [1]", 0, NULL},
     {"recompute", ZS_FLAG_RECOMPUTE, OFF(cfg.recompute), NONE, "M",

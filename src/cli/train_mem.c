@@ -63,16 +63,16 @@ void zs_train_mem_report(int world, const zs_mem_stats *all, const zs_mem_estima
     if (!host) return;
     /* --offload: the state the device no longer holds, in pinned host memory. */
     for (int i = 0; i <= N_HOST_CATS; i++) {
-        printf("| host (pinned): %s |", i < N_HOST_CATS ? zs_mem_category_name(HOST_CATS[i])
-                                                        : "offload total");
+        printf("| host (pinned): %s |",
+               i < N_HOST_CATS ? zs_mem_category_name(HOST_CATS[i]) : "offload total");
         for (int r = 0; r < world; r++) {
             uint64_t v = 0;
             for (int k = 0; k < N_HOST_CATS; k++)
                 if (k == i || i == N_HOST_CATS) v += host[r].peak[HOST_CATS[k]];
             printf(" %.2f |", (double)v / 1048576.0);
         }
-        printf(" %.2f |\n", (double)(i < N_HOST_CATS ? est->host_bytes[HOST_CATS[i]]
-                                                     : est->host_total) /
-                                   1048576.0);
+        printf(" %.2f |\n",
+               (double)(i < N_HOST_CATS ? est->host_bytes[HOST_CATS[i]] : est->host_total) /
+                   1048576.0);
     }
 }

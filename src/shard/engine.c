@@ -74,17 +74,8 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
                zs_dtype_name(cfg->param_dtype));
     ZS_REQUIRE(cfg->grad_dtype == ZS_DTYPE_F32 || cfg->grad_dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
                "engine: gradient dtype %s is not fp32 or bf16", zs_dtype_name(cfg->grad_dtype));
-    ZS_REQUIRE(cfg->offload == ZS_OFFLOAD_NONE || cfg->offload == ZS_OFFLOAD_OPTIMIZER,
-               ZS_ERR_INVALID, "engine: unknown offload mode %d", (int)cfg->offload);
-    ZS_REQUIRE(cfg->offload_fraction >= 0 && cfg->offload_fraction <= 1, ZS_ERR_INVALID,
-               "--offload-fraction %g must be in (0, 1]", cfg->offload_fraction);
-    ZS_REQUIRE(cfg->offload_fraction == 0 || cfg->offload != ZS_OFFLOAD_NONE, ZS_ERR_INVALID,
-               "--offload-fraction %g: nothing is offloaded without --offload optimizer",
-               cfg->offload_fraction);
-    ZS_REQUIRE(cfg->offload == ZS_OFFLOAD_NONE || !(dev ? dev : zs_device_cpu())->host_memory,
-               ZS_ERR_INVALID,
-               "--offload optimizer: on CPU ranks the device is the host, so the optimizer state "
-               "is in host memory already; offload moves it off a GPU (--device cuda)");
+    ZS_CHECK(zs_offload_check(cfg->offload, cfg->offload_fraction, (int)cfg->stage,
+                              (dev ? dev : zs_device_cpu())->host_memory));
     e = calloc(1, sizeof *e);
     ZS_REQUIRE(e, ZS_ERR_OOM, "engine: out of memory");
     e->layout = layout;
@@ -105,7 +96,8 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
     e->cunit = -1;
     e->units = calloc((size_t)layout->n_units, sizeof *e->units);
     ZS_REQUIRE(e->units, ZS_ERR_OOM, "engine: out of memory");
-    if (cfg->offload == ZS_OFFLOAD_OPTIMIZER) {
+    e->offload_params = cfg->offload == ZS_OFFLOAD_PARAMS;
+    if (cfg->offload != ZS_OFFLOAD_NONE) {
         unsigned char *off = malloc((size_t)layout->n_units);
         ZS_REQUIRE(off, ZS_ERR_OOM, "engine: out of memory");
         e->offload = zs_offload_choose(layout, cfg->offload_fraction, off) > 0;
@@ -140,11 +132,14 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
             /* bf16 compute copy: the fp32 master is its own buffer at every stage (on the host
              * with offload); ZeRO-3 also keeps the bf16 shard it gathers. */
             if (!us->off) {
-                ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, (size_t)us->opt_n * 4,
-                                             ud->name, &us->master));
+                ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, (size_t)us->opt_n * 4, ud->name,
+                                             &us->master));
                 us->master_owned = 1;
             }
-            if (!e->persist_params)
+            if (!e->persist_params && us->off && e->offload_params) /* rounded on the host */
+                ZS_CHECK(
+                    e->dev->host_alloc(ZS_MEM_PARAM_SHARD, S * 2, ud->name, (void **)&us->p16));
+            else if (!e->persist_params)
                 ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, S * 2, ud->name,
                                              (float **)&us->p16));
         } else {
@@ -152,6 +147,8 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
              * (ZeRO-1/2) or a shard of its own (ZeRO-3); it is the master unless offloaded. */
             if (e->persist_params)
                 us->dparam = us->param + us->opt_base;
+            else if (us->off && e->offload_params)
+                us->dparam = NULL; /* --offload params: gathered from the host master */
             else {
                 ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_PARAM_SHARD, S * 4, ud->name, &us->dparam));
                 us->dparam_owned = 1;
@@ -189,7 +186,10 @@ void zs_engine_destroy(zs_engine_t *e) {
         for (int u = 0; u < e->layout->n_units; u++) {
             unit_state *us = &e->units[u];
             zs_engine_buf_free(e, us->param);
-            zs_engine_buf_free(e, (float *)us->p16);
+            if (us->off && e->offload_params)
+                e->dev->host_free(us->p16);
+            else
+                zs_engine_buf_free(e, (float *)us->p16);
             zs_engine_buf_free(e, us->grad);
             zs_engine_buf_free(e, (float *)us->g16);
             e->dev->free(us->gshard);

@@ -36,6 +36,10 @@ uint64_t zs_engine_scratch_bytes(const zs_layout *layout, int world, zs_dtype gr
  * taken so far is under fraction (0, or >= 1: every unit). The same on every rank and world
  * size. Returns how many. */
 int zs_offload_choose(const zs_layout *layout, double fraction, unsigned char *off);
+/* Whether an offload request can be carried out: a known mode, a fraction in [0, 1] (0: all)
+ * given only with a mode, params only at ZeRO-3, and a device whose memory is not the host's
+ * (host_memory 0). The one check the engine and the estimator share. */
+zs_status zs_offload_check(zs_offload mode, double fraction, int stage, int host_memory);
 
 /* Allocates persistent state for the stage (accounted by category) on dev (NULL: the CPU), whose
  * ops are ops and whose work goes on stream. The engine reads its part of the module's settings

@@ -92,6 +92,7 @@ struct zs_engine {
      * host, stepped by the CPU's ops (hops) while ostream carries gradients down and compute
      * copies up. offload: any unit is. */
     int offload;
+    int offload_params; /* --offload params: offloaded units' parameter shards on the host */
     const zs_ops *hops;
     zs_stream_t *ostream;
 };

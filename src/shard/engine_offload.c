@@ -28,6 +28,28 @@ int zs_offload_choose(const zs_layout *l, double fraction, unsigned char *off) {
     return n;
 }
 
+zs_status zs_offload_check(zs_offload mode, double fraction, int stage, int host_memory) {
+    static const char *names[] = {"none", "optimizer", "params"};
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(mode >= ZS_OFFLOAD_NONE && mode <= ZS_OFFLOAD_PARAMS, ZS_ERR_INVALID,
+               "engine: unknown offload mode %d", (int)mode);
+    ZS_REQUIRE(fraction >= 0 && fraction <= 1, ZS_ERR_INVALID,
+               "--offload-fraction %g must be in (0, 1]", fraction);
+    ZS_REQUIRE(fraction == 0 || mode != ZS_OFFLOAD_NONE, ZS_ERR_INVALID,
+               "--offload-fraction %g: nothing is offloaded without --offload optimizer or params",
+               fraction);
+    ZS_REQUIRE(mode != ZS_OFFLOAD_PARAMS || stage == ZS_STAGE_3, ZS_ERR_INVALID,
+               "--offload params keeps each rank's parameter shard on the host, and only ZeRO-3 "
+               "shards the parameters: use --stage 3 (or --offload optimizer: ddp and ZeRO-1/2 "
+               "keep the full parameters on the GPU)");
+    ZS_REQUIRE(mode == ZS_OFFLOAD_NONE || !host_memory, ZS_ERR_INVALID,
+               "--offload %s: on CPU ranks the device is the host, so the training state is in "
+               "host memory already; offload moves it off a GPU (--device cuda)",
+               names[mode]);
+fail:
+    return st;
+}
+
 zs_status zs_engine_offload_unit_alloc(zs_engine_t *e, int u) {
     zs_status st = ZS_OK;
     unit_state *us = &e->units[u];
@@ -36,8 +58,8 @@ zs_status zs_engine_offload_unit_alloc(zs_engine_t *e, int u) {
     ZS_CHECK(e->dev->host_alloc(ZS_MEM_PARAM_SHARD, n * 4, name, (void **)&us->master));
     ZS_CHECK(e->dev->host_alloc(ZS_MEM_OPTIM_STATE, n * 4, "adam m (host)", (void **)&us->m));
     ZS_CHECK(e->dev->host_alloc(ZS_MEM_OPTIM_STATE, n * 4, "adam v (host)", (void **)&us->v));
-    ZS_CHECK(e->dev->host_alloc(ZS_MEM_GRAD_SHARD, n * (e->g16 ? 2 : 4), "gradients (host)",
-                                &us->hg));
+    ZS_CHECK(
+        e->dev->host_alloc(ZS_MEM_GRAD_SHARD, n * (e->g16 ? 2 : 4), "gradients (host)", &us->hg));
     ZS_CHECK(e->dev->event_create(&us->ev_down));
     ZS_CHECK(e->dev->event_create(&us->ev_up));
 fail:
@@ -93,6 +115,13 @@ zs_status zs_engine_offload_upload(zs_engine_t *e, int u) {
     zs_status st = ZS_OK;
     unit_state *us = &e->units[u];
     size_t n = (size_t)us->opt_n;
+    if (e->offload_params) {
+        /* The gathers read the host copy (zs_engine_gather_params); none is in flight after
+         * the drain that came before. fp32: the master is that copy. */
+        if (e->bf16)
+            ZS_CHECK(e->hops->cast(NULL, us->p16, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32, n));
+        return ZS_OK;
+    }
     if (e->bf16) {
         zs_bf16 *dst = e->persist_params ? us->p16 + us->opt_base : us->p16;
         /* hg's last upload is over before the host rounds into it again (in a step, its

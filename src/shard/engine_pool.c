@@ -168,12 +168,19 @@ static zs_status evict_and_gather(zs_engine_t *e, int k, int unit) {
     s->tick = ++e->tick;
     e->units[unit].pslot = k;
     e->n_param_gathers++;
-    if (e->bf16)
-        ZS_CHECK(zs_engine_gather(e, e->units[unit].p16, s->buf, (size_t)ud->shard, ZS_DTYPE_BF16,
-                                  ud->name, &s->work));
-    else
-        ZS_CHECK(zs_engine_gather(e, e->units[unit].dparam, s->buf, (size_t)ud->shard, ZS_DTYPE_F32,
-                                  ud->name, &s->work));
+    unit_state *us = &e->units[unit];
+    zs_dtype dt = e->bf16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32;
+    const void *mine = e->bf16 ? (const void *)us->p16 : us->dparam;
+    if (us->off && e->offload_params) {
+        /* --offload params: this rank's shard comes up from the host into its own slice of
+         * the slot (ordered before the gather on the same stream), gathered in place. */
+        size_t nb = (size_t)ud->shard * zs_dtype_size(dt);
+        char *slice = (char *)s->buf + (size_t)e->rank * nb;
+        ZS_CHECK(
+            e->dev->copy_h2d(e->stream, slice, e->bf16 ? (const void *)us->p16 : us->master, nb));
+        mine = slice;
+    }
+    ZS_CHECK(zs_engine_gather(e, mine, s->buf, (size_t)ud->shard, dt, ud->name, &s->work));
 fail:
     return st;
 }

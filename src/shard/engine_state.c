@@ -38,12 +38,10 @@ zs_status zs_engine_init_params(zs_engine_t *e, uint64_t seed) {
         case ZS_INIT_NORMAL:
             /* Philox stream = tensor index, counter = element index: the value of element i
              * does not depend on which rank, world size or stage computes it. */
-            ZS_CHECK(ops->init_normal(s, p, n, seed, (uint64_t)ti, (uint64_t)i0,
-                                         t->init_std));
+            ZS_CHECK(ops->init_normal(s, p, n, seed, (uint64_t)ti, (uint64_t)i0, t->init_std));
             if (t->zero_from < i0 + (int64_t)n) {
                 int64_t z = t->zero_from > i0 ? t->zero_from : i0;
-                ZS_CHECK(
-                    ops->fill(s, p + (z - i0), 0.0f, (size_t)(i0 + (int64_t)n - z)));
+                ZS_CHECK(ops->fill(s, p + (z - i0), 0.0f, (size_t)(i0 + (int64_t)n - z)));
             }
             break;
         case ZS_INIT_VALUES: /* written by the module (src/shard/module.c) after this */
@@ -142,7 +140,7 @@ zs_status zs_engine_unit_values(zs_engine_t *e, int u, float *host) {
         const float *mine = e->bf16 ? us->master : us->dparam;
         zs_comm_work_t *w = NULL;
         e->cunit = -1;
-        if (e->bf16 && us->off) {
+        if (us->off && (e->bf16 || e->offload_params)) {
             /* The host master goes up into this rank's slice of the buffer, gathered in
              * place. */
             float *slice = full + us->opt_base;

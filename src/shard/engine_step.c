@@ -24,8 +24,8 @@ zs_status zs_engine_regather_unit(zs_engine_t *e, int u, int wait) {
             ZS_CHECK(e->ops->cast(e->stream, mine, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32,
                                   (size_t)us->opt_n));
         if (gather)
-            ZS_CHECK(zs_engine_gather(e, mine, us->p16, (size_t)ud->shard, ZS_DTYPE_BF16,
-                                      ud->name, &us->work));
+            ZS_CHECK(zs_engine_gather(e, mine, us->p16, (size_t)ud->shard, ZS_DTYPE_BF16, ud->name,
+                                      &us->work));
     } else if (gather) {
         ZS_CHECK(zs_engine_gather(e, us->dparam, us->param, (size_t)ud->shard, ZS_DTYPE_F32,
                                   ud->name, &us->work));
@@ -92,12 +92,11 @@ static zs_status launch_segs(zs_engine_t *e, int host, zs_adamw_segs *g, float *
      * (kernels/adamw.h), so the same bits as the device's step. */
     const zs_ops *ops = host ? e->hops : e->ops;
     zs_stream_t *s = host ? NULL : e->stream;
-    zs_status st = e->g16 ? ops->adamw_segs16(s, param + off, (const zs_bf16 *)grad + off, m + off,
-                                              v + off, g, h->lr, h->beta1, h->beta2, h->eps,
-                                              h->weight_decay, scale, t)
-                          : ops->adamw_segs(s, param + off, (const float *)grad + off, m + off,
-                                            v + off, g, h->lr, h->beta1, h->beta2, h->eps,
-                                            h->weight_decay, scale, t);
+    zs_status st =
+        e->g16 ? ops->adamw_segs16(s, param + off, (const zs_bf16 *)grad + off, m + off, v + off, g,
+                                   h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, scale, t)
+               : ops->adamw_segs(s, param + off, (const float *)grad + off, m + off, v + off, g,
+                                 h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, scale, t);
     g->n = 0;
     return st;
 }
@@ -196,8 +195,7 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
 #ifndef ZS_MUTANT_NO_DOWN_WAIT /* the tests' broken build: the host steps before the copy */
             ZS_CHECK(e->dev->event_sync(us->ev_down));
 #endif
-            ZS_CHECK(
-                step_range(e, u, 0, us->opt_n, us->master, us->hg, us->m, us->v, h, scale, t));
+            ZS_CHECK(step_range(e, u, 0, us->opt_n, us->master, us->hg, us->m, us->v, h, scale, t));
         }
         /* ZeRO-1/2 bring every rank's updated range back into the full params, asynchronously
          * (ordered after the update by the comm layer); the next forward_begin of each unit

@@ -27,9 +27,9 @@ void zs_mem_formula(int stage, const zs_mem_options *opts, int *a, int *b) {
     int adam = 8;                /* m and v, fp32 */
     /* --offload optimizer of every unit: the master and Adam state are on the host (a fraction
      * splits whole units, which no per-parameter formula describes) */
-    if (opts && opts->offload == ZS_OFFLOAD_OPTIMIZER &&
-        (opts->offload_fraction <= 0 || opts->offload_fraction >= 1))
-        master = adam = 0;
+    int whole = opts && (opts->offload_fraction <= 0 || opts->offload_fraction >= 1);
+    if (whole && opts->offload != ZS_OFFLOAD_NONE) master = adam = 0;
+    if (whole && opts->offload == ZS_OFFLOAD_PARAMS && stage == 3) p = 0; /* the shard too */
     switch (stage) {
     case 0: /* everything full on every rank */
         *a = p + g + master + adam, *b = 0;
@@ -83,15 +83,9 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
      * fp32: one fp32 copy of the parameters serves as master. bf16 compute copy: bf16 params (full,
      * or ZeRO-3's gathered shard) plus an fp32 master of their own (full for DDP, the shard
      * otherwise). Gradients (full or shard) are stored in the reduce dtype. */
-    int offload = opts->offload == ZS_OFFLOAD_OPTIMIZER;
-    ZS_REQUIRE(opts->offload_fraction >= 0 && opts->offload_fraction <= 1, ZS_ERR_INVALID,
-               "--offload-fraction %g must be in (0, 1]", opts->offload_fraction);
-    ZS_REQUIRE(opts->offload_fraction == 0 || offload, ZS_ERR_INVALID,
-               "--offload-fraction %g: nothing is offloaded without --offload optimizer",
-               opts->offload_fraction);
-    ZS_REQUIRE(!offload || (opts->device && !strcmp(opts->device, "cuda")), ZS_ERR_INVALID,
-               "--offload optimizer: on CPU ranks the device is the host, so the optimizer state "
-               "is in host memory already; offload moves it off a GPU (--device cuda)");
+    int offload = opts->offload != ZS_OFFLOAD_NONE, hparams = opts->offload == ZS_OFFLOAD_PARAMS;
+    ZS_CHECK(zs_offload_check(opts->offload, opts->offload_fraction, stage,
+                              !opts->device || strcmp(opts->device, "cuda")));
     /* R: the optimizer range's fp32 bytes; H: those of the offloaded units (whole units,
      * zs_offload_choose's, so the same split as the engine's). */
     uint64_t R = stage == 0 ? P : S, H = 0;
@@ -104,16 +98,19 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
         free(off);
     }
     b[ZS_MEM_PARAM] = stage == 3 ? 0 : bf16 ? P / 2 : P;
+    /* --offload params (ZeRO-3): the offloaded units' shards that the GPU would gather from
+     * stay on the host (fp32: the master itself; bf16: a rounded copy beside it). */
+    uint64_t HP = hparams ? H : 0;
     if (bf16)
-        b[ZS_MEM_PARAM_SHARD] = (R - H) + (stage == 3 ? S / 2 : 0);
+        b[ZS_MEM_PARAM_SHARD] = (R - H) + (stage == 3 ? (S - HP) / 2 : 0);
     else
-        b[ZS_MEM_PARAM_SHARD] = stage == 3 ? S : 0;
+        b[ZS_MEM_PARAM_SHARD] = stage == 3 ? S - HP : 0;
     b[ZS_MEM_GRAD] = stage <= 1 ? (g16 ? P / 2 : P) : 0;
     b[ZS_MEM_GRAD_SHARD] = stage >= 2 ? (g16 ? S / 2 : S) : 0;
     b[ZS_MEM_OPTIM_STATE] = 2 * (R - H);
     /* Offload (src/shard/engine_offload.c): the master, m and v of the offloaded units' range in
      * pinned host memory, and their gradients beside them in the reduce dtype. */
-    out->host_bytes[ZS_MEM_PARAM_SHARD] = H;
+    out->host_bytes[ZS_MEM_PARAM_SHARD] = H + (bf16 ? HP / 2 : 0);
     out->host_bytes[ZS_MEM_OPTIM_STATE] = 2 * H;
     out->host_bytes[ZS_MEM_GRAD_SHARD] = g16 ? H / 2 : H;
     for (int c = 0; c < ZS_MEM_NCAT; c++)
@@ -287,10 +284,12 @@ void zs_mem_fit_hint(const zs_model_config *cfg, int world, int stage, int batch
         r.offload = ZS_OFFLOAD_OPTIMIZER;
         /* the smallest share, in twentieths, that fits: what stays on the GPU runs its step
          * there */
-        for (int k = 1; k <= 20; k++) {
+        int fit = 0;
+        for (int k = 1; k <= 20 && !fit; k++) {
             r.offload_fraction = k / 20.0;
             if ((t = variant_total(cfg, world, stage, batch, seq, accum, prefetch, &r)) > cap)
                 continue;
+            fit = 1;
             if (k == 20)
                 add_hint(out, n, "--offload optimizer", t);
             else {
@@ -298,8 +297,12 @@ void zs_mem_fit_hint(const zs_model_config *cfg, int world, int stage, int batch
                          k / 20.0);
                 add_hint(out, n, flags, t);
             }
-            break;
         }
+        r.offload = ZS_OFFLOAD_PARAMS; /* ZeRO-3's parameter shard too */
+        r.offload_fraction = 0;
+        if (!fit && stage == 3 &&
+            (t = variant_total(cfg, world, stage, batch, seq, accum, prefetch, &r)) <= cap)
+            add_hint(out, n, "--offload params", t);
     }
     /* More ranks at ZeRO-3 (the global batch rounded up to divide, as the user would). */
     for (int w = world * 2; w <= 4096; w *= 2) {

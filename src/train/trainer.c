@@ -149,13 +149,15 @@ static zs_status check_host_fit(const zs_trainer_t *t, const zs_train_config *c)
     zs_format_bytes(est.host_total, a, sizeof a);
     zs_format_bytes(need, b, sizeof b);
     zs_format_bytes(have, h, sizeof h);
-    ZS_REQUIRE(!have || need <= have, ZS_ERR_OOM,
-               "--offload optimizer: %s at stage %s on %d rank%s needs %s of pinned host memory "
-               "per rank, %s for the %d rank%s on this host, and it has %s available "
-               "(MemAvailable): shard the state over more ranks (--stage 1, 2 or 3 divide it by the world "
-               "size) on more hosts, or offload on fewer ranks per host",
-               t->model_cfg.name, stage_flag(c->module.stage), t->world, t->world > 1 ? "s" : "",
-               a, b, local, local > 1 ? "s" : "", h);
+    ZS_REQUIRE(
+        !have || need <= have, ZS_ERR_OOM,
+        "--offload %s: %s at stage %s on %d rank%s needs %s of pinned host memory "
+        "per rank, %s for the %d rank%s on this host, and it has %s available "
+        "(MemAvailable): shard the state over more ranks (--stage 1, 2 or 3 divide it by the world "
+        "size) on more hosts, or offload on fewer ranks per host",
+        c->module.offload == ZS_OFFLOAD_PARAMS ? "params" : "optimizer", t->model_cfg.name,
+        stage_flag(c->module.stage), t->world, t->world > 1 ? "s" : "", a, b, local,
+        local > 1 ? "s" : "", h);
 fail:
     return st;
 }
