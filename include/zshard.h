@@ -212,6 +212,8 @@ typedef enum zs_offload {
     ZS_OFFLOAD_OPTIMIZER = 1,
     ZS_OFFLOAD_PARAMS = 2
 } zs_offload;
+/* "none", "optimizer", "params" (the --offload values); "?" for anything else. */
+const char *zs_offload_name(zs_offload mode);
 
 /* Training settings that change memory but not the model. All-zero = fp32, no recompute,
  * flash attention. */

@@ -268,8 +268,7 @@ int zs_flag_value(const void *opts, const zs_flag *f, char *buf, size_t cap) {
         snprintf(buf, cap, "%s", *(const zs_recompute *)p == ZS_RECOMPUTE_BLOCK ? "block" : "none");
         return 1;
     case ZS_FLAG_OFFLOAD:
-        snprintf(buf, cap, "%s",
-                 (const char *[]){"none", "optimizer", "params"}[*(const zs_offload *)p % 3]);
+        snprintf(buf, cap, "%s", zs_offload_name(*(const zs_offload *)p));
         return 1;
     case ZS_FLAG_ATTENTION:
         snprintf(buf, cap, "%s",

@@ -167,14 +167,12 @@ int zs_cli_mem(int argc, char **argv) {
             return zs_cli_fail(2, "mem: %s", zs_last_error());
     const zs_mem_estimate *e0 = &est[first];
     printf("zshard mem: %s, %d rank%s, %s, global batch %d x seq %d (%d per rank per "
-           "micro-batch), prefetch %d, recompute %s, %s attention%s%s%s\n",
+           "micro-batch), prefetch %d, recompute %s, %s attention%s%s%s%s\n",
            model, nproc, nproc > 1 ? "s" : "", dtype_words(&mo), batch, seq,
            batch / (nproc * accum), prefetch, mo.recompute == ZS_RECOMPUTE_BLOCK ? "block" : "none",
            mo.attention == ZS_ATTENTION_NAIVE ? "naive (T x T)" : "flash",
            mo.docs ? ", --docs " : "", mo.docs ? zs_docs_mode_name(mo.docs) : "",
-           mo.offload == ZS_OFFLOAD_PARAMS ? ", --offload params"
-           : mo.offload                    ? ", --offload optimizer"
-                                           : "");
+           mo.offload ? ", --offload " : "", mo.offload ? zs_offload_name(mo.offload) : "");
     printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
            "%d\n",
            (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);

@@ -284,8 +284,8 @@ int zs_cli_train(int argc, char **argv) {
             int params = o.cfg.module.offload == ZS_OFFLOAD_PARAMS;
             printf("  --offload %s: fp32 master and Adam state%s stepped on the host, %s of "
                    "pinned host memory per rank; %s on the GPU (docs/sharding.md \"Offload\")\n",
-                   params ? "params" : "optimizer", params ? " (and the parameter shard)" : "", hb,
-                   db);
+                   zs_offload_name(o.cfg.module.offload),
+                   params ? " (and the parameter shard)" : "", hb, db);
         }
         if (dp0.samples)
             printf("  documents: --docs %s, %lld %s from %lld document%s, %lld steps per "

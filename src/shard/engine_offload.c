@@ -28,8 +28,12 @@ int zs_offload_choose(const zs_layout *l, double fraction, unsigned char *off) {
     return n;
 }
 
-zs_status zs_offload_check(zs_offload mode, double fraction, int stage, int host_memory) {
+const char *zs_offload_name(zs_offload mode) {
     static const char *names[] = {"none", "optimizer", "params"};
+    return mode >= ZS_OFFLOAD_NONE && mode <= ZS_OFFLOAD_PARAMS ? names[mode] : "?";
+}
+
+zs_status zs_offload_check(zs_offload mode, double fraction, int stage, int host_memory) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(mode >= ZS_OFFLOAD_NONE && mode <= ZS_OFFLOAD_PARAMS, ZS_ERR_INVALID,
                "engine: unknown offload mode %d", (int)mode);
@@ -45,7 +49,7 @@ zs_status zs_offload_check(zs_offload mode, double fraction, int stage, int host
     ZS_REQUIRE(mode == ZS_OFFLOAD_NONE || !host_memory, ZS_ERR_INVALID,
                "--offload %s: on CPU ranks the device is the host, so the training state is in "
                "host memory already; offload moves it off a GPU (--device cuda)",
-               names[mode]);
+               zs_offload_name(mode));
 fail:
     return st;
 }

@@ -155,7 +155,7 @@ static zs_status check_host_fit(const zs_trainer_t *t, const zs_train_config *c)
         "per rank, %s for the %d rank%s on this host, and it has %s available "
         "(MemAvailable): shard the state over more ranks (--stage 1, 2 or 3 divide it by the world "
         "size) on more hosts, or offload on fewer ranks per host",
-        c->module.offload == ZS_OFFLOAD_PARAMS ? "params" : "optimizer", t->model_cfg.name,
+        zs_offload_name(c->module.offload), t->model_cfg.name,
         stage_flag(c->module.stage), t->world, t->world > 1 ? "s" : "", a, b, local,
         local > 1 ? "s" : "", h);
 fail:
