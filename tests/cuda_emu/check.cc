@@ -358,6 +358,19 @@ void check_block_end() {
     profile_sync(-1);
 }
 void check_launch_end(bool ok) {
+    if (ok && settings().check) { /* what the launch touched, for the stream checker */
+        uint8_t g[PAGE_BYTES / GRANULE];
+        for (auto &kv : t_sh.pages) {
+            for (unsigned i = 0; i < PAGE_BYTES / GRANULE; i++) {
+                const GCell &c = kv.second->c[i];
+                bool w = c.w_blk != NONE, r = c.r_blk != NONE;
+                bool atomic = w ? c.w_atomic != 0 : (c.r_flags & R_ATOMIC) != 0;
+                int f = w ? SC_WRITE : r ? SC_READ : 0;
+                g[i] = (uint8_t)(f && atomic ? f | SC_ATOMIC : f);
+            }
+            sc_kernel_page(kv.first * PAGE_BYTES, g, t_sh.kernel);
+        }
+    }
     clear_pages();
     profile_launch_end(ok);
 }

@@ -268,6 +268,18 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
                            "ABC"[i], ptrs[i]);
                 return;
             }
+        if (settings().check) /* what it reads and writes, column by column (the stream checker) */
+            for (int bi = 0; bi < batch; bi++) {
+                for (int j = 0; j < (ta ? m : k); j++)
+                    sc_access((const char *)va + ((size_t)(bi * sa) + (size_t)j * lda) * aes,
+                              (size_t)arows * aes, false, "cublasGemmEx");
+                for (int j = 0; j < (tb ? k : n); j++)
+                    sc_access((const char *)vb + ((size_t)(bi * sb) + (size_t)j * ldb) * bes,
+                              (size_t)brows * bes, false, "cublasGemmEx");
+                for (int j = 0; j < n; j++)
+                    sc_access((char *)vc + ((size_t)(bi * sc) + (size_t)j * ldc) * ces,
+                              (size_t)m * ces, true, "cublasGemmEx");
+            }
         bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round && !round16;
         for (int bi = 0; bi < batch && plain; bi++) { /* fp32 as it is: OpenBLAS in place */
             float *cb = (float *)vc + (size_t)(bi * sc);

@@ -63,6 +63,9 @@ bool in_kernel_view(uintptr_t a);
 void kernel_view_range(uintptr_t *lo, uintptr_t *hi);
 /* "a 4096-byte device allocation (device pointer 0x...), byte 128" for a kernel-view address. */
 void describe_view(uintptr_t a, char *buf, size_t cap);
+/* "a 4096-byte pinned host allocation (0x...), byte 128" for a pinned address (the host's or
+ * the copies' mapping); false if a is in none. */
+bool describe_pinned(uintptr_t a, char *buf, size_t cap);
 /* Install the fault handler that names kernel and allocation for a bad access. */
 void install_fault_handler();
 /* The red zones after live allocations a launch touched: report writes past their end. */
@@ -178,6 +181,37 @@ void profile_launch_end(bool ok);
 bool profiling();  /* counts are being recorded */
 bool predicting(); /* cost only: GEMMs priced not run, grids sampled, no poison */
 bool counting();   /* either: kernels' accesses are counted */
+
+/* ---- the stream checker (streamcheck.cc), with ZS_EMU_CHECK ---------------------------------- */
+/* A vector clock: per stream id, the position of its last task ordered before (0: none). */
+typedef std::vector<uint64_t> Clock;
+void sc_join(Clock &into, const Clock &from);
+/* The stream worker starts (ends) task seq of stream, whose clock is vc (nullptr: unchecked). */
+void sc_task_begin(int stream, uint64_t seq, const Clock *vc, const char *what);
+void sc_task_end();
+/* The running task reads or writes [p, p + n) (device memory by its view address, or pinned). */
+void sc_access(const void *p, size_t n, bool write, const char *what);
+/* The running kernel's accesses to one 4096-byte page at addr (check.cc's summary of the
+ * launch), per 2-byte granule: 0 untouched, else SC_READ or SC_WRITE, with SC_ATOMIC. */
+enum { SC_READ = 1, SC_WRITE = 2, SC_ATOMIC = 4 };
+void sc_kernel_page(uintptr_t addr, const uint8_t *granules, const char *kernel);
+/* [p, p + n) was freed: what was recorded there is forgotten. */
+void sc_forget(const void *p, size_t n);
+/* Host guards: the host's pages of [host, host + n) are protected while the copy, task seq of
+ * stream, is in flight (no access if the device writes them, no writes if it reads them). */
+void sc_guard(const void *host, size_t n, bool dev_writes, int stream, uint64_t seq,
+              const char *what);
+/* The host has synchronised with everything host orders: the guards it covers are lifted. */
+void sc_host_synced(const Clock &host);
+/* A host fault at a: GF_NONE (not a guard's), GF_HAZARD (msg says which copy), GF_STEP (another
+ * byte of a guarded page: opened for one instruction; set the trap flag, then
+ * sc_guard_restep() at the trap closes it; false if this thread opened none). */
+enum { GF_NONE, GF_HAZARD, GF_STEP };
+int sc_guard_fault(uintptr_t a, bool write, char *msg, size_t cap);
+bool sc_guard_restep();
+/* Guard the host's side of a copy just queued on s as its task seq (runtime_streams.cc). */
+void guard_host(Stream *s, uint64_t seq, const void *host, size_t n, bool dev_writes,
+                const char *what);
 
 } // namespace zs_emu
 

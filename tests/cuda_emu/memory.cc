@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <map>
@@ -37,8 +38,15 @@ struct Rec {
 };
 
 std::mutex g_lock;
-std::map<uintptr_t, Rec> g_dev;       /* device pointer -> record */
-std::map<uintptr_t, size_t> g_pinned; /* pinned host buffer -> bytes */
+std::map<uintptr_t, Rec> g_dev; /* device pointer -> record */
+/* A pinned buffer: its bytes, and (with ZS_EMU_CHECK) a second mapping of the same pages that
+ * copies and kernels use, so that the host's own mapping can be protected while a copy is in
+ * flight (the stream checker's host guards, streamcheck.cc). */
+struct Pin {
+    size_t nbytes, len;
+    uintptr_t alias; /* 0: none */
+};
+std::map<uintptr_t, Pin> g_pinned; /* pinned host buffer -> record */
 uintptr_t g_base, g_view, g_next;
 size_t g_used;
 std::once_flag g_once;
@@ -147,10 +155,12 @@ void *dev_alloc(size_t nbytes) {
     return (void *)p;
 }
 
-bool dev_free(void *ptr) {
+static bool dev_free_locked(void *ptr, uintptr_t *span_view, size_t *span_len) {
     std::lock_guard<std::mutex> lk(g_lock);
     auto it = g_dev.find((uintptr_t)ptr);
     if (it == g_dev.end()) return false;
+    *span_view = it->second.span_lo - g_base + g_view;
+    *span_len = it->second.span_len;
     size_t bad = 0;
     if (!redzone_intact(it->first, it->second, &bad))
         report("cudaFree(%p): the red zone of this %zu-byte allocation was overwritten (byte %zd "
@@ -162,27 +172,55 @@ bool dev_free(void *ptr) {
     return true;
 }
 
+bool dev_free(void *ptr) {
+    uintptr_t span_view = 0;
+    size_t span_len = 0;
+    if (!dev_free_locked(ptr, &span_view, &span_len)) return false;
+    sc_forget((const void *)span_view, span_len); /* the stream checker's record of it */
+    return true;
+}
+
 void *pinned_alloc(size_t nbytes) {
     std::call_once(g_once, reserve);
-    void *p = mmap(nullptr, nbytes ? nbytes : 1, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return nullptr;
+    size_t len = ((nbytes ? nbytes : 1) + PAGE - 1) / PAGE * PAGE;
+    void *p = MAP_FAILED, *alias = nullptr;
+    if (settings().check) {
+        int fd = memfd_create("zs-emu-pinned", MFD_CLOEXEC);
+        if (fd < 0) return nullptr;
+        if (ftruncate(fd, (off_t)len) == 0) {
+            p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            alias = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        }
+        close(fd);
+        if (p == MAP_FAILED || alias == MAP_FAILED) {
+            if (p != MAP_FAILED) munmap(p, len);
+            if (alias && alias != MAP_FAILED) munmap(alias, len);
+            return nullptr;
+        }
+    } else {
+        p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return nullptr;
+    }
     memset(p, POISON, nbytes);
     std::lock_guard<std::mutex> lk(g_lock);
-    g_pinned[(uintptr_t)p] = nbytes;
+    g_pinned[(uintptr_t)p] = Pin{nbytes, len, (uintptr_t)alias};
     return p;
 }
 
 bool pinned_free(void *p) {
-    size_t n;
+    Pin pin;
     {
         std::lock_guard<std::mutex> lk(g_lock);
         auto it = g_pinned.find((uintptr_t)p);
         if (it == g_pinned.end()) return false;
-        n = it->second;
+        pin = it->second;
         g_pinned.erase(it);
     }
-    munmap(p, n ? n : 1);
+    munmap(p, pin.len);
+    if (pin.alias) {
+        munmap((void *)pin.alias, pin.len);
+        sc_forget((const void *)pin.alias, pin.len);
+    }
     return true;
 }
 
@@ -230,9 +268,9 @@ MemKind classify(const void *ptr, uintptr_t *base, size_t *nbytes) {
     auto it = g_pinned.upper_bound(p);
     if (it != g_pinned.begin()) {
         --it;
-        if (p >= it->first && p < it->first + it->second) {
+        if (p >= it->first && p < it->first + it->second.nbytes) {
             if (base) *base = it->first;
-            if (nbytes) *nbytes = it->second;
+            if (nbytes) *nbytes = it->second.nbytes;
             return MEM_PINNED;
         }
     }
@@ -242,7 +280,29 @@ MemKind classify(const void *ptr, uintptr_t *base, size_t *nbytes) {
 void *view(const void *ptr) {
     uintptr_t p = (uintptr_t)ptr;
     if (g_base && in_dev(p)) return (void *)(p - g_base + g_view);
+    if (!settings().check) return (void *)ptr;
+    std::lock_guard<std::mutex> lk(g_lock);
+    auto it = g_pinned.upper_bound(p);
+    if (it != g_pinned.begin()) {
+        --it;
+        if (it->second.alias && p >= it->first && p < it->first + it->second.len)
+            return (void *)(it->second.alias + (p - it->first));
+    }
     return (void *)ptr;
+}
+
+bool describe_pinned(uintptr_t a, char *buf, size_t cap) {
+    std::lock_guard<std::mutex> lk(g_lock);
+    for (auto &kv : g_pinned) {
+        uintptr_t al = kv.second.alias, n = kv.second.nbytes;
+        uintptr_t lo = al && a >= al && a < al + n ? al : kv.first;
+        if (a >= lo && a < lo + n) {
+            snprintf(buf, cap, "a %zu-byte pinned host allocation (%p), byte %zu", kv.second.nbytes,
+                     (void *)kv.first, (size_t)(a - lo));
+            return true;
+        }
+    }
+    return false;
 }
 
 bool range_ok(const void *ptr, size_t n, char *why, size_t cap) {
@@ -294,7 +354,6 @@ void check_redzone(const void *ptr) {
 static struct sigaction g_old_segv, g_old_bus;
 
 static void on_fault(int sig, siginfo_t *si, void *uc) {
-    (void)uc;
     uintptr_t a = (uintptr_t)si->si_addr;
     char msg[700], where[200], alloc[300] = "";
     const char *k = running_kernel(where, sizeof where);
@@ -336,9 +395,31 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     } else if (k) {
         report("%s: illegal access at %#lx (a stack overflow, or host memory a GPU cannot read)", k,
                (unsigned long)a);
+    } else {
+        /* x86-64, as the fibers are: the page fault's error code says whether it wrote */
+        bool write = (((ucontext_t *)uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+        int g = sc_guard_fault(a, write, msg, sizeof msg);
+        if (g == GF_STEP) {
+            ((ucontext_t *)uc)->uc_mcontext.gregs[REG_EFL] |= 0x100; /* trap after it */
+            return;
+        }
+        if (g == GF_HAZARD) report("%s", msg);
     }
     /* Let the default action kill the process at the same instruction. */
     sigaction(sig, sig == SIGSEGV ? &g_old_segv : &g_old_bus, nullptr);
+}
+
+static struct sigaction g_old_trap;
+
+/* The instruction a host guard let through has run: close its page again. */
+static void on_trap(int sig, siginfo_t *si, void *uc) {
+    (void)si;
+    if (sc_guard_restep()) {
+        ((ucontext_t *)uc)->uc_mcontext.gregs[REG_EFL] &= ~0x100;
+        return;
+    }
+    sigaction(sig, &g_old_trap, nullptr);
+    raise(sig);
 }
 
 void install_fault_handler() {
@@ -349,6 +430,8 @@ void install_fault_handler() {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &g_old_segv);
     sigaction(SIGBUS, &sa, &g_old_bus);
+    sa.sa_sigaction = on_trap;
+    sigaction(SIGTRAP, &sa, &g_old_trap);
 }
 
 } // namespace zs_emu

@@ -340,7 +340,9 @@ ncclResult_t submit(ncclComm *c, const Coll &o, cudaStream_t s) {
         return err(ncclUnhandledCudaError, "%s: the device has failed", o.name);
     Stream *st = stream_of(s);
     c->last_stream = st;
-    c->last_seq = enqueue(st, o.name, [c, o] {
+    c->last_seq = enqueue(st, o.name, [c, o, sb, rb, sends] {
+        if (sends) sc_access(view(o.send), sb, false, o.name);
+        sc_access(view(o.recv), rb, true, o.name);
         c->inflight.fetch_add(1);
         if (!c->dead.load() && !c->abort.load()) run(c, o);
         c->inflight.fetch_sub(1);

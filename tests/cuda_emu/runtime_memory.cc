@@ -88,18 +88,25 @@ extern "C" cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
     return cudaSuccess;
 }
 
+static const char *names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice",
+                              "Default"};
+/* Task names, for the stream checker's reports. */
+static const char *copy_names[] = {"cudaMemcpyAsync (HostToHost)", "cudaMemcpyAsync (HostToDevice)",
+                                   "cudaMemcpyAsync (DeviceToHost)",
+                                   "cudaMemcpyAsync (DeviceToDevice)", "cudaMemcpyAsync"};
+
 /* Where the copy's pointers live must agree with its kind (stricter than CUDA, which lets UVA
  * infer it), and a device range must lie inside one allocation (as CUDA checks). */
 static cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind *kind) {
     MemKind kd = classify(dst), ks = classify(src);
-    bool dd = kd == MEM_DEVICE || view(dst) != dst, sd = ks == MEM_DEVICE || view(src) != src;
+    /* a device address outside every live allocation still counts as device memory */
+    bool dd = kd == MEM_DEVICE || (kd == MEM_NONE && view(dst) != dst),
+         sd = ks == MEM_DEVICE || (ks == MEM_NONE && view(src) != src);
     if (*kind == cudaMemcpyDefault)
         *kind = dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
                    : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
     bool want_dd = *kind == cudaMemcpyHostToDevice || *kind == cudaMemcpyDeviceToDevice;
     bool want_sd = *kind == cudaMemcpyDeviceToHost || *kind == cudaMemcpyDeviceToDevice;
-    static const char *names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice",
-                                  "Default"};
     if (dd != want_dd || sd != want_sd) {
         report("cudaMemcpy%s: destination %p is %s memory and source %p is %s memory", names[*kind],
                dst, dd ? "device" : "host", src, sd ? "device" : "host");
@@ -130,7 +137,9 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t n, cudaMemcpy
         h100_memory_op(&r, "cudaMemcpyAsync device to device", 2.0 * (double)n);
         /* cost only: nothing is copied (the bytes are not needed, and would take memory) */
         bool run = !predicting();
-        enqueue(st, "memcpy", [vd, vs, n, r, run] {
+        enqueue(st, copy_names[kind], [vd, vs, n, r, run] {
+            sc_access(vs, n, false, "cudaMemcpyAsync (DeviceToDevice)");
+            sc_access(vd, n, true, "cudaMemcpyAsync (DeviceToDevice)");
             if (run) memmove(vd, vs, n);
             profile_record(r);
         });
@@ -138,15 +147,26 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t n, cudaMemcpy
         /* Staged at the call, as CUDA does for pageable sources: the caller may reuse it. */
         std::shared_ptr<std::vector<char>> copy(
             new std::vector<char>((const char *)src, (const char *)src + n));
-        enqueue(st, "memcpy", [vd, copy] { memcpy(vd, copy->data(), copy->size()); });
+        enqueue(st, copy_names[kind], [vd, copy] {
+            sc_access(vd, copy->size(), true, "cudaMemcpyAsync (HostToDevice)");
+            memcpy(vd, copy->data(), copy->size());
+        });
     } else {
         int wait_us = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToHost
                           ? settings().copy_delay_us
                           : 0;
-        enqueue(st, "memcpy", [vd, vs, n, wait_us] {
+        const char *what = copy_names[kind];
+        uint64_t seq = enqueue(st, what, [vd, vs, n, wait_us, what] {
             if (wait_us > 0) usleep((useconds_t)wait_us);
+            sc_access(vs, n, false, what);
+            sc_access(vd, n, true, what);
             memmove(vd, vs, n);
         });
+        /* the host's side of a copy with pinned memory, guarded until it synchronises */
+        if (settings().check && kind == cudaMemcpyDeviceToHost && classify(dst) == MEM_PINNED)
+            guard_host(st, seq, dst, n, true, what);
+        if (settings().check && kind == cudaMemcpyHostToDevice && classify(src) == MEM_PINNED)
+            guard_host(st, seq, src, n, false, what);
     }
     if (sync || pageable_dst || kind == cudaMemcpyHostToHost) stream_wait_host(st);
     STICKY_CHECK();
@@ -177,12 +197,16 @@ static cudaError_t memset_async(void *p, int v, size_t n, cudaStream_t s, bool s
         zs_emu_record r;
         h100_memory_op(&r, "cudaMemsetAsync", (double)n);
         bool run = !predicting();
-        enqueue(st, "memset", [vp, v, n, r, run] {
+        enqueue(st, "cudaMemsetAsync", [vp, v, n, r, run] {
+            sc_access(vp, n, true, "cudaMemsetAsync");
             if (run) memset(vp, v, n);
             profile_record(r);
         });
     } else {
-        enqueue(st, "memset", [vp, v, n] { memset(vp, v, n); });
+        enqueue(st, "cudaMemsetAsync", [vp, v, n] {
+            sc_access(vp, n, true, "cudaMemsetAsync");
+            memset(vp, v, n);
+        });
     }
     if (sync) stream_wait_host(st);
     return cudaSuccess;

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -33,6 +34,7 @@ struct Task {
     std::function<void()> fn;
     const char *what;
     std::vector<std::pair<Stream *, uint64_t>> deps;
+    std::shared_ptr<Clock> vc; /* the stream checker's (ZS_EMU_CHECK), else null */
 };
 
 struct Stream {
@@ -42,6 +44,7 @@ struct Stream {
     uint64_t submitted = 0, completed = 0;
     std::thread th;
     bool stop = false;
+    Clock last; /* the clock of the last task queued (ZS_EMU_CHECK) */
 };
 
 /* Never destroyed: stream workers may still wait on them while the process exits. */
@@ -49,6 +52,11 @@ static std::mutex &g_mu = *new std::mutex; /* guards every stream's queue and co
 static std::condition_variable &g_cv = *new std::condition_variable;
 static std::vector<Stream *> &g_streams = *new std::vector<Stream *>; /* live streams */
 static Stream *g_legacy;
+/* What the host has synchronised with (ZS_EMU_CHECK). One clock for all host threads: their
+ * hand-offs (mutexes, condition variables) are not seen, so a synchronisation by one counts
+ * for all (a race may be missed, none is invented). */
+static Clock &g_host = *new Clock;
+static Clock &g_retired = *new Clock; /* the last clocks of destroyed streams */
 static std::atomic<uint64_t> g_launches{0};
 
 uint64_t next_launch_id() {
@@ -80,7 +88,9 @@ static void worker(Stream *s) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             usleep((useconds_t)((rng >> 33) % (uint64_t)settings().delay_us));
         }
+        sc_task_begin(s->id, s->completed + 1, t.vc.get(), t.what);
         if (sticky() == cudaSuccess) t.fn();
+        sc_task_end();
         lk.lock();
         s->completed++;
         g_cv.notify_all();
@@ -108,19 +118,54 @@ Stream *stream_of(cudaStream_t h) {
     return (Stream *)h;
 }
 
+/* The host has synchronised with everything c orders (g_mu held). */
+static void host_saw(const Clock &c) {
+    if (!settings().check) return;
+    sc_join(g_host, c);
+    sc_host_synced(g_host);
+}
+
+void guard_host(Stream *s, uint64_t seq, const void *host, size_t n, bool dev_writes,
+                const char *what) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if ((size_t)s->id < g_host.size() && g_host[(size_t)s->id] >= seq) return; /* synced */
+    sc_guard(host, n, dev_writes, s->id, seq, what);
+}
+
+/* Queue fn on s after extra, and after the clock `after` (an event's) for the checker. */
 static uint64_t enqueue_deps(Stream *s, const char *what, std::function<void()> fn,
-                             std::vector<std::pair<Stream *, uint64_t>> extra) {
+                             std::vector<std::pair<Stream *, uint64_t>> extra,
+                             const Clock *after = nullptr) {
     std::lock_guard<std::mutex> lk(g_mu);
     Task t;
     t.fn = std::move(fn);
     t.what = what;
     t.deps = std::move(extra);
+    bool check = settings().check != 0;
+    Clock vc;
+    if (check) {
+        vc = s->last;
+        sc_join(vc, g_host);
+        if (after) sc_join(vc, *after);
+    }
+    /* CUDA orders the legacy stream after all earlier work of the blocking streams, and them
+     * after its earlier work: semantically, whether or not that work has run yet. */
     if (s->legacy) {
-        for (Stream *b : g_streams)
-            if (b != s && b->blocking && b->submitted > b->completed)
-                t.deps.emplace_back(b, b->submitted);
-    } else if (s->blocking && g_legacy && g_legacy->submitted > g_legacy->completed) {
-        t.deps.emplace_back(g_legacy, g_legacy->submitted);
+        for (Stream *b : g_streams) {
+            if (b == s || !b->blocking) continue;
+            if (b->submitted > b->completed) t.deps.emplace_back(b, b->submitted);
+            if (check) sc_join(vc, b->last);
+        }
+    } else if (s->blocking && g_legacy) {
+        if (g_legacy->submitted > g_legacy->completed)
+            t.deps.emplace_back(g_legacy, g_legacy->submitted);
+        if (check) sc_join(vc, g_legacy->last);
+    }
+    if (check) {
+        if (vc.size() <= (size_t)s->id) vc.resize((size_t)s->id + 1, 0);
+        vc[(size_t)s->id] = s->submitted + 1;
+        s->last = vc;
+        t.vc = std::make_shared<Clock>(std::move(vc));
     }
     s->q.push_back(std::move(t));
     s->submitted++;
@@ -140,19 +185,25 @@ void wait_task(Stream *s, uint64_t seq) {
 void stream_wait_host(Stream *s) {
     std::unique_lock<std::mutex> lk(g_mu);
     uint64_t target = s->submitted;
+    Clock seen = s->last;
     g_cv.wait(lk, [s, target] { return s->completed >= target; });
+    host_saw(seen);
 }
 
 void device_wait_host() {
     std::unique_lock<std::mutex> lk(g_mu);
     std::vector<std::pair<Stream *, uint64_t>> all;
-    for (Stream *s : g_streams)
+    Clock seen = g_retired;
+    for (Stream *s : g_streams) {
         all.emplace_back(s, s->submitted);
+        if (settings().check) sc_join(seen, s->last);
+    }
     g_cv.wait(lk, [&all] {
         for (auto &d : all)
             if (d.first->completed < d.second) return false;
         return true;
     });
+    host_saw(seen);
 }
 
 bool valid_stream(cudaStream_t h) {
@@ -281,6 +332,7 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t h) {
         std::lock_guard<std::mutex> lk(g_mu);
         for (size_t i = 0; i < g_streams.size(); i++)
             if (g_streams[i] == s) g_streams.erase(g_streams.begin() + (long)i);
+        if (settings().check) sc_join(g_retired, s->last);
         s->stop = true; /* the worker drains what is queued, then exits */
         g_cv.notify_all();
     }
@@ -303,12 +355,15 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t h) {
     if (!valid_stream(h)) return ret(cudaErrorInvalidResourceHandle);
     Stream *s = stream_of(h);
     std::lock_guard<std::mutex> lk(g_mu);
-    return s->completed >= s->submitted ? cudaSuccess : cudaErrorNotReady;
+    if (s->completed < s->submitted) return cudaErrorNotReady;
+    host_saw(s->last);
+    return cudaSuccess;
 }
 
 struct EmuEvent {
     Stream *s = nullptr;
     uint64_t seq = 0;
+    Clock vc; /* the clock at the record (ZS_EMU_CHECK) */
 };
 
 extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
@@ -338,6 +393,7 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
     std::lock_guard<std::mutex> lk(g_mu);
     ((EmuEvent *)e)->s = s;
     ((EmuEvent *)e)->seq = s->submitted;
+    ((EmuEvent *)e)->vc = s->last;
     return cudaSuccess;
 }
 
@@ -349,13 +405,16 @@ extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsign
     EmuEvent *ev = (EmuEvent *)e;
     Stream *src;
     uint64_t seq;
+    Clock vc;
     {
         std::lock_guard<std::mutex> lk(g_mu);
         src = ev->s;
         seq = ev->seq;
+        vc = ev->vc;
     }
     if (!src) return cudaSuccess; /* never recorded: nothing to wait for, as in CUDA */
-    enqueue_deps(stream_of(h), "wait event", [] {}, {{src, seq}});
+    enqueue_deps(
+        stream_of(h), "wait event", [] {}, {{src, seq}}, &vc);
     return cudaSuccess;
 }
 
@@ -367,6 +426,7 @@ extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     Stream *s = ev->s;
     uint64_t seq = ev->seq;
     if (s) g_cv.wait(lk, [s, seq] { return s->completed >= seq; });
+    host_saw(ev->vc);
     lk.unlock();
     STICKY_CHECK();
     return cudaSuccess;
@@ -377,5 +437,7 @@ extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (!e) return ret(cudaErrorInvalidResourceHandle);
     EmuEvent *ev = (EmuEvent *)e;
     std::lock_guard<std::mutex> lk(g_mu);
-    return !ev->s || ev->s->completed >= ev->seq ? cudaSuccess : cudaErrorNotReady;
+    if (ev->s && ev->s->completed < ev->seq) return cudaErrorNotReady;
+    host_saw(ev->vc);
+    return cudaSuccess;
 }
