@@ -42,7 +42,16 @@ unset ZS_JOB_SECRET ZS_JOB_SECRET_FILE
 ARGS=(train --data "$T/c.txt" --model gpt2-mini --batch 12 --seq 32 --sample-len 0 --val-every 0
       --comm gloo --comm-timeout 20 --stage 3 --steps 60)
 hash_in() { grep -o 'param_hash [0-9a-f]*' "$1" | tail -n 1 | awk '{print $2}'; }
-port() { shuf -i 20000-60000 -n 1; }
+# A free port below the kernel's ephemeral range (32768 up), where no outgoing connection (the
+# flood's own among them) can hold it.
+port() {
+    local p
+    for _ in $(seq 1 50); do
+        p=$(shuf -i 20000-32000 -n 1)
+        [[ -z "$(ss -tanH "sport = :$p")" ]] && break
+    done
+    echo "$p"
+}
 # rank R of a 2-rank job on port P, output in OUT (exit status appended): rank P R OUT [ENV...]
 rank() {
     local p=$1 r=$2 out=$3
@@ -52,8 +61,13 @@ rank() {
 }
 # (grep reads everything, never -q after a pipe: with pipefail a writer cut off early fails it)
 listening() { [[ "$(ss -ltnH "sport = :$1")" == *LISTEN* ]]; }
-wait_listen() { # PORT: until something listens there (10 s at most)
-    for _ in $(seq 1 100); do listening "$1" && return 0; sleep 0.1; done
+wait_listen() { # PORT OUT: until something listens there, or the rank writing OUT has exited
+    # (60 s at most: a rank's start takes seconds on two busy cores)
+    for _ in $(seq 1 600); do
+        listening "$1" && return 0
+        grep -q "^exit" "$2" 2> /dev/null && return 1
+        sleep 0.1
+    done
     return 1
 }
 ok_hash() { # OUT WHAT: exit 0, and rank 0 (the one that prints it) has the reference's hash
@@ -74,7 +88,7 @@ echo "undisturbed 2-rank gloo job: param_hash $REF"
 # ---- strangers during rendezvous and training ----------------------------------------------
 p=$(port)
 rank "$p" 0 s.0 ZS_JOB_ID=s ZS_LOG_LEVEL=debug &
-wait_listen "$p" || { cat s.0; fail "rank 0's store never listened on $p"; }
+wait_listen "$p" s.0 || { cat s.0; fail "rank 0's store never listened on $p"; }
 "${STRANGER[@]}" --port "$p" --empty 100 --junk > stranger.1 || fail "stranger.py"
 "${STRANGER[@]}" --port "$p" --flood 2000 --hold 5 --ready half > stranger.2 &
 flood=$!
@@ -103,7 +117,7 @@ grep -o "turned away.*" s.0 | head -n 1
 # ---- a second job on the same port ---------------------------------------------------------
 p=$(port)
 rank "$p" 0 a.0 ZS_JOB_ID=jobA &
-wait_listen "$p" || { cat a.0; fail "job A's store never listened"; }
+wait_listen "$p" a.0 || { cat a.0; fail "job A's store never listened"; }
 rank "$p" 1 b.1 ZS_JOB_ID=jobB
 rank "$p" 0 b.0 ZS_JOB_ID=jobB
 rank "$p" 1 a.1 ZS_JOB_ID=jobA
@@ -122,7 +136,7 @@ grep -o "refused rank 1 of job 'ZS_JOB_ID=jobB':.*" b.1
 # ---- a shared secret -----------------------------------------------------------------------
 p=$(port)
 rank "$p" 0 k.0 ZS_JOB_ID=k ZS_JOB_SECRET=open-sesame &
-wait_listen "$p" || { cat k.0; fail "the secret job's store never listened"; }
+wait_listen "$p" k.0 || { cat k.0; fail "the secret job's store never listened"; }
 rank "$p" 1 none.1 ZS_JOB_ID=k
 rank "$p" 1 wrong.1 ZS_JOB_ID=k ZS_JOB_SECRET=guess
 "${STRANGER[@]}" --port "$p" --probe-get zs/host/0 --job ZS_JOB_ID=k > probe 2>&1
@@ -146,7 +160,7 @@ echo "ZS_JOB_SECRET: the job runs ($REF); no secret, a wrong one, a raw client a
 # Without a secret, the same raw client does read keys: what the secret is for.
 p=$(port)
 rank "$p" 0 o.0 ZS_JOB_ID=o &
-wait_listen "$p" || fail "the open job's store never listened"
+wait_listen "$p" o.0 || { cat o.0; fail "the open job's store never listened"; }
 "${STRANGER[@]}" --port "$p" --probe-get zs/world/0 --job ZS_JOB_ID=o > probe.open 2>&1
 rank "$p" 1 o.1 ZS_JOB_ID=o
 wait
