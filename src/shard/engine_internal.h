@@ -23,10 +23,12 @@ typedef struct unit_state {
     float *m, *v; /* Adam moments over [opt_base, opt_base + opt_n) of the unit (host: offload) */
     int64_t opt_base, opt_n;
     /* Offload (engine_offload.c): the gradient range's host copy (pinned; the reduce dtype),
-     * which after the host step carries the bf16 compute copy up; events marking its download
-     * and the compute copy's upload on the offload stream. */
+     * which after the host step carries the bf16 compute copy up; events marking the range
+     * final on the compute stream, its download and the compute copy's upload on the offload
+     * stream; whether this step's download has been queued (during the backward). */
     void *hg;
-    zs_event_t *ev_down, *ev_up;
+    zs_event_t *ev_ready, *ev_down, *ev_up;
+    int fetched;
     int off; /* this unit's optimizer state is offloaded (--offload-fraction chooses) */
     zs_comm_work_t *work; /* pending reduction (ddp, 1) or post-step gather (1, 2) */
     int uses_done;        /* backward uses seen in this micro-batch */
@@ -48,6 +50,7 @@ typedef struct slot {
     slot_state state;
     int in_use;     /* params: between begin and end */
     int accumulate; /* grads: add into the shard (later micro-batch) instead of copy */
+    int last;       /* grads: the step's last micro-batch (the shard is final once folded) */
     uint64_t tick;  /* last use (params) or reduction issue (grads) */
     zs_comm_work_t *work;
 } slot;
@@ -136,6 +139,7 @@ zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **
 zs_status zs_engine_offload_unit_alloc(zs_engine_t *e, int unit);
 zs_status zs_engine_offload_create(zs_engine_t *e);
 void zs_engine_offload_destroy(zs_engine_t *e);
+zs_status zs_engine_offload_down(zs_engine_t *e, int unit);
 zs_status zs_engine_offload_fetch(zs_engine_t *e);
 zs_status zs_engine_offload_upload(zs_engine_t *e, int unit);
 zs_status zs_engine_offload_sync(zs_engine_t *e);

@@ -258,6 +258,8 @@ static zs_status finalize_slot(zs_engine_t *e, slot *s, int host) {
     } else {
         ZS_CHECK(e->ops->copy(e->stream, us->gshard, s->buf + off, S * 4));
     }
+    /* Offload: the shard is final, so it can go down while the backward goes on. */
+    if (e->offload && s->last) ZS_CHECK(zs_engine_offload_down(e, s->unit));
     s->unit = -1;
     s->state = SLOT_EMPTY;
 fail:
@@ -330,7 +332,7 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
     if (e->persist_grads) {
         if (e->g16) ZS_CHECK(zs_engine_fold16(e, unit, us->gslot));
         if (!last) return ZS_OK; /* DDP / ZeRO-1 accumulate locally, reduce once per step */
-        if (!e->comm) return ZS_OK;
+        if (!e->comm) return e->offload ? zs_engine_offload_down(e, unit) : ZS_OK;
         char *g = e->g16 ? (char *)us->g16 : (char *)us->grad;
         if (e->cfg.stage == ZS_STAGE_DDP)
             ZS_CHECK(zs_comm_all_reduce_async(e->comm, g, g, (size_t)ud->padded, dt, ZS_REDUCE_SUM,
@@ -356,6 +358,7 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
     char *g = (char *)s->buf;
     s->state = SLOT_REDUCING;
     s->accumulate = e->micro_k > 0;
+    s->last = last;
     s->tick = ++e->tick;
     us->gslot = -1;
     if (e->comm)

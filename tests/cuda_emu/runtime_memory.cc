@@ -137,9 +137,10 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t n, cudaMemcpy
         h100_memory_op(&r, "cudaMemcpyAsync device to device", 2.0 * (double)n);
         /* cost only: nothing is copied (the bytes are not needed, and would take memory) */
         bool run = !predicting();
-        enqueue(st, copy_names[kind], [vd, vs, n, r, run] {
-            sc_access(vs, n, false, "cudaMemcpyAsync (DeviceToDevice)");
-            sc_access(vd, n, true, "cudaMemcpyAsync (DeviceToDevice)");
+        const char *what = copy_names[kind];
+        enqueue(st, what, [vd, vs, n, r, run, what] {
+            sc_access(vs, n, false, what);
+            sc_access(vd, n, true, what);
             if (run) memmove(vd, vs, n);
             profile_record(r);
         });
@@ -147,8 +148,9 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t n, cudaMemcpy
         /* Staged at the call, as CUDA does for pageable sources: the caller may reuse it. */
         std::shared_ptr<std::vector<char>> copy(
             new std::vector<char>((const char *)src, (const char *)src + n));
-        enqueue(st, copy_names[kind], [vd, copy] {
-            sc_access(vd, copy->size(), true, "cudaMemcpyAsync (HostToDevice)");
+        const char *what = copy_names[kind];
+        enqueue(st, what, [vd, copy, what] {
+            sc_access(vd, copy->size(), true, what);
             memcpy(vd, copy->data(), copy->size());
         });
     } else {
