@@ -10,6 +10,7 @@
  *    refusal suggests it; a lower one fits only --offload params;
  *  - a host without the pinned memory the offloaded state needs refuses the run before step 1;
  *  - resume is bitwise, and checkpoints continue across offload modes and stages;
+ *  - with --grad-clip 0 the host steps units during the backward, with the same bits;
  *  - ZS_TEST_QUICK=offload (the broken builds' check): one offloaded run against the same run
  *    without, with a delay before every stream task, so a missing wait shows. */
 #include "runlog.h"
@@ -56,6 +57,40 @@ static void parity(void) {
             rl_run p = job(n, "3", dtype, "params", "");
             snprintf(what, sizeof what, "%s N=%d stage 3 --offload params vs not", dtype, n);
             rl_check_same(&p, &base, what);
+        }
+    }
+}
+
+/* --grad-clip 0: the host steps each offloaded unit as its gradients come down (engine_ahead.c),
+ * the same bits as the step after the backward. ZeRO-3's pool folds all but the last units'
+ * reductions during the backward, so their host steps are queued then (the debug log counts
+ * them); DDP/ZeRO-1 across ranks reduce in the drain, so theirs are queued at the step. */
+static void ahead(void) {
+    if (!zt_gpus_for(2, "offload with the host step during the backward")) return;
+    static const char *stages[] = {"1", "3"};
+    for (int d = 0; d < 2; d++) {
+        const char *dtype = d ? "bf16" : "fp32";
+        rl_run base = job(2, "3", dtype, "none", "--grad-clip 0");
+        for (int s = 0; s < 2; s++) {
+            rl_run r = rl_train("timeout 300 env ZS_EMU_DEVICES=2 ZS_LOG_LEVEL=debug",
+                                "--model gpt2-tiny --batch 6 --seq 32 --steps 3 --lr 3e-3 "
+                                "--warmup 2 --val-every 0 --val-batches 1 --sample-len 0 --nproc 2 "
+                                "--stage %s --dtype %s --device cuda --comm-timeout 60 "
+                                "--offload optimizer --grad-clip 0",
+                                stages[s], dtype);
+            rl_check_exit(&r);
+            char what[160];
+            snprintf(what, sizeof what, "%s N=2 stage %s offloaded vs not, --grad-clip 0", dtype,
+                     stages[s]);
+            rl_check_same(&r, &base, what);
+            const char *line = strstr(rl_out, "offload: step 3: ");
+            int queued = -1, n_off = -1;
+            if (line) sscanf(line, "offload: step 3: %d of %d", &queued, &n_off);
+            int want_early = !strcmp(stages[s], "3");
+            ZT_CHECK(n_off > 0 && (want_early ? queued > 0 && queued < n_off : queued == 0),
+                     "%s: %d of %d units' host steps queued during the backward (ZeRO-3: some, "
+                     "the last folded in the drain; ZeRO-1: none)",
+                     what, queued, n_off);
         }
     }
 }
@@ -202,6 +237,10 @@ static void quick(void) {
     rl_run base = job(2, "2", "bf16", "none", "");
     rl_run r = job(2, "2", "bf16", "optimizer", "");
     rl_check_same(&r, &base, "quick: bf16 N=2 stage 2 offloaded vs not");
+    /* without a clip the host steps during the backward, on a thread of its own */
+    base = job(2, "2", "bf16", "none", "--grad-clip 0");
+    r = job(2, "2", "bf16", "optimizer", "--grad-clip 0");
+    rl_check_same(&r, &base, "quick: bf16 N=2 stage 2 offloaded vs not, --grad-clip 0");
 }
 
 int main(void) {
@@ -215,6 +254,7 @@ int main(void) {
         memory_and_cap();
         host_shortfall();
         checkpoints();
+        ahead();
         parity();
     }
     ZT_CHECK(rl_cleanup() == 0, "cleanup");

@@ -134,6 +134,12 @@ zs_adamw_config zs_adamw_config_default(void);
  * Increments zs_module_steps_done (Adam's bias-correction t). */
 zs_status zs_module_step(zs_module_t *m, const zs_adamw_config *h, float *grad_norm);
 int zs_module_steps_done(const zs_module_t *m);
+/* Optional, before the backward of a step (after zs_module_zero_grad): the step's settings,
+ * known early. With --offload (zs_module_config.offload) and no clip (grad_clip <= 0), each
+ * offloaded unit is then stepped on the host as soon as its gradients are down, while the
+ * backward goes on; zs_module_step must follow with the same settings (ZS_ERR_INVALID
+ * otherwise), and computes the same bits as without this call. Otherwise it does nothing. */
+zs_status zs_module_step_ahead(zs_module_t *m, const zs_adamw_config *h);
 
 /* Sum of one double per rank, added in rank order: the same bits on every rank and stage (a
  * loss, a token count). Collective. */

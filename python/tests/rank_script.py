@@ -26,6 +26,7 @@ def train(m, steps, first=1):
         tok = (rows * 3 + s) % V
         tgt = (tok * 5 + 1) % V
         m.zero_grad()
+        m.step_ahead(lr=0.1)  # the step's settings early (acts only when offloaded, no clip)
         with m.forward("embed") as p:
             h = p["emb"][tok]
         with m.forward("head") as p:

@@ -200,6 +200,7 @@ _SIGS = {
     "zs_module_micro_begin": (I, [P, I, I]),
     "zs_adamw_config_default": (AdamwConfig, []),
     "zs_module_step": (I, [P, ctypes.POINTER(AdamwConfig), c_float_p]),
+    "zs_module_step_ahead": (I, [P, ctypes.POINTER(AdamwConfig)]),
     "zs_module_steps_done": (I, [P]),
     "zs_module_allsum": (I, [P, ctypes.c_double, ctypes.POINTER(ctypes.c_double)]),
     "zs_module_param_hash": (I, [P, ctypes.POINTER(ctypes.c_uint64)]),

@@ -167,6 +167,13 @@ class Module:
         call("zs_module_step", self._m, ctypes.byref(h), ctypes.byref(norm))
         return norm.value
 
+    def step_ahead(self, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0):
+        """The coming step's settings before its backward (after zero_grad): offloaded and
+        without a clip, each unit is stepped on the host as its gradients come down; step()
+        must follow with the same settings. Otherwise it does nothing."""
+        h = AdamwConfig(lr, beta1, beta2, eps, weight_decay, grad_clip)
+        call("zs_module_step_ahead", self._m, ctypes.byref(h))
+
     def allsum(self, x):
         """Sum of one float per rank in rank order (the same bits everywhere)."""
         out = ctypes.c_double()

@@ -27,6 +27,8 @@ int zs_cuda_device_count(void);
 double zs_cuda_peak_flops(zs_gemm_math math, char *basis, size_t cap);
 /* Make `device` (0 <= device < zs_cuda_device_count()) current for the calling thread. */
 zs_status zs_cuda_set_device(int device);
+/* The calling thread takes the GPU zs_cuda_set_device chose (0 if none was). */
+zs_status zs_cuda_bind_thread(void);
 
 /* nbytes of device memory, zero-filled (the flat buffers rely on zero padding), accounted in
  * category cat exactly as zs_alloc accounts host memory (so the --device-mem cap and the

@@ -59,6 +59,9 @@ typedef struct zs_device {
     zs_status (*event_sync)(zs_event_t *e);
     /* *done = whether the work before the event's record has finished; never blocks. */
     zs_status (*event_query)(zs_event_t *e, int *done);
+    /* Another thread of the rank about to use this table makes the rank's device its own (a
+     * GPU is current per thread); NULL where there is nothing to do (the CPU). */
+    zs_status (*bind_thread)(void);
 } zs_device;
 
 /* The CPU's table. Always available. */

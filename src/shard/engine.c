@@ -181,6 +181,7 @@ fail:
 
 void zs_engine_destroy(zs_engine_t *e) {
     if (!e) return;
+    zs_engine_ahead_destroy(e); /* before any state it steps is freed */
     zs_engine_drain(e);
     if (e->units)
         for (int u = 0; u < e->layout->n_units; u++) {

@@ -91,6 +91,11 @@ zs_status zs_engine_broadcast_host(zs_engine_t *e, float *buf, size_t count, int
 zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
                          float *grad_norm);
 
+/* The coming step's settings, before its backward (engine_ahead.c): with offloaded units and no
+ * clip (clip <= 0), each is stepped on the host as soon as its gradients are down, during the
+ * backward. The step must then be called with the same h and t. Otherwise nothing happens. */
+zs_status zs_engine_step_ahead(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t);
+
 /* FNV-1a 64 over the full fp32 master parameters in layout order, padding excluded.
  * Collective: every rank must call it (sharded stages gather each unit's master shards). */
 zs_status zs_engine_param_hash(zs_engine_t *e, uint64_t *hash);

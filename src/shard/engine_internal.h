@@ -6,6 +6,8 @@
 #include "core/bf16.h"
 #include "shard/engine.h"
 
+typedef struct zs_ahead zs_ahead;
+
 typedef struct unit_state {
     float *param;  /* full params, persistent (ddp, 1, 2) or NULL */
     float *grad;   /* full grads, persistent (ddp, 1) or NULL */
@@ -98,6 +100,10 @@ struct zs_engine {
     int offload_params; /* --offload params: offloaded units' parameter shards on the host */
     const zs_ops *hops;
     zs_stream_t *ostream;
+    /* The host step during the backward (engine_ahead.c): its worker, created at the first
+     * zs_engine_step_ahead; armed from then until the step. */
+    zs_ahead *ahead;
+    int ahead_armed;
 };
 
 /* Buffers that collectives read or write: registered with the communicator (peers read them
@@ -143,6 +149,20 @@ zs_status zs_engine_offload_down(zs_engine_t *e, int unit);
 zs_status zs_engine_offload_fetch(zs_engine_t *e);
 zs_status zs_engine_offload_upload(zs_engine_t *e, int unit);
 zs_status zs_engine_offload_sync(zs_engine_t *e);
+/* AdamW of offloaded unit u on the host once its download is over (engine_step.c). */
+zs_status zs_engine_host_step(zs_engine_t *e, int unit, const zs_adamw_hparams *h, float scale,
+                              int t);
+
+/* The host step during the backward (engine_ahead.c): push queues unit u's host step (its
+ * download queued) when armed; take waits for it in the step (taken: it was stepped ahead);
+ * finish waits for every queued unit and disarms; queued counts the units queued so far;
+ * destroy stops the worker. */
+zs_status zs_engine_ahead_push(zs_engine_t *e, int unit);
+zs_status zs_engine_ahead_take(zs_engine_t *e, int unit, const zs_adamw_hparams *h, int t,
+                               int *taken);
+zs_status zs_engine_ahead_finish(zs_engine_t *e);
+int zs_engine_ahead_queued(zs_engine_t *e);
+void zs_engine_ahead_destroy(zs_engine_t *e);
 /* The gradient range the step reads for unit u: this rank's reduced shard (fp32, or bf16). */
 const void *zs_engine_step_grad(const zs_engine_t *e, int unit);
 

@@ -122,6 +122,7 @@ zs_status zs_engine_offload_down(zs_engine_t *e, int u) {
     ZS_CHECK(e->dev->copy_d2h(e->ostream, us->hg, zs_engine_step_grad(e, u), nb));
     ZS_CHECK(e->dev->event_record(us->ev_down, e->ostream));
     us->fetched = 1;
+    ZS_CHECK(zs_engine_ahead_push(e, u)); /* stepped on the host as soon as it is down */
 fail:
     return st;
 }

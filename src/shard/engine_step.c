@@ -4,6 +4,7 @@
 #include "shard/engine_internal.h"
 
 #include "comm/device.h"
+#include "core/log.h"
 #include "core/status.h"
 
 #include <math.h>
@@ -46,6 +47,7 @@ fail:
 
 zs_status zs_engine_zero_grad(zs_engine_t *e) {
     zs_status st = ZS_OK;
+    ZS_CHECK(zs_engine_ahead_finish(e)); /* a step announced and never taken is dropped */
     if (!e->recorded) {
         e->recording = 1;
         e->n_order = 0;
@@ -128,16 +130,38 @@ fail:
     return st;
 }
 
+zs_status zs_engine_host_step(zs_engine_t *e, int u, const zs_adamw_hparams *h, float scale,
+                              int t) {
+    zs_status st = ZS_OK;
+    unit_state *us = &e->units[u];
+#ifndef ZS_MUTANT_NO_DOWN_WAIT /* the tests' broken build: the host steps before the copy */
+    ZS_CHECK(e->dev->event_sync(us->ev_down));
+#endif
+    ZS_CHECK(step_range(e, u, 0, us->opt_n, us->master, us->hg, us->m, us->v, h, scale, t));
+fail:
+    return st;
+}
+
 zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
                          float *grad_norm) {
     zs_status st = ZS_OK;
     const zs_layout *l = e->layout;
     double *parts = NULL;
+    int queued = zs_engine_ahead_queued(e); /* host steps queued during the backward */
     ZS_CHECK(zs_engine_drain(e));
     e->recording = 0;
     e->recorded = 1;
-    /* Offload: the gradients go down to the host while the device sums their squares. */
-    if (e->offload) ZS_CHECK(zs_engine_offload_fetch(e));
+    /* Offload: the gradients not down yet go while the device sums their squares. */
+    if (e->offload) {
+        int n_off = 0;
+        for (int u = 0; u < l->n_units; u++)
+            n_off += e->units[u].off;
+        if (e->ahead_armed)
+            ZS_LOG_D("offload: step %d: %d of %d offloaded units queued for their host step "
+                     "during the backward",
+                     t, queued, n_off);
+        ZS_CHECK(zs_engine_offload_fetch(e));
+    }
 
     /* Global norm through the shard decomposition: each rank sums its shard of every unit
      * in unit order, then the per-rank sums are added in rank order. DDP does the same on
@@ -190,12 +214,12 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
             ZS_CHECK(step_range(e, u, 0, us->opt_n, us->master, zs_engine_step_grad(e, u), us->m,
                                 us->v, h, scale, t));
         } else {
-            /* Offloaded: stepped on the host once its gradients are down; it goes up (and, at
-             * ZeRO-1/2, out to the other ranks) while the host steps the next unit. */
-#ifndef ZS_MUTANT_NO_DOWN_WAIT /* the tests' broken build: the host steps before the copy */
-            ZS_CHECK(e->dev->event_sync(us->ev_down));
-#endif
-            ZS_CHECK(step_range(e, u, 0, us->opt_n, us->master, us->hg, us->m, us->v, h, scale, t));
+            /* Offloaded: stepped on the host once its gradients are down (during the backward
+             * when stepped ahead); it goes up (and, at ZeRO-1/2, out to the other ranks) while
+             * the host steps the next unit. */
+            int ahead = 0;
+            ZS_CHECK(zs_engine_ahead_take(e, u, h, t, &ahead));
+            if (!ahead) ZS_CHECK(zs_engine_host_step(e, u, h, scale, t));
         }
         /* ZeRO-1/2 bring every rank's updated range back into the full params, asynchronously
          * (ordered after the update by the comm layer); the next forward_begin of each unit
@@ -204,5 +228,6 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
     }
 fail:
     free(parts);
-    return st;
+    zs_status done = zs_engine_ahead_finish(e); /* no host step outlives the step */
+    return st != ZS_OK ? st : done;
 }

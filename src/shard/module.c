@@ -324,18 +324,32 @@ zs_adamw_config zs_adamw_config_default(void) {
     return h;
 }
 
-zs_status zs_module_step(zs_module_t *m, const zs_adamw_config *h, float *grad_norm) {
-    zs_status st = ZS_OK;
-    float norm = 0.0f;
-    ZS_REQUIRE(h, ZS_ERR_INVALID, "module %s: step needs optimizer settings", m->name);
+static zs_adamw_hparams hparams(const zs_adamw_config *h) {
     zs_adamw_hparams hp = {.lr = h->lr,
                            .beta1 = h->beta1,
                            .beta2 = h->beta2,
                            .eps = h->eps,
                            .weight_decay = h->weight_decay};
+    return hp;
+}
+
+zs_status zs_module_step(zs_module_t *m, const zs_adamw_config *h, float *grad_norm) {
+    zs_status st = ZS_OK;
+    float norm = 0.0f;
+    ZS_REQUIRE(h, ZS_ERR_INVALID, "module %s: step needs optimizer settings", m->name);
+    zs_adamw_hparams hp = hparams(h);
     ZS_CHECK(zs_engine_step(m->engine, &hp, h->grad_clip, m->step + 1, &norm));
     m->step++;
     if (grad_norm) *grad_norm = norm;
+fail:
+    return st;
+}
+
+zs_status zs_module_step_ahead(zs_module_t *m, const zs_adamw_config *h) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(h, ZS_ERR_INVALID, "module %s: step_ahead needs optimizer settings", m->name);
+    zs_adamw_hparams hp = hparams(h);
+    ZS_CHECK(zs_engine_step_ahead(m->engine, &hp, h->grad_clip, m->step + 1));
 fail:
     return st;
 }

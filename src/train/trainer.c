@@ -297,7 +297,18 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
     }
     double loss_sum = 0.0;
     size_t n = (size_t)t->micro * c->seq;
+    zs_adamw_config h = {
+        .lr = t->lr_override > 0 ? t->lr_override
+                                 : zs_lr_schedule(step, c->steps, c->warmup, c->lr, c->min_lr_frac),
+        .beta1 = c->beta1,
+        .beta2 = c->beta2,
+        .eps = c->eps,
+        .weight_decay = c->weight_decay,
+        .grad_clip = c->grad_clip,
+    };
     ZS_CHECK(zs_module_zero_grad(t->engine));
+    /* Offloaded without a clip: the host steps each unit as its gradients come down. */
+    ZS_CHECK(zs_module_step_ahead(t->engine, &h));
     int per_rank = c->batch / t->world;
     for (int k = 0; k < c->grad_accum; k++) {
         int first = t->rank * per_rank + k * t->micro;
@@ -315,15 +326,6 @@ zs_status zs_trainer_step_rows(zs_trainer_t *t, const int32_t *tokens, const int
         }
         ZS_CHECK(zs_trainer_io_pass(t, t->micro, c->seq, dloss, 1, k));
     }
-    zs_adamw_config h = {
-        .lr = t->lr_override > 0 ? t->lr_override
-                                 : zs_lr_schedule(step, c->steps, c->warmup, c->lr, c->min_lr_frac),
-        .beta1 = c->beta1,
-        .beta2 = c->beta2,
-        .eps = c->eps,
-        .weight_decay = c->weight_decay,
-        .grad_clip = c->grad_clip,
-    };
     float norm = 0.0f;
     ZS_CHECK(zs_module_step(t->engine, &h, &norm));
     ZS_CHECK(zs_trainer_io_losses(t, c->grad_accum, &loss_sum));

@@ -146,12 +146,22 @@ extern "C" char *zs_cuda_model_notes(void) {
 #endif
 }
 
+static int g_rank_device; /* the rank's GPU, for its other threads (zs_cuda_bind_thread) */
+
 extern "C" zs_status zs_cuda_set_device(int device) {
     zs_status st = ZS_OK;
     int n = zs_cuda_device_count();
     ZS_REQUIRE(device >= 0 && device < n, ZS_ERR_INVALID,
                "cuda: device %d does not exist (%d visible)", device, n);
     ZS_CUDA_CHECK(cudaSetDevice(device));
+    g_rank_device = device;
+fail:
+    return st;
+}
+
+extern "C" zs_status zs_cuda_bind_thread(void) {
+    zs_status st = ZS_OK;
+    ZS_CUDA_CHECK(cudaSetDevice(g_rank_device));
 fail:
     return st;
 }

@@ -166,6 +166,7 @@ static const zs_device g_cuda = {
     .stream_wait = cu_stream_wait,
     .event_sync = cu_event_sync,
     .event_query = cu_event_query,
+    .bind_thread = zs_cuda_bind_thread,
 };
 
 extern "C" const zs_device *zs_device_cuda(void) {
