@@ -62,31 +62,33 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static void ahead_free(zs_ahead *a) {
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    pthread_cond_destroy(&a->cv_done);
+    free(a->queue);
+    free(a->state);
+    free(a);
+}
+
 static zs_status ahead_create(zs_engine_t *e) {
     zs_status st = ZS_OK;
     int n = e->layout->n_units;
     zs_ahead *a = calloc(1, sizeof *a);
     ZS_REQUIRE(a, ZS_ERR_OOM, "engine: out of memory");
-    a->queue = calloc((size_t)n, sizeof *a->queue);
-    a->state = calloc((size_t)n, 1);
-    if (!a->queue || !a->state) {
-        free(a->queue);
-        free(a->state);
-        free(a);
-        ZS_REQUIRE(0, ZS_ERR_OOM, "engine: out of memory");
-    }
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     pthread_cond_init(&a->cv_done, NULL);
+    a->queue = calloc((size_t)n, sizeof *a->queue);
+    a->state = calloc((size_t)n, 1);
+    if (!a->queue || !a->state) {
+        ahead_free(a);
+        ZS_REQUIRE(0, ZS_ERR_OOM, "engine: out of memory");
+    }
     e->ahead = a;
     if (pthread_create(&a->thread, NULL, worker, e) != 0) {
         e->ahead = NULL;
-        pthread_mutex_destroy(&a->mu);
-        pthread_cond_destroy(&a->cv);
-        pthread_cond_destroy(&a->cv_done);
-        free(a->queue);
-        free(a->state);
-        free(a);
+        ahead_free(a);
         ZS_REQUIRE(0, ZS_ERR_IO, "engine: cannot start the offload's host step thread");
     }
 fail:
@@ -182,12 +184,7 @@ void zs_engine_ahead_destroy(zs_engine_t *e) {
     pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->thread, NULL); /* the units queued are stepped first: their copies end */
-    pthread_mutex_destroy(&a->mu);
-    pthread_cond_destroy(&a->cv);
-    pthread_cond_destroy(&a->cv_done);
-    free(a->queue);
-    free(a->state);
-    free(a);
+    ahead_free(a);
     e->ahead = NULL;
     e->ahead_armed = 0;
 }
