@@ -18,7 +18,9 @@ fi
 # Bulgarian): real multilingual text for the tokenizer parity test and benchmark.
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend, libgloo-dev the
 # gloo backend (CPU ranks across hosts), iproute2 the network namespaces that stand in for
-# hosts in the multihost test and benchmark (ip netns, tc), iperf3 that benchmark's link rate.
+# hosts in the multihost test and benchmark (ip netns, tc), iperf3 that benchmark's link rate,
+# slurm-wlm and munge the Slurm cluster that test_slurm.sh starts in those hosts (its daemons
+# run only during that test).
 # Python: the package in python/ runs in a virtual environment that sees Debian's numpy,
 # pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
 # debootstrap: the GPU check's dry run builds a bare Debian root with it (tests/gpu_dryrun.sh).
@@ -30,7 +32,7 @@ PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev li
           fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs
           fortunes-bg gnuplot-nox openmpi-bin libopenmpi-dev libgloo-dev iproute2 iperf3 procps
           python3 python3-venv python3-numpy python3-pytest python3-setuptools python3-wheel
-          ca-certificates debootstrap clang libclang-rt-14-dev libomp-14-dev)
+          ca-certificates debootstrap clang libclang-rt-14-dev libomp-14-dev slurm-wlm munge)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

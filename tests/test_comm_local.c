@@ -22,6 +22,13 @@ static const char *g_vars[] = {"RANK",
                                "SLURM_LOCALID",
                                "SLURM_NNODES",
                                "SLURM_TASKS_PER_NODE",
+                               "SLURM_STEP_TASKS_PER_NODE",
+                               "SLURM_STEP_NUM_NODES",
+                               "SLURM_NODEID",
+                               "SLURM_NTASKS_PER_NODE",
+                               "SLURM_JOB_NODELIST",
+                               "SLURM_STEP_NODELIST",
+                               "SLURM_JOB_ID",
                                "OMPI_COMM_WORLD_RANK",
                                "OMPI_COMM_WORLD_SIZE",
                                "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -128,6 +135,47 @@ static void test_env(void) {
     ZT_CHECK(e.rank == 3 && e.world_size == 4 && e.local_world_size == 4 &&
                  !strcmp(e.source, "srun"),
              "srun variables");
+    clear_env();
+
+    /* srun over nodes: this node's count from the compressed list, the meeting point from
+     * the node list and the job id (uneven: 3 tasks on node 0, 1 on node 1) */
+    int n = 0;
+    ZT_OK(zs_slurm_tasks_on_node("2(x3),1", 2, &n));
+    ZT_CHECK(n == 2, "2(x3),1 node 2: %d", n);
+    ZT_OK(zs_slurm_tasks_on_node("2(x3),1", 3, &n));
+    ZT_CHECK(n == 1, "2(x3),1 node 3: %d", n);
+    ZT_CHECK(zs_slurm_tasks_on_node("2(x3),1", 4, &n) == ZS_ERR_INVALID &&
+                 strstr(zs_last_error(), "SLURM_TASKS_PER_NODE='2(x3),1'"),
+             "node past the list: %s", zs_last_error());
+    ZT_CHECK(zs_slurm_tasks_on_node("2(x", 0, &n) == ZS_ERR_INVALID, "malformed list");
+    char host[16];
+    ZT_CHECK(!zs_slurm_first_host("gpu-a[007-010,012],gpu-b3", host, sizeof host) &&
+                 !strcmp(host, "gpu-a007"),
+             "first host of a range: %s", host);
+    ZT_CHECK(!zs_slurm_first_host("rack[2-3]-n[4-5]", host, sizeof host) &&
+                 !strcmp(host, "rack2-n4"),
+             "two ranges: %s", host);
+    ZT_CHECK(!zs_slurm_first_host("solo", host, sizeof host) && !strcmp(host, "solo"), "one");
+    ZT_CHECK(zs_slurm_first_host("n[", host, sizeof host) == -1 &&
+                 zs_slurm_first_host("averyveryverylongname", host, sizeof host) == -1,
+             "malformed or too long");
+    setenv("SLURM_PROCID", "3", 1), setenv("SLURM_NTASKS", "4", 1);
+    setenv("SLURM_LOCALID", "0", 1), setenv("SLURM_NNODES", "2", 1);
+    setenv("SLURM_NODEID", "1", 1), setenv("SLURM_TASKS_PER_NODE", "3,1", 1);
+    setenv("SLURM_JOB_NODELIST", "n[0-1]", 1), setenv("SLURM_JOB_ID", "123456", 1);
+    ZT_OK(zs_comm_env_read(NULL, &e));
+    ZT_CHECK(e.local_world_size == 1 && !strcmp(e.master_addr, "n0") &&
+                 e.master_port == 10000 + 123456 % 20000,
+             "srun over two nodes: local %d, master %s:%d", e.local_world_size, e.master_addr,
+             e.master_port);
+    setenv("MASTER_ADDR", "head", 1), setenv("MASTER_PORT", "29500", 1);
+    ZT_OK(zs_comm_env_read(NULL, &e));
+    ZT_CHECK(!strcmp(e.master_addr, "head") && e.master_port == 29500, "the user's master wins");
+    setenv("SLURM_NODEID", "1", 1), setenv("SLURM_NTASKS_PER_NODE", "2", 1);
+    ZT_CHECK(zs_comm_env_read(NULL, &e) == ZS_ERR_INVALID &&
+                 strstr(zs_last_error(), "3 tasks on node 0 of the step") &&
+                 strstr(zs_last_error(), "--ntasks-per-node=2"),
+             "more tasks than --ntasks-per-node: %s", zs_last_error());
     clear_env();
 
     setenv("OMPI_COMM_WORLD_RANK", "2", 1), setenv("OMPI_COMM_WORLD_SIZE", "6", 1);

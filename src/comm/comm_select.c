@@ -70,14 +70,15 @@ int zs_comm_backend_available(zs_comm_backend b) {
 
 /* The one "auto" policy. GPU buffers: nccl when every rank of this host has a GPU of its own
  * and NCCL is built, else (one host) shm through pinned staging. Ranks on one host: shm.
- * Ranks that span hosts: mpi when an MPI launcher started them (it knows the job), else gloo
- * through the rendezvous address, else mpi as the last resort. Fills why for the banner. */
+ * Ranks that span hosts: mpi when mpirun started them (it knows the job), else gloo through the
+ * rendezvous address (under srun, derived from the node list when unset), else mpi as the last
+ * resort. Fills why for the banner. */
 zs_status zs_comm_resolve_backend(zs_comm_backend want, const char *want_why, int gpu,
                                   const zs_comm_env *env, zs_comm_backend *out, char *why,
                                   size_t cap) {
     zs_status st = ZS_OK;
     const char *e = getenv("ZS_COMM");
-    int by_mpi = !strcmp(env->source, "mpirun") || !strcmp(env->source, "srun");
+    int by_mpi = !strcmp(env->source, "mpirun");
     if (want != ZS_COMM_AUTO && want_why)
         snprintf(why, cap, "%s", want_why); /* the caller's own choice, e.g. the trainer's */
     else if (want != ZS_COMM_AUTO)

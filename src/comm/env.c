@@ -157,17 +157,11 @@ zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *e) {
         ZS_CHECK(env_int("SLURM_PROCID", &rank));
         ZS_CHECK(env_int("SLURM_NTASKS", &world));
         if (rank >= 0 && world >= 0) {
-            int nnodes;
             e->source = "srun";
             ZS_CHECK(env_int("SLURM_LOCALID", &lrank));
-            ZS_CHECK(env_int("SLURM_NNODES", &nnodes));
             e->rank = rank;
             e->world_size = world;
             e->local_rank = lrank >= 0 ? lrank : rank;
-            /* SLURM_TASKS_PER_NODE reads like "4(x2),3"; its first number is this node's
-             * share on homogeneous allocations, the common case. */
-            const char *tpn = getenv("SLURM_TASKS_PER_NODE");
-            e->local_world_size = nnodes <= 1 ? world : (tpn ? atoi(tpn) : 1);
         } else {
             ZS_CHECK(env_int("OMPI_COMM_WORLD_RANK", &rank));
             ZS_CHECK(env_int("OMPI_COMM_WORLD_SIZE", &world));
@@ -193,6 +187,7 @@ zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *e) {
     copy_str(e->master_addr, sizeof e->master_addr, getenv("MASTER_ADDR"));
     ZS_CHECK(env_int("MASTER_PORT", &port));
     e->master_port = port > 0 ? port : 0;
+    if (!strcmp(e->source, "srun")) ZS_CHECK(zs_slurm_env(e));
     job_key_from_env(e);
 
     if (cfg) {

@@ -30,4 +30,14 @@ typedef struct zs_comm_env {
 /* Fill *env from the environment, then apply the config's overrides. Validates ranges. */
 zs_status zs_comm_env_read(const zs_comm_config *cfg, zs_comm_env *env);
 
+/* srun (env_slurm.c), after rank and world are read: this node's task count from
+ * SLURM_STEP_TASKS_PER_NODE and SLURM_NODEID (refused above SLURM_NTASKS_PER_NODE) and, for a
+ * job over several nodes without MASTER_ADDR/MASTER_PORT, the first node of the step's node
+ * list and 10000 + SLURM_JOB_ID mod 20000. */
+zs_status zs_slurm_env(zs_comm_env *env);
+/* The task count of node NODE in a list like "2(x3),1"; ZS_ERR_INVALID naming it otherwise. */
+zs_status zs_slurm_tasks_on_node(const char *list, int node, int *out);
+/* The first host of a Slurm host list ("n[0-3],m1" -> "n0"); 0, or -1 when malformed. */
+int zs_slurm_first_host(const char *list, char *out, size_t cap);
+
 #endif
