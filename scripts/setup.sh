@@ -18,9 +18,7 @@ fi
 # Bulgarian): real multilingual text for the tokenizer parity test and benchmark.
 # Tools: gnuplot draws the memory charts, Open MPI serves the MPI comm backend, libgloo-dev the
 # gloo backend (CPU ranks across hosts), iproute2 the network namespaces that stand in for
-# hosts in the multihost test and benchmark (ip netns, tc), iperf3 that benchmark's link rate,
-# slurm-wlm and munge the Slurm cluster that test_slurm.sh starts in those hosts (its daemons
-# run only during that test).
+# hosts in the multihost test and benchmark (ip netns, tc), iperf3 that benchmark's link rate.
 # Python: the package in python/ runs in a virtual environment that sees Debian's numpy,
 # pytest, setuptools and wheel (Debian's packages, so no other registry has to be reachable).
 # debootstrap: the GPU check's dry run builds a bare Debian root with it (tests/gpu_dryrun.sh).
@@ -32,7 +30,7 @@ PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev li
           fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs
           fortunes-bg gnuplot-nox openmpi-bin libopenmpi-dev libgloo-dev iproute2 iperf3 procps
           python3 python3-venv python3-numpy python3-pytest python3-setuptools python3-wheel
-          ca-certificates debootstrap clang libclang-rt-14-dev libomp-14-dev slurm-wlm munge)
+          ca-certificates debootstrap clang libclang-rt-14-dev libomp-14-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -43,6 +41,41 @@ if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_updated=1
+fi
+
+# Slurm (slurm-wlm: slurmctld, slurmd, the client commands) and munge: the cluster that
+# tests/test_slurm.sh starts in its namespace hosts, with its own key, config and daemons that
+# live only during that test. Installed so that nothing starts at install time (policy-rc.d
+# answers 101, "not allowed", for the duration) and munge's postinst finds a key and need not
+# make one as its own user (which fails in a root where that user cannot run /bin/sh). Optional:
+# when the install fails, it is rolled back (apt stays usable), setup warns, and the slurm test
+# skips (77) saying why.
+SLURM_PACKAGES=(slurm-wlm munge)
+slurm_missing=()
+for p in "${SLURM_PACKAGES[@]}"; do
+    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || slurm_missing+=("$p")
+done
+if [ ${#slurm_missing[@]} -gt 0 ]; then
+    echo "setup: installing ${slurm_missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    [ "${apt_updated:-0}" = 1 ] || $SUDO apt-get update -qq
+    policy_made=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+        $SUDO chmod 755 /usr/sbin/policy-rc.d
+        policy_made=1
+    fi
+    if [ ! -e /etc/munge/munge.key ]; then
+        $SUDO mkdir -p /etc/munge
+        $SUDO sh -c 'umask 077; head -c 1024 /dev/urandom > /etc/munge/munge.key'
+    fi
+    if ! $SUDO apt-get install -y -qq --no-install-recommends "${slurm_missing[@]}" >/dev/null; then
+        echo "setup: warning: could not install ${slurm_missing[*]}; rolled back, the slurm test will skip" >&2
+        $SUDO apt-get purge -y -qq munge slurm-wlm slurmctld slurmd slurm-client >/dev/null 2>&1 || true
+        $SUDO dpkg --configure -a >/dev/null 2>&1 || true
+    fi
+    [ "$policy_made" = 0 ] || $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 
 # If the pthreads OpenBLAS is also installed, Debian's alternatives may prefer it; point the
