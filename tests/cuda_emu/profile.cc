@@ -255,9 +255,73 @@ void profile_sync(int warp) {
             flush_warp(w);
 }
 
-/* Sampling (cost-only mode): blocks at spread positions, first and last, then the middle, then
- * the quarters, ..., so that any prefix is spread too; the grid stops early once it has made
- * SAMPLE_ACCESSES accesses (profile_block_budget). */
+/* The k-th of a spread sequence of positions in [0, n): the first, the last, then the middle,
+ * the quarters, the eighths, ... (k >= 2: odd numerators over powers of two, rounded down), so
+ * that any prefix is spread. */
+static uint64_t spread_index(uint64_t k, uint64_t n) {
+    if (k < 2) return k * (n - 1);
+    uint64_t den = 2, num = 1;
+    for (uint64_t i = 2; i < k; i++) {
+        num += 2;
+        if (num >= den) {
+            den *= 2;
+            num = 1;
+        }
+    }
+    return num * (n - 1) / den;
+}
+
+/* The k-th of a symmetric spread sequence of positions in [0, n): the first and the last, then
+ * the middle, then the quarters, the eighths, ... each level's in mirrored pairs (1/8, 7/8, 3/8,
+ * 5/8), each rounded to the nearest position with a pair's two mirrored exactly: a prefix that
+ * ends a pair samples a linear ramp of work at its mean (2 blocks: the first and the last). */
+static uint64_t mirror_index(uint64_t k, uint64_t n) {
+    if (k < 2) return k * (n - 1);
+    uint64_t den = 2, i = k - 2; /* i: the place in the levels 1/2; 1/4, 3/4; 1/8, 7/8, ... */
+    while (i >= den / 2) {
+        i -= den / 2;
+        den *= 2;
+    }
+    uint64_t num = 2 * (i / 2) + 1; /* pairs (num, den - num), num odd, increasing */
+    bool mirrored = i % 2 == 1;
+    uint64_t x = (uint64_t)floor((double)num * (double)(n - 1) / (double)den + 0.5);
+    return mirrored ? n - 1 - x : x;
+}
+
+/* The radical inverse of k in base 3, in [0, 1): 0, 1/3, 2/3, 1/9, ... (van der Corput). */
+static double radical3(uint64_t k) {
+    double f = 1.0, r = 0.0;
+    for (; k; k /= 3) {
+        f /= 3.0;
+        r += f * (double)(k % 3);
+    }
+    return r;
+}
+
+/* SAMPLE_BLOCKS distinct blocks of a grid of nblocks whose first dimension is gx (blocks
+ * numbered x fastest). A one-dimensional grid: spread_index's positions. Else x at
+ * mirror_index's positions of its range and the rest (y, z) at the base-3 points of its own,
+ * so that x's values are sampled evenly whatever the other dimensions: a causal kernel's work
+ * depends on x (the query or key block), and positions spread over the linear numbering fall
+ * on a few x columns when the number of blocks is a multiple of gx's power of two (gpt2-124m's
+ * attention at 16 x 1024, grids of 4 x 192: dk's and dv's sampled blocks counted 38% of their
+ * products, the forward's and dq's 162%; test_emu_sampling.c). */
+static void spread_blocks(uint64_t gx, uint64_t nblocks, std::vector<uint64_t> *blocks) {
+    uint64_t rest = nblocks / gx;
+    blocks->clear();
+    for (uint64_t k = 0; blocks->size() < SAMPLE_BLOCKS && k < 64 * SAMPLE_BLOCKS; k++) {
+        uint64_t id = spread_index(k, nblocks);
+        if (rest > 1) {
+            uint64_t y = (uint64_t)(radical3(k) * (double)rest);
+            id = (y < rest ? y : rest - 1) * gx + mirror_index(k, gx);
+        }
+        if (std::find(blocks->begin(), blocks->end(), id) == blocks->end()) blocks->push_back(id);
+    }
+}
+
+/* Sampling (cost-only mode): blocks at spread positions (spread_blocks), so that any prefix is
+ * spread too; the grid stops early once it has made SAMPLE_ACCESSES accesses
+ * (profile_block_budget). */
 bool profile_sampling(const LaunchInfo &l, uint64_t nblocks, std::vector<uint64_t> *blocks) {
     /* counted when recording, and always in the cost-only mode (its prices are cached) */
     t_l.active = counting();
@@ -293,12 +357,7 @@ bool profile_sampling(const LaunchInfo &l, uint64_t nblocks, std::vector<uint64_
         }
     }
     if (nblocks <= SAMPLE_BLOCKS) return false;
-    blocks->clear();
-    blocks->push_back(0);
-    blocks->push_back(nblocks - 1);
-    for (uint64_t den = 2; blocks->size() < SAMPLE_BLOCKS; den *= 2)
-        for (uint64_t num = 1; num < den && blocks->size() < SAMPLE_BLOCKS; num += 2)
-            blocks->push_back(num * (nblocks - 1) / den);
+    spread_blocks(l.grid.x, nblocks, blocks);
     return true;
 }
 
