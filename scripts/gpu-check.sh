@@ -341,7 +341,7 @@ EOF
     fi
     # Why the slowest hand-written kernels take what they take: ncu's speed-of-light, occupancy
     # and warp-stall sections for the first launch of each attention kernel (ncu_fa_tc_*.out).
-    for kern in fa_tc_fwd fa_tc_bwd_q fa_tc_bwd_kv; do
+    for kern in fa_tc_fwd fa_tc_bwd_q fa_tc_bwd_dk fa_tc_bwd_dv; do
         step "ncu_$kern" 40 "$ncu" --section SpeedOfLight --section Occupancy \
             --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
             -k "regex:${kern}_kernel" --launch-count 1 \

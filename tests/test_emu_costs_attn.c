@@ -186,9 +186,10 @@ static void check_flash(int NH, int NKV, int packed, int docs) {
  * them the launchers declare the causal bound): the tensor FLOPs declared must equal those
  * the mma instructions executed, and the bytes each input once (K and V are staged again for
  * every query block, but their unique bytes are what DRAM must move). T = 150 is three 64-row
- * tiles, the last partial. */
-static void check_flash_tc(int NH, int NKV, int packed) {
-    int B = 2, T = 150, hs = 64;
+ * tiles, the last partial, where dk and dv share a kernel; at T = 1030 (five blocks of 256 keys,
+ * the last partial) each has its own (flash_tc_bwd_cuda.cu, tc_kv_split). */
+static void check_flash_tc(int NH, int NKV, int packed, int T) {
+    int B = 2, hs = 64;
     const zs_ops *tc = gpu->with_math(ZS_MATH_BF16);
     size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs, BT = (size_t)B * T;
     size_t ldq = packed ? QD + 2 * KD : QD, ldkv = packed ? ldq : KD;
@@ -214,7 +215,12 @@ static void check_flash_tc(int NH, int NKV, int packed) {
     prof_stop();
     check_rec(rec("fa_tc_delta_kernel"), 3, 0, NULL);
     check_rec(rec("fa_tc_bwd_q_kernel"), 4 + nbuf, 0, NULL);
-    check_rec(rec("fa_tc_bwd_kv_kernel"), 4 + nbuf, 0, NULL);
+    if (T < 1024) {
+        check_rec(rec("fa_tc_bwd_kv_kernel"), 4 + nbuf, 0, NULL);
+    } else {
+        check_rec(rec("fa_tc_bwd_dv_kernel"), 3 + nbuf, 0, NULL);
+        check_rec(rec("fa_tc_bwd_dk_kernel"), 4 + nbuf, 0, NULL);
+    }
     zt_release();
 }
 
@@ -291,8 +297,9 @@ int main(void) {
         check_flash(4, 4, 1, docs);
         check_flash(6, 2, 0, docs);
     }
-    check_flash_tc(4, 4, 1);
-    check_flash_tc(6, 2, 0);
+    check_flash_tc(4, 4, 1, 150);
+    check_flash_tc(6, 2, 0, 150);
+    check_flash_tc(2, 1, 0, 1030);
     check_decode();
     check_sample();
     return ec_finish();

@@ -1,6 +1,7 @@
 /* The tensor-core attention's backward (flash_tc_cuda.h, docs/cuda.md "Kernels"): delta, then
  * dq (a block per 256 query rows over the key blocks in order) and dk, dv (a block per 128 keys
- * of a kv head over the group's query heads and blocks in order), without atomics. */
+ * of a kv head over the group's query heads and blocks in order, or for long sequences one
+ * kernel for each, a block per 256 keys), without atomics. */
 #include "backend/cuda/flash_tc_cuda.h"
 
 /* ---- backward: delta, dq, dk and dv --------------------------------------------------------- */
@@ -118,7 +119,26 @@ static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_q_kernel(float *dq,
         }
 }
 
-/* Whether a warp's 16 keys key0.. are seen by every query of the block i0..i0+63: the block
+/* dk and dv, key-parallel: a block of 8 warps takes 16 RT keys a warp of one kv head and walks
+ * the group's query heads and, in each, the query blocks that can see its keys, in order:
+ * S^T = K Q^T, P^T = 2^(S^T scale2 - lse log2 e), dv = P^T dO; dP^T = V dO^T, dS^T = P^T (dP^T -
+ * delta), dk = scale dS^T Q (each written once, as dq). Two forms (tc_kv_split chooses):
+ *  - one kernel for both (fa_tc_bwd_kv), a tile of 16 keys a warp (RT = 1): 4 products per
+ *    (query block, key tile), each B fragment an ldmatrix brings from the staged Q or dO block
+ *    feeding one mma; K's and V's fragments and both accumulators fill the registers;
+ *  - two kernels, dv's (fa_tc_bwd_dv: S^T and dv) and dk's (fa_tc_bwd_dk: S^T, dP^T and dk),
+ *    two tiles a warp (RT = 2, as dq's warp): each fragment feeds both tiles' mma, so the
+ *    shared-memory reads per product halve, for 5 products where one kernel took 4, and Q and
+ *    dO read twice from memory.
+ * A warp takes each query block in parts of 8 KV_NT queries (scores, mask, P^T, dS^T, then
+ * dv += P^T dO and dk += dS^T Q per part); dk's and dv's k-steps add in query order, 16 queries
+ * at a time, in every form: the same bits. The next block's Q and dO (and their rows' lse,
+ * delta and document starts) load while this one computes, as the key blocks of the forward
+ * do. One block an SM. */
+#define KV_NT 2
+#define KV_ROWS(RT) (16 * FA_TC_WARPS * (RT))
+
+/* Whether a tile's 16 keys key0.. are seen by every query of the block i0..i0+63: the block
  * starts at or after the last key, its last query's document starts at or before the first key
  * (the largest start of the block; slo holds T past T), and no key lies past T. */
 static __device__ __forceinline__ bool tc_block_full_kv(const tc_view &a, const int *slo, int key0,
@@ -126,44 +146,62 @@ static __device__ __forceinline__ bool tc_block_full_kv(const tc_view &a, const 
     return i0 >= key0 + 15 && key0 + 15 < a.T && slo[FA_TC_TILE - 1] <= key0;
 }
 
-/* The (head, query block) a dk/dv block visits after (h, i0): the next query block of the head
- * while one is below T and its queries can see the keys from j0 on (queries of later documents
- * cannot; starts never decrease), else the next head's first block, the one holding j0. */
+/* The (head, query block) a dk/dv block of keys j0..jl visits after (h, i0): the next query
+ * block of the head while one is below T and its queries can see the keys (queries of later
+ * documents cannot; starts never decrease), else the next head's first block, the one holding
+ * j0. */
 static __device__ __forceinline__ void tc_kv_next(const tc_view &a, const int32_t *seg, int b,
-                                                  int j0, int &h, int &i0) {
+                                                  int j0, int jl, int &h, int &i0) {
     i0 += ZS_FA_BK;
-    if (i0 >= a.T || zs_seg_lo(seg, (size_t)b * a.T + i0) > j0 + FA_TC_ROWS - 1) {
+    if (i0 >= a.T || zs_seg_lo(seg, (size_t)b * a.T + i0) > jl) {
         h++;
         i0 = j0;
     }
 }
 
-/* dk and dv for a block of 128 key rows of one kv head, over the group's query heads and, in
- * each, the query blocks that can see them, in order: S^T = K Q^T, P^T = 2^(S^T scale2 -
- * lse log2 e), dP^T = V dO^T, dS^T = P^T (dP^T - delta), dv = P^T dO, dk = scale dS^T Q (written
- * once, as dq). The next block's Q and dO (and their rows' lse, delta and document starts) load
- * while this one computes, as the key blocks of the forward do. */
-template <int HS>
-static __global__ void fa_tc_bwd_kv_kernel(float *dk, float *dv, const float *dout, const float *q,
-                                           const float *k, const float *v, const float *lse,
-                                           const float *delta, const int32_t *seg, tc_view a) {
+/* The scores a key-parallel tile may not use set to -inf: this lane's keys kr[0], kr[1] (g and
+ * g + 8 of the tile) against queries i0 + q0 + 8 nt + 2 t (+1) of KV_NT n-tiles: queries before
+ * the key, queries whose document starts after it (slo, indexed in the block), and either past
+ * T. For the blocks tc_block_full_kv is false of. */
+static __device__ __forceinline__ void tc_mask_keys(zs_mma_c *s, const tc_view &a, const int *kr,
+                                                    const int *slo, int i0, int q0, int t) {
+    ZS_UNROLL
+    for (int y = 0; y < 4 * KV_NT; y++) {
+        int nt = y >> 2, x = y & 3, c = kr[x >> 1], qi = q0 + nt * 8 + 2 * t + (x & 1), i = i0 + qi;
+        bool ok = i >= c && slo[qi] <= c && i < a.T && c < a.T;
+        s[nt].x[x] = ok ? s[nt].x[x] : -INFINITY;
+    }
+}
+
+/* The key-parallel body: dk where DK, dv where DV, RT tiles of 16 keys a warp. */
+template <int HS, int RT, bool DK, bool DV>
+static __device__ __forceinline__ void
+tc_bwd_kv(float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
+          const float *lse, const float *delta, const int32_t *seg, const tc_view &a) {
     ZS_SHARED_ALIGNED(uint16_t, qs, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* Q [query][dim] */
     ZS_SHARED_ALIGNED(uint16_t, ds, FA_TC_TILE * (HS + FA_PAD),
-                      FA_SMEM_ALIGN); /* dO [query][dim] */
-    ZS_SHARED(float, sl, FA_TC_TILE); /* the queries' lse, times log2 e */
-    ZS_SHARED(float, sd, FA_TC_TILE); /* and delta */
-    ZS_SHARED(int, slo, FA_TC_TILE);  /* and document starts (T past T) */
+                      FA_SMEM_ALIGN);               /* dO [query][dim] */
+    ZS_SHARED(float, sl, FA_TC_TILE);               /* the queries' lse, times log2 e */
+    ZS_SHARED(float, sd, FA_TC_TILE);               /* and delta (dk) */
+    ZS_SHARED(int, slo, FA_TC_TILE);                /* and document starts (T past T) */
+    const int DKT = DK ? RT : 1, DVT = DV ? RT : 1; /* array extents where unused */
     int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
     int bg = (int)blockIdx.y, b = bg / a.NKV, kvh = bg % a.NKV, rep = a.NH / a.NKV;
-    int j0 = (int)blockIdx.x * FA_TC_ROWS, key0 = j0 + w * 16, c[2] = {key0 + g, key0 + g + 8};
-    zs_mma_a ka[HS / 16], va[HS / 16];
-    tc_load_a<HS>(ka, k + tc_kvrow(a, b, 0, kvh), a.ldkv, key0, a.T);
-    tc_load_a<HS>(va, v + tc_kvrow(a, b, 0, kvh), a.ldkv, key0, a.T);
-    zs_mma_c dka[HS / 8], dva[HS / 8];
+    int j0 = (int)blockIdx.x * KV_ROWS(RT), key0 = j0 + w * 16 * RT;
+    int c[RT][2];
+    zs_mma_a ka[RT][HS / 16], va[DKT][HS / 16]; /* K's fragments, and V's for dk */
+    zs_mma_c dka[DKT][HS / 8], dva[DVT][HS / 8];
     ZS_UNROLL
-    for (int dt = 0; dt < HS / 8; dt++) {
-        zs_mma_zero(dka[dt]);
-        zs_mma_zero(dva[dt]);
+    for (int rt = 0; rt < RT; rt++) {
+        c[rt][0] = key0 + 16 * rt + g;
+        c[rt][1] = key0 + 16 * rt + g + 8;
+        tc_load_a<HS>(ka[rt], k + tc_kvrow(a, b, 0, kvh), a.ldkv, key0 + 16 * rt, a.T);
+        if (DK) tc_load_a<HS>(va[rt], v + tc_kvrow(a, b, 0, kvh), a.ldkv, key0 + 16 * rt, a.T);
+        ZS_UNROLL
+        for (int dt = 0; dt < HS / 8; dt++) {
+            if (DK) zs_mma_zero(dka[rt][dt]);
+            if (DV) zs_mma_zero(dva[rt][dt]);
+        }
     }
     size_t ldo = (size_t)a.NH * a.hs;
     int hend = (kvh + 1) * rep, h = kvh * rep, i0 = j0;
@@ -176,7 +214,7 @@ static __global__ void fa_tc_bwd_kv_kernel(float *dk, float *dv, const float *do
     if (e < FA_TC_TILE && i0 + e < a.T) {
         size_t bh = (size_t)b * a.NH + h;
         nl = lse[bh * a.T + i0 + e] * FA_LOG2E;
-        nd = delta[bh * a.T + i0 + e];
+        if (DK) nd = delta[bh * a.T + i0 + e];
         nlo = zs_seg_lo(seg, (size_t)b * a.T + i0 + e);
     }
     while (h < hend) {
@@ -190,7 +228,7 @@ static __global__ void fa_tc_bwd_kv_kernel(float *dk, float *dv, const float *do
         }
         __syncthreads();
         int hn = h, in = i0;
-        tc_kv_next(a, seg, b, j0, hn, in);
+        tc_kv_next(a, seg, b, j0, j0 + KV_ROWS(RT) - 1, hn, in);
         if (hn < hend) {
             tc_fetch<HS>(qr, q + tc_qrow(a, b, 0, hn), a.ldq, in, a.T, a.vec);
             tc_fetch<HS>(dr, dout + tc_orow(a, b, 0, hn), ldo, in, a.T, a.vec);
@@ -199,49 +237,101 @@ static __global__ void fa_tc_bwd_kv_kernel(float *dk, float *dv, const float *do
             if (e < FA_TC_TILE && in + e < a.T) {
                 size_t bh = (size_t)b * a.NH + hn;
                 nl = lse[bh * a.T + in + e] * FA_LOG2E;
-                nd = delta[bh * a.T + in + e];
+                if (DK) nd = delta[bh * a.T + in + e];
                 nlo = zs_seg_lo(seg, (size_t)b * a.T + in + e);
             }
         }
-        /* a warp whose keys all follow the block's queries (or lie past T) adds nothing */
-        if (key0 < a.T && i0 + FA_TC_TILE - 1 >= key0) {
-            zs_mma_c s[8], dp[8];
-            tc_mma_rows<HS>(s, ka, qs);
-            tc_mma_rows<HS>(dp, va, ds);
-            if (!tc_block_full_kv(a, slo, key0, i0)) {
-                ZS_UNROLL
-                for (int y = 0; y < 32; y++) {
-                    int nt = y >> 2, x = y & 3;
-                    int kr = c[x >> 1], qi = nt * 8 + 2 * t + (x & 1), i = i0 + qi;
-                    bool ok = i >= kr && slo[qi] <= kr && i < a.T && kr < a.T;
-                    s[nt].x[x] = ok ? s[nt].x[x] : -INFINITY;
-                }
-            }
+        /* a tile whose keys all follow the block's queries (or lie past T) adds nothing */
+        bool act[RT], full[RT], any = false;
+        ZS_UNROLL
+        for (int rt = 0; rt < RT; rt++) {
+            int k0 = key0 + 16 * rt;
+            act[rt] = k0 < a.T && i0 + FA_TC_TILE - 1 >= k0;
+            full[rt] = act[rt] && tc_block_full_kv(a, slo, k0, i0);
+            any = any || act[rt];
+        }
+        if (any) {
             ZS_UNROLL
-            for (int y = 0; y < 32; y++) {
-                int nt = y >> 2, x = y & 3, qi = nt * 8 + 2 * t + (x & 1);
-                float p = zs_cu_exp2(fmaf(s[nt].x[x], a.scale2, -sl[qi]));
-                s[nt].x[x] = p;                           /* P^T */
-                dp[nt].x[x] = p * (dp[nt].x[x] - sd[qi]); /* dS^T */
+            for (int q0 = 0; q0 < FA_TC_TILE; q0 += 8 * KV_NT) {
+                const int off = q0 * (HS + FA_PAD);
+                zs_mma_c s[RT][KV_NT], dp[DKT][KV_NT];
+                tc_mma_rows_rt<HS, RT, KV_NT>(s, ka, act, qs + off);
+                if (DK) tc_mma_rows_rt<HS, RT, KV_NT>(dp, va, act, ds + off);
+                /* this lane's queries' lse and delta, read once for the warp's tiles */
+                float ql[2 * KV_NT], qd[2 * KV_NT];
+                ZS_UNROLL
+                for (int z = 0; z < 2 * KV_NT; z++) {
+                    int qi = q0 + (z >> 1) * 8 + 2 * t + (z & 1);
+                    ql[z] = sl[qi];
+                    qd[z] = DK ? sd[qi] : 0.0f;
+                }
+                ZS_UNROLL
+                for (int rt = 0; rt < RT; rt++) {
+                    if (!act[rt]) continue;
+                    if (!full[rt]) tc_mask_keys(s[rt], a, c[rt], slo, i0, q0, t);
+                    ZS_UNROLL
+                    for (int y = 0; y < 4 * KV_NT; y++) {
+                        int nt = y >> 2, x = y & 3, z = nt * 2 + (x & 1);
+                        float p = zs_cu_exp2(fmaf(s[rt][nt].x[x], a.scale2, -ql[z]));
+                        s[rt][nt].x[x] = p;                                      /* P^T */
+                        if (DK) dp[rt][nt].x[x] = p * (dp[rt][nt].x[x] - qd[z]); /* dS^T */
+                    }
+                }
+                if (DV) tc_mma_p_rt<HS, RT, KV_NT>(dva, s, act, ds + off);
+                if (DK) tc_mma_p_rt<HS, RT, KV_NT>(dka, dp, act, qs + off);
             }
-            tc_mma_p<HS>(dva, s, ds);
-            tc_mma_p<HS>(dka, dp, qs);
         }
         h = hn;
         i0 = in;
     }
-    for (int i = 0; i < 2; i++) {
-        if (c[i] >= a.T) continue;
-        size_t off = tc_kvrow(a, b, c[i], kvh);
-        for (int dt = 0; dt < HS / 8; dt++)
-            for (int x = 0; x < 2; x++) {
-                dk[off + dt * 8 + 2 * t + x] = 0.0f + dka[dt].x[2 * i + x] * a.scale;
-                dv[off + dt * 8 + 2 * t + x] = 0.0f + dva[dt].x[2 * i + x];
-            }
-    }
+    ZS_UNROLL
+    for (int rt = 0; rt < RT; rt++)
+        for (int i = 0; i < 2; i++) {
+            if (c[rt][i] >= a.T) continue;
+            size_t off = tc_kvrow(a, b, c[rt][i], kvh);
+            for (int dt = 0; dt < HS / 8; dt++)
+                for (int x = 0; x < 2; x++) {
+                    if (DK)
+                        dk[off + dt * 8 + 2 * t + x] = 0.0f + dka[rt][dt].x[2 * i + x] * a.scale;
+                    if (DV) dv[off + dt * 8 + 2 * t + x] = 0.0f + dva[rt][dt].x[2 * i + x];
+                }
+        }
 }
 
+/* The three kernels (the names stay on the lines of "__global__ void": emu_coverage.sh reads
+ * them): both gradients on one tile a warp, or each on two. */
+// clang-format off
+template <int HS>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_kv_kernel(float *dk, float *dv,
+        const float *dout, const float *q, const float *k, const float *v, const float *lse,
+        const float *delta, const int32_t *seg, tc_view a) {
+    tc_bwd_kv<HS, 1, true, true>(dk, dv, dout, q, k, v, lse, delta, seg, a);
+}
+template <int HS>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dk_kernel(float *dk,
+        const float *dout, const float *q, const float *k, const float *v, const float *lse,
+        const float *delta, const int32_t *seg, tc_view a) {
+    tc_bwd_kv<HS, 2, true, false>(dk, NULL, dout, q, k, v, lse, delta, seg, a);
+}
+template <int HS>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dv_kernel(float *dv,
+        const float *dout, const float *q, const float *k, const float *lse, const int32_t *seg,
+        tc_view a) {
+    tc_bwd_kv<HS, 2, false, true>(NULL, dv, dout, q, k, NULL, lse, NULL, seg, a);
+}
+// clang-format on
+
 /* ---- launcher ----------------------------------------------------------------------------- */
+
+/* Whether dk and dv take their two kernels: where the queries a key block meets are many (T of
+ * 1024 and more), the fused kernel is bound by shared memory and the two by the tensor cores
+ * or L2; below, the second reading of Q and dO from memory costs more than that saves.
+ * Predicted for one H100 (docs/cuda.md "Kernels", head size 64, gpt2-124m's heads): at T = 512
+ * the fused kernel takes 31% less time than the two, at 1024 the two 16% less, at 2048 40% less
+ * (38% at LLaMA-1B's shape at 4096). */
+static bool tc_kv_split(const tc_view &a) {
+    return a.T >= 1024;
+}
 
 template <int HS>
 static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float *delta,
@@ -250,10 +340,12 @@ static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float 
     zs_status st = ZS_OK;
     size_t rows = (size_t)a.B * a.NH * a.T;
     dim3 gq((unsigned)((a.T + BQ_ROWS - 1) / BQ_ROWS), (unsigned)(a.B * a.NH));
-    dim3 gkv((unsigned)((a.T + FA_TC_ROWS - 1) / FA_TC_ROWS), (unsigned)(a.B * a.NKV));
     double uq = tc_units_q(a.T) * a.B * a.NH, ukv = tc_units_kv(a.T) * a.B * a.NH;
     double qe = (double)a.B * a.T * a.NH * HS, kve = (double)a.B * a.T * a.NKV * HS;
     double sege = seg ? (double)a.B * a.T : 0.0;
+    bool split = tc_kv_split(a);
+    int kvr = KV_ROWS(split ? 2 : 1);
+    dim3 gkv((unsigned)((a.T + kvr - 1) / kvr), (unsigned)(a.B * a.NKV));
     ZS_COST(rows * 2.0 * HS, 0, 4.0 * (2.0 * qe + (double)rows));
     ZS_LAUNCH(fa_tc_delta_kernel, zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta, dout, out,
               a);
@@ -264,12 +356,26 @@ static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float 
     ZS_LAUNCH(fa_tc_bwd_q_kernel<HS>, gq, FA_TC_THREADS, 0, cs, dq, dout, q, k, v, lse, delta, seg,
               a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_q_kernel);
-    /* per unit: S^T, dP^T, dv and dk, 2 x 16 x 64 x HS each */
-    ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 3.0, ukv * 8.0 * 16.0 * 64.0 * HS,
-            4.0 * (2.0 * qe + 4.0 * kve + 2.0 * (double)rows + sege)); /* dk, dv written */
-    ZS_LAUNCH(fa_tc_bwd_kv_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k, v, lse, delta,
+    if (!split) {
+        /* per unit: S^T, dP^T, dv and dk, 2 x 16 x 64 x HS each */
+        ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 3.0, ukv * 8.0 * 16.0 * 64.0 * HS,
+                4.0 * (2.0 * qe + 4.0 * kve + 2.0 * (double)rows + sege)); /* dk, dv written */
+        ZS_LAUNCH(fa_tc_bwd_kv_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k, v, lse,
+                  delta, seg, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_kv_kernel);
+        return ZS_OK;
+    }
+    /* per unit: S^T and dv; p (fmaf, exp2) 4 per score */
+    ZS_COST(ukv * 16.0 * 64.0 * 4.0 + kve, ukv * 4.0 * 16.0 * 64.0 * HS,
+            4.0 * (2.0 * qe + 2.0 * kve + (double)rows + sege)); /* dv written */
+    ZS_LAUNCH(fa_tc_bwd_dv_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dv, dout, q, k, lse, seg, a);
+    ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_dv_kernel);
+    /* per unit: S^T, dP^T and dk; p and dS 6 per score */
+    ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 2.0, ukv * 6.0 * 16.0 * 64.0 * HS,
+            4.0 * (2.0 * qe + 3.0 * kve + 2.0 * (double)rows + sege)); /* dk written */
+    ZS_LAUNCH(fa_tc_bwd_dk_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dk, dout, q, k, v, lse, delta,
               seg, a);
-    ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_kv_kernel);
+    ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_dk_kernel);
 fail:
     return st;
 }

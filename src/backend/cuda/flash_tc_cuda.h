@@ -6,27 +6,29 @@
  * one fmaf and the special-function unit's exp2 per score (mma_cuda.h, zs_cu_exp2). The fp32
  * table keeps flash_cuda.cu's kernels, bitwise the CPU's.
  *
- * Tiles: a block of 8 warps takes 128 rows (query rows for dq, key rows for dk/dv), 16 per warp
- * (the forward's warp: two tiles of 16, flash_tc_cuda.cu), against key (or query) blocks of
+ * Tiles: a block of 8 warps takes 256 rows, two tiles of 16 a warp (query rows for the forward
+ * and dq, key rows for dk's and dv's own kernels), or 128, 16 a warp (key rows for the fused
+ * dk/dv kernel of short sequences), against key (or query) blocks of
  * ZS_FA_BK = 64 staged in shared memory, the CPU's blocks: a row's first block is the one holding
  * its document's start, as on the CPU, and the online softmax rescales at the same block
- * boundaries. 128 rows share each staged block (half the re-reads of 64); a warp whose 16 rows the
- * causal mask leaves nothing of in a block skips it, and only the blocks on the diagonal, at a
- * document's start or past T are masked element by element. Blocks are staged in shared memory as
- * bf16, row-major, rows padded by FA_PAD elements so that the 8 rows an ldmatrix reads hit 32
- * different banks; the products' B fragments come from them by ldmatrix.x4 (transposing for P V, dS
- * K, P^T dO and dS^T Q); Q (forward, dq) or K and V (dk/dv) stay in registers as A fragments; a
- * product's fp32 result becomes the next product's A fragment in registers (mma_cuda.h). The next
- * block loads into registers while this one computes (16-byte loads where rows are aligned).
+ * boundaries. A block's rows share each staged block (a quarter of the re-reads of 64 rows at
+ * 256); a tile whose 16 rows the causal mask leaves nothing of in a block skips it, and only the
+ * blocks on the diagonal, at a document's start or past T are masked element by element. Blocks are
+ * staged in shared memory as bf16, row-major, rows padded by FA_PAD elements so that the 8 rows an
+ * ldmatrix reads hit 32 different banks; the products' B fragments come from them by ldmatrix.x4
+ * (transposing for P V, dS K, P^T dO and dS^T Q); Q (forward, dq) or K and V (dk/dv) stay in
+ * registers as A fragments; a product's fp32 result becomes the next product's A fragment in
+ * registers (mma_cuda.h). The next block loads into registers while this one computes (16-byte
+ * loads where rows are aligned).
  *
- * Determinism without atomics: dq has its own kernel (a block per 128 query rows, looping over
+ * Determinism without atomics: dq has its own kernel (a block per 256 query rows, looping over
  * key blocks in order), dk and dv theirs (a block per 128 keys of a kv head, looping over the
- * group's query heads and their query blocks in order), at the price of recomputing the scores
- * and dP = dO V^T in both (18 hs FLOPs per (query, key) pair in all, against FlashAttention-2's
- * 14 hs with atomic dq). Head sizes 16, 32 and 64 (the shared tiles of the dk/dv kernel fill 19
- * KiB at 64); others take flash_cuda.cu's kernels.
- * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/exp2/logf, an fmaf 2, else 0; tensor FLOPs 2 m n k
- * per product.
+ * group's query heads and their query blocks in order; from T = 1024 one kernel each, a block
+ * per 256 keys, flash_tc_bwd_cuda.cu), at the price of recomputing the scores and dP = dO V^T in
+ * both (18 hs FLOPs per (query, key) pair in all, 20 hs with dk's and dv's kernels apart, against
+ * FlashAttention-2's 14 hs with atomic dq). Head sizes 16, 32 and 64 (the shared tiles of the dk/dv
+ * kernel fill 19 KiB at 64); others take flash_cuda.cu's kernels. ZS_COST: 1 FLOP per + - * / and
+ * sqrtf/expf/exp2/logf, an fmaf 2, else 0; tensor FLOPs 2 m n k per product.
  *
  * This header holds what the forward (flash_tc_cuda.cu) and the backward (flash_tc_bwd_cuda.cu)
  * share: the tiles, the staging, the fragments and products, and the launchers' view. */
