@@ -166,14 +166,6 @@ static __device__ __forceinline__ void tc_mma_rows_rt(zs_mma_c (*c)[NT],
     }
 }
 
-/* One row tile: c[nt] = A sm^T. */
-template <int HS>
-static __device__ __forceinline__ void tc_mma_rows(zs_mma_c *c, const zs_mma_a *a,
-                                                   const uint16_t *sm) {
-    const bool act = true;
-    tc_mma_rows_rt<HS, 1>((zs_mma_c(*)[8])c, (const zs_mma_a(*)[HS / 16]) a, &act, sm);
-}
-
 /* acc[rt][dt] += P_rt (16 x 8 NT, the fp32 fragments p[rt] of NT n-tiles, rounded to bf16)
  * times a row-major shared block sm[8 NT][HS + FA_PAD], for each of RT row tiles whose act[rt]
  * holds: P V, dS K, P^T dO, dS^T Q. The B fragments (k: the block's rows, n: its columns) of
@@ -205,14 +197,6 @@ static __device__ __forceinline__ void tc_mma_p_rt(zs_mma_c (*acc)[HS / 8], cons
                 if (act[rt]) tc_mma2(acc[rt][dt], acc[rt][dt + 1], pa[rt], r);
         }
     }
-}
-
-/* One row tile: acc[dt] += P sm. */
-template <int HS>
-static __device__ __forceinline__ void tc_mma_p(zs_mma_c *acc, const zs_mma_c *p,
-                                                const uint16_t *sm) {
-    const bool act = true;
-    tc_mma_p_rt<HS, 1>((zs_mma_c(*)[HS / 8]) acc, (const zs_mma_c(*)[8])p, &act, sm);
 }
 
 /* One step of a query-parallel kernel's walk over key blocks: store the block in flight (kr,
