@@ -340,15 +340,18 @@ EOF
             sed 's/^/    /' >>"$report"
     fi
     # Why the slowest hand-written kernels take what they take: ncu's speed-of-light, occupancy
-    # and warp-stall sections for the first launch of each attention kernel (ncu_fa_tc_*.out).
+    # and warp-stall sections for the first launch of each attention kernel (ncu_fa_tc_*.out),
+    # with its shared-memory load wavefronts and ldmatrix instructions: the emulator prices an
+    # ldmatrix.x4, transposing or not, at four wavefronts (docs/cuda.md, "ldmatrix's price").
     for kern in fa_tc_fwd fa_tc_bwd_q fa_tc_bwd_dk fa_tc_bwd_dv; do
         step "ncu_$kern" 40 "$ncu" --section SpeedOfLight --section Occupancy \
             --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+            --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__inst_executed_op_ldsm.sum \
             -k "regex:${kern}_kernel" --launch-count 1 \
             "$build/zshard" bench step --device cuda --model gpt2-124m --batch 16 --seq 1024 \
             --steps 1 --warmup-steps 0 --dtype bf16 &&
-            grep -E '^  [a-z_]+_kernel|Duration|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Stall|stall' \
-                "$out/ncu_$kern.out" | head -n 20 | sed 's/^/    /' >>"$report"
+            grep -E '^  [a-z_]+_kernel|Duration|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Stall|stall|wavefronts_mem_shared_op_ld|op_ldsm' \
+                "$out/ncu_$kern.out" | head -n 24 | sed 's/^/    /' >>"$report"
     done
 else
     say "- ncu: not found: no measured per-kernel times (the predicted table is in predict.out)"

@@ -12,6 +12,10 @@
  *    words in one bank: 32 wavefronts; padded to 33 columns the column spreads over the 32
  *    banks: 1 wavefront. 256 shared requests of 128 bytes each, ideal 256 wavefronts;
  *    conflicted 128 + 128 x 32 = 4224.
+ *  - ldmatrix.x4 (mma_cuda.h), one warp, from a 16 x 72 bf16 tile (rows padded by 8, as the
+ *    attention's): 18 stores of 128 bytes fill it, then one x4 reads four 8 x 8 matrices of 8
+ *    rows of 16 bytes, each matrix one wavefront, transposed or not (the transposition is in how
+ *    the words reach the lanes, not in what is read): 22 requests, 22 wavefronts either way.
  * Checker: a second block writing what the first wrote, a warp exchanging values through shared
  * memory without __syncwarp, and a missing barrier are hazards, each reported in a child
  * process (a hazard fails the launch, and device errors are sticky); the same exchange with
@@ -20,6 +24,7 @@
  * hazard; an event wait, a host synchronisation or the legacy stream's implicit order between
  * them is not. On the host's side: host code reading pinned memory that a queued copy writes, or
  * writing what one reads, before a synchronisation with it, faults with a report. */
+#include "backend/cuda/mma_cuda.h"
 #include "cuda_emu.h"
 #include "emu_profile.h"
 
@@ -65,6 +70,23 @@ static void transpose(float *out, const float *in, int W, int pad) {
     tile[ty * stride + tx] = in[(size_t)(by + ty) * W + bx + tx];
     __syncthreads();
     out[(size_t)(bx + ty) * W + by + tx] = tile[tx * stride + ty];
+}
+
+enum { LDM_W = 72 }; /* a 16 x 64 tile's row and its pad of 8 */
+
+/* One warp: tile[r][c] = r * LDM_W + c, then out[4 lane + j] = r[j] of an ldmatrix.x4 whose
+ * lane l points at row 8 ((l / 8) % 2) + l % 8, column 8 (l / 16), as the attention's P V. */
+template <bool trans> static void ldmatrix_tile(uint32_t *out) {
+    SHARED(uint32_t, tile, 16 * LDM_W / 2);
+    int l = (int)threadIdx.x;
+    for (int i = l; i < 16 * LDM_W / 2; i += 32)
+        tile[i] = (uint32_t)(2 * i) | (uint32_t)(2 * i + 1) << 16;
+    __syncwarp();
+    uint32_t r[4];
+    const uint16_t *t = (const uint16_t *)tile;
+    zs_ldmatrix_x4<trans>(r, t + ((l / 8) % 2 * 8 + l % 8) * LDM_W + l / 16 * 8);
+    for (int j = 0; j < 4; j++)
+        out[4 * l + j] = r[j];
 }
 
 /* racy kernels for the checker */
@@ -133,6 +155,52 @@ static void run_strided(void) {
 static void run_transpose(void) {
     zs_emu_launch("transpose", transpose, dim3(2, 2), dim3(32, 32), 0, nullptr, g_out, g_in, 64,
                   g_pad);
+}
+
+static uint32_t *g_ldm;
+static void run_ldmatrix(void) {
+    zs_emu_launch("ldmatrix", ldmatrix_tile<false>, dim3(1), dim3(32), 0, nullptr, g_ldm);
+}
+static void run_ldmatrix_trans(void) {
+    zs_emu_launch("ldmatrix_trans", ldmatrix_tile<true>, dim3(1), dim3(32), 0, nullptr, g_ldm);
+}
+
+/* Each lane's four words against the PTX ISA's fragment layout: matrix j (rows 8 (j % 2).., columns
+ * 8 (j / 2)..) gives lane l row l / 4's columns 2 (l % 4), +1, or with trans column l / 4's rows
+ * 2 (l % 4), +1, the first in the lower half. */
+static int ldmatrix_wrong(int trans) {
+    uint32_t h[128];
+    cudaMemcpy(h, g_ldm, sizeof h, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int l = 0; l < 32; l++)
+        for (int j = 0; j < 4; j++) {
+            int r0 = j % 2 * 8, c0 = j / 2 * 8, a = l / 4, b = 2 * (l % 4);
+            uint32_t lo = trans ? (uint32_t)((r0 + b) * LDM_W + c0 + a)
+                                : (uint32_t)((r0 + a) * LDM_W + c0 + b);
+            uint32_t hi = trans ? lo + LDM_W : lo + 1;
+            bad += h[4 * l + j] != (lo | hi << 16);
+        }
+    return bad;
+}
+
+static void ldmatrix_costs(void) {
+    void *p = nullptr;
+    if (cudaMalloc(&p, 128 * sizeof(uint32_t)) != cudaSuccess) {
+        printf("FAIL cudaMalloc\n");
+        exit(1);
+    }
+    g_ldm = (uint32_t *)p;
+    for (int trans = 0; trans < 2; trans++) {
+        zs_emu_record r = profile_one(trans ? "ldmatrix.x4.trans" : "ldmatrix.x4",
+                                      trans ? run_ldmatrix_trans : run_ldmatrix);
+        CHECK(r.smem_requests == 22 && r.smem_wavefronts == 22,
+              "ldmatrix trans %d: %g shared requests, %g wavefronts, want 22 and 22 (18 stores, "
+              "4 matrices)",
+              trans, r.smem_requests, r.smem_wavefronts);
+        int bad = ldmatrix_wrong(trans);
+        CHECK(bad == 0, "ldmatrix trans %d: %d of 128 words not the PTX ISA's layout", trans, bad);
+    }
+    cudaFree(p);
 }
 
 static void profiler(void) {
@@ -405,6 +473,7 @@ static void checker(void) {
 int main(void) {
     checker(); /* first: the children must not inherit a running emulator */
     profiler();
+    ldmatrix_costs();
     printf("emu_profile: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }

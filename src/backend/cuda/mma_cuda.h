@@ -78,20 +78,24 @@ static __device__ __forceinline__ float zs_cu_exp2(float x) {
  * with trans, column l / 4's rows 2 (l % 4) and 2 (l % 4) + 1 (the lower element in the lower
  * half). Either is an mma B fragment's register: the non-transposed form from a block stored
  * [n][k], the transposed one from a block stored [k][n]. On the emulated GPU the same exchange
- * as shuffles of the row addresses and plain loads. */
+ * as shuffles of the row addresses, one 4-byte load a lane per matrix (each matrix's 8 rows of
+ * 16 bytes, one shared-memory wavefront, as the hardware reads it, transposed or not), and for
+ * trans shuffles of the loaded words (docs/cuda.md, "The profiler"). */
 template <bool trans>
 static __device__ __forceinline__ void zs_ldmatrix_x4(uint32_t r[4], const uint16_t *p) {
 #ifdef ZS_CUDA_EMU
     int lane = (int)threadIdx.x % 32;
     ZS_UNROLL
     for (int j = 0; j < 4; j++) {
+        const uint16_t *row = __shfl_sync(0xffffffffu, p, j * 8 + lane / 4);
+        uint32_t w = *(const uint32_t *)(row + 2 * (lane % 4));
         if (!trans) {
-            const uint16_t *row = __shfl_sync(0xffffffffu, p, j * 8 + lane / 4);
-            r[j] = *(const uint32_t *)(row + 2 * (lane % 4));
-        } else {
-            const uint16_t *r0 = __shfl_sync(0xffffffffu, p, j * 8 + 2 * (lane % 4));
-            const uint16_t *r1 = __shfl_sync(0xffffffffu, p, j * 8 + 2 * (lane % 4) + 1);
-            r[j] = (uint32_t)r0[lane / 4] | ((uint32_t)r1[lane / 4] << 16);
+            r[j] = w;
+        } else { /* rows 2 (l % 4), +1 of column l / 4, from the lanes that hold them */
+            int sh = (lane / 4) % 2 * 16;
+            uint32_t lo = __shfl_sync(0xffffffffu, w, 8 * (lane % 4) + lane / 8);
+            uint32_t hi = __shfl_sync(0xffffffffu, w, 8 * (lane % 4) + 4 + lane / 8);
+            r[j] = (lo >> sh & 0xffffu) | (hi >> sh & 0xffffu) << 16;
         }
     }
 #else
