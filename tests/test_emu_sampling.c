@@ -18,7 +18,6 @@
 #include "testutil.h"
 
 #include <math.h>
-#include <string.h>
 
 static void *dev(size_t nbytes) {
     void *d = NULL;

@@ -310,11 +310,9 @@ static void spread_blocks(uint64_t gx, uint64_t nblocks, std::vector<uint64_t> *
     uint64_t rest = nblocks / gx;
     blocks->clear();
     for (uint64_t k = 0; blocks->size() < SAMPLE_BLOCKS && k < 64 * SAMPLE_BLOCKS; k++) {
-        uint64_t id = spread_index(k, nblocks);
-        if (rest > 1) {
-            uint64_t y = (uint64_t)(radical3(k) * (double)rest);
-            id = (y < rest ? y : rest - 1) * gx + mirror_index(k, gx);
-        }
+        uint64_t y = (uint64_t)(radical3(k) * (double)rest);
+        uint64_t id = rest > 1 ? (y < rest ? y : rest - 1) * gx + mirror_index(k, gx)
+                               : spread_index(k, nblocks);
         if (std::find(blocks->begin(), blocks->end(), id) == blocks->end()) blocks->push_back(id);
     }
 }

@@ -223,7 +223,7 @@ tc_bwd_kv(float *dk, float *dv, const float *dout, const float *q, const float *
         tc_put<HS>(ds, dr);
         if (e < FA_TC_TILE) {
             sl[e] = nl;
-            sd[e] = nd;
+            if (DK) sd[e] = nd;
             slo[e] = nlo;
         }
         __syncthreads();
