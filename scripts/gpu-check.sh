@@ -342,7 +342,7 @@ EOF
     # Why the slowest hand-written kernels take what they take: ncu's speed-of-light, occupancy
     # and warp-stall sections for the first launch of each attention kernel (ncu_fa_tc_*.out),
     # with its shared-memory load wavefronts and ldmatrix instructions: the emulator prices an
-    # ldmatrix.x4, transposing or not, at four wavefronts (docs/cuda.md, "ldmatrix's price").
+    # ldmatrix.x4, transposing or not, at four wavefronts (docs/cuda.md, "The profiler").
     for kern in fa_tc_fwd fa_tc_bwd_q fa_tc_bwd_dk fa_tc_bwd_dv; do
         step "ncu_$kern" 40 "$ncu" --section SpeedOfLight --section Occupancy \
             --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
