@@ -32,10 +32,15 @@ PACKAGES=(build-essential cmake pkg-config libopenblas-openmp-dev libzstd-dev li
           python3 python3-venv python3-numpy python3-pytest python3-setuptools python3-wheel
           ca-certificates debootstrap clang libclang-rt-14-dev libomp-14-dev)
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
-done
+# The packages of "$@" that dpkg does not have installed, one a line.
+not_installed() {
+    local p
+    for p in "$@"; do
+        [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || echo "$p"
+    done
+}
+
+mapfile -t missing < <(not_installed "${PACKAGES[@]}")
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -52,10 +57,7 @@ fi
 # when the install fails, it is rolled back (apt stays usable), setup warns, and the slurm test
 # skips (77) saying why.
 SLURM_PACKAGES=(slurm-wlm munge)
-slurm_missing=()
-for p in "${SLURM_PACKAGES[@]}"; do
-    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || slurm_missing+=("$p")
-done
+mapfile -t slurm_missing < <(not_installed "${SLURM_PACKAGES[@]}")
 if [ ${#slurm_missing[@]} -gt 0 ]; then
     echo "setup: installing ${slurm_missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

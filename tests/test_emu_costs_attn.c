@@ -186,8 +186,8 @@ static void check_flash(int NH, int NKV, int packed, int docs) {
  * them the launchers declare the causal bound): the tensor FLOPs declared must equal those
  * the mma instructions executed, and the bytes each input once (K and V are staged again for
  * every query block, but their unique bytes are what DRAM must move). T = 150 is three 64-row
- * tiles, the last partial, where dk and dv share a kernel; at T = 1030 (five blocks of 256 keys,
- * the last partial) each has its own (flash_tc_bwd_cuda.cu, tc_kv_split). */
+ * tiles, the last partial, where dk and dv share a kernel; at T = ZS_FA_TC_KV_SPLIT_T + 6 (1030:
+ * five blocks of 256 keys, the last partial) each has its own (flash_tc_bwd_cuda.cu). */
 static void check_flash_tc(int NH, int NKV, int packed, int T) {
     int B = 2, hs = 64;
     const zs_ops *tc = gpu->with_math(ZS_MATH_BF16);
@@ -215,7 +215,7 @@ static void check_flash_tc(int NH, int NKV, int packed, int T) {
     prof_stop();
     check_rec(rec("fa_tc_delta_kernel"), 3, 0, NULL);
     check_rec(rec("fa_tc_bwd_q_kernel"), 4 + nbuf, 0, NULL);
-    if (T < 1024) {
+    if (T < ZS_FA_TC_KV_SPLIT_T) {
         check_rec(rec("fa_tc_bwd_kv_kernel"), 4 + nbuf, 0, NULL);
     } else {
         check_rec(rec("fa_tc_bwd_dv_kernel"), 3 + nbuf, 0, NULL);
@@ -299,7 +299,7 @@ int main(void) {
     }
     check_flash_tc(4, 4, 1, 150);
     check_flash_tc(6, 2, 0, 150);
-    check_flash_tc(2, 1, 0, 1030);
+    check_flash_tc(2, 1, 0, ZS_FA_TC_KV_SPLIT_T + 6);
     check_decode();
     check_sample();
     return ec_finish();

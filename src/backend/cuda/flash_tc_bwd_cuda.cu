@@ -330,7 +330,7 @@ static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dv_kernel(float *dv
  * the fused kernel takes 31% less time than the two, at 1024 the two 16% less, at 2048 40% less
  * (38% at LLaMA-1B's shape at 4096). */
 static bool tc_kv_split(const tc_view &a) {
-    return a.T >= 1024;
+    return a.T >= ZS_FA_TC_KV_SPLIT_T;
 }
 
 template <int HS>

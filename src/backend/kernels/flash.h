@@ -19,6 +19,9 @@
 /* Keys per block. The online softmax rescales at block boundaries, so this width is part of
  * the results; it is the same on every backend. */
 #define ZS_FA_BK 64
+/* From this T on, the tensor-core backward computes dk and dv in a kernel each, below it in one
+ * (flash_tc_bwd_cuda.cu, tc_kv_split); named here so that the tests run both forms. */
+#define ZS_FA_TC_KV_SPLIT_T 1024
 /* Query rows per CPU forward task: it only splits work and does not change a bit. */
 #define ZS_FA_BQ 64
 
