@@ -260,6 +260,7 @@ int main(void) {
     check_xent16(5, 37, 40);       /* within one chunk */
     check_xent16(4, 3001, 3072);   /* three chunks, the last one partly padding */
     check_xent16(3, 50257, 50304); /* GPT-2's vocabulary: 50 chunks */
+    check_xent16(2, 60001, 60004); /* past the shared memory a block may opt in to: not staged */
     check_fits(33, 48, 40, 40);    /* ld 2 OC, as a model lays it out */
     check_fits(7, 130, 300, 5);    /* an odd ld */
     /* W's rows in pieces: 2048 x 33024 floats is past ZS_GEMM_CAST_MAX */

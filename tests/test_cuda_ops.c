@@ -512,6 +512,8 @@ int main(void) {
     check_swiglu();
     check_softmax_xent(37, 40);
     check_softmax_xent(3001, 3072);
+    check_softmax_xent(1001, 1001);   /* rows not 16-byte aligned: staged a float at a time */
+    check_softmax_xent(60001, 60004); /* a row past the shared memory a block may opt in to */
     check_large();
     check_errors();
     return zt_finish();

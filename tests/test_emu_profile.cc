@@ -90,6 +90,28 @@ template <bool trans> static void ldmatrix_tile(uint32_t *out) {
 }
 
 /* racy kernels for the checker */
+/* Fills n floats of dynamic shared memory (thread t every blockDim-th), then after a barrier
+ * thread 0 adds them all, each written by another thread than the one that reads it. */
+static void dyn_fill_sum(float *out, int n) {
+    float *d = (float *)zs_emu_dyn_shared();
+    for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
+        d[i] = (float)(i % 7);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < n; i++)
+            s += d[i];
+        out[0] = s;
+    }
+}
+
+/* A static array beside the dynamic bytes: with 227 KiB of them, past what a block may use. */
+static void dyn_and_static(float *out) {
+    SHARED(float, extra, 16);
+    extra[threadIdx.x % 16] = 1.0f;
+    out[0] = extra[0];
+}
+
 static void two_blocks_write(float *x) {
     if (threadIdx.x == 0) x[0] = (float)blockIdx.x;
 }
@@ -422,6 +444,43 @@ static void c_host_small_copy(float *) {
     printf("read %d\n", c[255]); /* inside it: reported */
 }
 
+static void c_smem_past_optin(float *x) {
+    cudaFuncSetAttribute((const void *)dyn_and_static, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         227 << 10);
+    zs_emu_launch("dyn_and_static", dyn_and_static, dim3(1), dim3(32), 227 << 10, nullptr, x);
+}
+
+/* Dynamic shared memory past 48 KiB only after cudaFuncSetAttribute opts the kernel in, up to
+ * the H100's 227 KiB, as on a GPU (docs/cuda.md "The emulated GPU"). */
+static void dyn_smem(void) {
+    float *out = dev(1), got = 0.0f;
+    int optin = 0, n = (200 << 10) / 4;
+    cudaGetLastError();
+    zs_emu_launch("dyn_fill_sum", dyn_fill_sum, dim3(1), dim3(256), 64 << 10, nullptr, out, 16);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "64 KiB dynamic without the opt-in");
+    CHECK(cudaFuncSetAttribute((const void *)dyn_fill_sum,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (227 << 10) + 1) == cudaErrorInvalidValue,
+          "an opt-in past 227 KiB");
+    CHECK(cudaFuncSetAttribute((const void *)dyn_fill_sum,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10) == 0,
+          "an opt-in to 200 KiB");
+    zs_emu_launch("dyn_fill_sum", dyn_fill_sum, dim3(1), dim3(256), 200 << 10, nullptr, out, n);
+    CHECK(cudaGetLastError() == cudaSuccess, "200 KiB dynamic after the opt-in");
+    zs_emu_launch("dyn_fill_sum", dyn_fill_sum, dim3(1), dim3(256), (200 << 10) + 4, nullptr, out,
+                  16);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "past the 200 KiB opted in to");
+    cudaMemcpy(&got, out, sizeof got, cudaMemcpyDeviceToHost);
+    double want = 0;
+    for (int i = 0; i < n; i++)
+        want += i % 7;
+    CHECK(got == (float)want, "200 KiB of dynamic shared memory summed to %g, want %g", got, want);
+    CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) == 0 &&
+              optin == 227 << 10,
+          "sharedMemPerBlockOptin %d", optin);
+    cudaFree(out);
+}
+
 static void checker(void) {
     static char out[8192];
     struct {
@@ -453,6 +512,8 @@ static void checker(void) {
          "host code writes pinned memory at"},
         {"the host beside and then inside a small download", c_host_small_copy,
          "byte 255 of the 256 bytes that cudaMemcpyAsync (DeviceToHost)"},
+        {"a static array beside 227 KiB of dynamic shared memory", c_smem_past_optin,
+         "static bytes plus 232448 dynamic exceed the 232448 bytes"},
     };
     for (auto &c : cases) {
         int rc = child(c.what, c.body, out, sizeof out);
@@ -469,6 +530,7 @@ int main(void) {
     checker(); /* first: the children must not inherit a running emulator */
     profiler();
     ldmatrix_costs();
+    dyn_smem();
     printf("emu_profile: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }

@@ -178,10 +178,11 @@ extern "C" void zs_emu_declare_cost(double flops, double mma_flops, double bytes
 
 /* The device view of a pointer argument (translated in strict mode; host pointers unchanged). */
 extern "C" void *zs_emu_kernel_ptr(const void *p);
-/* Queue body on stream as a launch of grid x block with shmem dynamic bytes; invalid
- * configurations set the error cudaGetLastError returns, as a failed <<<>>> does. */
-extern "C++" void zs_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shmem,
-                                    cudaStream_t stream, std::function<void()> body);
+/* Queue body on stream as a launch of kernel func (its cudaFuncSetAttribute limits) over grid x
+ * block with shmem dynamic bytes; invalid configurations set the error cudaGetLastError
+ * returns, as a failed <<<>>> does. */
+extern "C++" void zs_emu_launch_raw(const char *name, const void *func, dim3 grid, dim3 block,
+                                    size_t shmem, cudaStream_t stream, std::function<void()> body);
 
 template <typename T> static inline T zs_emu_arg(T v) {
     if constexpr (std::is_pointer<T>::value)
@@ -198,7 +199,7 @@ static inline void zs_emu_launch(const char *name, void (*kernel)(P...), dim3 gr
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
     std::tuple<typename std::decay<P>::type...> params(
         zs_emu_arg<typename std::decay<P>::type>(static_cast<P>(args))...);
-    zs_emu_launch_raw(name, grid, block, shmem, stream,
+    zs_emu_launch_raw(name, (const void *)kernel, grid, block, shmem, stream,
                       [kernel, params]() { std::apply(kernel, params); });
 }
 

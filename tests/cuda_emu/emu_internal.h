@@ -17,6 +17,11 @@
 
 namespace zs_emu {
 
+/* Shared memory a block may use: without the opt-in (and its static arrays, always), and with
+ * cudaFuncAttributeMaxDynamicSharedMemorySize (an H100's sharedMemPerBlockOptin). */
+#define STATIC_SMEM_MAX (48u << 10)
+#define SMEM_OPTIN_MAX (227u << 10)
+
 /* ---- settings (environment, read once) ------------------------------------------------------ */
 struct Settings {
     uint64_t seed;        /* ZS_EMU_SEED, else drawn at start */
@@ -109,7 +114,7 @@ struct Cost {
 enum Sched { SCHED_FIFO, SCHED_WARP, SCHED_INTERLEAVE, SCHED_LOCKSTEP, SCHED_MIX };
 
 /* Run a whole grid on the calling (worker) thread; false after a fault (reported and sticky). */
-bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem,
+bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem, size_t smem_cap,
               const std::function<void()> &body, uint64_t rng_seed, const Cost &cost);
 /* Name of the kernel running on this host thread (fault messages), or nullptr. */
 const char *running_kernel(char *where, size_t cap);

@@ -351,7 +351,7 @@ bool run_block(Block *b) {
 
 } // namespace
 
-bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem,
+bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem, size_t smem_cap,
               const std::function<void()> &body, uint64_t rng_seed, const Cost &cost) {
     Block b;
     b.kernel = name;
@@ -367,6 +367,7 @@ bool run_grid(const char *name, dim3 grid, dim3 block, size_t shmem,
     b.ready_mask.resize((size_t)b.nwarps);
     b.new_mask.resize((size_t)b.nwarps);
     b.dyn = shmem;
+    b.smem_cap = smem_cap;
     b.pool.resize(SMEM_RZ + shmem + SMEM_RZ + STATIC_SMEM_MAX + SMEM_ARRAYS * (SMEM_RZ + 16));
     b.owner.resize(b.pool.size());
     b.rng.s = rng_seed;

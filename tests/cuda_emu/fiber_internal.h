@@ -23,7 +23,6 @@ extern "C" void zs_emu_ctx_switch(void **save_sp, void *to_sp);
 
 namespace zs_emu {
 
-#define STATIC_SMEM_MAX (48u << 10)
 #define SMEM_POISON 0xff
 #define SMEM_REDZONE 0xa5
 #define SMEM_RZ 64u     /* red zone bytes before and after every shared array */
@@ -92,6 +91,7 @@ struct Block {
     std::vector<SmemArray> arrays;
     std::vector<const void *> sites;
     size_t pool_used, budget_used, dyn;
+    size_t smem_cap; /* static plus dynamic bytes allowed: SMEM_OPTIN_MAX where opted in */
     Sched sched;
     KernelCtx ctx;
     uint32_t interval;

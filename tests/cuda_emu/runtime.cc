@@ -216,7 +216,8 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int 
     prop->multiProcessorCount = 1;
     prop->warpSize = 32;
     prop->maxThreadsPerBlock = 1024;
-    prop->sharedMemPerBlock = 48 << 10;
+    prop->sharedMemPerBlock = STATIC_SMEM_MAX;
+    prop->sharedMemPerBlockOptin = SMEM_OPTIN_MAX;
     return cudaSuccess;
 }
 
@@ -235,6 +236,9 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr at
         return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor:
         *value = 0;
+        return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+        *value = (int)SMEM_OPTIN_MAX;
         return cudaSuccess;
     default:
         return ret(cudaErrorInvalidValue);

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -271,8 +272,33 @@ static const char *kernel_name(const char *expr) {
     return names.insert(n).first->c_str();
 }
 
-void zs_emu_launch_raw(const char *expr, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
-                       std::function<void()> body) {
+/* cudaFuncAttributeMaxDynamicSharedMemorySize per kernel (cudaFuncSetAttribute). */
+static std::mutex g_attr_mu;
+static std::map<const void *, int> g_dyn_max;
+
+extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                            int value) {
+    if (!func) return cudaErrorInvalidDeviceFunction;
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) /* a hint: nothing to do */
+        return value >= -1 && value <= 100 ? cudaSuccess : cudaErrorInvalidValue;
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        (unsigned)value > SMEM_OPTIN_MAX)
+        return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> lk(g_attr_mu);
+    g_dyn_max[func] = value;
+    return cudaSuccess;
+}
+
+/* The dynamic bytes func may be launched with, 48 KiB unless it opted in to more. */
+static size_t dyn_smem_max(const void *func) {
+    std::lock_guard<std::mutex> lk(g_attr_mu);
+    auto it = g_dyn_max.find(func);
+    return it != g_dyn_max.end() && (unsigned)it->second > STATIC_SMEM_MAX ? (size_t)it->second
+                                                                           : STATIC_SMEM_MAX;
+}
+
+void zs_emu_launch_raw(const char *expr, const void *func, dim3 grid, dim3 block, size_t shmem,
+                       cudaStream_t stream, std::function<void()> body) {
     const char *name = kernel_name(expr);
     std::vector<const void *> ptrs;
     ptrs.swap(t_launch_ptrs);
@@ -287,10 +313,12 @@ void zs_emu_launch_raw(const char *expr, dim3 grid, dim3 block, size_t shmem, cu
         set_last(cudaErrorInvalidConfiguration);
         return;
     }
-    if (shmem > (48u << 10)) {
+    size_t dyn_max = dyn_smem_max(func);
+    if (shmem > dyn_max) {
         set_last(cudaErrorInvalidValue);
         return;
     }
+    size_t smem_cap = dyn_max > STATIC_SMEM_MAX ? SMEM_OPTIN_MAX : STATIC_SMEM_MAX;
     if (!valid_stream(stream)) {
         set_last(cudaErrorInvalidResourceHandle);
         return;
@@ -298,19 +326,21 @@ void zs_emu_launch_raw(const char *expr, dim3 grid, dim3 block, size_t shmem, cu
     note_kernel(name);
     uint64_t seed = settings().seed * 0x9e3779b97f4a7c15ull + next_launch_id();
     Cost cost = take_declared_cost();
-    enqueue(stream_of(stream), name, [name, grid, block, shmem, body, ptrs, seed, cost]() {
-        for (size_t i = 0; i < ptrs.size(); i++)
-            if (ptrs[i] && classify(ptrs[i]) == MEM_NONE && view(ptrs[i]) == ptrs[i]) {
-                set_sticky(cudaErrorIllegalAddress,
-                           "kernel %s: pointer argument %zu (%p) is host memory a GPU cannot read "
-                           "(not from cudaMalloc or cudaMallocHost)",
-                           name, i, ptrs[i]);
-                return;
-            }
-        if (!run_grid(name, grid, block, shmem, body, seed, cost)) return;
-        for (const void *p : ptrs)
-            check_redzone(p);
-    });
+    enqueue(stream_of(stream), name,
+            [name, grid, block, shmem, smem_cap, body, ptrs, seed, cost]() {
+                for (size_t i = 0; i < ptrs.size(); i++)
+                    if (ptrs[i] && classify(ptrs[i]) == MEM_NONE && view(ptrs[i]) == ptrs[i]) {
+                        set_sticky(
+                            cudaErrorIllegalAddress,
+                            "kernel %s: pointer argument %zu (%p) is host memory a GPU cannot read "
+                            "(not from cudaMalloc or cudaMallocHost)",
+                            name, i, ptrs[i]);
+                        return;
+                    }
+                if (!run_grid(name, grid, block, shmem, smem_cap, body, seed, cost)) return;
+                for (const void *p : ptrs)
+                    check_redzone(p);
+            });
 }
 
 /* ---- streams and events --------------------------------------------------------------------- */

@@ -52,11 +52,11 @@ extern "C" void *zs_emu_shared(const void *site, size_t nbytes, size_t align, co
         if (b->sites[i] == site) return b->pool.data() + b->arrays[i].off;
     /* The budget counts the arrays as a GPU packs them; the pool spaces them by red zones. */
     size_t budget = (b->budget_used + align - 1) / align * align + nbytes;
-    if (budget > STATIC_SMEM_MAX)
+    if (budget > b->smem_cap || budget - b->dyn > STATIC_SMEM_MAX)
         fail(cudaErrorLaunchOutOfResources,
-             "shared memory: %zu static bytes plus %zu dynamic exceed the %u bytes a block may "
-             "use without opting in",
-             budget - b->dyn, b->dyn, STATIC_SMEM_MAX);
+             "shared memory: %zu static bytes plus %zu dynamic exceed the %zu bytes this block "
+             "may use (%u static at most; %u with cudaFuncAttributeMaxDynamicSharedMemorySize)",
+             budget - b->dyn, b->dyn, b->smem_cap, STATIC_SMEM_MAX, SMEM_OPTIN_MAX);
     if (b->arrays.size() >= SMEM_ARRAYS)
         fail(cudaErrorLaunchOutOfResources, "more than %u __shared__ arrays in one block",
              SMEM_ARRAYS);

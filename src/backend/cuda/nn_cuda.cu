@@ -382,10 +382,16 @@ fail:
  * The CPU validates targets before computing; here they are device memory, so a target outside
  * [-1, V) cannot stop the op: its row gets a NaN loss and NaN gradient (never an out-of-bounds
  * read), which the loss check in training reports. In place is safe: the target's logit is read
- * before the first barrier, and each thread rewrites only the elements it read. */
+ * before the first barrier, and each thread rewrites only the elements it read.
+ * With stage, the row's V logits are first copied into dynamic shared memory (16 bytes a load
+ * where the row is aligned), and every pass reads them there: the row comes from DRAM once where
+ * three passes read it three times (a second pass cannot hit L2 with 8 blocks an SM of 201 KB
+ * rows in flight, docs/cuda.md "What 45% would take at gpt2-124m's shape"). All of the row is
+ * read before the first barrier. Each thread still takes elements t, t + ZS_ROW_THREADS, ... in
+ * each pass: the same sums, the same bits. */
 static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
                                            const int32_t *targets, int N, int V, int Vp,
-                                           float dloss, int out16) {
+                                           float dloss, int out16, int stage) {
 #ifndef ZS_MUTANT_SMEM_SHORT
     ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP);
 #else /* broken build: the warps' partials in an array one element too small */
@@ -414,6 +420,16 @@ static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const 
         return;
     }
     float xt = x[tg], m = -INFINITY, s = 0.0f;
+    if (stage) { /* the whole block takes this branch */
+        ZS_SHARED_DYN(float, row);
+        int n4 = ((uintptr_t)x & 15) == 0 ? V / 4 : 0;
+        for (int j = t; j < n4; j += ZS_ROW_THREADS)
+            ((float4 *)row)[j] = ((const float4 *)x)[j];
+        for (int i = 4 * n4 + t; i < V; i += ZS_ROW_THREADS)
+            row[i] = x[i];
+        __syncthreads();
+        x = row;
+    }
     for (int i = t; i < V; i += ZS_ROW_THREADS)
         m = x[i] > m ? x[i] : m;
 #ifndef ZS_MUTANT_SMEM_RMW
@@ -467,13 +483,25 @@ static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const 
     if (t == 0) losses[r] = logf(sum) - (xt - mx);
 }
 
+/* The shared memory a block of softmax_xent_kernel may take for its row: the device's opt-in
+ * limit less 1 KiB for the kernel's own arrays; 0 where the device cannot be asked. */
+static size_t xent_stage_max(void) {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return 0;
+    return optin > 1024 ? (size_t)optin - 1024 : 0;
+}
+
 /* softmax_xent (dlogits non-NULL, or NULL: losses only) and softmax_xent16 (out16: bf16
- * dlogits over the logits) in one kernel. */
+ * dlogits over the logits) in one kernel, the row staged in shared memory where it fits. */
 static zs_status launch_softmax_xent(zs_stream_t *s, float *losses, float *dlogits,
                                      const float *logits, const int32_t *targets, int N, int V,
                                      int Vp, float dloss, int out16) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
+    size_t row_bytes = 0; /* the row staged in shared memory, where it fits */
+    int stage = 0;
     ZS_REQUIRE(N >= 0 && V >= 1 && Vp >= V, ZS_ERR_INVALID,
                "softmax_xent: bad shape N=%d V=%d Vp=%d", N, V, Vp);
     if (N == 0) return ZS_OK;
@@ -486,8 +514,14 @@ static zs_status launch_softmax_xent(zs_stream_t *s, float *losses, float *dlogi
     ZS_COST((double)N * (3.0 * V + ZS_CU_BLOCK_SUM_FLOPS + 3.0 +
                          (dlogits ? 3.0 * V + 1.0 + ZS_ROW_THREADS : 0.0)),
             0, 4.0 * (2.0 * N + (double)N * V) + (dlogits ? (out16 ? 2.0 : 4.0) * N * Vp : 0.0));
-    ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, 0, cs, losses, dlogits, logits,
-              targets, N, V, Vp, dloss, out16);
+    row_bytes = (size_t)V * sizeof(float);
+    stage = row_bytes <= xent_stage_max();
+    if (stage)
+        ZS_CUDA_CHECK(cudaFuncSetAttribute((const void *)softmax_xent_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)row_bytes));
+    ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, stage ? row_bytes : 0, cs, losses,
+              dlogits, logits, targets, N, V, Vp, dloss, out16, stage);
     ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
 fail:
     return st;
