@@ -500,7 +500,7 @@ static zs_status launch_softmax_xent(zs_stream_t *s, float *losses, float *dlogi
                                      int Vp, float dloss, int out16) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
-    size_t row_bytes = 0; /* the row staged in shared memory, where it fits */
+    size_t row_bytes = 0, stage_max = 0; /* the row staged in shared memory, where it fits */
     int stage = 0;
     ZS_REQUIRE(N >= 0 && V >= 1 && Vp >= V, ZS_ERR_INVALID,
                "softmax_xent: bad shape N=%d V=%d Vp=%d", N, V, Vp);
@@ -515,11 +515,12 @@ static zs_status launch_softmax_xent(zs_stream_t *s, float *losses, float *dlogi
                          (dlogits ? 3.0 * V + 1.0 + ZS_ROW_THREADS : 0.0)),
             0, 4.0 * (2.0 * N + (double)N * V) + (dlogits ? (out16 ? 2.0 : 4.0) * N * Vp : 0.0));
     row_bytes = (size_t)V * sizeof(float);
-    stage = row_bytes <= xent_stage_max();
-    if (stage)
+    stage_max = xent_stage_max();
+    stage = row_bytes <= stage_max;
+    if (stage) /* the whole opt-in, the same from every host thread: none lowers another's */
         ZS_CUDA_CHECK(cudaFuncSetAttribute((const void *)softmax_xent_kernel,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)row_bytes));
+                                           (int)stage_max));
     ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, stage ? row_bytes : 0, cs, losses,
               dlogits, logits, targets, N, V, Vp, dloss, out16, stage);
     ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
