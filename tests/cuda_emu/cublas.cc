@@ -11,17 +11,20 @@
  *  - a bf16 output is rounded to nearest even from the fp32 result;
  *  - beta == 0 does not read C.
  * The summation order is OpenBLAS's, not a tensor core's: results agree with a GPU's within the
- * usual dot-product bound, not bit for bit (docs/cuda.md). */
+ * usual dot-product bound, not bit for bit (docs/cuda.md). cublaslt.cc's cublasLtMatmul runs
+ * the same product (blas_gemm below), with its bias epilogue added to each fp32 result. */
 #include "emu_internal.h"
 #include "h100.h"
 
 #include <cublas_v2.h>
 #include <cblas.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 using namespace zs_emu;
@@ -178,7 +181,7 @@ bool supported(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType
 /* One product, column-major: C = alpha op(A) op(B) + beta C, on kernel-view pointers. */
 void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A, cudaDataType at,
               int lda, const void *B, cudaDataType bt, int ldb, float beta, void *C,
-              cudaDataType ct, int ldc, bool round_tf32, bool round_bf16) {
+              cudaDataType ct, int ldc, bool round_tf32, bool round_bf16, const float *bias) {
     int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
     std::vector<float> a((size_t)arows * acols), b((size_t)brows * bcols), c((size_t)m * n);
     for (int j = 0; j < acols; j++)
@@ -205,6 +208,7 @@ void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             float v = c[(size_t)j * m + i];
+            if (bias) v += bias[i];
             if (ct == CUDA_R_32F)
                 ((float *)C)[(size_t)j * ldc + i] = v;
             else
@@ -212,12 +216,17 @@ void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
         }
 }
 
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
-                    int n, int k, const void *alpha, const void *A, cudaDataType at, int lda,
-                    long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
-                    const void *beta, void *C, cudaDataType ct, int ldc, long long sc, int batch,
-                    cublasComputeType_t comp) {
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+} // namespace
+
+namespace zs_emu {
+
+cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasOperation_t transb,
+                         int m, int n, int k, const void *alpha, const void *A, cudaDataType at,
+                         int lda, long long sa, const void *B, cudaDataType bt, int ldb,
+                         long long sb, const void *beta, void *C, cudaDataType ct, int ldc,
+                         long long sc, int batch, cublasComputeType_t comp) {
+    const char *api = call.api;
+    const float *bias = call.bias;
     if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) ||
         (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T) || m < 0 || n < 0 || k < 0 || batch < 0)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -232,13 +241,14 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
     /* Host pointer mode (the default): the scalars are read now. */
     float al = *(const float *)alpha, be = *(const float *)beta;
     bool round = comp == CUBLAS_COMPUTE_32F_FAST_TF32 ||
-                 (comp == CUBLAS_COMPUTE_32F && (h->math & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH &&
+                 (comp == CUBLAS_COMPUTE_32F && (call.math & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH &&
                   at == CUDA_R_32F);
     bool round16 = comp == CUBLAS_COMPUTE_32F_FAST_16BF;
     const void *va = view(A), *vb = view(B);
     void *vc = view(C);
     const void *ha = A, *hb = B;
     const void *hc = C;
+    const float *vbias = bias ? (const float *)view(bias) : nullptr;
     size_t aes = type_size(at), bes = type_size(bt), ces = type_size(ct);
     /* The H100 model's price (emu_profile.h): from the shape, in the arithmetic asked for. */
     zs_emu_record price;
@@ -250,35 +260,45 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
                       : round || round16                    ? GEMM_TF32
                                                             : GEMM_FP32;
         double bytes = ((double)m * k * aes + (double)k * n * bes +
-                        (double)m * n * ces * (be != 0.0f ? 2 : 1)) *
+                        (double)m * n * ces * (be != 0.0f ? 2 : 1) + (bias ? 4.0 * m : 0.0)) *
                        batch;
         h100_gemm(&price, m, n, k, batch, gm, bytes, ta, tb);
+        if (bias) { /* its own row: "cuBLASLt gemm+bias bf16 TN ..." */
+            std::string nm =
+                std::string("cuBLASLt gemm+bias") + (price.name + strlen("cuBLAS gemm"));
+            snprintf(price.name, sizeof price.name, "%s", nm.c_str());
+        }
     }
     if (predicting()) { /* cost only: priced in stream order, not run */
-        enqueue(stream_of(h->stream), "cublasGemmEx", [price] { profile_record(price); });
+        enqueue(stream_of(call.stream), api, [price] { profile_record(price); });
         return CUBLAS_STATUS_SUCCESS;
     }
-    enqueue(stream_of(h->stream), "cublasGemmEx", [=] {
-        const void *ptrs[3] = {ha, hb, hc};
-        for (int i = 0; i < 3; i++)
-            if ((i < 2 ? k > 0 : true) && classify(ptrs[i]) == MEM_NONE &&
+    enqueue(stream_of(call.stream), api, [=] {
+        const void *ptrs[4] = {ha, hb, hc, bias};
+        for (int i = 0; i < 4; i++)
+            if ((i < 2 ? k > 0 : i == 2 || bias) && classify(ptrs[i]) == MEM_NONE &&
                 view(ptrs[i]) == ptrs[i]) {
                 set_sticky(cudaErrorIllegalAddress,
-                           "cublasGemmEx: operand %c (%p) is host memory a GPU cannot read",
-                           "ABC"[i], ptrs[i]);
+                           "%s: operand %s (%p) is host memory a GPU cannot read", api,
+                           i == 3   ? "bias"
+                           : i == 0 ? "A"
+                           : i == 1 ? "B"
+                                    : "C",
+                           ptrs[i]);
                 return;
             }
         if (settings().check) /* what it reads and writes, column by column (the stream checker) */
             for (int bi = 0; bi < batch; bi++) {
                 for (int j = 0; j < (ta ? m : k); j++)
                     sc_access((const char *)va + ((size_t)(bi * sa) + (size_t)j * lda) * aes,
-                              (size_t)arows * aes, false, "cublasGemmEx");
+                              (size_t)arows * aes, false, api);
                 for (int j = 0; j < (tb ? k : n); j++)
                     sc_access((const char *)vb + ((size_t)(bi * sb) + (size_t)j * ldb) * bes,
-                              (size_t)brows * bes, false, "cublasGemmEx");
+                              (size_t)brows * bes, false, api);
                 for (int j = 0; j < n; j++)
                     sc_access((char *)vc + ((size_t)(bi * sc) + (size_t)j * ldc) * ces,
-                              (size_t)m * ces, true, "cublasGemmEx");
+                              (size_t)m * ces, true, api);
+                if (vbias) sc_access(vbias, (size_t)m * 4, false, api);
             }
         bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round && !round16;
         for (int bi = 0; bi < batch && plain; bi++) { /* fp32 as it is: OpenBLAS in place */
@@ -295,18 +315,22 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_
                 for (int j = 0; j < n; j++)
                     for (int i = 0; i < m; i++)
                         cb[(size_t)j * ldc + i] *= be;
+            if (vbias) /* the epilogue's bias, on each fp32 result once */
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < m; i++)
+                        cb[(size_t)j * ldc + i] += vbias[i];
         }
         for (int bi = 0; bi < batch && !plain; bi++)
             gemm_one(ta, tb, m, n, k, al, (const char *)va + (size_t)(bi * sa) * aes, at, lda,
                      (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, be,
-                     (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round, round16);
+                     (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round, round16, vbias);
         check_redzone(hc);
         if (price_it) profile_record(price);
     });
     return CUBLAS_STATUS_SUCCESS;
 }
 
-} // namespace
+} // namespace zs_emu
 
 extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
                                        cublasOperation_t transb, int m, int n, int k,
@@ -315,8 +339,9 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t trans
                                        const void *beta, void *C, cudaDataType Ctype, int ldc,
                                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
-    return gemm(h, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C,
-                Ctype, ldc, 0, 1, computeType);
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    return blas_gemm({h->stream, h->math, "cublasGemmEx", nullptr}, transa, transb, m, n, k, alpha,
+                     A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1, computeType);
 }
 
 extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
@@ -325,6 +350,8 @@ extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
     cudaDataType Btype, int ldb, long long strideB, const void *beta, void *C, cudaDataType Ctype,
     int ldc, long long strideC, int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
-    return gemm(h, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
-                beta, C, Ctype, ldc, strideC, batch, computeType);
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    return blas_gemm({h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr}, transa, transb, m,
+                     n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype,
+                     ldc, strideC, batch, computeType);
 }

@@ -1,9 +1,11 @@
 /* Internals of the emulated GPU shared by its files: device memory (memory.cc), streams and the
  * runtime API (runtime.cc, runtime_streams.cc, runtime_memory.cc), kernel execution on fibers
- * (fiber.cc, warp.cc, smem.cc), cuBLAS (cublas.cc), NCCL (nccl.cc). Test infrastructure only. */
+ * (fiber.cc, warp.cc, smem.cc), cuBLAS (cublas.cc, cublaslt.cc), NCCL (nccl.cc). Test
+ * infrastructure only. */
 #ifndef ZS_CUDA_EMU_INTERNAL_H
 #define ZS_CUDA_EMU_INTERNAL_H
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "emu_profile.h"
@@ -217,6 +219,23 @@ bool sc_guard_restep();
 /* Guard the host's side of a copy just queued on s as its task seq (runtime_streams.cc). */
 void guard_host(Stream *s, uint64_t seq, const void *host, size_t n, bool dev_writes,
                 const char *what);
+
+/* One cuBLAS product's context (cublas.cc blas_gemm): the stream it is queued on, the math
+ * mode, the entry point's name for reports, and cublasLtMatmul's bias epilogue (fp32, one per
+ * row of D; nullptr: none). */
+struct BlasCall {
+    cudaStream_t stream;
+    cublasMath_t math;
+    const char *api;
+    const float *bias;
+};
+
+/* cublasGemmEx's and cublasLtMatmul's product, checked as cuBLAS checks it (cublas.cc). */
+cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasOperation_t transb,
+                         int m, int n, int k, const void *alpha, const void *A, cudaDataType at,
+                         int lda, long long sa, const void *B, cudaDataType bt, int ldb,
+                         long long sb, const void *beta, void *C, cudaDataType ct, int ldc,
+                         long long sc, int batch, cublasComputeType_t comp);
 
 } // namespace zs_emu
 

@@ -1,0 +1,209 @@
+/* The emulated GPU's cuBLASLt (tests/cuda_emu/cublaslt.cc, docs/cuda.md "The emulated GPU"):
+ * the calls zshard makes, with the checks cuBLASLt documents, and the product they run.
+ *  - A bias epilogue on bf16 operands with an fp32 output, both transposes as the linear layers
+ *    use them, and the default epilogue on fp32 operands with beta 1 (D = A B + D): results
+ *    against the host's exact sums (small integers and halves, exact in bf16 and in fp32 sums
+ *    in any order), so the test does not depend on the emulator's own arithmetic.
+ *  - Refused, each with the status cuBLASLt gives: no handle (NOT_INITIALIZED); a layout that
+ *    does not match the product, a leading dimension under its rows, a bias epilogue without a
+ *    bias, an attribute of the wrong size, a heuristic asked for no algorithm, an algorithm not
+ *    from the heuristic, an operand less aligned than the preference said when the algorithm
+ *    was chosen (INVALID_VALUE; accepted once the preference says so); a bias type other than D's,
+ * an epilogue or attribute the emulated library does not implement, C apart from D (NOT_SUPPORTED).
+ */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+static int g_fail, g_checks;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        g_checks++;                                                                                \
+        if (!(cond)) {                                                                             \
+            g_fail++;                                                                              \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
+static uint16_t bf16(float x) { /* exact for the values used here */
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return (uint16_t)(b >> 16);
+}
+
+static void *dev(const void *h, size_t bytes) {
+    void *d = nullptr;
+    if (cudaMalloc(&d, bytes) != cudaSuccess) return nullptr;
+    if (h) cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    return d;
+}
+
+/* One product's descriptors, set as gemm_cuda.cu's lt_gemm_bias sets them. */
+struct Call {
+    cublasLtMatmulDesc_t d = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    Call(cudaDataType in, int ta, int tb, int m, int n, int k, uint32_t epi, const void *bias) {
+        int32_t a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        uint64_t ws = 0;
+        cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &a, sizeof a);
+        cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &b, sizeof b);
+        cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        cublasLtMatrixLayoutCreate(&la, in, ta ? k : m, ta ? m : k, ta ? k : m);
+        cublasLtMatrixLayoutCreate(&lb, in, tb ? n : k, tb ? k : n, tb ? n : k);
+        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m);
+        cublasLtMatmulPreferenceCreate(&pref);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws);
+    }
+    ~Call() {
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(lc);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatmulDescDestroy(d);
+    }
+    cublasStatus_t algo(cublasLtHandle_t h, cublasLtMatmulHeuristicResult_t *r) {
+        int got = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, d, la, lb, lc, lc, pref, 1, r, &got);
+        return st == CUBLAS_STATUS_SUCCESS && got != 1 ? CUBLAS_STATUS_EXECUTION_FAILED : st;
+    }
+    cublasStatus_t run(cublasLtHandle_t h, const void *A, const void *B, float beta, float *C,
+                       float *D, const cublasLtMatmulAlgo_t *al) {
+        float one = 1.0f;
+        return cublasLtMatmul(h, d, &one, A, la, B, lb, &beta, C, lc, D, lc, al, nullptr, 0,
+                              nullptr);
+    }
+};
+
+/* D (m x n) = op(A) op(B) + beta D (+ bias), against the host's exact sums. */
+static void product(cublasLtHandle_t h, bool b16, int ta, int tb, bool with_bias, float beta) {
+    const int m = 5, n = 7, k = 9;
+    std::vector<float> A((size_t)m * k), B((size_t)k * n), bias(m), D0((size_t)m * n);
+    for (size_t i = 0; i < A.size(); i++)
+        A[i] = (float)((int)(i * 7 % 11) - 5) * 0.5f;
+    for (size_t i = 0; i < B.size(); i++)
+        B[i] = (float)((int)(i * 5 % 13) - 6);
+    for (int i = 0; i < m; i++)
+        bias[i] = 0.25f * (float)(i + 1);
+    for (size_t i = 0; i < D0.size(); i++)
+        D0[i] = (float)(i % 3);
+    std::vector<uint16_t> A16(A.size()), B16(B.size());
+    for (size_t i = 0; i < A.size(); i++)
+        A16[i] = bf16(A[i]);
+    for (size_t i = 0; i < B.size(); i++)
+        B16[i] = bf16(B[i]);
+    size_t es = b16 ? 2 : 4;
+    void *dA = dev(b16 ? (const void *)A16.data() : A.data(), A.size() * es);
+    void *dB = dev(b16 ? (const void *)B16.data() : B.data(), B.size() * es);
+    float *dbias = (float *)dev(bias.data(), bias.size() * 4);
+    float *dD = (float *)dev(D0.data(), D0.size() * 4);
+    Call c(b16 ? CUDA_R_16BF : CUDA_R_32F, ta, tb, m, n, k,
+           with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, dbias);
+    cublasLtMatmulHeuristicResult_t r;
+    CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS && r.workspaceSize == 0, "heuristic");
+    cublasStatus_t st = c.run(h, dA, dB, beta, dD, dD, &r.algo);
+    CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul: %d", (int)st);
+    std::vector<float> got(D0.size());
+    cudaMemcpy(got.data(), dD, got.size() * 4, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) /* A stored k x m when transposed, B n x k */
+                s += (double)A[ta ? (size_t)i * k + p : (size_t)p * m + i] *
+                     B[tb ? (size_t)p * n + j : (size_t)j * k + p];
+            s += beta * D0[(size_t)j * m + i] + (with_bias ? bias[i] : 0.0f);
+            bad += got[(size_t)j * m + i] != (float)s;
+        }
+    CHECK(!bad, "%s %c%c%s beta %g: %d of %d results wrong", b16 ? "bf16" : "fp32", ta ? 'T' : 'N',
+          tb ? 'T' : 'N', with_bias ? " bias" : "", beta, bad, m * n);
+    cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD);
+}
+
+static void refusals(cublasLtHandle_t h) {
+    const int m = 4, n = 3, k = 8;
+    void *A = dev(nullptr, (size_t)m * k * 2), *B = dev(nullptr, (size_t)k * n * 2 + 16);
+    float *D = (float *)dev(nullptr, (size_t)m * n * 4), *D2 = (float *)dev(nullptr, m * n * 4);
+    float *bias = (float *)dev(nullptr, m * 4);
+    cublasLtMatmulHeuristicResult_t r;
+    {
+        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_BIAS, bias);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "the well-formed call's heuristic");
+        CHECK(c.run(nullptr, A, B, 0, D, D, &r.algo) == CUBLAS_STATUS_NOT_INITIALIZED, "no handle");
+        CHECK(c.run(h, A, B, 0, D, D2, &r.algo) == CUBLAS_STATUS_NOT_SUPPORTED, "C apart from D");
+        cublasLtMatmulAlgo_t foreign;
+        memset(&foreign, 0, sizeof foreign);
+        CHECK(c.run(h, A, B, 0, D, D, &foreign) == CUBLAS_STATUS_INVALID_VALUE,
+              "an algorithm not from the heuristic");
+        int got = 0;
+        CHECK(cublasLtMatmulAlgoGetHeuristic(h, c.d, c.la, c.lb, c.lc, c.lc, c.pref, 0, &r, &got) ==
+                  CUBLAS_STATUS_INVALID_VALUE,
+              "a heuristic asked for no algorithm");
+        uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+        CHECK(cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, 2) ==
+                  CUBLAS_STATUS_INVALID_VALUE,
+              "an attribute of the wrong size");
+        int32_t mode = 0;
+        CHECK(cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode,
+                                             sizeof mode) == CUBLAS_STATUS_NOT_SUPPORTED,
+              "an attribute the emulated library does not implement");
+        /* B 16 bytes past its allocation's start: cuBLASLt assumes 256 unless told */
+        void *B16 = (char *)B + 16;
+        CHECK(c.run(h, A, B16, 0, D, D, &r.algo) == CUBLAS_STATUS_INVALID_VALUE,
+              "B less aligned than the algorithm was chosen for");
+        uint32_t a16 = 16;
+        cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &a16, sizeof a16);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS &&
+                  c.run(h, A, B16, 0, D, D, &r.algo) == CUBLAS_STATUS_SUCCESS,
+              "B at 16 bytes, the preference saying so");
+        int32_t bt = CUDA_R_16BF;
+        cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        CHECK(c.run(h, A, B, 0, D, D, nullptr) == CUBLAS_STATUS_NOT_SUPPORTED,
+              "a bf16 bias beside an fp32 D");
+    }
+    {
+        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_BIAS, nullptr);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "a bias epilogue without a bias");
+    }
+    {
+        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_NOT_SUPPORTED, "an epilogue not implemented");
+    }
+    {
+        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_DEFAULT, nullptr);
+        cublasLtMatrixLayoutDestroy(c.la);
+        cublasLtMatrixLayoutCreate(&c.la, CUDA_R_16BF, k + 1, m, k + 1); /* op(A) 4 x 9 */
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "A's layout against D's and B's");
+        cublasLtMatrixLayoutDestroy(c.la);
+        cublasLtMatrixLayoutCreate(&c.la, CUDA_R_16BF, k, m, k - 1);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "a leading dimension under rows");
+    }
+    cudaFree(A), cudaFree(B), cudaFree(D), cudaFree(D2), cudaFree(bias);
+}
+
+int main(void) {
+    cublasLtHandle_t h = nullptr;
+    CHECK(cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasLtCreate");
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            product(h, true, ta, tb, true, 0.0f);
+            product(h, false, ta, tb, false, 1.0f);
+        }
+    product(h, false, 1, 0, true, 1.0f); /* fp32 operands, bias and beta together */
+    refusals(h);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "no device error left behind");
+    cublasLtDestroy(h);
+    printf("emu_cublaslt: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
