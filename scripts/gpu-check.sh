@@ -4,8 +4,8 @@
 #   1. the machine: GPU, driver, nvcc, CPU, and which tools are there;
 #   2. build for the GPU's architecture (default 90, the H100/H200) with the CUDA backend and
 #      NCCL, tests against the real device (ZS_GPU_TESTS=REAL): the CLI and the gpu tests only;
-#   3. ctest -L gpu: cuda_ops, cuda_flash_tc, device_cuda, comm_nccl, train_cuda, on the GPU
-#      (emu_profile, the emulator's own test, is left to CI);
+#   3. ctest -L gpu: cuda_ops, cuda_flash_tc, gemm16_cuda, device_cuda, comm_nccl, train_cuda,
+#      on the GPU (emu_profile and emu_cublaslt, the emulator's own tests, are left to CI);
 #   4. (last, so that a short slot gets the numbers first) compute-sanitizer: memcheck and
 #      racecheck on cuda_ops, memcheck on a short training job;
 #   5. bench step --device cuda: gpt2-124m, batch 16 x 1024, bf16 (then fp32 with --tf32),
@@ -226,7 +226,8 @@ step configure 180 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release
     -DZS_CUDA=ON -DZS_NCCL=ON -DZS_GPU_TESTS=REAL -DZS_CUDA_EMU=ON -DZS_MPI=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cmake_extra[@]}" || { say "configure failed"; exit 1; }
 # zshard-emu: the emulated GPU's CLI, for the predicted per-kernel table beside ncu's.
-targets=(zshard test_cuda_ops test_cuda_ops_attn test_cuda_ops_state test_cuda_flash_tc test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda)
+targets=(zshard test_cuda_ops test_cuda_ops_attn test_cuda_ops_state test_cuda_flash_tc test_gemm16
+         test_device_cuda test_comm_nccl comm_worker_gpu test_train_cuda)
 predicted=${ZS_GPU_PREDICTED:-}
 if [ -n "$predicted" ] && [ -f "$predicted/predict.out" ] && [ -f "$predicted/predict_small.out" ]; then
     cp "$predicted/predict.out" "$predicted/predict_small.out" "$out/"
@@ -266,7 +267,7 @@ fi
 quick_env=()
 [ "$quick" = 1 ] && quick_env=(env ZS_TEST_QUICK=1)
 step ctest_gpu $([ "$quick" = 1 ] && echo 120 || echo 240) "${quick_env[@]}" \
-    ctest --test-dir "$build" -L gpu -E '^emu_profile$' --output-on-failure --timeout 230
+    ctest --test-dir "$build" -L gpu -E '^emu_(profile|cublaslt)$' --output-on-failure --timeout 230
 grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|Skipped|not run:' "$out/ctest_gpu.out" |
     sed 's/^/    /' >>"$report"
 
@@ -327,7 +328,7 @@ except OSError:
 out = collections.defaultdict(float)
 for name, ms in meas.items():
     out[name if name in pred else "cuBLAS GEMMs" if any(t in name.lower() for t in
-        ("gemm", "cutlass", "xmma", "sm90", "cublas")) else name] += ms
+        ("gemm", "cutlass", "xmma", "sm90", "cublas", "nvjet")) else name] += ms
 print("| kernel | predicted ms | measured ms | measured / predicted |\n|---|---|---|---|")
 for name in sorted(set(out) | set(pred), key=lambda n: -max(out.get(n, 0), pred.get(n, 0))):
     p, q = pred.get(name), out.get(name)

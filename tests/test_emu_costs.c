@@ -9,7 +9,8 @@
  *     declaration by design, each with its reason, enumerated here on the host);
  *  3. the declared FLOPs have the right shape dependence: they scale exactly with the elements
  *     (or rows, or columns) between two sizes. One gemm's price (the emulator's cuBLAS model:
- *     2 m n k) is checked too.
+ *     2 m n k) is checked too, and the bf16 linear forward's bias in cuBLASLt's epilogue (no
+ *     bias pass after the product).
  * This test: gemm, the elementwise ops, AdamW, sums, bias, norms, embedding, RoPE and softmax
  * cross-entropy. Every __global__ kernel of the .cu files in src/backend/cuda (read from the
  * sources) but the attention ones must have been checked; attention, flash attention, decoding
@@ -52,6 +53,39 @@ static void check_gemm(void) {
                  "%s: %g FLOPs, %g on tensor cores; 2mnk = %g", r->name, r->flops, r->mma_flops,
                  2.0 * m * n * k);
         printf("  %-30s flops %.0f (2mnk)\n", r->name, fl);
+    }
+    zt_release();
+}
+
+/* The bf16 table's linear forward with a bias: W (and an fp32 input) rounded, then one
+ * cuBLASLt product whose epilogue adds the bias (2 m n k on tensor cores, the bias read), and
+ * no bias_fwd pass after it. */
+static void check_linear_bias(void) {
+    int N = 29, IC = 48, OC = 40;
+    const zs_ops *o = gpu->with_math(ZS_MATH_BF16);
+    float *W = drand((size_t)OC * IC), *x = drand((size_t)N * IC), *b = drand((size_t)OC);
+    float *out = drand((size_t)N * OC);
+    ZT_CHECK(o->linear_fwd_bias != NULL, "the bf16 table has no linear_fwd_bias");
+    if (!o->linear_fwd_bias) return;
+    for (int in16 = 0; in16 < 2; in16++) {
+        prof_start();
+        ZT_OK(o->linear_fwd_bias(NULL, out, x, in16, W, b, N, IC, OC));
+        prof_stop();
+        size_t casts = in16 ? 1 : 2, last = g_nrec ? g_nrec - 1 : 0;
+        ZT_CHECK(g_nrec == casts + 1 && !strncmp(g_rec[last].name, "cuBLASLt gemm+bias bf16", 23),
+                 "linear_fwd_bias (in16 %d): %zu records (want %zu), last '%s'", in16, g_nrec,
+                 casts + 1, g_nrec ? g_rec[last].name : "");
+        for (size_t i = 0; i < last; i++) {
+            ZT_CHECK(!strcmp(g_rec[i].name, "f32_to_bf16_kernel"),
+                     "linear_fwd_bias: launch %zu is %s, not an operand's cast", i, g_rec[i].name);
+            g_used[i] = 1;
+            check_rec(&g_rec[i], 2, 0, NULL);
+        }
+        const zs_emu_record *r = &g_rec[last];
+        ZT_CHECK(r->mma_flops == 2.0 * OC * N * IC && r->flops == 0,
+                 "%s: %g FLOPs, %g on tensor cores; 2mnk = %g", r->name, r->flops, r->mma_flops,
+                 2.0 * OC * N * IC);
+        printf("  %-30s flops %.0f (2mnk)\n", r->name, r->mma_flops);
     }
     zt_release();
 }
@@ -511,6 +545,7 @@ static void check_softmax_xent(void) {
 int main(void) {
     ec_start("emu_costs", EC_OPS);
     check_gemm();
+    check_linear_bias();
     check_elementwise();
     check_adamw_segs();
     check_sums();

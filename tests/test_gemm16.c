@@ -10,6 +10,9 @@
  *  - gemm16 with A, B or both bf16, in all four transpose cases and with beta 0 and 1, equals
  *    gemm on the fp32 operands the bf16 ones were rounded from (on the CPU also with a small
  *    panel: its multi-panel path);
+ *  - zs_linear_fwd and zs_linear_gelu_fwd with a bias equal their parts (gemm16, then bias_fwd
+ *    or bias_gelu_fwd(16)): the CUDA table's bias in cuBLASLt's epilogue changes no bit, nor
+ *    does its fallback where the bias is not 16-byte aligned;
  *  - zs_linear_fwd / _bwd_set / _gelu_bwd_set with a bf16 input equal the fp32 input's (the
  *    CUDA table's fused backward, and its pieces of rows where W, dout and inp do not fit);
  *    zs_linear_bwd_g16 with a bf16 output gradient equals zs_linear_bwd(_set) with the fp32
@@ -24,12 +27,15 @@
 #include "core/bf16.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const zs_ops *T;   /* the table under test (bf16 math) */
 static const zs_ops *CPU; /* the CPU's bf16 table */
 static int g_cuda;
+static int g_real; /* a real GPU (ZS_GPU=real), not the emulated one */
 
 /* A copy of h in the table's memory (the host's on the CPU). */
 static void *up(const void *h, size_t nbytes) {
@@ -181,6 +187,81 @@ static void check_linear(int N, int IC, int OC, int with_bias) {
     zt_release();
 }
 
+/* out^T = W in^T, as zs_linear_fwd multiplies: gemm16 with a bf16 input, else gemm. */
+static zs_status product(const float *W, const void *in, int in16, float *out, int N, int IC,
+                         int OC) {
+    if (in16) return T->gemm16(NULL, 1, 0, OC, N, IC, 1.0f, W, 0, IC, in, 1, IC, 0.0f, out, OC);
+    return T->gemm(NULL, 1, 0, OC, N, IC, 1.0f, W, IC, in, IC, 0.0f, out, OC);
+}
+
+/* got against want, two sums of the same products out^T = W x^T (+ bias) in fp32 in other
+ * orders: each is within (IC - 1) u sum |w x| of the exact sum (u = 2^-24), and the bias's add
+ * rounds once more, so they differ by at most 2 IC u sum |w x| + 2 u |want| (W and x as the
+ * GEMM took them, rounded to bf16). */
+static void expect_same_sums(const char *what, const float *got, const float *want, const float *W,
+                             const float *x, int N, int IC, int OC) {
+    const double u = 1.0 / 16777216.0;
+    double worst = 0.0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double mag = 0.0;
+            for (int i = 0; i < IC; i++)
+                mag += fabs((double)zs_bf16_to_f32(zs_f32_to_bf16(W[(size_t)o * IC + i])) *
+                            zs_bf16_to_f32(zs_f32_to_bf16(x[(size_t)n * IC + i])));
+            size_t j = (size_t)n * OC + o;
+            double d = fabs((double)got[j] - want[j]);
+            double bound = 2.0 * IC * u * mag + 2.0 * u * fabs(want[j]);
+            worst = d / bound > worst ? d / bound : worst;
+        }
+    ZT_CHECK(worst <= 1.0, "%s: %.3g of the bound between two orders of the sums", what, worst);
+}
+
+/* The linear forward with a bias (linear_fwd_bias where the table has it: the CUDA bf16
+ * table's cuBLASLt epilogue) against its parts on the same table: gemm16 (or gemm) and then
+ * bias_fwd, and the GELU form against the product then bias_gelu_fwd(16) with the bias, bit for
+ * bit (on a real GPU, where cuBLASLt may choose another kernel for the product than
+ * cublasGemmEx, the outputs within two orders' bound, expect_same_sums). off 1 moves the bias
+ * off 16-byte alignment (the CUDA table's fallback: the parts). */
+static void check_linear_bias(int N, int IC, int OC, int off) {
+    char what[160];
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *x = randn(ni, 1.0f), *W = randn(nw, 0.05f), *bias = randn((size_t)OC + 1, 0.1f);
+    float *dx = up(x, ni * 4), *dW = up(W, nw * 4),
+          *db = (float *)up(bias, ((size_t)OC + 1) * 4) + off;
+    zs_bf16 *dx16 = up(rounded(x, ni), ni * 2);
+    for (int h = 0; h < 2; h++) {
+        const void *in = h ? (const void *)dx16 : dx;
+        float *got = poison(no * 4), *want = poison(no * 4);
+        float *pre = poison(no * 4), *pre0 = poison(no * 4);
+        void *act = poison(no * 4), *act0 = poison(no * 4);
+        size_t an = no * (h ? 2 : 4);
+        ZT_OK(zs_linear_fwd(T, NULL, got, in, h, dW, db, N, IC, OC));
+        ZT_OK(product(dW, in, h, want, N, IC, OC));
+        ZT_OK(T->bias_fwd(NULL, want, db, N, OC));
+        ZT_OK(zs_linear_gelu_fwd(T, NULL, pre, act, in, h, dW, db, N, IC, OC));
+        ZT_OK(product(dW, in, h, pre0, N, IC, OC));
+        if (h)
+            ZT_OK(T->bias_gelu_fwd16(NULL, pre0, act0, db, N, OC));
+        else
+            ZT_OK(T->bias_gelu_fwd(NULL, pre0, act0, db, N, OC));
+        snprintf(what, sizeof what, "%s linear N=%d IC=%d OC=%d, bias%s, %s input: fused = parts",
+                 T->name, N, IC, OC, off ? " unaligned" : "", h ? "bf16" : "fp32");
+        if (g_real) {
+            expect_same_sums(what, down(got, no * 4),
+                             memcpy(zt_hbuf(no * 4), down(want, no * 4), no * 4), W, x, N, IC, OC);
+            expect_same_sums(what, down(pre, no * 4),
+                             memcpy(zt_hbuf(no * 4), down(pre0, no * 4), no * 4), W, x, N, IC, OC);
+            continue;
+        }
+        zt_expect_bits(what, down(got, no * 4), memcpy(zt_hbuf(no * 4), down(want, no * 4), no * 4),
+                       no * 4);
+        zt_expect_bits(what, down(pre, no * 4), memcpy(zt_hbuf(no * 4), down(pre0, no * 4), no * 4),
+                       no * 4);
+        zt_expect_bits(what, down(act, an), memcpy(zt_hbuf(an), down(act0, an), an), an);
+    }
+    zt_release();
+}
+
 /* rope_bwd16 against rope_bwd rounded, on one table (the rotation's cosf/sinf are the table's
  * own), without and with documents (seg: a row's second document starts at t = 5). */
 static void check_rope16(int B, int Tn, int NH, int hs) {
@@ -290,6 +371,7 @@ int main(int argc, char **argv) {
     ZT_OK(zs_backend_select("cpu", &base, &dev));
     CPU = base->with_math(ZS_MATH_BF16);
     g_cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    g_real = g_cuda && getenv("ZS_GPU") && !strcmp(getenv("ZS_GPU"), "real");
     if (g_cuda) {
         zt_gpu_require();
         ZT_OK(zs_backend_select("cuda", &base, &dev));
@@ -312,12 +394,19 @@ int main(int argc, char **argv) {
         check_gemm16(0, 1, 200, 300, 5000, 1.0f);
         zs_cpu_gemm_panel(0);
     }
+    ZT_CHECK(!T->linear_fwd_bias == !g_cuda && !CPU->linear_fwd_bias &&
+                 !base->with_math(ZS_MATH_FP32)->linear_fwd_bias,
+             "%s: linear_fwd_bias in the CUDA bf16 table only", T->name);
     check_linear(40, 24, 36, 1);
     check_linear(33, 48, 20, 0);
+    check_linear_bias(40, 24, 36, 0);
+    check_linear_bias(17, 64, 12, 1);
     check_linear_g16(40, 24, 36);
     check_rope16(2, 11, 3, 16);
     check_rope16(1, 7, 2, 128);
-    if (g_cuda) {
+    if (g_cuda && getenv("ZS_TEST_QUICK")) /* a broken build's run (emu_mutant_lt_no_bias) */
+        printf("gemm16: not run under ZS_TEST_QUICK: the operands past the scratch, in pieces\n");
+    else if (g_cuda) {
         /* W, dout and inp past the scratch, no bias: rows of dout (and inp) in pieces */
         check_linear(16640, 8, 4096, 0);
         check_linear_g16(16640, 8, 4096); /* the rows plan, dout's pieces taken as they are */

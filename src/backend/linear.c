@@ -131,6 +131,8 @@ zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const voi
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    if (bias && ops->linear_fwd_bias) /* the bias in the GEMM's epilogue */
+        return ops->linear_fwd_bias(s, out, inp, in16, W, bias, N, IC, OC);
     /* out[N,OC] = inp W^T  <=>  out^T (OC x N) = W (OC x IC) inp^T (IC x N). The stored W is,
      * read column-major, W^T (IC x OC, ld IC), hence transa = T; the stored inp is inp^T
      * (IC x N, ld IC) and out is out^T (OC x N, ld OC), used as they are. */
@@ -154,11 +156,13 @@ zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, void
                              const void *inp, int act16, const float *W, const float *bias, int N,
                              int IC, int OC) {
     zs_status st = ZS_OK;
-    ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, act16, W, NULL, N, IC, OC));
+    /* With linear_fwd_bias, pre holds the bias already: the GELU's pass only reads it. */
+    const float *b = ops->linear_fwd_bias ? NULL : bias;
+    ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, act16, W, b ? NULL : bias, N, IC, OC));
     if (act16)
-        ZS_CHECK(ops->bias_gelu_fwd16(s, pre, out, bias, N, OC));
+        ZS_CHECK(ops->bias_gelu_fwd16(s, pre, out, b, N, OC));
     else
-        ZS_CHECK(ops->bias_gelu_fwd(s, pre, out, bias, N, OC));
+        ZS_CHECK(ops->bias_gelu_fwd(s, pre, out, b, N, OC));
 fail:
     return st;
 }

@@ -68,6 +68,16 @@ typedef struct zs_ops {
                         const void *A, int a16, int lda, const void *B, int b16, int ldb,
                         float beta, float *C, int ldc);
 
+    /* Optional, in the CUDA bf16 table (NULL: linear.c calls gemm16 or gemm, then bias_fwd): a
+     * linear layer's forward with its bias, out[N,OC] = inp W^T + bias, with linear.c's gemm
+     * arguments and inp bf16 where in16. The bias is added to each fp32 result once, in the
+     * GEMM's epilogue (cuBLASLt's), where bias_fwd read and wrote the output again: the same
+     * additions. On the emulated GPU the same bits as gemm16 then bias_fwd (its product is
+     * cublasGemmEx's); on a GPU cuBLASLt may choose another algorithm for the product, within
+     * gemm's bound, and deterministically for a shape. */
+    zs_status (*linear_fwd_bias)(zs_stream_t *s, float *out, const void *inp, int in16,
+                                 const float *W, const float *bias, int N, int IC, int OC);
+
     /* Optional (NULL: linear.c calls gemm twice, then bias_bwd): a linear layer's backward,
      * whose products share the output gradient G, with linear.c's gemm arguments: dinp^T =
      * W^T G^T + dinp_beta dinp^T, then dW^T += inp^T G, and with dbias non-NULL bias_bwd's

@@ -5,6 +5,7 @@
 #ifndef ZS_BACKEND_CUDA_INTERNAL_H
 #define ZS_BACKEND_CUDA_INTERNAL_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #ifdef ZS_CUDA_EMU
@@ -269,8 +270,11 @@ static inline unsigned zs_cu_col_blocks(size_t cols) {
  * that serialises setting its stream and enqueuing on it. device.cu. */
 zs_status zs_cu_blas_lock(cublasHandle_t *out);
 void zs_cu_blas_unlock(void);
+/* The process's cuBLASLt handle, created on first use; called with the lock held. */
+zs_status zs_cu_blaslt(cublasLtHandle_t *out);
 
-/* The gemms of the tables (gemm_cuda.cu; ops.h gemm, gemm_linear_bwd, gemm_linear_bwd16). */
+/* The gemms of the tables (gemm_cuda.cu; ops.h gemm, linear_fwd_bias, gemm_linear_bwd,
+ * gemm_linear_bwd16). */
 zs_status zs_cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
@@ -283,6 +287,8 @@ zs_status zs_cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, 
 zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
                        const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta,
                        float *C, int ldc);
+zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, float *out, const void *inp, int in16,
+                                const float *W, const float *bias, int N, int IC, int OC);
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
                                      const void *dout, int dout16, const float *gelu_inp,
                                      float *dtmp, const void *inp, int inp16, const float *W, int N,
@@ -290,10 +296,11 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
 zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                   float dinp_beta);
-/* The kernels those share (ops_cuda.cu): n floats rounded to bf16 (zs_f32_to_bf16), and
- * bias_bwd with dout (or gelu_bwd's gradient of gelu_inp from it) rounded into cast[N * OC] in
- * the pass that sums its columns (dbias NULL: no sums). */
+/* The kernels those share (ops_cuda.cu): n floats rounded to bf16 (zs_f32_to_bf16), ops.h
+ * bias_fwd, and bias_bwd with dout (or gelu_bwd's gradient of gelu_inp from it) rounded into
+ * cast[N * OC] in the pass that sums its columns (dbias NULL: no sums). */
 zs_status zs_cu_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
+zs_status zs_cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC);
 zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
                               zs_bf16 *cast, const float *gelu_inp);
 

@@ -373,3 +373,15 @@ fail:
 void zs_cu_blas_unlock(void) {
     pthread_mutex_unlock(&g_blas_lock);
 }
+
+/* cuBLASLt's handle, beside cuBLAS's and under its lock (its calls take their stream as an
+ * argument; the lock guards the stream's gemm scratch they read). */
+static cublasLtHandle_t g_blaslt;
+
+zs_status zs_cu_blaslt(cublasLtHandle_t *out) {
+    zs_status st = ZS_OK;
+    if (!g_blaslt) ZS_CUBLAS_CHECK(cublasLtCreate(&g_blaslt));
+    *out = g_blaslt;
+fail:
+    return st;
+}

@@ -1,9 +1,12 @@
 /* The CUDA tables' gemm through cuBLAS: plain fp32 (the column-major arguments of ops.h as they
  * are), TF32, and bf16 on operands rounded into the stream's scratch (ops.h zs_gemm_cast_plan),
- * with the bf16 table's linear backwards (ops.h gemm_linear_bwd and gemm_linear_bwd16). The
+ * with the bf16 table's linear forward with a bias (cuBLASLt's bias epilogue) and linear
+ * backwards (ops.h linear_fwd_bias, gemm_linear_bwd and gemm_linear_bwd16). The
  * casts and the column sums they share a pass with are ops_cuda.cu's kernels. */
 #include "backend/cuda/cuda_internal.h"
 #include "core/bf16.h"
+
+#include <string.h>
 
 /* ---- gemm --------------------------------------------------------------------------- */
 
@@ -197,6 +200,138 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
         }
     }
 fail:
+    blas_end(h);
+    return st;
+}
+
+/* ---- the bias epilogue (cuBLASLt) ---------------------------------------------------- */
+
+/* One cuBLASLt product with a bias: C (m x n, ld ldc) = op(A) op(B) + bias[i] on row i, A and
+ * B bf16, in fp32 (CUBLASLT_EPILOGUE_BIAS: the bias added to each fp32 result as the GEMM writes
+ * it). No workspace (so no memory the estimator does not count); the heuristic's first
+ * algorithm among those that work with the operands' own alignment (cuBLASLt assumes 256 bytes
+ * unless told). */
+typedef struct lt_call {
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t d;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found; /* 0: cuBLASLt offers no algorithm; the caller takes gemm16 and bias_fwd */
+} lt_call;
+
+/* The largest power of two up to 256 that divides p's address. */
+static uint32_t lt_align(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a)
+        a /= 2;
+    return a;
+}
+
+static void lt_free(lt_call *c) {
+    if (c->lc) cublasLtMatrixLayoutDestroy(c->lc);
+    if (c->lb) cublasLtMatrixLayoutDestroy(c->lb);
+    if (c->la) cublasLtMatrixLayoutDestroy(c->la);
+    if (c->d) cublasLtMatmulDescDestroy(c->d);
+}
+
+/* The descriptors and the algorithm; c->found 0 where cuBLASLt has none for them. */
+static zs_status lt_plan(lt_call *c, int transa, int transb, int m, int n, int k, const void *A,
+                         int lda, const void *B, int ldb, const float *C, int ldc,
+                         const float *bias) {
+    zs_status st = ZS_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasStatus_t hs;
+    int got = 0;
+    int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int32_t bias_t = CUDA_R_32F;
+    uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+    uint32_t align[4] = {lt_align(A), lt_align(B), lt_align(C), lt_align(C)};
+    uint64_t ws = 0;
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+#ifdef ZS_MUTANT_LT_NO_BIAS /* the tests' broken build: the epilogue left at its default */
+    epi = CUBLASLT_EPILOGUE_DEFAULT;
+#endif
+    memset(c, 0, sizeof *c);
+    ZS_CHECK(zs_cu_blaslt(&c->lt));
+    ZS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ZS_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    ZS_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    ZS_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof bias));
+    ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_t, sizeof bias_t));
+    ZS_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&c->la, CUDA_R_16BF, transa ? k : m, transa ? m : k, lda));
+    ZS_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&c->lb, CUDA_R_16BF, transb ? n : k, transb ? k : n, ldb));
+    ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->lc, CUDA_R_32F, m, n, ldc));
+    ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    for (int i = 0; i < 4; i++)
+        ZS_CUBLAS_CHECK(
+            cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
+    hs = cublasLtMatmulAlgoGetHeuristic(c->lt, c->d, c->la, c->lb, c->lc, c->lc, pref, 1, &c->heur,
+                                        &got);
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) ZS_CUBLAS_CHECK(hs);
+    c->found = hs == CUBLAS_STATUS_SUCCESS && got > 0;
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return st;
+}
+
+/* ops.h linear_fwd_bias for the bf16 table: out^T (OC x N) = W inp^T + bias, W (and an fp32
+ * inp) rounded into the stream's scratch whole, as gemm16 (or the bf16 gemm) rounds them, and
+ * the bias added in the GEMM's epilogue, where bias_fwd read and wrote the whole output again.
+ * Where the operands are split into pieces, the bias is not 16-byte aligned, or cuBLASLt has no
+ * algorithm for the call, gemm16 and then bias_fwd: the same additions. */
+zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, float *out, const void *inp, int in16,
+                                const float *W, const float *bias, int N, int IC, int OC) {
+    zs_status st = ZS_OK;
+    cublasHandle_t h = NULL;
+    zs_bf16 *w = NULL;
+    lt_call c;
+    cudaStream_t cs = zs_cu_stream(s);
+    size_t elems = 0, na = zs_gemm_cast_round((size_t)OC * IC);
+    float one = 1.0f, zero = 0.0f;
+    memset(&c, 0, sizeof c);
+    ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
+               "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    if (in16) { /* W whole (A, transposed), inp as it is */
+        zs_gemm16_split p = zs_gemm16_plan(1, 0, OC, N, IC, 0);
+        elems = p.dim == ZS_SPLIT_NONE ? p.elems : 0;
+    } else { /* W whole, then inp whole */
+        zs_gemm_cast p = zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC);
+        elems = p.n_piece == N && p.k_piece == IC ? p.elems : 0;
+    }
+    if (elems && bias && (uintptr_t)bias % 16 == 0) {
+        const zs_bf16 *x = in16 ? (const zs_bf16 *)inp : NULL;
+        ZS_CHECK(zs_gemm_check(1, 0, OC, N, IC, W, IC, (const float *)inp, IC, out, OC));
+        ZS_CHECK(blas_begin(s, elems, &h, &w));
+        x = x ? x : w + na;
+        ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, w, IC, x, IC, out, OC, bias));
+        if (c.found) {
+            ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)OC * IC));
+            if (!in16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, (const float *)inp, (size_t)IC * N));
+            ZS_CUBLAS_CHECK(cublasLtMatmul(c.lt, c.d, &one, w, c.la, x, c.lb, &zero, out, c.lc, out,
+                                           c.lc, &c.heur.algo, NULL, 0, cs));
+        } else { /* no algorithm: the lock released for gemm16's own */
+            blas_end(h);
+            h = NULL;
+        }
+    }
+    if (!c.found) {
+        ZS_CHECK(zs_cu_gemm16(s, 1, 0, OC, N, IC, 1.0f, W, 0, IC, inp, in16, IC, 0.0f, out, OC));
+        if (bias) ZS_CHECK(zs_cu_bias_fwd(s, out, bias, N, OC));
+    }
+fail:
+    lt_free(&c);
     blas_end(h);
     return st;
 }

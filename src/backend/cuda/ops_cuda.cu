@@ -176,7 +176,7 @@ fail:
     return st;
 }
 
-static zs_status cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC) {
+zs_status zs_cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     size_t total = (size_t)N * OC;
@@ -459,12 +459,12 @@ fail:
     return st;
 }
 
-#define CUDA_TABLE(math, gemm_fn, gemm16_fn, linear_bwd_fn, linear_bwd16_fn, xent16_fn, flash_fwd, \
-                   flash_bwd)                                                                      \
+#define CUDA_TABLE(math, gemm_fn, gemm16_fn, linear_bias_fn, linear_bwd_fn, linear_bwd16_fn,       \
+                   xent16_fn, flash_fwd, flash_bwd)                                                \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
-        .gemm16 = gemm16_fn, .gemm_linear_bwd = linear_bwd_fn,                                     \
-        .gemm_linear_bwd16 = linear_bwd16_fn, .bias_fwd = cu_bias_fwd, .bias_bwd = cu_bias_bwd,    \
+        .gemm16 = gemm16_fn, .linear_fwd_bias = linear_bias_fn, .gemm_linear_bwd = linear_bwd_fn,  \
+        .gemm_linear_bwd16 = linear_bwd16_fn, .bias_fwd = zs_cu_bias_fwd, .bias_bwd = cu_bias_bwd, \
         .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd<float>,       \
         .bias_gelu_fwd16 = cu_bias_gelu_fwd<zs_bf16>, .embedding_fwd = zs_cu_embedding_fwd,        \
         .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
@@ -486,14 +486,14 @@ fail:
         .sample = zs_cu_sample,                                                                    \
     }
 
-static const zs_ops cuda_ops[3] = {CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, NULL,
-                                              zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
-                                   CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, NULL,
-                                              zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
-                                   CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm16,
-                                              zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16,
-                                              zs_cu_softmax_xent16, cu_flash_fwd_bf16,
-                                              cu_flash_bwd_bf16)};
+static const zs_ops cuda_ops[3] = {
+    CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, NULL, NULL, zs_cu_flash_attention_fwd,
+               zs_cu_flash_attention_bwd),
+    CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, NULL, NULL,
+               zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
+    CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm16, zs_cu_linear_fwd_bias,
+               zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16, zs_cu_softmax_xent16,
+               cu_flash_fwd_bf16, cu_flash_bwd_bf16)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];
