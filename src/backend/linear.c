@@ -156,13 +156,15 @@ zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, void
                              const void *inp, int act16, const float *W, const float *bias, int N,
                              int IC, int OC) {
     zs_status st = ZS_OK;
-    /* With linear_fwd_bias, pre holds the bias already: the GELU's pass only reads it. */
-    const float *b = ops->linear_fwd_bias ? NULL : bias;
-    ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, act16, W, b ? NULL : bias, N, IC, OC));
+    /* The bias goes into the GEMM's epilogue where the table has one (the GELU's pass then
+     * only reads pre), else into the GELU's pass. */
+    const float *gemm_bias = ops->linear_fwd_bias ? bias : NULL;
+    const float *gelu_bias = ops->linear_fwd_bias ? NULL : bias;
+    ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, act16, W, gemm_bias, N, IC, OC));
     if (act16)
-        ZS_CHECK(ops->bias_gelu_fwd16(s, pre, out, b, N, OC));
+        ZS_CHECK(ops->bias_gelu_fwd16(s, pre, out, gelu_bias, N, OC));
     else
-        ZS_CHECK(ops->bias_gelu_fwd(s, pre, out, b, N, OC));
+        ZS_CHECK(ops->bias_gelu_fwd(s, pre, out, gelu_bias, N, OC));
 fail:
     return st;
 }
