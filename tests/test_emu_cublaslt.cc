@@ -8,9 +8,11 @@
  *    does not match the product, a leading dimension under its rows, a bias epilogue without a
  *    bias, an attribute of the wrong size, a heuristic asked for no algorithm, an algorithm not
  *    from the heuristic, an operand less aligned than the preference said when the algorithm
- *    was chosen (INVALID_VALUE; accepted once the preference says so); a bias type other than D's,
- * an epilogue or attribute the emulated library does not implement, C apart from D (NOT_SUPPORTED).
- */
+ *    was chosen (INVALID_VALUE; accepted once the preference says so); a bias type other than
+ *    D's, an epilogue or attribute the emulated library does not implement, C apart from D
+ *    (NOT_SUPPORTED). */
+#include "emu_check.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -18,19 +20,6 @@
 #include <string.h>
 
 #include <vector>
-
-static int g_fail, g_checks;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        g_checks++;                                                                                \
-        if (!(cond)) {                                                                             \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static uint16_t bf16(float x) { /* exact for the values used here */
     uint32_t b;

@@ -26,6 +26,7 @@
  * writing what one reads, before a synchronisation with it, faults with a report. */
 #include "backend/cuda/mma_cuda.h"
 #include "cuda_emu.h"
+#include "emu_check.h"
 #include "emu_profile.h"
 
 #include <math.h>
@@ -39,19 +40,6 @@
     static const char zs_site_##name = 0;                                                          \
     type *name =                                                                                   \
         (type *)zs_emu_shared(&zs_site_##name, sizeof(type) * (count), alignof(type), #name)
-
-static int g_fail, g_checks;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        g_checks++;                                                                                \
-        if (!(cond)) {                                                                             \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static void copy_coalesced(float *out, const float *in, int n) {
     int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
