@@ -8,6 +8,7 @@
 #include "bench/bench.h"
 #include "args/flags.h"
 #include "core/alloc.h"
+#include "core/bf16.h"
 #include "core/timer.h"
 #include "data/data.h"
 #include "models/model.h"
@@ -41,15 +42,25 @@ static int add_linear(gemm_shape *g, int n, int N, int IC, int OC, int count) {
     return n;
 }
 
+/* Element i of a host operand of es-byte elements (fp32, or bf16 rounded from v). */
+static void put_operand(unsigned char *h, size_t es, size_t i, float v) {
+    if (es == sizeof(float))
+        memcpy(h + i * es, &v, es);
+    else
+        ((zs_bf16 *)(void *)h)[i] = zs_f32_to_bf16(v);
+}
+
 /* Seconds for the step's GEMMs run back to back on the module's device through its ops table
- * (median of reps; each rep ends with a stream sync). Without `fill` the operands keep whatever
- * the device holds (a cost-only prediction reads no values). */
+ * (median of reps; each rep ends with a stream sync). A table with gemm16 (bf16) takes both
+ * operands stored in bf16, so the ceiling is the products alone, without the rounding passes a
+ * step makes for its fp32 operands. Without `fill` the operands keep whatever the device holds
+ * (a cost-only prediction reads no values). */
 static double time_gemms(zs_module_t *mod, const gemm_shape *g, int ng, int reps, int fill,
                          double *flops) {
     const zs_ops *ops = zs_module_ops(mod);
     const zs_device *dev = zs_module_dev(mod);
     zs_stream_t *s = zs_module_stream(mod);
-    size_t maxa = 0, maxb = 0, maxc = 0;
+    size_t maxa = 0, maxb = 0, maxc = 0, es = ops->gemm16 ? sizeof(zs_bf16) : sizeof(float);
     *flops = 0;
     for (int i = 0; i < ng; i++) {
         size_t a = (size_t)g[i].m * g[i].k, b = (size_t)g[i].k * g[i].n;
@@ -59,19 +70,20 @@ static double time_gemms(zs_module_t *mod, const gemm_shape *g, int ng, int reps
         if (c > maxc) maxc = c;
         *flops += 2.0 * g[i].m * g[i].n * g[i].k * g[i].count;
     }
-    float *hA = fill ? calloc(maxa, 4) : NULL, *hB = fill ? calloc(maxb, 4) : NULL;
-    float *A = NULL, *B = NULL, *C = NULL;
+    unsigned char *hA = fill ? calloc(maxa, es) : NULL, *hB = fill ? calloc(maxb, es) : NULL;
+    void *A = NULL, *B = NULL;
+    float *C = NULL;
     double *t = calloc((size_t)reps, sizeof *t), med = -1;
     if ((fill && (!hA || !hB)) || !t) goto done;
-    if (dev->alloc(ZS_MEM_WORKSPACE, maxa * 4, "bench A", (void **)&A) != ZS_OK ||
-        dev->alloc(ZS_MEM_WORKSPACE, maxb * 4, "bench B", (void **)&B) != ZS_OK ||
+    if (dev->alloc(ZS_MEM_WORKSPACE, maxa * es, "bench A", &A) != ZS_OK ||
+        dev->alloc(ZS_MEM_WORKSPACE, maxb * es, "bench B", &B) != ZS_OK ||
         dev->alloc(ZS_MEM_WORKSPACE, maxc * 4, "bench C", (void **)&C) != ZS_OK)
         goto done;
     for (size_t i = 0; fill && i < maxa; i++)
-        hA[i] = (float)(i % 7) * 0.01f;
+        put_operand(hA, es, i, (float)(i % 7) * 0.01f);
     for (size_t i = 0; fill && i < maxb; i++)
-        hB[i] = (float)(i % 5) * 0.01f;
-    if (fill && (dev->copy_h2d(s, A, hA, maxa * 4) || dev->copy_h2d(s, B, hB, maxb * 4) ||
+        put_operand(hB, es, i, (float)(i % 5) * 0.01f);
+    if (fill && (dev->copy_h2d(s, A, hA, maxa * es) || dev->copy_h2d(s, B, hB, maxb * es) ||
                  dev->stream_sync(s)))
         goto done;
     for (int r = -1; r < reps; r++) { /* r = -1 warms up */
@@ -80,8 +92,10 @@ static double time_gemms(zs_module_t *mod, const gemm_shape *g, int ng, int reps
             const gemm_shape *sh = &g[i];
             int lda = sh->ta ? sh->k : sh->m, ldb = sh->tb ? sh->n : sh->k;
             for (int c = 0; c < sh->count; c++)
-                if (ops->gemm(s, sh->ta, sh->tb, sh->m, sh->n, sh->k, 1.0f, A, lda, B, ldb, 1.0f, C,
-                              sh->m) != ZS_OK)
+                if ((ops->gemm16 ? ops->gemm16(s, sh->ta, sh->tb, sh->m, sh->n, sh->k, 1.0f, A, 1,
+                                               lda, B, 1, ldb, 1.0f, C, sh->m)
+                                 : ops->gemm(s, sh->ta, sh->tb, sh->m, sh->n, sh->k, 1.0f, A, lda,
+                                             B, ldb, 1.0f, C, sh->m)) != ZS_OK)
                     goto done;
         }
         if (dev->stream_sync(s) != ZS_OK) goto done;
@@ -110,29 +124,74 @@ typedef struct step_opts {
 #define SO(field) offsetof(step_opts, field)
 static const zs_flag STEP_FLAGS[] = {
     ZS_FLAG_CONFIG_ROW(SO(config_path)),
-    {.name = "model", .kind = ZS_FLAG_STR, .off = SO(model), .arg = "NAME",
+    {.name = "model",
+     .kind = ZS_FLAG_STR,
+     .off = SO(model),
+     .arg = "NAME",
      .help = "model preset [gpt2-124m]"},
-    {.name = "batch", .kind = ZS_FLAG_INT, .off = SO(cfg.batch), .lo = 1, .hi = INT_MAX,
-     .arg = "N", .help = "sequences per step [4]"},
-    {.name = "seq", .kind = ZS_FLAG_INT, .off = SO(cfg.seq), .lo = 1, .hi = INT_MAX, .arg = "T",
+    {.name = "batch",
+     .kind = ZS_FLAG_INT,
+     .off = SO(cfg.batch),
+     .lo = 1,
+     .hi = INT_MAX,
+     .arg = "N",
+     .help = "sequences per step [4]"},
+    {.name = "seq",
+     .kind = ZS_FLAG_INT,
+     .off = SO(cfg.seq),
+     .lo = 1,
+     .hi = INT_MAX,
+     .arg = "T",
      .help = "sequence length [64]"},
-    {.name = "steps", .kind = ZS_FLAG_INT, .off = SO(steps), .lo = 1, .hi = INT_MAX, .arg = "N",
+    {.name = "steps",
+     .kind = ZS_FLAG_INT,
+     .off = SO(steps),
+     .lo = 1,
+     .hi = INT_MAX,
+     .arg = "N",
      .help = "timed steps [5]"},
-    {.name = "warmup-steps", .kind = ZS_FLAG_INT, .off = SO(warm), .lo = 0, .hi = INT_MAX,
-     .arg = "N", .help = "untimed steps first [2]"},
-    {.name = "data", .kind = ZS_FLAG_STR, .off = SO(data), .arg = "FILE",
+    {.name = "warmup-steps",
+     .kind = ZS_FLAG_INT,
+     .off = SO(warm),
+     .lo = 0,
+     .hi = INT_MAX,
+     .arg = "N",
+     .help = "untimed steps first [2]"},
+    {.name = "data",
+     .kind = ZS_FLAG_STR,
+     .off = SO(data),
+     .arg = "FILE",
      .help = "token or text data [random tokens below --vocab]"},
-    {.name = "vocab", .kind = ZS_FLAG_INT, .off = SO(cfg.vocab), .lo = 0, .hi = INT_MAX,
-     .arg = "N", .help = "the random tokens' vocabulary [GPT-2's 50257]"},
-    {.name = "dtype", .kind = ZS_FLAG_DTYPE, .off = SO(cfg.module.param_dtype), .arg = "fp32|bf16",
+    {.name = "vocab",
+     .kind = ZS_FLAG_INT,
+     .off = SO(cfg.vocab),
+     .lo = 0,
+     .hi = INT_MAX,
+     .arg = "N",
+     .help = "the random tokens' vocabulary [GPT-2's 50257]"},
+    {.name = "dtype",
+     .kind = ZS_FLAG_DTYPE,
+     .off = SO(cfg.module.param_dtype),
+     .arg = "fp32|bf16",
      .help = "bf16: bf16 params, grads, kept activations and GEMM inputs [fp32]"},
-    {.name = "recompute", .kind = ZS_FLAG_RECOMPUTE, .off = SO(cfg.recompute),
-     .arg = "none|block", .help = "activation recomputation [none]"},
-    {.name = "attention", .kind = ZS_FLAG_ATTENTION, .off = SO(cfg.attention),
-     .arg = "flash|naive", .help = "attention kernel [flash]"},
-    {.name = "device", .kind = ZS_FLAG_DEVICE, .off = SO(cfg.module.device), .arg = "cpu|cuda|auto",
+    {.name = "recompute",
+     .kind = ZS_FLAG_RECOMPUTE,
+     .off = SO(cfg.recompute),
+     .arg = "none|block",
+     .help = "activation recomputation [none]"},
+    {.name = "attention",
+     .kind = ZS_FLAG_ATTENTION,
+     .off = SO(cfg.attention),
+     .arg = "flash|naive",
+     .help = "attention kernel [flash]"},
+    {.name = "device",
+     .kind = ZS_FLAG_DEVICE,
+     .off = SO(cfg.module.device),
+     .arg = "cpu|cuda|auto",
      .help = "where the step runs [auto]"},
-    {.name = "tf32", .kind = ZS_FLAG_SWITCH, .off = SO(cfg.module.tf32),
+    {.name = "tf32",
+     .kind = ZS_FLAG_SWITCH,
+     .off = SO(cfg.module.tf32),
      .help = "TF32 GEMM inputs"},
     {.name = "json", .kind = ZS_FLAG_SWITCH, .off = SO(json), .help = "one JSON object on stdout"},
 };
@@ -151,8 +210,7 @@ static const zs_flag_table STEP_TABLE = {
 };
 
 int zs_bench_step(int argc, char **argv) {
-    step_opts so = {.cfg = zs_train_config_default(), .model = "gpt2-124m", .steps = 5,
-                    .warm = 2};
+    step_opts so = {.cfg = zs_train_config_default(), .model = "gpt2-124m", .steps = 5, .warm = 2};
     so.cfg.batch = 4;
     so.cfg.seq = 64;
     int rc = zs_flag_parse(&STEP_TABLE, argc, argv, 1, &so, NULL);
