@@ -15,15 +15,16 @@
 
 /* Every slot of the table is set (zs_ops is a name and function pointers only, so scanning it
  * by pointer-sized words also covers ops added after this test was written), but the
- * optional slots the CUDA bf16 table sets: gemm_linear_bwd, and gemm_linear_bwd16 with
- * softmax_xent16 (test_cuda_fused.c). */
+ * optional slots the CUDA bf16 table sets: gemm16, linear_fwd_bias (test_gemm16.c),
+ * gemm_linear_bwd, and gemm_linear_bwd16 with softmax_xent16 (test_cuda_fused.c). */
 static void check_table(void) {
     const unsigned char *p = (const unsigned char *)co_gpu;
     static const unsigned char zero[sizeof(void *)];
     /* Every function pointer, from with_math on (name and gemm_math come before). */
     for (size_t off = offsetof(zs_ops, with_math); off + sizeof(void *) <= sizeof(zs_ops);
          off += sizeof(void *))
-        ZT_CHECK(off == offsetof(zs_ops, gemm16) || off == offsetof(zs_ops, gemm_linear_bwd) ||
+        ZT_CHECK(off == offsetof(zs_ops, gemm16) || off == offsetof(zs_ops, linear_fwd_bias) ||
+                     off == offsetof(zs_ops, gemm_linear_bwd) ||
                      off == offsetof(zs_ops, gemm_linear_bwd16) ||
                      off == offsetof(zs_ops, softmax_xent16) ||
                      memcmp(p + off, zero, sizeof(void *)),
@@ -32,6 +33,8 @@ static void check_table(void) {
              co_gpu->name);
     ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->gemm_linear_bwd,
              "the CUDA bf16 table does not share dout between a linear layer's backward gemms");
+    ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->linear_fwd_bias,
+             "the CUDA bf16 table adds no bias in a GEMM's epilogue");
     ZT_CHECK(strcmp(co_gpu->name, co_fake ? "cpu" : "cuda") == 0, "table name %s", co_gpu->name);
     ZT_CHECK(co_gpu->gemm_math == ZS_MATH_FP32, "the default table's gemm is fp32 (got %d)",
              (int)co_gpu->gemm_math);
