@@ -171,6 +171,30 @@ static __device__ __forceinline__ size_t zs_cu_warp_row(size_t N) {
     return r < N ? r : N;
 }
 
+/* A norm's row as its warp walks it, lane l taking elements l, l + 32, ... in the CPU twin's
+ * order: zs_cu_row_load keeps the lane's first ZS_CU_ROW_KEEP of them in registers (the first
+ * 1024 of the row: GPT-2 small and medium rows whole), and zs_cu_row_each calls f(i, x[i]) for
+ * each of the lane's elements in order, from the registers, then from memory past them. So a
+ * kernel that passes over a row of 1024 or less two or three times reads it from memory once.
+ * (64 kept, 2048 wide, took 168 registers in layernorm_fwd_kernel, one block an SM, or spilled
+ * under __launch_bounds__; 32 take 121, no spill: nvcc 13, sm_90.) */
+#define ZS_CU_ROW_KEEP 32
+static __device__ __forceinline__ void zs_cu_row_load(float (&v)[ZS_CU_ROW_KEEP], const float *x,
+                                                      int C, int lane) {
+    ZS_UNROLL
+    for (int k = 0; k < ZS_CU_ROW_KEEP; k++)
+        if (lane + k * ZS_WARP < C) v[k] = x[lane + k * ZS_WARP];
+}
+template <typename F>
+static __device__ __forceinline__ void zs_cu_row_each(const float (&v)[ZS_CU_ROW_KEEP],
+                                                      const float *x, int C, int lane, F f) {
+    ZS_UNROLL
+    for (int k = 0; k < ZS_CU_ROW_KEEP; k++)
+        if (lane + k * ZS_WARP < C) f(lane + k * ZS_WARP, v[k]);
+    for (int i = lane + ZS_CU_ROW_KEEP * ZS_WARP; i < C; i += ZS_WARP)
+        f(i, x[i]);
+}
+
 /* An output element stored as fp32, or rounded to bf16 (zs_f32_to_bf16) where a producer writes
  * the next GEMM's bf16 input (ops.h gemm16); zs_cu_put4 stores four at element 4 i (16-byte,
  * or for bf16 8-byte, aligned). */

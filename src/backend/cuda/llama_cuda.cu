@@ -14,7 +14,7 @@
 
 /* ---- RMSNorm ------------------------------------------------------------------------ */
 
-/* A warp per row, as layer norm (kernels/rmsnorm.h's lanes). */
+/* A warp per row, as layer norm (kernels/rmsnorm.h's lanes), the row read from memory once. */
 template <typename OutT>
 static __global__ void rmsnorm_fwd_kernel(OutT *out, float *rstd, const float *inp, const float *w,
                                           int N, int C, float eps) {
@@ -22,12 +22,12 @@ static __global__ void rmsnorm_fwd_kernel(OutT *out, float *rstd, const float *i
     if (r == (size_t)N) return;
     int lane = (int)threadIdx.x % ZS_WARP;
     const float *x = inp + r * C;
-    float q = 0.0f;
-    for (int i = lane; i < C; i += ZS_WARP)
-        q += x[i] * x[i];
+    float v[ZS_CU_ROW_KEEP], q = 0.0f;
+    zs_cu_row_load(v, x, C, lane);
+    zs_cu_row_each(v, x, C, lane, [&](int, float xi) { q += xi * xi; });
     float rs = zs_rmsnorm_rstd(zs_cu_warp_sum(q), C, eps);
-    for (int i = lane; i < C; i += ZS_WARP)
-        zs_cu_put(&out[r * C + i], x[i] * rs * w[i]);
+    zs_cu_row_each(v, x, C, lane,
+                   [&](int i, float xi) { zs_cu_put(&out[r * C + i], xi * rs * w[i]); });
     if (lane == 0) rstd[r] = rs;
 }
 

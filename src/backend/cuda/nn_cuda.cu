@@ -185,7 +185,8 @@ fail:
 /* ---- layer norm --------------------------------------------------------------------- */
 
 /* A warp per row: lane l takes elements l, l + 32, ... (the CPU twin's lanes, kernels/
- * layernorm.h), the butterfly gives every lane the row's sums. */
+ * layernorm.h), the butterfly gives every lane the row's sums. The row is read from memory once
+ * (zs_cu_row_load), its three passes run over the lane's registers. */
 template <typename OutT>
 static __global__ void layernorm_fwd_kernel(OutT *out, float *mean, float *rstd, const float *inp,
                                             const float *w, const float *b, int N, int C) {
@@ -193,15 +194,15 @@ static __global__ void layernorm_fwd_kernel(OutT *out, float *mean, float *rstd,
     if (r == (size_t)N) return;
     int lane = (int)threadIdx.x % ZS_WARP;
     const float *x = inp + r * C;
-    float s = 0.0f, q = 0.0f;
-    for (int i = lane; i < C; i += ZS_WARP)
-        s += x[i];
+    float v[ZS_CU_ROW_KEEP], s = 0.0f, q = 0.0f;
+    zs_cu_row_load(v, x, C, lane);
+    zs_cu_row_each(v, x, C, lane, [&](int, float xi) { s += xi; });
     float mu = zs_cu_warp_sum(s) / (float)C;
-    for (int i = lane; i < C; i += ZS_WARP)
-        q += (x[i] - mu) * (x[i] - mu);
+    zs_cu_row_each(v, x, C, lane, [&](int, float xi) { q += (xi - mu) * (xi - mu); });
     float rs = 1.0f / sqrtf(zs_cu_warp_sum(q) / (float)C + ZS_LAYERNORM_EPS);
-    for (int i = lane; i < C; i += ZS_WARP)
-        zs_cu_put(&out[r * C + i], zs_layernorm_xhat(x[i], mu, rs) * w[i] + b[i]);
+    zs_cu_row_each(v, x, C, lane, [&](int i, float xi) {
+        zs_cu_put(&out[r * C + i], zs_layernorm_xhat(xi, mu, rs) * w[i] + b[i]);
+    });
     if (lane == 0) {
         mean[r] = mu;
         rstd[r] = rs;
