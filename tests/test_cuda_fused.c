@@ -2,7 +2,8 @@
  *  - bias_residual_fwd and bias_gelu_fwd, a linear layer's bias with the residual add or the
  *    GELU after it in one pass: bit for bit the CPU's, and the CPU's bit for bit its bias_fwd
  *    then residual_fwd or gelu_fwd; with and without a bias, in place, and with rows that break
- *    16-byte alignment (the scalar path);
+ *    16-byte alignment (the scalar path); bias_residual_fwd's keep (the kept residual): the
+ *    bf16 record and the widened sum bit for bit the two casts after the add;
  *  - the bf16 table's loss and head backward in bf16: softmax_xent16 writes the loss's gradient
  *    rounded to bf16 over the first half of each logits row, and gemm_linear_bwd16 takes it for
  *    the head's two products, so the fp32 gradient is never written or rounded again;
@@ -47,12 +48,16 @@ static float *poisoned(size_t n) {
     return x;
 }
 
-/* bias_residual_fwd (mode 0, mode 2 in place over a) and bias_gelu_fwd (mode 1): the GPU's
- * against the CPU's, and the CPU's against its two ops. off shifts every buffer by one float,
- * so with OC odd no row is 16-byte aligned. */
+/* bias_residual_fwd (mode 0, mode 2 in place over a; 3 and 4 the same with keep) and
+ * bias_gelu_fwd (mode 1): the GPU's against the CPU's, and the CPU's against its two ops (and
+ * with keep the casts to bf16 and back after them). off shifts every buffer by one element, so
+ * with OC odd no row is 16-byte aligned (nor keep's 8-byte). */
 static void check_bias_act(const zs_ops *cpu, int mode, int N, int OC, int with_bias, int off) {
     char what[128], sub[200];
     size_t n = (size_t)N * OC;
+    const int keep = mode >= 3, inplace = mode == 2 || mode == 4;
+    zs_bf16 *want16 = (zs_bf16 *)zt_hbuf((n + 1) * 2) + off;
+    zs_bf16 *cpu16 = keep ? (zs_bf16 *)zt_hbuf((n + 1) * 2) + off : NULL;
     float *a = randn(n + 1, 1.0f) + off, *b = randn(n + 1, 1.0f) + off;
     float *bias = with_bias ? randn((size_t)OC + 1, 1.0f) + off : NULL;
     float *want = (float *)zt_hbuf((n + 1) * 4) + off,
@@ -66,28 +71,39 @@ static void check_bias_act(const zs_ops *cpu, int mode, int N, int OC, int with_
         ZT_OK(cpu->gelu_fwd(NULL, want, want_pre, n));
     else
         ZT_OK(cpu->residual_fwd(NULL, want, a, want_pre, n));
+    if (keep) {
+        ZT_OK(cpu->cast(NULL, want16, ZS_DTYPE_BF16, want, ZS_DTYPE_F32, n));
+        ZT_OK(cpu->cast(NULL, want, ZS_DTYPE_F32, want16, ZS_DTYPE_BF16, n));
+    }
     /* the fused op on the CPU, then on the GPU */
     memcpy(got_pre, b, n * 4);
     float *cpu_out = got;
-    if (mode == 2)
+    if (inplace)
         memcpy(got, a, n * 4);
     else
         memcpy(got, poisoned(n), n * 4);
     if (mode == 1)
         ZT_OK(cpu->bias_gelu_fwd(NULL, got_pre, cpu_out, bias, N, OC));
     else
-        ZT_OK(cpu->bias_residual_fwd(NULL, cpu_out, mode == 2 ? cpu_out : a, got_pre, bias, N, OC));
+        ZT_OK(cpu->bias_residual_fwd(NULL, cpu_out, cpu16, inplace ? cpu_out : a, got_pre, bias, N,
+                                     OC));
     float *d_a = (float *)zt_dup(a - off, (n + 1) * 4) + off;
     float *d_b = (float *)zt_dup(b - off, (n + 1) * 4) + off;
     float *d_bias = bias ? (float *)zt_dup(bias - off, ((size_t)OC + 1) * 4) + off : NULL;
-    float *d_out = mode == 2 ? d_a : (float *)zt_dup(poisoned(n + 1), (n + 1) * 4) + off;
+    float *d_out = inplace ? d_a : (float *)zt_dup(poisoned(n + 1), (n + 1) * 4) + off;
+    zs_bf16 *d16 = keep ? (zs_bf16 *)zt_dup(poisoned(n + 1), (n + 1) * 2) + off : NULL;
     if (mode == 1)
         ZT_OK(gpu->bias_gelu_fwd(NULL, d_b, d_out, d_bias, N, OC));
     else
-        ZT_OK(gpu->bias_residual_fwd(NULL, d_out, d_a, d_b, d_bias, N, OC));
-    snprintf(what, sizeof what, "%s N=%d OC=%d%s%s%s",
+        ZT_OK(gpu->bias_residual_fwd(NULL, d_out, d16, d_a, d_b, d_bias, N, OC));
+    snprintf(what, sizeof what, "%s N=%d OC=%d%s%s%s%s",
              mode == 1 ? "bias_gelu_fwd" : "bias_residual_fwd", N, OC, with_bias ? "" : " no bias",
-             mode == 2 ? " in place" : "", off ? " unaligned" : "");
+             inplace ? " in place" : "", keep ? " keep" : "", off ? " unaligned" : "");
+    if (keep) {
+        snprintf(sub, sizeof sub, "%s: the bf16 record (CPU, GPU) = the sum's cast", what);
+        zt_expect_bits(sub, cpu16, want16, n * 2);
+        zt_expect_bits(sub, (zs_bf16 *)dev_down(d16 - off, (n + 1) * 2) + off, want16, n * 2);
+    }
     snprintf(sub, sizeof sub, "%s: the CPU's = its two ops", what);
     zt_expect_bits(sub, cpu_out, want, n * 4);
     snprintf(sub, sizeof sub, "%s: the GPU's = the CPU's", what);
@@ -251,7 +267,7 @@ int main(void) {
     gpu = base->with_math(ZS_MATH_BF16);
     const zs_ops *cpu = NULL;
     ZT_OK(zs_backend_select("cpu", &cpu, &dev));
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < 5; mode++)
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             check_bias_act(cpu, mode, 33, 300, with_bias, 0); /* 16-byte rows */
             check_bias_act(cpu, mode, 9, 77, with_bias, 1);   /* no row aligned */

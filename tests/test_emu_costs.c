@@ -304,11 +304,20 @@ static void run_bias(int N, int OC, double fl[4]) {
     fl[0] = f->flops;
     /* bias_act_kernel, both forms: a + (b + bias) into out; pre += bias, out = gelu(pre) */
     prof_start();
-    ZT_OK(gpu->bias_residual_fwd(NULL, out, x, y, bias, N, OC));
+    ZT_OK(gpu->bias_residual_fwd(NULL, out, NULL, x, y, bias, N, OC));
     prof_stop();
     const zs_emu_record *r = rec("bias_act_kernel");
     check_rec(r, 4, 0, NULL);
     fl[2] = r->flops;
+    /* with keep (the kept residual): the sum's bf16 record written too, with and without a bias
+     * (without one, no longer residual_kernel) */
+    zs_bf16 *k16 = (zs_bf16 *)drand((no + 1) / 2);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        prof_start();
+        ZT_OK(gpu->bias_residual_fwd(NULL, out, k16, x, y, with_bias ? bias : NULL, N, OC));
+        prof_stop();
+        check_rec(rec("bias_act_kernel"), with_bias ? 5 : 4, 0, NULL);
+    }
     prof_start();
     ZT_OK(gpu->bias_gelu_fwd(NULL, y, out, bias, N, OC));
     prof_stop();

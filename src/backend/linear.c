@@ -142,12 +142,12 @@ fail:
     return st;
 }
 
-zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *x,
-                                 float *tmp, const void *inp, int in16, const float *W,
-                                 const float *bias, int N, int IC, int OC) {
+zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, zs_bf16 *keep,
+                                 const float *x, float *tmp, const void *inp, int in16,
+                                 const float *W, const float *bias, int N, int IC, int OC) {
     zs_status st = ZS_OK;
     ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, in16, W, NULL, N, IC, OC));
-    ZS_CHECK(ops->bias_residual_fwd(s, out, x, tmp, bias, N, OC));
+    ZS_CHECK(ops->bias_residual_fwd(s, out, keep, x, tmp, bias, N, OC));
 fail:
     return st;
 }

@@ -110,9 +110,11 @@ typedef struct zs_ops {
     zs_status (*bias_bwd)(zs_stream_t *s, float *dbias, const float *dout, int N, int OC);
     /* A linear layer's bias and the residual add after it in one pass: out[N,OC] = a + (b + bias)
      * with bias[OC] broadcast over rows, the bits of bias_fwd on b then residual_fwd (bias NULL:
-     * residual_fwd's a + b). out may alias a or b. */
-    zs_status (*bias_residual_fwd)(zs_stream_t *s, float *out, const float *a, const float *b,
-                                   const float *bias, int N, int OC);
+     * residual_fwd's a + b). out may alias a or b. With keep non-NULL the sum is also rounded
+     * to bf16: keep[N,OC] holds it and out its values widened, the bits of a cast to bf16 and
+     * back after the add (the kept residual stream, models/stack.c zs_resid_rec). */
+    zs_status (*bias_residual_fwd)(zs_stream_t *s, float *out, zs_bf16 *keep, const float *a,
+                                   const float *b, const float *bias, int N, int OC);
     /* A linear layer's bias and the GELU after it in one pass: pre[N,OC] += bias (NULL: none),
      * then out = gelu(pre), the bits of bias_fwd then gelu_fwd; pre keeps the sum (the GELU's
      * backward reads it). */
@@ -421,10 +423,11 @@ zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float
 zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const void *inp, int in16,
                         const float *W, const float *bias, int N, int IC, int OC);
 /* zs_linear_fwd into tmp[N,OC] with the residual add after it: out[N,OC] = x + (inp W^T + bias),
- * the bias and the add in one pass (ops->bias_residual_fwd). out may alias x. */
-zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const float *x,
-                                 float *tmp, const void *inp, int in16, const float *W,
-                                 const float *bias, int N, int IC, int OC);
+ * the bias and the add in one pass (ops->bias_residual_fwd), rounded to bf16 into keep as well
+ * where keep is non-NULL. out may alias x. */
+zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, zs_bf16 *keep,
+                                 const float *x, float *tmp, const void *inp, int in16,
+                                 const float *W, const float *bias, int N, int IC, int OC);
 /* zs_linear_fwd into pre[N,OC] with a GELU after it: out = gelu(pre), the bias and the GELU in
  * one pass (ops->bias_gelu_fwd). With act16, inp is bf16 and out is stored in bf16
  * (bias_gelu_fwd16): the next layer's input. */

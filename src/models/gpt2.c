@@ -186,14 +186,14 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     else /* q | k | v packed in each row of qkv: strided views, kv heads = heads */
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, B,
                                         T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
-    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, x, b->dC, a->atty, 0, p + t[B_PROJW],
+    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, NULL, x, b->dC, a->atty, 0, p + t[B_PROJW],
                                     p + t[B_PROJB], BT, C, C));
     ZS_CHECK(
         layernorm(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W], p + t[B_LN2B], BT));
     ZS_CHECK(zs_linear_gelu_fwd(o, s, a->fch, a->fch_gelu, a->ln2, h, p + t[B_FCW], p + t[B_FCB],
                                 BT, C, 4 * C));
-    ZS_CHECK(zs_linear_residual_fwd(o, s, out, a->res2, b->dC, a->fch_gelu, h, p + t[B_FCPW],
-                                    p + t[B_FCPB], BT, 4 * C, C));
+    ZS_CHECK(zs_linear_residual_fwd(o, s, out, zs_resid_rec(&b->resid, l + 1), a->res2, b->dC,
+                                    a->fch_gelu, h, p + t[B_FCPW], p + t[B_FCPB], BT, 4 * C, C));
 fail:
     return st;
 }

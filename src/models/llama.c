@@ -193,8 +193,8 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     else
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->q, a->k, a->v, B, T, c->n_head,
                                         c->n_kv_head, hs, QD, KD, b->seg));
-    ZS_CHECK(
-        zs_linear_residual_fwd(o, s, a->res2, x, b->dC, a->atty, 0, p + t[L_O], NULL, BT, QD, C));
+    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, NULL, x, b->dC, a->atty, 0, p + t[L_O], NULL, BT,
+                                    QD, C));
     ZS_CHECK(rmsnorm(b, a->ln2, a->ln2_rstd, a->res2, p + t[L_NORM2], BT));
     ZS_CHECK(zs_linear_fwd(o, s, a->gate, a->ln2, h, p + t[L_GATE], NULL, BT, C, F));
     ZS_CHECK(zs_linear_fwd(o, s, a->up, a->ln2, h, p + t[L_UP], NULL, BT, C, F));
@@ -202,8 +202,8 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
         ZS_CHECK(o->swiglu_fwd16(s, a->h, a->gate, a->up, (size_t)BT * F));
     else
         ZS_CHECK(o->swiglu_fwd(s, a->h, a->gate, a->up, (size_t)BT * F));
-    ZS_CHECK(
-        zs_linear_residual_fwd(o, s, out, a->res2, b->dC, a->h, h, p + t[L_DOWN], NULL, BT, F, C));
+    ZS_CHECK(zs_linear_residual_fwd(o, s, out, zs_resid_rec(&b->resid, l + 1), a->res2, b->dC, a->h,
+                                    h, p + t[L_DOWN], NULL, BT, F, C));
 fail:
     return st;
 }

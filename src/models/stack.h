@@ -39,9 +39,13 @@ void zs_resid_carve(zs_resid *r, int l, float *base, uint64_t *total, uint64_t n
 /* Where kept tensor l is produced (the embedding for l = 0, block l-1 otherwise). */
 float *zs_resid_out(const zs_resid *r, int l);
 
+/* In bf16, kept tensor l's record, which a block's last residual add writes as it rounds its
+ * output (ops.h bias_residual_fwd's keep); NULL in fp32. */
+zs_bf16 *zs_resid_rec(const zs_resid *r, int l);
+
 /* Kept tensor l has been produced in zs_resid_out(r, l) (n elements): in bf16, round it into
- * its record and replace the working values by the rounded ones. Returns the fp32 values the
- * next block reads. */
+ * its record and replace the working values by the rounded ones (the embedding's output, l = 0;
+ * blocks round theirs as they write them). Returns the fp32 values the next block reads. */
 zs_status zs_resid_keep(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int l, size_t n,
                         const float **x);
 
@@ -49,9 +53,10 @@ zs_status zs_resid_keep(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int 
 zs_status zs_resid_load(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int l, size_t n,
                         const float **x);
 
-/* A block's forward from input x with full parameters p into the activations of layer l,
- * its output to out; its backward (d loss / d out in the model's gradient buffer on entry,
- * d loss / d x on exit), accumulating parameter gradients into g. */
+/* A block's forward from input x with full parameters p into the activations of layer l, its
+ * output to out (in bf16 rounded, its record written: zs_resid_rec(l + 1)); its backward
+ * (d loss / d out in the model's gradient buffer on entry, d loss / d x on exit), accumulating
+ * parameter gradients into g. */
 typedef zs_status (*zs_block_fwd_fn)(void *model, const float *p, const float *x, int l, float *out,
                                      int B, int T);
 typedef zs_status (*zs_block_bwd_fn)(void *model, const float *p, float *g, const float *x, int l,

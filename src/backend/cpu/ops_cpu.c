@@ -28,9 +28,10 @@ fail:
     return st;
 }
 
-/* bias_fwd then residual_fwd, a row at a time: a + (b + bias), the same two roundings. */
-static zs_status cpu_bias_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
-                                       const float *bias, int N, int OC) {
+/* bias_fwd then residual_fwd, a row at a time: a + (b + bias), the same two roundings; with
+ * keep, the sum rounded to bf16 into keep and back into out (a cast each way). */
+static zs_status cpu_bias_residual_fwd(zs_stream_t *s, float *out, zs_bf16 *keep, const float *a,
+                                       const float *b, const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
     (void)s;
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_residual_fwd: negative shape N=%d OC=%d", N,
@@ -41,6 +42,12 @@ static zs_status cpu_bias_residual_fwd(zs_stream_t *s, float *out, const float *
         const float *x = a + (size_t)r * OC, *y = b + (size_t)r * OC;
         for (int c = 0; c < OC; c++)
             o[c] = x[c] + (bias ? y[c] + bias[c] : y[c]);
+        if (!keep) continue;
+        zs_bf16 *k = keep + (size_t)r * OC;
+        for (int c = 0; c < OC; c++) {
+            k[c] = zs_f32_to_bf16(o[c]);
+            o[c] = zs_bf16_to_f32(k[c]);
+        }
     }
 fail:
     return st;

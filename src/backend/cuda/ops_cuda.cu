@@ -86,14 +86,24 @@ static __global__ void ZS_BOUNDS(ZS_CU_COL_THREADS, 1) bias_bwd_kernel(float *db
     if (w == 0 && c < OC && dbias) zs_colsum_finish(dbias + c, part + tx, ZS_CU_COLS + 1, 1);
 }
 
-/* out[i] = a[i] + (b[i] + bias[i % OC]) (bias_fwd's sum, then residual's), and with pre
+/* keep[4 i..4 i + 3] = v rounded to bf16 (8-byte aligned), and those values widened returned:
+ * the two casts of the kept residual (ops.h bias_residual_fwd). */
+static __device__ __forceinline__ float4 keep4(zs_bf16 *keep, size_t i, float4 v) {
+    zs_cu_put4(keep, i, v);
+    return make_float4(zs_bf16_to_f32(zs_f32_to_bf16(v.x)), zs_bf16_to_f32(zs_f32_to_bf16(v.y)),
+                       zs_bf16_to_f32(zs_f32_to_bf16(v.z)), zs_bf16_to_f32(zs_f32_to_bf16(v.w)));
+}
+
+/* out[i] = a[i] + (b[i] + bias[i % OC]) (bias_fwd's sum, then residual's; a[i] + b[i] where bias
+ * is NULL), rounded to bf16 into keep and widened back where keep is non-NULL; and with pre
  * non-NULL the GELU's form instead: pre[i] += bias (none where bias is NULL), out[i] =
  * gelu(pre[i]), out fp32 or bf16 (bias_gelu_fwd16). 4 elements a thread where rows and buffers
  * are aligned (vec), else one. out may alias a or b: each thread reads its elements before
  * writing them. */
 template <typename OutT>
-static __global__ void bias_act_kernel(OutT *out, const float *a, const float *b, float *pre,
-                                       const float *bias, size_t total, int OC, int vec) {
+static __global__ void bias_act_kernel(OutT *out, zs_bf16 *keep, const float *a, const float *b,
+                                       float *pre, const float *bias, size_t total, int OC,
+                                       int vec) {
     if (vec) {
         unsigned oc4 = (unsigned)OC / 4;
         ZS_CU_FOR(i, total / 4) {
@@ -107,11 +117,13 @@ static __global__ void bias_act_kernel(OutT *out, const float *a, const float *b
                 zs_cu_put4(out, i,
                            make_float4(zs_gelu(x.x), zs_gelu(x.y), zs_gelu(x.z), zs_gelu(x.w)));
             } else {
-                float4 c = ((const float4 *)bias)[i % oc4];
                 float4 x = ((const float4 *)a)[i], y = ((const float4 *)b)[i];
-                zs_cu_put4(out, i,
-                           make_float4(x.x + (y.x + c.x), x.y + (y.y + c.y), x.z + (y.z + c.z),
-                                       x.w + (y.w + c.w)));
+                if (bias) {
+                    float4 c = ((const float4 *)bias)[i % oc4];
+                    y = make_float4(y.x + c.x, y.y + c.y, y.z + c.z, y.w + c.w);
+                }
+                float4 v = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+                zs_cu_put4(out, i, keep ? keep4(keep, i, v) : v);
             }
         }
         return;
@@ -125,17 +137,23 @@ static __global__ void bias_act_kernel(OutT *out, const float *a, const float *b
             }
             zs_cu_put(&out[i], zs_gelu(x));
         } else {
-            zs_cu_put(&out[i], a[i] + (b[i] + bias[i % (size_t)OC]));
+            float v = a[i] + (bias ? b[i] + bias[i % (size_t)OC] : b[i]);
+            if (keep) {
+                zs_bf16 k = zs_f32_to_bf16(v);
+                keep[i] = k;
+                v = zs_bf16_to_f32(k);
+            }
+            zs_cu_put(&out[i], v);
         }
     }
 }
 
-/* ops.h bias_residual_fwd (pre NULL) and bias_gelu_fwd (a, b NULL) with a bias, and
- * bias_gelu_fwd16 (out bf16); without a bias, fp32 outputs take residual_fwd's and gelu_fwd's
- * own kernels. */
+/* ops.h bias_residual_fwd (pre NULL; keep: the sum also rounded, with or without a bias) and
+ * bias_gelu_fwd (a, b, keep NULL) with a bias, and bias_gelu_fwd16 (out bf16); without a bias or
+ * keep, fp32 outputs take residual_fwd's and gelu_fwd's own kernels. */
 template <typename OutT>
-static zs_status bias_act(zs_stream_t *s, OutT *out, const float *a, const float *b, float *pre,
-                          const float *bias, int N, int OC) {
+static zs_status bias_act(zs_stream_t *s, OutT *out, zs_bf16 *keep, const float *a, const float *b,
+                          float *pre, const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     size_t total = (size_t)N * OC, align = 4 * sizeof(OutT);
@@ -144,25 +162,27 @@ static zs_status bias_act(zs_stream_t *s, OutT *out, const float *a, const float
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "%s: negative shape N=%d OC=%d", what, N, OC);
     if (total == 0) return ZS_OK;
     if constexpr (sizeof(OutT) == sizeof(float)) /* without a bias, their own kernels */
-        if (!bias)
+        if (!bias && !keep)
             return pre ? zs_cu_gelu_fwd(s, out, pre, total) : cu_residual_fwd(s, out, a, b, total);
-    ZS_REQUIRE(out && (pre || (a && b && bias)), ZS_ERR_INVALID, "%s: NULL buffer", what);
-    /* two adds an element and the bias read; GELU: one add and zs_gelu's 10, pre read and
-     * written (read only without a bias) and out written */
-    ZS_COST(pre ? 11.0 * total : 2.0 * total, 0,
-            (4.0 + (pre && !bias ? 0.0 : 4.0) + sizeof(OutT)) * total + (bias ? 4.0 * OC : 0.0));
+    ZS_REQUIRE(out && (pre ? !keep : a && b), ZS_ERR_INVALID, "%s: NULL buffer", what);
+    /* two adds an element and the bias read (one add without it); GELU: one add and zs_gelu's
+     * 10, pre read and written (read only without a bias) and out written; keep written */
+    ZS_COST(pre ? 11.0 * total : (bias ? 2.0 : 1.0) * total, 0,
+            (4.0 + (pre && !bias ? 0.0 : 4.0) + sizeof(OutT) + (keep ? 2.0 : 0.0)) * total +
+                (bias ? 4.0 * OC : 0.0));
     vec = OC % 4 == 0 && (uintptr_t)out % align == 0 && (!bias || (uintptr_t)bias % 16 == 0) &&
+          (!keep || (uintptr_t)keep % 8 == 0) &&
           (pre ? (uintptr_t)pre % 16 == 0 : (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0);
     ZS_LAUNCH(bias_act_kernel<OutT>, zs_cu_blocks(vec ? total / 4 : total), ZS_CU_THREADS, 0, cs,
-              out, a, b, pre, bias, total, OC, vec);
+              out, keep, a, b, pre, bias, total, OC, vec);
     ZS_CUDA_CHECK_LAUNCH(bias_act_kernel);
 fail:
     return st;
 }
 
-static zs_status cu_bias_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
-                                      const float *bias, int N, int OC) {
-    return bias_act(s, out, a, b, (float *)NULL, bias, N, OC);
+static zs_status cu_bias_residual_fwd(zs_stream_t *s, float *out, zs_bf16 *keep, const float *a,
+                                      const float *b, const float *bias, int N, int OC) {
+    return bias_act(s, out, keep, a, b, (float *)NULL, bias, N, OC);
 }
 
 /* bias_gelu_fwd (OutT float) and bias_gelu_fwd16 (zs_bf16). */
@@ -171,7 +191,7 @@ static zs_status cu_bias_gelu_fwd(zs_stream_t *s, float *pre, OutT *out, const f
                                   int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(pre || (size_t)N * OC == 0, ZS_ERR_INVALID, "bias_gelu_fwd: NULL buffer");
-    return bias_act(s, out, NULL, NULL, pre, bias, N, OC);
+    return bias_act(s, out, (zs_bf16 *)NULL, NULL, NULL, pre, bias, N, OC);
 fail:
     return st;
 }
