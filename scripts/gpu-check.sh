@@ -5,7 +5,8 @@
 #   2. build for the GPU's architecture (default 90, the H100/H200) with the CUDA backend and
 #      NCCL, tests against the real device (ZS_GPU_TESTS=REAL): the CLI and the gpu tests only;
 #   3. ctest -L gpu: cuda_ops, cuda_flash_tc, gemm16_cuda, device_cuda, comm_nccl, train_cuda,
-#      on the GPU (emu_profile and emu_cublaslt, the emulator's own tests, are left to CI);
+#      on the GPU (emu_profile, emu_cublaslt and emu_timeline, the emulator's own tests, are left
+#      to CI);
 #   4. (last, so that a short slot gets the numbers first) compute-sanitizer: memcheck and
 #      racecheck on cuda_ops, memcheck on a short training job;
 #   5. bench step --device cuda: gpt2-124m, batch 16 x 1024, bf16 (then fp32 with --tf32),
@@ -267,7 +268,7 @@ fi
 quick_env=()
 [ "$quick" = 1 ] && quick_env=(env ZS_TEST_QUICK=1)
 step ctest_gpu $([ "$quick" = 1 ] && echo 120 || echo 240) "${quick_env[@]}" \
-    ctest --test-dir "$build" -L gpu -E '^emu_(profile|cublaslt)$' --output-on-failure --timeout 230
+    ctest --test-dir "$build" -L gpu -E '^emu_(profile|cublaslt|timeline)$' --output-on-failure --timeout 230
 grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|Skipped|not run:' "$out/ctest_gpu.out" |
     sed 's/^/    /' >>"$report"
 

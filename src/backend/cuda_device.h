@@ -73,6 +73,10 @@ zs_status zs_cuda_profile_start(void);
 /* Stop recording: the predicted seconds of what was recorded and, when table is not NULL, a
  * markdown table of it by kernel (malloc'd, the caller frees it). */
 zs_status zs_cuda_profile_stop(double *seconds, char **table);
+/* The last recording's length on the timeline (docs/cuda.md, "The timeline"): its streams and
+ * host work overlapped as their order and waits allow, each task at its predicted price and
+ * host work (device.h's ranges) as measured here. At most the sum profile_stop gives. */
+zs_status zs_cuda_profile_timeline(double *seconds);
 /* The H100 model's dense peak in GEMM arithmetic math (basis: what it is), 0 when there is no
  * model (not the emulated GPU). */
 double zs_cuda_model_peak_flops(zs_gemm_math math, char *basis, size_t cap);

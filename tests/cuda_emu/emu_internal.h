@@ -1,5 +1,6 @@
 /* Internals of the emulated GPU shared by its files: device memory (memory.cc), streams and the
- * runtime API (runtime.cc, runtime_streams.cc, runtime_memory.cc), kernel execution on fibers
+ * runtime API (runtime.cc, runtime_streams.cc, runtime_launch.cc, runtime_memory.cc), kernel
+ * execution on fibers
  * (fiber.cc, warp.cc, smem.cc), cuBLAS (cublas.cc, cublaslt.cc), NCCL (nccl.cc). Test
  * infrastructure only. */
 #ifndef ZS_CUDA_EMU_INTERNAL_H
@@ -177,8 +178,16 @@ bool profile_block_budget(uint64_t blocks_run);
 void profile_block_done();
 /* The cost declared on this host thread for its next launch (zeros, not declared, if none). */
 Cost take_declared_cost();
-/* Record a priced library call or copy (while recording). */
+/* Record a priced library call or copy (while recording), made by the running stream task. */
 void profile_record(const struct zs_emu_record &r);
+/* The predicted seconds of the records this thread's stream task made since the last call. */
+double profile_task_take();
+/* Record host work (a host range, not a stream task: it adds to no task's length). */
+void profile_host_record(const struct zs_emu_record &r);
+/* The timeline (runtime_streams.cc): start it again at 0 (streams drained first), and its end
+ * so far: the last task's end on any stream, or the latest host thread's clock. */
+void timeline_reset();
+double timeline_end();
 /* The running block reached a synchronisation point: warp (or every warp, -1) has no access
  * pending any more (the profiler closes its requests). */
 void profile_sync(int warp);

@@ -53,6 +53,21 @@ size_t zs_emu_profile_count(void);
 int zs_emu_profile_get(size_t i, zs_emu_record *out);
 /* Sum of the predicted times of every record. */
 double zs_emu_profile_total(void);
+/* The last recording's length on the timeline, from start to stop: the streams' tasks placed
+ * by their order, their event waits and the host's synchronisations, each as long as it was
+ * priced, with the host ranges' work on the host threads' clocks (docs/cuda.md, "The
+ * timeline"). At most the sum; less where streams, or streams and the host, overlapped. */
+double zs_emu_profile_timeline(void);
+/* Host work on the calling thread's timeline clock: the wall time between push and pop, less
+ * the time blocked inside it in synchronisations, is priced as measured on this machine and
+ * recorded as "host: NAME (measured here)". Nested pairs count as the outermost. */
+void zs_emu_host_range_push(const char *name);
+void zs_emu_host_range_pop(void);
+/* A hand-off between host threads the emulator cannot see (a condition variable): mark
+ * records the calling thread's clock under key; after moves the calling thread's clock to at
+ * least the last mark of key (this recording's; none: nothing). */
+void zs_emu_host_mark(const void *key);
+void zs_emu_host_after(const void *key);
 /* A markdown table of the records by kernel (or GEMM shape), by predicted time; malloc'd. */
 char *zs_emu_profile_table(void);
 /* The model's dense peak FLOP/s in GEMM arithmetic math (0 fp32, 1 tf32, 2 bf16). */

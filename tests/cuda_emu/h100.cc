@@ -38,6 +38,10 @@ const double SMEM_WAVES = SMS * CLOCK;
 /* Back-to-back kernels on one stream: the GPU-side gap between launches, 2 us as commonly
  * measured without CUDA graphs (an assumption for the GPU check to calibrate). */
 const double LAUNCH = 2.0e-6;
+/* Host <-> device copies: PCIe 5 x16, 64 GB/s raw a direction, about 55 GB/s of payload after
+ * the protocol's overhead (the H100 SXM's link to its host CPU; an assumption the GPU check
+ * can calibrate with a large pinned copy). */
+const double PCIE = 55e9;
 /* cuBLAS on large GEMMs, bf16 operands: 59% of the tensor peak, measured on an H200 (the same
  * GH100 SMs and clocks as the H100 SXM; gpu-check, 2026-11-27): gpt2-124m's step at 16 x 1024
  * spent 24.6 ms in its bf16-operand GEMMs, which 75% (about 740 TFLOP/s, public measurements
@@ -130,6 +134,17 @@ void h100_memory_op(zs_emu_record *r, const char *name, double bytes) {
     r->predicted = r->t_dram + LAUNCH;
 }
 
+void h100_host_copy(zs_emu_record *r, const char *name, double bytes) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->ideal_bytes = bytes;
+    r->declared = 1;
+    r->t_dram = bytes / PCIE; /* the link, not HBM, is the bound */
+    r->t_launch = LAUNCH;
+    r->bound = r->t_dram > LAUNCH ? "pcie" : "launch";
+    r->predicted = r->t_dram + LAUNCH;
+}
+
 } // namespace zs_emu
 
 extern "C" double zs_emu_model_peak(int math) {
@@ -148,9 +163,12 @@ extern "C" char *zs_emu_model_notes(void) {
              "- tensor cores: %.1f TFLOP/s bf16, %.1f tf32, dense (datasheet)\n"
              "- fp32: %.1f TFLOP/s (datasheet)\n"
              "- launch: %.1f us per kernel (assumed)\n"
+             "- host <-> device copies: %.0f GB/s (PCIe 5 x16's 64 GB/s raw, less protocol; "
+             "assumed)\n"
              "- cuBLAS: %.0f%% of the tensor peak (%.0f%% of fp32 for SIMT), %gx%g tiles in "
              "waves over the SMs\n",
              SMS, CLOCK / 1e9, HBM / 1e12, L2 / 1e12, SMEM_WAVES / 1e9, BF16 / 1e12, TF32 / 1e12,
-             FP32 / 1e12, LAUNCH * 1e6, GEMM_EFF_TC * 100, GEMM_EFF_SIMT * 100, TILE_M, TILE_N);
+             FP32 / 1e12, LAUNCH * 1e6, PCIE / 1e9, GEMM_EFF_TC * 100, GEMM_EFF_SIMT * 100, TILE_M,
+             TILE_N);
     return strdup(buf);
 }

@@ -17,6 +17,8 @@ void h100_gemm(zs_emu_record *r, int m, int n, int k, int batch, GemmMath math, 
                bool ta, bool tb);
 /* A device-to-device copy or memset of bytes (read + written). */
 void h100_memory_op(zs_emu_record *r, const char *name, double bytes);
+/* A host <-> device copy of bytes over PCIe (cudaMemcpy*). */
+void h100_host_copy(zs_emu_record *r, const char *name, double bytes);
 
 } // namespace zs_emu
 

@@ -45,6 +45,16 @@ std::mutex g_lock;
 std::vector<zs_emu_record> g_records;
 /* cost-only mode: the price of each distinct launch (kernel, geometry, declared cost) */
 std::map<std::string, zs_emu_record> g_priced;
+/* the predicted seconds of the records the stream task running on this thread made: its
+ * length on the timeline (runtime_streams.cc) */
+thread_local double t_task_cost;
+double g_timeline; /* the last recording's timeline, in seconds */
+
+/* Keep r (g_lock held), made by the stream task running on this thread. */
+void keep_record(const zs_emu_record &r) {
+    g_records.push_back(r);
+    t_task_cost += r.predicted;
+}
 
 /* the blocks a sampled grid runs at most, and the accesses after which it stops sampling
  * (having run at least two blocks) */
@@ -348,7 +358,7 @@ bool profile_sampling(const LaunchInfo &l, uint64_t nblocks, std::vector<uint64_
         if (it != g_priced.end()) { /* priced as the identical launch before it */
             zs_emu_record r = it->second;
             r.reused = 1;
-            if (profiling()) g_records.push_back(r);
+            if (profiling()) keep_record(r);
             t_l.active = false;
             blocks->clear();
             return true;
@@ -384,11 +394,23 @@ void profile_launch_end(bool ok) {
     }
     h100_predict(&r);
     std::lock_guard<std::mutex> lk(g_lock);
-    if (profiling()) g_records.push_back(r);
+    if (profiling()) keep_record(r);
     if (predicting()) g_priced[launch_key(t_l.info)] = r;
 }
 
 void profile_record(const zs_emu_record &r) {
+    if (!profiling()) return;
+    std::lock_guard<std::mutex> lk(g_lock);
+    keep_record(r);
+}
+
+double profile_task_take() {
+    double c = t_task_cost;
+    t_task_cost = 0;
+    return c;
+}
+
+void profile_host_record(const zs_emu_record &r) {
     if (!profiling()) return;
     std::lock_guard<std::mutex> lk(g_lock);
     g_records.push_back(r);
@@ -413,14 +435,24 @@ extern "C" int zs_emu_predicting(void) {
 
 extern "C" void zs_emu_profile_start(void) {
     cudaDeviceSynchronize();
+    timeline_reset();
     std::lock_guard<std::mutex> lk(g_lock);
     g_records.clear();
+    g_timeline = 0;
     g_profiling = true;
 }
 
 extern "C" void zs_emu_profile_stop(void) {
     cudaDeviceSynchronize();
+    double end = timeline_end();
+    std::lock_guard<std::mutex> lk(g_lock);
+    if (g_profiling) g_timeline = end;
     g_profiling = false;
+}
+
+extern "C" double zs_emu_profile_timeline(void) {
+    std::lock_guard<std::mutex> lk(g_lock);
+    return g_timeline;
 }
 
 extern "C" size_t zs_emu_profile_count(void) {

@@ -1,6 +1,7 @@
 /* The CUDA runtime calls zshard makes, on the emulated GPU: the settings (environment) and
  * reports, errors (per-thread last error, sticky device errors) and devices. Memory, copies and
- * memset are in runtime_memory.cc; streams, events and kernel launches in runtime_streams.cc. */
+ * memset are in runtime_memory.cc; streams and events in runtime_streams.cc; kernel launches in
+ * runtime_launch.cc. */
 #include "emu_internal.h"
 #include "runtime_internal.h"
 

@@ -1,5 +1,6 @@
 /* Internals of the emulated GPU's CUDA runtime API shared by its files: runtime.cc (settings,
- * errors, devices), runtime_streams.cc (streams, events, launches), runtime_memory.cc (memory,
+ * errors, devices), runtime_streams.cc (streams, events, the timeline), runtime_launch.cc
+ * (kernel launches), runtime_memory.cc (memory,
  * copies, memset). Test infrastructure only. */
 #ifndef ZS_CUDA_EMU_RUNTIME_INTERNAL_H
 #define ZS_CUDA_EMU_RUNTIME_INTERNAL_H

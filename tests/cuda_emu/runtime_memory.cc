@@ -149,20 +149,28 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t n, cudaMemcpy
         std::shared_ptr<std::vector<char>> copy(
             new std::vector<char>((const char *)src, (const char *)src + n));
         const char *what = copy_names[kind];
-        enqueue(st, what, [vd, copy, what] {
+        zs_emu_record r;
+        h100_host_copy(&r, what, (double)n);
+        enqueue(st, what, [vd, copy, what, r] {
             sc_access(vd, copy->size(), true, what);
             memcpy(vd, copy->data(), copy->size());
+            profile_record(r);
         });
     } else {
         int wait_us = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToHost
                           ? settings().copy_delay_us
                           : 0;
         const char *what = copy_names[kind];
-        uint64_t seq = enqueue(st, what, [vd, vs, n, wait_us, what] {
+        /* priced over PCIe on the timeline (a host-to-host copy is the host's, not priced) */
+        bool link = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToHost;
+        zs_emu_record r;
+        h100_host_copy(&r, what, (double)n);
+        uint64_t seq = enqueue(st, what, [vd, vs, n, wait_us, what, r, link] {
             if (wait_us > 0) usleep((useconds_t)wait_us);
             sc_access(vs, n, false, what);
             sc_access(vd, n, true, what);
             memmove(vd, vs, n);
+            if (link) profile_record(r);
         });
         /* the host's side of a copy with pinned memory, guarded until it synchronises */
         if (settings().check && kind == cudaMemcpyDeviceToHost && classify(dst) == MEM_PINNED)

@@ -1,21 +1,24 @@
-/* Streams, events and kernel launches of the emulated GPU's CUDA runtime. Each stream is an
- * in-order queue drained by a worker thread of its own, so work runs asynchronously to the host
- * (with an optional random delay before each task, ZS_EMU_DELAY_US): a missing stream
- * synchronisation or event wait shows as a wrong result.
+/* Streams and events of the emulated GPU's CUDA runtime, and the profiler's timeline. Each
+ * stream is an in-order queue drained by a worker thread of its own, so work runs
+ * asynchronously to the host (with an optional random delay before each task,
+ * ZS_EMU_DELAY_US): a missing stream synchronisation or event wait shows as a wrong result.
  *
  * Ordering follows CUDA's rules: the legacy default stream (handle 0) waits for earlier work on
  * every blocking stream and blocking streams wait for earlier work on it; non-blocking streams
- * order only through events. A launch is queued on its stream and runs its grid (fiber.cc) when
- * the stream's worker reaches it; the kernels launched are recorded (ZS_EMU_COVERAGE_DIR). */
+ * order only through events. Launches (runtime_launch.cc) queue their grids here. While the
+ * profiler records, every task is also placed on a timeline of predicted time, with the host
+ * threads' clocks and host ranges beside the streams (docs/cuda.md, "The timeline"). */
 #include "cuda_emu.h"
 #include "emu_internal.h"
 #include "runtime_internal.h"
 
 #include <signal.h>
 #include <stdio.h>
-#include <sys/stat.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -36,6 +39,7 @@ struct Task {
     const char *what;
     std::vector<std::pair<Stream *, uint64_t>> deps;
     std::shared_ptr<Clock> vc; /* the stream checker's (ZS_EMU_CHECK), else null */
+    double t_ready = 0;        /* the timeline: the queuing host thread's clock */
 };
 
 struct Stream {
@@ -46,6 +50,11 @@ struct Stream {
     std::thread th;
     bool stop = false;
     Clock last; /* the clock of the last task queued (ZS_EMU_CHECK) */
+    /* the timeline, while recording: when its last task ended, and when each task since the
+     * recording began (t_base tasks before it) ended, in predicted seconds */
+    double t_free = 0;
+    uint64_t t_base = 0;
+    std::vector<double> t_done;
 };
 
 /* Never destroyed: stream workers may still wait on them while the process exits. */
@@ -59,6 +68,67 @@ static Stream *g_legacy;
 static Clock &g_host = *new Clock;
 static Clock &g_retired = *new Clock; /* the last clocks of destroyed streams */
 static std::atomic<uint64_t> g_launches{0};
+
+static double wall_seconds() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the timeline (docs/cuda.md, "The profiler"): each stream a clock of predicted time ----
+ * While the profiler records, a task starts when its stream's previous task, the tasks it
+ * waits for (events, the legacy stream's order) and the host's queuing of it allow, and lasts
+ * what its records were priced. Each host thread has a clock too: queuing costs it nothing,
+ * a synchronisation moves it to the end of what it waited for, and a host range (host work,
+ * zs_emu_host_range_push) adds the wall time the range took here. All under g_mu. */
+struct HostClock {
+    uint64_t epoch = 0;
+    double t = 0;    /* predicted seconds since the recording began */
+    int depth = 0;   /* host ranges open */
+    double mark = 0; /* wall time the open range's work was last counted to */
+    double work = 0; /* the outermost open range's work so far */
+    const char *name = "";
+};
+static uint64_t g_epoch = 1;
+static double g_host_end = 0; /* the latest clock of any host thread this recording */
+static std::map<const void *, double> &g_marks = *new std::map<const void *, double>;
+static thread_local HostClock t_hc;
+
+static HostClock &host_clock() {
+    if (t_hc.epoch != g_epoch) {
+        int depth = t_hc.depth;
+        t_hc = HostClock{};
+        t_hc.epoch = g_epoch;
+        t_hc.depth = depth;
+        t_hc.mark = depth ? wall_seconds() : 0;
+    }
+    return t_hc;
+}
+
+/* When task seq of s ended (0: before the recording). */
+static double done_at(const Stream *s, uint64_t seq) {
+    if (seq <= s->t_base) return 0;
+    size_t i = (size_t)(seq - s->t_base - 1);
+    return i < s->t_done.size() ? s->t_done[i] : s->t_free;
+}
+
+/* An open range's work so far counts (before the host blocks or queues work). */
+static void host_tick() {
+    HostClock &c = host_clock();
+    if (!c.depth) return;
+    double now = wall_seconds(), w = now - c.mark;
+    c.t += w;
+    c.work += w;
+    c.mark = now;
+}
+
+/* The host thread waited for work that ends at t. */
+static void host_block_end(double t) {
+    HostClock &c = host_clock();
+    if (t > c.t) c.t = t;
+    if (c.depth) c.mark = wall_seconds();
+    if (c.t > g_host_end) g_host_end = c.t;
+}
 
 uint64_t next_launch_id() {
     return g_launches.fetch_add(1);
@@ -84,7 +154,15 @@ static void worker(Stream *s) {
                 if (d.first->completed < d.second) return false;
             return true;
         });
+        bool timed = profiling();
+        double start = 0;
+        if (timed) {
+            start = std::max(s->t_free, t.t_ready);
+            for (auto &d : t.deps)
+                start = std::max(start, done_at(d.first, d.second));
+        }
         lk.unlock();
+        profile_task_take(); /* nothing made before this task counts in it */
         if (settings().delay_us > 0) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             usleep((useconds_t)((rng >> 33) % (uint64_t)settings().delay_us));
@@ -92,7 +170,12 @@ static void worker(Stream *s) {
         sc_task_begin(s->id, s->completed + 1, t.vc.get(), t.what);
         if (sticky() == cudaSuccess) t.fn();
         sc_task_end();
+        double cost = profile_task_take();
         lk.lock();
+        if (timed && s->completed - s->t_base == s->t_done.size()) {
+            s->t_free = start + cost;
+            s->t_done.push_back(s->t_free);
+        }
         s->completed++;
         g_cv.notify_all();
     }
@@ -142,6 +225,8 @@ static uint64_t enqueue_deps(Stream *s, const char *what, std::function<void()> 
     t.fn = std::move(fn);
     t.what = what;
     t.deps = std::move(extra);
+    host_tick();
+    t.t_ready = host_clock().t;
     bool check = settings().check != 0;
     Clock vc;
     if (check) {
@@ -187,7 +272,9 @@ void stream_wait_host(Stream *s) {
     std::unique_lock<std::mutex> lk(g_mu);
     uint64_t target = s->submitted;
     Clock seen = s->last;
+    host_tick();
     g_cv.wait(lk, [s, target] { return s->completed >= target; });
+    host_block_end(done_at(s, target));
     host_saw(seen);
 }
 
@@ -199,12 +286,37 @@ void device_wait_host() {
         all.emplace_back(s, s->submitted);
         if (settings().check) sc_join(seen, s->last);
     }
+    host_tick();
     g_cv.wait(lk, [&all] {
         for (auto &d : all)
             if (d.first->completed < d.second) return false;
         return true;
     });
+    double end = 0;
+    for (auto &d : all)
+        end = std::max(end, done_at(d.first, d.second));
+    host_block_end(end);
     host_saw(seen);
+}
+
+void timeline_reset() {
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_epoch++;
+    g_host_end = 0;
+    g_marks.clear();
+    for (Stream *s : g_streams) {
+        s->t_free = 0;
+        s->t_base = s->completed;
+        s->t_done.clear();
+    }
+}
+
+double timeline_end() {
+    std::lock_guard<std::mutex> lk(g_mu);
+    double end = std::max(g_host_end, host_clock().t);
+    for (Stream *s : g_streams)
+        end = std::max(end, s->t_free);
+    return end;
 }
 
 bool valid_stream(cudaStream_t h) {
@@ -215,133 +327,9 @@ bool valid_stream(cudaStream_t h) {
     return false;
 }
 
-/* ---- coverage: the kernels this process launched ------------------------------------------ */
-
-static void note_kernel(const char *name) {
-    static std::mutex mu;
-    static std::set<std::string> seen;
-    const std::string &dir = settings().coverage;
-    if (dir.empty()) return;
-    std::lock_guard<std::mutex> lk(mu);
-    if (!seen.insert(name).second) return;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/kernels-%d.txt", dir.c_str(), (int)getpid());
-    mkdir(dir.c_str(), 0777);
-    FILE *f = fopen(path, "a");
-    if (!f) return;
-    fprintf(f, "%s\n", name);
-    fclose(f);
-}
-
 } // namespace zs_emu
 
 using namespace zs_emu;
-
-/* ---- launches ------------------------------------------------------------------------------- */
-
-static thread_local std::vector<const void *> t_launch_ptrs;
-static thread_local Cost t_cost;
-
-/* ZS_COST (cuda_internal.h): the cost of the launch this host thread queues next. */
-extern "C" void zs_emu_declare_cost(double flops, double mma_flops, double bytes) {
-    t_cost = Cost{flops, mma_flops, bytes, true};
-}
-
-namespace zs_emu {
-Cost take_declared_cost() {
-    Cost c = t_cost;
-    t_cost = Cost{0, 0, 0, false};
-    return c;
-}
-} // namespace zs_emu
-
-extern "C" void *zs_emu_kernel_ptr(const void *p) {
-    t_launch_ptrs.push_back(p);
-    return view(p);
-}
-
-/* A kernel's name as its source defines it: ZS_LAUNCH passes the expression it was given, so
- * a template's arguments ("fa_tc_fwd_kernel<HS>") are dropped. Interned: the pointer lasts. */
-static const char *kernel_name(const char *expr) {
-    static std::mutex mu;
-    static std::set<std::string> names;
-    std::string n(expr);
-    size_t lt = n.find('<');
-    if (lt != std::string::npos) n.resize(lt);
-    std::lock_guard<std::mutex> lk(mu);
-    return names.insert(n).first->c_str();
-}
-
-/* cudaFuncAttributeMaxDynamicSharedMemorySize per kernel (cudaFuncSetAttribute). */
-static std::mutex g_attr_mu;
-static std::map<const void *, int> g_dyn_max;
-
-extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
-                                            int value) {
-    if (!func) return cudaErrorInvalidDeviceFunction;
-    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) /* a hint: nothing to do */
-        return value >= -1 && value <= 100 ? cudaSuccess : cudaErrorInvalidValue;
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
-        (unsigned)value > SMEM_OPTIN_MAX)
-        return cudaErrorInvalidValue;
-    std::lock_guard<std::mutex> lk(g_attr_mu);
-    g_dyn_max[func] = value;
-    return cudaSuccess;
-}
-
-/* The dynamic bytes func may be launched with, 48 KiB unless it opted in to more. */
-static size_t dyn_smem_max(const void *func) {
-    std::lock_guard<std::mutex> lk(g_attr_mu);
-    auto it = g_dyn_max.find(func);
-    return it != g_dyn_max.end() && (unsigned)it->second > STATIC_SMEM_MAX ? (size_t)it->second
-                                                                           : STATIC_SMEM_MAX;
-}
-
-void zs_emu_launch_raw(const char *expr, const void *func, dim3 grid, dim3 block, size_t shmem,
-                       cudaStream_t stream, std::function<void()> body) {
-    const char *name = kernel_name(expr);
-    std::vector<const void *> ptrs;
-    ptrs.swap(t_launch_ptrs);
-    if (sticky() != cudaSuccess) {
-        set_last(sticky());
-        return;
-    }
-    uint64_t threads = (uint64_t)block.x * block.y * block.z;
-    if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 ||
-        block.z > 64 || threads > 1024 || grid.x < 1 || grid.y < 1 || grid.z < 1 ||
-        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
-        set_last(cudaErrorInvalidConfiguration);
-        return;
-    }
-    size_t dyn_max = dyn_smem_max(func);
-    if (shmem > dyn_max) {
-        set_last(cudaErrorInvalidValue);
-        return;
-    }
-    size_t smem_cap = dyn_max > STATIC_SMEM_MAX ? SMEM_OPTIN_MAX : STATIC_SMEM_MAX;
-    if (!valid_stream(stream)) {
-        set_last(cudaErrorInvalidResourceHandle);
-        return;
-    }
-    note_kernel(name);
-    uint64_t seed = settings().seed * 0x9e3779b97f4a7c15ull + next_launch_id();
-    Cost cost = take_declared_cost();
-    enqueue(stream_of(stream), name,
-            [name, grid, block, shmem, smem_cap, body, ptrs, seed, cost]() {
-                for (size_t i = 0; i < ptrs.size(); i++)
-                    if (ptrs[i] && classify(ptrs[i]) == MEM_NONE && view(ptrs[i]) == ptrs[i]) {
-                        set_sticky(
-                            cudaErrorIllegalAddress,
-                            "kernel %s: pointer argument %zu (%p) is host memory a GPU cannot read "
-                            "(not from cudaMalloc or cudaMallocHost)",
-                            name, i, ptrs[i]);
-                        return;
-                    }
-                if (!run_grid(name, grid, block, shmem, smem_cap, body, seed, cost)) return;
-                for (const void *p : ptrs)
-                    check_redzone(p);
-            });
-}
 
 /* ---- streams and events --------------------------------------------------------------------- */
 
@@ -386,6 +374,7 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t h) {
     Stream *s = stream_of(h);
     std::lock_guard<std::mutex> lk(g_mu);
     if (s->completed < s->submitted) return cudaErrorNotReady;
+    host_block_end(done_at(s, s->submitted));
     host_saw(s->last);
     return cudaSuccess;
 }
@@ -455,7 +444,9 @@ extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     std::unique_lock<std::mutex> lk(g_mu);
     Stream *s = ev->s;
     uint64_t seq = ev->seq;
+    host_tick();
     if (s) g_cv.wait(lk, [s, seq] { return s->completed >= seq; });
+    host_block_end(s ? done_at(s, seq) : 0);
     host_saw(ev->vc);
     lk.unlock();
     STICKY_CHECK();
@@ -468,6 +459,52 @@ extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
     EmuEvent *ev = (EmuEvent *)e;
     std::lock_guard<std::mutex> lk(g_mu);
     if (ev->s && ev->s->completed < ev->seq) return cudaErrorNotReady;
+    host_block_end(ev->s ? done_at(ev->s, ev->seq) : 0);
     host_saw(ev->vc);
     return cudaSuccess;
+}
+
+/* ---- host ranges: host work on the timeline ------------------------------------------------ */
+
+extern "C" void zs_emu_host_range_push(const char *name) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    HostClock &c = host_clock();
+    if (c.depth++) return; /* nested: the outermost range counts */
+    c.mark = wall_seconds();
+    c.work = 0;
+    c.name = name ? name : "host";
+}
+
+extern "C" void zs_emu_host_range_pop(void) {
+    zs_emu_record r;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        HostClock &c = host_clock();
+        if (!c.depth || --c.depth) return;
+        double w = wall_seconds() - c.mark;
+        c.t += w;
+        c.work += w;
+        if (c.t > g_host_end) g_host_end = c.t;
+        memset(&r, 0, sizeof r);
+        snprintf(r.name, sizeof r.name, "host: %s (measured here)", c.name);
+        r.blocks = 0;
+        r.predicted = c.work;
+        r.bound = "host";
+    }
+    profile_host_record(r);
+}
+
+extern "C" void zs_emu_host_mark(const void *key) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    host_tick();
+    double t = host_clock().t;
+    double &m = g_marks[key];
+    if (t > m) m = t;
+}
+
+extern "C" void zs_emu_host_after(const void *key) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    host_tick();
+    auto it = g_marks.find(key);
+    host_block_end(it != g_marks.end() ? it->second : 0);
 }

@@ -125,6 +125,16 @@ extern "C" zs_status zs_cuda_profile_stop(double *seconds, char **table) {
 #endif
 }
 
+extern "C" zs_status zs_cuda_profile_timeline(double *seconds) {
+#ifdef ZS_CUDA_EMU
+    *seconds = zs_emu_profile_timeline();
+    return ZS_OK;
+#else
+    *seconds = 0;
+    return no_profiler("zs_cuda_profile_timeline");
+#endif
+}
+
 extern "C" double zs_cuda_model_peak_flops(zs_gemm_math math, char *basis, size_t cap) {
 #ifdef ZS_CUDA_EMU
     static const char *names[] = {"fp32", "tf32 tensor", "bf16 tensor"};
