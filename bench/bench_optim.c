@@ -10,7 +10,12 @@
  * + 4, or 2 for a bf16 gradient) and the parameter and moments written (12): 28 (26). The
  * ceiling copies half that many bytes from one buffer to another, so it too reads and writes 28
  * (26) bytes an element. The three are timed in rotation, rep by rep, so a busy machine slows
- * them alike; the table gives medians. */
+ * them alike; the table gives medians.
+ *
+ * --round (bf16 gradients): the step also rounds the updated parameters to bf16 in place over
+ * the gradient, as offload's host step writes the compute copy (28 bytes an element), and a
+ * fourth entry of the rotation times what it replaced: the step without rounding, then a cast
+ * pass of the parameters into the same buffer (26 + 6 bytes). */
 #include "backend/cpu/cpu.h"
 #include "backend/ops.h"
 #include "bench/bench.h"
@@ -35,7 +40,7 @@
 typedef struct optim_opts {
     const char *config_path; /* --config */
     int64_t sizes[MAX_SIZES];
-    int nsizes, threads, reps, json;
+    int nsizes, threads, reps, json, round;
     zs_dtype grad;
     const char *isa; /* auto, avx2, avx512 */
 } optim_opts;
@@ -76,6 +81,9 @@ static const zs_flag OPTIM_FLAGS[] = {
      .help = "the step's instruction set [auto: avx512 where the CPU has it]"},
     {.name = "reps", .kind = ZS_FLAG_INT, .off = OO(reps), .lo = 1, .hi = MAX_REPS, .arg = "N",
      .help = "timed steps (and copies) per size [9]"},
+    {.name = "round", .kind = ZS_FLAG_SWITCH, .off = OO(round),
+     .help = "bf16 gradients: the step rounds the parameters into the\ngradient's buffer (offload's "
+             "compute copy), timed beside\nthe step followed by a cast pass [off]"},
     {.name = "json", .kind = ZS_FLAG_SWITCH, .off = OO(json),
      .help = "one JSON line per size instead of the table"},
 };
@@ -87,8 +95,8 @@ static const zs_flag_table OPTIM_TABLE = {
     .usage = "usage: zshard bench optim [options]\n"
              "Times the host AdamW step over shards of each size against memcpy of the same\n"
              "bytes on the same threads, interleaved, and prints GB/s of optimizer state\n"
-             "touched (28 bytes an element, 26 with bf16 gradients) and the share of the\n"
-             "ceiling. bench/torch_adamw.py sets torch.optim.AdamW beside it.\n",
+             "touched (28 bytes an element, 26 with bf16 gradients, 28 with --round) and the\n"
+             "share of the ceiling. bench/torch_adamw.py sets torch.optim.AdamW beside it.\n",
 };
 
 /* memcpy of n bytes from src to dst, one contiguous part a thread (as the step splits). */
@@ -101,9 +109,18 @@ static void par_copy(char *dst, const char *src, size_t n) {
     }
 }
 
-/* The stream ceiling: the step's reads and writes, one add each. */
-static void streams(float *p, const void *g, int g16, float *m, float *v, int64_t n) {
-    if (g16) {
+/* The stream ceiling: the step's reads and writes, one add each (with round, the parameter
+ * written back over the bf16 gradient too). */
+static void streams(float *p, void *g, int g16, float *m, float *v, int64_t n, int round) {
+    if (g16 && round) {
+        zs_bf16 *h = g;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float x = zs_bf16_to_f32(h[i]);
+            p[i] += x, m[i] += x, v[i] += x;
+            h[i] = zs_f32_to_bf16(p[i]);
+        }
+    } else if (g16) {
         const zs_bf16 *h = g;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {
@@ -120,14 +137,17 @@ static void streams(float *p, const void *g, int g16, float *m, float *v, int64_
 
 typedef struct optim_result {
     double step_s, copy_s, stream_s; /* medians */
+    double split_s;                  /* --round: the step, then the cast (median) */
     double bytes;                    /* touched per step (and per copy) */
 } optim_result;
 
 /* One size: the state first touched by the threads that update it (the pages land on their
  * memory), then reps alternating step and copy. */
-static int bench_size(const zs_ops *ops, int64_t n, zs_dtype gdt, int reps, optim_result *r) {
+static int bench_size(const zs_ops *ops, int64_t n, zs_dtype gdt, int reps, int round,
+                      optim_result *r) {
     size_t gb = gdt == ZS_DTYPE_BF16 ? 2 : 4,
-           per = 12 + gb + 12; /* read p, m, v, g; write p, m, v */
+           per = 12 + gb + 12 + (round ? 2 : 0); /* read p, m, v, g; write p, m, v (and g) */
+    int kinds = round ? 4 : 3;
     size_t half = (size_t)n * per / 2;
     float *p = malloc((size_t)n * 4), *m = malloc((size_t)n * 4), *v = malloc((size_t)n * 4);
     void *g = malloc((size_t)n * gb);
@@ -153,32 +173,39 @@ static int bench_size(const zs_ops *ops, int64_t n, zs_dtype gdt, int reps, opti
         memset(src + lo, 1, hi - lo), memset(dst + lo, 0, hi - lo);
     }
     zs_adamw_segs segs = {.n = 1, .lo = {0}, .hi = {n}, .decay = {1}};
-    double ts[MAX_REPS + 1], tc[MAX_REPS + 1], tm[MAX_REPS + 1];
+    double ts[MAX_REPS + 1], tc[MAX_REPS + 1], tm[MAX_REPS + 1], tx[MAX_REPS + 1];
+    zs_bf16 *r16 = round ? g : NULL;
     for (int k = 0; k <= reps; k++) { /* k = 0 warms all up, untimed */
-        for (int w = 0; w < 3; w++) {
-            int which = (w + k) % 3; /* 2 step, 1 copy, 0 streams: each first in turn */
+        for (int w = 0; w < kinds; w++) {
+            /* 3 step then cast, 2 step, 1 copy, 0 streams: each first in turn */
+            int which = (w + k) % kinds;
             double t0 = zs_now_s();
             zs_status st = ZS_OK;
-            if (which == 2)
-                st = gb == 2 ? ops->adamw_segs16(NULL, p, g, m, v, &segs, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                                                 0.1f, 1.0f, k + 1)
+            if (which == 3) {
+                st = ops->adamw_segs16(NULL, p, g, m, v, NULL, &segs, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                       0.1f, 1.0f, k + 1);
+                if (st == ZS_OK) st = ops->cast(NULL, g, ZS_DTYPE_BF16, p, ZS_DTYPE_F32, (size_t)n);
+            } else if (which == 2)
+                st = gb == 2 ? ops->adamw_segs16(NULL, p, g, m, v, r16, &segs, 1e-3f, 0.9f, 0.95f,
+                                                 1e-8f, 0.1f, 1.0f, k + 1)
                              : ops->adamw_segs(NULL, p, g, m, v, &segs, 1e-3f, 0.9f, 0.95f, 1e-8f,
                                                0.1f, 1.0f, k + 1);
             else if (which == 1)
                 par_copy(dst, src, half);
             else
-                streams(p, g, gb == 2, m, v, n);
+                streams(p, g, gb == 2, m, v, n, round);
             double dt = zs_now_s() - t0;
             if (st != ZS_OK) {
                 rc = zs_flag_fail(1, "bench optim: %s", zs_last_error());
                 goto done;
             }
-            if (k) (which == 2 ? ts : which == 1 ? tc : tm)[k - 1] = dt;
+            if (k) (which == 3 ? tx : which == 2 ? ts : which == 1 ? tc : tm)[k - 1] = dt;
         }
     }
     r->step_s = zs_bench_median(ts, reps);
     r->copy_s = zs_bench_median(tc, reps);
     r->stream_s = zs_bench_median(tm, reps);
+    r->split_s = round ? zs_bench_median(tx, reps) : 0;
     r->bytes = (double)n * (double)per;
 done:
     free(p), free(m), free(v), free(g), free(src), free(dst);
@@ -198,6 +225,8 @@ int zs_bench_optim(int argc, char **argv) {
     int isa = want < 0 ? zs_cpu_adamw_isa() : zs_cpu_adamw_set_isa(want);
     if (want == ZS_CPU_ISA_AVX512 && isa != want)
         return zs_flag_fail(2, "bench optim: --isa avx512: this CPU has no AVX-512 (x86-64-v4)");
+    if (o.round && o.grad != ZS_DTYPE_BF16)
+        return zs_flag_fail(2, "bench optim: --round rounds into a bf16 gradient: add --grad bf16");
     if (o.threads) omp_set_num_threads(o.threads);
     int threads = omp_get_max_threads();
     const zs_ops *ops = zs_ops_cpu();
@@ -207,24 +236,28 @@ int zs_bench_optim(int argc, char **argv) {
                "of %d reps, interleaved with memcpy of the same bytes and a pass over the same "
                "streams\n\n"
                "| elements | state MiB | step ms | step GB/s | memcpy GB/s | streams GB/s | of "
-               "ceiling |\n|---:|---:|---:|---:|---:|---:|---:|\n",
-               zs_cpu_isa_name(isa), gname, threads, o.reps);
+               "ceiling |%s\n|---:|---:|---:|---:|---:|---:|---:|%s\n",
+               zs_cpu_isa_name(isa), gname, threads, o.reps,
+               o.round ? " step, then cast ms |" : "", o.round ? "---:|" : "");
     for (int i = 0; i < o.nsizes; i++) {
         optim_result r;
-        if ((rc = bench_size(ops, o.sizes[i], o.grad, o.reps, &r))) return rc;
+        if ((rc = bench_size(ops, o.sizes[i], o.grad, o.reps, o.round, &r))) return rc;
         double sg = r.bytes / r.step_s / 1e9, cg = r.bytes / r.copy_s / 1e9;
         double mg = r.bytes / r.stream_s / 1e9, ceil = cg > mg ? cg : mg;
         if (o.json)
             printf("{\"elements\":%lld,\"grad\":\"%s\",\"isa\":\"%s\",\"threads\":%d,"
                    "\"bytes\":%.0f,"
                    "\"step_ms\":%.4f,\"step_gbps\":%.3f,\"memcpy_gbps\":%.3f,"
-                   "\"streams_gbps\":%.3f}\n",
+                   "\"streams_gbps\":%.3f,\"round\":%s,\"split_ms\":%.4f}\n",
                    (long long)o.sizes[i], gname, zs_cpu_isa_name(isa), threads, r.bytes,
-                   r.step_s * 1e3, sg, cg, mg);
-        else
-            printf("| %lld | %.1f | %.2f | %.2f | %.2f | %.2f | %.0f%% |\n", (long long)o.sizes[i],
+                   r.step_s * 1e3, sg, cg, mg, o.round ? "true" : "false", r.split_s * 1e3);
+        else {
+            printf("| %lld | %.1f | %.2f | %.2f | %.2f | %.2f | %.0f%% |", (long long)o.sizes[i],
                    (double)o.sizes[i] * (12.0 + (o.grad == ZS_DTYPE_BF16 ? 2 : 4)) / 1048576.0,
                    r.step_s * 1e3, sg, cg, mg, 100.0 * sg / ceil);
+            if (o.round) printf(" %.2f |", r.split_s * 1e3);
+            printf("\n");
+        }
         fflush(stdout);
     }
     return 0;

@@ -156,6 +156,46 @@ static void check_adamw_segs(void) {
     co_release();
 }
 
+/* adamw_segs16's rounded copy of the parameters, apart (into a buffer filled with 0xff) and in
+ * place over the gradient, 2 steps from (p, m, v) with gradients g16, on the GPU bitwise as on
+ * the CPU: parameters, moments and the bf16 buffer, segments and gaps (the CPU's own rounding
+ * is checked against kernels/adamw.h and the cast in ops_state). */
+static void check_adamw_round(const float *p0, const float *m0, const float *v0, const zs_bf16 *g16,
+                              size_t n, const zs_adamw_segs *s) {
+    size_t nb = n * sizeof(zs_bf16);
+    for (int in_place = 0; in_place < 2; in_place++) {
+        float *p = co_clone(p0, n), *m = co_clone(m0, n), *v = co_clone(v0, n);
+        float *d_p = co_up(p, n), *d_m = co_up(m, n), *d_v = co_up(v, n);
+        zs_bf16 *hg = co_hbuf(nb), *hr = co_hbuf(nb), *dg = co_dbuf(nb), *dr = co_dbuf(nb);
+        zs_bf16 *got = co_hbuf(nb);
+        memset(hr, 0xff, nb);
+        co_h2d(dr, hr, nb);
+        for (int t = 1; t <= 2; t++) {
+            memcpy(hg, g16, nb); /* the gradient anew each step, as the engine's download */
+            co_h2d(dg, g16, nb);
+            ZT_OK(co_cpu->adamw_segs16(NULL, p, hg, m, v, in_place ? hg : hr, s, 1e-3f, 0.9f, 0.95f,
+                                       1e-8f, 0.1f, 0.5f, t));
+            ZT_OK(co_gpu->adamw_segs16(NULL, d_p, dg, d_m, d_v, in_place ? dg : dr, s, 1e-3f, 0.9f,
+                                       0.95f, 1e-8f, 0.1f, 0.5f, t));
+        }
+        ZT_OK(co_gpu->sync(NULL));
+        co_expect_bits(in_place ? "adamw_segs16 param (rounded in place)"
+                                : "adamw_segs16 param (rounded apart)",
+                       d_p, p, n);
+        co_expect_bits("adamw_segs16 m (rounding)", d_m, m, n);
+        co_expect_bits("adamw_segs16 v (rounding)", d_v, v, n);
+        co_d2h(got, in_place ? dg : dr, nb);
+        ZT_CHECK(memcmp(got, in_place ? hg : hr, nb) == 0,
+                 "adamw_segs16: the GPU's rounded parameters (%s) differ from the CPU's",
+                 in_place ? "in place" : "apart");
+        size_t rounded = 0;
+        for (size_t i = 0; i < n; i++)
+            rounded += (in_place ? hg : hr)[i].bits == zs_f32_to_bf16(p[i]).bits;
+        ZT_CHECK(rounded >= n - 100, "adamw_segs16 (%s): only %zu of %zu elements rounded",
+                 in_place ? "in place" : "apart", rounded, n);
+    }
+}
+
 /* The bf16-gradient optimizer ops: sumsq16 by groups and adamw_segs16, bitwise as the CPU,
  * and on each backend bitwise as widening the gradients and calling sumsq / adamw_segs (what
  * the engine did before, chunk by chunk). */
@@ -190,13 +230,14 @@ static void check_bf16_optimizer(void) {
     zs_adamw_segs s = {
         .n = 3, .lo = {16, 40000, 70000}, .hi = {39990, 69999, 100001}, .decay = {1, 0, 1}};
     float *d_p = co_up(p, n), *d_m = co_up(m, n), *d_v = co_up(v, n);
+    check_adamw_round(p, m, v, h16, n, &s);
     for (int t = 1; t <= 3; t++) {
-        ZT_OK(
-            co_cpu->adamw_segs16(NULL, p, h16, m, v, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t));
+        ZT_OK(co_cpu->adamw_segs16(NULL, p, h16, m, v, NULL, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                   0.5f, t));
         ZT_OK(
             co_cpu->adamw_segs(NULL, p2, w, m2, v2, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t));
-        ZT_OK(co_gpu->adamw_segs16(NULL, d_p, d16, d_m, d_v, &s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                                   0.5f, t));
+        ZT_OK(co_gpu->adamw_segs16(NULL, d_p, d16, d_m, d_v, NULL, &s, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                   0.1f, 0.5f, t));
     }
     ZT_CHECK(memcmp(p, p2, n * sizeof(float)) == 0 && memcmp(m, m2, n * sizeof(float)) == 0 &&
                  memcmp(v, v2, n * sizeof(float)) == 0,

@@ -209,8 +209,9 @@ static void check_adamw_segs(void) {
 }
 
 /* adamw_segs16: as adamw_segs, the gradient bf16 (widened as read; its 2-byte reads counted),
- * the same FLOPs per covered element. */
-static double run_adamw_segs16(const zs_adamw_segs *s, size_t n) {
+ * the same FLOPs per covered element; with the parameters rounded into another buffer or in
+ * place over the gradient (round 1, 2), 2 bytes more written per covered element. */
+static double run_adamw_segs16(const zs_adamw_segs *s, size_t n, int round) {
     float *p = drand(n), *m = drand(n), *v = zt_dbuf(n * sizeof(float)), *g32 = drand(n);
     zs_bf16 *g = zt_dbuf(n * sizeof(zs_bf16));
     double covered = 0;
@@ -218,11 +219,12 @@ static double run_adamw_segs16(const zs_adamw_segs *s, size_t n) {
         covered += (double)(s->hi[i] - s->lo[i]);
     ZT_OK(gpu->fill(NULL, v, 0.01f, n));
     ZT_OK(gpu->cast(NULL, g, ZS_DTYPE_BF16, g32, ZS_DTYPE_F32, n));
+    zs_bf16 *r16 = round == 2 ? g : round ? zt_dbuf(n * sizeof(zs_bf16)) : NULL;
     prof_start();
-    ZT_OK(gpu->adamw_segs16(NULL, p, g, m, v, s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2));
+    ZT_OK(gpu->adamw_segs16(NULL, p, g, m, v, r16, s, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2));
     prof_stop();
     const zs_emu_record *r = rec("adamw_segs16_kernel");
-    check_rec(r, 4 * s->n, 0, NULL);
+    check_rec(r, (round ? 5 : 4) * s->n, 0, NULL);
     zt_release();
     return r->flops / covered;
 }
@@ -230,8 +232,12 @@ static double run_adamw_segs16(const zs_adamw_segs *s, size_t n) {
 static void check_adamw_segs16(void) {
     zs_adamw_segs s1 = {
         .n = 3, .lo = {16, 1040, 3001}, .hi = {1000, 2999, 4997}, .decay = {1, 0, 1}};
-    double per1 = run_adamw_segs16(&s1, 5000), per = run_elementwise(E_ADAMW, 1000) / 1000.0;
-    ZT_CHECK(per1 == per, "adamw_segs16: %g FLOPs per covered element, adamw %g", per1, per);
+    double per = run_elementwise(E_ADAMW, 1000) / 1000.0;
+    for (int round = 0; round < 3; round++) {
+        double per1 = run_adamw_segs16(&s1, 5000, round);
+        ZT_CHECK(per1 == per, "adamw_segs16 (round %d): %g FLOPs per covered element, adamw %g",
+                 round, per1, per);
+    }
 }
 
 /* sumsq16 by groups: pieces (bf16 read, a double per piece written), then each group's total

@@ -170,7 +170,8 @@ static void test_adamw_isa(void) {
     size_t n = 3 * ZS_CPU_PAR_MIN + 37;
     float *p0 = fbuf(n), *g = fbuf(n), *m0 = fbuf(n), *v0 = fbuf(n);
     float *p = fbuf(n), *m = fbuf(n), *v = fbuf(n), *rp = fbuf(n), *rm = fbuf(n), *rv = fbuf(n);
-    zs_bf16 *g16 = malloc(n * sizeof *g16);
+    zs_bf16 *g16 = malloc(n * sizeof *g16), *gio = malloc(n * sizeof *gio);
+    zs_bf16 *r16 = malloc(n * sizeof *r16);
     zt_fill_normal(p0, n, 1.0f);
     zt_fill_normal(g, n, 1.0f);
     zt_fill_normal(m0, n, 0.1f);
@@ -188,12 +189,18 @@ static void test_adamw_isa(void) {
             printf("adamw: this CPU has no AVX-512 (x86-64-v4): its build is not run here\n");
             continue;
         }
-        for (int half = 0; half < 2; half++) {
+        /* half: bf16 gradients; round: the parameters rounded apart (1) or in place (2) */
+        for (int mode = 0; mode < 4; mode++) {
+            int half = mode > 0, round = mode - 1;
             memcpy(p, p0, n * 4), memcpy(m, m0, n * 4), memcpy(v, v0, n * 4);
             memcpy(rp, p0, n * 4), memcpy(rm, m0, n * 4), memcpy(rv, v0, n * 4);
             for (int t = 1; t <= 2; t++) {
-                ZT_OK(half ? ops->adamw_segs16(NULL, p, g16, m, v, &s, 1e-2f, 0.9f, 0.95f, 1e-8f,
-                                               0.1f, 0.7f, t)
+                /* in place: the gradient is rewritten each step, as the engine's download does */
+                memcpy(gio, g16, n * sizeof *gio);
+                memset(r16, 0xff, n * sizeof *r16);
+                zs_bf16 *gin = round == 2 ? gio : g16, *rout = round == 2 ? gio : r16;
+                ZT_OK(half ? ops->adamw_segs16(NULL, p, gin, m, v, round > 0 ? rout : NULL, &s,
+                                               1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t)
                            : ops->adamw_segs(NULL, p, g, m, v, &s, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
                                              0.7f, t));
                 float bc1 = zs_adamw_bias_correction(0.9f, t);
@@ -206,13 +213,30 @@ static void test_adamw_isa(void) {
             }
             ZT_CHECK(bits_equal(p, rp, n * 4) && bits_equal(m, rm, n * 4) &&
                          bits_equal(v, rv, n * 4),
-                     "adamw (%s, %s gradients) differs from kernels/adamw.h element by element",
-                     zs_cpu_isa_name(isa), half ? "bf16" : "fp32");
+                     "adamw (%s, %s gradients, mode %d) differs from kernels/adamw.h element by "
+                     "element",
+                     zs_cpu_isa_name(isa), half ? "bf16" : "fp32", mode);
+            if (round < 1) continue;
+            /* the rounded copy: the step's parameters cast, where a segment covers; elsewhere
+             * untouched (the gradient in place, the 0xffff fill apart) */
+            const zs_bf16 *rc = round == 2 ? gio : r16;
+            size_t bad = 0;
+            for (size_t i = 0, k = 0; i < n; i++) {
+                while (k < (size_t)s.n && (int64_t)i >= s.hi[k])
+                    k++;
+                int in = k < (size_t)s.n && (int64_t)i >= s.lo[k];
+                uint16_t want = in ? zs_f32_to_bf16(rp[i]).bits : round == 2 ? g16[i].bits : 0xffff;
+                bad += rc[i].bits != want;
+            }
+            ZT_CHECK(bad == 0,
+                     "adamw_segs16 (%s) rounding %s: %zu of %zu elements are not the step's "
+                     "parameters cast (or, outside the segments, untouched)",
+                     zs_cpu_isa_name(isa), round == 2 ? "in place" : "apart", bad, n);
         }
     }
     zs_cpu_adamw_set_isa(ZS_CPU_ISA_AVX512);
     free(p0), free(g), free(m0), free(v0), free(p), free(m), free(v);
-    free(rp), free(rm), free(rv), free(g16);
+    free(rp), free(rm), free(rv), free(g16), free(gio), free(r16);
 }
 
 /* The token draw (kernels/sample.h, the CPU twin of the GPU's cuRAND draw): core/philox.h's

@@ -62,6 +62,18 @@ typedef struct zs_device {
     /* Another thread of the rank about to use this table makes the rank's device its own (a
      * GPU is current per thread); NULL where there is nothing to do (the CPU). */
     zs_status (*bind_thread)(void);
+    /* Host work a device profiler should see beside the device's (the offloaded optimizer
+     * step): push before it and pop after, on the same thread. NVTX ranges on a GPU (Nsight
+     * Systems shows them); the emulated GPU puts them on its timeline (docs/cuda.md, "The
+     * timeline"). NULL where no profiler listens (the CPU). */
+    void (*range_push)(const char *name);
+    void (*range_pop)(void);
+    /* A hand-off between host threads, for the same profiler: the thread that finished some
+     * host work marks key, and a thread that waited for that work by its own means (a
+     * condition variable) says so after the wait, so the profiler orders the two. NULL where
+     * no profiler listens; no-ops on a real GPU. */
+    void (*host_mark)(const void *key);
+    void (*host_after)(const void *key);
 } zs_device;
 
 /* The CPU's table. Always available. */

@@ -200,10 +200,13 @@ typedef struct zs_ops {
                             const zs_adamw_segs *segs, float lr, float beta1, float beta2,
                             float eps, float wd, float grad_scale, int t);
     /* adamw_segs with bf16 gradients, widened as they are read: the same bits as casting them
-     * to fp32 and calling adamw_segs (bf16 to fp32 is exact). */
+     * to fp32 and calling adamw_segs (bf16 to fp32 is exact). When round is not NULL each
+     * updated parameter is also rounded into it (the bits of cast after the step: the bf16
+     * compute copy without a pass of its own); round may be grad itself (in place: each element
+     * is read before it is written), or a buffer overlapping no other. */
     zs_status (*adamw_segs16)(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m, float *v,
-                              const zs_adamw_segs *segs, float lr, float beta1, float beta2,
-                              float eps, float wd, float grad_scale, int t);
+                              zs_bf16 *round, const zs_adamw_segs *segs, float lr, float beta1,
+                              float beta2, float eps, float wd, float grad_scale, int t);
 
     /* Convert n elements between f32 and bf16 (round to nearest even); same dtype copies. */
     zs_status (*cast)(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,

@@ -50,6 +50,7 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&a->mu);
         omp_set_num_threads(threads); /* OpenMP's team size is per thread */
         zs_status st = bound != ZS_OK ? bound : zs_engine_host_step(e, u, &h, 1.0f, t);
+        zs_engine_host_mark(e, &a->state[u]); /* the profiler: the step takes it after this */
         pthread_mutex_lock(&a->mu);
         if (st != ZS_OK && a->st == ZS_OK) {
             a->st = st;
@@ -154,6 +155,7 @@ zs_status zs_engine_ahead_take(zs_engine_t *e, int u, const zs_adamw_hparams *h,
     *taken = same && a->state[u] == AHEAD_DONE;
     zs_status st = a->st;
     pthread_mutex_unlock(&a->mu);
+    if (*taken) zs_engine_host_after(e, &a->state[u]);
     if (!same)
         return zs_error(ZS_ERR_INVALID,
                         "engine: the step's optimizer settings (lr %g, step %d) differ from those "

@@ -128,8 +128,13 @@ zs_status zs_engine_wait_stream(zs_engine_t *e, zs_comm_work_t **work);
 /* After the masters changed (a step, init, a checkpoint load), bring each unit's compute copy
  * up to date (engine_step.c): with offload upload it; round it to bf16 with a bf16 copy; and at
  * ZeRO-1/2 all-gather every rank's range into the full params, asynchronously (with wait == 0
- * each unit's gather is waited for at its next acquisition). */
-zs_status zs_engine_regather_unit(zs_engine_t *e, int unit, int wait);
+ * each unit's gather is waited for at its next acquisition). rounded: the step wrote the bf16
+ * copy already (zs_engine_round_to), so only its upload and gather are left. */
+zs_status zs_engine_regather_unit(zs_engine_t *e, int unit, int wait, int rounded);
+/* Where unit u's step rounds its bf16 compute copy as it updates the master (adamw_segs16's
+ * round, indexed as the master: the device copy, or offload's host one), or NULL where the
+ * step does not (fp32 parameters or gradients) and regather's cast (rounded 0) does it. */
+zs_bf16 *zs_engine_round_to(const zs_engine_t *e, int unit);
 zs_status zs_engine_regather_params(zs_engine_t *e, int wait);
 
 /* bf16 compute copy (engine_bf16.c): the fp32 widening buffer; widening an acquired unit's
@@ -147,8 +152,25 @@ zs_status zs_engine_offload_create(zs_engine_t *e);
 void zs_engine_offload_destroy(zs_engine_t *e);
 zs_status zs_engine_offload_down(zs_engine_t *e, int unit);
 zs_status zs_engine_offload_fetch(zs_engine_t *e);
-zs_status zs_engine_offload_upload(zs_engine_t *e, int unit);
+zs_status zs_engine_offload_upload(zs_engine_t *e, int unit, int rounded);
 zs_status zs_engine_offload_sync(zs_engine_t *e);
+/* Host work of the engine, named for the device's profiler (device.h's range_push): begin
+ * with a name, end with NULL. */
+static inline void zs_engine_host_range(const zs_engine_t *e, const char *name) {
+    if (!e->dev->range_push) return;
+    if (name)
+        e->dev->range_push(name);
+    else
+        e->dev->range_pop();
+}
+/* A hand-off between the engine's host threads, for the device's profiler (device.h's
+ * host_mark / host_after). */
+static inline void zs_engine_host_mark(const zs_engine_t *e, const void *key) {
+    if (e->dev->host_mark) e->dev->host_mark(key);
+}
+static inline void zs_engine_host_after(const zs_engine_t *e, const void *key) {
+    if (e->dev->host_after) e->dev->host_after(key);
+}
 /* AdamW of offloaded unit u on the host once its download is over (engine_step.c). */
 zs_status zs_engine_host_step(zs_engine_t *e, int unit, const zs_adamw_hparams *h, float scale,
                               int t);

@@ -5,8 +5,9 @@
  * next units; at DDP/ZeRO-1 across ranks after the drain, beside the gradient norm on the
  * compute stream. The host runs AdamW with the CPU's ops (the arithmetic of the device's
  * step: the same bits), and the compute copy goes back up: the fp32 values, or rounded to bf16
- * on the host (half the bytes). The compute stream waits for each unit's upload by an event
- * before anything reads it; the host waits for each unit's download before it steps it.
+ * on the host (half the bytes; with bf16 gradients by the host step itself, in place over the
+ * gradient's host copy, which it has just read). The compute stream waits for each unit's upload by
+ * an event before anything reads it; the host waits for each unit's download before it steps it.
  *
  * Hazards, and what orders them:
  *  - u's download after the compute stream's last write of its range: ostream waits on
@@ -139,23 +140,32 @@ fail:
     return st;
 }
 
-zs_status zs_engine_offload_upload(zs_engine_t *e, int u) {
+zs_status zs_engine_offload_upload(zs_engine_t *e, int u, int rounded) {
     zs_status st = ZS_OK;
     unit_state *us = &e->units[u];
     size_t n = (size_t)us->opt_n;
     if (e->offload_params) {
         /* The gathers read the host copy (zs_engine_gather_params); none is in flight after
          * the drain that came before. fp32: the master is that copy. */
-        if (e->bf16)
-            ZS_CHECK(e->hops->cast(NULL, us->p16, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32, n));
-        return ZS_OK;
+        if (e->bf16 && !rounded) {
+            zs_engine_host_range(e, "bf16 rounding");
+            st = e->hops->cast(NULL, us->p16, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32, n);
+            zs_engine_host_range(e, NULL);
+        }
+        return st;
     }
     if (e->bf16) {
         zs_bf16 *dst = e->persist_params ? us->p16 + us->opt_base : us->p16;
         /* hg's last upload is over before the host rounds into it again (in a step, its
-         * download, later on the same stream, has been waited for already). */
-        ZS_CHECK(e->dev->event_sync(us->ev_up));
-        ZS_CHECK(e->hops->cast(NULL, us->hg, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32, n));
+         * download, later on the same stream, has been waited for already). After a step with
+         * bf16 gradients the host step rounded it already, in place (zs_engine_round_to). */
+        if (!rounded) {
+            ZS_CHECK(e->dev->event_sync(us->ev_up));
+            zs_engine_host_range(e, "bf16 rounding");
+            st = e->hops->cast(NULL, us->hg, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32, n);
+            zs_engine_host_range(e, NULL);
+            ZS_CHECK(st);
+        }
         ZS_CHECK(e->dev->copy_h2d(e->ostream, dst, us->hg, n * 2));
     } else {
         ZS_CHECK(e->dev->copy_h2d(e->ostream, us->dparam, us->master, n * 4));

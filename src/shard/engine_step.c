@@ -11,17 +11,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-zs_status zs_engine_regather_unit(zs_engine_t *e, int u, int wait) {
+zs_bf16 *zs_engine_round_to(const zs_engine_t *e, int u) {
+    const unit_state *us = &e->units[u];
+    if (!e->bf16 || !e->g16) return NULL; /* fp32 gradients: the cast below rounds */
+    if (!us->off) return e->persist_params ? us->p16 + us->opt_base : us->p16;
+    return e->offload_params ? us->p16 : (zs_bf16 *)us->hg; /* host copies (engine_offload.c) */
+}
+
+zs_status zs_engine_regather_unit(zs_engine_t *e, int u, int wait, int rounded) {
     zs_status st = ZS_OK;
     unit_state *us = &e->units[u];
     const zs_unit_desc *ud = &e->layout->units[u];
     /* ZeRO-1/2 gather every rank's range into the full params, in place; DDP holds them all
      * already and ZeRO-3 gathers each unit when it is acquired. */
     int gather = e->persist_params && e->cfg.stage != ZS_STAGE_DDP;
-    if (us->off) ZS_CHECK(zs_engine_offload_upload(e, u)); /* rounded on the host */
+    if (us->off) ZS_CHECK(zs_engine_offload_upload(e, u, rounded)); /* rounded on the host */
     if (e->bf16) {
         zs_bf16 *mine = e->persist_params ? us->p16 + us->opt_base : us->p16;
-        if (!us->off)
+        if (!us->off && !rounded)
             ZS_CHECK(e->ops->cast(e->stream, mine, ZS_DTYPE_BF16, us->master, ZS_DTYPE_F32,
                                   (size_t)us->opt_n));
         if (gather)
@@ -40,7 +47,7 @@ zs_status zs_engine_regather_params(zs_engine_t *e, int wait) {
     zs_status st = ZS_OK;
     e->cunit = -1; /* a widened bf16 copy is stale from here on */
     for (int u = 0; u < e->layout->n_units; u++)
-        ZS_CHECK(zs_engine_regather_unit(e, u, wait));
+        ZS_CHECK(zs_engine_regather_unit(e, u, wait, 0));
 fail:
     return st;
 }
@@ -81,10 +88,11 @@ const void *zs_engine_step_grad(const zs_engine_t *e, int u) {
 }
 
 /* One fused AdamW launch (adamw_segs, adamw_segs16 for bf16 gradients) over a group of
- * segments, rebased to its first one. */
+ * segments, rebased to its first one; with bf16 gradients the updated parameters rounded into
+ * round (indexed as param) when it is not NULL. */
 static zs_status launch_segs(zs_engine_t *e, int host, zs_adamw_segs *g, float *param,
-                             const void *grad, float *m, float *v, const zs_adamw_hparams *h,
-                             float scale, int t) {
+                             const void *grad, float *m, float *v, zs_bf16 *round,
+                             const zs_adamw_hparams *h, float scale, int t) {
     int64_t off = g->lo[0];
     for (int k = 0; k < g->n; k++) {
         g->lo[k] -= off;
@@ -95,8 +103,9 @@ static zs_status launch_segs(zs_engine_t *e, int host, zs_adamw_segs *g, float *
     const zs_ops *ops = host ? e->hops : e->ops;
     zs_stream_t *s = host ? NULL : e->stream;
     zs_status st =
-        e->g16 ? ops->adamw_segs16(s, param + off, (const zs_bf16 *)grad + off, m + off, v + off, g,
-                                   h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, scale, t)
+        e->g16 ? ops->adamw_segs16(s, param + off, (const zs_bf16 *)grad + off, m + off, v + off,
+                                   round ? round + off : NULL, g, h->lr, h->beta1, h->beta2, h->eps,
+                                   h->weight_decay, scale, t)
                : ops->adamw_segs(s, param + off, (const float *)grad + off, m + off, v + off, g,
                                  h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, scale, t);
     g->n = 0;
@@ -105,14 +114,18 @@ static zs_status launch_segs(zs_engine_t *e, int host, zs_adamw_segs *g, float *
 
 /* AdamW on elements [a, b) of unit u's optimizer range, given as pointers to element a of the
  * master, gradient and moments: the unit's tensors inside it, in launches of at most
- * ZS_ADAMW_SEGS tensors. */
+ * ZS_ADAMW_SEGS tensors. round (bf16 gradients only; NULL: none) receives the whole range's
+ * compute copy, indexed as the master: the tensors' elements rounded by the step itself. The
+ * padding between them never changes, so its rounding made before stays true, except where
+ * round is the gradient itself (offload's host copy, rounded in place): there the padding is
+ * rounded from the master after the step (the gradient's padding is not the parameters'). */
 static zs_status step_range(zs_engine_t *e, int u, int64_t a, int64_t b, float *param,
-                            const void *grad, float *m, float *v, const zs_adamw_hparams *h,
-                            float scale, int t) {
+                            const void *grad, float *m, float *v, zs_bf16 *round,
+                            const zs_adamw_hparams *h, float scale, int t) {
     zs_status st = ZS_OK;
     const zs_unit_desc *ud = &e->layout->units[u];
     int64_t base = e->units[u].opt_base + a, end = e->units[u].opt_base + b;
-    int off = e->units[u].off;
+    int off = e->units[u].off, in_place = round && (const void *)round == grad;
     zs_adamw_segs g;
     g.n = 0;
     for (int i = 0; i < ud->n_tensors; i++) {
@@ -120,12 +133,29 @@ static zs_status step_range(zs_engine_t *e, int u, int64_t a, int64_t b, float *
         int64_t lo = td->offset > base ? td->offset : base;
         int64_t hi = td->offset + td->count < end ? td->offset + td->count : end;
         if (hi <= lo) continue; /* padding and other ranks' elements are never touched */
-        if (g.n == ZS_ADAMW_SEGS) ZS_CHECK(launch_segs(e, off, &g, param, grad, m, v, h, scale, t));
+        if (g.n == ZS_ADAMW_SEGS)
+            ZS_CHECK(launch_segs(e, off, &g, param, grad, m, v, round, h, scale, t));
         g.lo[g.n] = lo - base;
         g.hi[g.n] = hi - base;
         g.decay[g.n++] = (unsigned char)(td->decay != 0);
     }
-    if (g.n) ZS_CHECK(launch_segs(e, off, &g, param, grad, m, v, h, scale, t));
+    if (g.n) ZS_CHECK(launch_segs(e, off, &g, param, grad, m, v, round, h, scale, t));
+    /* In place (on the host, in order): the gaps between the tensors, from the master. A gap
+     * that overlaps a tensor (were they out of order) rounds its new values again, the same
+     * bits. */
+    for (int64_t done = base, i = 0; in_place && done < end; i++) {
+        int64_t next = end, after = end;
+        if (i < ud->n_tensors) {
+            const zs_tensor_desc *td = &e->layout->tensors[ud->first_tensor + i];
+            next = td->offset > done ? td->offset : done;
+            after = td->offset + td->count;
+        }
+        if (next > end) next = end;
+        if (next > done)
+            ZS_CHECK(e->hops->cast(NULL, round + (done - base), ZS_DTYPE_BF16,
+                                   param + (done - base), ZS_DTYPE_F32, (size_t)(next - done)));
+        if (after > done) done = after;
+    }
 fail:
     return st;
 }
@@ -137,7 +167,11 @@ zs_status zs_engine_host_step(zs_engine_t *e, int u, const zs_adamw_hparams *h, 
 #ifndef ZS_MUTANT_NO_DOWN_WAIT /* the tests' broken build: the host steps before the copy */
     ZS_CHECK(e->dev->event_sync(us->ev_down));
 #endif
-    ZS_CHECK(step_range(e, u, 0, us->opt_n, us->master, us->hg, us->m, us->v, h, scale, t));
+    zs_engine_host_range(e, "AdamW");
+    st = step_range(e, u, 0, us->opt_n, us->master, us->hg, us->m, us->v, zs_engine_round_to(e, u),
+                    h, scale, t);
+    zs_engine_host_range(e, NULL);
+    ZS_CHECK(st);
 fail:
     return st;
 }
@@ -212,7 +246,7 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
         unit_state *us = &e->units[u];
         if (!us->off) {
             ZS_CHECK(step_range(e, u, 0, us->opt_n, us->master, zs_engine_step_grad(e, u), us->m,
-                                us->v, h, scale, t));
+                                us->v, zs_engine_round_to(e, u), h, scale, t));
         } else {
             /* Offloaded: stepped on the host once its gradients are down (during the backward
              * when stepped ahead); it goes up (and, at ZeRO-1/2, out to the other ranks) while
@@ -224,7 +258,7 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
         /* ZeRO-1/2 bring every rank's updated range back into the full params, asynchronously
          * (ordered after the update by the comm layer); the next forward_begin of each unit
          * waits for its own gather only. */
-        ZS_CHECK(zs_engine_regather_unit(e, u, 0));
+        ZS_CHECK(zs_engine_regather_unit(e, u, 0, zs_engine_round_to(e, u) != NULL));
     }
 fail:
     free(parts);

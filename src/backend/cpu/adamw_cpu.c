@@ -18,33 +18,49 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The body both builds share: the loop over [lo, hi) of one gradient dtype. */
+/* The body both builds share: the loop over [lo, hi) of one gradient dtype, and for bf16
+ * gradients the updated parameters rounded into r16 (none, in place over g16, or apart: a loop
+ * each, so that the in-place one reads and writes through one pointer and still vectorises). */
 #define ADAMW_RANGE_BODY                                                                           \
     if (g32) {                                                                                     \
         for (int64_t i = lo; i < hi; i++)                                                          \
             zs_adamw_elem(&p[i], &m[i], &v[i], g32[i], h->lr, h->beta1, h->beta2, h->eps, h->wd,   \
                           h->grad_scale, h->bc1, h->bc2);                                          \
-    } else {                                                                                       \
+    } else if (!r16) {                                                                             \
         for (int64_t i = lo; i < hi; i++)                                                          \
             zs_adamw_elem(&p[i], &m[i], &v[i], zs_bf16_to_f32(g16[i]), h->lr, h->beta1, h->beta2,  \
                           h->eps, h->wd, h->grad_scale, h->bc1, h->bc2);                           \
+    } else if (r16 == g16) {                                                                       \
+        zs_bf16 *io = r16;                                                                         \
+        for (int64_t i = lo; i < hi; i++) {                                                        \
+            zs_adamw_elem(&p[i], &m[i], &v[i], zs_bf16_to_f32(io[i]), h->lr, h->beta1, h->beta2,   \
+                          h->eps, h->wd, h->grad_scale, h->bc1, h->bc2);                           \
+            io[i] = zs_f32_to_bf16(p[i]);                                                          \
+        }                                                                                          \
+    } else {                                                                                       \
+        for (int64_t i = lo; i < hi; i++) {                                                        \
+            zs_adamw_elem(&p[i], &m[i], &v[i], zs_bf16_to_f32(g16[i]), h->lr, h->beta1, h->beta2,  \
+                          h->eps, h->wd, h->grad_scale, h->bc1, h->bc2);                           \
+            r16[i] = zs_f32_to_bf16(p[i]);                                                         \
+        }                                                                                          \
     }
 
-typedef void (*adamw_range_fn)(float *restrict p, const float *restrict g32,
-                               const zs_bf16 *restrict g16, float *restrict m, float *restrict v,
-                               int64_t lo, int64_t hi, const zs_cpu_adamw_hp *h);
+/* g16 and r16 are not restrict: r16 may be g16 (the in-place loop uses r16 alone then). */
+typedef void (*adamw_range_fn)(float *restrict p, const float *restrict g32, const zs_bf16 *g16,
+                               float *restrict m, float *restrict v, zs_bf16 *r16, int64_t lo,
+                               int64_t hi, const zs_cpu_adamw_hp *h);
 
-static void adamw_range_avx2(float *restrict p, const float *restrict g32,
-                             const zs_bf16 *restrict g16, float *restrict m, float *restrict v,
-                             int64_t lo, int64_t hi, const zs_cpu_adamw_hp *h) {
+static void adamw_range_avx2(float *restrict p, const float *restrict g32, const zs_bf16 *g16,
+                             float *restrict m, float *restrict v, zs_bf16 *r16, int64_t lo,
+                             int64_t hi, const zs_cpu_adamw_hp *h) {
     ADAMW_RANGE_BODY
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define ZS_HAVE_AVX512_BUILD 1
 __attribute__((target("arch=x86-64-v4"))) static void
-adamw_range_avx512(float *restrict p, const float *restrict g32, const zs_bf16 *restrict g16,
-                   float *restrict m, float *restrict v, int64_t lo, int64_t hi,
+adamw_range_avx512(float *restrict p, const float *restrict g32, const zs_bf16 *g16,
+                   float *restrict m, float *restrict v, zs_bf16 *r16, int64_t lo, int64_t hi,
                    const zs_cpu_adamw_hp *h) {
     ADAMW_RANGE_BODY
 }
@@ -83,13 +99,13 @@ const char *zs_cpu_isa_name(int isa) {
 }
 
 void zs_cpu_adamw_run(float *p, const float *g32, const zs_bf16 *g16, float *m, float *v,
-                      int64_t lo, int64_t hi, const zs_cpu_adamw_hp *h) {
+                      zs_bf16 *r16, int64_t lo, int64_t hi, const zs_cpu_adamw_hp *h) {
     adamw_range_fn fn = adamw_range_avx2;
 #ifdef ZS_HAVE_AVX512_BUILD
     if (zs_cpu_adamw_isa() == ZS_CPU_ISA_AVX512) fn = adamw_range_avx512;
 #endif
     if ((size_t)(hi - lo) < ZS_CPU_PAR_MIN) {
-        fn(p, g32, g16, m, v, lo, hi, h);
+        fn(p, g32, g16, m, v, r16, lo, hi, h);
         return;
     }
 #pragma omp parallel
@@ -98,6 +114,6 @@ void zs_cpu_adamw_run(float *p, const float *g32, const zs_bf16 *g16, float *m, 
         int64_t nt = omp_get_num_threads(), t = omp_get_thread_num(), n = hi - lo;
         int64_t a = lo + (n * t / nt & ~(int64_t)15), b = lo + (n * (t + 1) / nt & ~(int64_t)15);
         if (t == nt - 1) b = hi;
-        if (a < b) fn(p, g32, g16, m, v, a, b, h);
+        if (a < b) fn(p, g32, g16, m, v, r16, a, b, h);
     }
 }

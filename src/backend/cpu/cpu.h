@@ -13,7 +13,8 @@
 #define ZS_CPU_PAR_MIN ((size_t)1 << 15)
 
 /* The host AdamW step (adamw_cpu.c): kernels/adamw.h's update of [lo, hi) with fp32 gradients
- * g32 or bf16 ones g16 (the other NULL), on the caller's OpenMP threads in contiguous parts
+ * g32 or bf16 ones g16 (the other NULL), with bf16 gradients the updated parameters rounded
+ * into r16 when it is not NULL (r16 may be g16: in place), on the caller's OpenMP threads in contiguous parts
  * (one thread below ZS_CPU_PAR_MIN elements), in the instruction set zs_cpu_adamw_isa() names.
  * Every set gives the same bits. */
 typedef struct zs_cpu_adamw_hp {
@@ -21,7 +22,7 @@ typedef struct zs_cpu_adamw_hp {
 } zs_cpu_adamw_hp;
 enum { ZS_CPU_ISA_AVX2 = 0, ZS_CPU_ISA_AVX512 = 1 };
 void zs_cpu_adamw_run(float *p, const float *g32, const zs_bf16 *g16, float *m, float *v,
-                      int64_t lo, int64_t hi, const zs_cpu_adamw_hp *h);
+                      zs_bf16 *r16, int64_t lo, int64_t hi, const zs_cpu_adamw_hp *h);
 /* The set in use: AVX-512 where the CPU has x86-64-v4, unless ZS_CPU_ISA=avx2 (read once). */
 int zs_cpu_adamw_isa(void);
 /* Use isa from now on where the CPU has it (else AVX2); returns the set in use. For tests

@@ -94,22 +94,23 @@ static zs_status cpu_adamw(zs_stream_t *s, float *param, const float *grad, floa
     ZS_REQUIRE(t >= 1, ZS_ERR_INVALID, "adamw: step t must be >= 1 (got %d)", t);
     zs_cpu_adamw_hp h = {lr, beta1, beta2, eps, wd, grad_scale, zs_adamw_bias_correction(beta1, t),
                          zs_adamw_bias_correction(beta2, t)};
-    zs_cpu_adamw_run(param, grad, NULL, m, v, 0, (int64_t)n, &h);
+    zs_cpu_adamw_run(param, grad, NULL, m, v, NULL, 0, (int64_t)n, &h);
 fail:
     return st;
 }
 
 /* adamw_segs over fp32 gradients (g32) or bf16 ones widened as read (g16; the other NULL). */
 static zs_status adamw_segs_any(float *param, const float *g32, const zs_bf16 *g16, float *m,
-                                float *v, const zs_adamw_segs *segs, float lr, float beta1,
-                                float beta2, float eps, float wd, float grad_scale, int t) {
+                                float *v, zs_bf16 *round, const zs_adamw_segs *segs, float lr,
+                                float beta1, float beta2, float eps, float wd, float grad_scale,
+                                int t) {
     zs_status st = ZS_OK;
     ZS_CHECK(zs_adamw_segs_check(segs, t));
     zs_cpu_adamw_hp h = {lr, beta1, beta2, eps, wd, grad_scale, zs_adamw_bias_correction(beta1, t),
                          zs_adamw_bias_correction(beta2, t)};
     for (int k = 0; k < segs->n; k++) {
         h.wd = segs->decay[k] ? wd : 0.0f;
-        zs_cpu_adamw_run(param, g32, g16, m, v, segs->lo[k], segs->hi[k], &h);
+        zs_cpu_adamw_run(param, g32, g16, m, v, round, segs->lo[k], segs->hi[k], &h);
     }
 fail:
     return st;
@@ -118,13 +119,16 @@ fail:
 static zs_status cpu_adamw_segs(zs_stream_t *s, float *param, const float *grad, float *m, float *v,
                                 const zs_adamw_segs *segs, float lr, float beta1, float beta2,
                                 float eps, float wd, float grad_scale, int t) {
-    return adamw_segs_any(param, grad, NULL, m, v, segs, lr, beta1, beta2, eps, wd, grad_scale, t);
+    return adamw_segs_any(param, grad, NULL, m, v, NULL, segs, lr, beta1, beta2, eps, wd,
+                          grad_scale, t);
 }
 
 static zs_status cpu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m,
-                                  float *v, const zs_adamw_segs *segs, float lr, float beta1,
-                                  float beta2, float eps, float wd, float grad_scale, int t) {
-    return adamw_segs_any(param, NULL, grad, m, v, segs, lr, beta1, beta2, eps, wd, grad_scale, t);
+                                  float *v, zs_bf16 *round, const zs_adamw_segs *segs, float lr,
+                                  float beta1, float beta2, float eps, float wd, float grad_scale,
+                                  int t) {
+    return adamw_segs_any(param, NULL, grad, m, v, round, segs, lr, beta1, beta2, eps, wd,
+                          grad_scale, t);
 }
 
 static zs_status cpu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in,

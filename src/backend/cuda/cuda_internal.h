@@ -377,8 +377,8 @@ zs_status zs_cu_adamw_segs(zs_stream_t *s, float *param, const float *grad, floa
                            const zs_adamw_segs *segs, float lr, float beta1, float beta2, float eps,
                            float wd, float grad_scale, int t);
 zs_status zs_cu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m, float *v,
-                             const zs_adamw_segs *segs, float lr, float beta1, float beta2,
-                             float eps, float wd, float grad_scale, int t);
+                             zs_bf16 *round, const zs_adamw_segs *segs, float lr, float beta1,
+                             float beta2, float eps, float wd, float grad_scale, int t);
 zs_status zs_cu_sumsq(zs_stream_t *s, double *out, const float *x, size_t n);
 zs_status zs_cu_sum(zs_stream_t *s, double *out, const float *x, size_t n);
 zs_status zs_cu_sumsq16(zs_stream_t *s, double *out, const zs_bf16 *x, size_t n, size_t group);

@@ -93,32 +93,37 @@ fail:
 }
 
 /* adamw_segs with bf16 gradients widened as read (one launch per unit where the fp32 path of
- * old cast them chunk by chunk into a scratch first). */
+ * old cast them chunk by chunk into a scratch first), and the updated parameter rounded into
+ * round when it is not NULL (it may be grad: each thread reads its element before it writes). */
 static __global__ void adamw_segs16_kernel(float *param, const zs_bf16 *grad, float *m, float *v,
-                                           zs_adamw_segs segs, float lr, float beta1, float beta2,
-                                           float eps, float wd, float grad_scale, float bc1,
-                                           float bc2) {
+                                           zs_bf16 *round, zs_adamw_segs segs, float lr,
+                                           float beta1, float beta2, float eps, float wd,
+                                           float grad_scale, float bc1, float bc2) {
     ZS_CU_FOR(i, segs.n ? (size_t)segs.hi[segs.n - 1] : 0) {
         int k = adamw_seg_of(segs, i);
-        if (k >= 0)
-            zs_adamw_elem(&param[i], &m[i], &v[i], zs_bf16_to_f32(grad[i]), lr, beta1, beta2, eps,
-                          segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
+        if (k < 0) continue;
+        float p = param[i];
+        zs_adamw_elem(&p, &m[i], &v[i], zs_bf16_to_f32(grad[i]), lr, beta1, beta2, eps,
+                      segs.decay[k] ? wd : 0.0f, grad_scale, bc1, bc2);
+        param[i] = p;
+        if (round) round[i] = zs_f32_to_bf16(p);
     }
 }
 
 zs_status zs_cu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *grad, float *m, float *v,
-                             const zs_adamw_segs *segs, float lr, float beta1, float beta2,
-                             float eps, float wd, float grad_scale, int t) {
+                             zs_bf16 *round, const zs_adamw_segs *segs, float lr, float beta1,
+                             float beta2, float eps, float wd, float grad_scale, int t) {
     zs_status st = ZS_OK;
     size_t n = 0;
     ZS_CHECK(zs_adamw_segs_check(segs, t));
     n = segs->n ? (size_t)segs->hi[segs->n - 1] : 0;
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(param && grad && m && v, ZS_ERR_INVALID, "adamw_segs16: NULL buffer");
-    /* as adamw_segs, the gradient read as 2 bytes */
-    ZS_COST(19.0 * adamw_segs_covered(segs), 0, 26.0 * adamw_segs_covered(segs));
+    /* as adamw_segs, the gradient read as 2 bytes; the rounding one more write of 2 (in place
+     * over the gradient, its bytes are distinct all the same: read once, written once) */
+    ZS_COST(19.0 * adamw_segs_covered(segs), 0, (round ? 28.0 : 26.0) * adamw_segs_covered(segs));
     ZS_LAUNCH(adamw_segs16_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, zs_cu_stream(s), param, grad,
-              m, v, *segs, lr, beta1, beta2, eps, wd, grad_scale,
+              m, v, round, *segs, lr, beta1, beta2, eps, wd, grad_scale,
               zs_adamw_bias_correction(beta1, t), zs_adamw_bias_correction(beta2, t));
     ZS_CUDA_CHECK_LAUNCH(adamw_segs16_kernel);
 fail:
