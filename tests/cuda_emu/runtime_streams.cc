@@ -25,8 +25,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
-#include <string>
 #include <thread>
 #include <vector>
 
