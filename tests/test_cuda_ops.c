@@ -215,23 +215,35 @@ static void check_linear(zs_gemm_math math, int N, int IC, int OC) {
  * bf16 rounding of the gradient together) gives the bits of the separate ops on the same table
  * (gelu_bwd, then zs_linear_bwd_set), and the bias gradient the CPU's bits. N = 1100 rows: all
  * ZS_COLSUM_GROUPS partials, the first two twice, and a part of a segment. The separate ops
- * take the same gemm plans, so a shape too large for the one pass compares bits too. */
-static void check_linear_gelu(int N, int IC, int OC) {
+ * take the same gemm plans, so a shape too large for the one pass compares bits too. With h,
+ * the input and the GELU's input are bf16 (--dtype bf16's record; gelu_bwd16 the part). */
+static void check_linear_gelu(int N, int IC, int OC, int h) {
     const zs_ops *c = co_cpu->with_math(ZS_MATH_BF16), *g = co_gpu->with_math(ZS_MATH_BF16);
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     float *inp = co_randn(ni, 1.0f), *W = co_randn(nw, 0.5f), *pre = co_randn(no, 2.0f);
     float *dout = co_randn(no, 1.0f), *dW0 = co_randn(nw, 1.0f), *db0 = co_randn(OC, 1.0f);
     float *dinp = co_hf(ni), *dW = co_clone(dW0, nw), *db = co_clone(db0, OC), *tmp = co_hf(no);
-    ZT_OK(zs_linear_gelu_bwd_set(c, NULL, dinp, dW, db, dout, pre, tmp, inp, 0, W, N, IC, OC));
-    float *d_inp = co_up(inp, ni), *d_W = co_up(W, nw), *d_pre = co_up(pre, no),
-          *d_dout = co_up(dout, no);
+    zs_bf16 *inp16 = zt_hbuf(ni * 2), *pre16 = zt_hbuf(no * 2);
+    for (size_t i = 0; i < ni; i++)
+        inp16[i] = zs_f32_to_bf16(inp[i]);
+    for (size_t i = 0; i < no; i++)
+        pre16[i] = zs_f32_to_bf16(pre[i]);
+    const void *x = h ? (const void *)inp16 : inp, *gi = h ? (const void *)pre16 : pre;
+    printf("linear_gelu N=%d IC=%d OC=%d%s\n", N, IC, OC, h ? " bf16" : "");
+    ZT_OK(zs_linear_gelu_bwd_set(c, NULL, dinp, dW, db, dout, gi, tmp, x, h, W, N, IC, OC));
+    void *d_inp = h ? zt_dup(inp16, ni * 2) : (void *)co_up(inp, ni);
+    void *d_pre = h ? zt_dup(pre16, no * 2) : (void *)co_up(pre, no);
+    float *d_W = co_up(W, nw), *d_dout = co_up(dout, no);
     float *u_dinp = co_up(co_poisoned(ni), ni), *u_dW = co_up(dW0, nw), *u_db = co_up(db0, OC),
           *u_tmp = co_up(co_poisoned(no), no);
-    ZT_OK(g->gelu_bwd(NULL, u_tmp, d_pre, d_dout, no));
-    ZT_OK(zs_linear_bwd_set(g, NULL, u_dinp, u_dW, u_db, u_tmp, d_inp, 0, d_W, N, IC, OC));
+    if (h)
+        ZT_OK(g->gelu_bwd16(NULL, u_tmp, d_pre, d_dout, no));
+    else
+        ZT_OK(g->gelu_bwd(NULL, u_tmp, d_pre, d_dout, no));
+    ZT_OK(zs_linear_bwd_set(g, NULL, u_dinp, u_dW, u_db, u_tmp, d_inp, h, d_W, N, IC, OC));
     float *f_dinp = co_up(co_poisoned(ni), ni), *f_dW = co_up(dW0, nw), *f_db = co_up(db0, OC),
           *f_tmp = co_up(co_poisoned(no), no);
-    ZT_OK(zs_linear_gelu_bwd_set(g, NULL, f_dinp, f_dW, f_db, d_dout, d_pre, f_tmp, d_inp, 0, d_W,
+    ZT_OK(zs_linear_gelu_bwd_set(g, NULL, f_dinp, f_dW, f_db, d_dout, d_pre, f_tmp, d_inp, h, d_W,
                                  N, IC, OC));
     co_expect_bits("linear_gelu_bwd dinp (one pass = gelu_bwd, then linear_bwd)", f_dinp,
                    co_down(u_dinp, ni), ni);
@@ -245,9 +257,11 @@ static void check_linear_gelu(int N, int IC, int OC) {
 
 /* ---- bias, norms, GELU, SwiGLU ------------------------------------------------------ */
 
-static void check_bias(void) {
-    int N = 33, OC = 300; /* OC over one block of threads */
+/* OC 300: over one block of threads; 2056: the wide blocks' (ops_cuda.cu BIAS_BWD_WIDE_MIN),
+ * the last one part full */
+static void check_bias(int N, int OC) {
     size_t no = (size_t)N * OC;
+    printf("bias N=%d OC=%d\n", N, OC);
     float *out0 = co_randn(no, 1.0f), *bias = co_randn(OC, 1.0f), *dout = co_randn(no, 1.0f),
           *db0 = co_randn(OC, 1.0f);
     float *out = co_clone(out0, no), *db = co_clone(db0, OC);
@@ -500,14 +514,17 @@ int main(void) {
         ZT_CHECK(zs_linear_bwd_cast_elems(1100, 8, 65536, 0, 0) == 0,
                  "linear backward cast at once");
         check_linear(ZS_MATH_BF16, 1100, 8, 65536);
-        check_linear_gelu(1100, 8, 65536);
+        check_linear_gelu(1100, 8, 65536, 0);
     } else {
         printf("cuda_ops: not run under ZS_TEST_QUICK: the bf16 gemm's operands in pieces\n");
     }
     check_linear(ZS_MATH_FP32, 70, 96, 80);
     check_linear(ZS_MATH_BF16, 70, 96, 80);
-    check_linear_gelu(1100, 96, 80);
-    check_bias();
+    check_linear_gelu(1100, 96, 80, 0);
+    check_linear_gelu(1100, 96, 80, 1);
+    check_linear_gelu(70, 16, 2056, 1);
+    check_bias(33, 300);
+    check_bias(70, 2056);
     check_layernorm(37, 203);
     check_layernorm(5, 1100);
     check_rmsnorm(29, 203);

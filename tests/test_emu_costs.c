@@ -64,17 +64,18 @@ static void check_linear_bias(void) {
     int N = 29, IC = 48, OC = 40;
     const zs_ops *o = gpu->with_math(ZS_MATH_BF16);
     float *W = drand((size_t)OC * IC), *x = drand((size_t)N * IC), *b = drand((size_t)OC);
-    float *out = drand((size_t)N * OC);
+    float *out = drand((size_t)N * OC), *tmp = drand((size_t)N * OC);
     ZT_CHECK(o->linear_fwd_bias != NULL, "the bf16 table has no linear_fwd_bias");
     if (!o->linear_fwd_bias) return;
-    for (int in16 = 0; in16 < 2; in16++) {
+    for (int v = 0; v < 4; v++) { /* in16, out16: a bf16 D is the epilogue's, no cast after */
+        int in16 = v & 1, out16 = v >> 1;
         prof_start();
-        ZT_OK(o->linear_fwd_bias(NULL, out, x, in16, W, b, N, IC, OC));
+        ZT_OK(o->linear_fwd_bias(NULL, out, out16, tmp, x, in16, W, b, N, IC, OC));
         prof_stop();
         size_t casts = in16 ? 1 : 2, last = g_nrec ? g_nrec - 1 : 0;
         ZT_CHECK(g_nrec == casts + 1 && !strncmp(g_rec[last].name, "cuBLASLt gemm+bias bf16", 23),
-                 "linear_fwd_bias (in16 %d): %zu records (want %zu), last '%s'", in16, g_nrec,
-                 casts + 1, g_nrec ? g_rec[last].name : "");
+                 "linear_fwd_bias (in16 %d, out16 %d): %zu records (want %zu), last '%s'", in16,
+                 out16, g_nrec, casts + 1, g_nrec ? g_rec[last].name : "");
         for (size_t i = 0; i < last; i++) {
             ZT_CHECK(!strcmp(g_rec[i].name, "f32_to_bf16_kernel"),
                      "linear_fwd_bias: launch %zu is %s, not an operand's cast", i, g_rec[i].name);
@@ -99,6 +100,8 @@ enum {
     E_FILL,
     E_GELU_FWD,
     E_GELU_BWD,
+    E_GELU_BWD16,
+    E_GELU_FWD16,
     E_SWIGLU_FWD,
     E_SWIGLU_BWD,
     E_SWIGLU_BWD16,
@@ -109,12 +112,12 @@ enum {
     E_COUNT
 };
 static const char *const g_elem_kernel[E_COUNT] = {
-    "residual_kernel",   "axpy_kernel",        "scale_kernel",       "fill_kernel",
-    "gelu_fwd_kernel",   "gelu_bwd_kernel",    "swiglu_fwd_kernel",  "swiglu_bwd_kernel",
-    "swiglu_bwd_kernel", "f32_to_bf16_kernel", "bf16_to_f32_kernel", "init_normal_kernel",
-    "adamw_kernel"};
+    "residual_kernel",    "axpy_kernel",        "scale_kernel",      "fill_kernel",
+    "gelu_fwd_kernel",    "gelu_bwd_kernel",    "gelu_bwd_kernel",   "bias_gelu16_kernel",
+    "swiglu_fwd_kernel",  "swiglu_bwd_kernel",  "swiglu_bwd_kernel", "f32_to_bf16_kernel",
+    "bf16_to_f32_kernel", "init_normal_kernel", "adamw_kernel"};
 /* distinct buffers each touches */
-static const int g_elem_bufs[E_COUNT] = {3, 2, 1, 1, 2, 3, 3, 5, 5, 2, 2, 1, 4};
+static const int g_elem_bufs[E_COUNT] = {3, 2, 1, 1, 2, 3, 3, 3, 3, 5, 5, 2, 2, 1, 4};
 
 /* One elementwise op over n elements; its FLOPs. */
 static double run_elementwise(int op, size_t n) {
@@ -140,6 +143,12 @@ static double run_elementwise(int op, size_t n) {
         break;
     case E_GELU_BWD:
         ZT_OK(gpu->gelu_bwd(NULL, a, b, c, n));
+        break;
+    case E_GELU_BWD16: /* the GELU's input in bf16: a 2-byte read */
+        ZT_OK(gpu->gelu_bwd16(NULL, a, h, c, n));
+        break;
+    case E_GELU_FWD16: /* one row: pre read, pre16 and out written in bf16 */
+        ZT_OK(gpu->bias_gelu_fwd16(NULL, h, b, h2, NULL, 1, (int)n));
         break;
     case E_SWIGLU_FWD:
         ZT_OK(gpu->swiglu_fwd(NULL, a, b, c, n));

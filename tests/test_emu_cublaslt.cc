@@ -3,13 +3,15 @@
  *  - A bias epilogue on bf16 operands with an fp32 output, both transposes as the linear layers
  *    use them, and the default epilogue on fp32 operands with beta 1 (D = A B + D): results
  *    against the host's exact sums (small integers and halves, exact in bf16 and in fp32 sums
- *    in any order), so the test does not depend on the emulator's own arithmetic.
+ *    in any order), so the test does not depend on the emulator's own arithmetic. The bias
+ *    epilogue writing a bf16 D beside an fp32 bias (linear_fwd_bias's out16): each exact sum
+ *    rounded to the nearest bf16, some of them inexact.
  *  - Refused, each with the status cuBLASLt gives: no handle (NOT_INITIALIZED); a layout that
  *    does not match the product, a leading dimension under its rows, a bias epilogue without a
  *    bias, an attribute of the wrong size, a heuristic asked for no algorithm, an algorithm not
  *    from the heuristic, an operand less aligned than the preference said when the algorithm
  *    was chosen (INVALID_VALUE; accepted once the preference says so); a bias type other than
- *    D's, an epilogue or attribute the emulated library does not implement, C apart from D
+ *    fp32, an epilogue or attribute the emulated library does not implement, C apart from D
  *    (NOT_SUPPORTED). */
 #include "emu_check.h"
 
@@ -27,6 +29,19 @@ static uint16_t bf16(float x) { /* exact for the values used here */
     return (uint16_t)(b >> 16);
 }
 
+/* x rounded to the nearest bf16, ties to even (finite x), and a bf16 widened. */
+static uint16_t bf16_rne(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+static float widen16(uint16_t h) {
+    uint32_t b = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
 static void *dev(const void *h, size_t bytes) {
     void *d = nullptr;
     if (cudaMalloc(&d, bytes) != cudaSuccess) return nullptr;
@@ -39,7 +54,8 @@ struct Call {
     cublasLtMatmulDesc_t d = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
-    Call(cudaDataType in, int ta, int tb, int m, int n, int k, uint32_t epi, const void *bias) {
+    Call(cudaDataType in, int ta, int tb, int m, int n, int k, uint32_t epi, const void *bias,
+         cudaDataType out = CUDA_R_32F) {
         int32_t a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
         uint64_t ws = 0;
         cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -49,7 +65,11 @@ struct Call {
         cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
         cublasLtMatrixLayoutCreate(&la, in, ta ? k : m, ta ? m : k, ta ? k : m);
         cublasLtMatrixLayoutCreate(&lb, in, tb ? n : k, tb ? k : n, tb ? n : k);
-        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m);
+        cublasLtMatrixLayoutCreate(&lc, out, m, n, m);
+        if (out != CUDA_R_32F) { /* an fp32 bias beside a bf16 D, as linear_fwd_bias's out16 */
+            int32_t bt = CUDA_R_32F;
+            cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        }
         cublasLtMatmulPreferenceCreate(&pref);
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                              sizeof ws);
@@ -66,8 +86,8 @@ struct Call {
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, d, la, lb, lc, lc, pref, 1, r, &got);
         return st == CUBLAS_STATUS_SUCCESS && got != 1 ? CUBLAS_STATUS_EXECUTION_FAILED : st;
     }
-    cublasStatus_t run(cublasLtHandle_t h, const void *A, const void *B, float beta, float *C,
-                       float *D, const cublasLtMatmulAlgo_t *al) {
+    cublasStatus_t run(cublasLtHandle_t h, const void *A, const void *B, float beta, void *C,
+                       void *D, const cublasLtMatmulAlgo_t *al) {
         float one = 1.0f;
         return cublasLtMatmul(h, d, &one, A, la, B, lb, &beta, C, lc, D, lc, al, nullptr, 0,
                               nullptr);
@@ -116,6 +136,42 @@ static void product(cublasLtHandle_t h, bool b16, int ta, int tb, bool with_bias
         }
     CHECK(!bad, "%s %c%c%s beta %g: %d of %d results wrong", b16 ? "bf16" : "fp32", ta ? 'T' : 'N',
           tb ? 'T' : 'N', with_bias ? " bias" : "", beta, bad, m * n);
+    cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD);
+}
+
+/* The bias epilogue writing a bf16 D: each exact fp32 sum (product and bias) rounded once. */
+static void product_d16(cublasLtHandle_t h) {
+    const int m = 6, n = 5, k = 7;
+    std::vector<uint16_t> A16((size_t)k * m), B16((size_t)k * n), D16((size_t)m * n, 0xffff);
+    std::vector<float> bias(m);
+    for (size_t i = 0; i < A16.size(); i++)
+        A16[i] = bf16((float)((int)(i * 7 % 11) - 5) * 0.375f);
+    for (size_t i = 0; i < B16.size(); i++)
+        B16[i] = bf16((float)((int)(i * 5 % 13) - 6) * 1.125f);
+    for (int i = 0; i < m; i++)
+        bias[i] = 0.0625f * (float)(i + 3);
+    void *dA = dev(A16.data(), A16.size() * 2), *dB = dev(B16.data(), B16.size() * 2);
+    void *dD = dev(D16.data(), D16.size() * 2);
+    float *dbias = (float *)dev(bias.data(), bias.size() * 4);
+    Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_BIAS, dbias, CUDA_R_16BF);
+    cublasLtMatmulHeuristicResult_t r;
+    CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "heuristic (bf16 D)");
+    cublasStatus_t st = c.run(h, dA, dB, 0.0f, dD, dD, &r.algo);
+    CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul (bf16 D): %d", (int)st);
+    std::vector<uint16_t> got(D16.size());
+    cudaMemcpy(got.data(), dD, got.size() * 2, cudaMemcpyDeviceToHost);
+    int bad = 0, rounded = 0;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float s = 0.0f; /* exact: few short products of short values */
+            for (int p = 0; p < k; p++)
+                s += widen16(A16[(size_t)i * k + p]) * widen16(B16[(size_t)j * k + p]);
+            s += bias[i];
+            bad += got[(size_t)j * m + i] != bf16_rne(s);
+            rounded += widen16(bf16_rne(s)) != s;
+        }
+    CHECK(!bad, "bf16 D with an fp32 bias: %d of %d results wrong", bad, m * n);
+    CHECK(rounded > 0, "bf16 D: no sum needed rounding, so the check proves nothing");
     cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD);
 }
 
@@ -190,6 +246,7 @@ int main(void) {
             product(h, false, ta, tb, false, 1.0f);
         }
     product(h, false, 1, 0, true, 1.0f); /* fp32 operands, bias and beta together */
+    product_d16(h);
     refusals(h);
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "no device error left behind");
     cublasLtDestroy(h);

@@ -115,15 +115,33 @@ static void check_producers(int N, int C, int off) {
         zt_expect_bits(what, down(u16, n * 2), rounded(down(u32, n * 4), n), n * 2);
     }
 
-    for (int with_bias = 0; with_bias < 2; with_bias++) { /* pre: two copies of x */
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        /* bias_gelu_fwd16: the sum rounded into pre16 and the GELU of its widened value rounded,
+         * against bias_gelu_fwd's sum rounded and gelu_fwd on the widened values; then from
+         * pre16 as a GEMM's epilogue leaves it (pre NULL); gelu_bwd16 against gelu_bwd on the
+         * widened values (dout: y) */
         float *p32 = (float *)up(x - off, (n + 1) * 4) + off;
-        float *p16 = (float *)up(x - off, (n + 1) * 4) + off;
+        zs_bf16 *p16 = (zs_bf16 *)poison((n + 1) * 2) + off;
+        zs_bf16 *o16b = (zs_bf16 *)poison((n + 1) * 2) + off;
+        float *g32 = (float *)poison((n + 1) * 4) + off, *g16 = (float *)poison((n + 1) * 4) + off;
         ZT_OK(T->bias_gelu_fwd(NULL, p32, o32, with_bias ? db : NULL, N, C));
-        ZT_OK(T->bias_gelu_fwd16(NULL, p16, o16, with_bias ? db : NULL, N, C));
+        ZT_OK(T->bias_gelu_fwd16(NULL, p16, dx, o16, with_bias ? db : NULL, N, C));
         snprintf(what, sizeof what, "%s bias_gelu_fwd16 N=%d C=%d%s%s", T->name, N, C,
                  with_bias ? "" : " no bias", off ? " unaligned" : "");
+        zs_bf16 *want16 = rounded(down(p32, n * 4), n);
+        zt_expect_bits(what, down(p16, n * 2), want16, n * 2);
+        float *wide = zt_hbuf((n + 1) * 4);
+        for (size_t i = 0; i < n; i++)
+            wide[i + off] = zs_bf16_to_f32(want16[i]);
+        float *dwide = (float *)up(wide, (n + 1) * 4) + off;
+        ZT_OK(T->gelu_fwd(NULL, o32, dwide, n));
         zt_expect_bits(what, down(o16, n * 2), rounded(down(o32, n * 4), n), n * 2);
-        zt_expect_bits(what, down(p16, n * 4), down(p32, n * 4), n * 4);
+        ZT_OK(T->bias_gelu_fwd16(NULL, p16, NULL, o16b, NULL, N, C));
+        zt_expect_bits(what, down(o16b, n * 2), down(o16, n * 2), n * 2);
+        ZT_OK(T->gelu_bwd(NULL, g32, dwide, dy, n));
+        ZT_OK(T->gelu_bwd16(NULL, g16, p16, dy, n));
+        snprintf(what, sizeof what, "%s gelu_bwd16 n=%zu%s", T->name, n, off ? " unaligned" : "");
+        zt_expect_bits(what, down(g16, n * 4), down(g32, n * 4), n * 4);
     }
     zt_release();
 }
@@ -155,7 +173,8 @@ static void check_gemm16(int ta, int tb, int m, int n, int k, float beta) {
 }
 
 /* A linear layer with its input fp32 and bf16 (rounded from it): forward, backward (overwriting
- * dinp, with a bias) and the GELU form's backward, bit for bit. */
+ * dinp, with a bias) and the GELU form's backward (its input bf16 beside a bf16 input, fp32
+ * beside fp32: values exact in bf16), bit for bit. */
 static void check_linear(int N, int IC, int OC, int with_bias) {
     char what[160];
     size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
@@ -163,8 +182,11 @@ static void check_linear(int N, int IC, int OC, int with_bias) {
     float *g = randn(no, 1.0f), *pre = randn(no, 1.0f);
     float *dx = up(x, ni * 4), *dW = up(W, nw * 4),
           *db = with_bias ? up(bias, (size_t)OC * 4) : NULL;
+    zs_bf16 *pre16 = rounded(pre, no); /* the GELU's input kept in bf16 beside a bf16 input */
+    for (size_t i = 0; i < no; i++)
+        pre[i] = zs_bf16_to_f32(pre16[i]);
     float *dg = up(g, no * 4), *dpre = up(pre, no * 4);
-    zs_bf16 *dx16 = up(rounded(x, ni), ni * 2);
+    zs_bf16 *dx16 = up(rounded(x, ni), ni * 2), *dpre16 = up(pre16, no * 2);
     float *out[2], *dinp[2], *gW[2], *gb[2], *tmp = poison(no * 4), *gW0 = randn(nw, 1.0f);
     for (int h = 0; h < 2; h++) {
         const void *in = h ? (const void *)dx16 : dx;
@@ -173,8 +195,8 @@ static void check_linear(int N, int IC, int OC, int with_bias) {
         ZT_OK(zs_linear_fwd(T, NULL, out[h], in, h, dW, db, N, IC, OC));
         ZT_OK(zs_linear_bwd_set(T, NULL, dinp[h], gW[h], with_bias ? gb[h] : NULL, dg, in, h, dW, N,
                                 IC, OC));
-        ZT_OK(zs_linear_gelu_bwd_set(T, NULL, dinp[h], gW[h], with_bias ? gb[h] : NULL, dg, dpre,
-                                     tmp, in, h, dW, N, IC, OC));
+        ZT_OK(zs_linear_gelu_bwd_set(T, NULL, dinp[h], gW[h], with_bias ? gb[h] : NULL, dg,
+                                     h ? (const void *)dpre16 : dpre, tmp, in, h, dW, N, IC, OC));
     }
     snprintf(what, sizeof what, "%s linear N=%d IC=%d OC=%d%s, bf16 input", T->name, N, IC, OC,
              with_bias ? " bias" : "");
@@ -231,17 +253,18 @@ static void check_linear_bias(int N, int IC, int OC, int off) {
     zs_bf16 *dx16 = up(rounded(x, ni), ni * 2);
     for (int h = 0; h < 2; h++) {
         const void *in = h ? (const void *)dx16 : dx;
-        float *got = poison(no * 4), *want = poison(no * 4);
-        float *pre = poison(no * 4), *pre0 = poison(no * 4);
-        void *act = poison(no * 4), *act0 = poison(no * 4);
+        float *got = poison(no * 4), *want = poison(no * 4), *tmp = poison(no * 4);
+        void *pre = poison(no * 4), *act = poison(no * 4), *act0 = poison(no * 4);
+        float *pre0 = poison(no * 4);
+        zs_bf16 *pre16 = poison(no * 2);
         size_t an = no * (h ? 2 : 4);
         ZT_OK(zs_linear_fwd(T, NULL, got, in, h, dW, db, N, IC, OC));
         ZT_OK(product(dW, in, h, want, N, IC, OC));
         ZT_OK(T->bias_fwd(NULL, want, db, N, OC));
-        ZT_OK(zs_linear_gelu_fwd(T, NULL, pre, act, in, h, dW, db, N, IC, OC));
+        ZT_OK(zs_linear_gelu_fwd(T, NULL, pre, act, tmp, in, h, dW, db, N, IC, OC));
         ZT_OK(product(dW, in, h, pre0, N, IC, OC));
-        if (h)
-            ZT_OK(T->bias_gelu_fwd16(NULL, pre0, act0, db, N, OC));
+        if (h) /* pre kept in bf16: the rounded sum */
+            ZT_OK(T->bias_gelu_fwd16(NULL, pre16, pre0, act0, db, N, OC));
         else
             ZT_OK(T->bias_gelu_fwd(NULL, pre0, act0, db, N, OC));
         snprintf(what, sizeof what, "%s linear N=%d IC=%d OC=%d, bias%s, %s input: fused = parts",
@@ -249,14 +272,24 @@ static void check_linear_bias(int N, int IC, int OC, int off) {
         if (g_real) {
             expect_same_sums(what, down(got, no * 4),
                              memcpy(zt_hbuf(no * 4), down(want, no * 4), no * 4), W, x, N, IC, OC);
-            expect_same_sums(what, down(pre, no * 4),
-                             memcpy(zt_hbuf(no * 4), down(pre0, no * 4), no * 4), W, x, N, IC, OC);
+            if (!h) {
+                expect_same_sums(what, down(pre, no * 4),
+                                 memcpy(zt_hbuf(no * 4), down(pre0, no * 4), no * 4), W, x, N, IC,
+                                 OC);
+            } else { /* the GELU of the epilogue's rounded sums, whatever their order */
+                ZT_OK(T->bias_gelu_fwd16(NULL, pre, NULL, act0, NULL, N, OC));
+                zt_expect_bits(what, down(act, an), memcpy(zt_hbuf(an), down(act0, an), an), an);
+            }
             continue;
         }
         zt_expect_bits(what, down(got, no * 4), memcpy(zt_hbuf(no * 4), down(want, no * 4), no * 4),
                        no * 4);
-        zt_expect_bits(what, down(pre, no * 4), memcpy(zt_hbuf(no * 4), down(pre0, no * 4), no * 4),
-                       no * 4);
+        if (h)
+            zt_expect_bits(what, down(pre, no * 2),
+                           memcpy(zt_hbuf(no * 2), down(pre16, no * 2), no * 2), no * 2);
+        else
+            zt_expect_bits(what, down(pre, no * 4),
+                           memcpy(zt_hbuf(no * 4), down(pre0, no * 4), no * 4), no * 4);
         zt_expect_bits(what, down(act, an), memcpy(zt_hbuf(an), down(act0, an), an), an);
     }
     zt_release();

@@ -132,7 +132,7 @@ zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const voi
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
     if (bias && ops->linear_fwd_bias) /* the bias in the GEMM's epilogue */
-        return ops->linear_fwd_bias(s, out, inp, in16, W, bias, N, IC, OC);
+        return ops->linear_fwd_bias(s, out, 0, NULL, inp, in16, W, bias, N, IC, OC);
     /* out[N,OC] = inp W^T  <=>  out^T (OC x N) = W (OC x IC) inp^T (IC x N). The stored W is,
      * read column-major, W^T (IC x OC, ld IC), hence transa = T; the stored inp is inp^T
      * (IC x N, ld IC) and out is out^T (OC x N, ld OC), used as they are. */
@@ -152,7 +152,7 @@ fail:
     return st;
 }
 
-zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, void *out,
+zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, void *pre, void *out, float *tmp,
                              const void *inp, int act16, const float *W, const float *bias, int N,
                              int IC, int OC) {
     zs_status st = ZS_OK;
@@ -160,11 +160,19 @@ zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, void
      * only reads pre), else into the GELU's pass. */
     const float *gemm_bias = ops->linear_fwd_bias ? bias : NULL;
     const float *gelu_bias = ops->linear_fwd_bias ? NULL : bias;
-    ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, act16, W, gemm_bias, N, IC, OC));
-    if (act16)
-        ZS_CHECK(ops->bias_gelu_fwd16(s, pre, out, gelu_bias, N, OC));
-    else
-        ZS_CHECK(ops->bias_gelu_fwd(s, pre, out, gelu_bias, N, OC));
+    if (!act16) {
+        ZS_CHECK(zs_linear_fwd(ops, s, pre, inp, 0, W, gemm_bias, N, IC, OC));
+        return ops->bias_gelu_fwd(s, pre, out, gelu_bias, N, OC);
+    }
+    ZS_REQUIRE(tmp, ZS_ERR_INVALID, "linear_gelu_fwd: bf16 activations without a scratch");
+    if (gemm_bias) { /* the product and its bias rounded into pre as the GEMM writes them */
+        ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
+                   "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+        ZS_CHECK(ops->linear_fwd_bias(s, pre, 1, tmp, inp, 1, W, gemm_bias, N, IC, OC));
+        return ops->bias_gelu_fwd16(s, pre, NULL, out, NULL, N, OC);
+    }
+    ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, 1, W, NULL, N, IC, OC));
+    ZS_CHECK(ops->bias_gelu_fwd16(s, pre, tmp, out, gelu_bias, N, OC));
 fail:
     return st;
 }
@@ -173,9 +181,9 @@ fail:
  * output went through a GELU, dout is the gradient of gelu(gelu_inp), and gelu_bwd's of
  * gelu_inp (into dtmp unless the table fuses it) is the layer's output gradient. */
 static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const void *dout, int dout16, const float *gelu_inp, float *dtmp,
-                            const void *inp, int in16, const float *W, int N, int IC, int OC,
-                            float dinp_beta) {
+                            const void *dout, int dout16, const void *gelu_inp, int gelu16,
+                            float *dtmp, const void *inp, int in16, const float *W, int N, int IC,
+                            int OC, float dinp_beta) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
@@ -186,10 +194,13 @@ static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
     /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
      * dout is dout^T (OC x N) column-major, hence transb = T. */
     if (dinp && dW && ops->gemm_linear_bwd)
-        return ops->gemm_linear_bwd(s, dinp, dW, dbias, dout, dout16, gelu_inp, dtmp, inp, in16, W,
-                                    N, IC, OC, dinp_beta);
+        return ops->gemm_linear_bwd(s, dinp, dW, dbias, dout, dout16, gelu_inp, gelu16, dtmp, inp,
+                                    in16, W, N, IC, OC, dinp_beta);
     if (gelu_inp) {
-        ZS_CHECK(ops->gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
+        if (gelu16)
+            ZS_CHECK(ops->gelu_bwd16(s, dtmp, gelu_inp, dout, (size_t)N * OC));
+        else
+            ZS_CHECK(ops->gelu_bwd(s, dtmp, gelu_inp, dout, (size_t)N * OC));
         dout = dtmp;
     }
     if (dinp)
@@ -204,23 +215,24 @@ fail:
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                         const float *dout, const void *inp, int in16, const float *W, int N, int IC,
                         int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, NULL, NULL, inp, in16, W, N, IC, OC, 1.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC, OC,
+                      1.0f);
 }
 
 zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                             const float *dout, const void *inp, int in16, const float *W, int N,
                             int IC, int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, NULL, NULL, inp, in16, W, N, IC, OC, 0.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC, OC,
+                      0.0f);
 }
 
 zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
-                                 float *dbias, const float *dout, const float *gelu_inp,
-                                 float *dtmp, const void *inp, int in16, const float *W, int N,
-                                 int IC, int OC) {
+                                 float *dbias, const float *dout, const void *gelu_inp, float *dtmp,
+                                 const void *inp, int in16, const float *W, int N, int IC, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, gelu_inp, dtmp, inp, in16, W, N, IC, OC,
-                      0.0f);
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, gelu_inp, in16, dtmp, inp, in16, W, N, IC,
+                      OC, 0.0f);
 fail:
     return st;
 }
@@ -228,7 +240,7 @@ fail:
 zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
                             const zs_bf16 *dout, const void *inp, int in16, const float *W, int N,
                             int IC, int OC, int set) {
-    return linear_bwd(ops, s, dinp, dW, NULL, dout, 1, NULL, NULL, inp, in16, W, N, IC, OC,
+    return linear_bwd(ops, s, dinp, dW, NULL, dout, 1, NULL, 0, NULL, inp, in16, W, N, IC, OC,
                       set ? 0.0f : 1.0f);
 }
 

@@ -74,24 +74,29 @@ typedef struct zs_ops {
      * GEMM's epilogue (cuBLASLt's), where bias_fwd read and wrote the output again: the same
      * additions. On the emulated GPU the same bits as gemm16 then bias_fwd (its product is
      * cublasGemmEx's); on a GPU cuBLASLt may choose another algorithm for the product, within
-     * gemm's bound, and deterministically for a shape. */
-    zs_status (*linear_fwd_bias)(zs_stream_t *s, float *out, const void *inp, int in16,
-                                 const float *W, const float *bias, int N, int IC, int OC);
+     * gemm's bound, and deterministically for a shape. With out16, out is bf16: each fp32
+     * sum rounded once as the epilogue writes it (D in bf16: half the bytes written, and none
+     * read by a cast); where the epilogue cannot take the call, the product and the bias go
+     * through tmp[N * OC] (fp32 scratch, unused otherwise) and a cast, the same bits. */
+    zs_status (*linear_fwd_bias)(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
+                                 int in16, const float *W, const float *bias, int N, int IC,
+                                 int OC);
 
     /* Optional (NULL: linear.c calls gemm twice, then bias_bwd): a linear layer's backward,
      * whose products share the output gradient G, with linear.c's gemm arguments: dinp^T =
      * W^T G^T + dinp_beta dinp^T, then dW^T += inp^T G, and with dbias non-NULL bias_bwd's
      * dbias += G's column sums (the same bits). G is dout, or with gelu_inp non-NULL (the layer's
-     * output, which went through a GELU) gelu_bwd's gradient of gelu_inp from dout, bit for
-     * bit, which the table may write to dtmp[N * OC] or never store. inp is bf16 where inp16,
+     * output, which went through a GELU; bf16 where gelu16) gelu_bwd's (gelu_bwd16's) gradient
+     * of gelu_inp from dout, bit for bit, which the table may write to dtmp[N * OC] or never
+     * store. inp is bf16 where inp16,
      * and dout where dout16 (then without dbias or gelu_inp), as gemm16's operands: a producer's
      * rounded values, the same bits as the fp32 values they round. A CUDA bf16 table rounds an
      * fp32 G to bf16 once for both products (zs_linear_bwd_cast_elems), in the pass that sums
      * its columns. */
     zs_status (*gemm_linear_bwd)(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                 const void *dout, int dout16, const float *gelu_inp, float *dtmp,
-                                 const void *inp, int inp16, const float *W, int N, int IC, int OC,
-                                 float dinp_beta);
+                                 const void *dout, int dout16, const void *gelu_inp, int gelu16,
+                                 float *dtmp, const void *inp, int inp16, const float *W, int N,
+                                 int IC, int OC, float dinp_beta);
 
     /* Optional, set together with softmax_xent16 (NULL: the loss writes fp32 dlogits and a
      * language model's head takes them through linear.c): gemm_linear_bwd's two products, no bias
@@ -120,10 +125,13 @@ typedef struct zs_ops {
      * backward reads it). */
     zs_status (*bias_gelu_fwd)(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
                                int OC);
-    /* bias_gelu_fwd with out stored in bf16, each value zs_f32_to_bf16 of bias_gelu_fwd's:
-     * the input of the next layer's gemm16 (--dtype bf16). */
-    zs_status (*bias_gelu_fwd16)(zs_stream_t *s, float *pre, zs_bf16 *out, const float *bias, int N,
-                                 int OC);
+    /* bias_gelu_fwd with both the GELU's input and output kept in bf16 (--dtype bf16, as
+     * under autocast): with pre non-NULL (fp32 [N,OC], read only), pre16 = bf16(pre + bias)
+     * (bias NULL: none); with pre NULL, pre16 already holds those values (a GEMM's bf16
+     * epilogue wrote them). Then out = bf16(gelu(pre16 widened)): the input of the next
+     * layer's gemm16, and pre16 the GELU's backward's input (gelu_bwd16). */
+    zs_status (*bias_gelu_fwd16)(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
+                                 const float *bias, int N, int OC);
 
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[pos(b,t),:]; tokens in [0, V) are the caller's
      * responsibility (validated by the data layer). wpe may be NULL (no position table,
@@ -154,6 +162,10 @@ typedef struct zs_ops {
      * the bits of accumulating into zeros, which it replaced (0 + makes -0 into +0). */
     zs_status (*gelu_bwd)(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                           size_t n);
+    /* gelu_bwd of a bf16 input (bias_gelu_fwd16's pre16), widened: the same bits as gelu_bwd
+     * on the widened values. */
+    zs_status (*gelu_bwd16)(zs_stream_t *s, float *dinp, const zs_bf16 *inp, const float *dout,
+                            size_t n);
 
     /* Causal multi-head self-attention. qkv[B,T,3C] holds q | k | v, each [NH heads x hs]
      * with hs = C/NH; out[B,T,C]; att[B,NH,T,T] receives the softmax probabilities (0 outside
@@ -432,9 +444,10 @@ zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, 
                                  const float *x, float *tmp, const void *inp, int in16,
                                  const float *W, const float *bias, int N, int IC, int OC);
 /* zs_linear_fwd into pre[N,OC] with a GELU after it: out = gelu(pre), the bias and the GELU in
- * one pass (ops->bias_gelu_fwd). With act16, inp is bf16 and out is stored in bf16
- * (bias_gelu_fwd16): the next layer's input. */
-zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, float *pre, void *out,
+ * one pass (ops->bias_gelu_fwd). With act16, inp, pre and out are bf16 (bias_gelu_fwd16): the
+ * GEMM's sum with its bias is rounded once into pre, in the epilogue where the table has one
+ * (else through tmp[N,OC], fp32 scratch: the same bits), and out is the next layer's input. */
+zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, void *pre, void *out, float *tmp,
                              const void *inp, int act16, const float *W, const float *bias, int N,
                              int IC, int OC);
 /* Backward of zs_linear_fwd, all accumulating: dinp[N,IC] += dout @ W; dW[OC,IC] +=
@@ -447,15 +460,15 @@ zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *d
 zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                             const float *dout, const void *inp, int in16, const float *W, int N,
                             int IC, int OC);
-/* zs_linear_bwd_set of a layer whose output gelu_inp[N, OC] went through a GELU (GPT-2's fc
- * layer): dout is the gradient of gelu(gelu_inp), and the layer's own output gradient is
- * gelu_bwd's (into dtmp[N * OC]: the bits of ops->gelu_bwd then zs_linear_bwd_set), which a
- * table with gemm_linear_bwd may fuse into its pass over the gradient and never store:
- * dtmp's contents afterwards are unspecified. */
+/* zs_linear_bwd_set of a layer whose output gelu_inp[N, OC] (bf16 where in16, as
+ * zs_linear_gelu_fwd keeps it) went through a GELU (GPT-2's fc layer): dout is the gradient of
+ * gelu(gelu_inp), and the layer's own output gradient is gelu_bwd's (gelu_bwd16's; into
+ * dtmp[N * OC]: the bits of that op then zs_linear_bwd_set), which a table with
+ * gemm_linear_bwd may fuse into its pass over the gradient and never store: dtmp's contents
+ * afterwards are unspecified. */
 zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
-                                 float *dbias, const float *dout, const float *gelu_inp,
-                                 float *dtmp, const void *inp, int in16, const float *W, int N,
-                                 int IC, int OC);
+                                 float *dbias, const float *dout, const void *gelu_inp, float *dtmp,
+                                 const void *inp, int in16, const float *W, int N, int IC, int OC);
 
 /* zs_linear_bwd (set 0) or zs_linear_bwd_set (set 1) without a bias, with dout[N,OC] bf16 as
  * its producer stored it (swiglu_bwd16, rope_bwd16): the same bits as the fp32 dout it rounds,

@@ -45,7 +45,7 @@ typedef struct layer_acts {
     float *res2;                      /* [BT,C] residual after attention */
     void *ln2;                        /* as ln1 */
     float *ln2_mean, *ln2_rstd;
-    float *fch;     /* [BT,4C] */
+    void *fch;      /* [BT,4C], the GELU's input, as ln1 */
     void *fch_gelu; /* [BT,4C], as ln1 */
 } layer_acts;
 
@@ -137,7 +137,7 @@ static void carve_block(const zs_model_config *c, int B, int T, int naive, int a
     a->ln2 = zs_carve_in(base, &n, BT * C, act16);
     a->ln2_mean = zs_carve(base, &n, BT);
     a->ln2_rstd = zs_carve(base, &n, BT);
-    a->fch = zs_carve(base, &n, BT * 4 * C);
+    a->fch = zs_carve_in(base, &n, BT * 4 * C, act16);
     a->fch_gelu = zs_carve_in(base, &n, BT * 4 * C, act16);
     *total = n;
 }
@@ -190,8 +190,9 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
                                     p + t[B_PROJB], BT, C, C));
     ZS_CHECK(
         layernorm(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W], p + t[B_LN2B], BT));
-    ZS_CHECK(zs_linear_gelu_fwd(o, s, a->fch, a->fch_gelu, a->ln2, h, p + t[B_FCW], p + t[B_FCB],
-                                BT, C, 4 * C));
+    /* (dtmp4 is the backward's scratch, free while a block runs forward) */
+    ZS_CHECK(zs_linear_gelu_fwd(o, s, a->fch, a->fch_gelu, ((zs_gpt2_t *)model)->dtmp4, a->ln2, h,
+                                p + t[B_FCW], p + t[B_FCB], BT, C, 4 * C));
     ZS_CHECK(zs_linear_residual_fwd(o, s, out, zs_resid_rec(&b->resid, l + 1), a->res2, b->dC,
                                     a->fch_gelu, h, p + t[B_FCPW], p + t[B_FCPB], BT, 4 * C, C));
 fail:

@@ -12,10 +12,11 @@
  *    algorithm was chosen (cuBLASLt assumes 256 bytes unless told; its kernels for aligned
  *    operands fault on others): INVALID_VALUE, naming the operand;
  *  - types cuBLAS does not offer (cublas.cc's table), a scale type other than fp32, a bias type
- *    other than D's (fp32 here), C apart from D: NOT_SUPPORTED.
+ *    other than fp32 or a bias on a D neither fp32 nor bf16, C apart from D: NOT_SUPPORTED.
  * The product is cublas.cc's (blas_gemm): the same rounding of the inputs and fp32 sums, then
- * the bias added to each fp32 result once, so a bias epilogue is, bit for bit, the product
- * followed by a separate fp32 add of the bias. Its price is cublasGemmEx's for the shape plus
+ * the bias added to each fp32 result once (and a bf16 D rounded from that sum), so a bias
+ * epilogue is, bit for bit, the product followed by a separate fp32 add of the bias (and a
+ * cast). Its price is cublasGemmEx's for the shape plus
  * the bias read, in a row of its own ("cuBLASLt gemm+bias"). The algorithm needs no
  * workspace. */
 #include "emu_internal.h"
@@ -107,8 +108,10 @@ cublasStatus_t check(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
             return CUBLAS_STATUS_INVALID_VALUE;
     if (d->scale != CUDA_R_32F || c->type != o->type) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+        /* an fp32 bias on an fp32 or bf16 D (added to the fp32 result before D's rounding) */
         int32_t bt = d->bias_type == -1 ? (int32_t)o->type : d->bias_type;
-        if (bt != (int32_t)o->type || o->type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (bt != CUDA_R_32F || (o->type != CUDA_R_32F && o->type != CUDA_R_16BF))
+            return CUBLAS_STATUS_NOT_SUPPORTED;
         if (!d->bias || (uintptr_t)d->bias % sizeof(float)) return CUBLAS_STATUS_INVALID_VALUE;
     } else if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         return unsupported("epilogue", (int)d->epilogue);

@@ -44,12 +44,14 @@ zs_status zs_cpu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
 zs_status zs_cpu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n);
-zs_status zs_cpu_bias_gelu_fwd16(zs_stream_t *s, float *pre, zs_bf16 *out, const float *bias, int N,
-                                 int OC);
+zs_status zs_cpu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
+                                 const float *bias, int N, int OC);
 zs_status zs_cpu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
                                int OC);
 zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                           size_t n);
+zs_status zs_cpu_gelu_bwd16(zs_stream_t *s, float *dinp, const zs_bf16 *inp, const float *dout,
+                            size_t n);
 zs_status zs_cpu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
                               const int32_t *targets, int N, int V, int Vp, float dloss);
 zs_status zs_cpu_attention_fwd(zs_stream_t *s, float *out, float *att, const float *qkv, int B,

@@ -142,9 +142,8 @@ zs_status zs_cpu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n
     return ZS_OK;
 }
 
-/* bias_fwd then gelu_fwd, a row at a time (the same bits: gelu of the rounded sum), out fp32
- * (out32) or rounded to bf16 (out16; the other NULL). */
-static zs_status bias_gelu_fwd(float *pre, float *out32, zs_bf16 *out16, const float *bias, int N,
+/* bias_fwd then gelu_fwd, a row at a time (the same bits: gelu of the rounded sum). */
+zs_status zs_cpu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
                                int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_gelu_fwd: negative shape N=%d OC=%d", N,
@@ -155,25 +154,34 @@ static zs_status bias_gelu_fwd(float *pre, float *out32, zs_bf16 *out16, const f
         if (bias)
             for (int c = 0; c < OC; c++)
                 x[c] += bias[c];
-        if (out32)
-            for (int c = 0; c < OC; c++)
-                out32[(size_t)r * OC + c] = zs_gelu(x[c]);
-        else
-            for (int c = 0; c < OC; c++)
-                out16[(size_t)r * OC + c] = zs_f32_to_bf16(zs_gelu(x[c]));
+        for (int c = 0; c < OC; c++)
+            out[(size_t)r * OC + c] = zs_gelu(x[c]);
     }
 fail:
     return st;
 }
 
-zs_status zs_cpu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
-                               int OC) {
-    return bias_gelu_fwd(pre, out, NULL, bias, N, OC);
-}
-
-zs_status zs_cpu_bias_gelu_fwd16(zs_stream_t *s, float *pre, zs_bf16 *out, const float *bias, int N,
-                                 int OC) {
-    return bias_gelu_fwd(pre, NULL, out, bias, N, OC);
+/* ops.h bias_gelu_fwd16: the sum rounded into pre16 (or pre16 as it is), the GELU of its widened
+ * value rounded into out. */
+zs_status zs_cpu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
+                                 const float *bias, int N, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_gelu_fwd16: negative shape N=%d OC=%d", N,
+               OC);
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= ZS_CPU_PAR_MIN)
+    for (int r = 0; r < N; r++) {
+        size_t o = (size_t)r * OC;
+        if (pre && bias)
+            for (int c = 0; c < OC; c++)
+                pre16[o + c] = zs_f32_to_bf16(pre[o + c] + bias[c]);
+        else if (pre)
+            for (int c = 0; c < OC; c++)
+                pre16[o + c] = zs_f32_to_bf16(pre[o + c]);
+        for (int c = 0; c < OC; c++)
+            out[o + c] = zs_f32_to_bf16(zs_gelu(zs_bf16_to_f32(pre16[o + c])));
+    }
+fail:
+    return st;
 }
 
 zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
@@ -181,6 +189,14 @@ zs_status zs_cpu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const f
 #pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         dinp[i] = 0.0f + zs_gelu_grad(inp[i]) * dout[i]; /* ops.h: the bits of += into zeros */
+    return ZS_OK;
+}
+
+zs_status zs_cpu_gelu_bwd16(zs_stream_t *s, float *dinp, const zs_bf16 *inp, const float *dout,
+                            size_t n) {
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        dinp[i] = 0.0f + zs_gelu_grad(zs_bf16_to_f32(inp[i])) * dout[i];
     return ZS_OK;
 }
 

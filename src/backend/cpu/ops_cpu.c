@@ -262,7 +262,7 @@ static const zs_ops *cpu_with_math(zs_gemm_math math);
         .rmsnorm_fwd16 = zs_cpu_rmsnorm_fwd16, .swiglu_fwd16 = zs_cpu_swiglu_fwd16,                \
         .embedding_fwd = zs_cpu_embedding_fwd, .embedding_bwd = zs_cpu_embedding_bwd,              \
         .layernorm_fwd = zs_cpu_layernorm_fwd, .layernorm_bwd = zs_cpu_layernorm_bwd,              \
-        .gelu_fwd = zs_cpu_gelu_fwd, .gelu_bwd = zs_cpu_gelu_bwd,                                  \
+        .gelu_fwd = zs_cpu_gelu_fwd, .gelu_bwd = zs_cpu_gelu_bwd, .gelu_bwd16 = zs_cpu_gelu_bwd16, \
         .attention_fwd = zs_cpu_attention_fwd, .attention_bwd = zs_cpu_attention_bwd,              \
         .residual_fwd = cpu_residual_fwd, .axpy = cpu_axpy, .softmax_xent = zs_cpu_softmax_xent,   \
         .adamw = cpu_adamw, .adamw_segs = cpu_adamw_segs, .adamw_segs16 = cpu_adamw_segs16,        \

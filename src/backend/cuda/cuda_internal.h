@@ -213,6 +213,14 @@ static __device__ __forceinline__ void zs_cu_put4(zs_bf16 *p, size_t i, float4 v
     ((uint2 *)p)[i] = make_uint2(lo, hi);
 }
 
+/* An input element widened to fp32: fp32 as it is, bf16 exactly (zs_bf16_to_f32). */
+static __device__ __forceinline__ float zs_cu_widen(float v) {
+    return v;
+}
+static __device__ __forceinline__ float zs_cu_widen(zs_bf16 v) {
+    return zs_bf16_to_f32(v);
+}
+
 /* FLOPs of zs_cu_warp_sum over a warp and of zs_cu_block_reduce (sum) over a block. */
 #define ZS_CU_WARP_SUM_FLOPS (5.0 * ZS_WARP)
 #define ZS_CU_BLOCK_SUM_FLOPS (12.0 * ZS_ROW_THREADS)
@@ -311,10 +319,10 @@ zs_status zs_cu_gemm_bf16(zs_stream_t *s, int transa, int transb, int m, int n, 
 zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
                        const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta,
                        float *C, int ldc);
-zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, float *out, const void *inp, int in16,
-                                const float *W, const float *bias, int N, int IC, int OC);
+zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
+                                int in16, const float *W, const float *bias, int N, int IC, int OC);
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                     const void *dout, int dout16, const float *gelu_inp,
+                                     const void *dout, int dout16, const void *gelu_inp, int gelu16,
                                      float *dtmp, const void *inp, int inp16, const float *W, int N,
                                      int IC, int OC, float dinp_beta);
 zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
@@ -326,7 +334,7 @@ zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const 
 zs_status zs_cu_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
 zs_status zs_cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC);
 zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
-                              zs_bf16 *cast, const float *gelu_inp);
+                              zs_bf16 *cast, const void *gelu_inp, int gelu16);
 
 /* Network ops (nn_cuda.cu; RMSNorm, RoPE and SwiGLU in llama_cuda.cu). */
 zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
@@ -343,6 +351,8 @@ zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db,
 zs_status zs_cu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n);
 zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                          size_t n);
+zs_status zs_cu_gelu_bwd16(zs_stream_t *s, float *dinp, const zs_bf16 *inp, const float *dout,
+                           size_t n);
 zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
                              const int32_t *targets, int N, int V, int Vp, float dloss);
 zs_status zs_cu_softmax_xent16(zs_stream_t *s, float *losses, float *logits, const int32_t *targets,
@@ -408,7 +418,8 @@ zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float 
                                     const int32_t *seg);
 
 /* Flash attention on tensor cores, bf16 products (flash_tc_cuda.cu): the bf16 table's
- * flash_attention_fwd/bwd for the head sizes zs_cu_flash_tc_eligible accepts. */
+ * flash_attention_fwd/bwd, on tensor cores for the head sizes zs_cu_flash_tc_eligible accepts,
+ * else the fp32 kernels (zs_cu_flash_attention_fwd/bwd). */
 int zs_cu_flash_tc_eligible(int hs);
 zs_status zs_cu_flash_tc_fwd(zs_stream_t *s, float *out, float *lse, const float *q, const float *k,
                              const float *v, int B, int T, int NH, int NKV, int hs, int ldq,

@@ -384,8 +384,15 @@ zs_status zs_cu_flash_tc_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, fl
                              const float *dout, const float *q, const float *k, const float *v,
                              const float *out, const float *lse, int B, int T, int NH, int NKV,
                              int hs, int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
     tc_view a = tc_make(B, T, NH, NKV, hs, ldq, ldkv);
     cudaStream_t cs = zs_cu_stream(s);
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_bwd(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
+                                         NKV, hs, ldq, ldkv, seg);
+    ZS_CHECK(zs_flash_attention_check("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_REQUIRE(dq && dk && dv && delta && dout && q && k && v && out && lse, ZS_ERR_INVALID,
+               "flash_attention_bwd: NULL buffer");
     if ((size_t)B * NH * T == 0) return ZS_OK;
     a.vec = tc_aligned(q, a.ldq) && tc_aligned(k, a.ldkv) && tc_aligned(v, a.ldkv) &&
             tc_aligned(dout, (size_t)NH * hs);
@@ -397,4 +404,6 @@ zs_status zs_cu_flash_tc_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, fl
     default:
         return tc_bwd<64>(cs, dq, dk, dv, delta, dout, q, k, v, out, lse, seg, a);
     }
+fail:
+    return st;
 }

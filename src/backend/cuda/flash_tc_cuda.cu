@@ -165,8 +165,13 @@ fail:
 zs_status zs_cu_flash_tc_fwd(zs_stream_t *s, float *out, float *lse, const float *q, const float *k,
                              const float *v, int B, int T, int NH, int NKV, int hs, int ldq,
                              int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
     tc_view a = tc_make(B, T, NH, NKV, hs, ldq, ldkv);
     cudaStream_t cs = zs_cu_stream(s);
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_fwd(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
+    ZS_CHECK(zs_flash_attention_check("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
     if ((size_t)B * NH * T == 0) return ZS_OK;
     a.vec = tc_aligned(q, a.ldq) && tc_aligned(k, a.ldkv) && tc_aligned(v, a.ldkv);
     switch (hs) {
@@ -177,4 +182,6 @@ zs_status zs_cu_flash_tc_fwd(zs_stream_t *s, float *out, float *lse, const float
     default:
         return tc_fwd<64>(cs, out, lse, q, k, v, seg, a);
     }
+fail:
+    return st;
 }

@@ -236,7 +236,7 @@ static void lt_free(lt_call *c) {
 
 /* The descriptors and the algorithm; c->found 0 where cuBLASLt has none for them. */
 static zs_status lt_plan(lt_call *c, int transa, int transb, int m, int n, int k, const void *A,
-                         int lda, const void *B, int ldb, const float *C, int ldc,
+                         int lda, const void *B, int ldb, const void *C, int c16, int ldc,
                          const float *bias) {
     zs_status st = ZS_OK;
     cublasLtMatmulPreference_t pref = NULL;
@@ -270,7 +270,7 @@ static zs_status lt_plan(lt_call *c, int transa, int transb, int m, int n, int k
         cublasLtMatrixLayoutCreate(&c->la, CUDA_R_16BF, transa ? k : m, transa ? m : k, lda));
     ZS_CUBLAS_CHECK(
         cublasLtMatrixLayoutCreate(&c->lb, CUDA_R_16BF, transb ? n : k, transb ? k : n, ldb));
-    ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->lc, CUDA_R_32F, m, n, ldc));
+    ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->lc, c16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldc));
     ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
@@ -279,7 +279,10 @@ static zs_status lt_plan(lt_call *c, int transa, int transb, int m, int n, int k
             cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
     hs = cublasLtMatmulAlgoGetHeuristic(c->lt, c->d, c->la, c->lb, c->lc, c->lc, pref, 1, &c->heur,
                                         &got);
-    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) ZS_CUBLAS_CHECK(hs);
+    /* a bf16 D beside the fp32 bias is a combination cuBLASLt may refuse either way: the
+     * caller's fallback then gives the same bits */
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED && !(c16 && hs == CUBLAS_STATUS_INVALID_VALUE))
+        ZS_CUBLAS_CHECK(hs);
     c->found = hs == CUBLAS_STATUS_SUCCESS && got > 0;
 fail:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -288,11 +291,13 @@ fail:
 
 /* ops.h linear_fwd_bias for the bf16 table: out^T (OC x N) = W inp^T + bias, W (and an fp32
  * inp) rounded into the stream's scratch whole, as gemm16 (or the bf16 gemm) rounds them, and
- * the bias added in the GEMM's epilogue, where bias_fwd read and wrote the whole output again.
- * Where the operands are split into pieces, the bias is not 16-byte aligned, or cuBLASLt has no
- * algorithm for the call, gemm16 and then bias_fwd: the same additions. */
-zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, float *out, const void *inp, int in16,
-                                const float *W, const float *bias, int N, int IC, int OC) {
+ * the bias added in the GEMM's epilogue, where bias_fwd read and wrote the whole output again;
+ * with out16, D is bf16 (each fp32 sum rounded as it is written). Where the operands are split
+ * into pieces, the bias is not 16-byte aligned, or cuBLASLt has no algorithm for the call,
+ * gemm16 and then bias_fwd (into tmp, then a cast, for out16): the same additions. */
+zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
+                                int in16, const float *W, const float *bias, int N, int IC,
+                                int OC) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     zs_bf16 *w = NULL;
@@ -300,9 +305,12 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, float *out, const void *inp, int
     cudaStream_t cs = zs_cu_stream(s);
     size_t elems = 0, na = zs_gemm_cast_round((size_t)OC * IC);
     float one = 1.0f, zero = 0.0f;
+    float *f = out16 ? tmp : (float *)out; /* the fp32 output where the epilogue is not used */
     memset(&c, 0, sizeof c);
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    ZS_REQUIRE(!out16 || tmp || (size_t)N * OC == 0, ZS_ERR_INVALID,
+               "linear_fwd: a bf16 output without a scratch");
     if (in16) { /* W whole (A, transposed), inp as it is */
         zs_gemm16_split p = zs_gemm16_plan(1, 0, OC, N, IC, 0);
         elems = p.dim == ZS_SPLIT_NONE ? p.elems : 0;
@@ -312,10 +320,13 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, float *out, const void *inp, int
     }
     if (elems && bias && (uintptr_t)bias % 16 == 0) {
         const zs_bf16 *x = in16 ? (const zs_bf16 *)inp : NULL;
-        ZS_CHECK(zs_gemm_check(1, 0, OC, N, IC, W, IC, (const float *)inp, IC, out, OC));
+        /* (the shape checks of gemm's, on a stand-in for a bf16 output) */
+        ZS_CHECK(zs_gemm_check(1, 0, OC, N, IC, W, IC, (const float *)inp, IC,
+                               out16 ? W : (const float *)out, OC));
+        ZS_REQUIRE(out || (size_t)N * OC == 0, ZS_ERR_INVALID, "linear_fwd: NULL output");
         ZS_CHECK(blas_begin(s, elems, &h, &w));
         x = x ? x : w + na;
-        ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, w, IC, x, IC, out, OC, bias));
+        ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, w, IC, x, IC, out, out16, OC, bias));
         if (c.found) {
             ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)OC * IC));
             if (!in16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, (const float *)inp, (size_t)IC * N));
@@ -327,8 +338,9 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, float *out, const void *inp, int
         }
     }
     if (!c.found) {
-        ZS_CHECK(zs_cu_gemm16(s, 1, 0, OC, N, IC, 1.0f, W, 0, IC, inp, in16, IC, 0.0f, out, OC));
-        if (bias) ZS_CHECK(zs_cu_bias_fwd(s, out, bias, N, OC));
+        ZS_CHECK(zs_cu_gemm16(s, 1, 0, OC, N, IC, 1.0f, W, 0, IC, inp, in16, IC, 0.0f, f, OC));
+        if (bias) ZS_CHECK(zs_cu_bias_fwd(s, f, bias, N, OC));
+        if (out16) ZS_CHECK(zs_cu_f32_to_bf16(cs, (zs_bf16 *)out, f, (size_t)N * OC));
     }
 fail:
     lt_free(&c);
@@ -380,7 +392,7 @@ fail:
  * casting their own. With dbias or gelu_inp, dout's rounding is bias_bwd's pass over it (one
  * read of dout where a GELU's backward, a cast and a sum took three passes). */
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                     const void *dout, int dout16, const float *gelu_inp,
+                                     const void *dout, int dout16, const void *gelu_inp, int gelu16,
                                      float *dtmp, const void *inp, int inp16, const float *W, int N,
                                      int IC, int OC, float dinp_beta) {
     zs_status st = ZS_OK;
@@ -406,15 +418,18 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     }
 #endif
     if (!cast) {
-        if (gelu_inp) {
-            ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, gelu_inp, (const float *)dout, (size_t)N * OC));
-            dout = dtmp;
-        }
+        if (gelu_inp && gelu16)
+            ZS_CHECK(zs_cu_gelu_bwd16(s, dtmp, (const zs_bf16 *)gelu_inp, (const float *)dout,
+                                      (size_t)N * OC));
+        else if (gelu_inp)
+            ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, (const float *)gelu_inp, (const float *)dout,
+                                    (size_t)N * OC));
+        if (gelu_inp) dout = dtmp;
         ZS_CHECK(zs_cu_gemm16(s, 0, 0, IC, N, OC, 1.0f, W, 0, IC, dout, dout16, OC, dinp_beta, dinp,
                               IC));
         ZS_CHECK(
             zs_cu_gemm16(s, 0, 1, IC, OC, N, 1.0f, inp, inp16, IC, dout, dout16, OC, 1.0f, dW, IC));
-        return dbias ? zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, NULL, NULL)
+        return dbias ? zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, NULL, NULL, 0)
                      : ZS_OK;
     }
     ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, (const float *)dout, OC, dinp, IC));
@@ -423,7 +438,8 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     ZS_CHECK(blas_begin(s, cast, &h, &w));
     ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
     if (dbias || gelu_inp)
-        ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, w + nw, gelu_inp));
+        ZS_CHECK(
+            zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, w + nw, gelu_inp, gelu16));
     else if (!dout16)
         ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, (const float *)dout, (size_t)OC * N));
     if (!inp16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp, (size_t)IC * N));

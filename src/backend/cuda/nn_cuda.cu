@@ -341,9 +341,11 @@ static __global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
     }
 }
 
-static __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
-    ZS_CU_FOR(i, n) {
-        dinp[i] = 0.0f + zs_gelu_grad(inp[i]) * dout[i]; /* ops.h: the bits of += into zeros */
+/* gelu_bwd (InT float) and gelu_bwd16 (zs_bf16, widened). */
+template <typename InT>
+static __global__ void gelu_bwd_kernel(float *dinp, const InT *inp, const float *dout, size_t n) {
+    ZS_CU_FOR(i, n) { /* ops.h: the bits of += into zeros */
+        dinp[i] = 0.0f + zs_gelu_grad(zs_cu_widen(inp[i])) * dout[i];
     }
 }
 
@@ -359,17 +361,29 @@ fail:
     return st;
 }
 
-zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
-                         size_t n) {
+template <typename InT>
+static zs_status gelu_bwd(zs_stream_t *s, float *dinp, const InT *inp, const float *dout,
+                          size_t n) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     if (n == 0) return ZS_OK;
     ZS_REQUIRE(dinp && inp && dout, ZS_ERR_INVALID, "gelu_bwd: NULL buffer");
-    ZS_COST(23.0 * n, 0, 12.0 * n); /* zs_gelu_grad 21, times dout, 0 + (dinp written) */
-    ZS_LAUNCH(gelu_bwd_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dinp, inp, dout, n);
+    /* zs_gelu_grad 21, times dout, 0 + (dinp written) */
+    ZS_COST(23.0 * n, 0, (8.0 + sizeof(InT)) * n);
+    ZS_LAUNCH(gelu_bwd_kernel<InT>, zs_cu_blocks(n), ZS_CU_THREADS, 0, cs, dinp, inp, dout, n);
     ZS_CUDA_CHECK_LAUNCH(gelu_bwd_kernel);
 fail:
     return st;
+}
+
+zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
+                         size_t n) {
+    return gelu_bwd(s, dinp, inp, dout, n);
+}
+
+zs_status zs_cu_gelu_bwd16(zs_stream_t *s, float *dinp, const zs_bf16 *inp, const float *dout,
+                           size_t n) {
+    return gelu_bwd(s, dinp, inp, dout, n);
 }
 
 /* ---- softmax + cross-entropy -------------------------------------------------------- */

@@ -47,43 +47,53 @@ static __global__ void bias_fwd_kernel(float *out, const float *bias, size_t tot
  * gelu_inp non-NULL the element is gelu_bwd's 0 + gelu'(gelu_inp) dout (nn_cuda.cu, the same
  * bits), so a GELU's backward costs no pass of its own; dbias NULL skips the sums. */
 #define BIAS_BWD_BATCH ZS_COLSUM_SEG
+/* COLS columns a block: ZS_CU_COLS, or twice that where the columns are many
+ * (BIAS_BWD_WIDE_MIN: still 128 blocks or more, about an H100's 132 SMs), so a warp's row of a
+ * bf16 operand (the cast, the GELU's bf16 input) is a whole 32-byte sector rather than half. */
+#define BIAS_BWD_WIDE (2 * ZS_CU_COLS)
+#define BIAS_BWD_WIDE_MIN (128 * BIAS_BWD_WIDE)
 /* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
 // clang-format off
-static __global__ void ZS_BOUNDS(ZS_CU_COL_THREADS, 1) bias_bwd_kernel(float *dbias,
-        const float *dout, int N, int OC, zs_bf16 *cast, const float *gelu_inp) {
+template <typename GeluT>
+static __global__ void ZS_BOUNDS(BIAS_BWD_WIDE * ZS_COLSUM_GROUPS, 1) bias_bwd_kernel(float *dbias,
+        const float *dout, int N, int OC, zs_bf16 *cast, const GeluT *gelu_inp) {
     // clang-format on
-    ZS_SHARED(float, part, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
-    int tx = (int)threadIdx.x % ZS_CU_COLS, w = (int)threadIdx.x / ZS_CU_COLS;
-    int c = (int)blockIdx.x * ZS_CU_COLS + tx;
+    ZS_SHARED(float, part, ZS_COLSUM_GROUPS *(BIAS_BWD_WIDE + 1));
+    const int cols = (int)blockDim.x / ZS_COLSUM_GROUPS; /* ZS_CU_COLS or BIAS_BWD_WIDE */
+    /* a bf16 GELU input: half the rows in flight, where the whole segment's addresses and
+     * values spilled (ptxas -v, sm_90); 32 rows of 6 bytes a thread still cover the latency */
+    constexpr int BATCH = sizeof(GeluT) == sizeof(float) ? BIAS_BWD_BATCH : BIAS_BWD_BATCH / 2;
+    int tx = (int)threadIdx.x % cols, w = (int)threadIdx.x / cols;
+    int c = (int)blockIdx.x * cols + tx;
     float acc = 0.0f;
     for (int s0 = w * ZS_COLSUM_SEG; s0 < N && c < OC; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
         int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
-        /* BIAS_BWD_BATCH rows' loads in flight, then added in order */
-        for (int r0 = s0; r0 < end; r0 += BIAS_BWD_BATCH) {
-            float v[BIAS_BWD_BATCH];
+        /* BATCH rows' loads in flight, then added in order */
+        for (int r0 = s0; r0 < end; r0 += BATCH) {
+            float v[BATCH];
             ZS_UNROLL
-            for (int u = 0; u < BIAS_BWD_BATCH; u++) /* past the segment: a row read, unused */
+            for (int u = 0; u < BATCH; u++) /* past the segment: a row read, unused */
                 v[u] = dout[(size_t)(r0 + u < end ? r0 + u : r0) * OC + c];
             if (gelu_inp) {
                 ZS_UNROLL
-                for (int u = 0; u < BIAS_BWD_BATCH; u++)
-                    v[u] = 0.0f +
-                           zs_gelu_grad(gelu_inp[(size_t)(r0 + u < end ? r0 + u : r0) * OC + c]) *
-                               v[u];
+                for (int u = 0; u < BATCH; u++)
+                    v[u] = 0.0f + zs_gelu_grad(zs_cu_widen(
+                                      gelu_inp[(size_t)(r0 + u < end ? r0 + u : r0) * OC + c])) *
+                                      v[u];
             }
             ZS_UNROLL
-            for (int u = 0; u < BIAS_BWD_BATCH; u++)
+            for (int u = 0; u < BATCH; u++)
                 if (r0 + u < end) acc += v[u];
             if (cast) {
                 ZS_UNROLL
-                for (int u = 0; u < BIAS_BWD_BATCH; u++)
+                for (int u = 0; u < BATCH; u++)
                     if (r0 + u < end) cast[(size_t)(r0 + u) * OC + c] = zs_f32_to_bf16(v[u]);
             }
         }
     }
-    part[w * (ZS_CU_COLS + 1) + tx] = acc;
+    part[w * (cols + 1) + tx] = acc;
     __syncthreads();
-    if (w == 0 && c < OC && dbias) zs_colsum_finish(dbias + c, part + tx, ZS_CU_COLS + 1, 1);
+    if (w == 0 && c < OC && dbias) zs_colsum_finish(dbias + c, part + tx, (size_t)cols + 1, 1);
 }
 
 /* keep[4 i..4 i + 3] = v rounded to bf16 (8-byte aligned), and those values widened returned:
@@ -97,11 +107,10 @@ static __device__ __forceinline__ float4 keep4(zs_bf16 *keep, size_t i, float4 v
 /* out[i] = a[i] + (b[i] + bias[i % OC]) (bias_fwd's sum, then residual's; a[i] + b[i] where bias
  * is NULL), rounded to bf16 into keep and widened back where keep is non-NULL; and with pre
  * non-NULL the GELU's form instead: pre[i] += bias (none where bias is NULL), out[i] =
- * gelu(pre[i]), out fp32 or bf16 (bias_gelu_fwd16). 4 elements a thread where rows and buffers
+ * gelu(pre[i]). 4 elements a thread where rows and buffers
  * are aligned (vec), else one. out may alias a or b: each thread reads its elements before
  * writing them. */
-template <typename OutT>
-static __global__ void bias_act_kernel(OutT *out, zs_bf16 *keep, const float *a, const float *b,
+static __global__ void bias_act_kernel(float *out, zs_bf16 *keep, const float *a, const float *b,
                                        float *pre, const float *bias, size_t total, int OC,
                                        int vec) {
     if (vec) {
@@ -149,32 +158,30 @@ static __global__ void bias_act_kernel(OutT *out, zs_bf16 *keep, const float *a,
 }
 
 /* ops.h bias_residual_fwd (pre NULL; keep: the sum also rounded, with or without a bias) and
- * bias_gelu_fwd (a, b, keep NULL) with a bias, and bias_gelu_fwd16 (out bf16); without a bias or
- * keep, fp32 outputs take residual_fwd's and gelu_fwd's own kernels. */
-template <typename OutT>
-static zs_status bias_act(zs_stream_t *s, OutT *out, zs_bf16 *keep, const float *a, const float *b,
+ * bias_gelu_fwd (a, b, keep NULL) with a bias; without a bias or keep, residual_fwd's and
+ * gelu_fwd's own kernels. */
+static zs_status bias_act(zs_stream_t *s, float *out, zs_bf16 *keep, const float *a, const float *b,
                           float *pre, const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
-    size_t total = (size_t)N * OC, align = 4 * sizeof(OutT);
+    size_t total = (size_t)N * OC;
     int vec;
     const char *what = pre ? "bias_gelu_fwd" : "bias_residual_fwd";
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "%s: negative shape N=%d OC=%d", what, N, OC);
     if (total == 0) return ZS_OK;
-    if constexpr (sizeof(OutT) == sizeof(float)) /* without a bias, their own kernels */
-        if (!bias && !keep)
-            return pre ? zs_cu_gelu_fwd(s, out, pre, total) : cu_residual_fwd(s, out, a, b, total);
+    if (!bias && !keep) /* without a bias, their own kernels */
+        return pre ? zs_cu_gelu_fwd(s, out, pre, total) : cu_residual_fwd(s, out, a, b, total);
     ZS_REQUIRE(out && (pre ? !keep : a && b), ZS_ERR_INVALID, "%s: NULL buffer", what);
     /* two adds an element and the bias read (one add without it); GELU: one add and zs_gelu's
      * 10, pre read and written (read only without a bias) and out written; keep written */
     ZS_COST(pre ? 11.0 * total : (bias ? 2.0 : 1.0) * total, 0,
-            (4.0 + (pre && !bias ? 0.0 : 4.0) + sizeof(OutT) + (keep ? 2.0 : 0.0)) * total +
+            (8.0 + (pre && !bias ? 0.0 : 4.0) + (keep ? 2.0 : 0.0)) * total +
                 (bias ? 4.0 * OC : 0.0));
-    vec = OC % 4 == 0 && (uintptr_t)out % align == 0 && (!bias || (uintptr_t)bias % 16 == 0) &&
+    vec = OC % 4 == 0 && (uintptr_t)out % 16 == 0 && (!bias || (uintptr_t)bias % 16 == 0) &&
           (!keep || (uintptr_t)keep % 8 == 0) &&
           (pre ? (uintptr_t)pre % 16 == 0 : (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0);
-    ZS_LAUNCH(bias_act_kernel<OutT>, zs_cu_blocks(vec ? total / 4 : total), ZS_CU_THREADS, 0, cs,
-              out, keep, a, b, pre, bias, total, OC, vec);
+    ZS_LAUNCH(bias_act_kernel, zs_cu_blocks(vec ? total / 4 : total), ZS_CU_THREADS, 0, cs, out,
+              keep, a, b, pre, bias, total, OC, vec);
     ZS_CUDA_CHECK_LAUNCH(bias_act_kernel);
 fail:
     return st;
@@ -185,13 +192,72 @@ static zs_status cu_bias_residual_fwd(zs_stream_t *s, float *out, zs_bf16 *keep,
     return bias_act(s, out, keep, a, b, (float *)NULL, bias, N, OC);
 }
 
-/* bias_gelu_fwd (OutT float) and bias_gelu_fwd16 (zs_bf16). */
-template <typename OutT>
-static zs_status cu_bias_gelu_fwd(zs_stream_t *s, float *pre, OutT *out, const float *bias, int N,
+/* ops.h bias_gelu_fwd. */
+static zs_status cu_bias_gelu_fwd(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
                                   int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(pre || (size_t)N * OC == 0, ZS_ERR_INVALID, "bias_gelu_fwd: NULL buffer");
     return bias_act(s, out, (zs_bf16 *)NULL, NULL, NULL, pre, bias, N, OC);
+fail:
+    return st;
+}
+
+/* ops.h bias_gelu_fwd16: with pre, pre16 = bf16(pre + bias) (bias NULL: none), else pre16 read
+ * (a GEMM's bf16 epilogue wrote it); out = bf16(gelu(pre16 widened)). 4 elements a thread
+ * where rows and buffers are aligned (vec), else one. */
+static __global__ void bias_gelu16_kernel(zs_bf16 *out, zs_bf16 *pre16, const float *pre,
+                                          const float *bias, size_t total, int OC, int vec) {
+    if (vec) {
+        unsigned oc4 = (unsigned)OC / 4;
+        ZS_CU_FOR(i, total / 4) {
+            float4 x;
+            if (pre) {
+                x = ((const float4 *)pre)[i];
+                if (bias) {
+                    float4 c = ((const float4 *)bias)[i % oc4];
+                    x = make_float4(x.x + c.x, x.y + c.y, x.z + c.z, x.w + c.w);
+                }
+                x = keep4(pre16, i, x);
+            } else {
+                uint2 w = ((const uint2 *)pre16)[i];
+                x = make_float4(zs_bits_f32(w.x << 16), zs_bits_f32(w.x & 0xffff0000u),
+                                zs_bits_f32(w.y << 16), zs_bits_f32(w.y & 0xffff0000u));
+            }
+            zs_cu_put4(out, i, make_float4(zs_gelu(x.x), zs_gelu(x.y), zs_gelu(x.z), zs_gelu(x.w)));
+        }
+        return;
+    }
+    ZS_CU_FOR(i, total) {
+        zs_bf16 p;
+        if (pre) {
+            p = zs_f32_to_bf16(bias ? pre[i] + bias[i % (size_t)OC] : pre[i]);
+            pre16[i] = p;
+        } else {
+            p = pre16[i];
+        }
+        out[i] = zs_f32_to_bf16(zs_gelu(zs_bf16_to_f32(p)));
+    }
+}
+
+static zs_status cu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
+                                    const float *bias, int N, int OC) {
+    zs_status st = ZS_OK;
+    cudaStream_t cs = zs_cu_stream(s);
+    size_t total = (size_t)N * OC;
+    int vec;
+    ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_gelu_fwd16: negative shape N=%d OC=%d", N,
+               OC);
+    if (total == 0) return ZS_OK;
+    ZS_REQUIRE(out && pre16, ZS_ERR_INVALID, "bias_gelu_fwd16: NULL buffer");
+    /* zs_gelu's 10 and the bias's add an element; pre read (fp32) and pre16 written, or pre16
+     * read; out written */
+    ZS_COST((bias ? 11.0 : 10.0) * total, 0,
+            (pre ? 6.0 : 2.0) * total + 2.0 * total + (bias ? 4.0 * OC : 0.0));
+    vec = OC % 4 == 0 && (uintptr_t)out % 8 == 0 && (uintptr_t)pre16 % 8 == 0 &&
+          (!bias || (uintptr_t)bias % 16 == 0) && (!pre || (uintptr_t)pre % 16 == 0);
+    ZS_LAUNCH(bias_gelu16_kernel, zs_cu_blocks(vec ? total / 4 : total), ZS_CU_THREADS, 0, cs, out,
+              pre16, pre, bias, total, OC, vec);
+    ZS_CUDA_CHECK_LAUNCH(bias_gelu16_kernel);
 fail:
     return st;
 }
@@ -213,10 +279,24 @@ fail:
     return st;
 }
 
+/* bias_bwd_kernel's launch, wide where the columns are many. */
+template <typename GeluT>
+static zs_status bias_bwd(cudaStream_t cs, float *dbias, const float *dout, int N, int OC,
+                          zs_bf16 *cast, const GeluT *gelu_inp) {
+    zs_status st = ZS_OK;
+    int cols = OC >= BIAS_BWD_WIDE_MIN ? BIAS_BWD_WIDE : ZS_CU_COLS;
+    ZS_LAUNCH(bias_bwd_kernel<GeluT>, (unsigned)((OC + cols - 1) / cols),
+              (unsigned)cols * ZS_COLSUM_GROUPS, 0, cs, dbias, dout, N, OC, cast, gelu_inp);
+    ZS_CUDA_CHECK_LAUNCH(bias_bwd_kernel);
+fail:
+    return st;
+}
+
 /* bias_bwd (dbias may be NULL when cast is not), and with cast non-NULL the gradient rounded to
- * bf16 into cast[N * OC] in the same pass; with gelu_inp the gradient is gelu_bwd's of dout. */
+ * bf16 into cast[N * OC] in the same pass; with gelu_inp the gradient is gelu_bwd's of dout
+ * (gelu_bwd16's where gelu16). */
 zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
-                              zs_bf16 *cast, const float *gelu_inp) {
+                              zs_bf16 *cast, const void *gelu_inp, int gelu16) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     double n = (double)N * OC;
@@ -226,16 +306,17 @@ zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, i
     /* N adds into each column's partials, the partials' total, one into dbias (read and
      * written); zs_gelu_grad's 21 and 2 an element, gelu_inp read; the bf16 copy written */
     ZS_COST((dbias ? (double)(N + ZS_COLSUM_GROUPS + 1) * OC : 0.0) + (gelu_inp ? 23.0 * n : 0.0),
-            0, (4.0 + (cast ? 2.0 : 0.0) + (gelu_inp ? 4.0 : 0.0)) * n + (dbias ? 8.0 * OC : 0.0));
-    ZS_LAUNCH(bias_bwd_kernel, zs_cu_col_blocks((size_t)OC), ZS_CU_COL_THREADS, 0, cs, dbias, dout,
-              N, OC, cast, gelu_inp);
-    ZS_CUDA_CHECK_LAUNCH(bias_bwd_kernel);
+            0,
+            (4.0 + (cast ? 2.0 : 0.0) + (gelu_inp ? (gelu16 ? 2.0 : 4.0) : 0.0)) * n +
+                (dbias ? 8.0 * OC : 0.0));
+    if (gelu16) return bias_bwd<zs_bf16>(cs, dbias, dout, N, OC, cast, (const zs_bf16 *)gelu_inp);
+    return bias_bwd<float>(cs, dbias, dout, N, OC, cast, (const float *)gelu_inp);
 fail:
     return st;
 }
 
 static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
-    return zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, NULL, NULL);
+    return zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, NULL, NULL, 0);
 }
 
 /* ---- elementwise: residual, axpy, scale, fill --------------------------------------- */
@@ -447,49 +528,17 @@ fail:
  * gemm's arithmetic and, for bf16, in flash attention on tensor cores. */
 static const zs_ops *cuda_with_math(zs_gemm_math math);
 
-/* The bf16 table's flash attention: on tensor cores (flash_tc_cuda.cu) for the head sizes it
- * takes, else the fp32 kernels. */
-static zs_status cu_flash_fwd_bf16(zs_stream_t *s, float *out, float *lse, const float *q,
-                                   const float *k, const float *v, int B, int T, int NH, int NKV,
-                                   int hs, int ldq, int ldkv, const int32_t *seg) {
-    zs_status st = ZS_OK;
-    if (!zs_cu_flash_tc_eligible(hs))
-        return zs_cu_flash_attention_fwd(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
-    ZS_CHECK(zs_flash_attention_check("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
-    ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
-    return zs_cu_flash_tc_fwd(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
-fail:
-    return st;
-}
-
-static zs_status cu_flash_bwd_bf16(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
-                                   const float *dout, const float *q, const float *k,
-                                   const float *v, const float *out, const float *lse, int B, int T,
-                                   int NH, int NKV, int hs, int ldq, int ldkv, const int32_t *seg) {
-    zs_status st = ZS_OK;
-    if (!zs_cu_flash_tc_eligible(hs))
-        return zs_cu_flash_attention_bwd(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
-                                         NKV, hs, ldq, ldkv, seg);
-    ZS_CHECK(zs_flash_attention_check("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
-    ZS_REQUIRE(dq && dk && dv && delta && dout && q && k && v && out && lse, ZS_ERR_INVALID,
-               "flash_attention_bwd: NULL buffer");
-    return zs_cu_flash_tc_bwd(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH, NKV, hs, ldq,
-                              ldkv, seg);
-fail:
-    return st;
-}
-
 #define CUDA_TABLE(math, gemm_fn, gemm16_fn, linear_bias_fn, linear_bwd_fn, linear_bwd16_fn,       \
                    xent16_fn, flash_fwd, flash_bwd)                                                \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
         .gemm16 = gemm16_fn, .linear_fwd_bias = linear_bias_fn, .gemm_linear_bwd = linear_bwd_fn,  \
         .gemm_linear_bwd16 = linear_bwd16_fn, .bias_fwd = zs_cu_bias_fwd, .bias_bwd = cu_bias_bwd, \
-        .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd<float>,       \
-        .bias_gelu_fwd16 = cu_bias_gelu_fwd<zs_bf16>, .embedding_fwd = zs_cu_embedding_fwd,        \
+        .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd,              \
+        .bias_gelu_fwd16 = cu_bias_gelu_fwd16, .embedding_fwd = zs_cu_embedding_fwd,               \
         .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
         .layernorm_fwd16 = zs_cu_layernorm_fwd16, .layernorm_bwd = zs_cu_layernorm_bwd,            \
-        .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd,                                    \
+        .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd, .gelu_bwd16 = zs_cu_gelu_bwd16,    \
         .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
         .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
         .softmax_xent16 = xent16_fn, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,         \
@@ -513,7 +562,7 @@ static const zs_ops cuda_ops[3] = {
                zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd),
     CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm16, zs_cu_linear_fwd_bias,
                zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16, zs_cu_softmax_xent16,
-               cu_flash_fwd_bf16, cu_flash_bwd_bf16)};
+               zs_cu_flash_tc_fwd, zs_cu_flash_tc_bwd)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];
