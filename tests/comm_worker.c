@@ -11,12 +11,14 @@
  *   comm_worker die-alloc --victim V              V dies instead of joining a zs_comm_mem_alloc
  *   comm_worker stuck --victim V                  V stops calling collectives (timeout path)
  *   comm_worker mismatch                          rank 1 calls a different collective
+ *   comm_worker split | split-die --group S ...    zs_comm_split (comm_worker_split.c)
  * Data are small integers in floats, so every sum is exact and results are checked bit for
  * bit; outputs are poisoned before each call. Exit 0 = all checks passed. */
 #include "backend/cuda_device.h"
 #include "backend/device.h"
 #include "comm/device.h"
 #include "comm/staged.h"
+#include "comm_worker_split.h"
 #include "core/alloc.h"
 #include "testutil.h"
 #include "zshard.h"
@@ -485,12 +487,17 @@ static int run_failure(const char *mode, int victim) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "collectives";
     zs_comm_config cfg = zs_comm_config_default();
-    int victim = 1, async_only = 0;
+    int victim = 1, async_only = 0, group = 1;
+    zs_comm_backend split_comm = ZS_COMM_AUTO;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--comm") && i + 1 < argc)
             ZT_OK(zs_comm_backend_parse(argv[++i], &cfg.backend));
         else if (!strcmp(argv[i], "--victim") && i + 1 < argc)
             victim = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--group") && i + 1 < argc)
+            group = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--split-comm") && i + 1 < argc)
+            ZT_OK(zs_comm_backend_parse(argv[++i], &split_comm));
         else if (!strcmp(argv[i], "--async"))
             async_only = 1;
         else if (!strcmp(argv[i], "--registered"))
@@ -530,6 +537,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (!strcmp(mode, "collectives"))
         rc = run_collectives(async_only);
+    else if (!strncmp(mode, "split", 5))
+        rc = cw_run_split(g_c, mode, group, victim, split_comm, g_dev);
     else
         rc = run_failure(mode, victim);
     zs_comm_destroy(g_c);

@@ -61,4 +61,22 @@ static inline int ct_count(const char *hay, const char *needle) {
     return n;
 }
 
+/* comm_worker split-die --group 2 --victim 2 among 4 ranks (comm_worker_split.c): every
+ * survivor fails, the launcher names rank 2, and the two survivors that share a group with it
+ * name it as that group's rank 0, which their reports map to job rank 2. */
+static inline void ct_split_die_check(const char *out) {
+    ZT_CHECK(ct_count(out, "FAILED ZS_ERR_COMM") == 3, "every survivor must fail:\n%s", out);
+    ZT_CHECK(strstr(out, "zshard run: rank 2 (pid ") && strstr(out, "killed by signal 9"),
+             "the launcher does not name rank 2 and SIGKILL:\n%s", out);
+    static const char *who[2][2] = {
+        {"on rank 1 of group 1 (its ranks 0, 1 are job ranks 2, 3): peer rank 0 ",
+         "on rank 1 of group 1 (its ranks 0, 1 are job ranks 2, 3): gloo: lost peer rank 0 "},
+        {"on rank 1 of group 0 (its ranks 0, 1 are job ranks 2, 0): peer rank 0 ",
+         "on rank 1 of group 0 (its ranks 0, 1 are job ranks 2, 0): gloo: lost peer rank 0 "}};
+    for (int k = 0; k < 2; k++)
+        ZT_CHECK(strstr(out, who[k][0]) || strstr(out, who[k][1]),
+                 "job rank %d (a group with rank 2) does not name its dead peer:\n%s",
+                 k ? 0 : 3, out);
+}
+
 #endif

@@ -181,6 +181,33 @@ static void meeting_errors(void) {
     ZT_CHECK(zs_now_s() - t < 20, "unresolvable MASTER_ADDR took %.1f s", zs_now_s() - t);
 }
 
+/* Groups (zs_comm_split) on gloo: an HSDP mesh's groups forced onto gloo (auto would take shm
+ * on one host), each group's sums in its rank order bit for bit, and a killed rank named. */
+static void split_groups(void) {
+    char cmd[8192];
+    const char *shapes[] = {"-n 4 -- %s split --group 2", "-n 6 -- %s split --group 3"};
+    for (int i = 0; i < 2; i++) {
+        char shape[4096];
+        snprintf(shape, sizeof shape, shapes[i], ct_worker());
+        snprintf(cmd, sizeof cmd, "ZS_COMM_TIMEOUT=60 %s run %s --comm gloo --split-comm gloo",
+                 zt_zshard_exe(), shape);
+        int rc = zt_run(cmd, g_out, sizeof g_out);
+        int n = i ? 6 : 4;
+        ZT_CHECK(rc == 0 && ct_count(g_out, " 0 failed") == n, "%s -> %d:\n%s", cmd, rc, g_out);
+        ZT_CHECK(ct_count(g_out, "shard group gloo (--comm gloo), replica group gloo") == n,
+                 "the groups did not run on gloo:\n%s", g_out);
+    }
+    snprintf(cmd, sizeof cmd,
+             "ZS_COMM_TIMEOUT=60 %s run -n 4 --drain 10 -- %s split-die --group 2 --victim 2 "
+             "--comm gloo --split-comm gloo",
+             zt_zshard_exe(), ct_worker());
+    double t = zs_now_s();
+    int rc = zt_run(cmd, g_out, sizeof g_out);
+    ZT_CHECK(rc != 0 && zs_now_s() - t < 30.0, "%s -> %d in %.1f s:\n%s", cmd, rc,
+             zs_now_s() - t, g_out);
+    ct_split_die_check(g_out);
+}
+
 int main(void) {
     zt_init("comm_gloo");
     ct_job_scope();
@@ -194,6 +221,7 @@ int main(void) {
     collectives(3, "", "--registered");
     collectives(3, "ZS_SHM_CHUNK=8K", "");
     collectives(2, "ZS_SOCKET_IFNAME=lo", "");
+    split_groups();
     char cmd[1024];
     snprintf(
         cmd, sizeof cmd,

@@ -6,18 +6,23 @@
 static char g_out[1 << 20];
 
 #ifdef ZS_HAVE_MPI
-static void run_mpi(int n, const char *args) {
+static void run_mpi_mode(int n, const char *mode, const char *args, const char *expect) {
     char cmd[8192];
     /* root in containers; more ranks than cores on CI */
     snprintf(cmd, sizeof cmd,
              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ZS_COMM_TIMEOUT=60 "
-             "OMPI_MCA_rmaps_base_oversubscribe=1 mpirun --oversubscribe -np %d %s "
-             "collectives %s",
-             n, ct_worker(), args);
+             "OMPI_MCA_rmaps_base_oversubscribe=1 mpirun --oversubscribe -np %d %s %s %s",
+             n, ct_worker(), mode, args);
     int rc = zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(rc == 0, "%s -> exit %d:\n%s", cmd, rc, g_out);
     ZT_CHECK(ct_count(g_out, " 0 failed") == n, "expected %d passing ranks:\n%s", n, g_out);
+    ZT_CHECK(!expect || ct_count(g_out, expect) == n, "expected '%s' from %d ranks:\n%s", expect,
+             n, g_out);
     ZT_CHECK(ct_shm_leftovers() == 0, "segment left in /dev/shm after %s", cmd);
+}
+
+static void run_mpi(int n, const char *args) {
+    run_mpi_mode(n, "collectives", args, NULL);
 }
 
 /* `zshard mem --comm mpi` predicted no comm memory, while the backend
@@ -86,6 +91,13 @@ int main(void) {
      * with registered buffers, whose objects are named after that segment */
     run_mpi(3, "--comm shm");
     run_mpi(3, "--comm shm --registered");
+    /* groups (zs_comm_split): on mpi through MPI_Comm_split, and auto's shm groups of an mpi
+     * communicator; each group's sums in its own rank order, bit for bit */
+    run_mpi_mode(4, "split", "--group 2 --comm mpi --split-comm mpi",
+                 "shard group mpi (--comm mpi), replica group mpi");
+    run_mpi_mode(4, "split", "--group 2 --comm mpi", "shard group shm (all 2 ranks");
+    run_mpi_mode(6, "split", "--group 3 --comm mpi --split-comm mpi",
+                 "shard group mpi (--comm mpi), replica group mpi");
     bench_comm_under_mpirun();
     mem_estimate("3", "fp32");
     mem_estimate("1", "fp32");

@@ -5,6 +5,7 @@
  *    the collective runs on the communicator's stream, ordered by events;
  *  - shm through pinned host staging, the path of ranks that share one GPU, on 1 to 3 ranks,
  *    with an injected delay before every collective;
+ *  - groups (zs_comm_split) of 2 among 4 ranks, on nccl and on staged shm;
  *  - a rank killed inside an nccl all_reduce: every survivor fails within the timeout naming the
  *    collective, and the launcher names the dead rank. */
 #include "commtest.h"
@@ -79,6 +80,15 @@ int main(void) {
         run_world(n, "ZS_EMU_DEVICES=1 ZS_SHM_CHUNK=8K", "collectives --comm shm --device cuda");
     run_world(3, "ZS_EMU_DEVICES=1 ZS_COMM_DELAY_MS=1",
               "collectives --comm shm --device cuda --async");
+    /* groups (zs_comm_split): an HSDP mesh of 2 x 2 on nccl (each group's unique id through
+     * the split's store), and on shm through staging where ranks share a GPU */
+    if (zt_gpus_for(4, "nccl groups of 2 among 4 ranks")) {
+        run_world(4, "ZS_EMU_DEVICES=4", "split --group 2 --comm nccl --device cuda");
+        ZT_CHECK(ct_count(g_out, "shard group nccl (a group of an nccl communicator), replica "
+                                 "group nccl") == 4,
+                 "the groups did not run on nccl:\n%s", g_out);
+    }
+    run_world(4, "ZS_EMU_DEVICES=1 ZS_SHM_CHUNK=8K", "split --group 2 --comm shm --device cuda");
     killed_rank();
     return zt_finish();
 }

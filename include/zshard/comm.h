@@ -91,6 +91,17 @@ zs_status zs_comm_create(const zs_comm_config *cfg, zs_comm_t **out);
  * collective, but peers that still wait on this rank then fail with "rank R exited". */
 void zs_comm_destroy(zs_comm_t *c);
 
+/* Split c into groups, as MPI_Comm_split and ncclCommSplit do: the ranks that pass the same
+ * color form one communicator, ranked by key, then by their rank in c (colors and keys in
+ * [0, 2^24)). HSDP's mesh is two splits (docs/comm.md "Groups"). cfg (NULL: c's settings)
+ * chooses the group's backend, timeout and checks; its rendezvous fields are not read. Its
+ * backend AUTO: nccl in an nccl communicator, shm when the whole group shares this host, else
+ * c's own backend. A group's failure reports name its ranks and the job's ranks behind them.
+ * Collective over c: every rank calls it, in the same order relative to c's collectives. The
+ * group is an independent communicator (zs_comm_destroy, before or after c). */
+zs_status zs_comm_split(zs_comm_t *c, int color, int key, const zs_comm_config *cfg,
+                        zs_comm_t **out);
+
 int zs_comm_rank(const zs_comm_t *c);
 int zs_comm_world_size(const zs_comm_t *c);
 int zs_comm_local_rank(const zs_comm_t *c);

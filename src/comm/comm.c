@@ -54,7 +54,7 @@ void zs_comm_store_close(zs_store *s, int owned) {
 /* What makes two processes one host for the shm backend: the same kernel (boot id) and the same
  * mount and network namespaces (one /dev/shm; containers and network namespaces count as hosts
  * of their own). */
-static void host_identity(char *out, size_t cap) {
+void zs_comm_host_identity(char *out, size_t cap) {
     char boot[64] = "", mnt[64] = "", net[64] = "";
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
@@ -78,7 +78,7 @@ static zs_status discover_locality(zs_comm_t *c) {
     char me[300], other[300], key[64];
     int local = 0, before = 0, theirs = 0, n = 0;
     snprintf(me, sizeof me, "%d ", c->env.world_size);
-    host_identity(me + strlen(me), sizeof me - strlen(me));
+    zs_comm_host_identity(me + strlen(me), sizeof me - strlen(me));
     zs_store_id id = store_id(&c->env);
     ZS_CHECK(zs_store_create(c->env.master_addr, c->env.master_port, c->env.rank == 0, &id,
                              c->timeout_s, &c->store));
@@ -105,6 +105,43 @@ fail:
     return st;
 }
 
+zs_status zs_comm_start(zs_comm_t *c, const zs_comm_config *cfg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_comm_resolve_backend(cfg->backend, cfg->backend_why, cfg->gpu_buffers, &c->env,
+                                     &c->backend, c->why, sizeof c->why));
+    c->ops = c->backend == ZS_COMM_SHM    ? &zs_comm_shm_ops
+             : c->backend == ZS_COMM_MPI  ? zs_comm_mpi_ops()
+             : c->backend == ZS_COMM_GLOO ? zs_comm_gloo_ops()
+                                          : zs_comm_nccl_ops();
+    c->timeout_s = cfg->timeout_s;
+    c->check = cfg->check;
+    c->delay_s = cfg->debug_delay_s;
+    c->chunk_bytes = cfg->chunk_bytes;
+    c->device = cfg->device >= 0 ? cfg->device : c->env.local_rank;
+    c->t0 = zs_now_s();
+    ZS_CHECK(c->ops->init(c));
+    if (!c->store_shared) {
+        zs_store_destroy(c->store);
+        c->store = NULL;
+    }
+    ZS_CHECK(zs_queue_create(c, &c->queue));
+    ZS_LOG_D("comm: rank %d of %d (local %d of %d, from %s), backend %s", c->env.rank,
+             c->env.world_size, c->env.local_rank, c->env.local_world_size, c->env.source,
+             c->ops->name);
+fail:
+    return st;
+}
+
+void zs_comm_abandon(zs_comm_t *c) {
+    if (!c) return;
+    if (c->impl && c->ops) c->ops->fini(c);
+    if (!c->store_pinned && !c->store_shared) zs_store_destroy(c->store);
+    zs_queue_destroy(c->queue);
+    pthread_mutex_destroy(&c->err_lock);
+    pthread_mutex_destroy(&c->ring_lock);
+    free(c);
+}
+
 zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
     zs_status st = ZS_OK;
     zs_comm_config cfg = cfg_in ? *cfg_in : zs_comm_config_default();
@@ -124,34 +161,11 @@ zs_status zs_comm_create(const zs_comm_config *cfg_in, zs_comm_t **out) {
         c->timeout_s = cfg.timeout_s;
         ZS_CHECK(discover_locality(c));
     }
-    ZS_CHECK(zs_comm_resolve_backend(cfg.backend, cfg.backend_why, cfg.gpu_buffers, &c->env,
-                                     &c->backend, c->why, sizeof c->why));
-    c->ops = c->backend == ZS_COMM_SHM    ? &zs_comm_shm_ops
-             : c->backend == ZS_COMM_MPI  ? zs_comm_mpi_ops()
-             : c->backend == ZS_COMM_GLOO ? zs_comm_gloo_ops()
-                                          : zs_comm_nccl_ops();
-    c->timeout_s = cfg.timeout_s;
-    c->check = cfg.check;
-    c->delay_s = cfg.debug_delay_s;
-    c->chunk_bytes = cfg.chunk_bytes;
-    c->device = cfg.device >= 0 ? cfg.device : c->env.local_rank;
-    c->t0 = zs_now_s();
-    ZS_CHECK(c->ops->init(c));
-    zs_store_destroy(c->store);
-    c->store = NULL;
-    ZS_CHECK(zs_queue_create(c, &c->queue));
-    ZS_LOG_D("comm: rank %d of %d (local %d of %d, from %s), backend %s", c->env.rank,
-             c->env.world_size, c->env.local_rank, c->env.local_world_size, c->env.source,
-             c->ops->name);
+    ZS_CHECK(zs_comm_start(c, &cfg));
     *out = c;
     return ZS_OK;
 fail:
-    if (c && c->impl && c->ops) c->ops->fini(c);
-    if (c) {
-        if (!c->store_pinned) zs_store_destroy(c->store);
-        zs_queue_destroy(c->queue);
-        free(c);
-    }
+    zs_comm_abandon(c);
     return st;
 }
 
@@ -294,11 +308,11 @@ zs_status zs_comm_execute(zs_comm_t *c, const zs_coll *op, char *msg, size_t msg
         zs_ring_end(c, op, st);
         if (st != ZS_OK) {
             char full[1024];
-            snprintf(full, sizeof full, "%s #%llu (tag '%s', %zu %s%s) on rank %d: %s",
+            snprintf(full, sizeof full, "%s #%llu (tag '%s', %zu %s%s) on rank %d%s: %s",
                      zs_coll_name(op->kind), (unsigned long long)op->seq, op->tag, op->count,
                      op->kind == ZS_COLL_MEM_ALLOC ? "" : "x ",
                      op->kind == ZS_COLL_MEM_ALLOC ? "bytes" : zs_dtype_name(op->dt), c->env.rank,
-                     zs_last_error());
+                     c->group, zs_last_error());
             zs_comm_fail(c, st, full);
             zs_error(st, "%s", full);
         }

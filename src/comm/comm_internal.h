@@ -71,6 +71,10 @@ typedef struct zs_comm_backend_ops {
     /* Optional: ZS_OK, or the failure the backend has seen (nccl: a peer lost), recorded. */
     zs_status (*health)(zs_comm_t *c);
     int needs_thread; /* CPU backends: async work runs on the comm thread */
+    /* Optional: a split's backend-side half, run by every rank of the parent (mpi:
+     * MPI_Comm_split), its result handed to the child's init as c->split_handle. */
+    zs_status (*split)(zs_comm_t *parent, int color, int key, void **handle);
+    void (*split_free)(void *handle); /* a handle no child took */
 } zs_comm_backend_ops;
 
 typedef struct zs_ring_entry {
@@ -118,6 +122,15 @@ struct zs_comm {
      * locality check); backends take it through zs_comm_store_open. */
     struct zs_store *store;
     int store_pinned; /* a backend's abandoned thread still uses the store: never free it */
+    int store_shared; /* a split's store, shared by the parent's ranks: the split frees it */
+
+    /* Splits (comm_split.c): how many this communicator has made, and, in a child, the
+     * backend's half of the split (mpi: the MPI_Comm) and its parent's world rank. */
+    int splits;
+    void *split_handle;
+    int parent_rank;
+    char group[240]; /* a child's " of group C (its ranks ... are job ranks ...)", put after
+                        its rank in failure reports */
 
     /* Device buffers (comm/device.h): the device, its stream for this communicator's work, and
      * the host staging that host backends run through (NULL: buffers are host-readable). */
@@ -151,6 +164,13 @@ void zs_comm_store_close(struct zs_store *s, int owned);
 zs_status zs_comm_resolve_backend(zs_comm_backend want, const char *want_why, int gpu,
                                   const zs_comm_env *env, zs_comm_backend *out, char *why,
                                   size_t cap);
+
+/* The rest of creation once c->env is known (comm.c): the backend, its init, the queue. A
+ * failed creation is undone by zs_comm_abandon (c freed). */
+zs_status zs_comm_start(zs_comm_t *c, const zs_comm_config *cfg);
+void zs_comm_abandon(zs_comm_t *c);
+/* What makes two processes one host for shm: boot id, mount and network namespaces. */
+void zs_comm_host_identity(char *out, size_t cap);
 
 /* Run one collective now on this thread: delay, check mode, ring, backend, sticky error.
  * The single path used by the inline (sync) case and by the comm thread. */

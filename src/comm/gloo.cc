@@ -314,6 +314,8 @@ const zs_comm_backend_ops g_gloo_ops = {
     nullptr,   /* mem_free: no registered buffers, zs_comm_mem_alloc is zs_alloc */
     nullptr,   /* health */
     1,         /* needs_thread */
+    nullptr,   /* split: the group meets through the split's store */
+    nullptr,   /* split_free */
 };
 
 } // namespace

@@ -63,7 +63,13 @@ static zs_status mpi_init(zs_comm_t *c) {
     ZS_REQUIRE(provided >= MPI_THREAD_SERIALIZED, ZS_ERR_UNSUPPORTED,
                "mpi: the MPI library gives thread level %d, zshard needs MPI_THREAD_SERIALIZED",
                provided);
-    MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &m->comm));
+    if (c->split_handle) { /* a group: the MPI_Comm_split every parent rank made */
+        m->comm = *(MPI_Comm *)c->split_handle;
+        free(c->split_handle);
+        c->split_handle = NULL;
+    } else {
+        MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &m->comm));
+    }
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &rank);
     MPI_Comm_size(m->comm, &size);
@@ -232,6 +238,29 @@ fail:
     return st;
 }
 
+/* zs_comm_split's half on an mpi parent: every rank of the parent splits its MPI communicator
+ * (rank order within a color by key, then parent rank, as comm_split.c orders them). */
+static zs_status mpi_split(zs_comm_t *parent, int color, int key, void **handle) {
+    zs_status st = ZS_OK;
+    mpi_ctx *m = parent->impl;
+    MPI_Comm *sub = malloc(sizeof *sub);
+    ZS_REQUIRE(sub, ZS_ERR_OOM, "mpi: out of memory");
+    MPI_TRY(MPI_Comm_split(m->comm, color, key, sub));
+    *handle = sub;
+    sub = NULL;
+fail:
+    free(sub);
+    return st;
+}
+
+static void mpi_split_free(void *handle) {
+    MPI_Comm *sub = handle;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && *sub != MPI_COMM_NULL) MPI_Comm_free(sub);
+    free(sub);
+}
+
 static const zs_comm_backend_ops g_mpi_ops = {
     .name = "mpi",
     .init = mpi_init,
@@ -240,6 +269,8 @@ static const zs_comm_backend_ops g_mpi_ops = {
     .mark_failed = NULL,
     .sync = NULL,
     .needs_thread = 1,
+    .split = mpi_split,
+    .split_free = mpi_split_free,
 };
 
 const zs_comm_backend_ops *zs_comm_mpi_ops(void) {

@@ -26,6 +26,7 @@ struct zs_store {
     char where[300];
     zs_store_server *server; /* rank 0 only */
     zs_status failed;        /* why the greeting failed, as recorded */
+    char prefix[64];         /* put before every key (zs_store_set_prefix) */
 };
 
 /* ---- blocking I/O with a deadline ---------------------------------------------------- */
@@ -225,10 +226,13 @@ static zs_status request(zs_store *s, uint8_t cmd, const char *key, const void *
     zs_status st = ZS_OK;
     double deadline = zs_now_s() + s->timeout_s;
     uint8_t h[ZS_WIRE_REQ_HDR];
-    uint32_t klen = (uint32_t)strlen(key), rlen;
-    ZS_REQUIRE(klen > 0 && klen <= ZS_WIRE_KEY_MAX, ZS_ERR_INVALID,
+    char full[ZS_WIRE_KEY_MAX + 2];
+    int kn = snprintf(full, sizeof full, "%s%s", s->prefix, key);
+    ZS_REQUIRE(key[0] && kn > 0 && kn <= ZS_WIRE_KEY_MAX, ZS_ERR_INVALID,
                "rendezvous store: key '%.40s' is empty or longer than %d bytes", key,
                ZS_WIRE_KEY_MAX);
+    uint32_t klen = (uint32_t)kn, rlen;
+    key = full;
     zs_wire_put_req_hdr(h, cmd, klen, vlen);
     ZS_CHECK(io_all(s->fd, h, sizeof h, 1, deadline, s->where));
     ZS_CHECK(io_all(s->fd, (void *)key, klen, 1, deadline, s->where));
@@ -305,6 +309,14 @@ zs_status zs_store_create(const char *addr, int port, int is_server, const zs_st
 fail:
     zs_store_destroy(s);
     return st;
+}
+
+zs_status zs_store_set_prefix(zs_store *s, const char *prefix) {
+    if (strlen(prefix) >= sizeof s->prefix)
+        return zs_error(ZS_ERR_INVALID, "rendezvous store: key prefix '%.40s' is too long",
+                        prefix);
+    snprintf(s->prefix, sizeof s->prefix, "%s", prefix);
+    return ZS_OK;
 }
 
 void zs_store_destroy(zs_store *s) {

@@ -36,6 +36,9 @@ zs_status zs_store_set(zs_store *s, const char *key, const void *val, size_t len
 zs_status zs_store_get(zs_store *s, const char *key, void *val, size_t cap, size_t *len);
 /* Adds delta to an integer key (created as 0), returns the new value. */
 zs_status zs_store_add(zs_store *s, const char *key, int64_t delta, int64_t *result);
+/* Put prefix before every later key of this client (a split's group: "c3/"), so that the
+ * groups of one store keep apart the keys their backends share ("shm/name", "nccl/id"). */
+zs_status zs_store_set_prefix(zs_store *s, const char *prefix);
 /* All `world` ranks meet; name must be fresh for each barrier. */
 zs_status zs_store_barrier(zs_store *s, const char *name, int world);
 
