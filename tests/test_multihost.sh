@@ -8,6 +8,9 @@
 #     MASTER_ADDR/MASTER_PORT, the same;
 #   - the same 2 x 2 job through mpirun --comm mpi, with an rsh agent that enters the
 #     namespaces, so the MPI path crosses a network too;
+#   - groups (zs_comm_split, HSDP's mesh) at 2 x 2 and 3 x 2: the shard group of each host on
+#     shm, the replica groups across hosts on gloo, each group's sums bit for bit in its rank
+#     order (comm_worker split);
 #   - a stranger on a third host knocks on the store's port during rendezvous (empty
 #     connections, junk, 2000 connections held open) and training: the 2 x 2 job still ends
 #     bitwise equal;
@@ -85,6 +88,27 @@ grep -q "comm gloo (auto: 4 ranks on several hosts (2 here), met at ${NH_IP[0]}:
 [[ "$(hash_in m22)" == "$(hash_in ref4)" ]] ||
     { cat m22 m22.1; fail "2 hosts x 2 ranks: $(hash_in m22) != shm on one host $(hash_in ref4)"; }
 echo "2 hosts x 2 ranks, ZeRO-3 over gloo: param_hash $(hash_in m22) = 4 ranks over shm"
+
+# ---- groups: the shard group within a host, the replica group across hosts -----------------
+split_mesh() { # NNODES: NNODES hosts x 2 ranks, comm_worker split --group 2
+    local nn=$1 p k
+    p=$(port)
+    for ((k = nn - 1; k >= 0; k--)); do
+        nh_in "$k" timeout 120 "$Z" run -n 2 --nnodes "$nn" --node-rank "$k" \
+            --master-addr "${NH_IP[0]}" --master-port "$p" -- "$B/tests/comm_worker" split \
+            --group 2 > "split$nn.$k" 2>&1 &
+    done
+    wait
+    for ((k = 0; k < nn; k++)); do
+        [[ "$(grep -c ' 0 failed' "split$nn.$k")" == 2 ]] ||
+            { cat "split$nn".*; fail "groups on $nn hosts x 2: host $k's ranks did not pass"; }
+        [[ "$(grep -c 'shard group shm (all 2 ranks of the group on this host), replica group gloo (a group across hosts' "split$nn.$k")" == 2 ]] ||
+            { cat "split$nn.$k"; fail "groups on $nn hosts x 2: not shm within, gloo across"; }
+    done
+    echo "groups on $nn hosts x 2 ranks: shm within each host, gloo across, sums in rank order"
+}
+split_mesh 2
+split_mesh 3
 
 # ---- a stranger on the network, during rendezvous and training -------------------
 # From a third host: 100 empty connections and junk at the master's store port, then 2000
