@@ -8,7 +8,11 @@
 #   2. with `tc netem` shaping the links (delay and rate), the same, and ZeRO-3 training steps
 #      with --prefetch 0, 1 and 2 next to the same job on one host over shm (no network:
 #      the step's compute), so that "communication exposed" = step - shm step, and the share
-#      of it that prefetching hides is read off.
+#      of it that prefetching hides is read off;
+#   3. 2 hosts x 2 ranks over links shaped to STEP_RATE: ddp and ZeRO-3 training steps and the
+#      bytes each host sends to the other per step (its cable's tx counter over two run
+#      lengths, so rendezvous and setup cancel), beside docs/sharding.md's formula. The
+#      reference HSDP must beat (#28).
 # Needs root (ip netns). Usage: [ROUNDS=3] [STEPS_ONLY=1] [STEP_RATE=200mbit] bench/multihost.sh
 # BUILD_DIR [RATE [DELAY]] (default 1gbit 1ms; the training steps run at STEP_RATE;
 # where the kernel has no netem qdisc, tc tbf limits the rate alone). Prints markdown tables.
@@ -145,6 +149,8 @@ echo "## Across hosts: gloo and mpi in network namespaces"
 echo
 echo "$(getconf _NPROCESSORS_ONLN) cores (load average $(cut -d" " -f1-3 /proc/loadavg) at the start), $(date -u +%Y-%m-%d); zshard $("$Z" --version | head -n 1)"
 echo
+# MESH_ONLY=1: part 3 alone.
+[[ "${MESH_ONLY:-0}" == 1 ]] && STEPS_ONLY=1
 # STEPS_ONLY=1: the training-step part alone (the links shaped the same way).
 if [[ "${STEPS_ONLY:-0}" != 1 ]]; then
     read -r l tool <<< "$(link_rate)"
@@ -162,6 +168,7 @@ fi
 # median step of a run (steps 4.. of its log), best of ROUNDS runs taken in turns.
 nh_shape 0 "$STEP_RATE" "$DELAY" && nh_shape 1 "$STEP_RATE" "$DELAY" || { echo "tc failed" >&2; exit 1; }
 for i in $(seq 1 3000); do printf 'the king of %d. ' "$i"; done > c.txt
+if [[ "${MESH_ONLY:-0}" != 1 ]]; then
 ARGS=(train --data "$T/c.txt" --model gpt2-mini --stage 3 --batch 8 --seq 128 --steps 30
       --sample-len 0 --val-every 0)
 median_ms() {
@@ -212,3 +219,57 @@ awk -v s="$s" -v a="$p0" -v b="$p1" -v c="$p2" 'BEGIN {
         printf "\nOf the communication --prefetch 0 exposes, --prefetch 1 hides %.0f%%, --prefetch 2 %.0f%%.\n",
                100 * (1 - (b - s) / (a - s)), 100 * (1 - (c - s) / (a - s))
 }'
+fi
+
+# ---- 3. 2 hosts x 2 ranks: bytes across hosts per step ---------------------------------------
+# Host k's cable (eth0 in its namespace) counts every byte it sends: payload, TCP/IP headers
+# and the acknowledgements of what it receives. A run of STEPS_A steps and one of STEPS_B
+# differ by their steps alone, so (tx_A - tx_B) / (STEPS_A - STEPS_B) is a step's bytes.
+STEPS_A=${STEPS_A:-8}
+STEPS_B=${STEPS_B:-4}
+tx() { nh_in "$1" cat /sys/class/net/eth0/statistics/tx_bytes; }
+mesh_run() { # OUT STEPS ARGS...: 2 hosts x 2 ranks; prints host 0's and host 1's tx bytes
+    local out=$1 n=$2 p a0 a1
+    shift 2
+    p=$(port)
+    a0=$(tx 0)
+    a1=$(tx 1)
+    nh_in 1 "$Z" run -n 2 --threads 1 --nnodes 2 --node-rank 1 --master-addr "${NH_IP[0]}" \
+        --master-port "$p" -- "$Z" "${MARGS[@]}" --steps "$n" "$@" > "$out.1" 2>&1 &
+    nh_in 0 "$Z" run -n 2 --threads 1 --nnodes 2 --node-rank 0 --master-addr "${NH_IP[0]}" \
+        --master-port "$p" -- "$Z" "${MARGS[@]}" --steps "$n" "$@" --log "$T/$out.jsonl" \
+        > "$out.0" 2>&1
+    wait
+    echo "$(($(tx 0) - a0)) $(($(tx 1) - a1))"
+}
+mesh_model() { # MODEL
+    MARGS=(train --data "$T/c.txt" --model "$1" --batch 8 --seq 64 --sample-len 0 --val-every 0
+           --comm-timeout 300)
+    local psi
+    psi=$("$Z" mem --model "$1" --nproc 4 --stage 3 --batch 8 --seq 64 --data "$T/c.txt" |
+          sed -n 's/.*(\([0-9]*\) with alignment and shard padding).*/\1/p')
+    for st in ddp 3; do
+        read -r a0 a1 <<< "$(mesh_run "m$st.a" "$STEPS_A" --stage "$st")"
+        read -r b0 b1 <<< "$(mesh_run "m$st.b" "$STEPS_B" --stage "$st")"
+        python3 -c 'import json, statistics, sys
+a0, a1, b0, b1, n = (int(x) for x in sys.argv[1:6])
+ms = [json.loads(l)["ms"] for l in open(sys.argv[6]) if "\"step\"" in l and "\"ms\"" in l]
+per = ((a0 - b0) + (a1 - b1)) / 2 / n
+psi = int(sys.argv[9])
+# docs/sharding.md "Bytes across hosts": P = 4 ranks, L = 2 a host, fp32, per host
+form = {"ddp": 2 * 2 * 2 * psi / 4 * 4, "3": 2 * 2 * psi / 4 * 12}[sys.argv[8]]
+print("| %s | %s | %d | %.1f | %.2f | %.2f | %.3f |" % (sys.argv[7], sys.argv[8], psi,
+      statistics.median(ms[2:]), per / 1e6, form / 1e6, per / form))' "$a0" "$a1" "$b0" "$b1" "$((STEPS_A - STEPS_B))" \
+            "m$st.a.jsonl" "$1" "$st" "$psi"
+    done
+}
+echo
+echo "### Bytes across hosts per step: 2 hosts x 2 ranks ($NH_SHAPED)"
+echo
+echo "batch 8 x seq 64, fp32, over gloo. MB sent = the bytes one host's cable sends per step"
+echo "(mean of the two hosts; payload, TCP/IP headers and acknowledgements), from runs of"
+echo "$STEPS_A and $STEPS_B steps. ms/step: the median step of the $STEPS_A-step run (steps 3..)."
+echo
+echo "| model | stage | Ψ padded | ms/step | MB sent per host per step | formula's payload MB | ratio |"
+echo "|---|---|---:|---:|---:|---:|---:|"
+for model in ${MESH_MODELS:-gpt2-mini}; do mesh_model "$model"; done

@@ -38,13 +38,13 @@ static void coll(zs_comm_t *g, ckind k, const float *send, size_t scount, float 
         r = dr;
     }
     if (k == C_AR)
-        ZT_OK(zs_comm_all_reduce_async(g, s, r, rcount, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, tag,
-                                       &w));
+        ZT_OK(
+            zs_comm_all_reduce_async(g, s, r, rcount, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, tag, &w));
     else if (k == C_AG)
         ZT_OK(zs_comm_all_gather_async(g, s, r, scount, ZS_DTYPE_F32, NULL, tag, &w));
     else
-        ZT_OK(zs_comm_reduce_scatter_async(g, s, r, rcount, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL,
-                                           tag, &w));
+        ZT_OK(zs_comm_reduce_scatter_async(g, s, r, rcount, ZS_DTYPE_F32, ZS_REDUCE_SUM, NULL, tag,
+                                           &w));
     ZT_OK(zs_comm_work_wait(w));
     if (g_sdev) {
         ZT_OK(g_sdev->copy_d2h(NULL, recv, dr, rcount * 4));
@@ -74,8 +74,7 @@ static int same(float a, float b) {
     return memcmp(&a, &b, 4) == 0;
 }
 
-static int split_pair(zs_comm_t *c, int S, zs_comm_backend b, zs_comm_t **shard,
-                      zs_comm_t **repl) {
+static int split_pair(zs_comm_t *c, int S, zs_comm_backend b, zs_comm_t **shard, zs_comm_t **repl) {
     int n = zs_comm_world_size(c), r = zs_comm_rank(c);
     zs_comm_config cfg = zs_comm_config_default();
     cfg.backend = b;

@@ -75,8 +75,8 @@ static inline void ct_split_die_check(const char *out) {
          "on rank 1 of group 0 (its ranks 0, 1 are job ranks 2, 0): gloo: lost peer rank 0 "}};
     for (int k = 0; k < 2; k++)
         ZT_CHECK(strstr(out, who[k][0]) || strstr(out, who[k][1]),
-                 "job rank %d (a group with rank 2) does not name its dead peer:\n%s",
-                 k ? 0 : 3, out);
+                 "job rank %d (a group with rank 2) does not name its dead peer:\n%s", k ? 0 : 3,
+                 out);
 }
 
 #endif

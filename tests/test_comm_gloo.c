@@ -203,8 +203,8 @@ static void split_groups(void) {
              zt_zshard_exe(), ct_worker());
     double t = zs_now_s();
     int rc = zt_run(cmd, g_out, sizeof g_out);
-    ZT_CHECK(rc != 0 && zs_now_s() - t < 30.0, "%s -> %d in %.1f s:\n%s", cmd, rc,
-             zs_now_s() - t, g_out);
+    ZT_CHECK(rc != 0 && zs_now_s() - t < 30.0, "%s -> %d in %.1f s:\n%s", cmd, rc, zs_now_s() - t,
+             g_out);
     ct_split_die_check(g_out);
 }
 

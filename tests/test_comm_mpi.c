@@ -16,8 +16,8 @@ static void run_mpi_mode(int n, const char *mode, const char *args, const char *
     int rc = zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(rc == 0, "%s -> exit %d:\n%s", cmd, rc, g_out);
     ZT_CHECK(ct_count(g_out, " 0 failed") == n, "expected %d passing ranks:\n%s", n, g_out);
-    ZT_CHECK(!expect || ct_count(g_out, expect) == n, "expected '%s' from %d ranks:\n%s", expect,
-             n, g_out);
+    ZT_CHECK(!expect || ct_count(g_out, expect) == n, "expected '%s' from %d ranks:\n%s", expect, n,
+             g_out);
     ZT_CHECK(ct_shm_leftovers() == 0, "segment left in /dev/shm after %s", cmd);
 }
 

@@ -16,9 +16,8 @@ static char g_out[1 << 20];
 
 static void run_world(int n, const char *env, const char *args) {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s ZS_COMM_TIMEOUT=60 %s run -n %d -- %s %s%s", env,
-             zt_zshard_exe(), n, ct_worker(), strncmp(args, "split", 5) ? "collectives " : "",
-             args);
+    snprintf(cmd, sizeof cmd, "%s ZS_COMM_TIMEOUT=60 %s run -n %d -- %s %s%s", env, zt_zshard_exe(),
+             n, ct_worker(), strncmp(args, "split", 5) ? "collectives " : "", args);
     int rc = zt_run(cmd, g_out, sizeof g_out);
     ZT_CHECK(rc == 0, "%s -> exit %d:\n%s", cmd, rc, g_out);
     ZT_CHECK(ct_count(g_out, " 0 failed") == n, "expected %d passing ranks:\n%s", n, g_out);

@@ -173,9 +173,9 @@ int zs_cli_mem(int argc, char **argv) {
            mo.attention == ZS_ATTENTION_NAIVE ? "naive (T x T)" : "flash",
            mo.docs ? ", --docs " : "", mo.docs ? zs_docs_mode_name(mo.docs) : "",
            mo.offload ? ", --offload " : "", mo.offload ? zs_offload_name(mo.offload) : "");
-    printf("Ψ = %.1fM parameters (%.1fM with alignment and shard padding), vocab %d padded to "
+    printf("Ψ = %.1fM parameters (%llu with alignment and shard padding), vocab %d padded to "
            "%d\n",
-           (double)e0->params / 1e6, (double)e0->padded / 1e6, cfg.vocab, cfg.padded_vocab);
+           (double)e0->params / 1e6, (unsigned long long)e0->padded, cfg.vocab, cfg.padded_vocab);
     /* --device cuda predicts the GPU's memory: what the device-resident trainer allocates there
      * (host staging buffers are host memory and not counted). */
     if (m.ignored[0]) { /* " --lr, --steps," -> "--lr, --steps" */

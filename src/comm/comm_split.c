@@ -44,8 +44,8 @@ static zs_status exchange_store(zs_store *s, const split_member *me, split_membe
         ZS_CHECK(zs_store_get(s, key, val, sizeof val - 1, &len));
         val[len < sizeof val ? len : sizeof val - 1] = '\0';
         all[r].rank = r;
-        ZS_REQUIRE(sscanf(val, "%d %d %llu", &all[r].color, &all[r].key, &h) == 3,
-                   ZS_ERR_COMM, "split: rank %d's statement '%.40s' is garbled", r, val);
+        ZS_REQUIRE(sscanf(val, "%d %d %llu", &all[r].color, &all[r].key, &h) == 3, ZS_ERR_COMM,
+                   "split: rank %d's statement '%.40s' is garbled", r, val);
         all[r].host = h;
     }
 fail:
@@ -84,10 +84,10 @@ static int by_key(const void *a, const void *b) {
 
 /* The child's place: rank and world among its color, local rank and world among those of its
  * color on its host. */
-static void place(zs_comm_t *child, const split_member *all, int n, const split_member *me) {
+static zs_status place(zs_comm_t *child, const split_member *all, int n, const split_member *me) {
     split_member *mine = malloc(sizeof *mine * (size_t)n);
     int m = 0;
-    if (!mine) return;
+    if (!mine) return zs_error(ZS_ERR_OOM, "zs_comm_split: out of memory");
     for (int r = 0; r < n; r++)
         if (all[r].color == me->color) mine[m++] = all[r];
     qsort(mine, (size_t)m, sizeof *mine, by_key);
@@ -113,6 +113,7 @@ static void place(zs_comm_t *child, const split_member *all, int n, const split_
              me->color, its, ai < sizeof its - 16 ? "" : " ...", job,
              aj < sizeof job - 16 ? "" : " ...");
     free(mine);
+    return ZS_OK;
 }
 
 /* AUTO's choice for a group: nccl stays nccl (GPU buffers), a group on one host takes shm,
@@ -176,11 +177,10 @@ zs_status zs_comm_split(zs_comm_t *c, int color, int key, const zs_comm_config *
     } else {
         all[0] = me;
     }
-    place(child, all, n, &me);
-    ZS_REQUIRE(child->env.world_size > 0, ZS_ERR_OOM, "zs_comm_split: out of memory");
+    ZS_CHECK(place(child, all, n, &me));
     /* Names of the group's own: the shm segment without a store, the failure reports. */
-    snprintf(child->env.job_key, sizeof child->env.job_key, "%.100ss%dc%d", c->env.job_key,
-             nth, color);
+    snprintf(child->env.job_key, sizeof child->env.job_key, "%.100ss%dc%d", c->env.job_key, nth,
+             color);
     if (c->ops->split) ZS_CHECK(c->ops->split(c, color, key, &handle));
     if (cfg.backend == ZS_COMM_AUTO) {
         cfg.backend = choose(c, child, why, sizeof why);
@@ -209,11 +209,8 @@ zs_status zs_comm_split(zs_comm_t *c, int color, int key, const zs_comm_config *
     st = zs_comm_start(child, &cfg);
     if (store) {
         /* Every group must be up before rank 0's server goes: meet, then say goodbye. */
-        zs_status met = zs_store_set_prefix(store, "");
-        char done[32];
-        snprintf(done, sizeof done, "split/done%s", st == ZS_OK ? "" : "-failed");
-        if (met == ZS_OK && st == ZS_OK) met = zs_store_barrier(store, done, n);
-        if (st == ZS_OK) st = met;
+        if (st == ZS_OK) st = zs_store_set_prefix(store, "");
+        if (st == ZS_OK) st = zs_store_barrier(store, "split/done", n);
         child->store = NULL;
         if (!child->store_pinned) zs_store_destroy(store);
         store = NULL;

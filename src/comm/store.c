@@ -313,8 +313,7 @@ fail:
 
 zs_status zs_store_set_prefix(zs_store *s, const char *prefix) {
     if (strlen(prefix) >= sizeof s->prefix)
-        return zs_error(ZS_ERR_INVALID, "rendezvous store: key prefix '%.40s' is too long",
-                        prefix);
+        return zs_error(ZS_ERR_INVALID, "rendezvous store: key prefix '%.40s' is too long", prefix);
     snprintf(s->prefix, sizeof s->prefix, "%s", prefix);
     return ZS_OK;
 }
