@@ -95,12 +95,12 @@ void set_sticky(cudaError_t e, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    {
-        std::lock_guard<std::mutex> lk(g_err_lock);
-        if (g_sticky != cudaSuccess) return;
-        g_sticky = e;
-    }
+    /* Reported before it is published: a host thread that sees the error may exit at once
+     * (a test's fatal check), and the message must already be out when it does. */
+    std::lock_guard<std::mutex> lk(g_err_lock);
+    if (g_sticky != cudaSuccess) return;
     report("%s (%s; every later CUDA call fails with it)", msg, cudaGetErrorName(e));
+    g_sticky = e;
 }
 
 cudaError_t sticky() {
