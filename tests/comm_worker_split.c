@@ -133,8 +133,8 @@ static int check_groups(zs_comm_t *c, int S, zs_comm_t *shard, zs_comm_t *repl) 
     /* HSDP's gradient: reduce_scatter within the shard group, then all_reduce of the shard
      * across the replicas. Element i of shard s sums, in the replica group's order, each
      * replica's in-group sum (in the shard group's order). */
-    size_t per = LEN / (size_t)S * (size_t)S == LEN ? LEN / (size_t)S : 0;
-    ZT_REQUIRE(per > 0, "LEN %d not divisible by %d", LEN, S);
+    ZT_REQUIRE(LEN % S == 0, "LEN %d not divisible by %d", LEN, S);
+    size_t per = LEN / (size_t)S;
     for (int i = 0; i < LEN; i++)
         x[i] = sval(r, i);
     coll(shard, C_RS, x, LEN, y, per, "grad.rs");

@@ -125,10 +125,9 @@ struct zs_comm {
     int store_shared; /* a split's store, shared by the parent's ranks: the split frees it */
 
     /* Splits (comm_split.c): how many this communicator has made, and, in a child, the
-     * backend's half of the split (mpi: the MPI_Comm) and its parent's world rank. */
+     * backend's half of the split (mpi: the MPI_Comm). */
     int splits;
     void *split_handle;
-    int parent_rank;
     char group[240]; /* a child's " of group C (its ranks ... are job ranks ...)", put after
                         its rank in failure reports */
 

@@ -163,7 +163,6 @@ zs_status zs_comm_split(zs_comm_t *c, int color, int key, const zs_comm_config *
     pthread_mutex_init(&child->err_lock, NULL);
     pthread_mutex_init(&child->ring_lock, NULL);
     child->env = c->env;
-    child->parent_rank = c->env.rank;
     if (n > 1 && c->env.master_port > 0) {
         /* The parent's identity: a rank that reaches the parent's or an earlier split's store
          * after its own goodbye is told to come back, until this split's server is up. */
@@ -224,7 +223,6 @@ fail:
     if (handle) c->ops->split_free(handle);
     if (child) {
         if (child->split_handle) c->ops->split_free(child->split_handle);
-        if (child->store == store) child->store = NULL;
         zs_comm_abandon(child);
     }
     zs_store_destroy(store);
