@@ -230,6 +230,11 @@ typedef struct zs_mem_options {
     zs_docs_mode docs;     /* PACK and PAD add each token's document start to the batch */
     zs_offload offload;    /* OPTIMIZER, PARAMS: the offloaded state counted in host_bytes */
     double offload_fraction; /* as zs_module_config's: 0 = all */
+    /* The shard group's size S (zs_mesh_shard_group; 0: the world), and the hosts the ranks are
+     * spread over (0, 1: one): with "auto", communicators across hosts count gloo's staging,
+     * those within one shm's. */
+    int shard_group;
+    int nnodes;
 } zs_mem_options;
 
 /* The model-state formula (docs/architecture.md "Memory accounting") for a stage and opts' dtypes
@@ -283,7 +288,22 @@ typedef struct zs_module_config {
     double offload_fraction; /* with offload: the share of the optimizer state offloaded, in
                                 (0, 1]; 0 = all. Whole units in layout order, the first ones
                                 until the share is reached (zs_offload_choose) */
+    int shard_group; /* HSDP (docs/sharding.md "Hybrid sharding"): each group of shard_group
+                        consecutive ranks splits the state as the stage says, and the groups
+                        replicate it (the gradient shard all-reduced across them); a divisor of
+                        the world size, stages 1-3. ZS_SHARD_GROUP_HOST: the ranks of each
+                        host. 0 (default), or the world size: flat */
+    int replicate;   /* HSDP's other face: the number of groups (world = replicate x
+                        shard_group); 0: from shard_group */
 } zs_module_config;
+
+/* zs_module_config.shard_group: one group per host, of its LOCAL_WORLD_SIZE ranks. */
+#define ZS_SHARD_GROUP_HOST (-1)
+
+/* The shard group's size S that cfg's shard_group and replicate give at world ranks, local of
+ * them per host (zs_module_create's mesh); ZS_ERR_INVALID, naming the flag, when they do not
+ * divide the world or contradict each other. */
+zs_status zs_mesh_shard_group(const zs_module_config *cfg, int world, int local, int *S);
 
 typedef struct zs_train_config {
     zs_model_config model;
@@ -374,6 +394,12 @@ zs_status zs_trainer_any(zs_trainer_t *t, int flag, int *any);
 /* This process's rank and the world size (1 and 0 without a launcher). */
 int zs_trainer_rank(const zs_trainer_t *t);
 int zs_trainer_world_size(const zs_trainer_t *t);
+/* HSDP's shard group size (the world size when flat) and the hosts the ranks are on. */
+int zs_trainer_shard_group(const zs_trainer_t *t);
+int zs_trainer_nnodes(const zs_trainer_t *t);
+/* HSDP's mesh in words for banners ("2 replicas x shard groups of 2 ranks; shard group shm (...),
+ * replica group gloo (...)"); "" when flat. Owned by t. */
+const char *zs_trainer_mesh(const zs_trainer_t *t);
 /* The communication backend the trainer's communicator runs on ("local" for one process,
  * "shm", "gloo", "mpi", "nccl") and why it was chosen ("" for "local": zs_comm_backend_reason),
  * and the device it computes on with the reason it was chosen (zs_device_choose). */

@@ -113,6 +113,17 @@ rl_run rl_train(const char *prefix, const char *fmt, ...) {
     return r;
 }
 
+rl_run rl_train_tiny(const char *env, int timeout_s, int steps, int nproc, const char *stage,
+                     const char *extra) {
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s timeout %d", env, timeout_s);
+    return rl_train(prefix,
+                    "--model gpt2-tiny --batch 12 --seq 32 --steps %d --lr 3e-3 --warmup 2 "
+                    "--val-every 0 --val-batches 1 --sample-len 0 --nproc %d --stage %s "
+                    "--comm-timeout 30 %s",
+                    steps, nproc, stage, extra);
+}
+
 const char *rl_last_log(void) {
     return g_log;
 }

@@ -50,6 +50,12 @@ int rl_cleanup(void);
  * formatted like printf, and read the log (whatever it holds, also when the job failed). The
  * prefix holds what goes before the executable: `timeout`, environment, a launcher. */
 rl_run rl_train(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The multi-rank tests' common job: gpt2-tiny, batch 12 x seq 32, lr 3e-3, warmup 2, no
+ * validation or sample, --comm-timeout 30, for `steps` steps on nproc ranks at stage, under
+ * `timeout timeout_s`; env (variables) goes before the command, extra after its flags. Its exit
+ * is not checked. */
+rl_run rl_train_tiny(const char *env, int timeout_s, int steps, int nproc, const char *stage,
+                     const char *extra);
 /* The JSONL log of the last rl_train (for records rl_run does not keep). */
 const char *rl_last_log(void);
 /* A failed check, with the command and its output, unless r exited 0; returns r->rc == 0. */

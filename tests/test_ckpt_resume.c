@@ -21,13 +21,7 @@
 
 /* One gpt2-tiny job; env is prefixed to the command (fault injection). */
 static rl_run train(const char *env, int nproc, const char *stage, const char *extra) {
-    char prefix[128];
-    snprintf(prefix, sizeof prefix, "%s timeout 120", env);
-    return rl_train(prefix,
-                    "--model gpt2-tiny --batch 12 --seq 32 --steps %d --lr 3e-3 --warmup 2 "
-                    "--val-every 0 --val-batches 1 --sample-len 0 --nproc %d --stage %s "
-                    "--comm-timeout 30 %s",
-                    STEPS, nproc, stage, extra);
+    return rl_train_tiny(env, 120, STEPS, nproc, stage, extra);
 }
 
 static rl_run train_ok(int nproc, const char *stage, const char *extra) {

@@ -15,6 +15,11 @@
 #     connections, junk, 2000 connections held open) and training: the 2 x 2 job still ends
 #     bitwise equal;
 #   - a killed rank on one host is named on the other, long before the timeout;
+#   - hybrid sharding (--shard-group host) at 2 x 2 and 3 x 2: ZeRO-1, 2 and 3 bitwise equal to
+#     each other and to the same mesh on one host over shm; every rank's memory equal to the
+#     estimate and to `zshard mem`; checkpoints resumed bitwise at another stage, and at 3 x 2
+#     within tolerance; R = 1 equal to flat ZeRO-3; a killed rank named on both hosts within
+#     --comm-timeout + 5 s;
 #   - a host taken off the network ends the job on both hosts with the named error within
 #     --comm-timeout + 5 s, nothing left running;
 #   - --max-restarts with --resume auto on each host: a rank killed mid-run, both hosts restart
@@ -110,6 +115,62 @@ split_mesh() { # NNODES: NNODES hosts x 2 ranks, comm_worker split --group 2
 split_mesh 2
 split_mesh 3
 
+# ---- hybrid sharding: a shard group per host, replicas across hosts ------------------------
+# Each rank's measured peak per category equals the estimate its log records, and that
+# estimate's total is what `zshard mem` prints for the same flags.
+mem_same() { # LOG NNODES ARGS...: every rank's peak bytes = the log's estimate = zshard mem's
+    local log=$1 nn=$2 want
+    shift 2
+    want=$("$Z" mem --model gpt2-mini --data "$T/c.txt" --batch 12 --seq 32 --nproc 2 \
+        --nnodes "$nn" "$@" | awk -F'|' '/^\| total, bytes \|/ { gsub(/ /, "", $3); print $3 }')
+    python3 - "$log" "$want" << 'EOF_PY' || fail "memory of $log ($*)"
+import json, sys
+rec = [json.loads(l) for l in open(sys.argv[1]) if '"peak_bytes_per_rank"' in l][-1]
+est = rec["estimate_bytes"]
+for r, peak in enumerate(rec["peak_bytes_per_rank"]):
+    bad = {k: (peak[k], est.get(k)) for k in peak if peak[k] != est.get(k)}
+    if bad:
+        sys.exit("rank %d: measured vs estimated %s" % (r, bad))
+if str(est["total"]) != sys.argv[2]:
+    sys.exit("the log's estimate %d, zshard mem says %s" % (est["total"], sys.argv[2]))
+EOF_PY
+}
+hsdp() { # NNODES: --shard-group host at ZeRO-1/2/3, NNODES hosts x 2 ranks
+    local nn=$1 s h
+    shm_ref "hs_ref$nn" $((2 * nn)) --stage 3 --steps 6 --shard-group 2
+    for s in 1 2 3; do
+        multi "hs$nn.$s" "$nn" 2 --stage "$s" --steps 6 --shard-group host --log "$T/hs$nn.$s.jsonl"
+        h=$(hash_in "hs$nn.$s")
+        [[ -n "$h" && "$h" == "$(hash_in "hs_ref$nn")" ]] ||
+            { cat "hs$nn.$s".*; fail "HSDP $nn x 2 stage $s: $h != the same mesh over shm $(hash_in "hs_ref$nn")"; }
+        mem_same "$T/hs$nn.$s.jsonl" "$nn" --stage "$s" --shard-group host
+    done
+    grep -q "hybrid sharding (--shard-group host: a group per host): $nn replicas x shard groups of 2 ranks; shard group shm (all 2 ranks of the group on this host), replica group gloo (a group across hosts" "hs$nn.3" ||
+        { cat "hs$nn.3"; fail "HSDP $nn x 2: the banner does not say shm within, gloo across"; }
+    echo "HSDP on $nn hosts x 2 ranks: ZeRO-1 = 2 = 3 = the mesh over shm (param_hash $h)," \
+        "memory = estimate = zshard mem on every rank"
+}
+hsdp 2
+hsdp 3
+# Checkpoints: written by host 0 (the first group), resumed bitwise at another stage of the mesh,
+# and at another mesh and world size (3 hosts x 2) within test_hsdp.c's tolerance (the sums over
+# ranks regroup: 1e-5 relative on the loss).
+multi hs_save 2 2 --stage 3 --steps 6 --shard-group host --save-dir "$T/hck" --save-every 3
+[[ "$(hash_in hs_save)" == "$(hash_in hs2.3)" ]] || { cat hs_save hs_save.1; fail "HSDP: saving changed the run"; }
+multi hs_res 2 2 --stage 1 --steps 6 --shard-group host --resume "$T/hck/step_00000003"
+[[ "$(hash_in hs_res)" == "$(hash_in hs2.3)" ]] ||
+    { cat hs_res hs_res.1; fail "HSDP: resumed at ZeRO-1 $(hash_in hs_res) != uninterrupted $(hash_in hs2.3)"; }
+multi hs_res3 3 2 --stage 3 --steps 6 --shard-group host --resume "$T/hck/step_00000003"
+final() { grep -o 'final train loss [0-9.]*' "$1" | awk '{print $4}'; }
+awk -v a="$(final hs_res3)" -v b="$(final hs2.3)" 'BEGIN { d = (a - b) / b; exit !(a != "" && d < 1e-5 && d > -1e-5) }' ||
+    { cat hs_res3; fail "HSDP: resumed on 3 hosts x 2, final loss $(final hs_res3) vs $(final hs2.3)"; }
+echo "HSDP checkpoint of 2 x 2: resumed bitwise at ZeRO-1, on 3 x 2 final loss $(final hs_res3)" \
+    "(uninterrupted $(final hs2.3))"
+multi hs_r1 2 2 --stage 3 --steps 6 --shard-group 4
+[[ "$(hash_in hs_r1)" == "$(hash_in ref4)" ]] ||
+    { cat hs_r1 hs_r1.1; fail "--shard-group 4 (R = 1): $(hash_in hs_r1) != flat $(hash_in ref4)"; }
+echo "--shard-group 4 on 2 hosts x 2 (R = 1): param_hash $(hash_in hs_r1) = flat ZeRO-3"
+
 # ---- a stranger on the network, during rendezvous and training -------------------
 # From a third host: 100 empty connections and junk at the master's store port, then 2000
 # connections held open while host 1's launcher starts, then knocks until the job is done.
@@ -204,6 +265,19 @@ grep -Eq "zshard run: rank 3 \(pid [0-9]+\) (was killed by signal 9|is the rank 
     { cat kill.1; fail "host 1's launcher does not name rank 3"; }
 ((took < 40)) || fail "the killed rank took ${took} s to end the job (timeout 60 s)"
 echo "killed rank 3 on host 1: host 0 says: $(grep -o 'gloo: lost peer rank 3 ([0-9.]*)' kill | head -n 1)"
+
+# ---- a killed rank under HSDP: its host's launcher names it, and host 0 through the map ------
+# Rank 3 shares a replica group with rank 1 on host 0: that group's all-reduce fails there, and
+# its report maps the group's numbering to the job's ("job ranks 1, 3 ... lost peer rank 1").
+start=$(date +%s)
+ZS_FAULT_KILL=3:3 multi hkill 2 2 --stage 3 --steps 50 --shard-group host --comm-timeout 20
+took=$(($(date +%s) - start))
+grep -Eq "group [0-9]+ \(its ranks 0, 1 are job ranks 1, 3\): gloo: lost peer rank 1 \(${NH_IP[1]//./\\.}\)|lost peer rank ([0-9]+ \([0-9.]+\), )*3 \(${NH_IP[1]//./\\.}\)" hkill ||
+    { cat hkill hkill.1; fail "HSDP: host 0 does not name the killed rank 3"; }
+grep -Eq "zshard run: rank 3 \(pid [0-9]+\) (was killed by signal 9|is the rank the others waited for: .*rank 3 was killed by signal 9)" hkill.1 ||
+    { cat hkill.1; fail "HSDP: host 1's launcher does not name rank 3"; }
+((took < 20 + 5)) || fail "HSDP: the killed rank took ${took} s to end the job (--comm-timeout 20)"
+echo "HSDP, rank 3 killed on host 1: named on both hosts, the job ended in ${took} s"
 
 # ---- a host taken off the network -----------------------------------------------------------
 p=$(port)

@@ -11,6 +11,8 @@
  *  - a host without the pinned memory the offloaded state needs refuses the run before step 1;
  *  - resume is bitwise, and checkpoints continue across offload modes and stages;
  *  - with --grad-clip 0 the host steps units during the backward, with the same bits;
+ *  - hybrid sharding (--shard-group 2 of 4 GPUs) offloads with the same bits and exact host
+ *    bytes;
  *  - ZS_TEST_QUICK=offload (the broken builds' check): one offloaded run against the same run
  *    without, with a delay before every stream task, so a missing wait shows. */
 #include "runlog.h"
@@ -59,6 +61,32 @@ static void parity(void) {
             rl_check_same(&p, &base, what);
         }
     }
+}
+
+/* Hybrid sharding (4 GPUs in shard groups of 2): offloaded units step after the replicas'
+ * all-reduce, so offload keeps the bits at ZeRO-1/2/3 and with --offload params, also with
+ * --grad-clip 0 (no unit is stepped during the backward then); pinned host bytes are ZeRO's
+ * at N = 2 and equal the estimate. */
+static void hsdp(void) {
+    if (!zt_gpus_for(4, "offload with hybrid sharding")) return;
+    rl_run base = job(4, "3", "bf16", "none", "--shard-group 2 --batch 8");
+    for (int s = 1; s <= 3; s++) {
+        char what[96];
+        rl_run r =
+            job(4, STAGES[s], "bf16", "optimizer", "--shard-group 2 --grad-clip 0 --batch 8");
+        snprintf(what, sizeof what, "bf16 4 ranks --shard-group 2 stage %s offloaded", STAGES[s]);
+        rl_check_same(&r,
+                      (rl_run[]){job(4, STAGES[s], "bf16", "none",
+                                     "--shard-group 2 --grad-clip 0 --batch 8")},
+                      what);
+        for (int k = 0; k < r.hworld; k++)
+            ZT_CHECK(r.hpeak[k][ZS_MEM_NCAT] == r.hest[ZS_MEM_NCAT] && r.hest[ZS_MEM_NCAT] > 0,
+                     "%s rank %d: pinned host %llu, estimated %llu", what, k,
+                     (unsigned long long)r.hpeak[k][ZS_MEM_NCAT],
+                     (unsigned long long)r.hest[ZS_MEM_NCAT]);
+    }
+    rl_check_same((rl_run[]){job(4, "3", "bf16", "params", "--shard-group 2 --batch 8")}, &base,
+                  "bf16 4 ranks --shard-group 2 stage 3 --offload params vs not");
 }
 
 /* --grad-clip 0: the host steps each offloaded unit as its gradients come down (engine_ahead.c),
@@ -248,13 +276,16 @@ int main(void) {
     zt_gpu_require();
     rl_setup("offload");
     const char *q = getenv("ZS_TEST_QUICK");
-    if (q && *q) {
+    if (q && !strcmp(q, "hsdp")) {
+        hsdp();
+    } else if (q && *q) {
         quick();
     } else {
         memory_and_cap();
         host_shortfall();
         checkpoints();
         ahead();
+        hsdp();
         parity();
     }
     ZT_CHECK(rl_cleanup() == 0, "cleanup");

@@ -141,6 +141,34 @@ static void memory_and_cap(void) {
     (void)cmd;
 }
 
+/* Hybrid sharding over NCCL: 4 GPUs in shard groups of 2 (NCCL communicators split from the
+ * job's), ZeRO-1, 2 and 3 bitwise equal, following the CPU's same mesh within the GPU
+ * tolerance, and device memory equal to the estimate on every rank. */
+static void hsdp(void) {
+    if (!zt_gpus_for(4, "hybrid sharding over 4 nccl ranks")) return;
+    rl_run cpu = job("ZS_EMU_DEVICES=1", "gpt2-tiny", 4, "3", "fp32", "cpu", "--shard-group 2");
+    rl_run one = job("ZS_EMU_DEVICES=4", "gpt2-tiny", 4, "1", "fp32", "cuda", "--shard-group 2");
+    ZT_CHECK(strstr(rl_out, "shard group nccl (a group of an nccl communicator), replica group "
+                            "nccl") != NULL,
+             "the groups of an nccl job must be nccl:\n%s", rl_out);
+    check_follows(&one, &cpu, "N=4 nccl --shard-group 2 against the CPU's", tolerance("fp32"));
+    for (int s = 1; s <= 3; s++) {
+        rl_run r = s == 1 ? one
+                          : job("ZS_EMU_DEVICES=4", "gpt2-tiny", 4, STAGES[s], "fp32", "cuda",
+                                "--shard-group 2");
+        char what[96];
+        snprintf(what, sizeof what, "N=4 nccl --shard-group 2 stage %s vs stage 1", STAGES[s]);
+        rl_check_same(&r, &one, what);
+        for (int k = 0; k < r.world; k++)
+            for (int c = 0; c <= ZS_MEM_NCAT; c++)
+                ZT_CHECK(r.peak[k][c] == r.est[c],
+                         "N=4 nccl --shard-group 2 stage %s rank %d category %d: measured %llu, "
+                         "estimated %llu",
+                         STAGES[s], k, c, (unsigned long long)r.peak[k][c],
+                         (unsigned long long)r.est[c]);
+    }
+}
+
 /* Resume on the GPU is bitwise; GPU -> CPU and CPU -> GPU continue within the tolerance. */
 static void checkpoints(void) {
     char extra[1024];
@@ -324,6 +352,8 @@ int main(void) {
     if (q && *q) {
         if (!strcmp(q, "accum"))
             grad_accum(1);
+        else if (!strcmp(q, "hsdp"))
+            hsdp();
         else
             quick();
         ZT_CHECK(rl_cleanup() == 0, "cleanup");
@@ -339,6 +369,7 @@ int main(void) {
      * see the dead peer. */
     killed_rank(1);
     killed_rank(3);
+    hsdp();
     for (int m = 0; m < 2; m++)
         for (int d = 0; d < 2; d++)
             parity(m ? "llama-tiny" : "gpt2-tiny", d ? "bf16" : "fp32");

@@ -77,6 +77,11 @@ def test_memory_estimate_and_compare(tmp_path):
         assert r["model_states"] == r["formula"], r
     z3 = [r["model_states"] for r in rows if r["stage"] == "3"]
     assert z3[0] > z3[1] > z3[2]
+    # Hybrid sharding: model states of ZeRO at N = the shard group, its padding included.
+    h = zshard.mem.estimate("gpt2-124m", world_size=4, stage=3, seq=1024, shard_group=2)
+    assert h["model_states"] == 16 * h["padded"] // 2
+    assert h["model_states"] == zshard.mem.estimate("gpt2-124m", world_size=2, stage=3,
+                                                    seq=1024, batch=4)["model_states"]
     rows2, chart = zshard.mem.compare("gpt2-124m", world_sizes=(1, 2), seq=256,
                                       plot=str(tmp_path / "mem.png"))
     try:

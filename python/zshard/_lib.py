@@ -61,7 +61,8 @@ class MemOptions(ctypes.Structure):
                 ("dtype", ctypes.c_int), ("reduce_dtype", ctypes.c_int),
                 ("comm", ctypes.c_char_p), ("device", ctypes.c_char_p),
                 ("docs", ctypes.c_int), ("offload", ctypes.c_int),
-                ("offload_fraction", ctypes.c_double)]
+                ("offload_fraction", ctypes.c_double), ("shard_group", ctypes.c_int),
+                ("nnodes", ctypes.c_int)]
 
 
 class ModuleConfig(ctypes.Structure):
@@ -69,7 +70,8 @@ class ModuleConfig(ctypes.Structure):
                 ("param_dtype", ctypes.c_int), ("grad_dtype", ctypes.c_int),
                 ("seed", ctypes.c_uint64), ("device", ctypes.c_char_p),
                 ("name", ctypes.c_char_p), ("tf32", ctypes.c_int),
-                ("offload", ctypes.c_int), ("offload_fraction", ctypes.c_double)]
+                ("offload", ctypes.c_int), ("offload_fraction", ctypes.c_double),
+                ("shard_group", ctypes.c_int), ("replicate", ctypes.c_int)]
 
 
 class TrainConfig(ctypes.Structure):

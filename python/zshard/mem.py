@@ -28,7 +28,8 @@ def _recompute(r):
 
 def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, grad_accum=1,
              prefetch=1, vocab=None, dtype="fp32", reduce_dtype=None, recompute="none",
-             attention="flash", device=None, offload="none", offload_fraction=None):
+             attention="flash", device=None, offload="none", offload_fraction=None,
+             shard_group=None, nnodes=1):
     """Predicted per-rank peak bytes: a dict of the categories (param, ..., comm) plus
     model_states, total, params (Ψ) and padded. The defaults are `zshard mem`'s (train's):
     batch is the global batch, None = 8, or one sequence per rank and micro-batch when 8 does
@@ -36,7 +37,8 @@ def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, g
     reduce_dtype None = dtype; recompute "none"|"block" (or a bool); attention "flash"|"naive".
     device None|"cpu"|"cuda": whose memory is predicted. offload "none"|"optimizer"|"params" and
     offload_fraction (device "cuda"): the pinned host bytes come back as host_<category> and
-    host_total."""
+    host_total. shard_group (hybrid sharding, a divisor of world_size): the state split over
+    groups of that many ranks; nnodes: the hosts the ranks are on (comm staging)."""
     cfg = lib.zs_train_config_default().model
     call("zs_model_preset", enc(model), ctypes.byref(cfg))
     if vocab is None:
@@ -52,6 +54,8 @@ def estimate(model="gpt2-tiny", world_size=1, stage="ddp", batch=None, seq=64, g
                    None, keep)
     o.offload = ("none", "optimizer", "params").index(offload)
     o.offload_fraction = 0.0 if offload_fraction is None else float(offload_fraction)
+    o.shard_group = 0 if shard_group is None else int(shard_group)
+    o.nnodes = int(nnodes)
     e = MemEstimate()
     per = world_size * grad_accum
     if batch is None:

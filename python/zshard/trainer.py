@@ -12,9 +12,10 @@ from ._lib import ModelConfig, StepStats, ZshardError, call, dtype_of, enc, lib,
 
 _TRAIN_KEYS = ("batch", "seq", "steps", "grad_accum", "lr", "min_lr_frac", "warmup",
                "weight_decay", "beta1", "beta2", "eps", "grad_clip", "seed", "prefetch", "vocab",
-               "val_fraction", "comm_timeout_s", "epochs", "eos_id", "pad_id")
+               "val_fraction", "comm_timeout_s", "epochs", "eos_id", "pad_id", "shard_group",
+               "replicate")
 # The settings zs_train_config carries in its module part (zs_module_config).
-_MODULE_KEYS = ("seed", "prefetch")
+_MODULE_KEYS = ("seed", "prefetch", "shard_group", "replicate")
 _DOCS = {"none": 0, "pack": 1, "concat": 2, "pad": 3}
 _RECOMPUTE = {"none": 0, "block": 1}
 _OFFLOAD = {"none": 0, "optimizer": 1, "params": 2}
@@ -61,7 +62,8 @@ class Trainer:
     doc_sep: documents as `--docs` and `--doc-sep` read them (docs/data.md). settings: batch
     (global rows per step), seq, steps, grad_accum, lr, min_lr_frac, warmup, weight_decay,
     grad_clip, seed, prefetch, vocab, val_fraction, comm_timeout_s, beta1, beta2, eps, epochs,
-    eos_id, pad_id, as in zs_train_config; the defaults are `zshard train`'s (with epochs and
+    eos_id, pad_id, shard_group (a size, or "host") and replicate (hybrid sharding, `--shard-group`,
+    `--replicate`), as in zs_train_config; the defaults are `zshard train`'s (with epochs and
     no steps, the epochs set the length). Raises ZshardError with zs_last_error()."""
 
     def __init__(self, model=None, data=None, stage="ddp", dtype="fp32", reduce_dtype=None,
@@ -110,6 +112,8 @@ class Trainer:
         for k, v in settings.items():
             if k not in _TRAIN_KEYS:
                 raise TypeError(f"unknown trainer setting {k!r}")
+            if k == "shard_group" and v == "host":
+                v = -1  # ZS_SHARD_GROUP_HOST: a group per host
             setattr(cfg.module if k in _MODULE_KEYS else cfg, k, v)
         self._cfg = cfg
         self._t = ctypes.c_void_p()

@@ -140,7 +140,9 @@ static void run_estimate(const train_opts *o, zs_trainer_t *t, int world, zs_mem
                          .device = zs_trainer_device(t, NULL),
                          .docs = o->cfg.docs,
                          .offload = o->cfg.module.offload,
-                         .offload_fraction = o->cfg.module.offload_fraction};
+                         .offload_fraction = o->cfg.module.offload_fraction,
+                         .shard_group = zs_trainer_shard_group(t) < world ? zs_trainer_shard_group(t) : 0,
+                         .nnodes = zs_trainer_nnodes(t)};
     memset(est, 0, sizeof *est);
     zs_mem_estimate_compute_opts(zs_trainer_model(t), world, (int)o->cfg.module.stage, o->cfg.batch,
                                  o->cfg.seq, o->cfg.grad_accum, o->cfg.module.prefetch, &mo, est);
@@ -314,6 +316,21 @@ int zs_cli_train(int argc, char **argv) {
         const char *cwhy = zs_trainer_comm_reason(t);
         printf("  device %s (%s), comm %s%s%s%s\n", dev, why, zs_trainer_comm_name(t),
                *cwhy ? " (" : "", cwhy, *cwhy ? ")" : "");
+        if (*zs_trainer_mesh(t)) {
+            char flag[64];
+            if (o.cfg.module.shard_group == ZS_SHARD_GROUP_HOST)
+                snprintf(flag, sizeof flag, "--shard-group host: a group per host");
+            else if (o.cfg.module.shard_group > 0)
+                snprintf(flag, sizeof flag, "--shard-group %d", o.cfg.module.shard_group);
+            else
+                snprintf(flag, sizeof flag, "--replicate %d", o.cfg.module.replicate);
+            printf("  hybrid sharding (%s): %s\n", flag, zs_trainer_mesh(t));
+        } else if (zs_trainer_nnodes(t) > 1 && zs_trainer_nnodes(t) < world &&
+                   o.cfg.module.stage != ZS_STAGE_DDP)
+            printf("  note: %d hosts: --shard-group host would keep the gathers and "
+                   "reduce-scatters within each host, and send only each shard's all-reduce "
+                   "across them (HSDP, docs/sharding.md)\n",
+                   zs_trainer_nnodes(t));
         const char *omp = getenv("OMP_NUM_THREADS"), *wp = getenv("OMP_WAIT_POLICY");
         printf("  threads per rank: %s (OMP_WAIT_POLICY=%s; %d core%s usable)\n",
                omp ? omp : "runtime default", wp ? wp : "unset", zs_cli_cores(),

@@ -19,6 +19,21 @@ void zs_train_usage(FILE *f) {
     fprintf(f, "model presets (--model): %s\n", zs_model_preset_names());
 }
 
+int zs_train_shard_group(train_opts *o, const char *cmd) {
+    const char *v = o->shard_group;
+    if (!v) return 0;
+    if (!strcmp(v, "host")) {
+        o->cfg.module.shard_group = ZS_SHARD_GROUP_HOST;
+        return 0;
+    }
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 1 || n > 1 << 20)
+        return zs_flag_fail(2, "%s: --shard-group '%s': a number of ranks (>= 1), or host", cmd, v);
+    o->cfg.module.shard_group = (int)n;
+    return 0;
+}
+
 int zs_train_parse(int argc, char **argv, train_opts *o) {
     memset(o, 0, sizeof *o);
     o->nproc = 1;
@@ -56,6 +71,7 @@ int zs_train_parse(int argc, char **argv, train_opts *o) {
         if (!o->save_dir) return zs_flag_fail(2, "train: --resume latest needs --save-dir");
         o->resume = o->save_dir;
     }
+    if ((rc = zs_train_shard_group(o, "train"))) return rc;
     /* As FSDP's MixedPrecision: gradients follow the compute dtype unless told otherwise. */
     if (!o->reduce_dtype_set) o->cfg.module.grad_dtype = o->cfg.module.param_dtype;
     if (o->sample_len < 0) return zs_flag_fail(2, "train: --sample-len must be >= 0");

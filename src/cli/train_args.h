@@ -23,6 +23,7 @@ typedef struct train_opts {
     int mem_report;
     int profile_step;     /* --profile-step N: the emulated GPU's predicted table of step N */
     int reduce_dtype_set; /* --reduce-dtype given; else it follows --dtype */
+    const char *shard_group; /* --shard-group S|host, read into cfg.module.shard_group */
     const char *save_dir, *resume, *init_from;
     int model_set; /* --model given */
     int tie;       /* --tie-embeddings: ZS_TIE_ON/OFF, 0 = the model's own */
@@ -53,6 +54,10 @@ enum {
     ZS_GIVEN_SEP = 1u << 13,
     ZS_GIVEN_EPOCHS = 1u << 14,
 };
+
+/* --shard-group's text (NULL: not given) into o->cfg.module.shard_group: a size >= 1, or "host"
+ * (ZS_SHARD_GROUP_HOST). Returns 0, or the exit status of the printed usage error. */
+int zs_train_shard_group(train_opts *o, const char *cmd);
 
 /* The help text. */
 void zs_train_usage(FILE *f);

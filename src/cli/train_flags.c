@@ -89,6 +89,13 @@ static const zs_flag FLAGS[] = {
     {"stage", ZS_FLAG_STAGE, OFF(cfg.module.stage), NONE, "S", "ddp|1|2|3 [ddp]", 0, NULL},
     {"nproc", ZS_FLAG_INT, OFF(nproc), 0, 1, 256, 0, "N",
      "start N local ranks through the launcher (zshard run) [1]", 0, NULL},
+    {"shard-group", ZS_FLAG_STR, OFF(shard_group), NONE, "S|host",
+     "hybrid sharding (HSDP): split the state as --stage says\n"
+     "within each group of S consecutive ranks, replicate it\n"
+     "across the groups; host: a group per host (docs/sharding.md\n"
+     "\"Hybrid sharding\") [the whole world]", 0, NULL},
+    {"replicate", ZS_FLAG_INT, OFF(cfg.module.replicate), NONNEG, "R",
+     "HSDP's other face: R groups, each of world / R ranks [1]", 0, NULL},
     {"max-restarts", ZS_FLAG_INT, OFF(max_restarts), 0, 0, 1000, 0, "N",
      "restart the whole job up to N times after a rank fails,\n"
      "resuming from --save-dir's latest checkpoint [0]", 0, NULL},

@@ -57,14 +57,20 @@ uint64_t zs_engine_param_gathers(const zs_engine_t *e) {
 }
 
 zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_device *dev,
-                           zs_stream_t *stream, zs_comm_t *comm, const zs_module_config *cfg,
-                           zs_engine_t **out) {
+                           zs_stream_t *stream, const zs_engine_comms *comms,
+                           const zs_module_config *cfg, zs_engine_t **out) {
     zs_status st = ZS_OK;
     zs_engine_t *e = NULL;
+    zs_comm_t *comm = comms ? comms->shard : NULL, *hcomm = comms ? comms->world : NULL;
+    zs_comm_t *xcomm = comms ? comms->replica : NULL;
     int world = comm ? zs_comm_world_size(comm) : 1;
     *out = NULL;
     ZS_REQUIRE(layout->world_size == world, ZS_ERR_INTERNAL,
                "engine: layout finalized for %d ranks, engine has %d", layout->world_size, world);
+    ZS_REQUIRE(!xcomm || zs_comm_world_size(xcomm) == 1 || cfg->stage != ZS_STAGE_DDP,
+               ZS_ERR_INVALID,
+               "--shard-group: ddp replicates everything already; shard within groups with "
+               "--stage 1, 2 or 3");
     ZS_REQUIRE(cfg->prefetch >= 0 && cfg->prefetch <= 8, ZS_ERR_INVALID,
                "--prefetch %d must be in [0, 8]", cfg->prefetch);
     ZS_REQUIRE(cfg->stage >= ZS_STAGE_DDP && cfg->stage <= ZS_STAGE_3, ZS_ERR_INVALID,
@@ -87,6 +93,10 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
     e->comm = world > 1 ? comm : NULL;
     e->rank = comm ? zs_comm_rank(comm) : 0;
     e->world = world;
+    e->xcomm = xcomm && zs_comm_world_size(xcomm) > 1 ? xcomm : NULL;
+    e->replica = e->xcomm ? zs_comm_rank(e->xcomm) : 0;
+    e->hworld = hcomm ? zs_comm_world_size(hcomm) : 1;
+    e->hcomm = e->hworld > 1 ? hcomm : NULL;
     e->micro_K = 1;
     e->persist_params = cfg->stage != ZS_STAGE_3;
     e->persist_grads = cfg->stage == ZS_STAGE_DDP || cfg->stage == ZS_STAGE_1;
@@ -166,9 +176,10 @@ zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_
     }
     ZS_CHECK(zs_engine_offload_create(e));
     ZS_CHECK(zs_engine_pools_create(e));
-    if (e->comm)
-        ZS_CHECK(zs_engine_buf_alloc(e, ZS_MEM_COMM, 2 * (size_t)e->world * ZS_ENGINE_HOST_CHUNK,
-                                     "host-value scratch", (float **)&e->hx));
+    if (e->hcomm)
+        ZS_CHECK(zs_comm_mem_alloc(e->hcomm, ZS_MEM_COMM,
+                                   2 * (size_t)e->hworld * ZS_ENGINE_HOST_CHUNK,
+                                   "host-value scratch", (void **)&e->hx));
     e->n_parts = norm_parts(layout, e->g16);
     ZS_CHECK(e->dev->alloc(ZS_MEM_WORKSPACE, (size_t)e->n_parts * sizeof(double),
                            "gradient norm partial sums", (void **)&e->norm_parts));
@@ -204,7 +215,7 @@ void zs_engine_destroy(zs_engine_t *e) {
         }
     zs_engine_offload_destroy(e);
     zs_engine_pools_destroy(e);
-    zs_engine_buf_free(e, (float *)e->hx);
+    if (e->hcomm) zs_comm_mem_free(e->hcomm, e->hx);
     e->dev->free(e->norm_parts);
     free(e->units);
     free(e->order);

@@ -41,6 +41,15 @@ int zs_offload_choose(const zs_layout *layout, double fraction, unsigned char *o
  * (host_memory 0). The one check the engine and the estimator share. */
 zs_status zs_offload_check(zs_offload mode, double fraction, int stage, int host_memory);
 
+/* The communicators an engine runs on (docs/sharding.md "Hybrid sharding"). shard: gathers and
+ * reduce-scatters, its rank and size the layout's (NULL: a group of one). replica: the same
+ * shard on the other groups, across which the gradient shard is all-reduced after its
+ * reduce-scatter (NULL: no replicas, flat ZeRO). world: host values (losses, checkpoint records,
+ * memory statistics; NULL: a world of one). Flat: shard and world are the same communicator. */
+typedef struct zs_engine_comms {
+    zs_comm_t *shard, *replica, *world;
+} zs_engine_comms;
+
 /* Allocates persistent state for the stage (accounted by category) on dev (NULL: the CPU), whose
  * ops are ops and whose work goes on stream. The engine reads its part of the module's settings
  * (zs_module_config, include/zshard.h): stage, prefetch, param_dtype and grad_dtype.
@@ -49,12 +58,13 @@ zs_status zs_offload_check(zs_offload mode, double fraction, int stage, int host
  *   returns fp32 and only one unit may be acquired at a time.
  * - grad_dtype BF16: full gradients, gradient shards and collectives are bf16; backward still
  *   accumulates each unit in an fp32 pool buffer, rounded once when the unit's backward ends.
- * comm (NULL: a world of one) gives the rank and world size; its buffers must live on the same
- * device (comm/device.h). The layout must be finalized for that world and outlive the engine.
- * Everything the engine hands out (begin's parameters and gradients) is device memory. */
+ * comms (NULL: a world of one) give the ranks and sizes; their buffers must live on the same
+ * device (comm/device.h). The layout must be finalized for the shard group's size and outlive
+ * the engine. Everything the engine hands out (begin's parameters and gradients) is device
+ * memory. */
 zs_status zs_engine_create(const zs_layout *layout, const zs_ops *ops, const zs_device *dev,
-                           zs_stream_t *stream, zs_comm_t *comm, const zs_module_config *cfg,
-                           zs_engine_t **out);
+                           zs_stream_t *stream, const zs_engine_comms *comms,
+                           const zs_module_config *cfg, zs_engine_t **out);
 void zs_engine_destroy(zs_engine_t *e);
 
 /* Initialise this rank's master parameters from the layout's init rules: element i of tensor
@@ -75,14 +85,14 @@ zs_status zs_engine_zero_grad(zs_engine_t *e);
  * after the last one; ZeRO-2/3 reduce-scatter every one into the gradient shard. */
 void zs_engine_micro_begin(zs_engine_t *e, int k, int K);
 
-/* Sum of one double per rank, added in rank order: the same bits on every rank and every
- * stage (used for the loss and the gradient norm). Host values. */
+/* Sum of one double per rank of the world, added in rank order: the same bits on every rank and
+ * every stage (used for the loss and the gradient norm). Host values. */
 zs_status zs_engine_allsum(zs_engine_t *e, double local, double *global);
 
-/* Gather nbytes (a multiple of 4) of host memory from every rank into host recv[world * nbytes],
- * rank order (through the device scratch). */
+/* Gather nbytes (a multiple of 4) of host memory from every rank of the world into host
+ * recv[world * nbytes], rank order (through the device scratch). */
 zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *recv, size_t nbytes);
-/* Rank root's count floats of host memory to every rank's host buf (in place). */
+/* World rank root's count floats of host memory to every rank's host buf (in place). */
 zs_status zs_engine_broadcast_host(zs_engine_t *e, float *buf, size_t count, int root);
 
 /* Optimizer step on this rank's shard: global gradient norm through the shard

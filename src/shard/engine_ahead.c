@@ -98,7 +98,9 @@ fail:
 
 zs_status zs_engine_step_ahead(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t) {
     zs_status st = ZS_OK;
-    if (!e->offload || clip > 0) return ZS_OK; /* the clip needs every gradient's norm first */
+    /* The clip needs every gradient's norm first; replicas (HSDP) all-reduce the gradients
+     * after the backward. */
+    if (!e->offload || clip > 0 || e->xcomm) return ZS_OK;
     if (!e->ahead) ZS_CHECK(ahead_create(e));
     ZS_CHECK(zs_engine_ahead_finish(e)); /* a step announced twice: the last one counts */
     zs_ahead *a = e->ahead;

@@ -39,19 +39,19 @@ zs_status zs_engine_all_gather_bytes(zs_engine_t *e, const void *send, void *rec
     zs_status st = ZS_OK;
     const zs_device *d = e->dev;
     ZS_REQUIRE(nbytes % 4 == 0, ZS_ERR_INTERNAL, "engine: all_gather_bytes of %zu bytes", nbytes);
-    if (!e->comm) {
+    if (!e->hcomm) {
         memcpy(recv, send, nbytes);
         return ZS_OK;
     }
-    char *in = e->hx, *out = e->hx + (size_t)e->world * ZS_ENGINE_HOST_CHUNK;
+    char *in = e->hx, *out = e->hx + (size_t)e->hworld * ZS_ENGINE_HOST_CHUNK;
     size_t off = 0;
     do { /* once even for 0 bytes: every rank issues the same collectives */
         size_t n = nbytes - off < ZS_ENGINE_HOST_CHUNK ? nbytes - off : ZS_ENGINE_HOST_CHUNK;
         ZS_CHECK(d->copy_h2d(e->stream, in, (const char *)send + off, n));
         /* An all-gather only moves bytes, so any 4-byte payload travels as "f32" unchanged. */
         ZS_CHECK(
-            zs_comm_all_gather(e->comm, in, out, n / 4, ZS_DTYPE_F32, e->stream, "engine:bytes"));
-        for (int r = 0; r < e->world; r++)
+            zs_comm_all_gather(e->hcomm, in, out, n / 4, ZS_DTYPE_F32, e->stream, "engine:bytes"));
+        for (int r = 0; r < e->hworld; r++)
             ZS_CHECK(d->copy_d2h(e->stream, (char *)recv + (size_t)r * nbytes + off,
                                  out + (size_t)r * n, n));
         ZS_CHECK(d->stream_sync(e->stream));
@@ -63,14 +63,14 @@ fail:
 zs_status zs_engine_broadcast_host(zs_engine_t *e, float *buf, size_t count, int root) {
     zs_status st = ZS_OK;
     const zs_device *d = e->dev;
-    if (!e->comm) return ZS_OK;
-    size_t per = ZS_ENGINE_HOST_CHUNK * (size_t)e->world / sizeof(float), k0 = 0;
+    if (!e->hcomm) return ZS_OK;
+    size_t per = ZS_ENGINE_HOST_CHUNK * (size_t)e->hworld / sizeof(float), k0 = 0;
     float *x = (float *)(void *)e->hx;
     do {
         size_t n = count - k0 < per ? count - k0 : per;
         ZS_CHECK(d->copy_h2d(e->stream, x, buf + k0, n * sizeof(float)));
         ZS_CHECK(
-            zs_comm_broadcast(e->comm, x, x, n, ZS_DTYPE_F32, root, e->stream, "engine:bcast"));
+            zs_comm_broadcast(e->hcomm, x, x, n, ZS_DTYPE_F32, root, e->stream, "engine:bcast"));
         ZS_CHECK(d->copy_d2h(e->stream, buf + k0, x, n * sizeof(float)));
         ZS_CHECK(d->stream_sync(e->stream));
     } while ((k0 += per) < count);
@@ -80,11 +80,11 @@ fail:
 
 zs_status zs_engine_allsum(zs_engine_t *e, double local, double *global) {
     zs_status st = ZS_OK;
-    double *all = calloc((size_t)e->world, sizeof *all);
+    double *all = calloc((size_t)e->hworld, sizeof *all);
     if (!all) return zs_error(ZS_ERR_OOM, "engine: out of memory");
     ZS_CHECK(zs_engine_all_gather_bytes(e, &local, all, sizeof local));
     double sum = 0.0;
-    for (int r = 0; r < e->world; r++)
+    for (int r = 0; r < e->hworld; r++)
         sum += all[r]; /* rank order: identical everywhere */
     *global = sum;
 fail:

@@ -33,6 +33,11 @@ typedef struct unit_state {
     int fetched;
     int off; /* this unit's optimizer state is offloaded (--offload-fraction chooses) */
     zs_comm_work_t *work; /* pending reduction (ddp, 1) or post-step gather (1, 2) */
+    /* HSDP: the gradient shard's all-reduce across the replicas, issued as soon as the shard is
+     * final (ZeRO-2/3: its last reduce-scatter folded, during the backward; else in the step),
+     * and whether it was issued this step. */
+    zs_comm_work_t *xwork;
+    int replicated;
     int uses_done;        /* backward uses seen in this micro-batch */
     int pslot, gslot;     /* pool slots holding the unit's gathered params / full grads */
 } unit_state;
@@ -63,8 +68,11 @@ struct zs_engine {
     const zs_device *dev;
     zs_stream_t *stream;
     zs_module_config cfg; /* stage, prefetch and the dtypes are the engine's part */
-    zs_comm_t *comm; /* NULL for a world of one */
-    int rank, world;
+    /* comm: the shard group (NULL for a group of one), whose rank and size the layout's shards
+     * follow. xcomm: the replica group (NULL: none), replica this rank's index in it (its
+     * group's). hcomm: the world, for host values (NULL for a world of one). */
+    zs_comm_t *comm, *xcomm, *hcomm;
+    int rank, world, replica, hworld;
     int persist_params, persist_grads;
     unit_state *units;
     /* pslots: ZeRO-3's gathered parameters. gslots: fp32 unit gradients being computed (and,
@@ -87,7 +95,7 @@ struct zs_engine {
      * 2 * ZS_ENGINE_CAST_CHUNK fp32 scratch for arithmetic on bf16 values. */
     int g16, pool_grads;
     float *gscratch;
-    /* Host values in collectives go through hx (device, 2 x world x ZS_ENGINE_HOST_CHUNK bytes);
+    /* Host values in collectives go through hx (device, 2 x hworld x ZS_ENGINE_HOST_CHUNK bytes);
      * the gradient norm's partial sums land in norm_parts (device, n_parts doubles) and come
      * back in one copy per step. */
     char *hx;
@@ -187,6 +195,8 @@ int zs_engine_ahead_queued(zs_engine_t *e);
 void zs_engine_ahead_destroy(zs_engine_t *e);
 /* The gradient range the step reads for unit u: this rank's reduced shard (fp32, or bf16). */
 const void *zs_engine_step_grad(const zs_engine_t *e, int unit);
+/* HSDP: start unit u's gradient shard's all-reduce across the replicas (engine_step.c). */
+zs_status zs_engine_replicate_unit(zs_engine_t *e, int unit);
 
 /* bf16 gradients (engine_grad16.c): dst = bf16(dst + src) for src fp32 or bf16; the squared
  * norm of n bf16 values; rounding a finished pool slot into the persistent bf16 gradients of

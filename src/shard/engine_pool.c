@@ -258,8 +258,10 @@ static zs_status finalize_slot(zs_engine_t *e, slot *s, int host) {
     } else {
         ZS_CHECK(e->ops->copy(e->stream, us->gshard, s->buf + off, S * 4));
     }
-    /* Offload: the shard is final, so it can go down while the backward goes on. */
-    if (e->offload && s->last) ZS_CHECK(zs_engine_offload_down(e, s->unit));
+    /* The shard is final: with replicas, its all-reduce across them starts while the backward
+     * goes on; with offload (and no replicas, whose sum comes first) it can go down. */
+    if (e->xcomm && s->last) ZS_CHECK(zs_engine_replicate_unit(e, s->unit));
+    if (e->offload && s->last && !e->xcomm) ZS_CHECK(zs_engine_offload_down(e, s->unit));
     s->unit = -1;
     s->state = SLOT_EMPTY;
 fail:
@@ -332,7 +334,7 @@ static zs_status reduce_unit(zs_engine_t *e, int unit) {
     if (e->persist_grads) {
         if (e->g16) ZS_CHECK(zs_engine_fold16(e, unit, us->gslot));
         if (!last) return ZS_OK; /* DDP / ZeRO-1 accumulate locally, reduce once per step */
-        if (!e->comm) return e->offload ? zs_engine_offload_down(e, unit) : ZS_OK;
+        if (!e->comm) return e->offload && !e->xcomm ? zs_engine_offload_down(e, unit) : ZS_OK;
         char *g = e->g16 ? (char *)us->g16 : (char *)us->grad;
         if (e->cfg.stage == ZS_STAGE_DDP)
             ZS_CHECK(zs_comm_all_reduce_async(e->comm, g, g, (size_t)ud->padded, dt, ZS_REDUCE_SUM,
@@ -409,6 +411,8 @@ zs_status zs_engine_drain(zs_engine_t *e) {
     slot *pool = reducing_pool(e, &n);
     while ((r = oldest_reducing(pool, n)) >= 0)
         ZS_CHECK(finalize_slot(e, &pool[r], 1));
+    for (int u = 0; u < e->layout->n_units; u++) /* HSDP: the replicas' all-reduces */
+        ZS_CHECK(zs_engine_wait(&e->units[u].xwork));
     for (int i = 0; i < e->n_gslots; i++)
         ZS_REQUIRE(e->gslots[i].state == SLOT_EMPTY, ZS_ERR_INTERNAL,
                    "engine: unit %s's backward did not end before the step",

@@ -1,6 +1,6 @@
-/* The engine's step: gradients zeroed per step, the global gradient norm (summed in rank
- * order), clipping and AdamW over each rank's optimizer range, and ZeRO-1/2's gather of the
- * updated parameters (docs/architecture.md "Stages", "Determinism"). */
+/* The engine's step: gradients zeroed per step, HSDP's replica all-reduce, the global gradient
+ * norm (summed in rank order), clipping and AdamW over each rank's optimizer range, and ZeRO-1/2's
+ * gather of the updated parameters (docs/architecture.md "Stages", "Determinism"). */
 #include "shard/engine_internal.h"
 
 #include "comm/device.h"
@@ -176,6 +176,32 @@ fail:
     return st;
 }
 
+/* HSDP: unit u's reduced gradient shard summed over the replica group, in its rank order
+ * (docs/sharding.md "Hybrid sharding"). Each rank of the group issues these in the same unit
+ * order: its backward's, then the step's for the rest. */
+zs_status zs_engine_replicate_unit(zs_engine_t *e, int u) {
+    unit_state *us = &e->units[u];
+    void *g = (void *)grad_shard(e, u);
+    us->replicated = 1;
+    return zs_comm_all_reduce_async(e->xcomm, g, g, (size_t)e->layout->units[u].shard,
+                                    e->g16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32, ZS_REDUCE_SUM, e->stream,
+                                    e->layout->units[u].name, &us->xwork);
+}
+
+/* The step's part: the all-reduces the backward did not start (ZeRO-1's shards, final only
+ * once the drain has waited for their reduce-scatters), then the stream waits for all. */
+static zs_status replicate_grads(zs_engine_t *e) {
+    zs_status st = ZS_OK;
+    for (int u = 0; u < e->layout->n_units; u++)
+        if (!e->units[u].replicated) ZS_CHECK(zs_engine_replicate_unit(e, u));
+    for (int u = 0; u < e->layout->n_units; u++) {
+        ZS_CHECK(zs_engine_wait_stream(e, &e->units[u].xwork));
+        e->units[u].replicated = 0;
+    }
+fail:
+    return st;
+}
+
 zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, int t,
                          float *grad_norm) {
     zs_status st = ZS_OK;
@@ -183,6 +209,7 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
     double *parts = NULL;
     int queued = zs_engine_ahead_queued(e); /* host steps queued during the backward */
     ZS_CHECK(zs_engine_drain(e));
+    if (e->xcomm) ZS_CHECK(replicate_grads(e));
     e->recording = 0;
     e->recorded = 1;
     /* Offload: the gradients not down yet go while the device sums their squares. */
@@ -230,8 +257,10 @@ zs_status zs_engine_step(zs_engine_t *e, const zs_adamw_hparams *h, float clip, 
         local += part;
         p += k;
     }
+    /* Replicas hold the same shards: only the first group's count, and the zeros the others
+     * add leave the sum's bits those of the group alone (a flat run's at R = 1). */
     double sumsq = 0.0;
-    ZS_CHECK(zs_engine_allsum(e, local, &sumsq));
+    ZS_CHECK(zs_engine_allsum(e, e->replica ? 0.0 : local, &sumsq));
     double norm = sqrt(sumsq);
     *grad_norm = (float)norm;
     /* the caller names the step ("step 2: ..."); the message does not repeat it */

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "shard/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,14 +19,67 @@ struct zs_module {
     zs_layout layout;
     zs_engine_t *engine;
     zs_comm_t *comm; /* the caller's; NULL for a world of one */
+    /* HSDP (cfg.shard_group < world): the module's own split of comm into the shard group
+     * (ranks rank / S) and the replica group (ranks rank % S); both NULL when flat. */
+    zs_comm_t *scomm, *xcomm;
     const zs_ops *ops;
     const zs_device *dev;
     zs_stream_t *stream; /* the compute stream (the CPU's is NULL) */
     zs_module_config cfg;
     char name[32];
     int rank, world;
-    int step; /* optimizer steps taken */
+    int shard_rank, shard_world, replica; /* in the shard group; the group's index */
+    int step;                             /* optimizer steps taken */
 };
+
+zs_status zs_mesh_shard_group(const zs_module_config *cfg, int world, int local, int *S) {
+    zs_status st = ZS_OK;
+    int s = cfg->shard_group, r = cfg->replicate;
+    *S = world;
+    ZS_REQUIRE(s >= ZS_SHARD_GROUP_HOST && r >= 0, ZS_ERR_INVALID,
+               "--shard-group %d, --replicate %d: must be positive", s, r);
+    if (s == ZS_SHARD_GROUP_HOST) {
+        ZS_REQUIRE(local >= 1 && world % local == 0, ZS_ERR_INVALID,
+                   "--shard-group host: %d ranks on this host do not divide the world of %d "
+                   "(every host must run the same number of ranks)",
+                   local, world);
+        s = local;
+    }
+    if (r > 0) {
+        ZS_REQUIRE(world % r == 0 && (!s || s * r == world), ZS_ERR_INVALID,
+                   s ? "--replicate %d x --shard-group %d must be the world size %d"
+                     : "--replicate %d must divide the world size %d",
+                   r, s ? s : world, world);
+        s = world / r;
+    }
+    if (!s) return ZS_OK;
+    ZS_REQUIRE(s <= world && world % s == 0, ZS_ERR_INVALID,
+               "--shard-group %d must divide the world size %d", s, world);
+    *S = s;
+fail:
+    return st;
+}
+
+/* HSDP's 2-D mesh (docs/sharding.md "Hybrid sharding"): groups of S consecutive ranks shard,
+ * and rank r's replicas are the ranks with r's place in the other groups, ordered by group. */
+static zs_status make_mesh(zs_module_t *m) {
+    zs_status st = ZS_OK;
+    int S = m->world;
+    ZS_CHECK(zs_mesh_shard_group(&m->cfg, m->world, m->comm ? zs_comm_local_world_size(m->comm) : 1,
+                                 &S));
+    m->shard_rank = m->rank % S;
+    m->shard_world = S;
+    m->replica = m->rank / S;
+    if (S == m->world) return ZS_OK; /* flat; the engine refuses replicas it cannot serve */
+    ZS_CHECK(zs_comm_split(m->comm, m->rank / S, m->rank, NULL, &m->scomm));
+    ZS_CHECK(zs_comm_split(m->comm, m->rank % S, m->rank, NULL, &m->xcomm));
+    zs_comm_t *both[2] = {m->scomm, m->xcomm};
+    for (int i = 0; i < 2; i++)
+        if (zs_comm_device(both[i]) != m->dev)
+            ZS_CHECK(zs_comm_set_device(both[i], m->dev, !m->dev->host_memory, 0));
+fail:
+    return st;
+}
 
 /* ---- units ------------------------------------------------------------------------------- */
 
@@ -184,10 +238,13 @@ zs_status zs_module_create(const zs_units_t *units, zs_comm_t *comm, const zs_mo
     if (m->comm && zs_comm_device(m->comm) != m->dev)
         ZS_CHECK(zs_comm_set_device(m->comm, m->dev, !m->dev->host_memory, 0));
     ZS_CHECK(m->dev->stream_create(&m->stream));
+    ZS_CHECK(make_mesh(m));
     ZS_CHECK(zs_layout_copy(&units->layout, &m->layout));
-    ZS_CHECK(zs_layout_finalize(&m->layout, m->world));
+    ZS_CHECK(zs_layout_finalize(&m->layout, m->shard_world));
 
-    ZS_CHECK(zs_engine_create(&m->layout, m->ops, m->dev, m->stream, m->comm, &m->cfg, &m->engine));
+    zs_engine_comms ec = {
+        .shard = m->scomm ? m->scomm : m->comm, .replica = m->xcomm, .world = m->comm};
+    ZS_CHECK(zs_engine_create(&m->layout, m->ops, m->dev, m->stream, &ec, &m->cfg, &m->engine));
     ZS_CHECK(zs_engine_init_params(m->engine, cfg->seed));
     int any_values = 0;
     for (int i = 0; i < m->layout.n_tensors && units->values; i++)
@@ -208,6 +265,8 @@ fail:
 void zs_module_destroy(zs_module_t *m) {
     if (!m) return;
     zs_engine_destroy(m->engine);
+    zs_comm_destroy(m->scomm);
+    zs_comm_destroy(m->xcomm);
     if (m->dev) m->dev->stream_destroy(m->stream);
     zs_layout_free(&m->layout);
     free(m);
@@ -227,6 +286,22 @@ int zs_module_rank(const zs_module_t *m) {
 
 int zs_module_world_size(const zs_module_t *m) {
     return m->world;
+}
+
+void zs_module_mesh_text(const zs_module_t *m, char *out, size_t n) {
+    if (!m->scomm) {
+        snprintf(out, n, "%s", "");
+        return;
+    }
+    snprintf(out, n, "shard group %s (%s), replica group %s (%s)",
+             zs_comm_backend_name(zs_comm_get_backend(m->scomm)), zs_comm_backend_reason(m->scomm),
+             zs_comm_backend_name(zs_comm_get_backend(m->xcomm)), zs_comm_backend_reason(m->xcomm));
+}
+
+void zs_module_mesh(const zs_module_t *m, int *shard_rank, int *shard_world, int *replica) {
+    *shard_rank = m->shard_rank;
+    *shard_world = m->shard_world;
+    *replica = m->replica;
 }
 
 int zs_module_num_units(const zs_module_t *m) {

@@ -22,6 +22,14 @@ zs_status zs_units_from_layout(const zs_layout *l, zs_units_t **out);
 /* The module's layout, finalized for its world size. Valid for the module's life. */
 const zs_layout *zs_module_layout(const zs_module_t *m);
 
+/* HSDP's mesh: this rank's place in its shard group, the group's size (the layout's world) and
+ * the group's index; flat: the rank, the world and 0. */
+void zs_module_mesh(const zs_module_t *m, int *shard_rank, int *shard_world, int *replica);
+
+/* HSDP's groups in words for banners: "shard group shm (why), replica group gloo (why)"; "" when
+ * flat. */
+void zs_module_mesh_text(const zs_module_t *m, char *out, size_t n);
+
 /* ZeRO-3 unit all-gathers issued so far (tests: recompute adds none). */
 uint64_t zs_module_param_gathers(const zs_module_t *m);
 

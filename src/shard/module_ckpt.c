@@ -61,11 +61,12 @@ static int64_t max_shard(const zs_layout *l) {
     return s;
 }
 
-static zs_status write_rank_file(zs_module_t *mod, zs_manifest *m, const char *tmp) {
+/* The file of shard rank `rank` (HSDP: written by the first group; its replicas hold the same
+ * state). */
+static zs_status write_rank_file(zs_module_t *mod, zs_manifest *m, const char *tmp, int rank) {
     zs_status st = ZS_OK;
     zs_ckpt_writer *w = NULL;
     const zs_layout *l = zs_module_layout(mod);
-    int rank = zs_module_rank(mod);
     zs_ckpt_file *f = &m->files[rank];
     char path[4400];
     float *buf = malloc((size_t)max_shard(l) * sizeof *buf + 1);
@@ -101,10 +102,13 @@ zs_status zs_module_save_info(zs_module_t *mod, const char *save_dir, int keep,
     zs_ckpt_info info = *record;
     char name[64], final[4200], tmp[4300], what[4300];
     uint64_t *mine = NULL, *all = NULL;
-    int rank = zs_module_rank(mod), world = zs_module_world_size(mod);
+    int rank = zs_module_rank(mod), world = zs_module_world_size(mod), srank, files, replica;
+    /* One file per shard, written by the first shard group: the checkpoint's world is the
+     * group's (HSDP), loadable at any world size, stage and mesh like any other. */
+    zs_module_mesh(mod, &srank, &files, &replica);
     memset(&m, 0, sizeof m);
     g_saves++;
-    info.world_size = world;
+    info.world_size = files;
     info.step = zs_module_steps_done(mod);
     if (info.model.arch == ZS_ARCH_CUSTOM) info.layout = zs_module_layout(mod);
     zs_ckpt_step_name(info.step, name, sizeof name);
@@ -118,19 +122,21 @@ zs_status zs_module_save_info(zs_module_t *mod, const char *save_dir, int keep,
 
     /* Each rank writes its own file in parallel; then rank 0 learns every file's frame
      * sizes and checksums. The record has the same length on every rank. */
-    int nf = m.files[rank].n_frames;
+    int nf = m.files[srank].n_frames;
     size_t words = 3 + 2 * (size_t)nf;
     mine = calloc(words, sizeof *mine);
     all = calloc(words * (size_t)world, sizeof *all);
     ZS_REQUIRE(mine && all, ZS_ERR_OOM, "%s: out of memory", what);
-    local = write_rank_file(mod, &m, tmp);
-    mine[0] = (uint64_t)local;
-    mine[1] = m.files[rank].size;
-    mine[2] = m.files[rank].crc;
-    for (int i = 0; i < nf; i++) {
-        mine[3 + 2 * i] = m.files[rank].frames[i].csize;
-        mine[4 + 2 * i] = m.files[rank].frames[i].crc;
+    if (replica == 0) {
+        local = write_rank_file(mod, &m, tmp, srank);
+        mine[1] = m.files[srank].size;
+        mine[2] = m.files[srank].crc;
+        for (int i = 0; i < nf; i++) {
+            mine[3 + 2 * i] = m.files[srank].frames[i].csize;
+            mine[4 + 2 * i] = m.files[srank].frames[i].crc;
+        }
     }
+    mine[0] = (uint64_t)local;
     ZS_CHECK(zs_module_all_gather_bytes(mod, mine, all, words * sizeof *mine));
     for (int r = 0; r < world && local == ZS_OK; r++)
         if (all[(size_t)r * words] != ZS_OK)
@@ -139,7 +145,7 @@ zs_status zs_module_save_info(zs_module_t *mod, const char *save_dir, int keep,
     /* Nothing of a failed save is left behind: the staging directory goes. */
     if (local != ZS_OK && rank == 0) zs_ckpt_remove_dir(tmp);
     if (local == ZS_OK && rank == 0) {
-        for (int r = 0; r < world; r++) {
+        for (int r = 0; r < files; r++) { /* world ranks 0 .. files - 1: the first group */
             zs_ckpt_file *f = &m.files[r];
             const uint64_t *rec = all + (size_t)r * words;
             f->size = rec[1];

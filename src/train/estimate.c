@@ -52,6 +52,42 @@ zs_status zs_mem_estimate_compute(const zs_model_config *cfg, int world, int sta
                                         out);
 }
 
+/* ZS_MEM_COMM of one communicator of n ranks on backend be: shm's staging slots and gloo's
+ * receive windows, allocated with the communicator; mpi's two fp32 buffers of its largest
+ * staged message (src/comm/mpi.c: MPI forbids in-place reduce-scatter, and bf16 is widened),
+ * mpi_elems. MPI's and NCCL's own buffers are not allocated through zshard, not counted. */
+static uint64_t staging(const char *be, int n, uint64_t mpi_elems) {
+    if (n <= 1) return 0;
+    if (!strcmp(be, "shm")) return zs_comm_shm_staging_bytes(n);
+    if (!strcmp(be, "gloo")) return zs_comm_gloo_staging_bytes(n);
+    if (!strcmp(be, "mpi")) return 2 * mpi_elems * sizeof(float);
+    return 0;
+}
+
+/* The staging of every communicator a run holds. "auto" is shm on one host and gloo across
+ * several (opts->nnodes), as zs_comm_create chooses. Flat, the world's communicator does it all:
+ * at mpi its staged messages are the in-place reduce-scatters of a unit's gradients (ZeRO-1/2/3)
+ * and bf16 all-reduces (DDP), the largest unit the largest. HSDP (G < world) adds its two
+ * groups (zs_comm_split's choice: shm for a group on one host, else the world's backend): the
+ * shard group reduce-scatters whole units; the replica group all-reduces shards in place,
+ * staged at mpi only in bf16; the world carries host values only, which mpi does not stage. */
+static uint64_t comm_staging(const zs_mem_options *opts, int world, int G, int stage, int g16,
+                             const int64_t *sizes, const zs_layout *l) {
+    const char *be = opts->comm && strcmp(opts->comm, "auto") ? opts->comm : getenv("ZS_COMM");
+    int hosts = opts->nnodes > 1 ? opts->nnodes : 1;
+    if (!be || !*be || !strcmp(be, "auto")) be = hosts > 1 ? "gloo" : "shm";
+    uint64_t unit = (uint64_t)sizes[0];
+    if (G == world) return staging(be, world, stage >= 1 || g16 ? unit : 0);
+    int64_t shard = 0;
+    for (int u = 0; u < l->n_units; u++)
+        if (l->units[u].shard > shard) shard = l->units[u].shard;
+    int nccl = !strcmp(be, "nccl");
+    const char *in_group = nccl ? be : G <= world / hosts ? "shm" : be;
+    const char *across = nccl ? be : hosts > 1 ? be : "shm";
+    return staging(be, world, 0) + staging(in_group, G, unit) +
+           staging(across, world / G, g16 ? (uint64_t)shard : 0);
+}
+
 zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, int stage, int batch,
                                        int seq, int grad_accum, int prefetch,
                                        const zs_mem_options *opts, zs_mem_estimate *out) {
@@ -70,14 +106,21 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
                grad_accum);
     ZS_REQUIRE(seq <= cfg->max_seq, ZS_ERR_INVALID,
                "--seq %d is longer than model %s's %d positions", seq, cfg->name, cfg->max_seq);
-    ZS_CHECK(zs_model_layout(cfg, world, &l));
+    /* HSDP: the state is split over the shard group's G ranks (the world when flat). */
+    int G = opts->shard_group > 0 ? opts->shard_group : world;
+    ZS_REQUIRE(G <= world && world % G == 0, ZS_ERR_INVALID,
+               "--shard-group %d must divide the world size %d", G, world);
+    ZS_REQUIRE(G == world || stage >= 1, ZS_ERR_INVALID,
+               "--shard-group: ddp replicates everything already; shard within groups with "
+               "--stage 1, 2 or 3");
+    ZS_CHECK(zs_model_layout(cfg, G, &l));
     ZS_REQUIRE(opts->dtype == ZS_DTYPE_F32 || opts->dtype == ZS_DTYPE_BF16, ZS_ERR_INVALID,
                "memory estimate: compute dtype %s is not fp32 or bf16", zs_dtype_name(opts->dtype));
     ZS_REQUIRE(opts->reduce_dtype == ZS_DTYPE_F32 || opts->reduce_dtype == ZS_DTYPE_BF16,
                ZS_ERR_INVALID, "memory estimate: gradient dtype %s is not fp32 or bf16",
                zs_dtype_name(opts->reduce_dtype));
     int bf16 = opts->dtype == ZS_DTYPE_BF16, g16 = opts->reduce_dtype == ZS_DTYPE_BF16;
-    uint64_t P = (uint64_t)l.total_padded * 4, S = P / (uint64_t)world;
+    uint64_t P = (uint64_t)l.total_padded * 4, S = P / (uint64_t)G;
     uint64_t *b = out->bytes;
     /* Model states, docs/architecture.md "Memory accounting": exactly what the engine allocates.
      * fp32: one fp32 copy of the parameters serves as master. bf16 compute copy: bf16 params (full,
@@ -182,23 +225,8 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
             b[ZS_MEM_WORKSPACE] += want * sizeof(uint16_t);
         }
     }
-    /* The shm backend's staging slots; "auto" picks shm when the ranks share a host, which
-     * this estimate assumes. On a GPU they are host memory. */
-    const char *comm = opts->comm && strcmp(opts->comm, "auto") ? opts->comm : getenv("ZS_COMM");
-    if (!host)
-        ;
-    else if (!comm || !*comm || !strcmp(comm, "auto") || !strcmp(comm, "shm"))
-        b[ZS_MEM_COMM] = zs_comm_shm_staging_bytes(world);
-    /* The mpi backend stages a reduction in two fp32 buffers of the whole message
-     * (src/comm/mpi.c: MPI forbids in-place reduce-scatter, and bf16 is widened): the
-     * engine's in-place reduce-scatters of a unit's gradients (ZeRO-1/2/3) and bf16
-     * all-reduces (DDP), the largest unit being the largest message. MPI's own buffers are
-     * not allocated through zshard and are not counted. */
-    else if (!strcmp(comm, "mpi") && world > 1 && (stage >= 1 || g16))
-        b[ZS_MEM_COMM] = 2 * (uint64_t)sizes[0] * sizeof(float);
-    /* The gloo backend's receive windows (src/comm/gloo.cc), allocated once per communicator. */
-    else if (!strcmp(comm, "gloo"))
-        b[ZS_MEM_COMM] = zs_comm_gloo_staging_bytes(world);
+    /* The communicators' staging (comm_staging); on a GPU it is host memory. */
+    if (host) b[ZS_MEM_COMM] = comm_staging(opts, world, G, stage, g16, sizes, &l);
     /* The engine's own scratch: host values through collectives, gradient-norm partial sums. */
     uint64_t xc = 0, xw = 0;
     zs_engine_scratch_bytes(&l, world, opts->reduce_dtype, &xc, &xw);

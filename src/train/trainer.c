@@ -97,7 +97,9 @@ static zs_status check_fit(const zs_trainer_t *t, const zs_train_config *c) {
                          .device = t->device,
                          .docs = c->docs,
                          .offload = c->module.offload,
-                         .offload_fraction = c->module.offload_fraction};
+                         .offload_fraction = c->module.offload_fraction,
+                         .shard_group = t->shard < t->world ? t->shard : 0, /* 0: flat */
+                         .nnodes = t->nnodes};
     zs_status st =
         zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->module.stage, c->batch, c->seq,
                                      c->grad_accum, c->module.prefetch, &mo, &est);
@@ -139,7 +141,9 @@ static zs_status check_host_fit(const zs_trainer_t *t, const zs_train_config *c)
                          .reduce_dtype = c->module.grad_dtype,
                          .device = t->device,
                          .offload = c->module.offload,
-                         .offload_fraction = c->module.offload_fraction};
+                         .offload_fraction = c->module.offload_fraction,
+                         .shard_group = t->shard < t->world ? t->shard : 0, /* 0: flat */
+                         .nnodes = t->nnodes};
     ZS_CHECK(zs_mem_estimate_compute_opts(&t->model_cfg, t->world, c->module.stage, c->batch,
                                           c->seq, c->grad_accum, c->module.prefetch, &mo, &est));
     const char *lw = getenv("LOCAL_WORLD_SIZE");
@@ -191,6 +195,11 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
         t->world = zs_comm_world_size(t->comm);
     }
     ZS_CHECK(validate(cfg, t->world));
+    {
+        int local = t->comm ? zs_comm_local_world_size(t->comm) : 1;
+        ZS_CHECK(zs_mesh_shard_group(&cfg->module, t->world, local, &t->shard));
+        t->nnodes = t->world % local ? 1 : t->world / local;
+    }
     t->micro = cfg->batch / (t->world * cfg->grad_accum);
     if (cfg->device_mem) {
         zs_mem_stats ms;
@@ -226,7 +235,7 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     }
     t->model_cfg = cfg->model;
     zs_model_config_set_vocab(&t->model_cfg, t->data.vocab);
-    ZS_CHECK(zs_model_layout(&t->model_cfg, t->world, &t->layout));
+    ZS_CHECK(zs_model_layout(&t->model_cfg, t->shard, &t->layout));
     if (cfg->device_mem) ZS_CHECK(check_fit(t, cfg));
     if (cfg->module.offload && t->device && !strcmp(t->device, "cuda"))
         ZS_CHECK(check_host_fit(t, cfg));
@@ -237,8 +246,16 @@ zs_status zs_trainer_create(const zs_train_config *cfg, zs_trainer_t **out) {
     zs_module_config mc = cfg->module;
     mc.name = t->model_cfg.name;
     mc.device = t->device;
+    mc.shard_group = t->shard; /* resolved: "host" and --replicate say it once */
+    mc.replicate = 0;
     ZS_CHECK(zs_units_from_layout(&t->layout, &units));
     ZS_CHECK(zs_module_create(units, t->comm, &mc, &t->engine));
+    if (t->shard < t->world) {
+        char groups[560];
+        zs_module_mesh_text(t->engine, groups, sizeof groups);
+        snprintf(t->mesh, sizeof t->mesh, "%d replicas x shard groups of %d ranks; %s",
+                 t->world / t->shard, t->shard, groups);
+    }
     /* The model computes where the module keeps its parameters, on its stream. */
     t->ops = zs_module_ops(t->engine);
     t->stream = zs_module_stream(t->engine);
@@ -498,6 +515,18 @@ int zs_trainer_rank(const zs_trainer_t *t) {
 
 int zs_trainer_world_size(const zs_trainer_t *t) {
     return t->world;
+}
+
+int zs_trainer_shard_group(const zs_trainer_t *t) {
+    return t->shard;
+}
+
+int zs_trainer_nnodes(const zs_trainer_t *t) {
+    return t->nnodes;
+}
+
+const char *zs_trainer_mesh(const zs_trainer_t *t) {
+    return t->mesh;
 }
 
 const char *zs_trainer_comm_name(const zs_trainer_t *t) {

@@ -25,6 +25,7 @@ struct zs_trainer {
     zs_model_t *model;
     zs_comm_t *comm; /* NULL for a world of one */
     int rank, world;
+    int shard, nnodes; /* the shard group's size (HSDP; the world when flat); hosts */
     int micro; /* sequences per micro-batch on this rank */
     /* trainer_io.c: pinned host staging of the tokens (two, alternating; h_ev[j] marks the
      * upload that last read buffer j), the device's token buffers, and the loss sum of each
@@ -42,6 +43,7 @@ struct zs_trainer {
     float lr_override;    /* > 0: every step uses it instead of the schedule */
     const char *device;   /* zs_device_choose's choice */
     char device_why[256]; /* and its reason, for the banner */
+    char mesh[640];       /* HSDP's groups in words (zs_trainer_mesh); "" when flat */
     char gen_info[256];   /* zs_trainer_generate_info */
     char *run_config;     /* zs_trainer_set_run_config: a JSON object for the manifests */
     int eval_batches;     /* the last zs_trainer_eval: batches after the cap, */
