@@ -9,10 +9,11 @@
 #      with --prefetch 0, 1 and 2 next to the same job on one host over shm (no network:
 #      the step's compute), so that "communication exposed" = step - shm step, and the share
 #      of it that prefetching hides is read off;
-#   3. 2 hosts x 2 ranks over links shaped to STEP_RATE: ddp and ZeRO-3 training steps and the
-#      bytes each host sends to the other per step (its cable's tx counter over two run
-#      lengths, so rendezvous and setup cancel), beside docs/sharding.md's formula. The
-#      reference HSDP must beat (#28).
+#   3. 2 hosts x 2 ranks over links shaped to STEP_RATE: ddp, ZeRO-3 and HSDP (ZeRO-3 with a
+#      shard group per host) training steps and the bytes each host sends to the other per step
+#      (its cable's tx counter over two run lengths, so rendezvous and setup cancel), beside
+#      the payload `zshard mem` predicts (docs/sharding.md's formula); HSDP must send at most
+#      ddp's bytes and less than ZeRO-3's, and the last lines say whether it does.
 # Needs root (ip netns). Usage: [ROUNDS=3] [STEPS_ONLY=1] [STEP_RATE=200mbit] bench/multihost.sh
 # BUILD_DIR [RATE [DELAY]] (default 1gbit 1ms; the training steps run at STEP_RATE;
 # where the kernel has no netem qdisc, tc tbf limits the rate alone). Prints markdown tables.
@@ -245,22 +246,31 @@ mesh_run() { # OUT STEPS ARGS...: 2 hosts x 2 ranks; prints host 0's and host 1'
 mesh_model() { # MODEL
     MARGS=(train --data "$T/c.txt" --model "$1" --batch 8 --seq 64 --sample-len 0 --val-every 0
            --comm-timeout 300)
-    local psi
-    psi=$("$Z" mem --model "$1" --nproc 4 --stage 3 --batch 8 --seq 64 --data "$T/c.txt" |
-          sed -n 's/.*(\([0-9]*\) with alignment and shard padding).*/\1/p')
-    for st in ddp 3; do
-        read -r a0 a1 <<< "$(mesh_run "m$st.a" "$STEPS_A" --stage "$st")"
-        read -r b0 b1 <<< "$(mesh_run "m$st.b" "$STEPS_B" --stage "$st")"
+    local psi plan st row form
+    # zshard mem's own prediction: Ψ, and the bytes a rank sends to other hosts per plan
+    # (docs/sharding.md "Bytes across hosts"), which a host sends twice (2 ranks).
+    plan=$("$Z" mem --model "$1" --nproc 2 --nnodes 2 --stage 3 --shard-group host --batch 8 \
+        --seq 64 --data "$T/c.txt")
+    psi=$(sed -n 's/.*(\([0-9]*\) with alignment and shard padding).*/\1/p' <<< "$plan")
+    for st in ddp 3 hsdp; do
+        local args=(--stage "$st")
+        row="ddp"
+        [[ $st == 3 ]] && row="ZeRO-3"
+        [[ $st == hsdp ]] && { args=(--stage 3 --shard-group host); row="ZeRO-3, 2 replicas x shard groups of 2"; }
+        form=$(awk -F'|' -v r=" $row " '$2 == r { print $5 * 2 }' <<< "$plan")
+        read -r a0 a1 <<< "$(mesh_run "m$st.a" "$STEPS_A" "${args[@]}")"
+        read -r b0 b1 <<< "$(mesh_run "m$st.b" "$STEPS_B" "${args[@]}")"
         python3 -c 'import json, statistics, sys
 a0, a1, b0, b1, n = (int(x) for x in sys.argv[1:6])
 ms = [json.loads(l)["ms"] for l in open(sys.argv[6]) if "\"step\"" in l and "\"ms\"" in l]
 per = ((a0 - b0) + (a1 - b1)) / 2 / n
-psi = int(sys.argv[9])
-# docs/sharding.md "Bytes across hosts": P = 4 ranks, L = 2 a host, fp32, per host
-form = {"ddp": 2 * 2 * 2 * psi / 4 * 4, "3": 2 * 2 * psi / 4 * 12}[sys.argv[8]]
-print("| %s | %s | %d | %.1f | %.2f | %.2f | %.3f |" % (sys.argv[7], sys.argv[8], psi,
-      statistics.median(ms[2:]), per / 1e6, form / 1e6, per / form))' "$a0" "$a1" "$b0" "$b1" "$((STEPS_A - STEPS_B))" \
-            "m$st.a.jsonl" "$1" "$st" "$psi"
+form = float(sys.argv[10])
+name = {"ddp": "ddp", "3": "ZeRO-3", "hsdp": "HSDP ZeRO-3 (shard group per host)"}[sys.argv[8]]
+print("| %s | %s | %s | %.1f | %.2f | %.2f | %.3f |" % (sys.argv[7], name, sys.argv[9],
+      statistics.median(ms[2:]), per / 1e6, form, per / 1e6 / form))
+open(sys.argv[11], "a").write("%s %s %.0f\n" % (sys.argv[7], sys.argv[8], per))' "$a0" "$a1" \
+            "$b0" "$b1" "$((STEPS_A - STEPS_B))" "m$st.a.jsonl" "$1" "$st" "$psi" "$form" \
+            "$T/per_host"
     done
 }
 echo
@@ -269,7 +279,16 @@ echo
 echo "batch 8 x seq 64, fp32, over gloo. MB sent = the bytes one host's cable sends per step"
 echo "(mean of the two hosts; payload, TCP/IP headers and acknowledgements), from runs of"
 echo "$STEPS_A and $STEPS_B steps. ms/step: the median step of the $STEPS_A-step run (steps 3..)."
+echo "HSDP: ZeRO-3 with --shard-group host. The formula's payload is zshard mem's prediction."
 echo
-echo "| model | stage | Ψ padded | ms/step | MB sent per host per step | formula's payload MB | ratio |"
+echo "| model | plan | Ψ padded | ms/step | MB sent per host per step | formula's payload MB (zshard mem) | ratio |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 for model in ${MESH_MODELS:-gpt2-mini}; do mesh_model "$model"; done
+echo
+# HSDP must send at most what ddp sends across hosts, and less than ZeRO-3 (measured).
+awk '{ b[$1 " " $2] = $3; m[$1] = 1 }
+     END { for (x in m) {
+         h = b[x " hsdp"]; d = b[x " ddp"]; z = b[x " 3"]
+         printf "%s: HSDP sends %.0f%% of ddp'"'"'s bytes across hosts and %.0f%% of ZeRO-3'"'"'s: %s\n", x,
+                100 * h / d, 100 * h / z, (h <= d && h < z) ? "as it must" : "**NOT** below both"
+     } }' "$T/per_host"
