@@ -3,6 +3,8 @@
  * backward (dq, dk, dv overwriting NaN prefills), MHA and GQA, packed (GPT-2's qkv) and
  * separate layouts, with and without document masks, head sizes 16, 32 and 64, T from 1 to
  * 4096, rows not a multiple of the 64-row tiles, rows whose stride breaks 16-byte alignment.
+ * The bf16-out forms (flash_attention_fwd16/bwd16) give the fp32 ops' bits, rounded (forward)
+ * or from the widened out (backward), on the tensor cores and on the fp32 kernels' path.
  *
  * The bound, element by element, from bf16's unit roundoff u = 2^-9 on every input of a product
  * (q, k, v, dO, and the probabilities P and score gradients dS the kernels round between their
@@ -21,6 +23,7 @@
 #include "backend/cuda_device.h"
 #include "backend/device.h"
 #include "backend/ops.h"
+#include "core/bf16.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -230,6 +233,92 @@ static void check(int B, int T, int NH, int NKV, int hs, int packed, int docs) {
         free(hbufs[i]);
 }
 
+static void *dev_down_bytes(const void *d, size_t nbytes) {
+    void *h = zt_malloc(nbytes + 1);
+    ZT_OK(gpu->sync(NULL));
+    if (nbytes) ZT_OK(zs_cuda_memcpy_d2h(h, d, nbytes));
+    return h;
+}
+
+/* flash_attention_fwd16 and bwd16 (a bf16 out, ops.h) against the fp32 ops of the same table
+ * on the same inputs, bit for bit: the forward's out rounded once (zs_f32_to_bf16) and its lse
+ * unchanged; the backward's dq | dk | dv and delta from the bf16 out equal to the fp32 op's
+ * given that out widened. off moves the bf16 out by that many elements (1: not 8-byte aligned,
+ * which the fp32 kernels take; the tensor cores refuse it, check_out16_refused). */
+static void check_out16(int B, int T, int NH, int NKV, int hs, int packed, int docs, int off) {
+    char what[160];
+    snprintf(what, sizeof what, "%s table, B=%d T=%d NH=%d NKV=%d hs=%d%s%s%s",
+             gpu->gemm_math == ZS_MATH_BF16 ? "bf16" : "fp32", B, T, NH, NKV, hs,
+             packed ? " packed" : "", docs ? " documents" : "", off ? " unaligned out" : "");
+    size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs, BT = (size_t)B * T;
+    size_t ldq = packed ? QD + 2 * KD : QD, ldkv = packed ? ldq : KD;
+    size_t nq = BT * ldq, nk = packed ? 0 : BT * KD, no = BT * QD, nl = (size_t)B * NH * T;
+    size_t ng = packed ? nq : nq + 2 * nk;
+    size_t gk = packed ? QD : nq, gv = packed ? QD + KD : nq + nk;
+    int32_t *seg = docs ? make_seg(B, T) : NULL;
+    float *h = zt_malloc((nq + 2 * nk + no) * 4 + 4);
+    zt_fill_normal(h, nq + 2 * nk + no, 1.0f);
+    float *d_in = dev_up(h, (nq + 2 * nk + no) * 4), *d_dout = d_in + nq + 2 * nk;
+    const float *d_q = d_in, *d_k = packed ? d_in + QD : d_in + nq,
+                *d_v = packed ? d_in + QD + KD : d_in + nq + nk;
+    int32_t *d_seg = docs ? dev_up(seg, BT * sizeof(int32_t)) : NULL;
+    float *pz = zt_malloc((ng + no + nl) * 4 + 4);
+    zt_poison(pz, ng + no + nl);
+    float *d_o = dev_up(pz, no * 4), *d_l = dev_up(pz, nl * 4), *d_l16 = dev_up(pz, nl * 4);
+    zs_bf16 *d_o16b = dev_up(pz, (no + off) * 2), *d_o16 = d_o16b + off;
+    ZT_OK(gpu->flash_attention_fwd(NULL, d_o, d_l, d_q, d_k, d_v, B, T, NH, NKV, hs, (int)ldq,
+                                   (int)ldkv, d_seg));
+    ZT_OK(gpu->flash_attention_fwd16(NULL, d_o16, d_l16, d_q, d_k, d_v, B, T, NH, NKV, hs, (int)ldq,
+                                     (int)ldkv, d_seg));
+    float *o = dev_down(d_o, no), *l = dev_down(d_l, nl), *l16 = dev_down(d_l16, nl);
+    zs_bf16 *o16 = dev_down_bytes(d_o16, no * 2);
+    size_t bad = 0;
+    for (size_t i = 0; i < no; i++)
+        bad += o16[i].bits != zs_f32_to_bf16(o[i]).bits;
+    ZT_CHECK(bad == 0, "fwd16 %s: %zu of %zu outputs not the fp32 out rounded", what, bad, no);
+    ZT_CHECK(!memcmp(l, l16, nl * 4), "fwd16 %s: lse differs from the fp32 op's", what);
+
+    /* the backward: fp32 op given the widened out, the bf16 op given out16 */
+    float *wide = zt_malloc(no * 4 + 4);
+    for (size_t i = 0; i < no; i++)
+        wide[i] = zs_bf16_to_f32(o16[i]);
+    float *d_w = dev_up(wide, no * 4), *d_ga = dev_up(pz, ng * 4), *d_gb = dev_up(pz, ng * 4);
+    float *d_da = dev_up(pz, nl * 4), *d_db = dev_up(pz, nl * 4);
+    ZT_OK(gpu->flash_attention_bwd(NULL, d_ga, d_ga + gk, d_ga + gv, d_da, d_dout, d_q, d_k, d_v,
+                                   d_w, d_l, B, T, NH, NKV, hs, (int)ldq, (int)ldkv, d_seg));
+    ZT_OK(gpu->flash_attention_bwd16(NULL, d_gb, d_gb + gk, d_gb + gv, d_db, d_dout, d_q, d_k, d_v,
+                                     d_o16, d_l, B, T, NH, NKV, hs, (int)ldq, (int)ldkv, d_seg));
+    float *ga = dev_down(d_ga, ng), *gb = dev_down(d_gb, ng), *da = dev_down(d_da, nl),
+          *db = dev_down(d_db, nl);
+    ZT_CHECK(!memcmp(ga, gb, ng * 4) && !memcmp(da, db, nl * 4),
+             "bwd16 %s: dq | dk | dv or delta differ from the fp32 op's on the widened out", what);
+    printf("out16 %s: bit for bit\n", what);
+    void *dbufs[] = {d_in, d_seg, d_o, d_l, d_l16, d_o16b, d_w, d_ga, d_gb, d_da, d_db};
+    for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++)
+        zs_cuda_free(dbufs[i]);
+    void *hbufs[] = {seg, h, pz, o, l, l16, o16, wide, ga, gb, da, db};
+    for (size_t i = 0; i < sizeof hbufs / sizeof hbufs[0]; i++)
+        free(hbufs[i]);
+}
+
+/* The tensor-core forwards' stores are 8-byte pieces: an out that is not 8-byte aligned is
+ * refused with a message naming it, on both forms, before any launch. */
+static void check_out16_refused(void) {
+    float *h = zt_malloc(3 * 64 * 4 * 2);
+    zt_fill_normal(h, 3 * 64 * 2, 1.0f);
+    float *d_q = dev_up(h, 3 * 64 * 2 * 4), *d_o = dev_up(h, 64 * 2 * 4 + 8), *d_l = dev_up(h, 8);
+    zs_status st = gpu->flash_attention_fwd16(NULL, (zs_bf16 *)d_o + 1, d_l, d_q, d_q + 64,
+                                              d_q + 128, 1, 2, 1, 1, 64, 192, 192, NULL);
+    ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "not 8-byte aligned"),
+             "fwd16 on tensor cores: an unaligned out refused naming it (%s)", zs_last_error());
+    st = gpu->flash_attention_fwd(NULL, d_o + 1, d_l, d_q, d_q + 64, d_q + 128, 1, 2, 1, 1, 64, 192,
+                                  192, NULL);
+    ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "not 8-byte aligned"),
+             "fwd on tensor cores: an unaligned out refused naming it (%s)", zs_last_error());
+    zs_cuda_free(d_q), zs_cuda_free(d_o), zs_cuda_free(d_l);
+    free(h);
+}
+
 int main(void) {
     zt_init("cuda_flash_tc");
     zt_gpu_require();
@@ -248,5 +337,16 @@ int main(void) {
     check(1, 4096, 2, 1, 64, 0, 1); /* long: 64 tiles, documents across many */
     check(1, 2048, 1, 1, 64, 1, 0); /* long, one document: every tile of the causal triangle */
     check(1, 300, 4, 2, 64, 2, 1);  /* rows not 16-byte aligned: scalar loads */
+    /* the bf16 out: tensor cores at each head size, the fp32 kernels' bf16 forms for a head
+     * size the tensor cores do not take, an unaligned out refused, and the fp32 table (with an
+     * unaligned out) */
+    check_out16(2, 70, 4, 4, 16, 1, 1, 0);
+    check_out16(2, 150, 6, 2, 32, 0, 0, 0);
+    check_out16(1, 130, 4, 1, 64, 0, 1, 0);
+    check_out16(1, 97, 4, 2, 24, 0, 1, 0);
+    check_out16_refused();
+    gpu = base->with_math(ZS_MATH_FP32);
+    check_out16(2, 70, 4, 4, 16, 1, 1, 0);
+    check_out16(1, 70, 2, 2, 64, 0, 0, 1);
     return zt_finish();
 }

@@ -1,10 +1,11 @@
 /* The attention kernels' declared costs (ZS_COST, docs/cuda.md "The profiler") against what the
  * emulated GPU's profiler measures (ctest label gpu, emulated GPU only), the other ops' being
  * test_emu_costs.c's: attention (packed MHA and GQA) and flash attention (packed and separate
- * rows), with and without documents; the bf16 table's flash attention on tensor cores; decoding
- * (kv_store, kv_attend) and sampling. Each runs alone between zs_emu_profile_start and _stop on
- * small random cases, every launch recorded passes checks 1 and 2 of test_emu_costs.c (its cost
- * declared, tensor-core FLOPs as executed, bytes: check_rec in emucost.h), and
+ * rows, fp32 and bf16 out), with and without documents; the bf16 table's flash attention on
+ * tensor cores (fp32 and bf16 out); decoding (kv_store, kv_attend) and sampling. Each runs alone
+ * between zs_emu_profile_start and _stop on small random cases, every launch recorded passes checks
+ * 1 and 2 of test_emu_costs.c (its cost declared, tensor-core FLOPs as executed, bytes: check_rec
+ * in emucost.h), and
  *  3. the declared FLOPs of attention, flash attention and decode attention equal a count of
  *     the (query, key) pairs (and key blocks) the masks admit, enumerated here independently of
  *     the launchers' closed forms (with documents, the causal count they declare); sampling's
@@ -160,6 +161,17 @@ static void check_flash(int NH, int NKV, int packed, int docs) {
     check_rec(f, 2 + nbuf + docs, sec_bytes(&so), "out read back (the accumulator)");
     ZT_CHECK(f->flops == f_fwd, "fa_fwd_kernel: %.0f FLOPs declared, %.0f enumerated (%s)",
              f->flops, f_fwd, what);
+    /* the bf16 out (flash_attention_fwd16): the accumulator is the thread's own, so each
+     * output is written once and nothing is read back */
+    zs_bf16 *out16 = (zs_bf16 *)drand((no + 1) / 2);
+    prof_start();
+    ZT_OK(gpu->flash_attention_fwd16(NULL, out16, lse, qb, kb, vb, B, T, NH, NKV, hs, (int)ldq,
+                                     (int)ldkv, d_seg));
+    prof_stop();
+    const zs_emu_record *f16 = rec("fa_fwd16_kernel");
+    check_rec(f16, 2 + nbuf + docs, 0, NULL);
+    ZT_CHECK(f16->flops == f_fwd, "fa_fwd16_kernel: %.0f FLOPs declared, %.0f enumerated (%s)",
+             f16->flops, f_fwd, what);
     prof_start();
     ZT_OK(gpu->flash_attention_bwd(NULL, g, g + ok, g + ov, delta, dout, qb, kb, vb, out, lse, B, T,
                                    NH, NKV, hs, (int)ldq, (int)ldkv, d_seg));
@@ -171,6 +183,16 @@ static void check_flash(int NH, int NKV, int packed, int docs) {
     check_rec(bkv, 4 + nbuf + docs, 0, NULL);
     ZT_CHECK(d->flops == f_delta, "fa_delta_kernel: %.0f FLOPs declared, %.0f enumerated", d->flops,
              f_delta);
+    prof_start();
+    ZT_OK(gpu->flash_attention_bwd16(NULL, g, g + ok, g + ov, delta, dout, qb, kb, vb, out16, lse,
+                                     B, T, NH, NKV, hs, (int)ldq, (int)ldkv, d_seg));
+    prof_stop();
+    const zs_emu_record *d16 = rec("fa_delta16_kernel");
+    check_rec(d16, 3, 0, NULL);
+    check_rec(rec("fa_bwd_q_kernel"), 4 + nbuf + docs, 0, NULL);
+    check_rec(rec("fa_bwd_kv_kernel"), 4 + nbuf + docs, 0, NULL);
+    ZT_CHECK(d16->flops == f_delta, "fa_delta16_kernel: %.0f FLOPs declared, %.0f enumerated",
+             d16->flops, f_delta);
     ZT_CHECK(bq->flops == f_q, "fa_bwd_q_kernel: %.0f FLOPs declared, %.0f enumerated (%s)",
              bq->flops, f_q, what);
     ZT_CHECK(bkv->flops == f_kv, "fa_bwd_kv_kernel: %.0f FLOPs declared, %.0f enumerated (%s)",
@@ -188,6 +210,17 @@ static void check_flash(int NH, int NKV, int packed, int docs) {
  * every query block, but their unique bytes are what DRAM must move). T = 150 is three 64-row
  * tiles, the last partial, where dk and dv share a kernel; at T = ZS_FA_TC_KV_SPLIT_T + 6 (1030:
  * five blocks of 256 keys, the last partial) each has its own (flash_tc_bwd_cuda.cu). */
+/* The tensor-core backward's kernels after delta, as one call launched them. */
+static void check_tc_bwd(int nbuf, int T) {
+    check_rec(rec("fa_tc_bwd_q_kernel"), 4 + nbuf, 0, NULL);
+    if (T < ZS_FA_TC_KV_SPLIT_T) {
+        check_rec(rec("fa_tc_bwd_kv_kernel"), 4 + nbuf, 0, NULL);
+    } else {
+        check_rec(rec("fa_tc_bwd_dv_kernel"), 3 + nbuf, 0, NULL);
+        check_rec(rec("fa_tc_bwd_dk_kernel"), 4 + nbuf, 0, NULL);
+    }
+}
+
 static void check_flash_tc(int NH, int NKV, int packed, int T) {
     int B = 2, hs = 64;
     const zs_ops *tc = gpu->with_math(ZS_MATH_BF16);
@@ -214,13 +247,24 @@ static void check_flash_tc(int NH, int NKV, int packed, int T) {
                                   NH, NKV, hs, (int)ldq, (int)ldkv, NULL));
     prof_stop();
     check_rec(rec("fa_tc_delta_kernel"), 3, 0, NULL);
-    check_rec(rec("fa_tc_bwd_q_kernel"), 4 + nbuf, 0, NULL);
-    if (T < ZS_FA_TC_KV_SPLIT_T) {
-        check_rec(rec("fa_tc_bwd_kv_kernel"), 4 + nbuf, 0, NULL);
-    } else {
-        check_rec(rec("fa_tc_bwd_dv_kernel"), 3 + nbuf, 0, NULL);
-        check_rec(rec("fa_tc_bwd_dk_kernel"), 4 + nbuf, 0, NULL);
-    }
+    check_tc_bwd(nbuf, T);
+    /* the bf16 out: written once (the forward), read once (delta) */
+    zs_bf16 *out16 = (zs_bf16 *)drand((no + 1) / 2);
+    prof_start();
+    ZT_OK(tc->flash_attention_fwd16(NULL, out16, lse, qb, kb, vb, B, T, NH, NKV, hs, (int)ldq,
+                                    (int)ldkv, NULL));
+    prof_stop();
+    const zs_emu_record *f16 = rec("fa_tc_fwd16_kernel");
+    check_rec(f16, 2 + nbuf, 0, NULL);
+    ZT_CHECK(f16->mma_counted > 0 && f16->flops == f->flops,
+             "fa_tc_fwd16_kernel: %.0f FLOPs declared, the fp32-out kernel's %.0f", f16->flops,
+             f->flops);
+    prof_start();
+    ZT_OK(tc->flash_attention_bwd16(NULL, g, g + ok, g + ov, delta, dout, qb, kb, vb, out16, lse, B,
+                                    T, NH, NKV, hs, (int)ldq, (int)ldkv, NULL));
+    prof_stop();
+    check_rec(rec("fa_tc_delta16_kernel"), 3, 0, NULL);
+    check_tc_bwd(nbuf, T);
     zt_release();
 }
 

@@ -5,7 +5,8 @@
  * GPT-2's packed q | k | v rows and LLaMA's separate buffers, and inputs stored in bf16.
  * Also: the same bits whatever the thread count and run to run, the same bits as the CUDA
  * kernels' loop order emulated on the host, agreement with the naive kernel it replaces (the
- * size of the difference is printed), and bad shapes rejected.
+ * size of the difference is printed), the bf16-out forms (fwd16: the fp32 out rounded, bwd16:
+ * the fp32 backward's bits on the widened out) with documents, and bad shapes rejected.
  *
  * The same source is built a second time as test_flash_broken with ZS_FA_BREAK_RESCALE,
  * which drops the online softmax's rescale of the output accumulator; ctest expects that
@@ -328,6 +329,56 @@ static void check_device_order(const shape *s) {
     free_inputs(&x);
 }
 
+/* flash_attention_fwd16 and bwd16 (a bf16 out) against the fp32 ops on the same inputs, bit
+ * for bit: out rounded once and lse unchanged; dq, dk, dv and delta equal to the fp32 op's given
+ * the bf16 out widened. With documents (three, one of them a single row). */
+static void check_out16(const shape *s) {
+    bufs x = make_inputs(s, 0);
+    size_t no = (size_t)s->B * s->T * s->NH * s->hs, nl = (size_t)s->B * s->NH * s->T;
+    int32_t *seg = zt_malloc((size_t)s->B * s->T * sizeof *seg);
+    for (int b = 0; b < s->B; b++)
+        for (int t = 0; t < s->T; t++)
+            seg[(size_t)b * s->T + t] = t < s->T / 3       ? 0
+                                        : t < s->T / 3 + 1 ? s->T / 3
+                                                           : s->T / 3 + 1;
+    float *o = fbuf(no), *l = fbuf(nl), *l16 = fbuf(nl), *dout = rnd(no, 1.0f), *wide = fbuf(no);
+    zs_bf16 *o16 = zt_malloc(no * sizeof *o16);
+    memset(o16, 0xff, no * sizeof *o16);
+    zt_poison(l16, nl);
+    ZT_OK(ops->flash_attention_fwd(NULL, o, l, x.q, x.k, x.v, s->B, s->T, s->NH, s->NKV, s->hs,
+                                   (int)x.ldq, (int)x.ldkv, seg));
+    ZT_OK(ops->flash_attention_fwd16(NULL, o16, l16, x.q, x.k, x.v, s->B, s->T, s->NH, s->NKV,
+                                     s->hs, (int)x.ldq, (int)x.ldkv, seg));
+    size_t bad = 0;
+    for (size_t i = 0; i < no; i++) {
+        bad += o16[i].bits != zs_f32_to_bf16(o[i]).bits;
+        wide[i] = zs_bf16_to_f32(o16[i]);
+    }
+    ZT_CHECK(bad == 0, "fwd16 hs=%d: %zu of %zu outputs not the fp32 out rounded", s->hs, bad, no);
+    ZT_CHECK(bits_equal(l, l16, nl * 4), "fwd16 hs=%d: lse differs from the fp32 op's", s->hs);
+    float *g[2], *d[2];
+    for (int r = 0; r < 2; r++) {
+        g[r] = fbuf(x.nq + 2 * x.nkv), d[r] = fbuf(nl);
+        zt_poison(g[r], x.nq + 2 * x.nkv);
+        float *dq = g[r], *dk = g[r] + x.nq, *dv = g[r] + x.nq + x.nkv;
+        if (r == 0)
+            ZT_OK(ops->flash_attention_bwd(NULL, dq, dk, dv, d[r], dout, x.q, x.k, x.v, wide, l,
+                                           s->B, s->T, s->NH, s->NKV, s->hs, (int)x.ldq,
+                                           (int)x.ldkv, seg));
+        else
+            ZT_OK(ops->flash_attention_bwd16(NULL, dq, dk, dv, d[r], dout, x.q, x.k, x.v, o16, l,
+                                             s->B, s->T, s->NH, s->NKV, s->hs, (int)x.ldq,
+                                             (int)x.ldkv, seg));
+    }
+    ZT_CHECK(bits_equal(g[0], g[1], (x.nq + 2 * x.nkv) * 4) && bits_equal(d[0], d[1], nl * 4),
+             "bwd16 hs=%d: gradients or delta differ from the fp32 op's on the widened out", s->hs);
+    printf("out16 B=%d T=%d NH=%d NKV=%d hs=%d documents: bit for bit\n", s->B, s->T, s->NH, s->NKV,
+           s->hs);
+    free(seg), free(o), free(l), free(l16), free(dout), free(wide), free(o16);
+    free(g[0]), free(g[1]), free(d[0]), free(d[1]);
+    free_inputs(&x);
+}
+
 static void check_bad_shapes(void) {
     float z[64];
     ZT_CHECK(ops->flash_attention_fwd(NULL, z, z, z, z, z, 1, 2, 6, 4, 2, 12, 8, NULL) ==
@@ -339,6 +390,16 @@ static void check_bad_shapes(void) {
     ZT_CHECK(ops->flash_attention_bwd(NULL, z, z, z, z, z, z, z, z, z, z, 1, 2, 4, 2, 2, 8, 3,
                                       NULL) == ZS_ERR_INVALID,
              "ldkv shorter than the kv heads rejected");
+    float *big = fbuf(2 * 3 * 264);
+    ZT_CHECK(ops->flash_attention_fwd16(NULL, (zs_bf16 *)big, big, big, big, big, 1, 2, 1, 1, 264,
+                                        264, 264, NULL) == ZS_ERR_INVALID &&
+                 strstr(zs_last_error(), "head size 264"),
+             "fwd16 refuses a head size above ZS_FA_OUT16_MAX_HS: %s", zs_last_error());
+    ZT_CHECK(ops->flash_attention_bwd16(NULL, big, big, big, big, big, big, big, big,
+                                        (const zs_bf16 *)big, big, 1, 2, 1, 1, 264, 264, 264,
+                                        NULL) == ZS_ERR_INVALID,
+             "bwd16 refuses a head size above ZS_FA_OUT16_MAX_HS");
+    free(big);
 }
 
 /* zs_logf against libm over the range lse needs (l in [1, 2^24]). */
@@ -369,6 +430,9 @@ int main(void) {
     check_device_order(&shapes[0]);
     check_device_order(&shapes[2]);
     check_device_order(&shapes[6]);
+    check_out16(&shapes[0]); /* packed, hs 16 */
+    check_out16(&shapes[2]); /* GQA */
+    check_out16(&shapes[7]); /* hs 24 */
     check_bad_shapes();
     check_logf();
     return zt_finish();

@@ -42,19 +42,23 @@ static uint64_t r16(uint64_t n) {
 /* Bytes of one block's intermediate activations (everything but its output), as listed in
  * docs/models.md, for a micro-batch of B x T: attention keeps one log-sum-exp per row (flash)
  * or the T x T probabilities (naive). With bf16 activations the inputs only GEMMs read (the
- * norms' outputs, GELU's or SwiGLU's) and GPT-2's GELU input take n / 2 floats' room. */
+ * norms' outputs, GELU's or SwiGLU's), GPT-2's GELU input and, with flash attention, the
+ * attention's output take n / 2 floats' room. */
 static uint64_t block_set_bytes(const zs_model_config *c, uint64_t B, uint64_t T, int naive,
                                 int bf16) {
     uint64_t BT = B * T, C = (uint64_t)c->n_embd;
     uint64_t att = B * (uint64_t)c->n_head * T * (naive ? T : 1);
-    uint64_t h = bf16 ? 2 : 1;   /* elements per float of a GEMM-only input */
-    if (c->arch == ZS_ARCH_GPT2) /* ln1 ln2 fch_gelu fch; atty res2; qkv */
-        return 4 * (2 * r16((BT * C + h - 1) / h) + 2 * r16((4 * BT * C + h - 1) / h) +
-                    r16(BT * C) * 2 + r16(BT) * 4 + r16(3 * BT * C) + r16(att));
+    uint64_t h = bf16 ? 2 : 1;           /* elements per float of a GEMM-only input */
+    uint64_t o = bf16 && !naive ? 2 : 1; /* of the attention's output (flash writes bf16) */
+    if (c->arch == ZS_ARCH_GPT2)         /* ln1 ln2 fch_gelu fch; atty; res2; qkv */
+        return 4 *
+               (2 * r16((BT * C + h - 1) / h) + 2 * r16((4 * BT * C + h - 1) / h) +
+                r16((BT * C + o - 1) / o) + r16(BT * C) + r16(BT) * 4 + r16(3 * BT * C) + r16(att));
     uint64_t F = (uint64_t)c->ffn_hidden, KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
-    /* ln1 ln2 h; q atty res2; rstd x2; k v; gate up */
-    return 4 * (2 * r16((BT * C + h - 1) / h) + r16((BT * F + h - 1) / h) + r16(BT * C) * 3 +
-                r16(BT) * 2 + 2 * r16(BT * KD) + r16(att) + 2 * r16(BT * F));
+    /* ln1 ln2 h; atty; q res2; rstd x2; k v; gate up */
+    return 4 *
+           (2 * r16((BT * C + h - 1) / h) + r16((BT * F + h - 1) / h) + r16((BT * C + o - 1) / o) +
+            r16(BT * C) * 2 + r16(BT) * 2 + 2 * r16(BT * KD) + r16(att) + 2 * r16(BT * F));
 }
 
 static void test_model(const char *name, const char *dtype) {

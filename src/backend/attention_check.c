@@ -15,3 +15,13 @@ zs_status zs_flash_attention_check(const char *op, int B, int T, int NH, int NKV
 fail:
     return st;
 }
+
+zs_status zs_flash_attention_check16(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
+                                     int ldkv) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_flash_attention_check(op, B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_REQUIRE(hs <= ZS_FA_OUT16_MAX_HS, ZS_ERR_INVALID,
+               "%s: head size %d above the %d a bf16 output takes", op, hs, ZS_FA_OUT16_MAX_HS);
+fail:
+    return st;
+}

@@ -328,6 +328,20 @@ typedef struct zs_ops {
                                      const float *v, const float *out, const float *lse, int B,
                                      int T, int NH, int NKV, int hs, int ldq, int ldkv,
                                      const int32_t *seg);
+    /* The two above with out in bf16 (--dtype bf16: out is only the projection's GEMM input
+     * and the backward's delta, as under autocast; docs/models.md "Activations"), for hs up
+     * to ZS_FA_OUT16_MAX_HS. fwd16 writes each element of flash_attention_fwd's fp32 out
+     * rounded once (zs_f32_to_bf16), its lse unchanged; bwd16 gives flash_attention_bwd's bits
+     * for out widened (exactly) to fp32. On tensor cores (the CUDA bf16 table, head sizes 16,
+     * 32 and 64) both forwards need out 8-byte aligned, as a model's carve always is. */
+    zs_status (*flash_attention_fwd16)(zs_stream_t *s, zs_bf16 *out, float *lse, const float *q,
+                                       const float *k, const float *v, int B, int T, int NH,
+                                       int NKV, int hs, int ldq, int ldkv, const int32_t *seg);
+    zs_status (*flash_attention_bwd16)(zs_stream_t *s, float *dq, float *dk, float *dv,
+                                       float *delta, const float *dout, const float *q,
+                                       const float *k, const float *v, const zs_bf16 *out,
+                                       const float *lse, int B, int T, int NH, int NKV, int hs,
+                                       int ldq, int ldkv, const int32_t *seg);
 
     /* ---- decoding with a KV cache (models/decode.c) ---- */
 
@@ -360,6 +374,12 @@ const zs_ops *zs_ops_cuda(void);
  * ZS_ERR_INVALID with zs_last_error() naming op and the bad sizes. attention_check.c. */
 zs_status zs_flash_attention_check(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
                                    int ldkv);
+/* The head sizes flash_attention_fwd16/bwd16 take (a row's fp32 accumulator is a thread's own
+ * array where the kernel has no other room for it), and their checks: the ones above and
+ * hs <= ZS_FA_OUT16_MAX_HS. */
+#define ZS_FA_OUT16_MAX_HS 256
+zs_status zs_flash_attention_check16(const char *op, int B, int T, int NH, int NKV, int hs, int ldq,
+                                     int ldkv);
 
 /* adamw_segs' argument checks (segments in order, disjoint, at most ZS_ADAMW_SEGS; t >= 1),
  * shared by every backend (backend/linear.c). */

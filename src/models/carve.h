@@ -5,6 +5,7 @@
 #define ZS_MODELS_CARVE_H
 
 #include "backend/device.h"
+#include "backend/ops.h"
 #include "core/alloc.h"
 
 #include <stdint.h>
@@ -20,6 +21,13 @@ static inline float *zs_carve(float *base, uint64_t *total, uint64_t n) {
  * n / 2 floats' room where act16 (--dtype bf16, backend/ops.h gemm16), else n floats. */
 static inline void *zs_carve_in(float *base, uint64_t *total, uint64_t n, int act16) {
     return zs_carve(base, total, act16 ? (n + 1) / 2 : n);
+}
+
+/* Whether the attention's output (the projection's input) is kept in bf16: with act16 where
+ * flash attention writes it (ops.h flash_attention_fwd16, for head sizes up to
+ * ZS_FA_OUT16_MAX_HS); the naive kernels write fp32. */
+static inline int zs_attn_out16(int act16, int naive, int hs) {
+    return act16 && !naive && hs <= ZS_FA_OUT16_MAX_HS;
 }
 
 /* The two allocations every model carves on its device: activations (na bytes) and workspace

@@ -39,7 +39,7 @@ typedef struct layer_acts {
     void *ln1;                        /* [BT,C], bf16 where act16 (carve.h zs_carve_in) */
     float *ln1_mean, *ln1_rstd;       /* [BT], [BT] */
     float *qkv;                       /* [BT,3C] */
-    float *atty;                      /* [BT,C] */
+    void *atty;                       /* [BT,C], bf16 where zs_attn_out16 (carve.h) */
     float *att;                       /* naive attention: [B,NH,T,T] probabilities */
     float *lse;                       /* flash attention: [B,NH,T] row log-sum-exps */
     float *res2;                      /* [BT,C] residual after attention */
@@ -130,7 +130,7 @@ static void carve_block(const zs_model_config *c, int B, int T, int naive, int a
     a->ln1_mean = zs_carve(base, &n, BT);
     a->ln1_rstd = zs_carve(base, &n, BT);
     a->qkv = zs_carve(base, &n, BT * 3 * C);
-    a->atty = zs_carve(base, &n, BT * C);
+    a->atty = zs_carve_in(base, &n, BT * C, zs_attn_out16(act16, naive, c->n_embd / c->n_head));
     a->att = naive ? zs_carve(base, &n, att) : NULL;
     a->lse = naive ? NULL : zs_carve(base, &n, att);
     a->res2 = zs_carve(base, &n, BT * C);
@@ -179,14 +179,18 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     const int C = b->cfg.n_embd, NH = b->cfg.n_head, BT = B * T;
     const int64_t *t = b->toff;
     const int h = b->act16; /* GEMM-only inputs in bf16 */
+    const int o16 = zs_attn_out16(h, b->naive, C / NH);
     ZS_CHECK(layernorm(b, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + t[B_LN1W], p + t[B_LN1B], BT));
     ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, h, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
     if (b->naive)
         ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH, b->seg));
-    else /* q | k | v packed in each row of qkv: strided views, kv heads = heads */
+    else if (o16) /* q | k | v packed in each row of qkv: strided views, kv heads = heads */
+        ZS_CHECK(o->flash_attention_fwd16(s, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, B,
+                                          T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+    else
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, B,
                                         T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
-    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, NULL, x, b->dC, a->atty, 0, p + t[B_PROJW],
+    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, NULL, x, b->dC, a->atty, o16, p + t[B_PROJW],
                                     p + t[B_PROJB], BT, C, C));
     ZS_CHECK(
         layernorm(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + t[B_LN2W], p + t[B_LN2B], BT));
@@ -213,6 +217,7 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     const size_t nC = (size_t)BT * C;
     const int64_t *t = b->toff;
     const int h = b->act16; /* GEMM-only inputs in bf16 */
+    const int o16 = zs_attn_out16(h, b->naive, C / NH);
     /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
     ZS_CHECK(zs_linear_bwd_set(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], b->dres, a->fch_gelu,
                                h, p + t[B_FCPW], BT, 4 * C, C));
@@ -222,11 +227,15 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN2W], g + t[B_LN2B], b->dC, a->res2,
                               p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
     /* res2 = x + attn_proj(atty). */
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty, 0,
+    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty, o16,
                                p + t[B_PROJW], BT, C, C));
     if (b->naive) { /* it accumulates; the flash backward overwrites */
         ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
         ZS_CHECK(o->attention_bwd(s, m->dqkv, b->datt, b->dC, a->qkv, a->att, B, T, C, NH, b->seg));
+    } else if (o16) {
+        ZS_CHECK(o->flash_attention_bwd16(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt, b->dC,
+                                          a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,
+                                          NH, NH, C / NH, 3 * C, 3 * C, b->seg));
     } else {
         ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt, b->dC,
                                         a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,

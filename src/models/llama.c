@@ -28,7 +28,7 @@ typedef struct layer_acts {
     float *q, *k, *v;      /* [BT,QD], [BT,KD], [BT,KD]; q and k after RoPE */
     float *att;            /* naive attention: [B,NH,T,T] probabilities */
     float *lse;            /* flash attention: [B,NH,T] row log-sum-exps */
-    float *atty;           /* [BT,QD] */
+    void *atty;            /* [BT,QD], bf16 where zs_attn_out16 (carve.h) */
     float *res2;           /* [BT,C] residual after attention */
     void *ln2;             /* as ln1 */
     float *ln2_rstd;
@@ -128,7 +128,7 @@ static void carve_block(const zs_model_config *c, int B, int T, int naive, int a
     a->v = zs_carve(base, &n, BT * KD);
     a->att = naive ? zs_carve(base, &n, att) : NULL;
     a->lse = naive ? NULL : zs_carve(base, &n, att);
-    a->atty = zs_carve(base, &n, BT * C);
+    a->atty = zs_carve_in(base, &n, BT * C, zs_attn_out16(act16, naive, c->n_embd / c->n_head));
     a->res2 = zs_carve(base, &n, BT * C);
     a->ln2 = zs_carve_in(base, &n, BT * C, act16);
     a->ln2_rstd = zs_carve(base, &n, BT);
@@ -181,6 +181,7 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     const int QD = hs * c->n_head, KD = hs * c->n_kv_head;
     const int64_t *t = b->toff;
     const int h = b->act16; /* GEMM-only inputs in bf16 */
+    const int o16 = zs_attn_out16(h, b->naive, hs);
     ZS_CHECK(rmsnorm(b, a->ln1, a->ln1_rstd, x, p + t[L_NORM1], BT));
     ZS_CHECK(zs_linear_fwd(o, s, a->q, a->ln1, h, p + t[L_Q], NULL, BT, C, QD));
     ZS_CHECK(zs_linear_fwd(o, s, a->k, a->ln1, h, p + t[L_K], NULL, BT, C, KD));
@@ -190,11 +191,14 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     if (b->naive)
         ZS_CHECK(o->attention_gqa_fwd(s, a->atty, a->att, a->q, a->k, a->v, B, T, c->n_head,
                                       c->n_kv_head, hs, b->seg));
+    else if (o16)
+        ZS_CHECK(o->flash_attention_fwd16(s, a->atty, a->lse, a->q, a->k, a->v, B, T, c->n_head,
+                                          c->n_kv_head, hs, QD, KD, b->seg));
     else
         ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->q, a->k, a->v, B, T, c->n_head,
                                         c->n_kv_head, hs, QD, KD, b->seg));
-    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, NULL, x, b->dC, a->atty, 0, p + t[L_O], NULL, BT,
-                                    QD, C));
+    ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, NULL, x, b->dC, a->atty, o16, p + t[L_O], NULL,
+                                    BT, QD, C));
     ZS_CHECK(rmsnorm(b, a->ln2, a->ln2_rstd, a->res2, p + t[L_NORM2], BT));
     ZS_CHECK(zs_linear_fwd(o, s, a->gate, a->ln2, h, p + t[L_GATE], NULL, BT, C, F));
     ZS_CHECK(zs_linear_fwd(o, s, a->up, a->ln2, h, p + t[L_UP], NULL, BT, C, F));
@@ -224,6 +228,7 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     const size_t nF = (size_t)BT * F;
     const int64_t *t = b->toff;
     const int h = b->act16; /* GEMM-only inputs in bf16 */
+    const int o16 = zs_attn_out16(h, b->naive, hs);
     /* res3 = res2 + down(silu(gate) * up): dres flows unchanged into res2 and into the MLP. */
     ZS_CHECK(zs_linear_bwd_set(o, s, m->dh, g + t[L_DOWN], NULL, b->dres, a->h, h, p + t[L_DOWN],
                                BT, F, C));
@@ -243,7 +248,7 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     ZS_CHECK(o->rmsnorm_bwd(s, b->dres, g + t[L_NORM2], b->dC, a->res2, p + t[L_NORM2], a->ln2_rstd,
                             BT, C));
     /* res2 = x + o_proj(atty). */
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_O], NULL, b->dres, a->atty, 0, p + t[L_O], BT,
+    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_O], NULL, b->dres, a->atty, o16, p + t[L_O], BT,
                                QD, C));
     if (b->naive) { /* it accumulates; the flash backward overwrites */
         ZS_CHECK(o->fill(s, m->dq, 0.0f, (size_t)BT * QD));
@@ -251,6 +256,10 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         ZS_CHECK(o->fill(s, m->dv, 0.0f, (size_t)BT * KD));
         ZS_CHECK(o->attention_gqa_bwd(s, m->dq, m->dk, m->dv, b->datt, b->dC, a->q, a->k, a->v,
                                       a->att, B, T, c->n_head, c->n_kv_head, hs, b->seg));
+    } else if (o16) {
+        ZS_CHECK(o->flash_attention_bwd16(s, m->dq, m->dk, m->dv, b->datt, b->dC, a->q, a->k, a->v,
+                                          a->atty, a->lse, B, T, c->n_head, c->n_kv_head, hs, QD,
+                                          KD, b->seg));
     } else {
         ZS_CHECK(o->flash_attention_bwd(s, m->dq, m->dk, m->dv, b->datt, b->dC, a->q, a->k, a->v,
                                         a->atty, a->lse, B, T, c->n_head, c->n_kv_head, hs, QD,

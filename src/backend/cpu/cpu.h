@@ -98,6 +98,14 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
                                      const float *v, const float *out, const float *lse, int B,
                                      int T, int NH, int NKV, int hs, int ldq, int ldkv,
                                      const int32_t *seg);
+zs_status zs_cpu_flash_attention_fwd16(zs_stream_t *s, zs_bf16 *out, float *lse, const float *q,
+                                       const float *k, const float *v, int B, int T, int NH,
+                                       int NKV, int hs, int ldq, int ldkv, const int32_t *seg);
+zs_status zs_cpu_flash_attention_bwd16(zs_stream_t *s, float *dq, float *dk, float *dv,
+                                       float *delta, const float *dout, const float *q,
+                                       const float *k, const float *v, const zs_bf16 *out,
+                                       const float *lse, int B, int T, int NH, int NKV, int hs,
+                                       int ldq, int ldkv, const int32_t *seg);
 
 /* gemm_cpu.c: the gemm of each arithmetic, and the shape checks every one makes. */
 #define ZS_CPU_GEMM_ARGS                                                                           \

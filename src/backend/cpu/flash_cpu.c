@@ -9,6 +9,8 @@
  *    the block, recomputing probabilities from lse. The task owns its kv head's dk and dv
  *    and its query heads' dq, so no atomics and no dependence on the thread count.
  * Document masks (seg): a row reads the keys of its own document only (kernels/flash.h).
+ * A bf16 out (fwd16, bwd16): the forward's rows accumulate in the task's buffer and are rounded
+ * once at their end; delta widens each row first.
  * Per-task buffers (4 * ZS_FA_BK * hs floats at most) come from malloc and are not counted
  * in the memory categories, as OpenBLAS's own buffers are not. */
 #include "backend/cpu/cpu.h"
@@ -29,11 +31,12 @@ static void transpose_block(float *dst, const float *src, size_t ld, int n, int 
             dst[(size_t)d * ZS_FA_BK + j] = src[(size_t)j * ld + d];
 }
 
-zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
-                                     const float *k, const float *v, int B, int T, int NH, int NKV,
-                                     int hs, int ldq, int ldkv, const int32_t *seg) {
+/* The forward into an fp32 out, or (out16) into a bf16 one: then the task's rows accumulate in
+ * its own buffer and are rounded once as they finish. */
+static zs_status flash_fwd(void *out, int out16, float *lse, const float *q, const float *k,
+                           const float *v, int B, int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                           const int32_t *seg) {
     zs_status st = ZS_OK;
-    ZS_CHECK(zs_flash_attention_check("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
     const int rep = NH / NKV, nqb = (T + ZS_FA_BQ - 1) / ZS_FA_BQ;
     const size_t ldo = (size_t)NH * hs;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -48,15 +51,19 @@ zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, con
         const float *kb = k + (size_t)b * T * ldkv + (size_t)g * hs;
         const float *vb = v + (size_t)b * T * ldkv + (size_t)g * hs;
         float m[ZS_FA_BQ], l[ZS_FA_BQ], sc[ZS_FA_BK];
-        float *kt = malloc((size_t)hs * ZS_FA_BK * sizeof *kt);
+        float *kt = malloc((size_t)hs * (ZS_FA_BK + (out16 ? ZS_FA_BQ : 0)) * sizeof *kt);
         if (!kt) {
             oom = 1;
             continue;
         }
+        /* row i's accumulator: its out row, or (out16) its row of the buffer after kt */
+#define ACC_ROW(i)                                                                                 \
+    (out16 ? kt + (size_t)hs * (ZS_FA_BK + ((i)-i0))                                               \
+           : (float *)out + ((size_t)b * T + (i)) * ldo + (size_t)h * hs)
         for (int r = 0; r < nq; r++) {
             m[r] = -INFINITY;
             l[r] = 0.0f;
-            memset(out + ((size_t)b * T + i0 + r) * ldo + (size_t)h * hs, 0, (size_t)hs * 4);
+            memset(ACC_ROW(i0 + r), 0, (size_t)hs * 4);
         }
         /* Rows read their document's keys only (lo..i); seg is non-decreasing along a row, so
          * the task's first row has the smallest lo. */
@@ -69,16 +76,22 @@ zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, con
                 int ni = zs_fa_span(i, zs_seg_lo(seg, (size_t)b * T + i), j0, n, &a);
                 if (ni <= 0) continue;
                 const float *qi = q + ((size_t)b * T + i) * ldq + (size_t)h * hs;
-                float *oi = out + ((size_t)b * T + i) * ldo + (size_t)h * hs;
+                float *oi = ACC_ROW(i);
                 zs_fa_dots(sc, qi, kt + a, 1, ZS_FA_BK, ni, hs, scale);
                 zs_fa_fwd_block(sc, oi, &m[r], &l[r], vb + (size_t)(j0 + a) * ldkv, (size_t)ldkv,
                                 ni, hs);
             }
         }
         for (int r = 0; r < nq; r++) {
-            float *oi = out + ((size_t)b * T + i0 + r) * ldo + (size_t)h * hs;
+            float *oi = ACC_ROW(i0 + r);
             lse[(size_t)bh * T + i0 + r] = zs_fa_fwd_finish(oi, m[r], l[r], hs);
+            if (out16) {
+                zs_bf16 *o16 = (zs_bf16 *)out + ((size_t)b * T + i0 + r) * ldo + (size_t)h * hs;
+                for (int e = 0; e < hs; e++)
+                    o16[e] = zs_f32_to_bf16(oi[e]);
+            }
         }
+#undef ACC_ROW
         free(kt);
     }
     ZS_REQUIRE(!oom, ZS_ERR_OOM, "flash_attention_fwd: out of memory for a %d x %d block buffer",
@@ -87,13 +100,32 @@ fail:
     return st;
 }
 
-zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
-                                     const float *dout, const float *q, const float *k,
-                                     const float *v, const float *out, const float *lse, int B,
-                                     int T, int NH, int NKV, int hs, int ldq, int ldkv,
-                                     const int32_t *seg) {
+zs_status zs_cpu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
+                                     const float *k, const float *v, int B, int T, int NH, int NKV,
+                                     int hs, int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
-    ZS_CHECK(zs_flash_attention_check("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_CHECK(zs_flash_attention_check("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_CHECK(flash_fwd(out, 0, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg));
+fail:
+    return st;
+}
+
+zs_status zs_cpu_flash_attention_fwd16(zs_stream_t *s, zs_bf16 *out, float *lse, const float *q,
+                                       const float *k, const float *v, int B, int T, int NH,
+                                       int NKV, int hs, int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_flash_attention_check16("flash_attention_fwd16", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_CHECK(flash_fwd(out, 1, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg));
+fail:
+    return st;
+}
+
+/* The backward for an fp32 out, or (out16) a bf16 one, widened row by row for delta. */
+static zs_status flash_bwd(float *dq, float *dk, float *dv, float *delta, const float *dout,
+                           const float *q, const float *k, const float *v, const void *out,
+                           int out16, const float *lse, int B, int T, int NH, int NKV, int hs,
+                           int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
     const int rep = NH / NKV;
     const size_t ldo = (size_t)NH * hs;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -102,9 +134,14 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
 #pragma omp parallel for schedule(static) if ((size_t)B * T * NH * hs >= ZS_CPU_PAR_MIN)
     for (long r = 0; r < (long)B * T; r++) {
         int b = (int)(r / T), i = (int)(r % T);
+        float wide[ZS_FA_OUT16_MAX_HS];
         for (int h = 0; h < NH; h++) {
             size_t o = (size_t)r * ldo + (size_t)h * hs;
-            delta[((size_t)b * NH + h) * T + i] = zs_dot(dout + o, out + o, hs);
+            if (out16)
+                for (int e = 0; e < hs; e++)
+                    wide[e] = zs_bf16_to_f32(((const zs_bf16 *)out)[o + e]);
+            const float *oi = out16 ? wide : (const float *)out + o;
+            delta[((size_t)b * NH + h) * T + i] = zs_dot(dout + o, oi, hs);
         }
     }
 #pragma omp parallel for schedule(dynamic, 1)                                                      \
@@ -176,6 +213,32 @@ zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float
     }
     ZS_REQUIRE(!oom, ZS_ERR_OOM, "flash_attention_bwd: out of memory for a %d x %d block buffer",
                hs, ZS_FA_BK);
+fail:
+    return st;
+}
+
+zs_status zs_cpu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                                     const float *dout, const float *q, const float *k,
+                                     const float *v, const float *out, const float *lse, int B,
+                                     int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                     const int32_t *seg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_flash_attention_check("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_CHECK(flash_bwd(dq, dk, dv, delta, dout, q, k, v, out, 0, lse, B, T, NH, NKV, hs, ldq, ldkv,
+                       seg));
+fail:
+    return st;
+}
+
+zs_status zs_cpu_flash_attention_bwd16(zs_stream_t *s, float *dq, float *dk, float *dv,
+                                       float *delta, const float *dout, const float *q,
+                                       const float *k, const float *v, const zs_bf16 *out,
+                                       const float *lse, int B, int T, int NH, int NKV, int hs,
+                                       int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_flash_attention_check16("flash_attention_bwd16", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_CHECK(flash_bwd(dq, dk, dv, delta, dout, q, k, v, out, 1, lse, B, T, NH, NKV, hs, ldq, ldkv,
+                       seg));
 fail:
     return st;
 }

@@ -276,6 +276,8 @@ static const zs_ops *cpu_with_math(zs_gemm_math math);
         .attention_gqa_bwd = zs_cpu_attention_gqa_bwd,                                             \
         .flash_attention_fwd = zs_cpu_flash_attention_fwd,                                         \
         .flash_attention_bwd = zs_cpu_flash_attention_bwd,                                         \
+        .flash_attention_fwd16 = zs_cpu_flash_attention_fwd16,                                     \
+        .flash_attention_bwd16 = zs_cpu_flash_attention_bwd16,                                     \
         .decode_attention = zs_cpu_decode_attention, .sample = zs_cpu_sample,                      \
     }
 

@@ -37,15 +37,38 @@ static __device__ size_t fa_orow(const fa_view &a, int b, int i, int h) {
     return ((size_t)b * a.T + i) * ((size_t)a.NH * a.hs) + (size_t)h * a.hs;
 }
 
-static __global__ void fa_fwd_kernel(float *out, float *lse, const float *q, const float *k,
-                                     const float *v, const int32_t *seg, fa_view a) {
+/* Row i's accumulator: the fp32 out row itself, or for a bf16 out (flash_attention_fwd16) the
+ * thread's own array, rounded into the row at its end; and a row of out as fp32 for delta. */
+static __device__ float *fa_acc(float *o, float *) {
+    return o;
+}
+static __device__ float *fa_acc(zs_bf16 *, float *own) {
+    return own;
+}
+static __device__ void fa_store(float *, const float *, int) {}
+static __device__ void fa_store(zs_bf16 *o, const float *acc, int hs) {
+    for (int e = 0; e < hs; e++)
+        zs_cu_put(o + e, acc[e]);
+}
+static __device__ const float *fa_wide(const float *o, float *, int) {
+    return o;
+}
+static __device__ const float *fa_wide(const zs_bf16 *o, float *own, int hs) {
+    for (int e = 0; e < hs; e++)
+        own[e] = zs_cu_widen(o[e]);
+    return own;
+}
+
+template <typename OT>
+static __device__ void fa_fwd_rows(OT *out, float *own, float *lse, const float *q, const float *k,
+                                   const float *v, const int32_t *seg, const fa_view &a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
         int i = (int)(idx % (size_t)a.T);
         size_t bh = idx / (size_t)a.T;
         int b = (int)(bh / (size_t)a.NH), h = (int)(bh % (size_t)a.NH);
         int g = h / (a.NH / a.NKV);
         const float *qi = q + fa_qrow(a, b, i, h);
-        float *oi = out + fa_orow(a, b, i, h);
+        float *oi = fa_acc(out + fa_orow(a, b, i, h), own);
         float sc[ZS_FA_BK], m = -INFINITY, l = 0.0f;
         int lo = zs_seg_lo(seg, (size_t)b * a.T + i);
         for (int e = 0; e < a.hs; e++)
@@ -57,18 +80,42 @@ static __global__ void fa_fwd_kernel(float *out, float *lse, const float *q, con
             zs_fa_fwd_block(sc, oi, &m, &l, v + fa_kvrow(a, b, j0 + f, g), a.ldkv, ni, a.hs);
         }
         lse[bh * a.T + i] = zs_fa_fwd_finish(oi, m, l, a.hs);
+        fa_store(out + fa_orow(a, b, i, h), oi, a.hs);
     }
 }
 
-static __global__ void fa_delta_kernel(float *delta, const float *dout, const float *out,
-                                       fa_view a) {
+static __global__ void fa_fwd_kernel(float *out, float *lse, const float *q, const float *k,
+                                     const float *v, const int32_t *seg, fa_view a) {
+    fa_fwd_rows(out, NULL, lse, q, k, v, seg, a);
+}
+
+static __global__ void fa_fwd16_kernel(zs_bf16 *out, float *lse, const float *q, const float *k,
+                                       const float *v, const int32_t *seg, fa_view a) {
+    float own[ZS_FA_OUT16_MAX_HS];
+    fa_fwd_rows(out, own, lse, q, k, v, seg, a);
+}
+
+template <typename OT>
+static __device__ void fa_delta_rows(float *delta, const float *dout, const OT *out, float *own,
+                                     const fa_view &a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
         int i = (int)(idx % (size_t)a.T);
         size_t bh = idx / (size_t)a.T;
         int b = (int)(bh / (size_t)a.NH), h = (int)(bh % (size_t)a.NH);
         size_t o = fa_orow(a, b, i, h);
-        delta[bh * a.T + i] = zs_dot(dout + o, out + o, a.hs);
+        delta[bh * a.T + i] = zs_dot(dout + o, fa_wide(out + o, own, a.hs), a.hs);
     }
+}
+
+static __global__ void fa_delta_kernel(float *delta, const float *dout, const float *out,
+                                       fa_view a) {
+    fa_delta_rows(delta, dout, out, NULL, a);
+}
+
+static __global__ void fa_delta16_kernel(float *delta, const float *dout, const zs_bf16 *out,
+                                         fa_view a) {
+    float own[ZS_FA_OUT16_MAX_HS];
+    fa_delta_rows(delta, dout, out, own, a);
 }
 
 static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float *q, const float *k,
@@ -173,49 +220,82 @@ fail:
     return st;
 }
 
-zs_status zs_cu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
-                                    const float *k, const float *v, int B, int T, int NH, int NKV,
-                                    int hs, int ldq, int ldkv, const int32_t *seg) {
+/* The forward into an fp32 out, or a bf16 one (2 bytes an element written where 4 were). */
+template <typename OT>
+static zs_status fa_fwd(zs_stream_t *s, const char *op, OT *out, float *lse, const float *q,
+                        const float *k, const float *v, int B, int T, int NH, int NKV, int hs,
+                        int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     fa_view a;
     size_t rows = 0;
-    ZS_CHECK(make_view("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv, &a));
+    ZS_CHECK(make_view(op, B, T, NH, NKV, hs, ldq, ldkv, &a));
     rows = (size_t)B * NH * T;
     if (rows == 0) return ZS_OK;
-    ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
+    ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "%s: NULL buffer", op);
     /* per pair q.k and its scale (2hs + 1), exp, the block's sum and o += p v (2hs + 3); per
      * block the rescale (hs + 11); per row o / l and lse (hs + 3). q, k, v read; out, lse
      * written. */
     ZS_COST(fa_pairs(a) * (4.0 * hs + 4.0) + fa_blocks(a) * (hs + 11.0) + fa_rows(a) * (hs + 3.0),
             0,
-            4.0 * (2.0 * fa_q_elems(a) + 2.0 * fa_kv_elems(a) + fa_rows(a) + fa_seg_elems(a, seg)));
-    ZS_LAUNCH(fa_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, zs_cu_stream(s), out, lse, q, k,
-              v, seg, a);
-    ZS_CUDA_CHECK_LAUNCH(fa_fwd_kernel);
+            4.0 * (fa_q_elems(a) + 2.0 * fa_kv_elems(a) + fa_rows(a) + fa_seg_elems(a, seg)) +
+                sizeof(OT) * fa_q_elems(a));
+    if (sizeof(OT) == sizeof(float)) {
+        ZS_LAUNCH(fa_fwd_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, zs_cu_stream(s),
+                  (float *)out, lse, q, k, v, seg, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_fwd_kernel);
+    } else {
+        ZS_LAUNCH(fa_fwd16_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, zs_cu_stream(s),
+                  (zs_bf16 *)out, lse, q, k, v, seg, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_fwd16_kernel);
+    }
+fail:
+    return st;
+}
+
+zs_status zs_cu_flash_attention_fwd(zs_stream_t *s, float *out, float *lse, const float *q,
+                                    const float *k, const float *v, int B, int T, int NH, int NKV,
+                                    int hs, int ldq, int ldkv, const int32_t *seg) {
+    return fa_fwd(s, "flash_attention_fwd", out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
+}
+
+zs_status zs_cu_flash_attention_fwd16(zs_stream_t *s, zs_bf16 *out, float *lse, const float *q,
+                                      const float *k, const float *v, int B, int T, int NH, int NKV,
+                                      int hs, int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_flash_attention_check16("flash_attention_fwd16", B, T, NH, NKV, hs, ldq, ldkv));
+    return fa_fwd(s, "flash_attention_fwd16", out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
 fail:
     return st;
 }
 
 /* The q and kv passes read the delta rows the first kernel writes: stream order keeps them in
  * sequence; they write disjoint buffers. */
-zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
-                                    const float *dout, const float *q, const float *k,
-                                    const float *v, const float *out, const float *lse, int B,
-                                    int T, int NH, int NKV, int hs, int ldq, int ldkv,
-                                    const int32_t *seg) {
+template <typename OT>
+static zs_status fa_bwd(zs_stream_t *s, const char *op, float *dq, float *dk, float *dv,
+                        float *delta, const float *dout, const float *q, const float *k,
+                        const float *v, const OT *out, const float *lse, int B, int T, int NH,
+                        int NKV, int hs, int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     fa_view a;
     size_t rows = 0, kvrows = 0;
     cudaStream_t cs = zs_cu_stream(s);
-    ZS_CHECK(make_view("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv, &a));
+    ZS_CHECK(make_view(op, B, T, NH, NKV, hs, ldq, ldkv, &a));
     rows = (size_t)B * NH * T;
     kvrows = (size_t)B * NKV * T;
     if (rows == 0) return ZS_OK;
     ZS_REQUIRE(dq && dk && dv && delta && dout && q && k && v && out && lse, ZS_ERR_INVALID,
-               "flash_attention_bwd: NULL buffer");
-    ZS_COST(fa_rows(a) * (2.0 * hs + 7.0), 0, 4.0 * (2.0 * fa_q_elems(a) + fa_rows(a)));
-    ZS_LAUNCH(fa_delta_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, delta, dout, out, a);
-    ZS_CUDA_CHECK_LAUNCH(fa_delta_kernel);
+               "%s: NULL buffer", op);
+    ZS_COST(fa_rows(a) * (2.0 * hs + 7.0), 0,
+            4.0 * (fa_q_elems(a) + fa_rows(a)) + sizeof(OT) * fa_q_elems(a));
+    if (sizeof(OT) == sizeof(float)) {
+        ZS_LAUNCH(fa_delta_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, delta, dout,
+                  (const float *)out, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_delta_kernel);
+    } else {
+        ZS_LAUNCH(fa_delta16_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, delta, dout,
+                  (const zs_bf16 *)out, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_delta16_kernel);
+    }
     /* per pair q.k and dO.v (4hs + 2), p and ds (5), dq (2hs); dq read and written */
     ZS_COST(fa_pairs(a) * (6.0 * hs + 7.0), 0,
             4.0 * (4.0 * fa_q_elems(a) + 2.0 * fa_kv_elems(a) + 2.0 * fa_rows(a) +
@@ -230,6 +310,28 @@ zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float 
     ZS_LAUNCH(fa_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, dk, dv, dout, q, k, v,
               lse, delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_bwd_kv_kernel);
+fail:
+    return st;
+}
+
+zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                                    const float *dout, const float *q, const float *k,
+                                    const float *v, const float *out, const float *lse, int B,
+                                    int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                    const int32_t *seg) {
+    return fa_bwd(s, "flash_attention_bwd", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
+                  NKV, hs, ldq, ldkv, seg);
+}
+
+zs_status zs_cu_flash_attention_bwd16(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                                      const float *dout, const float *q, const float *k,
+                                      const float *v, const zs_bf16 *out, const float *lse, int B,
+                                      int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                      const int32_t *seg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_flash_attention_check16("flash_attention_bwd16", B, T, NH, NKV, hs, ldq, ldkv));
+    return fa_bwd(s, "flash_attention_bwd16", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
+                  NKV, hs, ldq, ldkv, seg);
 fail:
     return st;
 }

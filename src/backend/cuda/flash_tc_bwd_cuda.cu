@@ -6,9 +6,11 @@
 
 /* ---- backward: delta, dq, dk and dv --------------------------------------------------------- */
 
-/* delta = dO.O per row: a warp per row, lanes over the head's elements, the warp's butterfly. */
-static __global__ void fa_tc_delta_kernel(float *delta, const float *dout, const float *out,
-                                          tc_view a) {
+/* delta = dO.O per row: a warp per row, lanes over the head's elements, the warp's butterfly;
+ * out fp32, or bf16 (flash_attention_bwd16) widened as it is read. */
+template <typename OT>
+static __device__ __forceinline__ void tc_delta_rows(float *delta, const float *dout, const OT *out,
+                                                     const tc_view &a) {
     int lane = (int)threadIdx.x % 32;
     size_t rows = (size_t)a.B * a.NH * a.T;
     for (size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; idx < rows;
@@ -19,10 +21,20 @@ static __global__ void fa_tc_delta_kernel(float *delta, const float *dout, const
         size_t o = tc_orow(a, b, i, h);
         float acc = 0.0f;
         for (int e = lane; e < a.hs; e += 32)
-            acc += dout[o + e] * out[o + e];
+            acc += dout[o + e] * zs_cu_widen(out[o + e]);
         acc = zs_cu_warp_sum(acc);
         if (lane == 0) delta[idx] = acc;
     }
+}
+
+static __global__ void fa_tc_delta_kernel(float *delta, const float *dout, const float *out,
+                                          tc_view a) {
+    tc_delta_rows(delta, dout, out, a);
+}
+
+static __global__ void fa_tc_delta16_kernel(float *delta, const float *dout, const zs_bf16 *out,
+                                            tc_view a) {
+    tc_delta_rows(delta, dout, out, a);
 }
 
 /* A dq warp takes BQ_RT tiles of 16 query rows, as the forward's do (flash_tc_cuda.cu): each K
@@ -333,10 +345,10 @@ static bool tc_kv_split(const tc_view &a) {
     return a.T >= ZS_FA_TC_KV_SPLIT_T;
 }
 
-template <int HS>
+template <int HS, typename OT>
 static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float *delta,
                         const float *dout, const float *q, const float *k, const float *v,
-                        const float *out, const float *lse, const int32_t *seg, const tc_view &a) {
+                        const OT *out, const float *lse, const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
     size_t rows = (size_t)a.B * a.NH * a.T;
     dim3 gq((unsigned)((a.T + BQ_ROWS - 1) / BQ_ROWS), (unsigned)(a.B * a.NH));
@@ -346,10 +358,16 @@ static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float 
     bool split = tc_kv_split(a);
     int kvr = KV_ROWS(split ? 2 : 1);
     dim3 gkv((unsigned)((a.T + kvr - 1) / kvr), (unsigned)(a.B * a.NKV));
-    ZS_COST(rows * 2.0 * HS, 0, 4.0 * (2.0 * qe + (double)rows));
-    ZS_LAUNCH(fa_tc_delta_kernel, zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta, dout, out,
-              a);
-    ZS_CUDA_CHECK_LAUNCH(fa_tc_delta_kernel);
+    ZS_COST(rows * 2.0 * HS, 0, 4.0 * (qe + (double)rows) + sizeof(OT) * qe);
+    if (sizeof(OT) == sizeof(float)) {
+        ZS_LAUNCH(fa_tc_delta_kernel, zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta, dout,
+                  (const float *)out, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_tc_delta_kernel);
+    } else {
+        ZS_LAUNCH(fa_tc_delta16_kernel, zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta, dout,
+                  (const zs_bf16 *)out, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_tc_delta16_kernel);
+    }
     /* per unit: S, dP and dq, 2 x 16 x 64 x HS each; p (fmaf, exp2) and dS 6 per score */
     ZS_COST(uq * 16.0 * 64.0 * 6.0 + qe * 2.0, uq * 6.0 * 16.0 * 64.0 * HS,
             4.0 * (3.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege)); /* dq written */
@@ -380,19 +398,17 @@ fail:
     return st;
 }
 
-zs_status zs_cu_flash_tc_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
-                             const float *dout, const float *q, const float *k, const float *v,
-                             const float *out, const float *lse, int B, int T, int NH, int NKV,
-                             int hs, int ldq, int ldkv, const int32_t *seg) {
+template <typename OT>
+static zs_status tc_bwd_any(zs_stream_t *s, const char *op, float *dq, float *dk, float *dv,
+                            float *delta, const float *dout, const float *q, const float *k,
+                            const float *v, const OT *out, const float *lse, int B, int T, int NH,
+                            int NKV, int hs, int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     tc_view a = tc_make(B, T, NH, NKV, hs, ldq, ldkv);
     cudaStream_t cs = zs_cu_stream(s);
-    if (!zs_cu_flash_tc_eligible(hs))
-        return zs_cu_flash_attention_bwd(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
-                                         NKV, hs, ldq, ldkv, seg);
-    ZS_CHECK(zs_flash_attention_check("flash_attention_bwd", B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_CHECK(zs_flash_attention_check(op, B, T, NH, NKV, hs, ldq, ldkv));
     ZS_REQUIRE(dq && dk && dv && delta && dout && q && k && v && out && lse, ZS_ERR_INVALID,
-               "flash_attention_bwd: NULL buffer");
+               "%s: NULL buffer", op);
     if ((size_t)B * NH * T == 0) return ZS_OK;
     a.vec = tc_aligned(q, a.ldq) && tc_aligned(k, a.ldkv) && tc_aligned(v, a.ldkv) &&
             tc_aligned(dout, (size_t)NH * hs);
@@ -404,6 +420,32 @@ zs_status zs_cu_flash_tc_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, fl
     default:
         return tc_bwd<64>(cs, dq, dk, dv, delta, dout, q, k, v, out, lse, seg, a);
     }
+fail:
+    return st;
+}
+
+zs_status zs_cu_flash_tc_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                             const float *dout, const float *q, const float *k, const float *v,
+                             const float *out, const float *lse, int B, int T, int NH, int NKV,
+                             int hs, int ldq, int ldkv, const int32_t *seg) {
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_bwd(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
+                                         NKV, hs, ldq, ldkv, seg);
+    return tc_bwd_any(s, "flash_attention_bwd", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T,
+                      NH, NKV, hs, ldq, ldkv, seg);
+}
+
+zs_status zs_cu_flash_tc_bwd16(zs_stream_t *s, float *dq, float *dk, float *dv, float *delta,
+                               const float *dout, const float *q, const float *k, const float *v,
+                               const zs_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
+                               int hs, int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_bwd16(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
+                                           NKV, hs, ldq, ldkv, seg);
+    ZS_CHECK(zs_flash_attention_check16("flash_attention_bwd16", B, T, NH, NKV, hs, ldq, ldkv));
+    return tc_bwd_any(s, "flash_attention_bwd16", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T,
+                      NH, NKV, hs, ldq, ldkv, seg);
 fail:
     return st;
 }

@@ -53,14 +53,50 @@ tc_softmax_tile(zs_mma_c *s, float *m, float *l, zs_mma_c *o, const tc_view &a, 
         o[x >> 2].x[x & 3] *= alpha[(x & 3) >> 1];
 }
 
-/* One block an SM: 8 warps of 32 rows hold twice the 16-row warp's accumulators (255
- * registers a thread at head size 64, nothing spilled: ptxas -v for sm_90). */
-/* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
-// clang-format off
+/* Row r's HS outputs from this lane's fragments (columns dt * 8 + 2t and + 1, element i of
+ * the pair's rows), times inv = 1 / l, at an 8-byte aligned out (the launcher checks). fp32:
+ * float2 stores, a row's 4 lanes 32 contiguous bytes a fragment. bf16 (flash_attention_fwd16), each
+ * value rounded once: lanes t and t ^ 1 swap the packed pairs of two fragments first, so that each
+ * lane stores 4 contiguous values and a row's 4 lanes again write 32 contiguous bytes, a whole
+ * sector. Every lane calls it (the shuffle); a row past T (in false) stores nothing. */
 template <int HS>
-static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_fwd_kernel(float *out, float *lse,
-        const float *q, const float *k, const float *v, const int32_t *seg, tc_view a) {
-    // clang-format on
+static __device__ __forceinline__ void tc_store_row(float *orow, const zs_mma_c *o, int i,
+                                                    float inv, int t, bool in) {
+    if (!in) return;
+    ZS_UNROLL
+    for (int dt = 0; dt < HS / 8; dt++)
+        *(float2 *)(orow + dt * 8 + 2 * t) =
+            make_float2(o[dt].x[2 * i] * inv, o[dt].x[2 * i + 1] * inv);
+}
+
+static __device__ __forceinline__ uint32_t tc_pack2(float x, float y) {
+    return (uint32_t)zs_f32_to_bf16(x).bits | (uint32_t)zs_f32_to_bf16(y).bits << 16;
+}
+
+template <int HS>
+static __device__ __forceinline__ void tc_store_row(zs_bf16 *orow, const zs_mma_c *o, int i,
+                                                    float inv, int t, bool in) {
+    ZS_UNROLL
+    for (int dt = 0; dt < HS / 8; dt += 2) {
+        uint32_t u0 = tc_pack2(o[dt].x[2 * i] * inv, o[dt].x[2 * i + 1] * inv);
+        uint32_t u1 = tc_pack2(o[dt + 1].x[2 * i] * inv, o[dt + 1].x[2 * i + 1] * inv);
+        /* even t stores fragment dt's columns 2t .. 2t + 3, odd t fragment dt + 1's
+         * 2(t - 1) .. 2t + 1: each takes the half it lacks from its neighbour */
+        uint32_t got = __shfl_xor_sync(0xffffffffu, (t & 1) ? u0 : u1, 1);
+        if (!in) continue;
+        bool odd = t & 1;
+        *(uint2 *)(orow + dt * 8 + (odd ? 8 + 2 * (t - 1) : 2 * t)) =
+            make_uint2(odd ? got : u0, odd ? u1 : got);
+    }
+}
+
+/* One block an SM: 8 warps of 32 rows hold twice the 16-row warp's accumulators (255
+ * registers a thread at head size 64, nothing spilled: ptxas -v for sm_90). The body is shared
+ * by the fp32-out kernel and the bf16-out one. */
+template <int HS, typename OT>
+static __device__ __forceinline__ void tc_fwd_rows(OT *out, float *lse, const float *q,
+                                                   const float *k, const float *v,
+                                                   const int32_t *seg, const tc_view &a) {
     ZS_SHARED_ALIGNED(uint16_t, ks, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* K [key][dim] */
     ZS_SHARED_ALIGNED(uint16_t, vs, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* V [key][dim] */
     int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -127,14 +163,28 @@ static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_fwd_kernel(float *out, 
             float lt = l[rt][i];
             lt += __shfl_xor_sync(0xffffffffu, lt, 1);
             lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            if (r[rt][i] >= a.T) continue;
-            float inv = 1.0f / lt;
-            float *orow = out + tc_orow(a, b, r[rt][i], h);
-            for (int dt = 0; dt < HS / 8; dt++)
-                *(float2 *)(orow + dt * 8 + 2 * t) =
-                    make_float2(o[rt][dt].x[2 * i] * inv, o[rt][dt].x[2 * i + 1] * inv);
-            if (t == 0) lse[(size_t)bh * a.T + r[rt][i]] = m[rt][i] * a.scale + zs_logf(lt);
+            bool in = r[rt][i] < a.T;
+            tc_store_row<HS>(in ? out + tc_orow(a, b, r[rt][i], h) : out, o[rt], i, 1.0f / lt, t,
+                             in);
+            if (in && t == 0) lse[(size_t)bh * a.T + r[rt][i]] = m[rt][i] * a.scale + zs_logf(lt);
         }
+}
+
+/* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
+// clang-format off
+template <int HS>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_fwd_kernel(float *out, float *lse,
+        const float *q, const float *k, const float *v, const int32_t *seg, tc_view a) {
+    // clang-format on
+    tc_fwd_rows<HS>(out, lse, q, k, v, seg, a);
+}
+
+// clang-format off
+template <int HS>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_fwd16_kernel(zs_bf16 *out, float *lse,
+        const float *q, const float *k, const float *v, const int32_t *seg, tc_view a) {
+    // clang-format on
+    tc_fwd_rows<HS>(out, lse, q, k, v, seg, a);
 }
 
 /* ---- launchers ---------------------------------------------------------------------------- */
@@ -143,8 +193,8 @@ int zs_cu_flash_tc_eligible(int hs) {
     return hs == 16 || hs == 32 || hs == 64;
 }
 
-template <int HS>
-static zs_status tc_fwd(cudaStream_t cs, float *out, float *lse, const float *q, const float *k,
+template <int HS, typename OT>
+static zs_status tc_fwd(cudaStream_t cs, OT *out, float *lse, const float *q, const float *k,
                         const float *v, const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
     dim3 grid((unsigned)((a.T + FA_FWD_ROWS - 1) / FA_FWD_ROWS), (unsigned)(a.B * a.NH));
@@ -154,24 +204,36 @@ static zs_status tc_fwd(cudaStream_t cs, float *out, float *lse, const float *q,
      * row the finish */
     ZS_COST(units * (16.0 * 64.0 * 5.0 + 16.0 * HS) + (double)a.B * a.NH * a.T * (HS + 3.0),
             units * 4.0 * 16.0 * 64.0 * HS,
-            4.0 * ((double)a.B * a.T * (a.NH * HS * 2.0 + a.NKV * HS * 2.0 + a.NH) +
-                   (seg ? (double)a.B * a.T : 0.0)));
-    ZS_LAUNCH(fa_tc_fwd_kernel<HS>, grid, FA_TC_THREADS, 0, cs, out, lse, q, k, v, seg, a);
-    ZS_CUDA_CHECK_LAUNCH(fa_tc_fwd_kernel);
+            4.0 * ((double)a.B * a.T * (a.NH * HS + a.NKV * HS * 2.0 + a.NH) +
+                   (seg ? (double)a.B * a.T : 0.0)) +
+                sizeof(OT) * (double)a.B * a.T * a.NH * HS);
+    if (sizeof(OT) == sizeof(float)) {
+        ZS_LAUNCH(fa_tc_fwd_kernel<HS>, grid, FA_TC_THREADS, 0, cs, (float *)out, lse, q, k, v, seg,
+                  a);
+        ZS_CUDA_CHECK_LAUNCH(fa_tc_fwd_kernel);
+    } else {
+        ZS_LAUNCH(fa_tc_fwd16_kernel<HS>, grid, FA_TC_THREADS, 0, cs, (zs_bf16 *)out, lse, q, k, v,
+                  seg, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_tc_fwd16_kernel);
+    }
 fail:
     return st;
 }
 
-zs_status zs_cu_flash_tc_fwd(zs_stream_t *s, float *out, float *lse, const float *q, const float *k,
-                             const float *v, int B, int T, int NH, int NKV, int hs, int ldq,
-                             int ldkv, const int32_t *seg) {
+/* Both forwards on tensor cores (the callers send other head sizes to the fp32 kernels). */
+template <typename OT>
+static zs_status tc_fwd_any(zs_stream_t *s, const char *op, OT *out, float *lse, const float *q,
+                            const float *k, const float *v, int B, int T, int NH, int NKV, int hs,
+                            int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     tc_view a = tc_make(B, T, NH, NKV, hs, ldq, ldkv);
     cudaStream_t cs = zs_cu_stream(s);
-    if (!zs_cu_flash_tc_eligible(hs))
-        return zs_cu_flash_attention_fwd(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
-    ZS_CHECK(zs_flash_attention_check("flash_attention_fwd", B, T, NH, NKV, hs, ldq, ldkv));
-    ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "flash_attention_fwd: NULL buffer");
+    ZS_CHECK(zs_flash_attention_check(op, B, T, NH, NKV, hs, ldq, ldkv));
+    ZS_REQUIRE(out && lse && q && k && v, ZS_ERR_INVALID, "%s: NULL buffer", op);
+    ZS_REQUIRE(((uintptr_t)out & 7) == 0, ZS_ERR_INVALID,
+               "%s: out %p is not 8-byte aligned (the tensor-core kernel stores rows in 8-byte "
+               "pieces)",
+               op, (void *)out);
     if ((size_t)B * NH * T == 0) return ZS_OK;
     a.vec = tc_aligned(q, a.ldq) && tc_aligned(k, a.ldkv) && tc_aligned(v, a.ldkv);
     switch (hs) {
@@ -184,4 +246,22 @@ zs_status zs_cu_flash_tc_fwd(zs_stream_t *s, float *out, float *lse, const float
     }
 fail:
     return st;
+}
+
+zs_status zs_cu_flash_tc_fwd(zs_stream_t *s, float *out, float *lse, const float *q, const float *k,
+                             const float *v, int B, int T, int NH, int NKV, int hs, int ldq,
+                             int ldkv, const int32_t *seg) {
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_fwd(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
+    return tc_fwd_any(s, "flash_attention_fwd", out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv,
+                      seg);
+}
+
+zs_status zs_cu_flash_tc_fwd16(zs_stream_t *s, zs_bf16 *out, float *lse, const float *q,
+                               const float *k, const float *v, int B, int T, int NH, int NKV,
+                               int hs, int ldq, int ldkv, const int32_t *seg) {
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_fwd16(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
+    return tc_fwd_any(s, "flash_attention_fwd16", out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv,
+                      seg);
 }
