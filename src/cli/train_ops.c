@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int zs_train_env_rank(int *rank) {
@@ -301,15 +302,23 @@ void zs_train_faults_read(zs_train_faults *f, int restart) {
     f->term_pid = l && atoi(l) > 0 ? (pid_t)atoi(l) : getpid();
 }
 
+static volatile sig_atomic_t g_stop_sig = 0;
+
 void zs_train_faults_at(const zs_train_faults *f, int rank, int step) {
     if (rank == f->kill_rank && step == f->kill_step) raise(SIGKILL);
     if (rank == f->stop_rank && step == f->stop_step) raise(SIGSTOP);
-    if (rank == f->term_rank && step == f->term_step) kill(f->term_pid, SIGTERM);
+    if (rank == f->term_rank && step == f->term_step) {
+        kill(f->term_pid, SIGTERM);
+        /* The request must arrive while step S runs: wait (30 s at most) until it has reached
+         * this process, directly or through the launcher, so that a fast job cannot finish
+         * its last step before the launcher has passed the signal on. */
+        struct timespec ms = {0, 1000000};
+        for (int i = 0; i < 30000 && !g_stop_sig; i++)
+            nanosleep(&ms, NULL);
+    }
 }
 
 /* ---- signals ------------------------------------------------------------------------------ */
-
-static volatile sig_atomic_t g_stop_sig = 0;
 
 static void on_stop(int sig) {
     if (g_stop_sig) {

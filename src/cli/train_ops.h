@@ -36,7 +36,8 @@ const char *zs_train_resolve_resume(const char *resume, const char *save_dir, in
  *   ZS_FAULT_KILL=R:S  kills itself (SIGKILL), as a crashed or OOM-killed process dies;
  *   ZS_FAULT_STOP=R:S  stops itself (SIGSTOP), as a hung process hangs;
  *   ZS_FAULT_TERM=R:S  sends SIGTERM to its launcher (ZS_LAUNCHER_PID, set by zshard run),
- *                      else to itself: a stop request arriving while a step runs. */
+ *                      else to itself, and waits until the signal has reached it: a stop
+ *                      request arriving while step S runs, however fast the steps are. */
 typedef struct zs_train_faults {
     int kill_rank, kill_step, stop_rank, stop_step, term_rank, term_step;
     pid_t term_pid;
