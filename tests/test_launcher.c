@@ -1,7 +1,7 @@
 /* `zshard run`: torchrun's variables and the thread share reach every rank, output lines
  * carry the rank prefix, a failing rank (exit status or signal) stops the others and yields
- * a non-zero exit with a one-line summary naming it, SIGINT stops every rank, and bad
- * arguments are rejected with exit 2. */
+ * a non-zero exit with a one-line summary naming it, SIGINT stops every rank, the rendezvous
+ * port stays the launch's while it runs, and bad arguments are rejected with exit 2. */
 #include "commtest.h"
 #include "core/timer.h"
 
@@ -107,6 +107,38 @@ static void test_sigint(void) {
     ZT_CHECK(system(rm) == 0, "%s", rm);
 }
 
+/* The rendezvous port is the launch's for its whole life (docs/comm.md, "The rendezvous
+ * store"): while the job runs no other program can bind it, not even between rank 0's store
+ * servers when nothing listens there, and a restarted job gets the same port. */
+static void test_port(void) {
+    int rc = run("-n 2 -- python3 -c 'import errno, os, socket\n"
+                 "p = int(os.environ[\"MASTER_PORT\"])\n"
+                 "for fam, host in ((socket.AF_INET, \"127.0.0.1\"), (socket.AF_INET6, \"::\")):\n"
+                 "    try:\n"
+                 "        s = socket.socket(fam)\n"
+                 "    except OSError:\n"
+                 "        print(\"held\", host, \"(no such family)\"); continue\n"
+                 "    try:\n"
+                 "        s.bind((host, p)); print(\"free\", host)\n"
+                 "    except OSError as e:\n"
+                 "        print(\"held\" if e.errno == errno.EADDRINUSE else e, host)\n'",
+                 NULL);
+    ZT_CHECK(rc == 0, "exit %d:\n%s", rc, g_out);
+    for (int r = 0; r < 2; r++) {
+        char v4[64], v6[64];
+        snprintf(v4, sizeof v4, "[%d] held 127.0.0.1\n", r);
+        snprintf(v6, sizeof v6, "[%d] held ::", r);
+        ZT_CHECK(strstr(g_out, v4) && strstr(g_out, v6),
+                 "rank %d could bind the job's MASTER_PORT while the job ran:\n%s", r, g_out);
+    }
+    rc = run("-n 1 --max-restarts 1 --restart-backoff 0 --no-prefix -- sh -c 'echo "
+             "port=$MASTER_PORT; test $TORCHELASTIC_RESTART_COUNT = 1'",
+             NULL);
+    const char *a = strstr(g_out, "port="), *b = a ? strstr(a + 5, "port=") : NULL;
+    ZT_CHECK(rc == 0 && a && b && atoi(a + 5) > 0 && atoi(a + 5) == atoi(b + 5),
+             "the restart must get the first attempt's port: exit %d:\n%s", rc, g_out);
+}
+
 static void test_bad_args(void) {
     ZT_CHECK(run("-- true", NULL) == 2 && strstr(g_out, "-n N is required"), "%s", g_out);
     ZT_CHECK(run("-n 2", NULL) == 2 && strstr(g_out, "no command"), "%s", g_out);
@@ -121,6 +153,7 @@ int main(void) {
     test_env();
     test_failures();
     test_sigint();
+    test_port();
     test_bad_args();
     return zt_finish();
 }

@@ -138,21 +138,42 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     return 0;
 }
 
-/* A port the kernel says is free now (bind to 0). Another process could take it before rank
- * 0 listens; the window is short and the failure loud. */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+/* The rendezvous port of a launch on one host, reserved for the launch's whole life: a socket
+ * bound to a port the kernel picks, on every address (dual stack, as rank 0's store binds),
+ * with SO_REUSEADDR and never listening. Rank 0's store servers (one per rendezvous: the
+ * job's, then one per communicator split) bind the same port beside it and listen in turn,
+ * and a restarted job gets the same port again. Between two servers, and after them, the
+ * port stays taken: no other program's bind() can get it (port 0 never picks it, and a plain
+ * bind fails), so nothing else can be listening there when a rank connects (docs/comm.md,
+ * "The rendezvous store"). Returns the socket, the port in *port, or -1. */
+static int reserve_port(int *port) {
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, zero = 0;
+    struct sockaddr_storage a;
+    memset(&a, 0, sizeof a);
+    socklen_t len;
+    if (fd >= 0) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&a;
+        a6->sin6_family = AF_INET6;
+        a6->sin6_addr = in6addr_any;
+        len = sizeof *a6;
+    } else {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* no IPv6: as the store does */
+        if (fd < 0) return -1;
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&a;
+        a4->sin_family = AF_INET;
+        a4->sin_addr.s_addr = htonl(INADDR_ANY);
+        len = sizeof *a4;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&a, len) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                          : ((struct sockaddr_in *)&a)->sin_port);
+    return fd;
 }
 
 static void set_env_int(const char *name, int v) {
@@ -284,14 +305,13 @@ static void signal_all(rank_proc *rp, int n, int sig) {
  * give the others --drain seconds, then SIGTERM, then SIGKILL. On SIGINT/SIGTERM to the
  * launcher the ranks get SIGTERM and all the time they need to stop cleanly (zshard train
  * finishes its step and saves); a second signal kills them. */
-static int run_attempt(const run_opts *o, const char *threads, int attempt, zs_run_job *j) {
+static int run_attempt(const run_opts *o, int port, const char *threads, int attempt,
+                       zs_run_job *j) {
     rank_proc *rp = j->rp;
     memset(rp, 0, (size_t)o->nproc * sizeof *rp);
     j->failed = -1;
     j->fail_status = 0;
     j->interrupted = 0;
-    int port = o->port ? o->port : free_port();
-    if (port <= 0) return zs_cli_fail(1, "run: cannot find a free port for the rendezvous");
     int nrun = 0;
     for (int i = 0; i < o->nproc; i++) {
         if (spawn(o, i, port, threads, attempt, &rp[i]) < 0) {
@@ -418,10 +438,16 @@ int zs_cli_run(int argc, char **argv) {
     j.world = o.nnodes * o.nproc;
     j.prefix = o.prefix;
     set_job_id(&o);
+    int port = o.port, held = -1;
+    if (!port && (held = reserve_port(&port)) < 0) {
+        free(j.rp);
+        return zs_cli_fail(1, "run: cannot reserve a free port for the rendezvous: %s",
+                           strerror(errno));
+    }
     int code = 0, restarts = 0;
     char last[1400];
     for (int attempt = 0;; attempt++) {
-        if ((rc = run_attempt(&o, threads[0] ? threads : NULL, attempt, &j))) {
+        if ((rc = run_attempt(&o, port, threads[0] ? threads : NULL, attempt, &j))) {
             code = rc;
             break;
         }
@@ -452,6 +478,7 @@ int zs_cli_run(int argc, char **argv) {
     if (code == 0 && restarts > 0)
         fprintf(stderr, "zshard run: the job succeeded after %d restart%s\n", restarts,
                 restarts == 1 ? "" : "s");
+    if (held >= 0) close(held);
     free(j.rp);
     return code;
 }

@@ -18,7 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define HANDSHAKE_S 10.0 /* a server that has not greeted by then is not a zshard store */
+#define HANDSHAKE_S 10.0 /* a connection not greeted by then is given up */
+#define SILENT_MAX 2     /* connections no one greeted before the listener is called a stranger */
 
 struct zs_store {
     int fd; /* client connection */
@@ -60,9 +61,10 @@ static uint32_t rd32(const uint8_t *p) {
 
 /* ---- client -------------------------------------------------------------------------- */
 
-/* Outcome of one greeting: ZS_OK, RETRY (dropped or told to come back: connect again), or a
- * recorded error that retrying cannot mend. */
-enum { GREET_OK = 0, GREET_RETRY = 1, GREET_FAIL = 2 };
+/* Outcome of one greeting: ZS_OK, RETRY (dropped or told to come back: connect again),
+ * SILENT (connected, but no greeting within HANDSHAKE_S), or a recorded error that retrying
+ * cannot mend. */
+enum { GREET_OK = 0, GREET_RETRY = 1, GREET_FAIL = 2, GREET_SILENT = 3 };
 
 /* Read one message that parse() accepts; a connection that closes first asks for a retry. */
 static int read_msg(int fd, uint8_t *buf, size_t cap, double deadline, size_t *n,
@@ -76,7 +78,7 @@ static int read_msg(int fd, uint8_t *buf, size_t cap, double deadline, size_t *n
         if (rc == ZS_WIRE_BAD) return GREET_FAIL;
         double left = deadline - zs_now_s();
         struct pollfd pfd = {fd, POLLIN, 0};
-        if (left <= 0) return *why = "it did not greet in time", GREET_FAIL;
+        if (left <= 0) return *why = "it did not greet in time", GREET_SILENT;
         int r = poll(&pfd, 1, (int)(left * 1000) + 1);
         if (r <= 0) continue;
         ssize_t got = recv(fd, buf + *n, cap - *n, 0);
@@ -103,7 +105,7 @@ static int greet(zs_store *s, const zs_store_id *id, double deadline, const char
     double hs = zs_now_s() + HANDSHAKE_S;
     if (hs > deadline) hs = deadline;
     int rc = read_msg(s->fd, buf, ZS_WIRE_SERVER_HELLO, hs, &n, parse_server_hello, &sh, why);
-    if (rc == GREET_FAIL && zs_now_s() >= deadline) return GREET_RETRY; /* the timeout's */
+    if (rc == GREET_SILENT && zs_now_s() >= deadline) return GREET_RETRY; /* the timeout's */
     if (rc == GREET_FAIL) {
         s->failed = zs_error(ZS_ERR_COMM,
                  "rendezvous store %s: the process listening there is not a zshard rendezvous "
@@ -145,6 +147,7 @@ static int greet(zs_store *s, const zs_store_id *id, double deadline, const char
         return *why = "closed during the greeting", GREET_RETRY;
     zs_wire_answer a;
     rc = read_msg(s->fd, buf, sizeof buf, hs, &n, parse_answer, &a, why);
+    if (rc == GREET_SILENT) return *why = "no answer to the greeting", GREET_RETRY;
     if (rc == GREET_FAIL) {
         s->failed = zs_error(ZS_ERR_COMM, "rendezvous store %s: a garbled answer to the greeting (%s)",
                  s->where, *why);
@@ -174,6 +177,7 @@ static zs_status client_connect(zs_store *s, const char *addr, int port, const z
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
     const char *why = "no attempt";
+    int silent = 0;
     while (zs_now_s() < deadline) {
         struct addrinfo hints = {0}, *res = NULL;
         hints.ai_family = AF_UNSPEC;
@@ -205,7 +209,16 @@ static zs_status client_connect(zs_store *s, const char *addr, int port, const z
                 }
                 close(fd);
                 s->fd = -1;
-                if (rc == GREET_FAIL) {
+                /* One silence is not yet proof of a stranger: a store that was ending, or a
+                 * process that held the port for a moment, may have taken the connection. */
+                if (rc == GREET_SILENT && ++silent >= SILENT_MAX)
+                    s->failed = zs_error(ZS_ERR_COMM,
+                                         "rendezvous store %s: the process listening there is "
+                                         "not a zshard rendezvous store (it accepted %d "
+                                         "connections and greeted none within %.0f s); check "
+                                         "MASTER_ADDR/MASTER_PORT",
+                                         s->where, silent, HANDSHAKE_S);
+                if (rc == GREET_FAIL || (rc == GREET_SILENT && silent >= SILENT_MAX)) {
                     freeaddrinfo(res);
                     return s->failed;
                 }

@@ -380,6 +380,12 @@ static void *server_main(void *arg) {
             accept_one(s, now);
         }
     }
+    /* Stop listening now, not when rank 0 gets round to zs_store_server_stop: a socket that
+     * listens while nothing accepts would take a late rank's connection and leave it without
+     * a greeting, which the rank must read as "not a zshard store". Closed, the port refuses,
+     * and the rank connects again until its own timeout. */
+    close(s->listen_fd);
+    s->listen_fd = -1;
     for (int i = 0; i < s->n; i++)
         drop(s, &s->c[i], -2);
     long total = 0;
@@ -468,7 +474,7 @@ void zs_store_server_stop(zs_store_server *s) {
     if (!s) return;
     s->stop = 1;
     pthread_join(s->thread, NULL);
-    close(s->listen_fd);
+    if (s->listen_fd >= 0) close(s->listen_fd); /* the thread closes it when it ends */
     for (int i = 0; i < s->nkeys; i++) {
         free(s->keys[i].key);
         free(s->keys[i].val);
