@@ -527,6 +527,11 @@ int main(void) {
     check_bias(70, 2056);
     check_layernorm(37, 203);
     check_layernorm(5, 1100);
+    /* layer norm's column partials (kernels/layernorm.h): 18 segments, so groups 0 and 1 add
+     * two each, the last one short, and more columns than a block's threads; then 273
+     * segments, more than one batch of partials a group */
+    check_layernorm(17 * 64 + 5, 300);
+    check_layernorm(17 * 16 * 64 + 3, 8);
     check_rmsnorm(29, 203);
     check_rmsnorm(5, 1100);
     check_gelu();

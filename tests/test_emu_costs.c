@@ -375,8 +375,7 @@ static void run_layernorm(int N, int C, double fl[3]) {
     prof_start();
     ZT_OK(gpu->layernorm_bwd(NULL, dinp, dw, db, dout, x, w, mean, rstd, N, C));
     prof_stop();
-    const zs_emu_record *r = rec("layernorm_bwd_rows_kernel"),
-                        *c = rec("layernorm_bwd_cols_kernel");
+    const zs_emu_record *r = rec("layernorm_bwd_seg_kernel"), *c = rec("layernorm_bwd_sum_kernel");
     check_rec(r, 6, 0, NULL);
     check_rec(c, 6, 0, NULL);
     fl[1] = r->flops;
@@ -412,8 +411,8 @@ static void check_norms(void) {
     run_layernorm(2 * N, C, b);
     run_layernorm(N, 2 * C, c);
     check_scaling("layernorm_fwd_kernel", a[0], N, b[0], 2 * N);
-    check_scaling("layernorm_bwd_rows_kernel", a[1], N, b[1], 2 * N);
-    check_scaling("layernorm_bwd_cols_kernel", a[2], C, c[2], 2 * C);
+    check_scaling("layernorm_bwd_seg_kernel", a[1], N, b[1], 2 * N);
+    check_scaling("layernorm_bwd_sum_kernel", a[2], C, c[2], 2 * C);
     run_rmsnorm(N, C, a);
     run_rmsnorm(2 * N, C, b);
     run_rmsnorm(N, 2 * C, c);

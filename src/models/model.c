@@ -4,6 +4,7 @@
  * which architecture runs. */
 #include "models/model.h"
 
+#include "backend/kernels/layernorm.h"
 #include "core/status.h"
 #include "models/arch.h"
 #include "models/carve.h"
@@ -128,6 +129,10 @@ uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, const zs_model_opt
     counter k;
     const zs_arch_impl *A = counter_init(&k, cfg, opts ? opts : &defaults);
     return A ? carve_scratch(A, B, T, &k.m.b) * sizeof(float) : 0;
+}
+
+uint64_t zs_model_gpu_scratch_doubles(const zs_model_config *cfg, int rows) {
+    return cfg->arch == ZS_ARCH_GPT2 ? (uint64_t)zs_layernorm_bwd_scratch(rows, cfg->n_embd) : 0;
 }
 
 /* The parameter offsets of the layout the engine holds: the embedding unit, block 0 (every

@@ -72,5 +72,9 @@ uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_op
 /* Workspace bytes (logits, activation gradients) for (B, T) with opts (NULL = defaults). */
 uint64_t zs_model_workspace_bytes(const zs_model_config *cfg, const zs_model_options *opts, int B,
                                   int T);
+/* Doubles of a GPU stream's reduction scratch the model's ops ask for at `rows` rows (B T):
+ * GPT-2's layer norm backward keeps its column partials there (kernels/layernorm.h); 0 where
+ * no op of the model uses it. */
+uint64_t zs_model_gpu_scratch_doubles(const zs_model_config *cfg, int rows);
 
 #endif

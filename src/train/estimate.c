@@ -195,8 +195,8 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
     if (!host) {
         /* A GPU's reductions (gradient norm, loss) keep their chunk sums in a scratch of the
          * compute stream that grows to a power of two (>= 64 doubles) covering the largest
-         * one: a gradient shard (fp32, or bf16 by cast chunks of whole pieces) or a
-         * micro-batch's losses. */
+         * one: a gradient shard (fp32, or bf16 by cast chunks of whole pieces), a
+         * micro-batch's losses, or a layer norm backward's column partials. */
         uint64_t most = (uint64_t)micro * seq, need = 64;
         for (int u = 0; u < l.n_units; u++) {
             uint64_t n = (uint64_t)l.units[u].shard;
@@ -204,7 +204,10 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
                 n = (n + ZS_ENGINE_CAST_CHUNK - 1) / ZS_ENGINE_CAST_CHUNK * ZS_ENGINE_CAST_CHUNK;
             if (n > most) most = n;
         }
-        while (need < (most + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK)
+        uint64_t chunks = (most + ZS_SUMSQ_CHUNK - 1) / ZS_SUMSQ_CHUNK,
+                 norms = zs_model_gpu_scratch_doubles(cfg, micro * seq);
+        if (norms > chunks) chunks = norms; /* layer norm's backward: its column partials */
+        while (need < chunks)
             need *= 2;
         b[ZS_MEM_WORKSPACE] += need * sizeof(double);
         /* A bf16 run's GEMMs round their operands to bf16 in a scratch of the compute stream

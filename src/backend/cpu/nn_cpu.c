@@ -106,17 +106,25 @@ zs_status zs_cpu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db
         for (int blk = 0; blk < nblk; blk++) {
             int c0 = blk * NN_COL_BLOCK;
             int nc = C - c0 < NN_COL_BLOCK ? C - c0 : NN_COL_BLOCK;
-            /* kernels/common.h's column-sum order, as the GPU adds */
+            /* kernels/layernorm.h's column-sum order (segment partials), as the GPU adds */
             float aw[ZS_COLSUM_GROUPS][NN_COL_BLOCK] = {{0}};
             float ab[ZS_COLSUM_GROUPS][NN_COL_BLOCK] = {{0}};
-            for (int r = 0; r < N; r++) {
-                const float *d = dout + (size_t)r * C + c0;
-                const float *x = inp + (size_t)r * C + c0;
-                float mu = mean[r], rs = rstd[r], *pw = aw[zs_colsum_group(r)],
-                      *pb = ab[zs_colsum_group(r)];
+            for (int r0 = 0; r0 < N; r0 += ZS_COLSUM_SEG) {
+                int end = N - r0 < ZS_COLSUM_SEG ? N : r0 + ZS_COLSUM_SEG;
+                float sw[NN_COL_BLOCK] = {0}, sb[NN_COL_BLOCK] = {0};
+                for (int r = r0; r < end; r++) {
+                    const float *d = dout + (size_t)r * C + c0;
+                    const float *x = inp + (size_t)r * C + c0;
+                    float mu = mean[r], rs = rstd[r];
+                    for (int c = 0; c < nc; c++) {
+                        sw[c] += d[c] * zs_layernorm_xhat(x[c], mu, rs);
+                        sb[c] += d[c];
+                    }
+                }
+                float *pw = aw[zs_colsum_group(r0)], *pb = ab[zs_colsum_group(r0)];
                 for (int c = 0; c < nc; c++) {
-                    pw[c] += d[c] * zs_layernorm_xhat(x[c], mu, rs);
-                    pb[c] += d[c];
+                    pw[c] += sw[c];
+                    pb[c] += sb[c];
                 }
             }
             zs_colsum_finish(dw + c0, &aw[0][0], NN_COL_BLOCK, nc);

@@ -47,7 +47,7 @@ static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const float *dout, c
 
 /* dw: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu); a whole
  * batch's rstd read 16 bytes at a time where it is 16-byte aligned (vec), as
- * layernorm_bwd_cols_kernel (nn_cuda.cu) reads its mean and rstd. */
+ * layer norm's column kernel once read its mean and rstd. */
 static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, const float *inp,
                                                const float *rstd, int N, int C, int vec) {
     ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));

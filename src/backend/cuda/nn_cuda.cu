@@ -209,71 +209,110 @@ static __global__ void layernorm_fwd_kernel(OutT *out, float *mean, float *rstd,
     }
 }
 
-static __global__ void layernorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
-                                                 const float *w, const float *mean,
-                                                 const float *rstd, int N, int C) {
-    size_t r = zs_cu_warp_row((size_t)N);
-    if (r == (size_t)N) return;
-    int lane = (int)threadIdx.x % ZS_WARP;
-    const float *x = inp + r * C, *d = dout + r * C;
-    float mu = mean[r], rs = rstd[r], ag = 0.0f, agx = 0.0f;
-    for (int i = lane; i < C; i += ZS_WARP) {
-        ag += w[i] * d[i];
-        agx += w[i] * d[i] * zs_layernorm_xhat(x[i], mu, rs);
+/* dinp, and each segment's partials of dw and db (kernels/layernorm.h's order): a block per
+ * segment of ZS_COLSUM_SEG rows (grid-stride). Its warps take its rows as a row kernel does,
+ * then its threads the columns, adding the segment's rows (from L2) in index order; dout and
+ * the input come from DRAM once (docs/cuda.md "Layer norm's backward"). Two blocks an SM:
+ * 127 registers, no spill (ptxas -v, sm_90). The name stays on the "__global__" line. */
+#define LN_SEG_BATCH 16 /* rows' loads in flight in the column pass */
+                        // clang-format off
+static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 2) layernorm_bwd_seg_kernel(float *dinp,
+        float *pw, float *pb, const float *dout, const float *inp, const float *w,
+        const float *mean, const float *rstd, int N, int C, int nseg) {
+    // clang-format on
+    ZS_SHARED(float, smu, ZS_COLSUM_SEG);
+    ZS_SHARED(float, srs, ZS_COLSUM_SEG);
+    int lane = (int)threadIdx.x % ZS_WARP, wp = (int)threadIdx.x / ZS_WARP;
+    for (int s = (int)blockIdx.x; s < nseg; s += (int)gridDim.x) {
+        int r0 = s * ZS_COLSUM_SEG, n = N - r0 < ZS_COLSUM_SEG ? N - r0 : ZS_COLSUM_SEG;
+        for (int k = wp; k < n; k += ZS_CU_ROWS) {
+            size_t r = (size_t)r0 + k;
+            const float *x = inp + r * C, *d = dout + r * C;
+            float mu = mean[r], rs = rstd[r], ag = 0.0f, agx = 0.0f;
+            /* the lane's first ZS_CU_ROW_KEEP of x and of g = w dout kept in registers */
+            float xk[ZS_CU_ROW_KEEP], gk[ZS_CU_ROW_KEEP];
+            zs_cu_row_load(xk, x, C, lane);
+            ZS_UNROLL
+            for (int j = 0; j < ZS_CU_ROW_KEEP; j++)
+                if (lane + j * ZS_WARP < C) gk[j] = w[lane + j * ZS_WARP] * d[lane + j * ZS_WARP];
+            ZS_UNROLL
+            for (int j = 0; j < ZS_CU_ROW_KEEP; j++)
+                if (lane + j * ZS_WARP < C) {
+                    ag += gk[j];
+                    agx += gk[j] * zs_layernorm_xhat(xk[j], mu, rs);
+                }
+            for (int i = lane + ZS_CU_ROW_KEEP * ZS_WARP; i < C; i += ZS_WARP) {
+                ag += w[i] * d[i];
+                agx += w[i] * d[i] * zs_layernorm_xhat(x[i], mu, rs);
+            }
+            float mg = zs_cu_warp_sum(ag) / (float)C, mgx = zs_cu_warp_sum(agx) / (float)C;
+            ZS_UNROLL
+            for (int j = 0; j < ZS_CU_ROW_KEEP; j++)
+                if (lane + j * ZS_WARP < C)
+                    dinp[r * C + lane + j * ZS_WARP] +=
+                        zs_layernorm_dinp(gk[j], zs_layernorm_xhat(xk[j], mu, rs), mg, mgx, rs);
+            for (int i = lane + ZS_CU_ROW_KEEP * ZS_WARP; i < C; i += ZS_WARP)
+                dinp[r * C + i] +=
+                    zs_layernorm_dinp(w[i] * d[i], zs_layernorm_xhat(x[i], mu, rs), mg, mgx, rs);
+            if (lane == 0) smu[k] = mu, srs[k] = rs;
+        }
+        __syncthreads();
+        for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+            float aw = 0.0f, ab = 0.0f;
+            for (int k0 = 0; k0 < n; k0 += LN_SEG_BATCH) { /* loads in flight, then in order */
+                float dv[LN_SEG_BATCH], xv[LN_SEG_BATCH];
+                ZS_UNROLL
+                for (int u = 0; u < LN_SEG_BATCH; u++) {
+                    size_t r = (size_t)r0 + (k0 + u < n ? k0 + u : k0); /* past n: unused */
+                    dv[u] = dout[r * C + c];
+                    xv[u] = inp[r * C + c];
+                }
+                ZS_UNROLL
+                for (int u = 0; u < LN_SEG_BATCH; u++)
+                    if (k0 + u < n) {
+                        aw += dv[u] * zs_layernorm_xhat(xv[u], smu[k0 + u], srs[k0 + u]);
+                        ab += dv[u];
+                    }
+            }
+            pw[(size_t)s * C + c] = aw;
+            pb[(size_t)s * C + c] = ab;
+        }
+        __syncthreads(); /* smu and srs are the next segment's */
     }
-    float mg = zs_cu_warp_sum(ag) / (float)C, mgx = zs_cu_warp_sum(agx) / (float)C;
-    for (int i = lane; i < C; i += ZS_WARP)
-        dinp[r * C + i] +=
-            zs_layernorm_dinp(w[i] * d[i], zs_layernorm_xhat(x[i], mu, rs), mg, mgx, rs);
 }
 
-/* dw and db: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu), with
- * LN_COL_BATCH rows' loads in flight (four arrays of them: 128 registers). A whole batch reads
- * its rows' mean and rstd 16 bytes at a time (vec: both 16-byte aligned; batches start on a
- * multiple of 32 rows), so a warp's loads of them use whole sectors, where one float a row
- * used 4 bytes of each. */
-#define LN_COL_BATCH 32
-static __global__ void layernorm_bwd_cols_kernel(float *dw, float *db, const float *dout,
-                                                 const float *inp, const float *mean,
-                                                 const float *rstd, int N, int C, int vec) {
-    ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
-    ZS_SHARED(float, pb, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
+/* dw and db from the partials: thread (column, group) adds its group's in segment order, 16
+ * loads in flight; the first group adds the groups into dw and db (zs_colsum_finish). */
+#define LN_SUM_BATCH 16
+static __global__ void layernorm_bwd_sum_kernel(float *dw, float *db, const float *pw,
+                                                const float *pb, int nseg, int C) {
+    ZS_SHARED(float, sw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
+    ZS_SHARED(float, sb, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
     int tx = (int)threadIdx.x % ZS_CU_COLS, g = (int)threadIdx.x / ZS_CU_COLS;
     int c = (int)blockIdx.x * ZS_CU_COLS + tx;
     float aw = 0.0f, ab = 0.0f;
-    for (int s0 = g * ZS_COLSUM_SEG; s0 < N && c < C; s0 += ZS_COLSUM_GROUPS * ZS_COLSUM_SEG) {
-        int end = s0 + ZS_COLSUM_SEG < N ? s0 + ZS_COLSUM_SEG : N;
-        for (int r0 = s0; r0 < end; r0 += LN_COL_BATCH) { /* loads in flight, then in order */
-            float d[LN_COL_BATCH], x[LN_COL_BATCH], mu[LN_COL_BATCH], rs[LN_COL_BATCH];
-            int whole = vec && r0 + LN_COL_BATCH <= end;
-            ZS_UNROLL
-            for (int u = 0; u < LN_COL_BATCH; u++) {
-                int r = r0 + u < end ? r0 + u : r0; /* past the segment: a row read, unused */
-                d[u] = dout[(size_t)r * C + c];
-                x[u] = inp[(size_t)r * C + c];
-                if (whole && u % 4 == 0) {
-                    float4 a = *(const float4 *)(mean + r), b = *(const float4 *)(rstd + r);
-                    mu[u] = a.x, mu[u + 1] = a.y, mu[u + 2] = a.z, mu[u + 3] = a.w;
-                    rs[u] = b.x, rs[u + 1] = b.y, rs[u + 2] = b.z, rs[u + 3] = b.w;
-                } else if (!whole) {
-                    mu[u] = mean[r];
-                    rs[u] = rstd[r];
-                }
-            }
-            ZS_UNROLL
-            for (int u = 0; u < LN_COL_BATCH; u++)
-                if (r0 + u < end) {
-                    aw += d[u] * zs_layernorm_xhat(x[u], mu[u], rs[u]);
-                    ab += d[u];
-                }
+    for (int s0 = g; s0 < nseg && c < C; s0 += LN_SUM_BATCH * ZS_COLSUM_GROUPS) {
+        float vw[LN_SUM_BATCH], vb[LN_SUM_BATCH];
+        ZS_UNROLL
+        for (int u = 0; u < LN_SUM_BATCH; u++) {
+            int s = s0 + u * ZS_COLSUM_GROUPS;
+            size_t at = (size_t)(s < nseg ? s : s0) * C + c; /* past the last: unused */
+            vw[u] = pw[at];
+            vb[u] = pb[at];
         }
+        ZS_UNROLL
+        for (int u = 0; u < LN_SUM_BATCH; u++)
+            if (s0 + u * ZS_COLSUM_GROUPS < nseg) {
+                aw += vw[u];
+                ab += vb[u];
+            }
     }
-    pw[g * (ZS_CU_COLS + 1) + tx] = aw;
-    pb[g * (ZS_CU_COLS + 1) + tx] = ab;
+    sw[g * (ZS_CU_COLS + 1) + tx] = aw;
+    sb[g * (ZS_CU_COLS + 1) + tx] = ab;
     __syncthreads();
     if (g == 0 && c < C) {
-        zs_colsum_finish(dw + c, pw + tx, ZS_CU_COLS + 1, 1);
-        zs_colsum_finish(db + c, pb + tx, ZS_CU_COLS + 1, 1);
+        zs_colsum_finish(dw + c, sw + tx, ZS_CU_COLS + 1, 1);
+        zs_colsum_finish(db + c, sb + tx, ZS_CU_COLS + 1, 1);
     }
 }
 
@@ -312,22 +351,27 @@ zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db,
                               const float *rstd, int N, int C) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
+    int nseg = zs_layernorm_segments(N);
+    unsigned grid = nseg < (int)ZS_CU_MAX_BLOCKS ? (unsigned)nseg : ZS_CU_MAX_BLOCKS;
+    double *part = NULL;
     ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "layernorm_bwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && db && dout && inp && w && mean && rstd, ZS_ERR_INVALID,
                "layernorm_bwd: NULL buffer");
-    /* per row: 15 per element, two butterflies and their divisions; dinp read and written */
-    ZS_COST((double)N * (15.0 * C + 2.0 * (ZS_CU_WARP_SUM_FLOPS + ZS_WARP)), 0,
-            4.0 * (4.0 * N * C + C + 2.0 * N));
-    ZS_LAUNCH(layernorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
-              dout, inp, w, mean, rstd, N, C);
-    ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_rows_kernel);
-    /* per column: 5 per row, the two partials' totals, 2 into dw and db (read and written) */
-    ZS_COST((double)C * (5.0 * N + 2.0 * ZS_COLSUM_GROUPS + 2.0), 0,
-            4.0 * (2.0 * N * C + 2.0 * N + 4.0 * C));
-    ZS_LAUNCH(layernorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_COL_THREADS, 0, cs, dw,
-              db, dout, inp, mean, rstd, N, C, (((uintptr_t)mean | (uintptr_t)rstd) & 15) == 0);
-    ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_cols_kernel);
+    ZS_CHECK(zs_cu_scratch(s, zs_layernorm_bwd_scratch(N, C), &part));
+    /* 15 an element and the row's butterflies, 5 an element of the column pass; dout and the
+     * input read, dinp read and written, the partials written */
+    ZS_COST((double)N * (20.0 * C + 2.0 * (ZS_CU_WARP_SUM_FLOPS + ZS_WARP)), 0,
+            4.0 * (4.0 * N * C + C + 2.0 * N + 2.0 * nseg * C));
+    ZS_LAUNCH(layernorm_bwd_seg_kernel, grid, ZS_CU_THREADS, 0, cs, dinp, (float *)part,
+              (float *)part + (size_t)nseg * C, dout, inp, w, mean, rstd, N, C, nseg);
+    ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_seg_kernel);
+    /* per column: 2 a segment, the groups' totals, 2 into dw and db (read and written) */
+    ZS_COST((double)C * (2.0 * nseg + 2.0 * ZS_COLSUM_GROUPS + 2.0), 0,
+            4.0 * (2.0 * nseg * C + 4.0 * C));
+    ZS_LAUNCH(layernorm_bwd_sum_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_COL_THREADS, 0, cs, dw,
+              db, (float *)part, (float *)part + (size_t)nseg * C, nseg, C);
+    ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_sum_kernel);
 fail:
     return st;
 }

@@ -1,5 +1,5 @@
 /* Layer norm of one row of C values, forward and the input gradient of backward. The weight
- * and bias gradients are column sums over rows; the caller reduces them (in a fixed order)
+ * and bias gradients are column sums over rows; the caller reduces them in the order below
  * with zs_layernorm_xhat. */
 #ifndef ZS_BACKEND_KERNELS_LAYERNORM_H
 #define ZS_BACKEND_KERNELS_LAYERNORM_H
@@ -53,6 +53,20 @@ static ZS_HD void zs_layernorm_row_bwd(float *ZS_RESTRICT dinp, const float *ZS_
     for (int i = 0; i < C; i++)
         dinp[i] +=
             zs_layernorm_dinp(w[i] * dout[i], zs_layernorm_xhat(x[i], mean, rstd), mg, mgx, rstd);
+}
+
+/* The order of the weight and bias gradients' column sums: kernels/common.h's, one level
+ * deeper, so that a GPU can sum a segment's rows while it has them for dinp (one pass over
+ * dout and the input, not two). Rows fall in segments of ZS_COLSUM_SEG; segment s adds its
+ * rows in index order into a 0-started partial; partial s goes to group s % ZS_COLSUM_GROUPS,
+ * which adds its partials in segment order into a 0-started sum; zs_colsum_finish adds the
+ * groups. zs_layernorm_segments(N) partials a column; a GPU keeps dw's and db's in its stream's
+ * scratch, zs_layernorm_bwd_scratch(N, C) doubles of it. */
+static ZS_HD int zs_layernorm_segments(int N) {
+    return (N + ZS_COLSUM_SEG - 1) / ZS_COLSUM_SEG;
+}
+static ZS_HD size_t zs_layernorm_bwd_scratch(int N, int C) {
+    return (size_t)zs_layernorm_segments(N) * (size_t)C; /* 2 floats a (segment, column) */
 }
 
 #endif
