@@ -109,6 +109,14 @@ typedef struct zs_ops {
                                    int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                    float dinp_beta);
 
+    /* Optional (NULL: the table rounds every fp32 GEMM operand itself): f32[0, n) holds exactly
+     * b16[0, n) widened, and neither changes until the next twin16 on s (n 0: no twin). A GEMM
+     * operand of this table's on s that lies inside f32 (a bf16 compute copy's widened unit:
+     * the weights) is then read from b16 at the same offset where the table would have
+     * rounded it into its scratch: the same bits, without that pass (docs/cuda.md "GEMM
+     * operands"). The caller drops the twin before either buffer is written or reused. */
+    void (*twin16)(zs_stream_t *s, const float *f32, const zs_bf16 *b16, size_t n);
+
     /* out[N,OC] += bias[OC] broadcast over rows. */
     zs_status (*bias_fwd)(zs_stream_t *s, float *out, const float *bias, int N, int OC);
     /* dbias[OC] += sum over rows of dout[N,OC] (accumulates). */

@@ -40,7 +40,17 @@ zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **
         e->cunit = unit;
     }
     e->c_in_use = 1;
+    /* src stays as it is while the unit is in use (its slot is not evicted, a step waits for
+     * the release), and so does the buffer, so the GEMMs may read the weights' bf16 values
+     * from src instead of rounding the buffer's again (docs/cuda.md "GEMM operands"). */
+    if (e->ops->twin16)
+        e->ops->twin16(e->stream, e->cbuf, src, (size_t)e->layout->units[unit].padded);
     *params = e->cbuf;
 fail:
     return st;
+}
+
+void zs_engine_unwiden(zs_engine_t *e) {
+    if (e->c_in_use && e->ops->twin16) e->ops->twin16(e->stream, NULL, NULL, 0);
+    e->c_in_use = 0;
 }

@@ -146,10 +146,12 @@ zs_bf16 *zs_engine_round_to(const zs_engine_t *e, int unit);
 zs_status zs_engine_regather_params(zs_engine_t *e, int wait);
 
 /* bf16 compute copy (engine_bf16.c): the fp32 widening buffer; widening an acquired unit's
- * bf16 values (src) into the buffer. */
+ * bf16 values (src) into the buffer, src handed to the ops as the buffer's twin (ops.h twin16)
+ * while the unit is in use; and the end of that use (the twin dropped). */
 zs_status zs_engine_bf16_create(zs_engine_t *e);
 void zs_engine_bf16_destroy(zs_engine_t *e);
 zs_status zs_engine_widen(zs_engine_t *e, int unit, const zs_bf16 *src, float **params);
+void zs_engine_unwiden(zs_engine_t *e);
 
 /* Offload (engine_offload.c): the host state of unit u (master, m, v, the gradient's host copy)
  * and its events, allocated in create's order; the stream and the CPU's ops. fetch queues every

@@ -225,7 +225,7 @@ fail:
 
 static void release_params(zs_engine_t *e, int unit) {
     int k = e->units[unit].pslot;
-    if (e->bf16 && e->cunit == unit) e->c_in_use = 0;
+    if (e->bf16 && e->cunit == unit) zs_engine_unwiden(e);
     if (!e->persist_params && k >= 0) e->pslots[k].in_use = 0;
 }
 
@@ -419,7 +419,7 @@ zs_status zs_engine_drain(zs_engine_t *e) {
                    e->layout->units[e->gslots[i].unit].name);
     /* The step changes the master shards, so gathered copies become stale: drop them. */
     e->cunit = -1;
-    e->c_in_use = 0;
+    zs_engine_unwiden(e);
     for (int i = 0; i < e->n_pslots; i++) {
         slot *s = &e->pslots[i];
         ZS_CHECK(zs_engine_wait(&s->work));

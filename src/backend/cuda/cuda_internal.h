@@ -122,13 +122,16 @@ extern "C" {
 /* The opaque zs_stream_t of ops.h: the CUDA stream and the device scratch buffers of the work
  * queued on it, grown on demand in stream order and accounted as workspace: its reductions'
  * partials (sumsq and sum's chunk sums), and a bf16 gemm's operands (ops.h
- * ZS_GEMM_CAST_MAX). */
+ * ZS_GEMM_CAST_MAX); and the bf16 twin of an fp32 range its GEMMs read (ops.h twin16). */
 struct zs_stream {
     cudaStream_t stream;
     double *scratch;
     size_t scratch_n; /* doubles */
     zs_bf16 *gemm16;
     size_t gemm16_n; /* bf16 elements */
+    const float *twin_f32;
+    const zs_bf16 *twin_b16;
+    size_t twin_n; /* elements; 0: no twin */
 };
 
 /* NULL is CUDA's default stream. */
@@ -140,6 +143,11 @@ static inline cudaStream_t zs_cu_stream(zs_stream_t *s) {
 zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out);
 /* At least n bf16 elements of s's gemm operand scratch, likewise. */
 zs_status zs_cu_gemm_scratch(zs_stream_t *s, size_t n, zs_bf16 **out);
+/* ops.h twin16 (s NULL: the default stream keeps none, since threads share it). */
+void zs_cu_twin16(zs_stream_t *s, const float *f32, const zs_bf16 *b16, size_t n);
+/* The bf16 values of x[0, n) as s's twin holds them, 16-byte aligned as a scratch operand is;
+ * NULL where x is not wholly inside the twin's fp32 range (then the caller rounds x). */
+const zs_bf16 *zs_cu_twin_of(zs_stream_t *s, const float *x, size_t n);
 
 /* Threads per block of every kernel here: simple kernels, one thread per element, row or
  * column. */

@@ -336,6 +336,23 @@ zs_status zs_cu_gemm_scratch(zs_stream_t *s, size_t n, zs_bf16 **out) {
     return scratch_get(s, gemm_scratch, n, (void **)out);
 }
 
+void zs_cu_twin16(zs_stream_t *s, const float *f32, const zs_bf16 *b16, size_t n) {
+    if (!s) return;
+    s->twin_f32 = n ? f32 : NULL;
+    s->twin_b16 = n ? b16 : NULL;
+    s->twin_n = n;
+}
+
+const zs_bf16 *zs_cu_twin_of(zs_stream_t *s, const float *x, size_t n) {
+    if (!s || !s->twin_n || !x) return NULL;
+    uintptr_t base = (uintptr_t)s->twin_f32, at = (uintptr_t)x;
+    if (at < base || (at - base) % sizeof(float)) return NULL;
+    size_t off = (at - base) / sizeof(float);
+    if (off > s->twin_n || n > s->twin_n - off) return NULL;
+    const zs_bf16 *t = s->twin_b16 + off;
+    return (uintptr_t)t % 16 ? NULL : t;
+}
+
 extern "C" void *zs_cuda_stream_handle(zs_stream_t *s) {
     return (void *)zs_cu_stream(s);
 }

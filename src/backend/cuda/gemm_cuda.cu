@@ -39,6 +39,18 @@ static void blas_end(cublasHandle_t h) {
     if (h) zs_cu_blas_unlock();
 }
 
+/* x[0, n) in bf16 for a product, in *out: its twin (ops.h twin16) where s has one, else x
+ * rounded into w. */
+static zs_status round_in(zs_stream_t *s, zs_bf16 *w, const float *x, size_t n,
+                          const zs_bf16 **out) {
+    zs_status st = ZS_OK;
+    const zs_bf16 *t = zs_cu_twin_of(s, x, n);
+    if (!t) ZS_CHECK(zs_cu_f32_to_bf16(zs_cu_stream(s), w, x, n));
+    *out = t ? t : w;
+fail:
+    return st;
+}
+
 /* The bf16 gemm on operands rounded into the stream's scratch w, by plan p (ops.h
  * zs_gemm_cast_plan): A whole then B (whole, or in pieces of columns with C's), or both in
  * pieces along k with C accumulating from the first piece's beta. Every cast runs on the
@@ -47,24 +59,24 @@ static zs_status gemm_cast(cublasHandle_t h, zs_stream_t *s, zs_bf16 *w, zs_gemm
                            int transb, int m, int n, int k, float alpha, const float *A, int lda,
                            const float *B, int ldb, float beta, float *C, int ldc) {
     zs_status st = ZS_OK;
-    cudaStream_t cs = zs_cu_stream(s);
+    const zs_bf16 *a = NULL, *b = NULL;
     if (p.k_piece < k) { /* !transa && transb: A's columns and B's stored columns along k */
         for (int k0 = 0; k0 < k; k0 += p.k_piece) {
             int kc = k - k0 < p.k_piece ? k - k0 : p.k_piece;
             size_t na = zs_gemm_cast_round((size_t)m * kc);
-            ZS_CHECK(zs_cu_f32_to_bf16(cs, w, A + (size_t)k0 * lda, (size_t)m * kc));
-            ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, B + (size_t)k0 * ldb, (size_t)n * kc));
-            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, kc, alpha, w, lda,
-                               w + na, ldb, CUDA_R_16BF, k0 ? 1.0f : beta, C, ldc));
+            ZS_CHECK(round_in(s, w, A + (size_t)k0 * lda, (size_t)m * kc, &a));
+            ZS_CHECK(round_in(s, w + na, B + (size_t)k0 * ldb, (size_t)n * kc, &b));
+            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, n, kc, alpha, a, lda, b,
+                               ldb, CUDA_R_16BF, k0 ? 1.0f : beta, C, ldc));
         }
     } else {
         size_t na = zs_gemm_cast_round((size_t)m * k);
-        ZS_CHECK(zs_cu_f32_to_bf16(cs, w, A, (size_t)m * k));
+        ZS_CHECK(round_in(s, w, A, (size_t)m * k, &a));
         for (int j0 = 0; j0 < n; j0 += p.n_piece) { /* one piece unless !transb */
             int nc = n - j0 < p.n_piece ? n - j0 : p.n_piece;
-            ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, B + (size_t)j0 * ldb, (size_t)k * nc));
-            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, nc, k, alpha, w, lda,
-                               w + na, ldb, CUDA_R_16BF, beta, C + (size_t)j0 * ldc, ldc));
+            ZS_CHECK(round_in(s, w + na, B + (size_t)j0 * ldb, (size_t)k * nc, &b));
+            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, m, nc, k, alpha, a, lda, b,
+                               ldb, CUDA_R_16BF, beta, C + (size_t)j0 * ldc, ldc));
         }
     }
 fail:
@@ -143,7 +155,7 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     zs_bf16 *w = NULL;
-    cudaStream_t cs = zs_cu_stream(s);
+    const zs_bf16 *xw = NULL; /* the fp32 operand in bf16: w, or its twin */
     if (!a16 && !b16)
         return zs_cu_gemm_bf16(s, transa, transb, m, n, k, alpha, (const float *)A, lda,
                                (const float *)B, ldb, beta, C, ldc);
@@ -177,7 +189,7 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
         int piece = p.dim == ZS_SPLIT_NONE ? len : p.piece;
         ZS_CHECK(blas_begin(s, p.elems, &h, &w));
         if (p.elems && p.dim != p.own) /* not split along its columns: rounded once, whole */
-            ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X, p.elems));
+            ZS_CHECK(round_in(s, w, X, p.elems, &xw));
         for (int c0 = 0; c0 < len; c0 += piece) {
             int nc = len - c0 < piece ? len - c0 : piece;
             size_t ao = 0, bo = 0, co = 0; /* element offsets of the piece in A, B and C */
@@ -191,9 +203,9 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
                 bo = transb ? (size_t)c0 * ldb : (size_t)c0;
             }
             if (p.dim == p.own) /* this piece of its columns, rounded just before its product */
-                ZS_CHECK(zs_cu_f32_to_bf16(cs, w, X + (size_t)c0 * ld, (size_t)p.rows * nc));
-            const zs_bf16 *a = a16 ? (const zs_bf16 *)A + ao : w + (p.dim == p.own ? 0 : ao);
-            const zs_bf16 *b = b16 ? (const zs_bf16 *)B + bo : w + (p.dim == p.own ? 0 : bo);
+                ZS_CHECK(round_in(s, w, X + (size_t)c0 * ld, (size_t)p.rows * nc, &xw));
+            const zs_bf16 *a = a16 ? (const zs_bf16 *)A + ao : xw + (p.dim == p.own ? 0 : ao);
+            const zs_bf16 *b = b16 ? (const zs_bf16 *)B + bo : xw + (p.dim == p.own ? 0 : bo);
             ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, transa, transb, pm, pn, pk, alpha, a, lda, b,
                                ldb, CUDA_R_16BF, p.dim == ZS_SPLIT_K && c0 ? 1.0f : beta, C + co,
                                ldc));
@@ -301,6 +313,7 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     zs_bf16 *w = NULL;
+    const zs_bf16 *tw = NULL, *a = NULL; /* W's twin (ops.h twin16), W in bf16 */
     lt_call c;
     cudaStream_t cs = zs_cu_stream(s);
     size_t elems = 0, na = zs_gemm_cast_round((size_t)OC * IC);
@@ -326,11 +339,13 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
         ZS_REQUIRE(out || (size_t)N * OC == 0, ZS_ERR_INVALID, "linear_fwd: NULL output");
         ZS_CHECK(blas_begin(s, elems, &h, &w));
         x = x ? x : w + na;
-        ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, w, IC, x, IC, out, out16, OC, bias));
+        tw = zs_cu_twin_of(s, W, (size_t)OC * IC);
+        a = tw ? tw : w;
+        ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, a, IC, x, IC, out, out16, OC, bias));
         if (c.found) {
-            ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)OC * IC));
+            if (!tw) ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)OC * IC));
             if (!in16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, (const float *)inp, (size_t)IC * N));
-            ZS_CUBLAS_CHECK(cublasLtMatmul(c.lt, c.d, &one, w, c.la, x, c.lb, &zero, out, c.lc, out,
+            ZS_CUBLAS_CHECK(cublasLtMatmul(c.lt, c.d, &one, a, c.la, x, c.lb, &zero, out, c.lc, out,
                                            c.lc, &c.heur.algo, NULL, 0, cs));
         } else { /* no algorithm: the lock released for gemm16's own */
             blas_end(h);
@@ -361,11 +376,12 @@ static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const v
     zs_bf16 *w = NULL;
     cudaStream_t cs = zs_cu_stream(s);
     size_t nw = zs_gemm_cast_round((size_t)IC * OC), nd = dout16 ? 0 : (size_t)OC * rows;
+    const zs_bf16 *wb = NULL; /* W in bf16: its twin, or rounded into w */
     ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, (const float *)dout, OC, dinp, IC));
     ZS_CHECK(
         zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, (const float *)dout, OC, dW, IC));
     ZS_CHECK(blas_begin(s, nw + nd + (inp16 ? 0 : (size_t)IC * rows), &h, &w));
-    ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
+    ZS_CHECK(round_in(s, w, W, (size_t)IC * OC, &wb));
     for (int j0 = 0; j0 < N; j0 += rows) {
         int nc = N - j0 < rows ? N - j0 : rows;
         const zs_bf16 *x = inp16 ? (const zs_bf16 *)inp + (size_t)j0 * IC : w + nw + nd;
@@ -376,8 +392,8 @@ static zs_status linear_bwd_rows(zs_stream_t *s, float *dinp, float *dW, const v
         if (!inp16)
             ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp + (size_t)j0 * IC,
                                        (size_t)IC * nc));
-        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, nc, OC, 1.0f, w, IC, g, OC, CUDA_R_16BF,
-                           dinp_beta, dinp + (size_t)j0 * IC, IC));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, nc, OC, 1.0f, wb, IC, g, OC,
+                           CUDA_R_16BF, dinp_beta, dinp + (size_t)j0 * IC, IC));
         ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, nc, 1.0f, x, IC, g, OC, CUDA_R_16BF,
                            1.0f, dW, IC));
     }
@@ -401,6 +417,7 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     size_t nw = zs_gemm_cast_round((size_t)IC * OC);
     size_t nd = dout16 ? 0 : zs_gemm_cast_round((size_t)OC * N);
     zs_bf16 *w = NULL;
+    const zs_bf16 *wb = NULL; /* W in bf16: its twin, or rounded into w */
     cudaStream_t cs = zs_cu_stream(s);
 #ifdef ZS_MUTANT_GEMM_32F
     cast = 0; /* the broken build's fp32 arithmetic: through cu_gemm_bf16 below */
@@ -436,7 +453,7 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     ZS_CHECK(
         zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, (const float *)dout, OC, dW, IC));
     ZS_CHECK(blas_begin(s, cast, &h, &w));
-    ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)IC * OC));
+    ZS_CHECK(round_in(s, w, W, (size_t)IC * OC, &wb));
     if (dbias || gelu_inp)
         ZS_CHECK(
             zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, w + nw, gelu_inp, gelu16));
@@ -445,7 +462,7 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     if (!inp16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp, (size_t)IC * N));
     {
         const zs_bf16 *g = dout16 ? (const zs_bf16 *)dout : w + nw;
-        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, w, IC, g, OC, CUDA_R_16BF,
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, wb, IC, g, OC, CUDA_R_16BF,
                            dinp_beta, dinp, IC));
         ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, inp16 ? inp : w + nw + nd,
                            IC, g, OC, CUDA_R_16BF, 1.0f, dW, IC));
@@ -466,6 +483,7 @@ zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const 
     cublasHandle_t h = NULL;
     int op = 0, np = 0;
     zs_bf16 *w = NULL;
+    const zs_bf16 *wb = NULL; /* a piece of W in bf16: its twin, or rounded into w */
     cudaStream_t cs = zs_cu_stream(s);
     size_t elems = zs_linear_bwd16_pieces(N, IC, OC, &op, &np);
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0 && ldd >= (OC > 1 ? OC : 1), ZS_ERR_INVALID,
@@ -480,8 +498,8 @@ zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const 
     ZS_CHECK(blas_begin(s, elems, &h, &w));
     for (int o0 = 0; dinp && o0 < OC; o0 += op) { /* dinp^T (IC x N) = W^T G^T, along OC */
         int oc = OC - o0 < op ? OC - o0 : op;
-        ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W + (size_t)o0 * IC, (size_t)oc * IC));
-        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, oc, 1.0f, w, IC, dout + o0, ldd,
+        ZS_CHECK(round_in(s, w, W + (size_t)o0 * IC, (size_t)oc * IC, &wb));
+        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, oc, 1.0f, wb, IC, dout + o0, ldd,
                            CUDA_R_16BF, o0 ? 1.0f : dinp_beta, dinp, IC));
     }
     for (int n0 = 0; dW && n0 < N; n0 += np) { /* dW^T (IC x OC) += inp^T G, along N */

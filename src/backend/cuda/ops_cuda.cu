@@ -533,12 +533,13 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
         .gemm16 = gemm16_fn, .linear_fwd_bias = linear_bias_fn, .gemm_linear_bwd = linear_bwd_fn,  \
-        .gemm_linear_bwd16 = linear_bwd16_fn, .bias_fwd = zs_cu_bias_fwd, .bias_bwd = cu_bias_bwd, \
-        .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd,              \
-        .bias_gelu_fwd16 = cu_bias_gelu_fwd16, .embedding_fwd = zs_cu_embedding_fwd,               \
-        .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
-        .layernorm_fwd16 = zs_cu_layernorm_fwd16, .layernorm_bwd = zs_cu_layernorm_bwd,            \
-        .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd, .gelu_bwd16 = zs_cu_gelu_bwd16,    \
+        .gemm_linear_bwd16 = linear_bwd16_fn, .twin16 = zs_cu_twin16, .bias_fwd = zs_cu_bias_fwd,  \
+        .bias_bwd = cu_bias_bwd, .bias_residual_fwd = cu_bias_residual_fwd,                        \
+        .bias_gelu_fwd = cu_bias_gelu_fwd, .bias_gelu_fwd16 = cu_bias_gelu_fwd16,                  \
+        .embedding_fwd = zs_cu_embedding_fwd, .embedding_bwd = zs_cu_embedding_bwd,                \
+        .layernorm_fwd = zs_cu_layernorm_fwd, .layernorm_fwd16 = zs_cu_layernorm_fwd16,            \
+        .layernorm_bwd = zs_cu_layernorm_bwd, .gelu_fwd = zs_cu_gelu_fwd,                          \
+        .gelu_bwd = zs_cu_gelu_bwd, .gelu_bwd16 = zs_cu_gelu_bwd16,                                \
         .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
         .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
         .softmax_xent16 = xent16_fn, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,         \
