@@ -4,12 +4,18 @@
  *    then residual_fwd or gelu_fwd; with and without a bias, in place, and with rows that break
  *    16-byte alignment (the scalar path); bias_residual_fwd's keep (the kept residual): the
  *    bf16 record and the widened sum bit for bit the two casts after the add;
- *  - the bf16 table's loss and head backward in bf16: softmax_xent16 writes the loss's gradient
- *    rounded to bf16 over the first half of each logits row, and gemm_linear_bwd16 takes it for
- *    the head's two products, so the fp32 gradient is never written or rounded again;
- *  - softmax_xent16: the losses bit for bit softmax_xent's, and every row's bf16 gradient
- *    zs_f32_to_bf16 of softmax_xent's fp32 one (masked rows, an invalid target's NaN row and
- *    the padded columns included), at vocabularies of one chunk, several, and GPT-2's 50257;
+ *  - the bf16 table's head, loss and head backward in bf16: linear_fwd_bias (out16, no bias)
+ *    writes the logits in bf16, softmax_xent16 writes the loss's gradient rounded to bf16 in
+ *    their place, and gemm_linear_bwd16 takes it for the head's two products, so neither the
+ *    logits nor their gradient is ever stored in fp32;
+ *  - the head into bf16: the bf16 table's gemm into fp32, rounded, bit for bit, from an fp32
+ *    input and a bf16 one, and in pieces past the gemm scratch (the input's rows, W's rows);
+ *  - softmax_xent16 on bf16 logits: the losses bit for bit softmax_xent's on their values, and
+ *    every row's bf16 gradient zs_f32_to_bf16 of softmax_xent's fp32 one (masked rows, an
+ *    invalid target's NaN row and the padded columns included), at vocabularies of one chunk,
+ *    several, GPT-2's 50257 and past the shared memory a block may stage; without the
+ *    gradient, the losses alike and the logits untouched;
+ *  - round16 (the CPU's rounding of its logits): the GPU's bits the CPU's;
  *  - zs_linear_bwd16_set where its operands fit: dinp and dW bit for bit zs_linear_bwd_set's
  *    on the fp32 gradient (the same rounded values into the same products);
  *  - in pieces (W's rows, then inp's rows, past the gemm scratch): dinp and dW against an fp64
@@ -116,34 +122,92 @@ static void check_bias_act(const zs_ops *cpu, int mode, int N, int OC, int with_
     zt_release();
 }
 
-/* softmax_xent16 against softmax_xent on the same logits and targets: row 1 masked (-1), the
- * last row's target invalid (V: a NaN row) when N > 2, the rest random. */
+/* softmax_xent16 on bf16 logits against softmax_xent on their values widened: row 1 masked
+ * (-1), the last row's target invalid (V: a NaN row) when N > 2, the rest random. With the
+ * gradient, it replaces the logits; without, the logits stay as they were. */
 static void check_xent16(int N, int V, int Vp) {
     char what[128];
     size_t nl = (size_t)N * Vp;
     float *logits = randn(nl, 3.0f);
+    zs_bf16 *l16 = zt_hbuf(nl * sizeof(zs_bf16)), *want = zt_hbuf(nl * sizeof(zs_bf16));
     int32_t *tg = zt_hbuf((size_t)N * sizeof(int32_t));
+    for (size_t i = 0; i < nl; i++) { /* the bf16 logits and their values */
+        l16[i] = zs_f32_to_bf16(logits[i]);
+        logits[i] = zs_bf16_to_f32(l16[i]);
+    }
     for (int r = 0; r < N; r++)
         tg[r] = r == 1 ? -1 : r == N - 1 && N > 2 ? V : (int32_t)zt_uniform(0, V);
     float dloss = 1.0f / (float)N;
     float *d_logits = zt_dup(logits, nl * 4), *d_dl = zt_dup(poisoned(nl), nl * 4);
-    float *d_io = zt_dup(logits, nl * 4);
+    zs_bf16 *d_io = zt_dup(l16, nl * sizeof(zs_bf16)), *d_keep = zt_dup(l16, nl * sizeof(zs_bf16));
     float *d_loss = zt_dup(poisoned(N), N * 4), *d_loss16 = zt_dup(poisoned(N), N * 4);
+    float *d_loss0 = zt_dup(poisoned(N), N * 4);
     int32_t *d_tg = zt_dup(tg, (size_t)N * sizeof(int32_t));
     ZT_OK(gpu->softmax_xent(NULL, d_loss, d_dl, d_logits, d_tg, N, V, Vp, dloss));
-    ZT_OK(gpu->softmax_xent16(NULL, d_loss16, d_io, d_tg, N, V, Vp, dloss));
-    float *dl = dev_down(d_dl, nl * 4), *io = dev_down(d_io, nl * 4);
-    zs_bf16 *want = zt_hbuf(nl * sizeof(zs_bf16)), *got = zt_hbuf(nl * sizeof(zs_bf16));
-    for (int r = 0; r < N; r++) /* row r's bf16 start at row r's fp32 storage */
-        for (int i = 0; i < Vp; i++) {
-            want[(size_t)r * Vp + i] = zs_f32_to_bf16(dl[(size_t)r * Vp + i]);
-            got[(size_t)r * Vp + i] = ((const zs_bf16 *)(io + (size_t)r * Vp))[i];
-        }
+    ZT_OK(gpu->softmax_xent16(NULL, d_loss16, d_io, d_tg, N, V, Vp, dloss, 1));
+    ZT_OK(gpu->softmax_xent16(NULL, d_loss0, d_keep, d_tg, N, V, Vp, dloss, 0));
+    float *dl = dev_down(d_dl, nl * 4);
+    for (size_t i = 0; i < nl; i++)
+        want[i] = zs_f32_to_bf16(dl[i]);
     snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d dlogits (softmax_xent's, rounded)",
              N, V, Vp);
-    zt_expect_bits(what, got, want, nl * sizeof(zs_bf16));
+    zt_expect_bits(what, dev_down(d_io, nl * 2), want, nl * sizeof(zs_bf16));
     snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d losses (softmax_xent's)", N, V, Vp);
     zt_expect_bits(what, dev_down(d_loss16, N * 4), dev_down(d_loss, N * 4), N * 4);
+    snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d without the gradient: losses", N, V,
+             Vp);
+    zt_expect_bits(what, dev_down(d_loss0, N * 4), dev_down(d_loss, N * 4), N * 4);
+    snprintf(what, sizeof what, "softmax_xent16 N=%d V=%d Vp=%d without the gradient: logits kept",
+             N, V, Vp);
+    zt_expect_bits(what, dev_down(d_keep, nl * 2), l16, nl * sizeof(zs_bf16));
+    zt_release();
+}
+
+/* A head into bf16 logits (linear_fwd_bias, out16, no bias): the bf16 table's gemm into fp32,
+ * rounded, bit for bit, from an fp32 input and from its bf16 values (in16); at sizes past the
+ * scratch, the input's rows in pieces (IC 4096, N 16640) and W's rows (OC 33024 x IC 2048),
+ * zs_linear_fwd16_plan's. */
+static void check_head16(int N, int IC, int OC, int in16) {
+    char what[128];
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *inp = randn(ni, 1.0f), *W = randn(nw, 0.5f);
+    zs_bf16 *x16 = zt_hbuf(ni * sizeof(zs_bf16)), *want = zt_hbuf(no * sizeof(zs_bf16));
+    for (size_t i = 0; i < ni; i++) { /* in16: the input's bf16, and the gemm on their values */
+        x16[i] = zs_f32_to_bf16(inp[i]);
+        inp[i] = in16 ? zs_bf16_to_f32(x16[i]) : inp[i];
+    }
+    float *d_inp = zt_dup(inp, ni * 4), *d_W = zt_dup(W, nw * 4), *d_ref = zt_dbuf(no * 4);
+    zs_bf16 *d_x16 = zt_dup(x16, ni * sizeof(zs_bf16)), *d_out = zt_dbuf(no * sizeof(zs_bf16));
+    ZT_OK(gpu->gemm(NULL, 1, 0, OC, N, IC, 1.0f, d_W, IC, d_inp, IC, 0.0f, d_ref, OC));
+    ZT_OK(gpu->linear_fwd_bias(NULL, d_out, 1, NULL, in16 ? (const void *)d_x16 : d_inp, in16, d_W,
+                               NULL, N, IC, OC));
+    float *ref = dev_down(d_ref, no * 4);
+    for (size_t i = 0; i < no; i++)
+        want[i] = zs_f32_to_bf16(ref[i]);
+    snprintf(what, sizeof what, "head16 N=%d IC=%d OC=%d in16=%d (gemm's, rounded)", N, IC, OC,
+             in16);
+    zt_expect_bits(what, dev_down(d_out, no * 2), want, no * sizeof(zs_bf16));
+    zt_release();
+}
+
+/* round16: zs_f32_to_bf16's bits widened, in place, as the CPU's (NaN, infinities, halfway
+ * cases included); 4-aligned and not. */
+static void check_round16(const zs_ops *cpu) {
+    const size_t n = 1031;
+    float *x = randn(n + 1, 10.0f);
+    x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = 1.00390625f; /* halfway: 1 + 2^-8 */
+    float *want = zt_hbuf((n + 1) * 4);
+    memcpy(want, x, (n + 1) * 4);
+    ZT_OK(cpu->round16(NULL, want, n + 1));
+    ZT_CHECK(isnan(want[0]) && want[1] == INFINITY && want[2] == -INFINITY && want[3] == 1.0f,
+             "cpu round16: NaN, infinities, or a halfway case to even");
+    for (int off = 0; off < 2; off++) {
+        float *d = zt_dup(x, (n + 1) * 4);
+        ZT_OK(gpu->round16(NULL, d + off, n + 1 - off));
+        float *got = dev_down(d, (n + 1) * 4);
+        zt_expect_bits(off ? "round16 (not 16-byte aligned)" : "round16", got + off, want + off,
+                       (n + 1 - off) * 4);
+    }
     zt_release();
 }
 
@@ -277,8 +341,14 @@ int main(void) {
     check_xent16(4, 3001, 3072);   /* three chunks, the last one partly padding */
     check_xent16(3, 50257, 50304); /* GPT-2's vocabulary: 50 chunks */
     check_xent16(2, 60001, 60004); /* past the shared memory a block may opt in to: not staged */
-    check_fits(33, 48, 40, 40);    /* ld 2 OC, as a model lays it out */
-    check_fits(7, 130, 300, 5);    /* an odd ld */
+    check_head16(33, 48, 40, 0);
+    check_head16(33, 48, 40, 1);
+    check_head16(16640, 4096, 3, 0); /* the input's rows in pieces */
+    check_head16(6, 2048, 33024, 1); /* W's rows in pieces */
+    check_head16(6, 2048, 33024, 0); /* and the fp32 input rounded once for them */
+    check_round16(cpu);
+    check_fits(33, 48, 40, 40); /* ld 2 OC, as a model lays it out */
+    check_fits(7, 130, 300, 5); /* an odd ld */
     /* W's rows in pieces: 2048 x 33024 floats is past ZS_GEMM_CAST_MAX */
     check_pieces(6, 2048, 33024);
     /* inp's rows in pieces: 16640 rows of 4096 */

@@ -87,15 +87,33 @@ size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece
     return w > x ? w : x;
 }
 
+size_t zs_linear_fwd16_plan(int N, int IC, int OC, int in16, int *oc_piece, int *n_piece) {
+    const size_t max = ZS_GEMM_CAST_MAX;
+    size_t w, oc = (size_t)OC, nc = (size_t)N;
+    *oc_piece = *n_piece = 0;
+    if (N <= 0 || IC <= 0 || OC <= 0) return 0;
+    if (oc * IC + (in16 ? 0 : nc * IC) > max && oc * IC > max / 2) /* W's rows: half of it */
+        oc = max / 2 / IC / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
+    w = zs_gemm_cast_round(oc * IC);
+    if (!in16 && nc * IC > max - w) /* the input's rows in what is left */
+        nc = (max - w) / IC / ZS_GEMM_PIECE * ZS_GEMM_PIECE;
+    if (oc == 0 || nc == 0) return 0;
+    *oc_piece = (int)oc;
+    *n_piece = (int)nc;
+    return w + (in16 ? 0 : nc * IC);
+}
+
 /* The three gemms below, with their arguments, the backward's two as one where they fit; with
  * in16 the input is bf16 and only W (forward) and dout (the weight gradient) are rounded, by
- * gemm16's plan; with dout16 the backward is gemm_linear_bwd16's pieces where they fit (what a
- * model's head does: model.c head_bf16); with g16 the output gradient is bf16 as its producer
- * stored it (zs_linear_bwd_g16), so only W and an fp32 input are rounded. */
+ * gemm16's plan; with dout16 the forward writes bf16 (zs_linear_fwd16_plan) and the backward
+ * is gemm_linear_bwd16's pieces where they fit (what a model's head does: model.c head_bf16); with
+ * g16 the output gradient is bf16 as its producer stored it (zs_linear_bwd_g16), so only W and an
+ * fp32 input are rounded. */
 size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16, int g16) {
     int op, np, rows;
-    size_t f = in16 ? zs_gemm16_plan(1, 0, OC, N, IC, 0).elems
-                    : zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC).elems;
+    size_t f = dout16 ? zs_linear_fwd16_plan(N, IC, OC, in16, &op, &np) /* bf16 logits */
+               : in16 ? zs_gemm16_plan(1, 0, OC, N, IC, 0).elems
+                      : zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC).elems;
     size_t b = dout16 ? zs_linear_bwd16_pieces(N, IC, OC, &op, &np) : 0;
     if (!b) {
         b = zs_linear_bwd_cast_elems(N, IC, OC, in16, g16);

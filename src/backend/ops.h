@@ -77,7 +77,9 @@ typedef struct zs_ops {
      * gemm's bound, and deterministically for a shape. With out16, out is bf16: each fp32
      * sum rounded once as the epilogue writes it (D in bf16: half the bytes written, and none
      * read by a cast); where the epilogue cannot take the call, the product and the bias go
-     * through tmp[N * OC] (fp32 scratch, unused otherwise) and a cast, the same bits. */
+     * through tmp[N * OC] (fp32 scratch, unused otherwise) and a cast, the same bits. With
+     * out16 and bias NULL (a language model's head into bf16 logits) the GEMM itself writes
+     * bf16 and tmp may be NULL: gemm16's sums rounded once, without an fp32 copy. */
     zs_status (*linear_fwd_bias)(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
                                  int in16, const float *W, const float *bias, int N, int IC,
                                  int OC);
@@ -198,13 +200,15 @@ typedef struct zs_ops {
     zs_status (*softmax_xent)(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
                               const int32_t *targets, int N, int V, int Vp, float dloss);
 
-    /* Optional, with gemm_linear_bwd16: softmax_xent's losses, and its dlogits in place of the
-     * logits rounded to bf16 (zs_f32_to_bf16 of softmax_xent's values, bit for bit): row r's Vp
-     * values at the start of row r's fp32 storage, so the column-major Vp x N bf16 matrix of
-     * ld 2 Vp that gemm_linear_bwd16 takes. The rest of each row is left unspecified. Half
-     * the bytes written, and no pass to round them for the head's two products. */
-    zs_status (*softmax_xent16)(zs_stream_t *s, float *losses, float *logits,
-                                const int32_t *targets, int N, int V, int Vp, float dloss);
+    /* Optional, with gemm_linear_bwd16: softmax_xent on bf16 logits [N,Vp] (a head whose GEMM
+     * wrote them rounded, linear_fwd_bias's out16), the losses those of softmax_xent on their
+     * values widened, bit for bit; with grad, its dlogits rounded to bf16 (zs_f32_to_bf16 of
+     * softmax_xent's values) in place of the logits: the column-major Vp x N bf16 matrix that
+     * gemm_linear_bwd16 takes (ld Vp). Half the bytes of fp32 logits written by the GEMM and
+     * read by the loss, and none by a pass to round the gradient. */
+    zs_status (*softmax_xent16)(zs_stream_t *s, float *losses, zs_bf16 *logits,
+                                const int32_t *targets, int N, int V, int Vp, float dloss,
+                                int grad);
 
     /* One AdamW update (decoupled weight decay, bias-corrected, step t >= 1) of n elements:
      * g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -231,6 +235,9 @@ typedef struct zs_ops {
     /* Convert n elements between f32 and bf16 (round to nearest even); same dtype copies. */
     zs_status (*cast)(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,
                       size_t n);
+    /* x[i] = x[i] rounded to bf16 (zs_f32_to_bf16) and widened, in place: the values a bf16
+     * copy holds, kept in fp32 (a table without softmax_xent16 rounds its logits so). */
+    zs_status (*round16)(zs_stream_t *s, float *x, size_t n);
     /* x *= a. */
     zs_status (*scale)(zs_stream_t *s, float *x, float a, size_t n);
     /* *out = sum of x[i]^2, accumulated in double in a fixed order (deterministic: chunks of
@@ -449,6 +456,12 @@ size_t zs_linear_bwd_rows_plan(int N, int IC, int OC, int in16, int g16, int *ro
  * ZS_GEMM_PIECE unless all of them), so neither asks more than ZS_GEMM_CAST_MAX of the scratch;
  * 0 when IC is too wide for a piece. The scratch it asks is returned. */
 size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece);
+/* linear_fwd_bias's pieces with a bf16 output and no bias (a head into bf16 logits): W's rows
+ * whole, or oc_piece at a time in half the scratch where W and an fp32 input do not fit it
+ * together, and an fp32 input's rows n_piece at a time in the rest (multiples of
+ * ZS_GEMM_PIECE unless all of them); the scratch it asks (its W part whether or not W has a
+ * twin, ops.h twin16, so the ask is the shape's), or 0 when IC is too wide. */
+size_t zs_linear_fwd16_plan(int N, int IC, int OC, int in16, int *oc_piece, int *n_piece);
 size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16, int g16);
 
 /* The argument checks every backend's gemm makes before any work (linear.c): trans flags 0 or

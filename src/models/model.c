@@ -257,16 +257,33 @@ static zs_stack stack_of(const zs_model_t *m) {
     return k;
 }
 
-/* Forward through embeddings, blocks, final norm and output head into b->logits. Unit 0 is the
- * embedding (acquired again for a tied head), 1..L the blocks, L + 1 the final norm with an
- * untied head. */
-static zs_status model_forward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B,
-                               int T) {
+static int head_bf16(const zs_model_base *b, int BT);
+
+/* The output head into b->logits: for the loss with bf16 activations (loss), the logits bf16
+ * values as under autocast, stored bf16 where the table takes the loss in bf16 (head_bf16), else
+ * rounded in fp32 (round16); fp32 as they are for zs_model_infer. */
+static zs_status head_fwd(zs_model_base *b, const float *W, int BT, int loss) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = b->ops;
+    const int C = b->cfg.n_embd, Vp = b->cfg.padded_vocab;
+    if (loss && b->act16 && head_bf16(b, BT))
+        return o->linear_fwd_bias(b->s, b->logits, 1, NULL, b->lnf, 0, W, NULL, BT, C, Vp);
+    ZS_CHECK(zs_linear_fwd(o, b->s, b->logits, b->lnf, 0, W, NULL, BT, C, Vp));
+    if (loss && b->act16) ZS_CHECK(o->round16(b->s, b->logits, (size_t)BT * Vp));
+fail:
+    return st;
+}
+
+/* Forward through embeddings, blocks, final norm and output head into b->logits (head_fwd's
+ * for the loss where loss). Unit 0 is the embedding (acquired again for a tied head), 1..L the
+ * blocks, L + 1 the final norm with an untied head. */
+static zs_status model_forward(zs_model_t *m, const int32_t *in, const int32_t *seg, int B, int T,
+                               int loss) {
     zs_status st = ZS_OK;
     zs_model_base *b = m->b;
     const zs_ops *o = b->ops;
     zs_stream_t *s = b->s;
-    const int C = b->cfg.n_embd, BT = B * T, Vp = b->cfg.padded_vocab, uf = b->cfg.n_layer + 1;
+    const int C = b->cfg.n_embd, BT = B * T, uf = b->cfg.n_layer + 1;
     const int pos = b->off_pos >= 0;
     float *p = NULL;
     ZS_REQUIRE(B >= 1 && T >= 1 && B <= m->max_B && T <= m->max_T, ZS_ERR_INTERNAL,
@@ -284,24 +301,26 @@ static zs_status model_forward(zs_model_t *m, const int32_t *in, const int32_t *
 
     ZS_CHECK(zs_module_forward_begin(b->engine, uf, &p));
     ZS_CHECK(m->A->norm_fwd(b, p, x, BT));
-    if (!b->tied)
-        ZS_CHECK(zs_linear_fwd(o, s, b->logits, b->lnf, 0, p + b->off_head, NULL, BT, C, Vp));
+    if (!b->tied) ZS_CHECK(head_fwd(b, p + b->off_head, BT, loss));
     ZS_CHECK(zs_module_forward_end(b->engine, uf));
     if (b->tied) { /* logits = lnf @ wte^T over the padded vocabulary */
         ZS_CHECK(zs_module_forward_begin(b->engine, 0, &p));
-        ZS_CHECK(zs_linear_fwd(o, s, b->logits, b->lnf, 0, p + b->off_embed, NULL, BT, C, Vp));
+        ZS_CHECK(head_fwd(b, p + b->off_embed, BT, loss));
         ZS_CHECK(zs_module_forward_end(b->engine, 0));
     }
 fail:
     return st;
 }
 
-/* Whether the loss leaves its gradient in bf16 (ops.h softmax_xent16): where the table has it
- * with gemm_linear_bwd16 and the head's pieces fit. The head's two products round it to bf16
- * either way; this writes half the bytes and never rounds them again. */
+/* Whether the logits and the loss's gradient are bf16 (ops.h softmax_xent16): with bf16
+ * activations, where the table has the loss with gemm_linear_bwd16 and linear_fwd_bias, and the
+ * head's pieces fit. The head's two products round the gradient to bf16 either way; this writes
+ * half the bytes, in the GEMM and in the loss, and never rounds them again. */
 static int head_bf16(const zs_model_base *b, int BT) {
     int op = 0, np = 0;
-    if (!b->ops->softmax_xent16 || !b->ops->gemm_linear_bwd16) return 0;
+    if (!b->act16 || !b->ops->softmax_xent16 || !b->ops->gemm_linear_bwd16 ||
+        !b->ops->linear_fwd_bias)
+        return 0;
     zs_linear_bwd16_pieces(BT, b->cfg.n_embd, b->cfg.padded_vocab, &op, &np);
     return op > 0 && np > 0;
 }
@@ -310,9 +329,9 @@ static int head_bf16(const zs_model_base *b, int BT) {
  * into b->dC. */
 static zs_status head_bwd(zs_model_base *b, float *dW, const float *W, int BT) {
     const int C = b->cfg.n_embd, Vp = b->cfg.padded_vocab;
-    if (head_bf16(b, BT)) /* row r's bf16 at the start of its fp32 row: ld 2 Vp */
-        return zs_linear_bwd16_set(b->ops, b->s, b->dC, dW, (const zs_bf16 *)b->logits, 2 * Vp,
-                                   b->lnf, W, BT, C, Vp);
+    if (head_bf16(b, BT)) /* bf16 rows of Vp, in place of the bf16 logits */
+        return zs_linear_bwd16_set(b->ops, b->s, b->dC, dW, (const zs_bf16 *)b->logits, Vp, b->lnf,
+                                   W, BT, C, Vp);
     return zs_linear_bwd_set(b->ops, b->s, b->dC, dW, NULL, b->logits, b->lnf, 0, W, BT, C, Vp);
 }
 
@@ -354,7 +373,7 @@ fail:
     return st;
 }
 
-/* Forward, the fused softmax-cross-entropy (dlogits written in place over the logits, in bf16
+/* Forward, the fused softmax-cross-entropy (dlogits written in place over the logits, both bf16
  * where head_bf16), then backward from them: the same sequence for every architecture. */
 zs_status zs_model_forward_backward(zs_model_t *m, const int32_t *inputs, const int32_t *targets,
                                     int B, int T, float dloss, int backward, double *loss_sum) {
@@ -368,10 +387,10 @@ zs_status zs_model_forward_backward_docs(zs_model_t *m, const int32_t *inputs,
     zs_status st = ZS_OK;
     zs_model_base *b = m->b;
     const int BT = B * T;
-    ZS_CHECK(model_forward(m, inputs, seg, B, T));
-    if (backward && head_bf16(b, BT))
-        ZS_CHECK(b->ops->softmax_xent16(b->s, b->losses, b->logits, targets, BT, b->cfg.vocab,
-                                        b->cfg.padded_vocab, dloss));
+    ZS_CHECK(model_forward(m, inputs, seg, B, T, 1));
+    if (head_bf16(b, BT))
+        ZS_CHECK(b->ops->softmax_xent16(b->s, b->losses, (zs_bf16 *)b->logits, targets, BT,
+                                        b->cfg.vocab, b->cfg.padded_vocab, dloss, backward));
     else
         ZS_CHECK(b->ops->softmax_xent(b->s, b->losses, backward ? b->logits : NULL, b->logits,
                                       targets, BT, b->cfg.vocab, b->cfg.padded_vocab, dloss));
@@ -383,7 +402,7 @@ fail:
 
 zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, const float **logits) {
     zs_status st = ZS_OK;
-    ZS_CHECK(model_forward(m, inputs, NULL, B, T));
+    ZS_CHECK(model_forward(m, inputs, NULL, B, T, 0));
     *logits = m->b->logits;
 fail:
     return st;

@@ -131,6 +131,17 @@ static zs_status cpu_adamw_segs16(zs_stream_t *s, float *param, const zs_bf16 *g
                           grad_scale, t);
 }
 
+static zs_status cpu_round16(zs_stream_t *s, float *x, size_t n) {
+    zs_status st = ZS_OK;
+    (void)s;
+    ZS_REQUIRE(x || n == 0, ZS_ERR_INVALID, "round16: NULL buffer");
+#pragma omp parallel for schedule(static) if (n >= ZS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        x[i] = zs_bf16_to_f32(zs_f32_to_bf16(x[i]));
+fail:
+    return st;
+}
+
 static zs_status cpu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in,
                           zs_dtype in_dt, size_t n) {
     zs_status st = ZS_OK;
@@ -266,8 +277,8 @@ static const zs_ops *cpu_with_math(zs_gemm_math math);
         .attention_fwd = zs_cpu_attention_fwd, .attention_bwd = zs_cpu_attention_bwd,              \
         .residual_fwd = cpu_residual_fwd, .axpy = cpu_axpy, .softmax_xent = zs_cpu_softmax_xent,   \
         .adamw = cpu_adamw, .adamw_segs = cpu_adamw_segs, .adamw_segs16 = cpu_adamw_segs16,        \
-        .cast = cpu_cast, .scale = cpu_scale, .sumsq = cpu_sumsq, .sum = cpu_sum,                  \
-        .sumsq16 = cpu_sumsq16, .fill = cpu_fill, .copy = cpu_copy,                                \
+        .cast = cpu_cast, .round16 = cpu_round16, .scale = cpu_scale, .sumsq = cpu_sumsq,          \
+        .sum = cpu_sum, .sumsq16 = cpu_sumsq16, .fill = cpu_fill, .copy = cpu_copy,                \
         .init_normal = cpu_init_normal, .sync = cpu_sync, .rmsnorm_fwd = zs_cpu_rmsnorm_fwd,       \
         .rmsnorm_bwd = zs_cpu_rmsnorm_bwd, .rope_fwd = zs_cpu_rope_fwd,                            \
         .rope_bwd = zs_cpu_rope_bwd, .rope_bwd16 = zs_cpu_rope_bwd16,                              \

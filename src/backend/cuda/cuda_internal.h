@@ -363,8 +363,8 @@ zs_status zs_cu_gelu_bwd16(zs_stream_t *s, float *dinp, const zs_bf16 *inp, cons
                            size_t n);
 zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
                              const int32_t *targets, int N, int V, int Vp, float dloss);
-zs_status zs_cu_softmax_xent16(zs_stream_t *s, float *losses, float *logits, const int32_t *targets,
-                               int N, int V, int Vp, float dloss);
+zs_status zs_cu_softmax_xent16(zs_stream_t *s, float *losses, zs_bf16 *logits,
+                               const int32_t *targets, int N, int V, int Vp, float dloss, int grad);
 zs_status zs_cu_rmsnorm_fwd(zs_stream_t *s, float *out, float *rstd, const float *inp,
                             const float *w, int N, int C, float eps);
 zs_status zs_cu_rmsnorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *rstd, const float *inp,

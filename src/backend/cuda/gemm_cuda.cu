@@ -10,16 +10,25 @@
 
 /* ---- gemm --------------------------------------------------------------------------- */
 
+/* cublasGemmEx with C of type c_t (bf16: each fp32 result rounded once as it is stored). */
+static zs_status blas_gemm_c(cublasHandle_t h, cublasComputeType_t compute, int transa, int transb,
+                             int m, int n, int k, float alpha, const void *A, int lda,
+                             const void *B, int ldb, cudaDataType in_t, float beta, void *C,
+                             cudaDataType c_t, int ldc) {
+    zs_status st = ZS_OK;
+    /* k == 0 is C = beta C, as in BLAS; beta == 0 does not read C. */
+    ZS_CUBLAS_CHECK(cublasGemmEx(h, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, in_t, lda,
+                                 B, in_t, ldb, &beta, C, c_t, ldc, compute, CUBLAS_GEMM_DEFAULT));
+fail:
+    return st;
+}
+
 static zs_status blas_gemm(cublasHandle_t h, cublasComputeType_t compute, int transa, int transb,
                            int m, int n, int k, float alpha, const void *A, int lda, const void *B,
                            int ldb, cudaDataType in_t, float beta, float *C, int ldc) {
-    zs_status st = ZS_OK;
-    /* k == 0 is C = beta C, as in BLAS; beta == 0 does not read C. */
-    ZS_CUBLAS_CHECK(cublasGemmEx(
-        h, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
-        A, in_t, lda, B, in_t, ldb, &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
-fail:
-    return st;
+    return blas_gemm_c(h, compute, transa, transb, m, n, k, alpha, A, lda, B, ldb, in_t, beta, C,
+                       CUDA_R_32F, ldc);
 }
 
 /* Every cuBLAS call's start: the library's lock taken (*h set once it is, so the caller's fail
@@ -301,6 +310,47 @@ fail:
     return st;
 }
 
+/* linear_fwd_bias's out16 without a bias (a head into bf16 logits): out^T (OC x N, bf16) = W
+ * inp^T by cublasGemmEx writing bf16, gemm16's fp32 sums each rounded once as stored, no fp32
+ * copy. W (its twin, or rounded into the scratch) and an fp32 inp in the pieces of
+ * zs_linear_fwd16_plan, k whole in every product. */
+static zs_status linear_fwd16(zs_stream_t *s, zs_bf16 *out, const void *inp, int in16,
+                              const float *W, int N, int IC, int OC) {
+    zs_status st = ZS_OK;
+    cublasHandle_t h = NULL;
+    zs_bf16 *w = NULL;
+    const zs_bf16 *a = NULL, *x = NULL;
+    int op = 0, np = 0;
+    size_t elems = zs_linear_fwd16_plan(N, IC, OC, in16, &op, &np), ic = (size_t)IC, na = 0;
+    ZS_CHECK(zs_gemm_check(1, 0, OC, N, IC, W, IC, (const float *)inp, IC, W, OC));
+    ZS_REQUIRE(out || (size_t)N * OC == 0, ZS_ERR_INVALID, "linear_fwd: NULL output");
+    if (N == 0 || OC == 0) return ZS_OK;
+    ZS_REQUIRE(elems, ZS_ERR_INVALID,
+               "linear_fwd: rows of %d inputs do not fit the %zu-element gemm scratch", IC,
+               (size_t)ZS_GEMM_CAST_MAX);
+    na = zs_gemm_cast_round((size_t)op * ic);
+    ZS_CHECK(blas_begin(s, elems, &h, &w));
+    if (!in16 && np == N) /* the input whole: rounded once for every piece of W */
+        ZS_CHECK(round_in(s, w + na, (const float *)inp, (size_t)N * ic, &x));
+    for (int o0 = 0; o0 < OC; o0 += op) {
+        int om = OC - o0 < op ? OC - o0 : op;
+        ZS_CHECK(round_in(s, w, W + (size_t)o0 * ic, (size_t)om * ic, &a));
+        for (int j0 = 0; j0 < N; j0 += np) {
+            int jn = N - j0 < np ? N - j0 : np;
+            if (in16)
+                x = (const zs_bf16 *)inp + (size_t)j0 * ic;
+            else if (np < N) /* this piece of the input's rows */
+                ZS_CHECK(
+                    round_in(s, w + na, (const float *)inp + (size_t)j0 * ic, (size_t)jn * ic, &x));
+            ZS_CHECK(blas_gemm_c(h, CUBLAS_COMPUTE_32F, 1, 0, om, jn, IC, 1.0f, a, IC, x, IC,
+                                 CUDA_R_16BF, 0.0f, out + (size_t)j0 * OC + o0, CUDA_R_16BF, OC));
+        }
+    }
+fail:
+    blas_end(h);
+    return st;
+}
+
 /* ops.h linear_fwd_bias for the bf16 table: out^T (OC x N) = W inp^T + bias, W (and an fp32
  * inp) rounded into the stream's scratch whole, as gemm16 (or the bf16 gemm) rounds them, and
  * the bias added in the GEMM's epilogue, where bias_fwd read and wrote the whole output again;
@@ -322,6 +372,7 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
     memset(&c, 0, sizeof c);
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    if (out16 && !bias) return linear_fwd16(s, (zs_bf16 *)out, inp, in16, W, N, IC, OC);
     ZS_REQUIRE(!out16 || tmp || (size_t)N * OC == 0, ZS_ERR_INVALID,
                "linear_fwd: a bf16 output without a scratch");
     if (in16) { /* W whole (A, transposed), inp as it is */

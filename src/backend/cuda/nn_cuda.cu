@@ -432,65 +432,20 @@ zs_status zs_cu_gelu_bwd16(zs_stream_t *s, float *dinp, const zs_bf16 *inp, cons
 
 /* ---- softmax + cross-entropy -------------------------------------------------------- */
 
-/* softmax_xent16's gradient pass: XENT16_PER_THREAD elements a thread between barriers. */
-#define XENT16_PER_THREAD 4
-#define XENT16_CHUNK (XENT16_PER_THREAD * ZS_ROW_THREADS)
-
-/* A block of ZS_ROW_THREADS per row: the maximum and the sum of exponentials through block
- * reductions in the CPU twin's order (kernels/softmax_xent.h), then the gradient elementwise.
- * The CPU validates targets before computing; here they are device memory, so a target outside
- * [-1, V) cannot stop the op: its row gets a NaN loss and NaN gradient (never an out-of-bounds
- * read), which the loss check in training reports. In place is safe: the target's logit is read
- * before the first barrier, and each thread rewrites only the elements it read.
- * With stage, the row's V logits are first copied into dynamic shared memory (16 bytes a load
- * where the row is aligned), and every pass reads them there: the row comes from DRAM once where
- * three passes read it three times (a second pass cannot hit L2 with 8 blocks an SM of 201 KB
- * rows in flight, docs/cuda.md "What 45% would take at gpt2-124m's shape"). All of the row is
- * read before the first barrier. Each thread still takes elements t, t + ZS_ROW_THREADS, ... in
- * each pass: the same sums, the same bits. */
-static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
-                                           const int32_t *targets, int N, int V, int Vp,
-                                           float dloss, int out16, int stage) {
-#ifndef ZS_MUTANT_SMEM_SHORT
-    ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP);
-#else /* broken build: the warps' partials in an array one element too small */
-    ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP - 1);
-#endif
-    size_t r = blockIdx.x, off = r * Vp;
-    int t = (int)threadIdx.x, tg = targets[r];
-    const float *x = logits + off;
-    float *dx = dlogits && !out16 ? dlogits + off : NULL;
-    zs_bf16 *dx16 = out16 ? (zs_bf16 *)(dlogits + off) : NULL; /* over the row's first half */
-    (void)N;
-    if (tg < -1 || tg >= V) { /* the whole block takes this branch */
-        if (t == 0) losses[r] = __int_as_float(0x7fc00000);
-        for (int i = t; dx && i < Vp; i += ZS_ROW_THREADS)
-            dx[i] = __int_as_float(0x7fc00000);
-        for (int i = t; dx16 && i < Vp; i += ZS_ROW_THREADS)
-            dx16[i] = zs_f32_to_bf16(__int_as_float(0x7fc00000));
-        return;
+/* One row's passes, from x (device memory, or the row staged in shared memory): the maximum and
+ * the sum of exponentials through block reductions in the CPU twin's order
+ * (kernels/softmax_xent.h), then with dx the gradient elementwise, each thread writing only the
+ * elements it reads itself (so in place is safe: every other read ended at the reductions'
+ * barriers). */
+template <typename T, typename U>
+static __device__ void xent_row(float *losses, T *dx, const U *x, float *red, size_t r, int tg,
+                                int V, int Vp, float dloss) {
+    int t = (int)threadIdx.x;
+    float xt = zs_cu_widen(x[tg]), m = -INFINITY, s = 0.0f;
+    for (int i = t; i < V; i += ZS_ROW_THREADS) {
+        float v = zs_cu_widen(x[i]);
+        m = v > m ? v : m;
     }
-    if (tg < 0) { /* masked row */
-        if (t == 0) losses[r] = 0.0f;
-        for (int i = t; dx && i < Vp; i += ZS_ROW_THREADS)
-            dx[i] = 0.0f;
-        for (int i = t; dx16 && i < Vp; i += ZS_ROW_THREADS)
-            dx16[i] = zs_f32_to_bf16(0.0f);
-        return;
-    }
-    float xt = x[tg], m = -INFINITY, s = 0.0f;
-    if (stage) { /* the whole block takes this branch */
-        ZS_SHARED_DYN(float, row);
-        int n4 = ((uintptr_t)x & 15) == 0 ? V / 4 : 0;
-        for (int j = t; j < n4; j += ZS_ROW_THREADS)
-            ((float4 *)row)[j] = ((const float4 *)x)[j];
-        for (int i = 4 * n4 + t; i < V; i += ZS_ROW_THREADS)
-            row[i] = x[i];
-        __syncthreads();
-        x = row;
-    }
-    for (int i = t; i < V; i += ZS_ROW_THREADS)
-        m = x[i] > m ? x[i] : m;
 #ifndef ZS_MUTANT_SMEM_RMW
     float mx = zs_cu_block_reduce(m, red, 1);
 #else /* broken build: the block maximum by a plain read-modify-write of one shared float */
@@ -502,44 +457,88 @@ static __global__ void softmax_xent_kernel(float *losses, float *dlogits, const 
     float mx = *bmax;
 #endif
     for (int i = t; i < V; i += ZS_ROW_THREADS)
-        s += zs_expf(x[i] - mx);
+        s += zs_expf(zs_cu_widen(x[i]) - mx);
     float sum = zs_cu_block_reduce(s, red, 0);
     if (dx) {
-        /* each exponential again, the same bits as storing it in the sum's pass and reading
-         * it back, at the price of a read where that took a write and a read (the logits are
-         * memory-bound: 3.3 GB a pass at gpt2-124m's 16 x 1024) */
+        /* each exponential again, the same bits as storing it in the sum's pass and reading it
+         * back, for a read where that took a write and a read (1.65 GB at gpt2-124m's size) */
         float k = dloss / sum;
         for (int i = t; i < V; i += ZS_ROW_THREADS) {
-            float g = zs_expf(x[i] - mx) * k;
-            dx[i] = i == tg ? g - dloss : g;
+            float g = zs_expf(zs_cu_widen(x[i]) - mx) * k;
+            zs_cu_put(dx + i, i == tg ? g - dloss : g);
         }
         for (int i = V + t; i < Vp; i += ZS_ROW_THREADS)
-            dx[i] = 0.0f;
+            zs_cu_put(dx + i, 0.0f);
     }
-    if (dx16) {
-        /* The same values rounded, written over the row's first half: a chunk's bf16 land on
-         * floats at or before the chunk's own, so every thread reads its part of the chunk
-         * before the barrier and writes after it, and no float is written before it is read. */
-        float k = dloss / sum;
-        for (int i0 = 0; i0 < Vp; i0 += XENT16_CHUNK) {
-            float v[XENT16_PER_THREAD];
-            ZS_UNROLL
-            for (int u = 0; u < XENT16_PER_THREAD; u++) {
-                int i = i0 + u * ZS_ROW_THREADS + t;
-                float g = i < V ? zs_expf(x[i] - mx) * k : 0.0f;
-                v[u] = i == tg ? g - dloss : g;
-            }
-#ifndef ZS_MUTANT_XENT16_NO_SYNC
-            __syncthreads();
+#ifdef ZS_MUTANT_XENT_LATE_TARGET /* broken build: the target's logit read after dx took it */
+    xt = zs_cu_widen(x[tg]);
 #endif
-            ZS_UNROLL
-            for (int u = 0; u < XENT16_PER_THREAD; u++) {
-                int i = i0 + u * ZS_ROW_THREADS + t;
-                if (i < Vp) dx16[i] = zs_f32_to_bf16(v[u]);
-            }
-        }
-    }
     if (t == 0) losses[r] = logf(sum) - (xt - mx);
+}
+
+/* The row's V logits into shared memory, widened, a vector a thread where the row is aligned. */
+static __device__ void xent_stage(float *row, const float *x, int V) {
+    int t = (int)threadIdx.x, n4 = ((uintptr_t)x & 15) == 0 ? V / 4 : 0;
+    for (int j = t; j < n4; j += ZS_ROW_THREADS)
+        ((float4 *)row)[j] = ((const float4 *)x)[j];
+    for (int i = 4 * n4 + t; i < V; i += ZS_ROW_THREADS)
+        row[i] = x[i];
+}
+static __device__ void xent_stage(float *row, const zs_bf16 *x, int V) {
+    int t = (int)threadIdx.x, n4 = ((uintptr_t)x & 7) == 0 ? V / 4 : 0;
+    for (int j = t; j < n4; j += ZS_ROW_THREADS) { /* 8 bytes in, 16 out: whole wavefronts */
+        uint2 q = ((const uint2 *)x)[j];
+        ((float4 *)row)[j] =
+            make_float4(__uint_as_float(q.x << 16), /* lower element low */
+                        __uint_as_float(q.x & 0xffff0000u), __uint_as_float(q.y << 16),
+                        __uint_as_float(q.y & 0xffff0000u));
+    }
+    for (int i = 4 * n4 + t; i < V; i += ZS_ROW_THREADS)
+        row[i] = zs_bf16_to_f32(x[i]);
+}
+
+/* A block of ZS_ROW_THREADS per row (xent_row), over fp32 logits (softmax_xent: fp32 dlogits,
+ * apart or in place) or bf16 ones (softmax_xent16: bf16 dlogits in place). The CPU validates
+ * targets before computing; here they are device memory, so a target outside [-1, V) cannot
+ * stop the op: its row gets a NaN loss and NaN gradient (never an out-of-bounds read), which
+ * the loss check in training reports. With stage, the row's V logits are first copied into
+ * dynamic shared memory, widened, and every pass reads them there: the row comes from DRAM once
+ * where three passes read it three times (a second pass cannot hit L2 with 8 blocks an SM of
+ * 201 KB rows in flight, docs/cuda.md "What 45% would take at gpt2-124m's shape"). All of the
+ * row is read before the first barrier. Each thread still takes elements t, t + ZS_ROW_THREADS,
+ * ... in each pass: the same sums, the same bits. */
+template <typename T>
+static __global__ void softmax_xent_kernel(float *losses, T *dlogits, const T *logits,
+                                           const int32_t *targets, int N, int V, int Vp,
+                                           float dloss, int stage) {
+#ifndef ZS_MUTANT_SMEM_SHORT
+    ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP);
+#else /* broken build: the warps' partials in an array one element too small */
+    ZS_SHARED(float, red, ZS_ROW_THREADS / ZS_WARP - 1);
+#endif
+    size_t r = blockIdx.x, off = r * Vp;
+    int t = (int)threadIdx.x, tg = targets[r];
+    const T *x = logits + off;
+    T *dx = dlogits ? dlogits + off : NULL;
+    (void)N;
+    if (tg < -1 || tg >= V) { /* the whole block takes this branch */
+        if (t == 0) losses[r] = __int_as_float(0x7fc00000);
+        for (int i = t; dx && i < Vp; i += ZS_ROW_THREADS)
+            zs_cu_put(dx + i, __int_as_float(0x7fc00000));
+        return;
+    }
+    if (tg < 0) { /* masked row */
+        if (t == 0) losses[r] = 0.0f;
+        for (int i = t; dx && i < Vp; i += ZS_ROW_THREADS)
+            zs_cu_put(dx + i, 0.0f);
+    } else if (stage) { /* the whole block takes this branch */
+        ZS_SHARED_DYN(float, row);
+        xent_stage(row, x, V);
+        __syncthreads();
+        xent_row(losses, dx, (const float *)row, red, r, tg, V, Vp, dloss);
+    } else { /* as it is in device memory */
+        xent_row(losses, dx, x, red, r, tg, V, Vp, dloss);
+    }
 }
 
 /* The shared memory a block of softmax_xent_kernel may take for its row: the device's opt-in
@@ -552,11 +551,12 @@ static size_t xent_stage_max(void) {
     return optin > 1024 ? (size_t)optin - 1024 : 0;
 }
 
-/* softmax_xent (dlogits non-NULL, or NULL: losses only) and softmax_xent16 (out16: bf16
- * dlogits over the logits) in one kernel, the row staged in shared memory where it fits. */
-static zs_status launch_softmax_xent(zs_stream_t *s, float *losses, float *dlogits,
-                                     const float *logits, const int32_t *targets, int N, int V,
-                                     int Vp, float dloss, int out16) {
+/* softmax_xent (dlogits non-NULL, or NULL: losses only) and softmax_xent16 (T bf16: the logits
+ * and the gradient in place of them) in one kernel, the row staged in shared memory where it
+ * fits. */
+template <typename T>
+static zs_status launch_softmax_xent(zs_stream_t *s, float *losses, T *dlogits, const T *logits,
+                                     const int32_t *targets, int N, int V, int Vp, float dloss) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     size_t row_bytes = 0, stage_max = 0; /* the row staged in shared memory, where it fits */
@@ -572,16 +572,16 @@ static zs_status launch_softmax_xent(zs_stream_t *s, float *losses, float *dlogi
      * the gradient, the same bytes), dlogits written Vp (4 bytes each, 2 in bf16). */
     ZS_COST((double)N * (3.0 * V + ZS_CU_BLOCK_SUM_FLOPS + 3.0 +
                          (dlogits ? 3.0 * V + 1.0 + ZS_ROW_THREADS : 0.0)),
-            0, 4.0 * (2.0 * N + (double)N * V) + (dlogits ? (out16 ? 2.0 : 4.0) * N * Vp : 0.0));
+            0, (4.0 * 2.0 + (double)sizeof(T) * (V + (dlogits ? Vp : 0))) * N);
     row_bytes = (size_t)V * sizeof(float);
     stage_max = xent_stage_max();
     stage = row_bytes <= stage_max;
     if (stage) /* the whole opt-in, the same from every host thread: none lowers another's */
-        ZS_CUDA_CHECK(cudaFuncSetAttribute((const void *)softmax_xent_kernel,
+        ZS_CUDA_CHECK(cudaFuncSetAttribute((const void *)softmax_xent_kernel<T>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)stage_max));
-    ZS_LAUNCH(softmax_xent_kernel, (unsigned)N, ZS_ROW_THREADS, stage ? row_bytes : 0, cs, losses,
-              dlogits, logits, targets, N, V, Vp, dloss, out16, stage);
+    ZS_LAUNCH(softmax_xent_kernel<T>, (unsigned)N, ZS_ROW_THREADS, stage ? row_bytes : 0, cs,
+              losses, dlogits, logits, targets, N, V, Vp, dloss, stage);
     ZS_CUDA_CHECK_LAUNCH(softmax_xent_kernel);
 fail:
     return st;
@@ -589,10 +589,12 @@ fail:
 
 zs_status zs_cu_softmax_xent(zs_stream_t *s, float *losses, float *dlogits, const float *logits,
                              const int32_t *targets, int N, int V, int Vp, float dloss) {
-    return launch_softmax_xent(s, losses, dlogits, logits, targets, N, V, Vp, dloss, 0);
+    return launch_softmax_xent<float>(s, losses, dlogits, logits, targets, N, V, Vp, dloss);
 }
 
-zs_status zs_cu_softmax_xent16(zs_stream_t *s, float *losses, float *logits, const int32_t *targets,
-                               int N, int V, int Vp, float dloss) {
-    return launch_softmax_xent(s, losses, logits, logits, targets, N, V, Vp, dloss, 1);
+zs_status zs_cu_softmax_xent16(zs_stream_t *s, float *losses, zs_bf16 *logits,
+                               const int32_t *targets, int N, int V, int Vp, float dloss,
+                               int grad) {
+    return launch_softmax_xent<zs_bf16>(s, losses, grad ? logits : NULL, logits, targets, N, V, Vp,
+                                        dloss);
 }

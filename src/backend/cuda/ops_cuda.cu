@@ -477,6 +477,24 @@ fail:
     return st;
 }
 
+/* ops.h round16, an element a thread: only a table without softmax_xent16 rounds its logits. */
+static __global__ void round16_kernel(float *x, size_t n) {
+    ZS_CU_FOR(i, n) {
+        x[i] = zs_bf16_to_f32(zs_f32_to_bf16(x[i]));
+    }
+}
+
+static zs_status cu_round16(zs_stream_t *s, float *x, size_t n) {
+    zs_status st = ZS_OK;
+    if (n == 0) return ZS_OK;
+    ZS_REQUIRE(x, ZS_ERR_INVALID, "round16: NULL buffer");
+    ZS_COST(0, 0, 8.0 * n); /* 4 bytes in, 4 out */
+    ZS_LAUNCH(round16_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, zs_cu_stream(s), x, n);
+    ZS_CUDA_CHECK_LAUNCH(round16_kernel);
+fail:
+    return st;
+}
+
 /* ---- copy, init, sync --------------------------------------------------------------- */
 
 static zs_status cu_copy(zs_stream_t *s, void *dst, const void *src, size_t nbytes) {
@@ -543,9 +561,9 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
         .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
         .softmax_xent16 = xent16_fn, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,         \
-        .adamw_segs16 = zs_cu_adamw_segs16, .cast = cu_cast, .scale = cu_scale,                    \
-        .sumsq = zs_cu_sumsq, .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16, .fill = cu_fill,         \
-        .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
+        .adamw_segs16 = zs_cu_adamw_segs16, .cast = cu_cast, .round16 = cu_round16,                \
+        .scale = cu_scale, .sumsq = zs_cu_sumsq, .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16,       \
+        .fill = cu_fill, .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,          \
         .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_fwd16 = zs_cu_rmsnorm_fwd16,                    \
         .rmsnorm_bwd = zs_cu_rmsnorm_bwd, .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd,  \
         .rope_bwd16 = zs_cu_rope_bwd16, .swiglu_fwd = zs_cu_swiglu_fwd,                            \
