@@ -54,8 +54,12 @@ export ZS_JOB_ID="mh$$"
 cd "$T" || fail "cd $T"
 for i in $(seq 1 3000); do printf 'the king of %d. ' "$i"; done > c.txt
 
-# A fresh port per job: the namespaces are this run's alone, so any port is free in them.
-port() { shuf -i 20000-60000 -n 1; }
+# A fresh port per job, below the kernel's ephemeral range (32768 up). The namespaces are this
+# run's alone, but within one an earlier job's outgoing connections (gloo's, a rank's knocks on
+# the store before rank 0 listens) take ephemeral ports, and one still in TIME_WAIT, or a knock
+# that met itself, holds that port against a later job's store (a CI run saw "Address already
+# in use" on 47810).
+port() { shuf -i 20000-32000 -n 1; }
 ARGS=(train --data "$T/c.txt" --model gpt2-mini --batch 12 --seq 32 --sample-len 0
       --val-every 0 --comm-timeout 20)
 hash_in() { grep -o 'param_hash [0-9a-f]*' "$1" | tail -n 1 | awk '{print $2}'; }

@@ -172,6 +172,30 @@ static int greet(zs_store *s, const zs_store_id *id, double deadline, const char
     return GREET_OK;
 }
 
+/* 1 when a connection met itself: a rank that knocks on its own host's MASTER_PORT before
+ * rank 0 listens can be given that very port as its ephemeral one (when the port lies in the
+ * kernel's ephemeral range), and TCP's simultaneous open then connects the socket to itself.
+ * Kept, it would hold the port that rank 0 is about to bind. */
+static int self_connected(int fd) {
+    struct sockaddr_storage a, b;
+    socklen_t la = sizeof a, lb = sizeof b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    if (getsockname(fd, (struct sockaddr *)&a, &la) != 0 ||
+        getpeername(fd, (struct sockaddr *)&b, &lb) != 0 || la != lb || a.ss_family != b.ss_family)
+        return 0;
+    if (a.ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)&a, *y = (const void *)&b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)&a, *y = (const void *)&b;
+        return x->sin6_port == y->sin6_port &&
+               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+    }
+    return 0;
+}
+
 static zs_status client_connect(zs_store *s, const char *addr, int port, const zs_store_id *id) {
     double deadline = zs_now_s() + s->timeout_s;
     char portstr[16];
@@ -196,6 +220,16 @@ static zs_status client_connect(zs_store *s, const char *addr, int port, const z
                 if (fd < 0) continue;
                 if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
                     why = strerror(errno);
+                    close(fd);
+                    continue;
+                }
+                if (self_connected(fd)) {
+                    /* Give the port back at once: an abortive close (RST), since an orderly
+                     * one would leave the port in TIME_WAIT, where it still bars rank 0's
+                     * bind for a minute. Then knock again. */
+                    struct linger hard = {1, 0};
+                    setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+                    why = "no listener yet (the connection met itself)";
                     close(fd);
                     continue;
                 }
