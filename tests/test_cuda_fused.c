@@ -16,6 +16,9 @@
  *    several, GPT-2's 50257 and past the shared memory a block may stage; without the
  *    gradient, the losses alike and the logits untouched;
  *  - round16 (the CPU's rounding of its logits): the GPU's bits the CPU's;
+ *  - GPT-2's MLP backward in bf16 (zs_linear_bwd_set16, then zs_linear_gelu_bwd_set16): the
+ *    GELU output's gradient written bf16 by the GEMM, bit for bit the fp32 one rounded, and
+ *    all else bit for bit the fp32 path's with round16 in between (the CPU's way);
  *  - zs_linear_bwd16_set where its operands fit: dinp and dW bit for bit zs_linear_bwd_set's
  *    on the fp32 gradient (the same rounded values into the same products);
  *  - in pieces (W's rows, then inp's rows, past the gemm scratch): dinp and dW against an fp64
@@ -190,6 +193,63 @@ static void check_head16(int N, int IC, int OC, int in16) {
     zt_release();
 }
 
+/* GPT-2's MLP backward with bf16 activations (model gpt2.c): the c_proj's GEMM writing the
+ * GELU output's gradient in bf16 (zs_linear_bwd_set16) and the fc layer's fused GELU backward
+ * and bias reading it (zs_linear_gelu_bwd_set16), against the fp32 path on the same table
+ * rounded in between by round16 (what a table without them, the CPU's, does): the bf16
+ * gradient is the fp32 one rounded, and every other output (dW, dbias of both layers, the fc
+ * layer's dinp) is the fp32 path's, bit for bit. 4C at 8192 takes bias_bwd's wide blocks. */
+static void check_mlp16(int N, int C) {
+    char what[128];
+    const int F = 4 * C;
+    size_t nc = (size_t)N * C, nf = (size_t)N * F, nw = (size_t)C * F;
+    float *dres = randn(nc, 0.1f), *Wp = randn(nw, 0.3f), *Wf = randn(nw, 0.3f);
+    float *dW0 = randn(nw, 1.0f), *db0 = randn(F, 1.0f);
+    zs_bf16 *act = zt_hbuf((nf * 2 + nc) * sizeof(zs_bf16)); /* fch_gelu, fch, ln2 */
+    float *a32 = randn(nf * 2 + nc, 1.0f);
+    for (size_t i = 0; i < nf * 2 + nc; i++)
+        act[i] = zs_f32_to_bf16(a32[i]);
+    zs_bf16 *d_act = zt_dup(act, (nf * 2 + nc) * sizeof(zs_bf16));
+    const zs_bf16 *fch_gelu = d_act, *fch = d_act + nf, *ln2 = d_act + 2 * nf;
+    float *d_dres = zt_dup(dres, nc * 4), *d_Wp = zt_dup(Wp, nw * 4), *d_Wf = zt_dup(Wf, nw * 4);
+    float *o[2][7]; /* per path: d (the GELU output's gradient), dWp, dbp, dWf, dbf, dC, dtmp */
+    for (int k = 0; k < 2; k++) {
+        o[k][0] = zt_dup(poisoned(nf), nf * 4), o[k][5] = zt_dup(poisoned(nc), nc * 4);
+        o[k][1] = zt_dup(dW0, nw * 4), o[k][3] = zt_dup(dW0, nw * 4);
+        o[k][2] = zt_dup(db0, C * 4), o[k][4] = zt_dup(db0, F * 4);
+        o[k][6] = zt_dbuf(nf * 4);
+    }
+    ZT_OK(zs_linear_bwd_set(gpu, NULL, o[0][0], o[0][1], o[0][2], d_dres, fch_gelu, 1, d_Wp, N, F,
+                            C));
+    float *d32 = dev_down(o[0][0], nf * 4);
+    ZT_OK(gpu->round16(NULL, o[0][0], nf));
+    ZT_OK(zs_linear_gelu_bwd_set(gpu, NULL, o[0][5], o[0][3], o[0][4], o[0][0], fch, o[0][6], ln2,
+                                 1, d_Wf, N, C, F));
+    ZT_CHECK(zs_linear_bwd16_ok(gpu, N, F, C, 1), "linear_bwd16_ok refused N=%d C=%d", N, C);
+    zs_bf16 *d16 = (zs_bf16 *)o[1][0];
+    ZT_OK(
+        zs_linear_bwd_set16(gpu, NULL, d16, o[1][1], o[1][2], d_dres, fch_gelu, 1, d_Wp, N, F, C));
+    zs_bf16 *got16 = dev_down(d16, nf * 2), *want16 = zt_hbuf(nf * 2);
+    for (size_t i = 0; i < nf; i++)
+        want16[i] = zs_f32_to_bf16(d32[i]);
+    snprintf(what, sizeof what, "mlp16 N=%d C=%d: the bf16 gradient (fp32's, rounded)", N, C);
+    zt_expect_bits(what, got16, want16, nf * 2);
+    ZT_OK(zs_linear_gelu_bwd_set16(gpu, NULL, o[1][5], o[1][3], o[1][4], d16, fch, o[1][6], ln2, 1,
+                                   d_Wf, N, C, F));
+    static const char *name[6] = {"", "c_proj dW", "c_proj dbias", "fc dW", "fc dbias", "fc dinp"};
+    const size_t len[6] = {0, nw, (size_t)C, nw, (size_t)F, nc};
+    for (int j = 1; j < 6; j++) {
+        snprintf(what, sizeof what, "mlp16 N=%d C=%d: %s (the fp32 path's)", N, C, name[j]);
+        zt_expect_bits(what, dev_down(o[1][j], len[j] * 4), dev_down(o[0][j], len[j] * 4),
+                       len[j] * 4);
+    }
+    /* dinp16 only where it is set and the operands fit together */
+    ZT_CHECK(gpu->gemm_linear_bwd(NULL, d16, 1, o[1][1], NULL, d_dres, 0, NULL, 0, NULL, fch_gelu,
+                                  1, d_Wp, N, F, C, 1.0f) == ZS_ERR_INVALID,
+             "linear_bwd took a bf16 dinp to accumulate into");
+    zt_release();
+}
+
 /* round16: zs_f32_to_bf16's bits widened, in place, as the CPU's (NaN, infinities, halfway
  * cases included); 4-aligned and not. */
 static void check_round16(const zs_ops *cpu) {
@@ -347,6 +407,15 @@ int main(void) {
     check_head16(6, 2048, 33024, 1); /* W's rows in pieces */
     check_head16(6, 2048, 33024, 0); /* and the fp32 input rounded once for them */
     check_round16(cpu);
+    check_mlp16(33, 48);
+    check_mlp16(7, 20);   /* rows of 80 and 20: no vector alignment to lean on */
+    check_mlp16(5, 2048); /* 4C = 8192: bias_bwd's wide blocks */
+    ZT_CHECK(!zs_linear_bwd16_ok(cpu, 33, 192, 48, 1) &&
+                 zs_linear_bwd_set16(cpu, NULL, (zs_bf16 *)&dev, NULL, NULL, NULL, NULL, 1, NULL,
+                                     33, 192, 48) == ZS_ERR_INVALID,
+             "the CPU table took a bf16 input gradient");
+    ZT_CHECK(!zs_linear_bwd16_ok(gpu, 1 << 20, 8192, 2048, 1),
+             "linear_bwd16_ok took operands past the gemm scratch");
     check_fits(33, 48, 40, 40); /* ld 2 OC, as a model lays it out */
     check_fits(7, 130, 300, 5); /* an odd ld */
     /* W's rows in pieces: 2048 x 33024 floats is past ZS_GEMM_CAST_MAX */

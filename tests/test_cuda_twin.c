@@ -48,8 +48,8 @@ static void *run(int e, zs_stream_t *s, const float *W, const operands *o, size_
         ZT_OK(gpu->gemm(s, 1, 0, OC, N, IC, 1.0f, W, IC, o->inp, IC, 0.0f, out, OC));
         break;
     case BWD: /* dinp reads W */
-        ZT_OK(gpu->gemm_linear_bwd(s, out, dW, NULL, o->dout, 0, NULL, 0, NULL, o->inp, 0, W, N, IC,
-                                   OC, 0.0f));
+        ZT_OK(gpu->gemm_linear_bwd(s, out, 0, dW, NULL, o->dout, 0, NULL, 0, NULL, o->inp, 0, W, N,
+                                   IC, OC, 0.0f));
         break;
     default:
         ZT_OK(gpu->gemm_linear_bwd16(s, out, NULL, o->dout16, OC, o->inp, W, N, IC, OC, 0.0f));

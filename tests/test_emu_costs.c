@@ -349,6 +349,17 @@ static void run_bias(int N, int OC, double fl[4]) {
     const zs_emu_record *b = rec("bias_bwd_kernel");
     check_rec(b, 2, 0, NULL);
     fl[1] = b->flops;
+    /* zs_linear_gelu_bwd_set16 (GPT-2's fc backward): dout and the GELU input read as bf16 */
+    zs_bf16 *g16 = (zs_bf16 *)drand(no), *a16 = (zs_bf16 *)drand(no), *x16 = (zs_bf16 *)x;
+    float *W = drand((size_t)OC * 8), *dW = drand((size_t)OC * 8); /* 8 inputs */
+    prof_start();
+    ZT_OK(zs_linear_gelu_bwd_set16(gpu->with_math(ZS_MATH_BF16), NULL, out, dW, db, g16, a16, y,
+                                   x16, 1, W, N, 8, OC));
+    prof_stop();
+    check_rec(rec("bias_bwd_kernel"), 4, 0, NULL);
+    for (size_t i = 0; i < g_nrec; i++) /* W's rounding into the scratch */
+        if (!strcmp(g_rec[i].name, "f32_to_bf16_kernel"))
+            check_rec(&g_rec[i], 2, 0, NULL), g_used[i] = 1;
     zt_release();
 }
 

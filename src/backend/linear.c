@@ -205,15 +205,18 @@ static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
-    ZS_REQUIRE(!dout16 || (!dbias && !gelu_inp), ZS_ERR_INVALID,
-               "linear_bwd: a bf16 output gradient takes no bias or GELU");
+    ZS_REQUIRE(!dout16 || (!dbias && !gelu_inp) || (dinp && dW && ops->gemm_linear_bwd),
+               ZS_ERR_INVALID,
+               "linear_bwd: a bf16 output gradient takes a bias or GELU only through the %s "
+               "table's gemm_linear_bwd",
+               ops->name);
     /* dinp[N,IC] += dout[N,OC] W[OC,IC]  <=>  dinp^T (IC x N) += W^T (IC x OC) dout^T (OC x N);
      * both column-major views are the stored arrays as they are: no transposes. */
     /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
      * dout is dout^T (OC x N) column-major, hence transb = T. */
     if (dinp && dW && ops->gemm_linear_bwd)
-        return ops->gemm_linear_bwd(s, dinp, dW, dbias, dout, dout16, gelu_inp, gelu16, dtmp, inp,
-                                    in16, W, N, IC, OC, dinp_beta);
+        return ops->gemm_linear_bwd(s, dinp, 0, dW, dbias, dout, dout16, gelu_inp, gelu16, dtmp,
+                                    inp, in16, W, N, IC, OC, dinp_beta);
     if (gelu_inp) {
         if (gelu16)
             ZS_CHECK(ops->gelu_bwd16(s, dtmp, gelu_inp, dout, (size_t)N * OC));
@@ -250,6 +253,37 @@ zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp,
     zs_status st = ZS_OK;
     ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
     return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, gelu_inp, in16, dtmp, inp, in16, W, N, IC,
+                      OC, 0.0f);
+fail:
+    return st;
+}
+
+int zs_linear_bwd16_ok(const zs_ops *ops, int N, int IC, int OC, int in16) {
+    /* the c_proj's backward (IC -> OC) and the fc's (OC -> IC) fused, each with an fp32-sized
+     * gradient in the scratch (its dout, or the GELU's gradient) */
+    return ops->gemm_linear_bwd && zs_linear_bwd_cast_elems(N, IC, OC, in16, 0) &&
+           zs_linear_bwd_cast_elems(N, OC, IC, in16, 0);
+}
+
+zs_status zs_linear_bwd_set16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *dinp, float *dW,
+                              float *dbias, const float *dout, const void *inp, int in16,
+                              const float *W, int N, int IC, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(ops->gemm_linear_bwd && dinp && dW, ZS_ERR_INVALID,
+               "linear_bwd_set16: the %s table writes no bf16 input gradient", ops->name);
+    return ops->gemm_linear_bwd(s, dinp, 1, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC,
+                                OC, 0.0f);
+fail:
+    return st;
+}
+
+zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                                   float *dbias, const zs_bf16 *dout, const void *gelu_inp,
+                                   float *dtmp, const void *inp, int in16, const float *W, int N,
+                                   int IC, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, 1, gelu_inp, in16, dtmp, inp, in16, W, N, IC,
                       OC, 0.0f);
 fail:
     return st;

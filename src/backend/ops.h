@@ -91,11 +91,14 @@ typedef struct zs_ops {
      * output, which went through a GELU; bf16 where gelu16) gelu_bwd's (gelu_bwd16's) gradient
      * of gelu_inp from dout, bit for bit, which the table may write to dtmp[N * OC] or never
      * store. inp is bf16 where inp16,
-     * and dout where dout16 (then without dbias or gelu_inp), as gemm16's operands: a producer's
-     * rounded values, the same bits as the fp32 values they round. A CUDA bf16 table rounds an
+     * and dout where dout16, as gemm16's operands: a producer's rounded values, the same bits as
+     * the fp32 values they round (with dbias or gelu_inp only where the operands fit the
+     * scratch together, zs_linear_bwd_cast_elems of an fp32 dout). A CUDA bf16 table rounds an
      * fp32 G to bf16 once for both products (zs_linear_bwd_cast_elems), in the pass that sums
-     * its columns. */
-    zs_status (*gemm_linear_bwd)(zs_stream_t *s, float *dinp, float *dW, float *dbias,
+     * its columns. With dinp16 (dinp_beta 0, and those operands fitting the scratch together)
+     * dinp is bf16: the GEMM's fp32 sums rounded once as they are stored (zs_f32_to_bf16 of
+     * dinp16 0's dinp, bit for bit), for a consumer that reads bf16 (GPT-2's GELU). */
+    zs_status (*gemm_linear_bwd)(zs_stream_t *s, void *dinp, int dinp16, float *dW, float *dbias,
                                  const void *dout, int dout16, const void *gelu_inp, int gelu16,
                                  float *dtmp, const void *inp, int inp16, const float *W, int N,
                                  int IC, int OC, float dinp_beta);
@@ -510,6 +513,20 @@ zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
 zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
                                  float *dbias, const float *dout, const void *gelu_inp, float *dtmp,
                                  const void *inp, int in16, const float *W, int N, int IC, int OC);
+/* GPT-2's MLP backward in bf16 (--dtype bf16), as autocast stores it: the gradient of the
+ * GELU's output is rounded to bf16 once. zs_linear_bwd16_ok says whether the table can take
+ * both layers' operands in its fused path: then zs_linear_bwd_set16 (zs_linear_bwd_set with
+ * dinp written bf16, ops.h gemm_linear_bwd's dinp16) and zs_linear_gelu_bwd_set16
+ * (zs_linear_gelu_bwd_set reading that bf16 gradient) do it without an fp32 copy. Elsewhere
+ * (the CPU) the fp32 dinp is rounded in place by round16 and read as fp32: the same values. */
+int zs_linear_bwd16_ok(const zs_ops *ops, int N, int IC, int OC, int in16);
+zs_status zs_linear_bwd_set16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *dinp, float *dW,
+                              float *dbias, const float *dout, const void *inp, int in16,
+                              const float *W, int N, int IC, int OC);
+zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                                   float *dbias, const zs_bf16 *dout, const void *gelu_inp,
+                                   float *dtmp, const void *inp, int in16, const float *W, int N,
+                                   int IC, int OC);
 
 /* zs_linear_bwd (set 0) or zs_linear_bwd_set (set 1) without a bias, with dout[N,OC] bf16 as
  * its producer stored it (swiglu_bwd16, rope_bwd16): the same bits as the fp32 dout it rounds,

@@ -218,12 +218,23 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     const int64_t *t = b->toff;
     const int h = b->act16; /* GEMM-only inputs in bf16 */
     const int o16 = zs_attn_out16(h, b->naive, C / NH);
-    /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP. */
-    ZS_CHECK(zs_linear_bwd_set(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], b->dres, a->fch_gelu,
-                               h, p + t[B_FCPW], BT, 4 * C, C));
-    /* fch_gelu = gelu(fch), fch = fc(ln2): GELU's backward in the fc layer's (fused on a GPU) */
-    ZS_CHECK(zs_linear_gelu_bwd_set(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4, a->fch,
-                                    m->dtmp4b, a->ln2, h, p + t[B_FCW], BT, C, 4 * C));
+    /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP; then
+     * fch_gelu = gelu(fch), fch = fc(ln2): GELU's backward in the fc layer's (fused on a GPU).
+     * With bf16 activations the gradient between them is rounded to bf16 once, as autocast
+     * stores it: the GEMM writes it so where the table can (ops.h zs_linear_bwd16_ok). */
+    if (h && zs_linear_bwd16_ok(o, BT, 4 * C, C, h)) {
+        zs_bf16 *d16 = (zs_bf16 *)m->dtmp4;
+        ZS_CHECK(zs_linear_bwd_set16(o, s, d16, g + t[B_FCPW], g + t[B_FCPB], b->dres, a->fch_gelu,
+                                     h, p + t[B_FCPW], BT, 4 * C, C));
+        ZS_CHECK(zs_linear_gelu_bwd_set16(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], d16, a->fch,
+                                          m->dtmp4b, a->ln2, h, p + t[B_FCW], BT, C, 4 * C));
+    } else {
+        ZS_CHECK(zs_linear_bwd_set(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], b->dres,
+                                   a->fch_gelu, h, p + t[B_FCPW], BT, 4 * C, C));
+        if (h) ZS_CHECK(o->round16(s, m->dtmp4, 4 * nC));
+        ZS_CHECK(zs_linear_gelu_bwd_set(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4, a->fch,
+                                        m->dtmp4b, a->ln2, h, p + t[B_FCW], BT, C, 4 * C));
+    }
     ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN2W], g + t[B_LN2B], b->dC, a->res2,
                               p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
     /* res2 = x + attn_proj(atty). */

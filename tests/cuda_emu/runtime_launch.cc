@@ -65,11 +65,12 @@ extern "C" void *zs_emu_kernel_ptr(const void *p) {
 }
 
 /* A kernel's name as its source defines it: ZS_LAUNCH passes the expression it was given, so
- * a template's arguments ("fa_tc_fwd_kernel<HS>") are dropped. Interned: the pointer lasts. */
+ * a template's arguments ("fa_tc_fwd_kernel<HS>") are dropped, and the parentheses that keep
+ * two of them one macro argument ("(bias_bwd_kernel<G, D>)"). Interned: the pointer lasts. */
 static const char *kernel_name(const char *expr) {
     static std::mutex mu;
     static std::set<std::string> names;
-    std::string n(expr);
+    std::string n(expr[0] == '(' ? expr + 1 : expr);
     size_t lt = n.find('<');
     if (lt != std::string::npos) n.resize(lt);
     std::lock_guard<std::mutex> lk(mu);

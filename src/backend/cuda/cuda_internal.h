@@ -329,20 +329,21 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
                        float *C, int ldc);
 zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
                                 int in16, const float *W, const float *bias, int N, int IC, int OC);
-zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                     const void *dout, int dout16, const void *gelu_inp, int gelu16,
-                                     float *dtmp, const void *inp, int inp16, const float *W, int N,
-                                     int IC, int OC, float dinp_beta);
+zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW,
+                                     float *dbias, const void *dout, int dout16,
+                                     const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
+                                     int inp16, const float *W, int N, int IC, int OC,
+                                     float dinp_beta);
 zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                   float dinp_beta);
 /* The kernels those share (ops_cuda.cu): n floats rounded to bf16 (zs_f32_to_bf16), ops.h
- * bias_fwd, and bias_bwd with dout (or gelu_bwd's gradient of gelu_inp from it) rounded into
- * cast[N * OC] in the pass that sums its columns (dbias NULL: no sums). */
+ * bias_fwd, and bias_bwd with dout (bf16 where dout16; or gelu_bwd's gradient of gelu_inp from
+ * it) rounded into cast[N * OC] in the pass that sums its columns (dbias NULL: no sums). */
 zs_status zs_cu_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
 zs_status zs_cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC);
-zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
-                              zs_bf16 *cast, const void *gelu_inp, int gelu16);
+zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const void *dout, int dout16, int N,
+                              int OC, zs_bf16 *cast, const void *gelu_inp, int gelu16);
 
 /* Network ops (nn_cuda.cu; RMSNorm, RoPE and SwiGLU in llama_cuda.cu). */
 zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,

@@ -457,16 +457,20 @@ fail:
  * once (dout serves both products; a bf16 dout or inp taken as it is), then linear.c's two
  * gemms on them; where the three do not fit (zs_linear_bwd_cast_elems 0), the two gemms each
  * casting their own. With dbias or gelu_inp, dout's rounding is bias_bwd's pass over it (one
- * read of dout where a GELU's backward, a cast and a sum took three passes). */
-zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                                     const void *dout, int dout16, const void *gelu_inp, int gelu16,
-                                     float *dtmp, const void *inp, int inp16, const float *W, int N,
-                                     int IC, int OC, float dinp_beta) {
+ * read of dout where a GELU's backward, a cast and a sum took three passes); a bf16 dout is
+ * read there as it is, and the G it writes takes an fp32 dout's room. dinp16: the dinp GEMM
+ * writes bf16. */
+zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW,
+                                     float *dbias, const void *dout, int dout16,
+                                     const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
+                                     int inp16, const float *W, int N, int IC, int OC,
+                                     float dinp_beta) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
-    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC, inp16, dout16);
+    int g16 = dout16 && !dbias && !gelu_inp; /* G is dout as it is */
+    size_t cast = zs_linear_bwd_cast_elems(N, IC, OC, inp16, g16);
     size_t nw = zs_gemm_cast_round((size_t)IC * OC);
-    size_t nd = dout16 ? 0 : zs_gemm_cast_round((size_t)OC * N);
+    size_t nd = g16 ? 0 : zs_gemm_cast_round((size_t)OC * N);
     zs_bf16 *w = NULL;
     const zs_bf16 *wb = NULL; /* W in bf16: its twin, or rounded into w */
     cudaStream_t cs = zs_cu_stream(s);
@@ -474,15 +478,21 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
     cast = 0; /* the broken build's fp32 arithmetic: through cu_gemm_bf16 below */
 #endif
     ZS_REQUIRE(!gelu_inp || dtmp, ZS_ERR_INVALID, "linear_bwd: GELU input without a scratch");
-    ZS_REQUIRE(!dout16 || (!dbias && !gelu_inp), ZS_ERR_INVALID,
-               "linear_bwd: a bf16 output gradient takes no bias or GELU");
+    ZS_REQUIRE(g16 || !dout16 || cast, ZS_ERR_INVALID,
+               "linear_bwd: a bf16 output gradient with a bias or GELU at N=%d IC=%d OC=%d: its "
+               "operands do not fit the gemm scratch together",
+               N, IC, OC);
+    ZS_REQUIRE(!dinp16 || (cast && dinp_beta == 0.0f), ZS_ERR_INVALID,
+               "linear_bwd: a bf16 input gradient at N=%d IC=%d OC=%d needs dinp_beta 0 and "
+               "operands that fit the gemm scratch together",
+               N, IC, OC);
 #ifndef ZS_MUTANT_GEMM_32F
     { /* too large to round at once, without a bias or GELU: in pieces of rows */
         int rows = 0;
         if (!cast && !dbias && !gelu_inp &&
             zs_linear_bwd_rows_plan(N, IC, OC, inp16, dout16, &rows))
-            return linear_bwd_rows(s, dinp, dW, dout, dout16, inp, inp16, W, N, IC, OC, dinp_beta,
-                                   rows);
+            return linear_bwd_rows(s, (float *)dinp, dW, dout, dout16, inp, inp16, W, N, IC, OC,
+                                   dinp_beta, rows);
     }
 #endif
     if (!cast) {
@@ -493,28 +503,27 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, float *dinp, float *dW, flo
             ZS_CHECK(zs_cu_gelu_bwd(s, dtmp, (const float *)gelu_inp, (const float *)dout,
                                     (size_t)N * OC));
         if (gelu_inp) dout = dtmp;
-        ZS_CHECK(zs_cu_gemm16(s, 0, 0, IC, N, OC, 1.0f, W, 0, IC, dout, dout16, OC, dinp_beta, dinp,
-                              IC));
+        ZS_CHECK(zs_cu_gemm16(s, 0, 0, IC, N, OC, 1.0f, W, 0, IC, dout, dout16, OC, dinp_beta,
+                              (float *)dinp, IC));
         ZS_CHECK(
             zs_cu_gemm16(s, 0, 1, IC, OC, N, 1.0f, inp, inp16, IC, dout, dout16, OC, 1.0f, dW, IC));
-        return dbias ? zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, NULL, NULL, 0)
-                     : ZS_OK;
+        return dbias ? zs_cu_bias_bwd_cast(s, dbias, dout, 0, N, OC, NULL, NULL, 0) : ZS_OK;
     }
-    ZS_CHECK(zs_gemm_check(0, 0, IC, N, OC, W, IC, (const float *)dout, OC, dinp, IC));
+    ZS_CHECK(
+        zs_gemm_check(0, 0, IC, N, OC, W, IC, (const float *)dout, OC, (const float *)dinp, IC));
     ZS_CHECK(
         zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, (const float *)dout, OC, dW, IC));
     ZS_CHECK(blas_begin(s, cast, &h, &w));
     ZS_CHECK(round_in(s, w, W, (size_t)IC * OC, &wb));
     if (dbias || gelu_inp)
-        ZS_CHECK(
-            zs_cu_bias_bwd_cast(s, dbias, (const float *)dout, N, OC, w + nw, gelu_inp, gelu16));
+        ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, dout16, N, OC, w + nw, gelu_inp, gelu16));
     else if (!dout16)
         ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, (const float *)dout, (size_t)OC * N));
     if (!inp16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp, (size_t)IC * N));
     {
-        const zs_bf16 *g = dout16 ? (const zs_bf16 *)dout : w + nw;
-        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, wb, IC, g, OC, CUDA_R_16BF,
-                           dinp_beta, dinp, IC));
+        const zs_bf16 *g = g16 ? (const zs_bf16 *)dout : w + nw;
+        ZS_CHECK(blas_gemm_c(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, wb, IC, g, OC,
+                             CUDA_R_16BF, dinp_beta, dinp, dinp16 ? CUDA_R_16BF : CUDA_R_32F, IC));
         ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, inp16 ? inp : w + nw + nd,
                            IC, g, OC, CUDA_R_16BF, 1.0f, dW, IC));
     }

@@ -54,9 +54,9 @@ static __global__ void bias_fwd_kernel(float *out, const float *bias, size_t tot
 #define BIAS_BWD_WIDE_MIN (128 * BIAS_BWD_WIDE)
 /* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
 // clang-format off
-template <typename GeluT>
+template <typename GeluT, typename DoutT>
 static __global__ void ZS_BOUNDS(BIAS_BWD_WIDE * ZS_COLSUM_GROUPS, 1) bias_bwd_kernel(float *dbias,
-        const float *dout, int N, int OC, zs_bf16 *cast, const GeluT *gelu_inp) {
+        const DoutT *dout, int N, int OC, zs_bf16 *cast, const GeluT *gelu_inp) {
     // clang-format on
     ZS_SHARED(float, part, ZS_COLSUM_GROUPS *(BIAS_BWD_WIDE + 1));
     const int cols = (int)blockDim.x / ZS_COLSUM_GROUPS; /* ZS_CU_COLS or BIAS_BWD_WIDE */
@@ -73,7 +73,7 @@ static __global__ void ZS_BOUNDS(BIAS_BWD_WIDE * ZS_COLSUM_GROUPS, 1) bias_bwd_k
             float v[BATCH];
             ZS_UNROLL
             for (int u = 0; u < BATCH; u++) /* past the segment: a row read, unused */
-                v[u] = dout[(size_t)(r0 + u < end ? r0 + u : r0) * OC + c];
+                v[u] = zs_cu_widen(dout[(size_t)(r0 + u < end ? r0 + u : r0) * OC + c]);
             if (gelu_inp) {
                 ZS_UNROLL
                 for (int u = 0; u < BATCH; u++)
@@ -280,23 +280,23 @@ fail:
 }
 
 /* bias_bwd_kernel's launch, wide where the columns are many. */
-template <typename GeluT>
-static zs_status bias_bwd(cudaStream_t cs, float *dbias, const float *dout, int N, int OC,
+template <typename GeluT, typename DoutT>
+static zs_status bias_bwd(cudaStream_t cs, float *dbias, const DoutT *dout, int N, int OC,
                           zs_bf16 *cast, const GeluT *gelu_inp) {
     zs_status st = ZS_OK;
     int cols = OC >= BIAS_BWD_WIDE_MIN ? BIAS_BWD_WIDE : ZS_CU_COLS;
-    ZS_LAUNCH(bias_bwd_kernel<GeluT>, (unsigned)((OC + cols - 1) / cols),
+    ZS_LAUNCH((bias_bwd_kernel<GeluT, DoutT>), (unsigned)((OC + cols - 1) / cols),
               (unsigned)cols * ZS_COLSUM_GROUPS, 0, cs, dbias, dout, N, OC, cast, gelu_inp);
     ZS_CUDA_CHECK_LAUNCH(bias_bwd_kernel);
 fail:
     return st;
 }
 
-/* bias_bwd (dbias may be NULL when cast is not), and with cast non-NULL the gradient rounded to
- * bf16 into cast[N * OC] in the same pass; with gelu_inp the gradient is gelu_bwd's of dout
- * (gelu_bwd16's where gelu16). */
-zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, int N, int OC,
-                              zs_bf16 *cast, const void *gelu_inp, int gelu16) {
+/* bias_bwd (dbias may be NULL when cast is not) of dout, bf16 where dout16, and with cast
+ * non-NULL the gradient rounded to bf16 into cast[N * OC] in the same pass; with gelu_inp the
+ * gradient is gelu_bwd's of dout (gelu_bwd16's where gelu16). */
+zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const void *dout, int dout16, int N,
+                              int OC, zs_bf16 *cast, const void *gelu_inp, int gelu16) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     double n = (double)N * OC;
@@ -307,16 +307,21 @@ zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const float *dout, i
      * written); zs_gelu_grad's 21 and 2 an element, gelu_inp read; the bf16 copy written */
     ZS_COST((dbias ? (double)(N + ZS_COLSUM_GROUPS + 1) * OC : 0.0) + (gelu_inp ? 23.0 * n : 0.0),
             0,
-            (4.0 + (cast ? 2.0 : 0.0) + (gelu_inp ? (gelu16 ? 2.0 : 4.0) : 0.0)) * n +
-                (dbias ? 8.0 * OC : 0.0));
-    if (gelu16) return bias_bwd<zs_bf16>(cs, dbias, dout, N, OC, cast, (const zs_bf16 *)gelu_inp);
-    return bias_bwd<float>(cs, dbias, dout, N, OC, cast, (const float *)gelu_inp);
+            (dbias ? 8.0 * OC : 0.0) + n * ((dout16 ? 2.0 : 4.0) + (cast ? 2.0 : 0.0) +
+                                            (gelu_inp ? (gelu16 ? 2.0 : 4.0) : 0.0)));
+    if (dout16 && gelu16)
+        return bias_bwd(cs, dbias, (const zs_bf16 *)dout, N, OC, cast, (const zs_bf16 *)gelu_inp);
+    if (dout16)
+        return bias_bwd(cs, dbias, (const zs_bf16 *)dout, N, OC, cast, (const float *)gelu_inp);
+    if (gelu16)
+        return bias_bwd(cs, dbias, (const float *)dout, N, OC, cast, (const zs_bf16 *)gelu_inp);
+    return bias_bwd(cs, dbias, (const float *)dout, N, OC, cast, (const float *)gelu_inp);
 fail:
     return st;
 }
 
 static zs_status cu_bias_bwd(zs_stream_t *s, float *dbias, const float *dout, int N, int OC) {
-    return zs_cu_bias_bwd_cast(s, dbias, dout, N, OC, NULL, NULL, 0);
+    return zs_cu_bias_bwd_cast(s, dbias, dout, 0, N, OC, NULL, NULL, 0);
 }
 
 /* ---- elementwise: residual, axpy, scale, fill --------------------------------------- */
