@@ -4,7 +4,8 @@
  * separate layouts, with and without document masks, head sizes 16, 32 and 64, T from 1 to
  * 4096, rows not a multiple of the 64-row tiles, rows whose stride breaks 16-byte alignment.
  * The bf16-out forms (flash_attention_fwd16/bwd16) give the fp32 ops' bits, rounded (forward)
- * or from the widened out (backward), on the tensor cores and on the fp32 kernels' path.
+ * or from the widened out (backward), on the tensor cores and on the fp32 kernels' path; bwd16g
+ * gives bwd16's gradients rounded, with its pair stores and without (an odd element).
  *
  * The bound, element by element, from bf16's unit roundoff u = 2^-9 on every input of a product
  * (q, k, v, dO, and the probabilities P and score gradients dS the kernels round between their
@@ -292,6 +293,26 @@ static void check_out16(int B, int T, int NH, int NKV, int hs, int packed, int d
           *db = dev_down(d_db, nl);
     ZT_CHECK(!memcmp(ga, gb, ng * 4) && !memcmp(da, db, nl * 4),
              "bwd16 %s: dq | dk | dv or delta differ from the fp32 op's on the widened out", what);
+    ZT_CHECK(!gpu->flash_attention_bwd16g == !gpu->gemm_linear_bwd,
+             "%s: bf16 attention gradients exactly where gemm_linear_bwd reads them", what);
+    /* bwd16g: dq | dk | dv in bf16, bwd16's rounded; at an odd element (goff 1) its pair stores
+     * fall back to single ones */
+    for (int goff = 0; gpu->flash_attention_bwd16g && goff < 2; goff++) {
+        zs_bf16 *d_gc = dev_up(pz, (ng + 1) * 2), *g = d_gc + goff;
+        ZT_OK(gpu->flash_attention_bwd16g(NULL, g, g + gk, g + gv, d_db, d_dout, d_q, d_k, d_v,
+                                          d_o16, d_l, B, T, NH, NKV, hs, (int)ldq, (int)ldkv,
+                                          d_seg));
+        zs_bf16 *gc = dev_down_bytes(d_gc, (ng + 1) * 2);
+        float *dc = dev_down(d_db, nl);
+        bad = 0;
+        for (size_t i = 0; i < ng; i++) /* every element written (the poison is NaN) */
+            bad += gc[goff + i].bits != zs_f32_to_bf16(gb[i]).bits;
+        ZT_CHECK(bad == 0 && !memcmp(da, dc, nl * 4),
+                 "bwd16g %s%s: %zu of %zu gradients not bwd16's rounded, or delta differs", what,
+                 goff ? " odd" : "", bad, ng);
+        zs_cuda_free(d_gc);
+        free(gc), free(dc);
+    }
     printf("out16 %s: bit for bit\n", what);
     void *dbufs[] = {d_in, d_seg, d_o, d_l, d_l16, d_o16b, d_w, d_ga, d_gb, d_da, d_db};
     for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++)

@@ -1,11 +1,11 @@
 /* The attention kernels' declared costs (ZS_COST, docs/cuda.md "The profiler") against what the
  * emulated GPU's profiler measures (ctest label gpu, emulated GPU only), the other ops' being
  * test_emu_costs.c's: attention (packed MHA and GQA) and flash attention (packed and separate
- * rows, fp32 and bf16 out), with and without documents; the bf16 table's flash attention on
- * tensor cores (fp32 and bf16 out); decoding (kv_store, kv_attend) and sampling. Each runs alone
- * between zs_emu_profile_start and _stop on small random cases, every launch recorded passes checks
- * 1 and 2 of test_emu_costs.c (its cost declared, tensor-core FLOPs as executed, bytes: check_rec
- * in emucost.h), and
+ * rows, fp32 and bf16 out, fp32 and bf16 gradients), with and without documents; the bf16
+ * table's flash attention on tensor cores (fp32 and bf16 out, fp32 and bf16 gradients); decoding
+ * (kv_store, kv_attend) and sampling. Each runs alone between zs_emu_profile_start and _stop on
+ * small random cases, every launch recorded passes checks 1 and 2 of test_emu_costs.c (its cost
+ * declared, tensor-core FLOPs as executed, bytes: check_rec in emucost.h), and
  *  3. the declared FLOPs of attention, flash attention and decode attention equal a count of
  *     the (query, key) pairs (and key blocks) the masks admit, enumerated here independently of
  *     the launchers' closed forms (with documents, the causal count they declare); sampling's
@@ -197,6 +197,22 @@ static void check_flash(int NH, int NKV, int packed, int docs) {
              bq->flops, f_q, what);
     ZT_CHECK(bkv->flops == f_kv, "fa_bwd_kv_kernel: %.0f FLOPs declared, %.0f enumerated (%s)",
              bkv->flops, f_kv, what);
+    /* bf16 gradients (the bf16 table's bwd16g; hs 12 takes these kernels, not the tensor cores'):
+     * summed in the threads' own arrays, so each is written once and nothing is read back */
+    zs_bf16 *g16 = (zs_bf16 *)drand((ng + 1) / 2);
+    prof_start();
+    ZT_OK(gpu->with_math(ZS_MATH_BF16)
+              ->flash_attention_bwd16g(NULL, g16, g16 + ok, g16 + ov, delta, dout, qb, kb, vb,
+                                       out16, lse, B, T, NH, NKV, hs, (int)ldq, (int)ldkv, d_seg));
+    prof_stop();
+    const zs_emu_record *bq16 = rec("fa_bwd_q16_kernel"), *bkv16 = rec("fa_bwd_kv16_kernel");
+    check_rec(rec("fa_delta16_kernel"), 3, 0, NULL);
+    check_rec(bq16, 4 + nbuf + docs, 0, NULL);
+    check_rec(bkv16, 4 + nbuf + docs, 0, NULL);
+    ZT_CHECK(bq16->flops == f_q && bkv16->flops == f_kv,
+             "fa_bwd_q16_kernel, fa_bwd_kv16_kernel: %.0f, %.0f FLOPs declared, %.0f, %.0f "
+             "enumerated (%s)",
+             bq16->flops, bkv16->flops, f_q, f_kv, what);
     if (docs)
         printf("  with documents the kernels run %.0f, %.0f and %.0f FLOPs of fwd, bwd q, bwd kv\n",
                adm[0] * (4.0 * hs + 4) + adm[1] * (hs + 11.0) + adm[2] * (hs + 3.0),
@@ -262,6 +278,14 @@ static void check_flash_tc(int NH, int NKV, int packed, int T) {
     prof_start();
     ZT_OK(tc->flash_attention_bwd16(NULL, g, g + ok, g + ov, delta, dout, qb, kb, vb, out16, lse, B,
                                     T, NH, NKV, hs, (int)ldq, (int)ldkv, NULL));
+    prof_stop();
+    check_rec(rec("fa_tc_delta16_kernel"), 3, 0, NULL);
+    check_tc_bwd(nbuf, T);
+    /* and bf16 gradients (bwd16g), each written once, two bytes */
+    zs_bf16 *g16 = (zs_bf16 *)drand((ng + 1) / 2);
+    prof_start();
+    ZT_OK(tc->flash_attention_bwd16g(NULL, g16, g16 + ok, g16 + ov, delta, dout, qb, kb, vb, out16,
+                                     lse, B, T, NH, NKV, hs, (int)ldq, (int)ldkv, NULL));
     prof_stop();
     check_rec(rec("fa_tc_delta16_kernel"), 3, 0, NULL);
     check_tc_bwd(nbuf, T);

@@ -247,15 +247,23 @@ zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
                       0.0f);
 }
 
+/* zs_linear_gelu_bwd_set and its bf16-dout form. */
+static zs_status gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+                              float *dbias, const void *dout, int dout16, const void *gelu_inp,
+                              float *dtmp, const void *inp, int in16, const float *W, int N, int IC,
+                              int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, dout16, gelu_inp, in16, dtmp, inp, in16, W, N,
+                      IC, OC, 0.0f);
+fail:
+    return st;
+}
+
 zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
                                  float *dbias, const float *dout, const void *gelu_inp, float *dtmp,
                                  const void *inp, int in16, const float *W, int N, int IC, int OC) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, gelu_inp, in16, dtmp, inp, in16, W, N, IC,
-                      OC, 0.0f);
-fail:
-    return st;
+    return gelu_bwd_set(ops, s, dinp, dW, dbias, dout, 0, gelu_inp, dtmp, inp, in16, W, N, IC, OC);
 }
 
 int zs_linear_bwd16_ok(const zs_ops *ops, int N, int IC, int OC, int in16) {
@@ -281,18 +289,13 @@ zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, float *din
                                    float *dbias, const zs_bf16 *dout, const void *gelu_inp,
                                    float *dtmp, const void *inp, int in16, const float *W, int N,
                                    int IC, int OC) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, 1, gelu_inp, in16, dtmp, inp, in16, W, N, IC,
-                      OC, 0.0f);
-fail:
-    return st;
+    return gelu_bwd_set(ops, s, dinp, dW, dbias, dout, 1, gelu_inp, dtmp, inp, in16, W, N, IC, OC);
 }
 
-zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                             const zs_bf16 *dout, const void *inp, int in16, const float *W, int N,
                             int IC, int OC, int set) {
-    return linear_bwd(ops, s, dinp, dW, NULL, dout, 1, NULL, 0, NULL, inp, in16, W, N, IC, OC,
+    return linear_bwd(ops, s, dinp, dW, dbias, dout, 1, NULL, 0, NULL, inp, in16, W, N, IC, OC,
                       set ? 0.0f : 1.0f);
 }
 

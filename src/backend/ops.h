@@ -360,6 +360,16 @@ typedef struct zs_ops {
                                        const float *k, const float *v, const zs_bf16 *out,
                                        const float *lse, int B, int T, int NH, int NKV, int hs,
                                        int ldq, int ldkv, const int32_t *seg);
+    /* Optional, set together with gemm_linear_bwd (NULL: none; the model rounds bwd16's fp32
+     * gradients by round16): flash_attention_bwd16 with dq, dk and dv written in bf16, each
+     * element bwd16's value rounded once (zs_f32_to_bf16), as autocast stores attention's input
+     * gradients; the projection's backward then reads them as they are (zs_linear_bwd_g16).
+     * Two bytes an element written and read where four were, and no rounding pass. */
+    zs_status (*flash_attention_bwd16g)(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv,
+                                        float *delta, const float *dout, const float *q,
+                                        const float *k, const float *v, const zs_bf16 *out,
+                                        const float *lse, int B, int T, int NH, int NKV, int hs,
+                                        int ldq, int ldkv, const int32_t *seg);
 
     /* ---- decoding with a KV cache (models/decode.c) ---- */
 
@@ -528,11 +538,11 @@ zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, float *din
                                    float *dtmp, const void *inp, int in16, const float *W, int N,
                                    int IC, int OC);
 
-/* zs_linear_bwd (set 0) or zs_linear_bwd_set (set 1) without a bias, with dout[N,OC] bf16 as
- * its producer stored it (swiglu_bwd16, rope_bwd16): the same bits as the fp32 dout it rounds,
- * in the same pieces (the plans are decided on fp32 sizes), without the rounding pass. The table
- * must have gemm16. */
-zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+/* zs_linear_bwd (set 0) or zs_linear_bwd_set (set 1) with dout[N,OC] bf16 as its producer
+ * stored it (swiglu_bwd16, rope_bwd16, flash_attention_bwd16g): the same bits as the fp32 dout
+ * it rounds, in the same pieces (the plans are decided on fp32 sizes), without the rounding
+ * pass. The table must have gemm16, and for a bias (dbias non-NULL) gemm_linear_bwd. */
+zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                             const zs_bf16 *dout, const void *inp, int in16, const float *W, int N,
                             int IC, int OC, int set);
 

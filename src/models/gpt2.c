@@ -240,20 +240,34 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     /* res2 = x + attn_proj(atty). */
     ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty, o16,
                                p + t[B_PROJW], BT, C, C));
-    if (b->naive) { /* it accumulates; the flash backward overwrites */
-        ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
-        ZS_CHECK(o->attention_bwd(s, m->dqkv, b->datt, b->dC, a->qkv, a->att, B, T, C, NH, b->seg));
-    } else if (o16) {
-        ZS_CHECK(o->flash_attention_bwd16(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt, b->dC,
-                                          a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,
-                                          NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+    /* With a bf16 out (bf16 activations) attention's input gradient dqkv is rounded to bf16
+     * once, as autocast stores it: written so where the table can (ops.h
+     * flash_attention_bwd16g) and read as it is by c_attn's backward, else rounded in place. */
+    if (o16 && o->flash_attention_bwd16g) {
+        zs_bf16 *d16 = (zs_bf16 *)m->dqkv;
+        ZS_CHECK(o->flash_attention_bwd16g(s, d16, d16 + C, d16 + 2 * C, b->datt, b->dC, a->qkv,
+                                           a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T, NH,
+                                           NH, C / NH, 3 * C, 3 * C, b->seg));
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], d16, a->ln1, h,
+                                   p + t[B_QKVW], BT, C, 3 * C, 1));
     } else {
-        ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt, b->dC,
-                                        a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T,
-                                        NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+        if (b->naive) { /* it accumulates; the flash backward overwrites */
+            ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
+            ZS_CHECK(
+                o->attention_bwd(s, m->dqkv, b->datt, b->dC, a->qkv, a->att, B, T, C, NH, b->seg));
+        } else if (o16) {
+            ZS_CHECK(o->flash_attention_bwd16(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt,
+                                              b->dC, a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty,
+                                              a->lse, B, T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+            ZS_CHECK(o->round16(s, m->dqkv, 3 * nC));
+        } else {
+            ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt,
+                                            b->dC, a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty,
+                                            a->lse, B, T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+        }
+        ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1, h,
+                                   p + t[B_QKVW], BT, C, 3 * C));
     }
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1, h,
-                               p + t[B_QKVW], BT, C, 3 * C));
     ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN1W], g + t[B_LN1B], b->dC, x, p + t[B_LN1W],
                               a->ln1_mean, a->ln1_rstd, BT, C));
 fail:

@@ -425,7 +425,8 @@ zs_status zs_cu_flash_attention_bwd(zs_stream_t *s, float *dq, float *dk, float 
                                     const float *v, const float *out, const float *lse, int B,
                                     int T, int NH, int NKV, int hs, int ldq, int ldkv,
                                     const int32_t *seg);
-/* The two with a bf16 out (ops.h flash_attention_fwd16/bwd16). */
+/* The two with a bf16 out (ops.h flash_attention_fwd16/bwd16), and bwd16 with dq, dk, dv
+ * written in bf16 too (flash_attention_bwd16g). */
 zs_status zs_cu_flash_attention_fwd16(zs_stream_t *s, zs_bf16 *out, float *lse, const float *q,
                                       const float *k, const float *v, int B, int T, int NH, int NKV,
                                       int hs, int ldq, int ldkv, const int32_t *seg);
@@ -434,6 +435,11 @@ zs_status zs_cu_flash_attention_bwd16(zs_stream_t *s, float *dq, float *dk, floa
                                       const float *v, const zs_bf16 *out, const float *lse, int B,
                                       int T, int NH, int NKV, int hs, int ldq, int ldkv,
                                       const int32_t *seg);
+zs_status zs_cu_flash_attention_bwd16g(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv,
+                                       float *delta, const float *dout, const float *q,
+                                       const float *k, const float *v, const zs_bf16 *out,
+                                       const float *lse, int B, int T, int NH, int NKV, int hs,
+                                       int ldq, int ldkv, const int32_t *seg);
 
 /* Flash attention on tensor cores, bf16 products (flash_tc_cuda.cu): the bf16 table's
  * flash_attention_fwd/bwd, on tensor cores for the head sizes zs_cu_flash_tc_eligible accepts,
@@ -446,7 +452,8 @@ zs_status zs_cu_flash_tc_bwd(zs_stream_t *s, float *dq, float *dk, float *dv, fl
                              const float *dout, const float *q, const float *k, const float *v,
                              const float *out, const float *lse, int B, int T, int NH, int NKV,
                              int hs, int ldq, int ldkv, const int32_t *seg);
-/* The two with a bf16 out (ops.h flash_attention_fwd16/bwd16), else zs_cu_flash_attention_*16. */
+/* The two with a bf16 out (ops.h flash_attention_fwd16/bwd16), and bwd16g, else
+ * zs_cu_flash_attention_*16*. */
 zs_status zs_cu_flash_tc_fwd16(zs_stream_t *s, zs_bf16 *out, float *lse, const float *q,
                                const float *k, const float *v, int B, int T, int NH, int NKV,
                                int hs, int ldq, int ldkv, const int32_t *seg);
@@ -454,6 +461,10 @@ zs_status zs_cu_flash_tc_bwd16(zs_stream_t *s, float *dq, float *dk, float *dv, 
                                const float *dout, const float *q, const float *k, const float *v,
                                const zs_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
                                int hs, int ldq, int ldkv, const int32_t *seg);
+zs_status zs_cu_flash_tc_bwd16g(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv, float *delta,
+                                const float *dout, const float *q, const float *k, const float *v,
+                                const zs_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
+                                int hs, int ldq, int ldkv, const int32_t *seg);
 
 /* Decoding with a KV cache and drawing tokens (decode_cuda.cu). */
 zs_status zs_cu_sample(zs_stream_t *s, int32_t *token, const float *logits, int V,

@@ -118,9 +118,12 @@ static __global__ void fa_delta16_kernel(float *delta, const float *dout, const 
     fa_delta_rows(delta, dout, out, own, a);
 }
 
-static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float *q, const float *k,
-                                       const float *v, const float *lse, const float *delta,
-                                       const int32_t *seg, fa_view a) {
+/* dq rows: fp32, or bf16 (flash_attention_bwd16g) summed in the thread's own array and
+ * rounded into the row at its end, as the forward's out. */
+template <typename GT>
+static __device__ void fa_bwd_q_rows(GT *dq, float *own, const float *dout, const float *q,
+                                     const float *k, const float *v, const float *lse,
+                                     const float *delta, const int32_t *seg, const fa_view &a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NH * a.T) {
         int i = (int)(idx % (size_t)a.T);
         size_t bh = idx / (size_t)a.T;
@@ -128,7 +131,7 @@ static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float
         int g = h / (a.NH / a.NKV);
         const float *qi = q + fa_qrow(a, b, i, h);
         const float *dOi = dout + fa_orow(a, b, i, h);
-        float *dqi = dq + fa_qrow(a, b, i, h);
+        float *dqi = fa_acc(dq + fa_qrow(a, b, i, h), own);
         float sc[ZS_FA_BK], dp[ZS_FA_BK];
         int lo = zs_seg_lo(seg, (size_t)b * a.T + i);
         for (int e = 0; e < a.hs; e++) /* the op overwrites: the sum starts at zero */
@@ -143,21 +146,38 @@ static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float
             for (int j = 0; j < ni; j++)
                 zs_axpy_row(dqi, dp[j], kj + (size_t)j * a.ldkv, a.hs);
         }
+        fa_store(dq + fa_qrow(a, b, i, h), dqi, a.hs);
     }
 }
 
-static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout, const float *q,
-                                        const float *k, const float *v, const float *lse,
-                                        const float *delta, const int32_t *seg, fa_view a) {
+static __global__ void fa_bwd_q_kernel(float *dq, const float *dout, const float *q, const float *k,
+                                       const float *v, const float *lse, const float *delta,
+                                       const int32_t *seg, fa_view a) {
+    fa_bwd_q_rows(dq, NULL, dout, q, k, v, lse, delta, seg, a);
+}
+
+static __global__ void fa_bwd_q16_kernel(zs_bf16 *dq, const float *dout, const float *q,
+                                         const float *k, const float *v, const float *lse,
+                                         const float *delta, const int32_t *seg, fa_view a) {
+    float own[ZS_FA_OUT16_MAX_HS];
+    fa_bwd_q_rows(dq, own, dout, q, k, v, lse, delta, seg, a);
+}
+
+/* dk and dv rows, as dq's: fp32, or bf16 summed in two own arrays. */
+template <typename GT>
+static __device__ void fa_bwd_kv_rows(GT *dk, GT *dv, float *own, const float *dout, const float *q,
+                                      const float *k, const float *v, const float *lse,
+                                      const float *delta, const int32_t *seg, const fa_view &a) {
     ZS_CU_FOR(idx, (size_t)a.B * a.NKV * a.T) {
         int j = (int)(idx % (size_t)a.T);
         size_t bg = idx / (size_t)a.T;
         int b = (int)(bg / (size_t)a.NKV), g = (int)(bg % (size_t)a.NKV);
         int rep = a.NH / a.NKV;
         size_t kr = fa_kvrow(a, b, j, g);
+        float *dkj = fa_acc(dk + kr, own), *dvj = fa_acc(dv + kr, own + ZS_FA_OUT16_MAX_HS);
         for (int e = 0; e < a.hs; e++) { /* the op overwrites: the sums start at zero */
-            dk[kr + e] = 0.0f;
-            dv[kr + e] = 0.0f;
+            dkj[e] = 0.0f;
+            dvj[e] = 0.0f;
         }
         for (int h = g * rep; h < (g + 1) * rep; h++) {
             size_t bh = (size_t)b * a.NH + h;
@@ -169,11 +189,27 @@ static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout,
                 zs_fa_dots(&s1, qi, k + kr, 1, 1, 1, a.hs, a.scale);
                 zs_fa_dots(&dp1, dOi, v + kr, 1, 1, 1, a.hs, 1.0f);
                 zs_fa_bwd_block(&s1, &dp1, lse[bh * a.T + i], delta[bh * a.T + i], a.scale, 1);
-                zs_axpy_row(dk + kr, dp1, qi, a.hs);
-                zs_axpy_row(dv + kr, s1, dOi, a.hs);
+                zs_axpy_row(dkj, dp1, qi, a.hs);
+                zs_axpy_row(dvj, s1, dOi, a.hs);
             }
         }
+        fa_store(dk + kr, dkj, a.hs);
+        fa_store(dv + kr, dvj, a.hs);
     }
+}
+
+static __global__ void fa_bwd_kv_kernel(float *dk, float *dv, const float *dout, const float *q,
+                                        const float *k, const float *v, const float *lse,
+                                        const float *delta, const int32_t *seg, fa_view a) {
+    fa_bwd_kv_rows(dk, dv, NULL, dout, q, k, v, lse, delta, seg, a);
+}
+
+static __global__ void fa_bwd_kv16_kernel(zs_bf16 *dk, zs_bf16 *dv, const float *dout,
+                                          const float *q, const float *k, const float *v,
+                                          const float *lse, const float *delta, const int32_t *seg,
+                                          fa_view a) {
+    float own[2 * ZS_FA_OUT16_MAX_HS];
+    fa_bwd_kv_rows(dk, dv, own, dout, q, k, v, lse, delta, seg, a);
 }
 
 /* Costs count the (query, key) pairs the causal mask admits, T(T+1)/2 per (b, h), and the key
@@ -269,12 +305,12 @@ fail:
 }
 
 /* The q and kv passes read the delta rows the first kernel writes: stream order keeps them in
- * sequence; they write disjoint buffers. */
-template <typename OT>
-static zs_status fa_bwd(zs_stream_t *s, const char *op, float *dq, float *dk, float *dv,
-                        float *delta, const float *dout, const float *q, const float *k,
-                        const float *v, const OT *out, const float *lse, int B, int T, int NH,
-                        int NKV, int hs, int ldq, int ldkv, const int32_t *seg) {
+ * sequence; they write disjoint buffers, fp32 or bf16 (GT). */
+template <typename OT, typename GT>
+static zs_status fa_bwd(zs_stream_t *s, const char *op, GT *dq, GT *dk, GT *dv, float *delta,
+                        const float *dout, const float *q, const float *k, const float *v,
+                        const OT *out, const float *lse, int B, int T, int NH, int NKV, int hs,
+                        int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     fa_view a;
     size_t rows = 0, kvrows = 0;
@@ -296,20 +332,36 @@ static zs_status fa_bwd(zs_stream_t *s, const char *op, float *dq, float *dk, fl
                   (const zs_bf16 *)out, a);
         ZS_CUDA_CHECK_LAUNCH(fa_delta16_kernel);
     }
-    /* per pair q.k and dO.v (4hs + 2), p and ds (5), dq (2hs); dq read and written */
+    /* per pair q.k and dO.v (4hs + 2), p and ds (5), dq (2hs); an fp32 dq read and written,
+     * a bf16 one written */
     ZS_COST(fa_pairs(a) * (6.0 * hs + 7.0), 0,
-            4.0 * (4.0 * fa_q_elems(a) + 2.0 * fa_kv_elems(a) + 2.0 * fa_rows(a) +
-                   fa_seg_elems(a, seg)));
-    ZS_LAUNCH(fa_bwd_q_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, dq, dout, q, k, v, lse,
-              delta, seg, a);
-    ZS_CUDA_CHECK_LAUNCH(fa_bwd_q_kernel);
-    /* per pair q.k and dO.v (4hs + 2), p and ds (5), dk and dv (4hs); dk, dv read and written */
+            4.0 * (2.0 * fa_q_elems(a) + 2.0 * fa_kv_elems(a) + 2.0 * fa_rows(a) +
+                   fa_seg_elems(a, seg)) +
+                (sizeof(GT) == 4 ? 8.0 : 2.0) * fa_q_elems(a));
+    if (sizeof(GT) == sizeof(float)) {
+        ZS_LAUNCH(fa_bwd_q_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, (float *)dq, dout, q,
+                  k, v, lse, delta, seg, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_bwd_q_kernel);
+    } else {
+        ZS_LAUNCH(fa_bwd_q16_kernel, zs_cu_blocks(rows), ZS_CU_THREADS, 0, cs, (zs_bf16 *)dq, dout,
+                  q, k, v, lse, delta, seg, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_bwd_q16_kernel);
+    }
+    /* per pair q.k and dO.v (4hs + 2), p and ds (5), dk and dv (4hs); k, v read; fp32 dk, dv
+     * read and written, bf16 ones written */
     ZS_COST(fa_pairs(a) * (8.0 * hs + 7.0), 0,
-            4.0 * (2.0 * fa_q_elems(a) + 6.0 * fa_kv_elems(a) + 2.0 * fa_rows(a) +
-                   fa_seg_elems(a, seg)));
-    ZS_LAUNCH(fa_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, dk, dv, dout, q, k, v,
-              lse, delta, seg, a);
-    ZS_CUDA_CHECK_LAUNCH(fa_bwd_kv_kernel);
+            4.0 * (2.0 * fa_q_elems(a) + 2.0 * fa_kv_elems(a) + 2.0 * fa_rows(a) +
+                   fa_seg_elems(a, seg)) +
+                (sizeof(GT) == 4 ? 16.0 : 4.0) * fa_kv_elems(a));
+    if (sizeof(GT) == sizeof(float)) {
+        ZS_LAUNCH(fa_bwd_kv_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, (float *)dk,
+                  (float *)dv, dout, q, k, v, lse, delta, seg, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_bwd_kv_kernel);
+    } else {
+        ZS_LAUNCH(fa_bwd_kv16_kernel, zs_cu_blocks(kvrows), ZS_CU_THREADS, 0, cs, (zs_bf16 *)dk,
+                  (zs_bf16 *)dv, dout, q, k, v, lse, delta, seg, a);
+        ZS_CUDA_CHECK_LAUNCH(fa_bwd_kv16_kernel);
+    }
 fail:
     return st;
 }
@@ -331,6 +383,19 @@ zs_status zs_cu_flash_attention_bwd16(zs_stream_t *s, float *dq, float *dk, floa
     zs_status st = ZS_OK;
     ZS_CHECK(zs_flash_attention_check16("flash_attention_bwd16", B, T, NH, NKV, hs, ldq, ldkv));
     return fa_bwd(s, "flash_attention_bwd16", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
+                  NKV, hs, ldq, ldkv, seg);
+fail:
+    return st;
+}
+
+zs_status zs_cu_flash_attention_bwd16g(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv,
+                                       float *delta, const float *dout, const float *q,
+                                       const float *k, const float *v, const zs_bf16 *out,
+                                       const float *lse, int B, int T, int NH, int NKV, int hs,
+                                       int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(zs_flash_attention_check16("flash_attention_bwd16g", B, T, NH, NKV, hs, ldq, ldkv));
+    return fa_bwd(s, "flash_attention_bwd16g", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
                   NKV, hs, ldq, ldkv, seg);
 fail:
     return st;

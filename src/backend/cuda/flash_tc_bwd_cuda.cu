@@ -37,6 +37,23 @@ static __global__ void fa_tc_delta16_kernel(float *delta, const float *dout, con
     tc_delta_rows(delta, dout, out, a);
 }
 
+/* A gradient row from a lane's fragments, 0 + each times scale (ops.h's bits of accumulating
+ * into zeros): tc_store_row's 8-byte stores where the rows are 8-byte aligned (wide), else an
+ * element a store. Every lane calls it (the shuffle); a row past T (in false) stores nothing. */
+template <int HS, typename GT>
+static __device__ __forceinline__ void tc_store_grad(GT *row, const zs_mma_c *o, int i, float scale,
+                                                     int t, bool in, bool wide) {
+    if (wide) {
+        tc_store_row<HS>(row, o, i, scale, 0.0f, t, in);
+        return;
+    }
+    if (!in) return;
+    for (int dt = 0; dt < HS / 8; dt++) {
+        zs_cu_put(row + dt * 8 + 2 * t, 0.0f + o[dt].x[2 * i] * scale);
+        zs_cu_put(row + dt * 8 + 2 * t + 1, 0.0f + o[dt].x[2 * i + 1] * scale);
+    }
+}
+
 /* A dq warp takes BQ_RT tiles of 16 query rows, as the forward's do (flash_tc_cuda.cu): each K
  * or V fragment an ldmatrix brings from the staged block feeds BQ_RT mma instead of one, so the
  * block's shared-memory reads per FLOP fall by that factor. To hold twice the accumulators in
@@ -52,8 +69,8 @@ static __global__ void fa_tc_delta16_kernel(float *delta, const float *dout, con
  * (written once, as 0 + the sum: ops.h's bits of accumulating into zeros). One block an SM. */
 /* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
 // clang-format off
-template <int HS>
-static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_q_kernel(float *dq,
+template <int HS, typename GT>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_q_kernel(GT *dq,
         const float *dout, const float *q, const float *k, const float *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
     // clang-format on
@@ -122,12 +139,9 @@ static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_q_kernel(float *dq,
     ZS_UNROLL
     for (int rt = 0; rt < BQ_RT; rt++)
         for (int i = 0; i < 2; i++) {
-            if (r[rt][i] >= a.T) continue;
-            float *row = dq + tc_qrow(a, b, r[rt][i], h);
-            for (int dt = 0; dt < HS / 8; dt++) {
-                row[dt * 8 + 2 * t] = 0.0f + acc[rt][dt].x[2 * i] * a.scale;
-                row[dt * 8 + 2 * t + 1] = 0.0f + acc[rt][dt].x[2 * i + 1] * a.scale;
-            }
+            bool in = r[rt][i] < a.T;
+            tc_store_grad<HS>(in ? dq + tc_qrow(a, b, r[rt][i], h) : dq, acc[rt], i, a.scale, t, in,
+                              a.wide);
         }
 }
 
@@ -186,9 +200,9 @@ static __device__ __forceinline__ void tc_mask_keys(zs_mma_c *s, const tc_view &
 }
 
 /* The key-parallel body: dk where DK, dv where DV, RT tiles of 16 keys a warp. */
-template <int HS, int RT, bool DK, bool DV>
+template <int HS, int RT, bool DK, bool DV, typename GT>
 static __device__ __forceinline__ void
-tc_bwd_kv(float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
+tc_bwd_kv(GT *dk, GT *dv, const float *dout, const float *q, const float *k, const float *v,
           const float *lse, const float *delta, const int32_t *seg, const tc_view &a) {
     ZS_SHARED_ALIGNED(uint16_t, qs, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* Q [query][dim] */
     ZS_SHARED_ALIGNED(uint16_t, ds, FA_TC_TILE * (HS + FA_PAD),
@@ -299,37 +313,33 @@ tc_bwd_kv(float *dk, float *dv, const float *dout, const float *q, const float *
     ZS_UNROLL
     for (int rt = 0; rt < RT; rt++)
         for (int i = 0; i < 2; i++) {
-            if (c[rt][i] >= a.T) continue;
-            size_t off = tc_kvrow(a, b, c[rt][i], kvh);
-            for (int dt = 0; dt < HS / 8; dt++)
-                for (int x = 0; x < 2; x++) {
-                    if (DK)
-                        dk[off + dt * 8 + 2 * t + x] = 0.0f + dka[rt][dt].x[2 * i + x] * a.scale;
-                    if (DV) dv[off + dt * 8 + 2 * t + x] = 0.0f + dva[rt][dt].x[2 * i + x];
-                }
+            bool in = c[rt][i] < a.T;
+            size_t off = in ? tc_kvrow(a, b, c[rt][i], kvh) : 0;
+            if (DK) tc_store_grad<HS>(dk + off, dka[rt], i, a.scale, t, in, a.wide);
+            if (DV) tc_store_grad<HS>(dv + off, dva[rt], i, 1.0f, t, in, a.wide);
         }
 }
 
 /* The three kernels (the names stay on the lines of "__global__ void": emu_coverage.sh reads
  * them): both gradients on one tile a warp, or each on two. */
 // clang-format off
-template <int HS>
-static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_kv_kernel(float *dk, float *dv,
+template <int HS, typename GT>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_kv_kernel(GT *dk, GT *dv,
         const float *dout, const float *q, const float *k, const float *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
     tc_bwd_kv<HS, 1, true, true>(dk, dv, dout, q, k, v, lse, delta, seg, a);
 }
-template <int HS>
-static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dk_kernel(float *dk,
+template <int HS, typename GT>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dk_kernel(GT *dk,
         const float *dout, const float *q, const float *k, const float *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
-    tc_bwd_kv<HS, 2, true, false>(dk, NULL, dout, q, k, v, lse, delta, seg, a);
+    tc_bwd_kv<HS, 2, true, false>(dk, (GT *)NULL, dout, q, k, v, lse, delta, seg, a);
 }
-template <int HS>
-static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dv_kernel(float *dv,
+template <int HS, typename GT>
+static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dv_kernel(GT *dv,
         const float *dout, const float *q, const float *k, const float *lse, const int32_t *seg,
         tc_view a) {
-    tc_bwd_kv<HS, 2, false, true>(NULL, dv, dout, q, k, NULL, lse, NULL, seg, a);
+    tc_bwd_kv<HS, 2, false, true>((GT *)NULL, dv, dout, q, k, NULL, lse, NULL, seg, a);
 }
 // clang-format on
 
@@ -345,10 +355,11 @@ static bool tc_kv_split(const tc_view &a) {
     return a.T >= ZS_FA_TC_KV_SPLIT_T;
 }
 
-template <int HS, typename OT>
-static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float *delta,
-                        const float *dout, const float *q, const float *k, const float *v,
-                        const OT *out, const float *lse, const int32_t *seg, const tc_view &a) {
+/* dq, dk and dv (GT) fp32, or bf16 (flash_attention_bwd16g), each written once. */
+template <int HS, typename OT, typename GT>
+static zs_status tc_bwd(cudaStream_t cs, GT *dq, GT *dk, GT *dv, float *delta, const float *dout,
+                        const float *q, const float *k, const float *v, const OT *out,
+                        const float *lse, const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
     size_t rows = (size_t)a.B * a.NH * a.T;
     dim3 gq((unsigned)((a.T + BQ_ROWS - 1) / BQ_ROWS), (unsigned)(a.B * a.NH));
@@ -370,39 +381,40 @@ static zs_status tc_bwd(cudaStream_t cs, float *dq, float *dk, float *dv, float 
     }
     /* per unit: S, dP and dq, 2 x 16 x 64 x HS each; p (fmaf, exp2) and dS 6 per score */
     ZS_COST(uq * 16.0 * 64.0 * 6.0 + qe * 2.0, uq * 6.0 * 16.0 * 64.0 * HS,
-            4.0 * (3.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege)); /* dq written */
-    ZS_LAUNCH(fa_tc_bwd_q_kernel<HS>, gq, FA_TC_THREADS, 0, cs, dq, dout, q, k, v, lse, delta, seg,
-              a);
+            4.0 * (2.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege) + sizeof(GT) * qe);
+    ZS_LAUNCH((fa_tc_bwd_q_kernel<HS, GT>), gq, FA_TC_THREADS, 0, cs, dq, dout, q, k, v, lse, delta,
+              seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_q_kernel);
     if (!split) {
         /* per unit: S^T, dP^T, dv and dk, 2 x 16 x 64 x HS each */
         ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 3.0, ukv * 8.0 * 16.0 * 64.0 * HS,
-                4.0 * (2.0 * qe + 4.0 * kve + 2.0 * (double)rows + sege)); /* dk, dv written */
-        ZS_LAUNCH(fa_tc_bwd_kv_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k, v, lse,
-                  delta, seg, a);
+                4.0 * (2.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege) + 2.0 * sizeof(GT) * kve);
+        ZS_LAUNCH((fa_tc_bwd_kv_kernel<HS, GT>), gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k, v,
+                  lse, delta, seg, a);
         ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_kv_kernel);
         return ZS_OK;
     }
     /* per unit: S^T and dv; p (fmaf, exp2) 4 per score */
     ZS_COST(ukv * 16.0 * 64.0 * 4.0 + kve, ukv * 4.0 * 16.0 * 64.0 * HS,
-            4.0 * (2.0 * qe + 2.0 * kve + (double)rows + sege)); /* dv written */
-    ZS_LAUNCH(fa_tc_bwd_dv_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dv, dout, q, k, lse, seg, a);
+            4.0 * (2.0 * qe + kve + (double)rows + sege) + sizeof(GT) * kve);
+    ZS_LAUNCH((fa_tc_bwd_dv_kernel<HS, GT>), gkv, FA_TC_THREADS, 0, cs, dv, dout, q, k, lse, seg,
+              a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_dv_kernel);
     /* per unit: S^T, dP^T and dk; p and dS 6 per score */
     ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 2.0, ukv * 6.0 * 16.0 * 64.0 * HS,
-            4.0 * (2.0 * qe + 3.0 * kve + 2.0 * (double)rows + sege)); /* dk written */
-    ZS_LAUNCH(fa_tc_bwd_dk_kernel<HS>, gkv, FA_TC_THREADS, 0, cs, dk, dout, q, k, v, lse, delta,
-              seg, a);
+            4.0 * (2.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege) + sizeof(GT) * kve);
+    ZS_LAUNCH((fa_tc_bwd_dk_kernel<HS, GT>), gkv, FA_TC_THREADS, 0, cs, dk, dout, q, k, v, lse,
+              delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_dk_kernel);
 fail:
     return st;
 }
 
-template <typename OT>
-static zs_status tc_bwd_any(zs_stream_t *s, const char *op, float *dq, float *dk, float *dv,
-                            float *delta, const float *dout, const float *q, const float *k,
-                            const float *v, const OT *out, const float *lse, int B, int T, int NH,
-                            int NKV, int hs, int ldq, int ldkv, const int32_t *seg) {
+template <typename OT, typename GT>
+static zs_status tc_bwd_any(zs_stream_t *s, const char *op, GT *dq, GT *dk, GT *dv, float *delta,
+                            const float *dout, const float *q, const float *k, const float *v,
+                            const OT *out, const float *lse, int B, int T, int NH, int NKV, int hs,
+                            int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     tc_view a = tc_make(B, T, NH, NKV, hs, ldq, ldkv);
     cudaStream_t cs = zs_cu_stream(s);
@@ -412,6 +424,8 @@ static zs_status tc_bwd_any(zs_stream_t *s, const char *op, float *dq, float *dk
     if ((size_t)B * NH * T == 0) return ZS_OK;
     a.vec = tc_aligned(q, a.ldq) && tc_aligned(k, a.ldkv) && tc_aligned(v, a.ldkv) &&
             tc_aligned(dout, (size_t)NH * hs);
+    a.wide = ((uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dv) % 8 == 0 &&
+             a.ldq * sizeof(GT) % 8 == 0 && a.ldkv * sizeof(GT) % 8 == 0;
     switch (hs) {
     case 16:
         return tc_bwd<16>(cs, dq, dk, dv, delta, dout, q, k, v, out, lse, seg, a);
@@ -445,6 +459,21 @@ zs_status zs_cu_flash_tc_bwd16(zs_stream_t *s, float *dq, float *dk, float *dv, 
                                            NKV, hs, ldq, ldkv, seg);
     ZS_CHECK(zs_flash_attention_check16("flash_attention_bwd16", B, T, NH, NKV, hs, ldq, ldkv));
     return tc_bwd_any(s, "flash_attention_bwd16", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T,
+                      NH, NKV, hs, ldq, ldkv, seg);
+fail:
+    return st;
+}
+
+zs_status zs_cu_flash_tc_bwd16g(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv, float *delta,
+                                const float *dout, const float *q, const float *k, const float *v,
+                                const zs_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
+                                int hs, int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    if (!zs_cu_flash_tc_eligible(hs))
+        return zs_cu_flash_attention_bwd16g(s, dq, dk, dv, delta, dout, q, k, v, out, lse, B, T, NH,
+                                            NKV, hs, ldq, ldkv, seg);
+    ZS_CHECK(zs_flash_attention_check16("flash_attention_bwd16g", B, T, NH, NKV, hs, ldq, ldkv));
+    return tc_bwd_any(s, "flash_attention_bwd16g", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T,
                       NH, NKV, hs, ldq, ldkv, seg);
 fail:
     return st;

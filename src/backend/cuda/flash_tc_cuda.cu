@@ -53,43 +53,6 @@ tc_softmax_tile(zs_mma_c *s, float *m, float *l, zs_mma_c *o, const tc_view &a, 
         o[x >> 2].x[x & 3] *= alpha[(x & 3) >> 1];
 }
 
-/* Row r's HS outputs from this lane's fragments (columns dt * 8 + 2t and + 1, element i of
- * the pair's rows), times inv = 1 / l, at an 8-byte aligned out (the launcher checks). fp32:
- * float2 stores, a row's 4 lanes 32 contiguous bytes a fragment. bf16 (flash_attention_fwd16), each
- * value rounded once: lanes t and t ^ 1 swap the packed pairs of two fragments first, so that each
- * lane stores 4 contiguous values and a row's 4 lanes again write 32 contiguous bytes, a whole
- * sector. Every lane calls it (the shuffle); a row past T (in false) stores nothing. */
-template <int HS>
-static __device__ __forceinline__ void tc_store_row(float *orow, const zs_mma_c *o, int i,
-                                                    float inv, int t, bool in) {
-    if (!in) return;
-    ZS_UNROLL
-    for (int dt = 0; dt < HS / 8; dt++)
-        *(float2 *)(orow + dt * 8 + 2 * t) =
-            make_float2(o[dt].x[2 * i] * inv, o[dt].x[2 * i + 1] * inv);
-}
-
-static __device__ __forceinline__ uint32_t tc_pack2(float x, float y) {
-    return (uint32_t)zs_f32_to_bf16(x).bits | (uint32_t)zs_f32_to_bf16(y).bits << 16;
-}
-
-template <int HS>
-static __device__ __forceinline__ void tc_store_row(zs_bf16 *orow, const zs_mma_c *o, int i,
-                                                    float inv, int t, bool in) {
-    ZS_UNROLL
-    for (int dt = 0; dt < HS / 8; dt += 2) {
-        uint32_t u0 = tc_pack2(o[dt].x[2 * i] * inv, o[dt].x[2 * i + 1] * inv);
-        uint32_t u1 = tc_pack2(o[dt + 1].x[2 * i] * inv, o[dt + 1].x[2 * i + 1] * inv);
-        /* even t stores fragment dt's columns 2t .. 2t + 3, odd t fragment dt + 1's
-         * 2(t - 1) .. 2t + 1: each takes the half it lacks from its neighbour */
-        uint32_t got = __shfl_xor_sync(0xffffffffu, (t & 1) ? u0 : u1, 1);
-        if (!in) continue;
-        bool odd = t & 1;
-        *(uint2 *)(orow + dt * 8 + (odd ? 8 + 2 * (t - 1) : 2 * t)) =
-            make_uint2(odd ? got : u0, odd ? u1 : got);
-    }
-}
-
 /* One block an SM: 8 warps of 32 rows hold twice the 16-row warp's accumulators (255
  * registers a thread at head size 64, nothing spilled: ptxas -v for sm_90). The body is shared
  * by the fp32-out kernel and the bf16-out one. */
@@ -164,8 +127,8 @@ static __device__ __forceinline__ void tc_fwd_rows(OT *out, float *lse, const fl
             lt += __shfl_xor_sync(0xffffffffu, lt, 1);
             lt += __shfl_xor_sync(0xffffffffu, lt, 2);
             bool in = r[rt][i] < a.T;
-            tc_store_row<HS>(in ? out + tc_orow(a, b, r[rt][i], h) : out, o[rt], i, 1.0f / lt, t,
-                             in);
+            tc_store_row<HS>(in ? out + tc_orow(a, b, r[rt][i], h) : out, o[rt], i, 1.0f / lt,
+                             -0.0f, t, in);
             if (in && t == 0) lse[(size_t)bh * a.T + r[rt][i]] = m[rt][i] * a.scale + zs_logf(lt);
         }
 }

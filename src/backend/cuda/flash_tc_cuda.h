@@ -58,6 +58,7 @@ typedef struct tc_view {
     float scale;
     float scale2; /* scale log2(e): exp(x scale) = 2^(x scale2) */
     bool vec;     /* every row of q, k, v, dO starts 16-byte aligned: 16-byte loads */
+    bool wide;    /* every row of dq, dk, dv starts 8-byte aligned: 8-byte stores */
 } tc_view;
 
 #define FA_LOG2E 1.44269504088896341f
@@ -253,7 +254,7 @@ static inline tc_view tc_make(int B, int T, int NH, int NKV, int hs, int ldq, in
     a.ldkv = (size_t)ldkv;
     a.scale = 1.0f / sqrtf((float)hs);
     a.scale2 = a.scale * FA_LOG2E;
-    a.vec = false; /* set by the launchers, which see the pointers */
+    a.vec = a.wide = false; /* set by the launchers, which see the pointers */
     return a;
 }
 
@@ -273,6 +274,45 @@ static inline double tc_units_kv(int T) {
     for (int g = 0; 16 * g < T; g++)
         u += nb - (16 * g) / FA_TC_TILE;
     return u;
+}
+
+/* Row r's HS outputs from this lane's fragments (columns dt * 8 + 2t and + 1, element i of
+ * the pair's rows), each o inv + add (the forward: inv = 1 / l and add -0, which changes no
+ * value; the backward's gradients: inv its scale and add +0, ops.h's bits of accumulating
+ * into zeros), at an 8-byte aligned row (the launchers check). fp32:
+ * float2 stores, a row's 4 lanes 32 contiguous bytes a fragment. bf16 (flash_attention_fwd16), each
+ * value rounded once: lanes t and t ^ 1 swap the packed pairs of two fragments first, so that each
+ * lane stores 4 contiguous values and a row's 4 lanes again write 32 contiguous bytes, a whole
+ * sector. Every lane calls it (the shuffle); a row past T (in false) stores nothing. */
+template <int HS>
+static __device__ __forceinline__ void tc_store_row(float *orow, const zs_mma_c *o, int i,
+                                                    float inv, float add, int t, bool in) {
+    if (!in) return;
+    ZS_UNROLL
+    for (int dt = 0; dt < HS / 8; dt++)
+        *(float2 *)(orow + dt * 8 + 2 * t) =
+            make_float2(o[dt].x[2 * i] * inv + add, o[dt].x[2 * i + 1] * inv + add);
+}
+
+static __device__ __forceinline__ uint32_t tc_pack2(float x, float y) {
+    return (uint32_t)zs_f32_to_bf16(x).bits | (uint32_t)zs_f32_to_bf16(y).bits << 16;
+}
+
+template <int HS>
+static __device__ __forceinline__ void tc_store_row(zs_bf16 *orow, const zs_mma_c *o, int i,
+                                                    float inv, float add, int t, bool in) {
+    ZS_UNROLL
+    for (int dt = 0; dt < HS / 8; dt += 2) {
+        uint32_t u0 = tc_pack2(o[dt].x[2 * i] * inv + add, o[dt].x[2 * i + 1] * inv + add);
+        uint32_t u1 = tc_pack2(o[dt + 1].x[2 * i] * inv + add, o[dt + 1].x[2 * i + 1] * inv + add);
+        /* even t stores fragment dt's columns 2t .. 2t + 3, odd t fragment dt + 1's
+         * 2(t - 1) .. 2t + 1: each takes the half it lacks from its neighbour */
+        uint32_t got = __shfl_xor_sync(0xffffffffu, (t & 1) ? u0 : u1, 1);
+        if (!in) continue;
+        bool odd = t & 1;
+        *(uint2 *)(orow + dt * 8 + (odd ? 8 + 2 * (t - 1) : 2 * t)) =
+            make_uint2(odd ? got : u0, odd ? u1 : got);
+    }
 }
 
 /* Whether rows of a view at p with row stride ld (in floats) all start 16-byte aligned (head

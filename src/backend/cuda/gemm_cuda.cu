@@ -457,9 +457,10 @@ fail:
  * once (dout serves both products; a bf16 dout or inp taken as it is), then linear.c's two
  * gemms on them; where the three do not fit (zs_linear_bwd_cast_elems 0), the two gemms each
  * casting their own. With dbias or gelu_inp, dout's rounding is bias_bwd's pass over it (one
- * read of dout where a GELU's backward, a cast and a sum took three passes); a bf16 dout is
- * read there as it is, and the G it writes takes an fp32 dout's room. dinp16: the dinp GEMM
- * writes bf16. */
+ * read of dout where a GELU's backward, a cast and a sum took three passes). A bf16 dout is G
+ * as it is where no GELU comes between (the bias pass only sums it), and with a GELU is read
+ * there as it is, the G it writes taking an fp32 dout's room. dinp16: the dinp GEMM writes
+ * bf16. */
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW,
                                      float *dbias, const void *dout, int dout16,
                                      const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
@@ -467,7 +468,7 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
                                      float dinp_beta) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
-    int g16 = dout16 && !dbias && !gelu_inp; /* G is dout as it is */
+    int g16 = dout16 && !gelu_inp; /* G is dout as it is */
     size_t cast = zs_linear_bwd_cast_elems(N, IC, OC, inp16, g16);
     size_t nw = zs_gemm_cast_round((size_t)IC * OC);
     size_t nd = g16 ? 0 : zs_gemm_cast_round((size_t)OC * N);
@@ -479,7 +480,7 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
 #endif
     ZS_REQUIRE(!gelu_inp || dtmp, ZS_ERR_INVALID, "linear_bwd: GELU input without a scratch");
     ZS_REQUIRE(g16 || !dout16 || cast, ZS_ERR_INVALID,
-               "linear_bwd: a bf16 output gradient with a bias or GELU at N=%d IC=%d OC=%d: its "
+               "linear_bwd: a bf16 output gradient with a GELU at N=%d IC=%d OC=%d: its "
                "operands do not fit the gemm scratch together",
                N, IC, OC);
     ZS_REQUIRE(!dinp16 || (cast && dinp_beta == 0.0f), ZS_ERR_INVALID,
@@ -507,7 +508,7 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
                               (float *)dinp, IC));
         ZS_CHECK(
             zs_cu_gemm16(s, 0, 1, IC, OC, N, 1.0f, inp, inp16, IC, dout, dout16, OC, 1.0f, dW, IC));
-        return dbias ? zs_cu_bias_bwd_cast(s, dbias, dout, 0, N, OC, NULL, NULL, 0) : ZS_OK;
+        return dbias ? zs_cu_bias_bwd_cast(s, dbias, dout, dout16, N, OC, NULL, NULL, 0) : ZS_OK;
     }
     ZS_CHECK(
         zs_gemm_check(0, 0, IC, N, OC, W, IC, (const float *)dout, OC, (const float *)dinp, IC));
@@ -515,8 +516,10 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
         zs_gemm_check(0, 1, IC, OC, N, (const float *)inp, IC, (const float *)dout, OC, dW, IC));
     ZS_CHECK(blas_begin(s, cast, &h, &w));
     ZS_CHECK(round_in(s, w, W, (size_t)IC * OC, &wb));
-    if (dbias || gelu_inp)
+    if (gelu_inp || (dbias && !g16))
         ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, dout16, N, OC, w + nw, gelu_inp, gelu16));
+    else if (dbias)
+        ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, 1, N, OC, NULL, NULL, 0));
     else if (!dout16)
         ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, (const float *)dout, (size_t)OC * N));
     if (!inp16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp, (size_t)IC * N));

@@ -1,10 +1,9 @@
 /* The CUDA backend's ops tables, and bias, elementwise, cast, fill/copy and Philox-init kernels
  * over the shared per-element math in backend/kernels. The gemms (cuBLAS) live in gemm_cuda.cu,
- * network ops in nn_cuda.cu and
- * llama_cuda.cu, attention in attention_cuda.cu and flash*_cuda.cu, AdamW and the sums of the
- * gradient norm and the loss in optim_cuda.cu. Each op is a static __global__ kernel and the
- * op itself, which checks shapes and buffers and launches it. Every op is asynchronous on its
- * stream.
+ * network ops in nn_cuda.cu and llama_cuda.cu, attention in attention_cuda.cu and flash*_cuda.cu,
+ * AdamW and the sums of the gradient norm and the loss in optim_cuda.cu. Each op is a static
+ * __global__ kernel and the op itself, which checks shapes and buffers and launches it. Every op
+ * is asynchronous on its stream.
  * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/adamw.h"
@@ -552,7 +551,7 @@ fail:
 static const zs_ops *cuda_with_math(zs_gemm_math math);
 
 #define CUDA_TABLE(math, gemm_fn, gemm16_fn, linear_bias_fn, linear_bwd_fn, linear_bwd16_fn,       \
-                   xent16_fn, flash_fwd, flash_bwd, flash_fwd16, flash_bwd16)                      \
+                   xent16_fn, flash_fwd, flash_bwd, flash_fwd16, flash_bwd16, flash_bwd16g)        \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
         .gemm16 = gemm16_fn, .linear_fwd_bias = linear_bias_fn, .gemm_linear_bwd = linear_bwd_fn,  \
@@ -576,19 +575,21 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .swiglu_bwd16 = zs_cu_swiglu_bwd16, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,          \
         .attention_gqa_bwd = zs_cu_attention_gqa_bwd, .flash_attention_fwd = flash_fwd,            \
         .flash_attention_bwd = flash_bwd, .flash_attention_fwd16 = flash_fwd16,                    \
-        .flash_attention_bwd16 = flash_bwd16, .decode_attention = zs_cu_decode_attention,          \
-        .sample = zs_cu_sample,                                                                    \
+        .flash_attention_bwd16 = flash_bwd16, .flash_attention_bwd16g = flash_bwd16g,              \
+        .decode_attention = zs_cu_decode_attention, .sample = zs_cu_sample,                        \
     }
 
 static const zs_ops cuda_ops[3] = {
     CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, NULL, NULL, zs_cu_flash_attention_fwd,
-               zs_cu_flash_attention_bwd, zs_cu_flash_attention_fwd16, zs_cu_flash_attention_bwd16),
+               zs_cu_flash_attention_bwd, zs_cu_flash_attention_fwd16, zs_cu_flash_attention_bwd16,
+               NULL),
     CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, NULL, NULL,
                zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd, zs_cu_flash_attention_fwd16,
-               zs_cu_flash_attention_bwd16),
+               zs_cu_flash_attention_bwd16, NULL),
     CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm16, zs_cu_linear_fwd_bias,
                zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16, zs_cu_softmax_xent16,
-               zs_cu_flash_tc_fwd, zs_cu_flash_tc_bwd, zs_cu_flash_tc_fwd16, zs_cu_flash_tc_bwd16)};
+               zs_cu_flash_tc_fwd, zs_cu_flash_tc_bwd, zs_cu_flash_tc_fwd16, zs_cu_flash_tc_bwd16,
+               zs_cu_flash_tc_bwd16g)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];
