@@ -16,7 +16,8 @@
 /* Every slot of the table is set (zs_ops is a name and function pointers only, so scanning it
  * by pointer-sized words also covers ops added after this test was written), but the
  * optional slots the CUDA bf16 table sets: gemm16, linear_fwd_bias (test_gemm16.c),
- * gemm_linear_bwd, and gemm_linear_bwd16 with softmax_xent16 (test_cuda_fused.c). */
+ * gemm_linear_bwd, gemm_linear_bwd16 with softmax_xent16 (test_cuda_fused.c), and
+ * flash_attention_bwd16g (test_cuda_flash_tc.c). */
 static void check_table(void) {
     const unsigned char *p = (const unsigned char *)co_gpu;
     static const unsigned char zero[sizeof(void *)];
@@ -27,6 +28,7 @@ static void check_table(void) {
                      off == offsetof(zs_ops, gemm_linear_bwd) ||
                      off == offsetof(zs_ops, gemm_linear_bwd16) ||
                      off == offsetof(zs_ops, softmax_xent16) ||
+                     off == offsetof(zs_ops, flash_attention_bwd16g) ||
                      memcmp(p + off, zero, sizeof(void *)),
                  "zs_ops slot at byte %zu is NULL", off);
     ZT_CHECK(co_gpu->with_math(ZS_MATH_BF16)->gemm16, "the %s bf16 table takes no bf16 input",
@@ -35,6 +37,8 @@ static void check_table(void) {
              "the CUDA bf16 table does not share dout between a linear layer's backward gemms");
     ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->linear_fwd_bias,
              "the CUDA bf16 table adds no bias in a GEMM's epilogue");
+    ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->flash_attention_bwd16g,
+             "the CUDA bf16 table writes no bf16 attention gradients");
     ZT_CHECK(strcmp(co_gpu->name, co_fake ? "cpu" : "cuda") == 0, "table name %s", co_gpu->name);
     ZT_CHECK(co_gpu->gemm_math == ZS_MATH_FP32, "the default table's gemm is fp32 (got %d)",
              (int)co_gpu->gemm_math);
