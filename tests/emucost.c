@@ -71,15 +71,19 @@ static struct kernel {
 static int g_nk, g_nmine;
 static const char *g_name;
 
-/* The sources of the attention kernels: test_emu_costs_attn.c's (EC_ATTENTION); every other .cu
- * file, a new one too, is test_emu_costs.c's (EC_OPS). */
+/* The sources of the attention kernels: test_emu_costs_attn.c's (EC_ATTENTION); of the casts
+ * and the embedding: test_emu_costs_mem.c's (EC_MEMORY); every other .cu file, a new one too,
+ * is test_emu_costs.c's (EC_OPS). */
 static const char *const g_attention_cu[] = {"attention_cuda.cu", "decode_cuda.cu", "flash_cuda.cu",
                                              "flash_tc_cuda.cu", "flash_tc_bwd_cuda.cu"};
+static const char *const g_memory_cu[] = {"cast_cuda.cu", "embedding_cuda.cu"};
 
-static int is_attention_cu(const char *file) {
+static ec_part part_of(const char *file) {
     for (size_t i = 0; i < sizeof g_attention_cu / sizeof g_attention_cu[0]; i++)
-        if (!strcmp(file, g_attention_cu[i])) return 1;
-    return 0;
+        if (!strcmp(file, g_attention_cu[i])) return EC_ATTENTION;
+    for (size_t i = 0; i < sizeof g_memory_cu / sizeof g_memory_cu[0]; i++)
+        if (!strcmp(file, g_memory_cu[i])) return EC_MEMORY;
+    return EC_OPS;
 }
 
 /* Every "__global__ void NAME(" (or "__global__ void ZS_BOUNDS(..) NAME(") of the .cu files in
@@ -97,7 +101,7 @@ static void load_kernels(ec_part part) {
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
         if (len < 4 || strcmp(e->d_name + len - 3, ".cu") != 0) continue;
-        int mine = is_attention_cu(e->d_name) == (part == EC_ATTENTION);
+        int mine = part_of(e->d_name) == part;
         char path[8192], line[1024];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         FILE *f = fopen(path, "r");

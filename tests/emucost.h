@@ -1,10 +1,11 @@
-/* What test_emu_costs.c and test_emu_costs_attn.c share (emulated GPU only): the CUDA ops
+/* What test_emu_costs.c, _attn.c and _mem.c share (emulated GPU only): the CUDA ops
  * table, random device buffers and document starts, the profiler's unit (unique 32-byte
  * sectors), the __global__ kernels of src/backend/cuda, profiling one op and checking each of
  * its launches (check_rec: declared, bytes; check_scaling: FLOPs linear in a size).
- * The kernels are split between the two tests by source file (EC_ATTENTION: attention_cuda.cu,
- * flash_cuda.cu, flash_tc_cuda.cu, flash_tc_bwd_cuda.cu and decode_cuda.cu; EC_OPS: every other
- * .cu file), and each test must check every kernel of its files (ec_finish). */
+ * The kernels are split between the three tests by source file (EC_ATTENTION: attention_cuda.cu,
+ * flash_cuda.cu, flash_tc_cuda.cu, flash_tc_bwd_cuda.cu and decode_cuda.cu; EC_MEMORY:
+ * cast_cuda.cu and embedding_cuda.cu; EC_OPS: every other .cu file), and each test must check
+ * every kernel of its files (ec_finish). */
 #ifndef ZS_EMUCOST_H
 #define ZS_EMUCOST_H
 
@@ -18,8 +19,8 @@
 /* The CUDA ops table (set by ec_start). */
 extern const zs_ops *gpu;
 
-/* The two tests, each answering for the kernels of its source files (above). */
-typedef enum ec_part { EC_OPS, EC_ATTENTION } ec_part;
+/* The three tests, each answering for the kernels of its source files (above). */
+typedef enum ec_part { EC_OPS, EC_ATTENTION, EC_MEMORY } ec_part;
 
 /* zt_init(name), then exits 77 without a GPU; selects the CUDA ops table on device 0 and reads
  * the kernels of src/backend/cuda, this test's (part's) files marked. */

@@ -6,10 +6,15 @@
  *    contract broken on purpose, so that the source shows), its result is bit for bit its result
  *    on the twin's values widened, and differs from its result on the fp32 ones;
  *  - dropped (n 0), the fp32 values are rounded again: the result on them;
- *  - a weight only partly inside the range, or whose twin would not be 16-byte aligned, is
- *    rounded from its own fp32 values;
+ *  - a weight only partly inside the range is rounded from its own fp32 values; one whose twin
+ *    is not 16-byte aligned still reads the twin (copied into the scratch), since a bf16
+ *    compute copy does not widen the weights it has twins of (shard/engine_bf16.c);
  *  - a true twin (the fp32 values' own bf16) gives the bits of no twin;
- *  - the default stream keeps no twin (threads share it).
+ *  - the default stream keeps no twin (threads share it);
+ *  - the embedding's forward reads wte and wpe from their twin, with fp32 values that are NaN:
+ *    the bits of the fp32 tables of the twin's values;
+ *  - widen_ranges gives cast's bits in each range, aligned or not, and more ranges than one
+ *    launch takes, and leaves every element outside them as it was.
  * The race checker runs on this test. Exits 77 without a GPU. */
 #include "backend/cuda_device.h"
 #include "backend/device.h"
@@ -17,6 +22,7 @@
 #include "core/bf16.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <string.h>
 
 enum { N = 64, IC = 48, OC = 40, LEAD = 16, UNIT = LEAD + OC * IC + LEAD };
@@ -109,8 +115,13 @@ static void check_entry(int e, zs_stream_t *s) {
     expect_with(e, "a true twin gives the bits of none", s, d_u, d_u16, nu, W, &o, on_u);
     expect_with(e, "the weight's last element past the twin: its own values", s, d_u, d_t16,
                 LEAD + nw - 1, W, &o, on_u);
-    expect_with(e, "a twin offset 2 bytes from 16-byte alignment: its own values", s, d_u + 1,
-                d_t16, nu - 1, W, &o, on_u);
+    { /* the twin of W 2 bytes off 16-byte alignment: its values still */
+        zs_bf16 *ts16 = zt_hbuf((nu + 1) * 2);
+        ts16[0] = zs_f32_to_bf16(0.0f);
+        memcpy(ts16 + 1, t16, nu * 2);
+        expect_with(e, "a twin off 16-byte alignment, copied", s, d_u,
+                    (zs_bf16 *)zt_dup(ts16, (nu + 1) * 2) + 1, nu, W, &o, on_t);
+    }
     { /* dropped: the twin set, then cleared before the call */
         char what[160];
         size_t nd = 0;
@@ -120,6 +131,64 @@ static void check_entry(int e, zs_stream_t *s) {
         zt_expect_bits(what, run(e, s, W, &o, &nd), on_u, nb);
     }
     expect_with(e, "the default stream keeps none", NULL, d_u, d_t16, nu, W, &o, on_u);
+    zt_release();
+}
+
+/* The embedding's forward on s with its tables' twin: its bits on the twin's values in fp32. */
+static void check_embedding(zs_stream_t *s) {
+    enum { B = 2, T = 5, C = 24, V = 11 };
+    size_t nu = (size_t)(V + T) * C, no = (size_t)B * T * C; /* the unit: wte, then wpe */
+    float *u = zt_hbuf(nu * 4);
+    zs_bf16 *u16 = zt_hbuf(nu * 2);
+    int32_t tok[B * T];
+    zt_fill_normal(u, nu, 0.5f);
+    for (size_t i = 0; i < nu; i++) {
+        u16[i] = zs_f32_to_bf16(u[i]);
+        u[i] = zs_bf16_to_f32(u16[i]);
+    }
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (7 * i + 3) % V;
+    int32_t *d_tok = zt_dup(tok, sizeof tok);
+    float *d_u = zt_dup(u, nu * 4), *d_nan = zt_dbuf(nu * 4), *out = zt_dbuf(no * 4);
+    ZT_OK(gpu->fill(s, d_nan, NAN, nu));
+    for (int wpe = 0; wpe < 2; wpe++) {
+        char what[96];
+        ZT_OK(gpu->embedding_fwd(s, out, d_tok, d_u, wpe ? d_u + V * C : NULL, B, T, C, NULL));
+        ZT_OK(gpu->sync(s));
+        void *want = zt_hcopy(out, no * 4);
+        gpu->twin16(s, d_nan, zt_dup(u16, nu * 2), nu);
+        ZT_OK(gpu->embedding_fwd(s, out, d_tok, d_nan, wpe ? d_nan + V * C : NULL, B, T, C, NULL));
+        gpu->twin16(s, NULL, NULL, 0);
+        ZT_OK(gpu->sync(s));
+        snprintf(what, sizeof what, "embedding_fwd %s wpe: read from the twin",
+                 wpe ? "with" : "without");
+        zt_expect_bits(what, zt_hcopy(out, no * 4), want, no * 4);
+    }
+    zt_release();
+}
+
+/* widen_ranges against a cast a range, over ranges aligned and not, more than a launch takes. */
+static void check_widen(zs_stream_t *s) {
+    enum { NR = ZS_WIDEN_RANGES + 3, NW = 64 * NR };
+    int64_t r[2 * NR];
+    float *x = zt_hbuf(NW * 4), *want = zt_hbuf(NW * 4);
+    zs_bf16 *x16 = zt_hbuf(NW * 2);
+    zt_fill_normal(x, NW, 1.0f);
+    for (int i = 0; i < NW; i++)
+        x16[i] = zs_f32_to_bf16(x[i]);
+    zt_fill_normal(want, NW, 1.0f); /* outside the ranges: as it was */
+    float *d = zt_dup(want, NW * 4);
+    for (int i = 0; i < NR; i++) { /* range i: in [64 i, 64 i + 64), start and length vary */
+        r[2 * i] = 64 * i + (i % 5) * 3;
+        r[2 * i + 1] = 1 + (i * 13) % 50;
+        for (int64_t k = r[2 * i]; k < r[2 * i] + r[2 * i + 1]; k++)
+            want[k] = zs_bf16_to_f32(x16[k]);
+    }
+    ZT_OK(gpu->widen_ranges(s, d, zt_dup(x16, NW * 2), r, NR));
+    ZT_OK(gpu->sync(s));
+    zt_expect_bits("widen_ranges", zt_hcopy(d, NW * 4), want, NW * 4);
+    ZT_CHECK(gpu->widen_ranges(s, d, x16, r, -1) == ZS_ERR_INVALID,
+             "widen_ranges: -1 ranges accepted");
     zt_release();
 }
 
@@ -136,6 +205,8 @@ int main(void) {
     ZT_OK(zs_cuda_stream_create(&s));
     for (int e = 0; e < N_ENTRY; e++)
         check_entry(e, s);
+    check_embedding(s);
+    check_widen(s);
     zs_cuda_stream_destroy(s);
     return zt_finish();
 }

@@ -11,11 +11,12 @@
  *     (or rows, or columns) between two sizes. One gemm's price (the emulator's cuBLAS model:
  *     2 m n k) is checked too, and the bf16 linear forward's bias in cuBLASLt's epilogue (no
  *     bias pass after the product).
- * This test: gemm, the elementwise ops, AdamW, sums, bias, norms, embedding, RoPE and softmax
+ * This test: gemm, the elementwise ops, AdamW, sums, bias, norms, RoPE and softmax
  * cross-entropy. Every __global__ kernel of the .cu files in src/backend/cuda (read from the
- * sources) but the attention ones must have been checked; attention, flash attention, decoding
- * and sampling (attention_cuda.cu, flash*_cuda.cu, decode_cuda.cu): test_emu_costs_attn.c.
- * Exits 77 without a GPU. */
+ * sources) but the attention, cast and embedding ones must have been checked; attention, flash
+ * attention, decoding and sampling (attention_cuda.cu, flash*_cuda.cu, decode_cuda.cu):
+ * test_emu_costs_attn.c; casts and the embedding (cast_cuda.cu, embedding_cuda.cu):
+ * test_emu_costs_mem.c. Exits 77 without a GPU. */
 #include "backend/kernels/sumsq.h"
 #include "backend/ops.h"
 #include "core/bf16.h"
@@ -105,20 +106,17 @@ enum {
     E_SWIGLU_FWD,
     E_SWIGLU_BWD,
     E_SWIGLU_BWD16,
-    E_TO_BF16,
-    E_TO_F32,
-    E_ROUND16,
     E_INIT,
     E_ADAMW,
     E_COUNT
 };
 static const char *const g_elem_kernel[E_COUNT] = {
-    "residual_kernel",    "axpy_kernel",       "scale_kernel",       "fill_kernel",
-    "gelu_fwd_kernel",    "gelu_bwd_kernel",   "gelu_bwd_kernel",    "bias_gelu16_kernel",
-    "swiglu_fwd_kernel",  "swiglu_bwd_kernel", "swiglu_bwd_kernel",  "f32_to_bf16_kernel",
-    "bf16_to_f32_kernel", "round16_kernel",    "init_normal_kernel", "adamw_kernel"};
+    "residual_kernel",   "axpy_kernel",       "scale_kernel",      "fill_kernel",
+    "gelu_fwd_kernel",   "gelu_bwd_kernel",   "gelu_bwd_kernel",   "bias_gelu16_kernel",
+    "swiglu_fwd_kernel", "swiglu_bwd_kernel", "swiglu_bwd_kernel", "init_normal_kernel",
+    "adamw_kernel"};
 /* distinct buffers each touches */
-static const int g_elem_bufs[E_COUNT] = {3, 2, 1, 1, 2, 3, 3, 3, 3, 5, 5, 2, 2, 1, 1, 4};
+static const int g_elem_bufs[E_COUNT] = {3, 2, 1, 1, 2, 3, 3, 3, 3, 5, 5, 1, 4};
 
 /* One elementwise op over n elements; its FLOPs. */
 static double run_elementwise(int op, size_t n) {
@@ -159,15 +157,6 @@ static double run_elementwise(int op, size_t n) {
         break;
     case E_SWIGLU_BWD16: /* the two gradients in bf16: 2-byte writes */
         ZT_OK(gpu->swiglu_bwd16(NULL, h, h2, c, d, e, n));
-        break;
-    case E_TO_BF16:
-        ZT_OK(gpu->cast(NULL, h, ZS_DTYPE_BF16, a, ZS_DTYPE_F32, n));
-        break;
-    case E_TO_F32:
-        ZT_OK(gpu->cast(NULL, a, ZS_DTYPE_F32, h, ZS_DTYPE_BF16, n));
-        break;
-    case E_ROUND16:
-        ZT_OK(gpu->round16(NULL, a, n));
         break;
     case E_INIT:
         ZT_OK(gpu->init_normal(NULL, a, n, 7, 3, 11, 0.02f));
@@ -436,75 +425,6 @@ static void check_norms(void) {
     check_scaling("rmsnorm_bwd_cols_kernel", a[2], C, c[2], 2 * C);
 }
 
-/* ---- embedding ---------------------------------------------------------------------------- */
-
-/* Distinct tokens (so that the gathered wte rows are the ideal), C = 70 floats a row (280
- * bytes: rows start and end inside sectors, which the enumeration below counts). grads: 1 dwte,
- * 2 dwpe, 3 both. FLOPs: fl[0] forward, fl[1] dwte, fl[2] dwpe. */
-static void run_embedding(int B, int with_wpe, int docs, double fl[3]) {
-    int T = 7, C = 70, V = 64;
-    size_t BT = (size_t)B * T, no = BT * C;
-    ZT_REQUIRE(BT <= (size_t)V, "tokens must be distinct");
-    const int32_t *seg = NULL, *d_seg = docs_seg(docs, B, T, &seg);
-    int32_t *tok = zt_hbuf((size_t)V * sizeof(int32_t));
-    for (int i = 0; i < V; i++)
-        tok[i] = i;
-    for (int i = V - 1; i > 0; i--) { /* shuffle */
-        int j = (int)zt_uniform(0, i + 1), t = tok[i];
-        tok[i] = tok[j];
-        tok[j] = t;
-    }
-    int32_t *d_tok = zt_dup(tok, BT * sizeof(int32_t));
-    float *wte = drand((size_t)V * C), *wpe = with_wpe ? drand((size_t)T * C) : NULL;
-    float *out = drand(no), *dout = drand(no), *dwte = drand((size_t)V * C);
-    float *dwpe = drand((size_t)T * C);
-    /* the wte rows of the tokens, and the wpe rows of the positions in their documents */
-    sectors ste = sec_new((size_t)V * C * 4), spe = sec_new((size_t)T * C * 4);
-    for (size_t bt = 0; bt < BT; bt++) {
-        size_t pos = bt % T - (size_t)seg_lo(seg, bt);
-        sec_add(&ste, (size_t)tok[bt] * C * 4, ((size_t)tok[bt] + 1) * C * 4);
-        sec_add(&spe, pos * C * 4, (pos + 1) * C * 4);
-    }
-    double te = sec_bytes(&ste) - 4.0 * BT * C, pe = sec_bytes(&spe) - 4.0 * T * C;
-    prof_start();
-    ZT_OK(gpu->embedding_fwd(NULL, out, d_tok, wte, wpe, B, T, C, d_seg));
-    prof_stop();
-    const zs_emu_record *f = rec("embedding_fwd_kernel");
-    check_rec(f, 3 + with_wpe + docs, te + (with_wpe ? pe : 0),
-              docs ? "the wte rows' partial sectors; wpe: only the positions documents reach"
-                   : "the wte rows' partial sectors (C = 70)");
-    fl[0] = f->flops;
-    prof_start();
-    ZT_OK(gpu->embedding_bwd(NULL, dwte, with_wpe ? dwpe : NULL, dout, d_tok, B, T, C, d_seg));
-    prof_stop();
-    const zs_emu_record *w = rec("embedding_bwd_wte_kernel");
-    check_rec(w, 3, 2 * te, "the dwte rows' partial sectors, read and written");
-    fl[1] = w->flops;
-    fl[2] = 0;
-    if (with_wpe) {
-        const zs_emu_record *p =
-            rec(docs ? "embedding_bwd_wpe_seg_kernel" : "embedding_bwd_wpe_kernel");
-        check_rec(p, 2 + docs, docs ? 2 * pe : 0,
-                  "dwpe: only the positions documents reach, read and written");
-        fl[2] = p->flops;
-    }
-    zt_release();
-}
-
-static void check_embedding(void) {
-    double a[3], b[3];
-    for (int docs = 0; docs < 2; docs++) {
-        run_embedding(3, 1, docs, a);
-        run_embedding(6, 1, docs, b);
-        check_scaling("embedding_fwd_kernel", a[0], 3, b[0], 6);
-        check_scaling("embedding_bwd_wte_kernel", a[1], 3, b[1], 6);
-        check_scaling(docs ? "embedding_bwd_wpe_seg_kernel" : "embedding_bwd_wpe_kernel", a[2], 3,
-                      b[2], 6);
-    }
-    run_embedding(3, 0, 0, a); /* no position embedding: no FLOPs */
-    ZT_CHECK(a[0] == 0, "embedding_fwd without wpe declares %g FLOPs", a[0]);
-}
-
 /* ---- RoPE ----------------------------------------------------------------------------------- */
 
 /* bwd 0: rope_fwd, 1: rope_bwd, 2: rope_bwd16 (its output bf16: 2-byte writes). */
@@ -591,7 +511,6 @@ int main(void) {
     check_sums();
     check_bias();
     check_norms();
-    check_embedding();
     check_rope();
     check_softmax_xent();
     check_adamw_segs16();

@@ -262,6 +262,15 @@ static void quick(void) {
     rl_check_same(&z3, &ddp, "quick: N=2 nccl stage 3 vs ddp");
 }
 
+/* ZS_TEST_QUICK=bf16 (the embed_no_twin mutant): gpt2-tiny in bf16 on one GPU, whose compute
+ * copy leaves the weights that GEMMs and the embedding read from the bf16 copy unwidened
+ * (shard/engine_bf16.c), against the CPU's. */
+static void quick_bf16(void) {
+    rl_run cpu = job("", "gpt2-tiny", 1, "ddp", "bf16", "cpu", "");
+    rl_run one = job("ZS_EMU_DEVICES=1", "gpt2-tiny", 1, "ddp", "bf16", "cuda", "");
+    check_follows(&one, &cpu, "quick bf16: gpt2-tiny N=1 against the CPU's", tolerance("bf16"));
+}
+
 /* --docs pad (GPT-2's learned positions) and pack (LLaMA's RoPE) on a corpus of '%'-separated
  * documents: the document starts go to the GPU with the tokens, and every masked kernel runs. */
 static void documents(void) {
@@ -354,6 +363,8 @@ int main(void) {
             grad_accum(1);
         else if (!strcmp(q, "hsdp"))
             hsdp();
+        else if (!strcmp(q, "bf16"))
+            quick_bf16();
         else
             quick();
         ZT_CHECK(rl_cleanup() == 0, "cleanup");

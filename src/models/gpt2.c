@@ -76,8 +76,10 @@ static zs_status gpt2_layout(const zs_model_config *c, int world_size, zs_layout
                                   ZS_INIT_NORMAL, std));
     /* Padded vocabulary rows never receive gradient; start them at zero so they stay zero. */
     out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+    out->tensors[out->n_tensors - 1].twin_read = 1;
     ZS_CHECK(zs_layout_add_tensor(out, "wpe.weight", 2, (int64_t[]){c->max_seq, C}, 1,
                                   ZS_INIT_NORMAL, std));
+    out->tensors[out->n_tensors - 1].twin_read = 1;
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "h.%d", l);
         ZS_CHECK(zs_layout_add_unit(out, name, 1));
@@ -86,7 +88,8 @@ static zs_status gpt2_layout(const zs_model_config *c, int world_size, zs_layout
     ZS_CHECK(zs_layout_add_tensor(out, name, 1, (int64_t[]){n0}, decay, init, sd))
 #define T2(suffix, n0, n1, decay, init, sd)                                                        \
     snprintf(name, sizeof name, "h.%d.%s", l, suffix);                                             \
-    ZS_CHECK(zs_layout_add_tensor(out, name, 2, (int64_t[]){n0, n1}, decay, init, sd))
+    ZS_CHECK(zs_layout_add_tensor(out, name, 2, (int64_t[]){n0, n1}, decay, init, sd));            \
+    out->tensors[out->n_tensors - 1].twin_read = 1
         T1("ln_1.weight", C, 0, ZS_INIT_ONES, 0);
         T1("ln_1.bias", C, 0, ZS_INIT_ZEROS, 0);
         T2("attn.c_attn.weight", 3 * C, C, 1, ZS_INIT_NORMAL, std);
@@ -110,6 +113,7 @@ static zs_status gpt2_layout(const zs_model_config *c, int world_size, zs_layout
         ZS_CHECK(zs_layout_add_tensor(out, "lm_head.weight", 2, (int64_t[]){c->padded_vocab, C}, 1,
                                       ZS_INIT_NORMAL, std));
         out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+        out->tensors[out->n_tensors - 1].twin_read = 1;
     }
     ZS_CHECK(zs_layout_finalize(out, world_size));
     return ZS_OK;

@@ -77,6 +77,7 @@ static zs_status llama_layout(const zs_model_config *c, int world_size, zs_layou
                                   ZS_INIT_NORMAL, std));
     /* Padded vocabulary rows never receive gradient; start them at zero so they stay zero. */
     out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+    out->tensors[out->n_tensors - 1].twin_read = 1; /* an embedding table and the tied head */
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "model.layers.%d", l);
         ZS_CHECK(zs_layout_add_unit(out, name, 1));
@@ -85,7 +86,8 @@ static zs_status llama_layout(const zs_model_config *c, int world_size, zs_layou
     ZS_CHECK(zs_layout_add_tensor(out, name, 1, (int64_t[]){C}, 0, ZS_INIT_ONES, 0))
 #define T2(suffix, n0, n1, sd)                                                                     \
     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                                  \
-    ZS_CHECK(zs_layout_add_tensor(out, name, 2, (int64_t[]){n0, n1}, 1, ZS_INIT_NORMAL, sd))
+    ZS_CHECK(zs_layout_add_tensor(out, name, 2, (int64_t[]){n0, n1}, 1, ZS_INIT_NORMAL, sd));      \
+    out->tensors[out->n_tensors - 1].twin_read = 1 /* GEMM weights */
         T1("input_layernorm.weight");
         T2("self_attn.q_proj.weight", QD, C, std);
         T2("self_attn.k_proj.weight", KD, C, std);
@@ -105,6 +107,7 @@ static zs_status llama_layout(const zs_model_config *c, int world_size, zs_layou
         ZS_CHECK(zs_layout_add_tensor(out, "lm_head.weight", 2, (int64_t[]){Vp, C}, 1,
                                       ZS_INIT_NORMAL, std));
         out->tensors[out->n_tensors - 1].zero_from = (int64_t)c->vocab * C;
+        out->tensors[out->n_tensors - 1].twin_read = 1;
     }
     ZS_CHECK(zs_layout_finalize(out, world_size));
     return ZS_OK;

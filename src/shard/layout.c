@@ -109,6 +109,7 @@ zs_status zs_layout_copy(const zs_layout *src, zs_layout *dst) {
             ZS_CHECK(zs_layout_add_tensor(dst, t->name, t->ndim, t->shape, t->decay, t->init,
                                           t->init_std));
             dst->tensors[dst->n_tensors - 1].zero_from = t->zero_from;
+            dst->tensors[dst->n_tensors - 1].twin_read = t->twin_read;
         }
     }
     return ZS_OK;

@@ -27,6 +27,10 @@ typedef struct zs_tensor_desc {
     zs_init_kind init;
     float init_std;
     int64_t zero_from; /* elements at index >= zero_from init to 0 (e.g. padded vocab rows) */
+    /* 1: the model reads it only as a GEMM weight or an embedding table, ops a table with
+     * twin16 and bf16 GEMMs reads from the bf16 twin; a bf16 compute copy then skips widening
+     * it (shard/engine_bf16.c, docs/cuda.md "GEMM operands"). Set by the built-in models. */
+    int twin_read;
 } zs_tensor_desc;
 
 typedef struct zs_unit_desc {

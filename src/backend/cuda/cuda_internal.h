@@ -145,8 +145,11 @@ zs_status zs_cu_scratch(zs_stream_t *s, size_t n, double **out);
 zs_status zs_cu_gemm_scratch(zs_stream_t *s, size_t n, zs_bf16 **out);
 /* ops.h twin16 (s NULL: the default stream keeps none, since threads share it). */
 void zs_cu_twin16(zs_stream_t *s, const float *f32, const zs_bf16 *b16, size_t n);
-/* The bf16 values of x[0, n) as s's twin holds them, 16-byte aligned as a scratch operand is;
- * NULL where x is not wholly inside the twin's fp32 range (then the caller rounds x). */
+/* The bf16 values of x[0, n) as s's twin holds them, at any alignment; NULL where x is not
+ * wholly inside the twin's fp32 range. Inside it, x's fp32 values need not be there (a bf16
+ * compute copy leaves the twin-read tensors unwidened, shard/engine_bf16.c): read the twin. */
+const zs_bf16 *zs_cu_twin_at(zs_stream_t *s, const float *x, size_t n);
+/* zs_cu_twin_at's, where it is 16-byte aligned as a scratch operand is; else NULL. */
 const zs_bf16 *zs_cu_twin_of(zs_stream_t *s, const float *x, size_t n);
 
 /* Threads per block of every kernel here: simple kernels, one thread per element, row or
@@ -337,15 +340,23 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
 zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                   float dinp_beta);
-/* The kernels those share (ops_cuda.cu): n floats rounded to bf16 (zs_f32_to_bf16), ops.h
- * bias_fwd, and bias_bwd with dout (bf16 where dout16; or gelu_bwd's gradient of gelu_inp from
- * it) rounded into cast[N * OC] in the pass that sums its columns (dbias NULL: no sums). */
+/* The kernels those share: n floats rounded to bf16 (zs_f32_to_bf16; cast_cuda.cu), and
+ * (ops_cuda.cu) ops.h bias_fwd, and bias_bwd with dout (bf16 where dout16; or gelu_bwd's
+ * gradient of gelu_inp from it) rounded into cast[N * OC] in the pass that sums its columns
+ * (dbias NULL: no sums). */
 zs_status zs_cu_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
+/* ops.h cast, widen_ranges and round16 (cast_cuda.cu). */
+zs_status zs_cu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,
+                     size_t n);
+zs_status zs_cu_widen_ranges(zs_stream_t *s, float *out, const zs_bf16 *in, const int64_t *ranges,
+                             int nr);
+zs_status zs_cu_round16(zs_stream_t *s, float *x, size_t n);
 zs_status zs_cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC);
 zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const void *dout, int dout16, int N,
                               int OC, zs_bf16 *cast, const void *gelu_inp, int gelu16);
 
-/* Network ops (nn_cuda.cu; RMSNorm, RoPE and SwiGLU in llama_cuda.cu). */
+/* Network ops (nn_cuda.cu; the embedding in embedding_cuda.cu; RMSNorm, RoPE and SwiGLU in
+ * llama_cuda.cu). */
 zs_status zs_cu_embedding_fwd(zs_stream_t *s, float *out, const int32_t *tokens, const float *wte,
                               const float *wpe, int B, int T, int C, const int32_t *seg);
 zs_status zs_cu_embedding_bwd(zs_stream_t *s, float *dwte, float *dwpe, const float *dout,

@@ -343,13 +343,17 @@ void zs_cu_twin16(zs_stream_t *s, const float *f32, const zs_bf16 *b16, size_t n
     s->twin_n = n;
 }
 
-const zs_bf16 *zs_cu_twin_of(zs_stream_t *s, const float *x, size_t n) {
+const zs_bf16 *zs_cu_twin_at(zs_stream_t *s, const float *x, size_t n) {
     if (!s || !s->twin_n || !x) return NULL;
     uintptr_t base = (uintptr_t)s->twin_f32, at = (uintptr_t)x;
     if (at < base || (at - base) % sizeof(float)) return NULL;
     size_t off = (at - base) / sizeof(float);
     if (off > s->twin_n || n > s->twin_n - off) return NULL;
-    const zs_bf16 *t = s->twin_b16 + off;
+    return s->twin_b16 + off;
+}
+
+const zs_bf16 *zs_cu_twin_of(zs_stream_t *s, const float *x, size_t n) {
+    const zs_bf16 *t = zs_cu_twin_at(s, x, n);
     return (uintptr_t)t % 16 ? NULL : t;
 }
 

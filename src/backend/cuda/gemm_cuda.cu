@@ -49,12 +49,16 @@ static void blas_end(cublasHandle_t h) {
 }
 
 /* x[0, n) in bf16 for a product, in *out: its twin (ops.h twin16) where s has one, else x
- * rounded into w. */
+ * rounded into w. A twin off 16 bytes is copied into w: x's fp32 values may not be there. */
 static zs_status round_in(zs_stream_t *s, zs_bf16 *w, const float *x, size_t n,
                           const zs_bf16 **out) {
     zs_status st = ZS_OK;
-    const zs_bf16 *t = zs_cu_twin_of(s, x, n);
-    if (!t) ZS_CHECK(zs_cu_f32_to_bf16(zs_cu_stream(s), w, x, n));
+    const zs_bf16 *t = zs_cu_twin_of(s, x, n), *u = t ? NULL : zs_cu_twin_at(s, x, n);
+    if (u)
+        ZS_CUDA_CHECK(
+            cudaMemcpyAsync(w, u, n * sizeof *u, cudaMemcpyDeviceToDevice, zs_cu_stream(s)));
+    else if (!t)
+        ZS_CHECK(zs_cu_f32_to_bf16(zs_cu_stream(s), w, x, n));
     *out = t ? t : w;
 fail:
     return st;
@@ -394,7 +398,7 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
         a = tw ? tw : w;
         ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, a, IC, x, IC, out, out16, OC, bias));
         if (c.found) {
-            if (!tw) ZS_CHECK(zs_cu_f32_to_bf16(cs, w, W, (size_t)OC * IC));
+            if (!tw) ZS_CHECK(round_in(s, w, W, (size_t)OC * IC, &a));
             if (!in16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, (const float *)inp, (size_t)IC * N));
             ZS_CUBLAS_CHECK(cublasLtMatmul(c.lt, c.d, &one, a, c.la, x, c.lb, &zero, out, c.lc, out,
                                            c.lc, &c.heur.algo, NULL, 0, cs));

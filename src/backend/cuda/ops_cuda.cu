@@ -1,9 +1,9 @@
-/* The CUDA backend's ops tables, and bias, elementwise, cast, fill/copy and Philox-init kernels
- * over the shared per-element math in backend/kernels. The gemms (cuBLAS) live in gemm_cuda.cu,
- * network ops in nn_cuda.cu and llama_cuda.cu, attention in attention_cuda.cu and flash*_cuda.cu,
- * AdamW and the sums of the gradient norm and the loss in optim_cuda.cu. Each op is a static
- * __global__ kernel and the op itself, which checks shapes and buffers and launches it. Every op
- * is asynchronous on its stream.
+/* The CUDA backend's ops tables, and bias, elementwise, fill/copy and Philox-init kernels over
+ * the shared per-element math in backend/kernels. The gemms (cuBLAS) live in gemm_cuda.cu, casts
+ * in cast_cuda.cu, network ops in nn_cuda.cu, embedding_cuda.cu and llama_cuda.cu, attention in
+ * attention_cuda.cu and flash*_cuda.cu, AdamW and the sums of the gradient norm and the loss in
+ * optim_cuda.cu. Each op is a static __global__ kernel and the op itself, which checks shapes and
+ * buffers and launches it. Every op is asynchronous on its stream.
  * ZS_COST: 1 FLOP per + - * / and sqrtf/expf/zs_expf/logf/tanhf/powf/cosf/sinf/rsqrt, else 0. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/kernels/adamw.h"
@@ -399,106 +399,6 @@ fail:
     return st;
 }
 
-/* ---- cast --------------------------------------------------------------------------- */
-
-/* Casts move 4 elements a thread (a 16-byte and an 8-byte access, consecutive lanes on
- * consecutive addresses) where both buffers are 16-byte aligned (vec), then the rest one by
- * one; the rounding is zs_f32_to_bf16's either way, NaNs included (the CPU's bits). */
-static __global__ void f32_to_bf16_kernel(zs_bf16 *out, const float *in, size_t n, int vec) {
-    size_t n4 = vec ? n / 4 : 0;
-    ZS_CU_FOR(i, n4) {
-        float4 a = ((const float4 *)in)[i];
-        uint32_t lo = (uint32_t)zs_f32_to_bf16(a.x).bits | (uint32_t)zs_f32_to_bf16(a.y).bits << 16;
-        uint32_t hi = (uint32_t)zs_f32_to_bf16(a.z).bits | (uint32_t)zs_f32_to_bf16(a.w).bits << 16;
-        ((uint2 *)out)[i] = make_uint2(lo, hi);
-    }
-    ZS_CU_FOR(i, n - 4 * n4) {
-        out[4 * n4 + i] = zs_f32_to_bf16(in[4 * n4 + i]);
-    }
-}
-
-static __global__ void bf16_to_f32_kernel(float *out, const zs_bf16 *in, size_t n, int vec) {
-    size_t n4 = vec ? n / 4 : 0;
-    ZS_CU_FOR(i, n4) {
-        uint2 w = ((const uint2 *)in)[i];
-        ((float4 *)out)[i] = make_float4(zs_bits_f32(w.x << 16), zs_bits_f32(w.x & 0xffff0000u),
-                                         zs_bits_f32(w.y << 16), zs_bits_f32(w.y & 0xffff0000u));
-    }
-    ZS_CU_FOR(i, n - 4 * n4) {
-        out[4 * n4 + i] = zs_bf16_to_f32(in[4 * n4 + i]);
-    }
-}
-
-static int cast_vec(const void *out, const void *in) {
-    return (uintptr_t)out % 16 == 0 && (uintptr_t)in % 16 == 0;
-}
-
-zs_status zs_cu_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n) {
-    zs_status st = ZS_OK;
-    int vec = cast_vec(out, in);
-    if (n == 0) return ZS_OK;
-    ZS_REQUIRE(out && in, ZS_ERR_INVALID, "cast: NULL buffer");
-    ZS_COST(0, 0, 6.0 * n); /* 4 bytes in, 2 out */
-    ZS_LAUNCH(f32_to_bf16_kernel, zs_cu_blocks(vec ? n / 4 + n % 4 : n), ZS_CU_THREADS, 0, cs, out,
-              in, n, vec);
-    ZS_CUDA_CHECK_LAUNCH(f32_to_bf16_kernel);
-fail:
-    return st;
-}
-
-static zs_status launch_bf16_to_f32(cudaStream_t cs, float *out, const zs_bf16 *in, size_t n) {
-    zs_status st = ZS_OK;
-    int vec = cast_vec(out, in);
-    if (n == 0) return ZS_OK;
-    ZS_REQUIRE(out && in, ZS_ERR_INVALID, "cast: NULL buffer");
-    ZS_COST(0, 0, 6.0 * n); /* 2 bytes in, 4 out */
-    ZS_LAUNCH(bf16_to_f32_kernel, zs_cu_blocks(vec ? n / 4 + n % 4 : n), ZS_CU_THREADS, 0, cs, out,
-              in, n, vec);
-    ZS_CUDA_CHECK_LAUNCH(bf16_to_f32_kernel);
-fail:
-    return st;
-}
-
-static zs_status cu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,
-                         size_t n) {
-    zs_status st = ZS_OK;
-    size_t es;
-    if (out_dt == in_dt) {
-        es = zs_dtype_size(in_dt);
-        ZS_REQUIRE(es > 0, ZS_ERR_INVALID, "cast: unknown dtype %d", (int)in_dt);
-        if (n && out != in)
-            ZS_CUDA_CHECK(
-                cudaMemcpyAsync(out, in, n * es, cudaMemcpyDeviceToDevice, zs_cu_stream(s)));
-    } else if (out_dt == ZS_DTYPE_BF16 && in_dt == ZS_DTYPE_F32) {
-        ZS_CHECK(zs_cu_f32_to_bf16(zs_cu_stream(s), (zs_bf16 *)out, (const float *)in, n));
-    } else if (out_dt == ZS_DTYPE_F32 && in_dt == ZS_DTYPE_BF16) {
-        ZS_CHECK(launch_bf16_to_f32(zs_cu_stream(s), (float *)out, (const zs_bf16 *)in, n));
-    } else {
-        ZS_REQUIRE(0, ZS_ERR_UNSUPPORTED, "cast: %s -> %s is not supported", zs_dtype_name(in_dt),
-                   zs_dtype_name(out_dt));
-    }
-fail:
-    return st;
-}
-
-/* ops.h round16, an element a thread: only a table without softmax_xent16 rounds its logits. */
-static __global__ void round16_kernel(float *x, size_t n) {
-    ZS_CU_FOR(i, n) {
-        x[i] = zs_bf16_to_f32(zs_f32_to_bf16(x[i]));
-    }
-}
-
-static zs_status cu_round16(zs_stream_t *s, float *x, size_t n) {
-    zs_status st = ZS_OK;
-    if (n == 0) return ZS_OK;
-    ZS_REQUIRE(x, ZS_ERR_INVALID, "round16: NULL buffer");
-    ZS_COST(0, 0, 8.0 * n); /* 4 bytes in, 4 out */
-    ZS_LAUNCH(round16_kernel, zs_cu_blocks(n), ZS_CU_THREADS, 0, zs_cu_stream(s), x, n);
-    ZS_CUDA_CHECK_LAUNCH(round16_kernel);
-fail:
-    return st;
-}
-
 /* ---- copy, init, sync --------------------------------------------------------------- */
 
 static zs_status cu_copy(zs_stream_t *s, void *dst, const void *src, size_t nbytes) {
@@ -565,9 +465,10 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
         .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
         .softmax_xent16 = xent16_fn, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,         \
-        .adamw_segs16 = zs_cu_adamw_segs16, .cast = cu_cast, .round16 = cu_round16,                \
-        .scale = cu_scale, .sumsq = zs_cu_sumsq, .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16,       \
-        .fill = cu_fill, .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,          \
+        .adamw_segs16 = zs_cu_adamw_segs16, .cast = zs_cu_cast,                                    \
+        .widen_ranges = zs_cu_widen_ranges, .round16 = zs_cu_round16, .scale = cu_scale,           \
+        .sumsq = zs_cu_sumsq, .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16, .fill = cu_fill,         \
+        .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
         .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_fwd16 = zs_cu_rmsnorm_fwd16,                    \
         .rmsnorm_bwd = zs_cu_rmsnorm_bwd, .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd,  \
         .rope_bwd16 = zs_cu_rope_bwd16, .swiglu_fwd = zs_cu_swiglu_fwd,                            \
