@@ -104,9 +104,13 @@ int64_t zs_module_num_padded(const zs_module_t *m);
  *   backward_begin(u) -> params and grads ... (ADD your gradients into grads) backward_end(u);
  *   then step.
  * The pointers are valid until the matching end. At most one unit acquired at a time with a
- * bf16 compute copy; otherwise up to prefetch + 1 units. Never write params. The gradients are
- * summed over ranks (not averaged): scale your loss by 1 / (tokens in the global batch). Every
- * rank must acquire the same units in the same order: each call may run a collective. */
+ * bf16 compute copy; otherwise up to prefetch + 1 units. Never write params. With a bf16
+ * compute copy on a GPU, the built-in models' weight matrices and embedding tables
+ * (zs_trainer_module's units) are read from the bf16 copy, and their places in params do not
+ * hold them (they start as NaN; docs/sharding.md "Mixed precision"): zs_module_get_param reads
+ * them. Units you declare are widened whole. The gradients are summed over ranks (not
+ * averaged): scale your loss by 1 / (tokens in the global batch). Every rank must acquire the
+ * same units in the same order: each call may run a collective. */
 zs_status zs_module_forward_begin(zs_module_t *m, int unit, float **params);
 zs_status zs_module_forward_end(zs_module_t *m, int unit);
 zs_status zs_module_backward_begin(zs_module_t *m, int unit, float **params, float **grads);
