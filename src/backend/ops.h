@@ -38,13 +38,13 @@ typedef struct zs_adamw_segs {
     unsigned char decay[ZS_ADAMW_SEGS];
 } zs_adamw_segs;
 
+/* Ranges a widen_ranges launch takes (a GPT-2 block widens 5, a LLaMA block 2). */
+#define ZS_WIDEN_RANGES 16
+
 /* The arithmetic of a table's gemm: plain fp32; fp32 whose inputs are first rounded to TF32
  * (10 mantissa bits, to nearest with ties away from zero: opt-in, --tf32); or inputs rounded to
  * bf16 (to nearest even), as --dtype bf16 computes. Products accumulate in fp32 in every mode; a
  * GPU runs the rounded modes on tensor cores. */
-/* Ranges a widen_ranges launch takes (a GPT-2 block widens 5, a LLaMA block 2). */
-#define ZS_WIDEN_RANGES 16
-
 typedef enum zs_gemm_math { ZS_MATH_FP32 = 0, ZS_MATH_TF32, ZS_MATH_BF16 } zs_gemm_math;
 
 typedef struct zs_ops {
@@ -242,9 +242,9 @@ typedef struct zs_ops {
     zs_status (*cast)(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,
                       size_t n);
     /* Optional (NULL: a cast a range): out[o, o + n) = in[o, o + n) widened (cast's bits) for
-     * each of the nr ranges (o, n) = (ranges[2 i], ranges[2 i + 1]), host memory, in one launch
-     * for up to ZS_WIDEN_RANGES of them; elements outside them are not touched. A bf16 compute
-     * copy widens a unit's tensors but the twin-read ones so (shard/engine_bf16.c). */
+     * each of the nr disjoint ranges (o, n) = (ranges[2 i], ranges[2 i + 1]), host memory, in
+     * one launch for up to ZS_WIDEN_RANGES of them; elements outside them are not touched. A bf16
+     * compute copy widens a unit's tensors but the twin-read ones so (shard/engine_bf16.c). */
     zs_status (*widen_ranges)(zs_stream_t *s, float *out, const zs_bf16 *in, const int64_t *ranges,
                               int nr);
     /* x[i] = x[i] rounded to bf16 (zs_f32_to_bf16) and widened, in place: the values a bf16
