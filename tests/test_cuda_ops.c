@@ -275,6 +275,19 @@ static void check_bias(int N, int OC) {
     co_release();
 }
 
+/* v[n] rounded to bf16 in place, and a device copy of the bf16 values: the operands of the
+ * norms' bf16 backward (layernorm_bwd16, rmsnorm_bwd16). */
+static void *up_rounded(float *v, size_t n) {
+    zs_bf16 *h = co_hbuf(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = zs_f32_to_bf16(v[i]);
+        v[i] = zs_bf16_to_f32(h[i]);
+    }
+    void *d = co_dbuf(n * sizeof *h);
+    co_h2d(d, h, n * sizeof *h);
+    return d;
+}
+
 /* C not a multiple of the warp; 1100: past the 1024 a lane keeps in registers (cuda_internal.h
  * zs_cu_row_load), the rest read from memory at each pass */
 static void check_layernorm(int N, int C) {
@@ -301,6 +314,28 @@ static void check_layernorm(int N, int C) {
     co_expect_bits("layernorm_bwd dinp", d_dinp, dinp, n);
     co_expect_bits("layernorm_bwd dw", d_dw, dw, C);
     co_expect_bits("layernorm_bwd db", d_db, db, C);
+    /* layernorm_bwd16: dout and x rounded to bf16 and stored so (each where its flag is set)
+     * give the CPU's bits on the rounded values widened, as the bf16 stack's backward needs
+     * (it reads the kept block input as stored: models/stack.h) */
+    ZT_CHECK(co_fake || co_gpu->layernorm_bwd16, "the CUDA table has no layernorm_bwd16");
+    void *d_dout16 = up_rounded(dout, n), *d_x16 = up_rounded(x, n);
+    const float *d_dout = co_up(dout, n), *d_xr = co_up(x, n);
+    for (int f = 1; f < 4 && co_gpu->layernorm_bwd16; f++) { /* bit 0: dout bf16, 1: x bf16 */
+        int d16 = f & 1, i16 = f >> 1;
+        dinp = co_clone(dinp0, n), dw = co_clone(dw0, C), db = co_clone(db0, C);
+        d_dinp = co_up(dinp0, n), d_dw = co_up(dw0, C), d_db = co_up(db0, C);
+        ZT_OK(co_cpu->layernorm_bwd(NULL, dinp, dw, db, dout, x, w, mean, rstd, N, C));
+        ZT_OK(co_gpu->layernorm_bwd16(NULL, d_dinp, d_dw, d_db, d16 ? d_dout16 : (void *)d_dout,
+                                      d16, i16 ? d_x16 : (void *)d_xr, i16, d_w, co_up(mean, N),
+                                      co_up(rstd, N), N, C));
+        char what[80];
+        snprintf(what, sizeof what, "layernorm_bwd16 (dout16 %d, inp16 %d) dinp", d16, i16);
+        co_expect_bits(what, d_dinp, dinp, n);
+        snprintf(what, sizeof what, "layernorm_bwd16 (dout16 %d, inp16 %d) dw", d16, i16);
+        co_expect_bits(what, d_dw, dw, C);
+        snprintf(what, sizeof what, "layernorm_bwd16 (dout16 %d, inp16 %d) db", d16, i16);
+        co_expect_bits(what, d_db, db, C);
+    }
     co_release();
 }
 
@@ -322,6 +357,23 @@ static void check_rmsnorm(int N, int C) {
     ZT_OK(co_gpu->rmsnorm_bwd(NULL, d_dinp, d_dw, co_up(dout, n), d_x, d_w, co_up(rstd, N), N, C));
     co_expect_bits("rmsnorm_bwd dinp", d_dinp, dinp, n);
     co_expect_bits("rmsnorm_bwd dw", d_dw, dw, C);
+    /* rmsnorm_bwd16: as layernorm_bwd16 in check_layernorm */
+    ZT_CHECK(co_fake || co_gpu->rmsnorm_bwd16, "the CUDA table has no rmsnorm_bwd16");
+    void *d_dout16 = up_rounded(dout, n), *d_x16 = up_rounded(x, n);
+    const float *d_dout = co_up(dout, n), *d_xr = co_up(x, n);
+    for (int f = 1; f < 4 && co_gpu->rmsnorm_bwd16; f++) { /* bit 0: dout bf16, bit 1: x bf16 */
+        int d16 = f & 1, i16 = f >> 1;
+        dinp = co_clone(dinp0, n), dw = co_clone(dw0, C);
+        d_dinp = co_up(dinp0, n), d_dw = co_up(dw0, C);
+        ZT_OK(co_cpu->rmsnorm_bwd(NULL, dinp, dw, dout, x, w, rstd, N, C));
+        ZT_OK(co_gpu->rmsnorm_bwd16(NULL, d_dinp, d_dw, d16 ? d_dout16 : (void *)d_dout, d16,
+                                    i16 ? d_x16 : (void *)d_xr, i16, d_w, co_up(rstd, N), N, C));
+        char what[80];
+        snprintf(what, sizeof what, "rmsnorm_bwd16 (dout16 %d, inp16 %d) dinp", d16, i16);
+        co_expect_bits(what, d_dinp, dinp, n);
+        snprintf(what, sizeof what, "rmsnorm_bwd16 (dout16 %d, inp16 %d) dw", d16, i16);
+        co_expect_bits(what, d_dw, dw, C);
+    }
     co_release();
 }
 

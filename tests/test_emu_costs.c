@@ -384,6 +384,17 @@ static void run_layernorm(int N, int C, double fl[3]) {
     check_rec(c, 6, 0, NULL);
     fl[1] = r->flops;
     fl[2] = c->flops;
+    /* layernorm_bwd16: the input bf16 (the stack's kept record), then dout too; 2 bytes an
+     * element declared for each */
+    zs_bf16 *x16 = (zs_bf16 *)drand((n + 1) / 2), *d16 = (zs_bf16 *)drand((n + 1) / 2);
+    for (int both = 0; both < 2; both++) {
+        prof_start();
+        ZT_OK(gpu->layernorm_bwd16(NULL, dinp, dw, db, both ? (void *)d16 : (void *)dout, both, x16,
+                                   1, w, mean, rstd, N, C));
+        prof_stop();
+        check_rec(rec("layernorm_bwd_seg_kernel"), 6, 0, NULL);
+        check_rec(rec("layernorm_bwd_sum_kernel"), 6, 0, NULL);
+    }
     zt_release();
 }
 
@@ -405,6 +416,15 @@ static void run_rmsnorm(int N, int C, double fl[3]) {
     check_rec(c, 4, 0, NULL);
     fl[1] = r->flops;
     fl[2] = c->flops;
+    zs_bf16 *x16 = (zs_bf16 *)drand((n + 1) / 2), *d16 = (zs_bf16 *)drand((n + 1) / 2);
+    for (int both = 0; both < 2; both++) { /* as run_layernorm's */
+        prof_start();
+        ZT_OK(gpu->rmsnorm_bwd16(NULL, dinp, dw, both ? (void *)d16 : (void *)dout, both, x16, 1, w,
+                                 rstd, N, C));
+        prof_stop();
+        check_rec(rec("rmsnorm_bwd_rows_kernel"), 5, 0, NULL);
+        check_rec(rec("rmsnorm_bwd_cols_kernel"), 4, 0, NULL);
+    }
     zt_release();
 }
 

@@ -262,13 +262,22 @@ static void quick(void) {
     rl_check_same(&z3, &ddp, "quick: N=2 nccl stage 3 vs ddp");
 }
 
-/* ZS_TEST_QUICK=bf16 (the embed_no_twin mutant): gpt2-tiny in bf16 on one GPU, whose compute
- * copy leaves the weights that GEMMs and the embedding read from the bf16 copy unwidened
- * (shard/engine_bf16.c), against the CPU's. */
+/* ZS_TEST_QUICK=bf16 (the embed_no_twin mutant), and in the full run: gpt2-tiny in bf16 on one
+ * GPU, whose compute copy leaves the weights that GEMMs and the embedding read from the bf16 copy
+ * unwidened (shard/engine_bf16.c), against the CPU's; and for gpt2-tiny and llama-tiny
+ * --recompute block, whose norms' backward reads the kept block inputs widened to fp32 where
+ * without it they read the bf16 records as stored (models/stack.h): bitwise the same run. */
 static void quick_bf16(void) {
     rl_run cpu = job("", "gpt2-tiny", 1, "ddp", "bf16", "cpu", "");
     rl_run one = job("ZS_EMU_DEVICES=1", "gpt2-tiny", 1, "ddp", "bf16", "cuda", "");
+    rl_run rec =
+        job("ZS_EMU_DEVICES=1", "gpt2-tiny", 1, "ddp", "bf16", "cuda", "--recompute block");
     check_follows(&one, &cpu, "quick bf16: gpt2-tiny N=1 against the CPU's", tolerance("bf16"));
+    rl_check_same(&rec, &one, "bf16 gpt2-tiny N=1 --recompute block vs none");
+    rl_run l1 = job("ZS_EMU_DEVICES=1", "llama-tiny", 1, "ddp", "bf16", "cuda", "");
+    rl_run lr =
+        job("ZS_EMU_DEVICES=1", "llama-tiny", 1, "ddp", "bf16", "cuda", "--recompute block");
+    rl_check_same(&lr, &l1, "bf16 llama-tiny N=1 --recompute block vs none");
 }
 
 /* --docs pad (GPT-2's learned positions) and pack (LLaMA's RoPE) on a corpus of '%'-separated
@@ -371,6 +380,7 @@ int main(void) {
         return zt_finish();
     }
     grad_accum(0);
+    quick_bf16();
     memory_and_cap();
     tf32();
     checkpoints();

@@ -171,6 +171,14 @@ typedef struct zs_ops {
     zs_status (*layernorm_bwd)(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
+    /* Optional, in the CUDA tables (NULL: the model widens a bf16 input first): layernorm_bwd
+     * with dout bf16 where dout16 and inp bf16 where inp16, each widened as it is read, so the
+     * bits of layernorm_bwd on their widened values. The bf16 stack's backward reads a block's
+     * kept input through it as it is stored (models/stack.h). */
+    zs_status (*layernorm_bwd16)(zs_stream_t *s, float *dinp, float *dw, float *db,
+                                 const void *dout, int dout16, const void *inp, int inp16,
+                                 const float *w, const float *mean, const float *rstd, int N,
+                                 int C);
 
     /* GPT-2's tanh GELU, elementwise over n. out may alias inp. */
     zs_status (*gelu_fwd)(zs_stream_t *s, float *out, const float *inp, size_t n);
@@ -286,6 +294,11 @@ typedef struct zs_ops {
     /* Accumulates dinp[N,C] and dw[C]. */
     zs_status (*rmsnorm_bwd)(zs_stream_t *s, float *dinp, float *dw, const float *dout,
                              const float *inp, const float *w, const float *rstd, int N, int C);
+    /* Optional, in the CUDA tables (NULL: the model widens a bf16 input first): rmsnorm_bwd with
+     * dout and inp bf16 where flagged, as layernorm_bwd16. */
+    zs_status (*rmsnorm_bwd16)(zs_stream_t *s, float *dinp, float *dw, const void *dout, int dout16,
+                               const void *inp, int inp16, const float *w, const float *rstd, int N,
+                               int C);
 
     /* Rotary position embedding of x[B,T,NH,hs] (hs even, at most 1024), Hugging Face's
      * rotate_half layout: in each head, elements i and i + hs/2 are rotated by the angle

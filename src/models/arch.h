@@ -63,9 +63,14 @@ typedef struct zs_arch_impl {
     zs_block_fwd_fn block_fwd;
     zs_block_bwd_fn block_bwd;
     /* The final norm of the kept stream x into b->lnf (p at the final unit's parameters), and
-     * its backward from b->dC into b->dres, parameter gradients into g. */
+     * its backward from b->dC into b->dres, parameter gradients into g (x NULL: x16 is its bf16
+     * record, as block_bwd's). */
     zs_status (*norm_fwd)(zs_model_base *b, const float *p, const float *x, int BT);
-    zs_status (*norm_bwd)(zs_model_base *b, const float *p, float *g, const float *x, int BT);
+    zs_status (*norm_bwd)(zs_model_base *b, const float *p, float *g, const float *x,
+                          const zs_bf16 *x16, int BT);
+    /* Optional (NULL: never): whether block_bwd and norm_bwd can read their kept input as its
+     * bf16 record (x NULL, x16 set: models/stack.h) with ops o. */
+    int (*bwd_reads16)(const zs_ops *o);
 } zs_arch_impl;
 
 extern const zs_arch_impl zs_gpt2_arch;

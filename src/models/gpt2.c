@@ -209,8 +209,8 @@ fail:
 
 /* One block's backward: b->dres holds d loss / d res3 on entry and d loss / d x on exit;
  * parameter gradients accumulate into g. */
-static zs_status block_backward(void *model, const float *p, float *g, const float *x, int l, int B,
-                                int T) {
+static zs_status block_backward(void *model, const float *p, float *g, const float *x,
+                                const zs_bf16 *x16, int l, int B, int T) {
     zs_status st = ZS_OK;
     zs_model_base *b = model;
     zs_gpt2_t *m = model;
@@ -272,8 +272,12 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1, h,
                                    p + t[B_QKVW], BT, C, 3 * C));
     }
-    ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN1W], g + t[B_LN1B], b->dC, x, p + t[B_LN1W],
-                              a->ln1_mean, a->ln1_rstd, BT, C));
+    if (x16) /* the kept input as it is stored (stack.h zs_resid_load_for) */
+        ZS_CHECK(o->layernorm_bwd16(s, b->dres, g + t[B_LN1W], g + t[B_LN1B], b->dC, 0, x16, 1,
+                                    p + t[B_LN1W], a->ln1_mean, a->ln1_rstd, BT, C));
+    else
+        ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN1W], g + t[B_LN1B], b->dC, x, p + t[B_LN1W],
+                                  a->ln1_mean, a->ln1_rstd, BT, C));
 fail:
     return st;
 }
@@ -286,11 +290,21 @@ static zs_status norm_fwd(zs_model_base *b, const float *p, const float *x, int 
                                  b->cfg.n_embd);
 }
 
-static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const float *x, int BT) {
+static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const float *x,
+                          const zs_bf16 *x16, int BT) {
     zs_gpt2_t *m = (zs_gpt2_t *)b;
     const int64_t w = b->off_norm[0], bias = b->off_norm[1];
+    if (x16)
+        return b->ops->layernorm_bwd16(b->s, b->dres, g + w, g + bias, b->dC, 0, x16, 1, p + w,
+                                       m->lnf_mean, m->lnf_rstd, BT, b->cfg.n_embd);
     return b->ops->layernorm_bwd(b->s, b->dres, g + w, g + bias, b->dC, x, p + w, m->lnf_mean,
                                  m->lnf_rstd, BT, b->cfg.n_embd);
+}
+
+/* The layer norms' backward reads a bf16 kept input where the table can (ops.h
+ * layernorm_bwd16). */
+static int reads16(const zs_ops *o) {
+    return o->layernorm_bwd16 != NULL;
 }
 
 /* block_forward's and block_backward's linears: qkv, the attention projection, fc, fc_proj. */
@@ -319,4 +333,5 @@ const zs_arch_impl zs_gpt2_arch = {
     .block_bwd = block_backward,
     .norm_fwd = norm_fwd,
     .norm_bwd = norm_bwd,
+    .bwd_reads16 = reads16,
 };

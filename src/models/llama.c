@@ -217,8 +217,8 @@ fail:
 
 /* One block's backward: b->dres holds d loss / d res3 on entry and d loss / d x on exit;
  * parameter gradients accumulate into g. */
-static zs_status block_backward(void *model, const float *p, float *g, const float *x, int l, int B,
-                                int T) {
+static zs_status block_backward(void *model, const float *p, float *g, const float *x,
+                                const zs_bf16 *x16, int l, int B, int T) {
     zs_status st = ZS_OK;
     zs_model_base *b = model;
     zs_llama_t *m = model;
@@ -287,8 +287,12 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
             zs_linear_bwd(o, s, b->dC, g + t[L_K], NULL, m->dk, a->ln1, h, p + t[L_K], BT, C, KD));
     }
     ZS_CHECK(zs_linear_bwd(o, s, b->dC, g + t[L_V], NULL, m->dv, a->ln1, h, p + t[L_V], BT, C, KD));
-    ZS_CHECK(
-        o->rmsnorm_bwd(s, b->dres, g + t[L_NORM1], b->dC, x, p + t[L_NORM1], a->ln1_rstd, BT, C));
+    if (x16) /* the kept input as it is stored (stack.h zs_resid_load_for) */
+        ZS_CHECK(o->rmsnorm_bwd16(s, b->dres, g + t[L_NORM1], b->dC, 0, x16, 1, p + t[L_NORM1],
+                                  a->ln1_rstd, BT, C));
+    else
+        ZS_CHECK(o->rmsnorm_bwd(s, b->dres, g + t[L_NORM1], b->dC, x, p + t[L_NORM1], a->ln1_rstd,
+                                BT, C));
 fail:
     return st;
 }
@@ -299,7 +303,12 @@ static zs_status norm_fwd(zs_model_base *b, const float *p, const float *x, int 
                                b->cfg.n_embd, b->cfg.norm_eps);
 }
 
-static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const float *x, int BT) {
+static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const float *x,
+                          const zs_bf16 *x16, int BT) {
+    if (x16)
+        return b->ops->rmsnorm_bwd16(b->s, b->dres, g + b->off_norm[0], b->dC, 0, x16, 1,
+                                     p + b->off_norm[0], ((zs_llama_t *)b)->lnf_rstd, BT,
+                                     b->cfg.n_embd);
     return b->ops->rmsnorm_bwd(b->s, b->dres, g + b->off_norm[0], b->dC, x, p + b->off_norm[0],
                                ((zs_llama_t *)b)->lnf_rstd, BT, b->cfg.n_embd);
 }
@@ -315,6 +324,11 @@ static int llama_linears(const zs_model_config *c, zs_linear_dims *out) {
     out[4] = (zs_linear_dims){C, F, 2, 1, 0, 1};  /* gate and up: swiglu_bwd16's gradients */
     out[5] = (zs_linear_dims){F, C, 1, 1, 0, 0};
     return 6;
+}
+
+/* The RMSNorms' backward reads a bf16 kept input where the table can (ops.h rmsnorm_bwd16). */
+static int reads16(const zs_ops *o) {
+    return o->rmsnorm_bwd16 != NULL;
 }
 
 const zs_arch_impl zs_llama_arch = {
@@ -333,4 +347,5 @@ const zs_arch_impl zs_llama_arch = {
     .block_bwd = block_backward,
     .norm_fwd = norm_fwd,
     .norm_bwd = norm_bwd,
+    .bwd_reads16 = reads16,
 };

@@ -251,6 +251,7 @@ static zs_stack stack_of(const zs_model_t *m) {
                   .n_layer = b->cfg.n_layer,
                   .first_unit = 1,
                   .recompute = b->recompute,
+                  .x16 = b->resid.bf16 && m->A->bwd_reads16 && m->A->bwd_reads16(b->ops),
                   .fwd = m->A->block_fwd,
                   .bwd = m->A->block_bwd,
                   .model = b};
@@ -354,15 +355,16 @@ static zs_status model_backward(zs_model_t *m, const int32_t *in, const int32_t 
         ZS_CHECK(head_bwd(b, g + b->off_embed, p + b->off_embed, BT));
         ZS_CHECK(zs_module_backward_end(b->engine, 0));
     }
+    zs_stack k = stack_of(m);
     const float *xlast = NULL;
-    ZS_CHECK(zs_resid_load(&b->resid, o, s, b->cfg.n_layer, nC, &xlast));
+    const zs_bf16 *xlast16 = NULL;
+    ZS_CHECK(zs_resid_load_for(&b->resid, o, s, b->cfg.n_layer, nC, k.x16, &xlast, &xlast16));
     ZS_CHECK(o->fill(s, b->dres, 0.0f, nC));
     ZS_CHECK(zs_module_backward_begin(b->engine, uf, &p, &g));
     if (!b->tied) ZS_CHECK(head_bwd(b, g + b->off_head, p + b->off_head, BT));
-    ZS_CHECK(m->A->norm_bwd(b, p, g, xlast, BT));
+    ZS_CHECK(m->A->norm_bwd(b, p, g, xlast, xlast16, BT));
     ZS_CHECK(zs_module_backward_end(b->engine, uf));
 
-    zs_stack k = stack_of(m);
     ZS_CHECK(zs_stack_backward(&k, B, T, nC));
 
     ZS_CHECK(zs_module_backward_begin(b->engine, 0, &p, &g));

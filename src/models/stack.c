@@ -71,6 +71,16 @@ fail:
     return st;
 }
 
+zs_status zs_resid_load_for(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int l, size_t n,
+                            int as16, const float **x, const zs_bf16 **x16) {
+    *x16 = as16 ? zs_resid_rec(r, l) : NULL;
+    if (*x16) {
+        *x = NULL;
+        return ZS_OK;
+    }
+    return zs_resid_load(r, o, s, l, n, x);
+}
+
 zs_status zs_stack_forward(const zs_stack *k, int B, int T, size_t n, const float **x) {
     zs_status st = ZS_OK;
     float *p = NULL;
@@ -90,12 +100,15 @@ zs_status zs_stack_backward(const zs_stack *k, int B, int T, size_t n) {
     zs_status st = ZS_OK;
     float *p = NULL, *g = NULL;
     const float *x = NULL;
+    const zs_bf16 *x16 = NULL;
     for (int l = k->n_layer - 1; l >= 0; l--) {
-        ZS_CHECK(zs_resid_load(k->resid, k->ops, k->s, l, n, &x));
+        /* a recomputed forward reads x in fp32, so its backward does too */
+        ZS_CHECK(
+            zs_resid_load_for(k->resid, k->ops, k->s, l, n, k->x16 && !k->recompute, &x, &x16));
         ZS_CHECK(zs_module_backward_begin(k->engine, k->first_unit + l, &p, &g));
         /* The same ops on the same inputs and parameters give the forward's bits. */
         if (k->recompute) ZS_CHECK(k->fwd(k->model, p, x, l, zs_resid_out(k->resid, l + 1), B, T));
-        ZS_CHECK(k->bwd(k->model, p, g, x, l, B, T));
+        ZS_CHECK(k->bwd(k->model, p, g, x, x16, l, B, T));
         ZS_CHECK(zs_module_backward_end(k->engine, k->first_unit + l));
     }
 fail:

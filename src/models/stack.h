@@ -10,9 +10,11 @@
  * bf16 (--dtype bf16): kept tensors are bf16, half the bytes. Each is produced in one of two
  * fp32 working buffers (ping-pong by l), rounded into its bf16 record, and the working buffer
  * is replaced by the rounded values, so the next block computes on exactly what backward will
- * read back. Backward widens kept tensor l into working buffer l & 1; block l's recomputed
- * output then goes to the other one. The stream is therefore bf16 at every block boundary
- * whether or not blocks are recomputed, and --recompute block stays bitwise equal to none. */
+ * read back. Backward widens kept tensor l into working buffer l & 1 (or, where the blocks'
+ * backward reads it as stored and nothing recomputes, leaves it bf16: zs_stack's x16); block
+ * l's recomputed output then goes to the other one. The stream is therefore bf16 at every block
+ * boundary whether or not blocks are recomputed, and --recompute block stays bitwise equal to none.
+ */
 #ifndef ZS_MODELS_RESID_H
 #define ZS_MODELS_RESID_H
 
@@ -53,14 +55,21 @@ zs_status zs_resid_keep(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int 
 zs_status zs_resid_load(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int l, size_t n,
                         const float **x);
 
+/* Kept tensor l for a backward that reads it once, as zs_resid_load, or where as16 and it is
+ * kept in bf16, its record as it is: *x16 the record and *x NULL, with no widening (*x16 NULL
+ * otherwise). */
+zs_status zs_resid_load_for(const zs_resid *r, const zs_ops *o, zs_stream_t *s, int l, size_t n,
+                            int as16, const float **x, const zs_bf16 **x16);
+
 /* A block's forward from input x with full parameters p into the activations of layer l, its
  * output to out (in bf16 rounded, its record written: zs_resid_rec(l + 1)); its backward
  * (d loss / d out in the model's gradient buffer on entry, d loss / d x on exit), accumulating
- * parameter gradients into g. */
+ * parameter gradients into g, with x fp32, or with x NULL and x16 its bf16 record (zs_stack's
+ * x16). */
 typedef zs_status (*zs_block_fwd_fn)(void *model, const float *p, const float *x, int l, float *out,
                                      int B, int T);
-typedef zs_status (*zs_block_bwd_fn)(void *model, const float *p, float *g, const float *x, int l,
-                                     int B, int T);
+typedef zs_status (*zs_block_bwd_fn)(void *model, const float *p, float *g, const float *x,
+                                     const zs_bf16 *x16, int l, int B, int T);
 
 typedef struct zs_stack {
     zs_resid *resid;
@@ -69,6 +78,7 @@ typedef struct zs_stack {
     zs_stream_t *s;
     int n_layer, first_unit; /* block l is engine unit first_unit + l */
     int recompute;           /* rebuild each block's activations inside its backward */
+    int x16; /* the blocks' backward reads a bf16 kept input as it is (zs_resid_load_for) */
     zs_block_fwd_fn fwd;
     zs_block_bwd_fn bwd;
     void *model;

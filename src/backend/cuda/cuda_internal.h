@@ -182,6 +182,14 @@ static __device__ __forceinline__ size_t zs_cu_warp_row(size_t N) {
     return r < N ? r : N;
 }
 
+/* An input element widened to fp32: fp32 as it is, bf16 exactly (zs_bf16_to_f32). */
+static __device__ __forceinline__ float zs_cu_widen(float v) {
+    return v;
+}
+static __device__ __forceinline__ float zs_cu_widen(zs_bf16 v) {
+    return zs_bf16_to_f32(v);
+}
+
 /* A norm's row as its warp walks it, lane l taking elements l, l + 32, ... in the CPU twin's
  * order: zs_cu_row_load keeps the lane's first ZS_CU_ROW_KEEP of them in registers (the first
  * 1024 of the row: GPT-2 small and medium rows whole), and zs_cu_row_each calls f(i, x[i]) for
@@ -190,20 +198,22 @@ static __device__ __forceinline__ size_t zs_cu_warp_row(size_t N) {
  * (64 kept, 2048 wide, took 168 registers in layernorm_fwd_kernel, one block an SM, or spilled
  * under __launch_bounds__; 32 take 121, no spill: nvcc 13, sm_90.) */
 #define ZS_CU_ROW_KEEP 32
-static __device__ __forceinline__ void zs_cu_row_load(float (&v)[ZS_CU_ROW_KEEP], const float *x,
-                                                      int C, int lane) {
+/* (a bf16 row is widened as it is read: zs_cu_widen) */
+template <typename T>
+static __device__ __forceinline__ void zs_cu_row_load(float (&v)[ZS_CU_ROW_KEEP], const T *x, int C,
+                                                      int lane) {
     ZS_UNROLL
     for (int k = 0; k < ZS_CU_ROW_KEEP; k++)
-        if (lane + k * ZS_WARP < C) v[k] = x[lane + k * ZS_WARP];
+        if (lane + k * ZS_WARP < C) v[k] = zs_cu_widen(x[lane + k * ZS_WARP]);
 }
-template <typename F>
-static __device__ __forceinline__ void zs_cu_row_each(const float (&v)[ZS_CU_ROW_KEEP],
-                                                      const float *x, int C, int lane, F f) {
+template <typename T, typename F>
+static __device__ __forceinline__ void zs_cu_row_each(const float (&v)[ZS_CU_ROW_KEEP], const T *x,
+                                                      int C, int lane, F f) {
     ZS_UNROLL
     for (int k = 0; k < ZS_CU_ROW_KEEP; k++)
         if (lane + k * ZS_WARP < C) f(lane + k * ZS_WARP, v[k]);
     for (int i = lane + ZS_CU_ROW_KEEP * ZS_WARP; i < C; i += ZS_WARP)
-        f(i, x[i]);
+        f(i, zs_cu_widen(x[i]));
 }
 
 /* An output element stored as fp32, or rounded to bf16 (zs_f32_to_bf16) where a producer writes
@@ -222,14 +232,6 @@ static __device__ __forceinline__ void zs_cu_put4(zs_bf16 *p, size_t i, float4 v
     uint32_t lo = (uint32_t)zs_f32_to_bf16(v.x).bits | (uint32_t)zs_f32_to_bf16(v.y).bits << 16;
     uint32_t hi = (uint32_t)zs_f32_to_bf16(v.z).bits | (uint32_t)zs_f32_to_bf16(v.w).bits << 16;
     ((uint2 *)p)[i] = make_uint2(lo, hi);
-}
-
-/* An input element widened to fp32: fp32 as it is, bf16 exactly (zs_bf16_to_f32). */
-static __device__ __forceinline__ float zs_cu_widen(float v) {
-    return v;
-}
-static __device__ __forceinline__ float zs_cu_widen(zs_bf16 v) {
-    return zs_bf16_to_f32(v);
 }
 
 /* FLOPs of zs_cu_warp_sum over a warp and of zs_cu_block_reduce (sum) over a block. */
@@ -368,6 +370,9 @@ zs_status zs_cu_layernorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *mean, float
 zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
                               const float *inp, const float *w, const float *mean,
                               const float *rstd, int N, int C);
+zs_status zs_cu_layernorm_bwd16(zs_stream_t *s, float *dinp, float *dw, float *db, const void *dout,
+                                int dout16, const void *inp, int inp16, const float *w,
+                                const float *mean, const float *rstd, int N, int C);
 zs_status zs_cu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n);
 zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                          size_t n);
@@ -383,6 +388,9 @@ zs_status zs_cu_rmsnorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *rstd, const f
                               const float *w, int N, int C, float eps);
 zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, const float *rstd, int N, int C);
+zs_status zs_cu_rmsnorm_bwd16(zs_stream_t *s, float *dinp, float *dw, const void *dout, int dout16,
+                              const void *inp, int inp16, const float *w, const float *rstd, int N,
+                              int C);
 zs_status zs_cu_rope_fwd(zs_stream_t *s, float *out, const float *inp, int B, int T, int NH, int hs,
                          float theta, const int32_t *seg);
 zs_status zs_cu_rope_bwd(zs_stream_t *s, float *dinp, const float *dout, int B, int T, int NH,

@@ -31,24 +31,29 @@ static __global__ void rmsnorm_fwd_kernel(OutT *out, float *rstd, const float *i
     if (lane == 0) rstd[r] = rs;
 }
 
-static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const float *dout, const float *inp,
+/* dout and the input each fp32 or bf16, widened as read (rmsnorm_bwd16). */
+template <typename DoutT, typename InT>
+static __global__ void rmsnorm_bwd_rows_kernel(float *dinp, const DoutT *dout, const InT *inp,
                                                const float *w, const float *rstd, int N, int C) {
     size_t r = zs_cu_warp_row((size_t)N);
     if (r == (size_t)N) return;
     int lane = (int)threadIdx.x % ZS_WARP;
-    const float *x = inp + r * C, *d = dout + r * C;
+    const InT *x = inp + r * C;
+    const DoutT *d = dout + r * C;
     float rs = rstd[r], agx = 0.0f;
     for (int i = lane; i < C; i += ZS_WARP)
-        agx += w[i] * d[i] * (x[i] * rs);
+        agx += w[i] * zs_cu_widen(d[i]) * (zs_cu_widen(x[i]) * rs);
     float mgx = zs_cu_warp_sum(agx) / (float)C;
     for (int i = lane; i < C; i += ZS_WARP)
-        dinp[r * C + i] += zs_rmsnorm_dinp(w[i] * d[i], x[i] * rs, mgx, rs);
+        dinp[r * C + i] +=
+            zs_rmsnorm_dinp(w[i] * zs_cu_widen(d[i]), zs_cu_widen(x[i]) * rs, mgx, rs);
 }
 
 /* dw: column sums in kernels/common.h's order, as bias_bwd_kernel (ops_cuda.cu); a whole
  * batch's rstd read 16 bytes at a time where it is 16-byte aligned (vec), as
  * layer norm's column kernel once read its mean and rstd. */
-static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, const float *inp,
+template <typename DoutT, typename InT>
+static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const DoutT *dout, const InT *inp,
                                                const float *rstd, int N, int C, int vec) {
     ZS_SHARED(float, pw, ZS_COLSUM_GROUPS *(ZS_CU_COLS + 1));
     int tx = (int)threadIdx.x % ZS_CU_COLS, g = (int)threadIdx.x / ZS_CU_COLS;
@@ -62,8 +67,8 @@ static __global__ void rmsnorm_bwd_cols_kernel(float *dw, const float *dout, con
             ZS_UNROLL
             for (int u = 0; u < ZS_CU_COL_BATCH; u++) {
                 int r = r0 + u < end ? r0 + u : r0; /* past the segment: a row read, unused */
-                d[u] = dout[(size_t)r * C + c];
-                x[u] = inp[(size_t)r * C + c];
+                d[u] = zs_cu_widen(dout[(size_t)r * C + c]);
+                x[u] = zs_cu_widen(inp[(size_t)r * C + c]);
                 if (whole && u % 4 == 0) {
                     float4 b = *(const float4 *)(rstd + r);
                     rs[u] = b.x, rs[u + 1] = b.y, rs[u + 2] = b.z, rs[u + 3] = b.w;
@@ -111,25 +116,45 @@ zs_status zs_cu_rmsnorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *rstd, const f
     return rmsnorm_fwd(s, out, rstd, inp, w, N, C, eps);
 }
 
-zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
-                            const float *inp, const float *w, const float *rstd, int N, int C) {
+/* rmsnorm_bwd with dout and inp each fp32 or bf16 (rmsnorm_bwd16). */
+template <typename DoutT, typename InT>
+static zs_status rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const DoutT *dout,
+                             const InT *inp, const float *w, const float *rstd, int N, int C) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
+    const double io = (double)sizeof(DoutT) + sizeof(InT); /* an element of dout and inp */
     ZS_REQUIRE(N >= 0 && C >= 1, ZS_ERR_INVALID, "rmsnorm_bwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return ZS_OK;
     ZS_REQUIRE(dinp && dw && dout && inp && w && rstd, ZS_ERR_INVALID, "rmsnorm_bwd: NULL buffer");
     /* per row: 10 per element, a butterfly and its division; dinp read and written */
-    ZS_COST((double)N * (10.0 * C + ZS_CU_WARP_SUM_FLOPS + ZS_WARP), 0, 4.0 * (4.0 * N * C + C + N));
-    ZS_LAUNCH(rmsnorm_bwd_rows_kernel, zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0, cs, dinp,
-              dout, inp, w, rstd, N, C);
+    ZS_COST((double)N * (10.0 * C + ZS_CU_WARP_SUM_FLOPS + ZS_WARP), 0,
+            (io + 8.0) * N * C + 4.0 * (C + N));
+    ZS_LAUNCH((rmsnorm_bwd_rows_kernel<DoutT, InT>), zs_cu_row_blocks((size_t)N), ZS_CU_THREADS, 0,
+              cs, dinp, dout, inp, w, rstd, N, C);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_rows_kernel);
     /* per column: 3 per row, the partials' total, 1 into dw (read and written) */
-    ZS_COST((double)C * (3.0 * N + ZS_COLSUM_GROUPS + 1.0), 0, 4.0 * (2.0 * N * C + N + 2.0 * C));
-    ZS_LAUNCH(rmsnorm_bwd_cols_kernel, zs_cu_col_blocks((size_t)C), ZS_CU_COL_THREADS, 0, cs, dw,
-              dout, inp, rstd, N, C, ((uintptr_t)rstd & 15) == 0);
+    ZS_COST((double)C * (3.0 * N + ZS_COLSUM_GROUPS + 1.0), 0, io * N * C + 4.0 * (N + 2.0 * C));
+    ZS_LAUNCH((rmsnorm_bwd_cols_kernel<DoutT, InT>), zs_cu_col_blocks((size_t)C), ZS_CU_COL_THREADS,
+              0, cs, dw, dout, inp, rstd, N, C, ((uintptr_t)rstd & 15) == 0);
     ZS_CUDA_CHECK_LAUNCH(rmsnorm_bwd_cols_kernel);
 fail:
     return st;
+}
+
+zs_status zs_cu_rmsnorm_bwd(zs_stream_t *s, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, const float *rstd, int N, int C) {
+    return rmsnorm_bwd(s, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+zs_status zs_cu_rmsnorm_bwd16(zs_stream_t *s, float *dinp, float *dw, const void *dout, int dout16,
+                              const void *inp, int inp16, const float *w, const float *rstd, int N,
+                              int C) {
+    const zs_bf16 *d16 = (const zs_bf16 *)dout, *x16 = (const zs_bf16 *)inp;
+    const float *d32 = (const float *)dout, *x32 = (const float *)inp;
+    if (dout16 && inp16) return rmsnorm_bwd(s, dinp, dw, d16, x16, w, rstd, N, C);
+    if (dout16) return rmsnorm_bwd(s, dinp, dw, d16, x32, w, rstd, N, C);
+    if (inp16) return rmsnorm_bwd(s, dinp, dw, d32, x16, w, rstd, N, C);
+    return rmsnorm_bwd(s, dinp, dw, d32, x32, w, rstd, N, C);
 }
 
 /* ---- RoPE --------------------------------------------------------------------------- */

@@ -43,12 +43,16 @@ static __global__ void layernorm_fwd_kernel(OutT *out, float *mean, float *rstd,
 /* dinp, and each segment's partials of dw and db (kernels/layernorm.h's order): a block per
  * segment of ZS_COLSUM_SEG rows (grid-stride). Its warps take its rows as a row kernel does,
  * then its threads the columns, adding the segment's rows (from L2) in index order; dout and
- * the input come from DRAM once (docs/cuda.md "Layer norm's backward"). Two blocks an SM:
- * 127 registers, no spill (ptxas -v, sm_90). The name stays on the "__global__" line. */
+ * the input come from DRAM once (docs/cuda.md "Layer norm's backward"), each fp32 or bf16
+ * (widened as read: layernorm_bwd16). Two blocks an SM: 127 registers, no spill (ptxas -v,
+ * sm_90) with dout fp32 and the input fp32 or dout bf16; a bf16 input with an fp32 dout (the
+ * stack's kept input, models/stack.h) spills 32 bytes a thread to L1 (half the column pass's
+ * rows in flight spilled more). The name stays on the "__global__" line. */
 #define LN_SEG_BATCH 16 /* rows' loads in flight in the column pass */
                         // clang-format off
+template <typename DoutT, typename InT>
 static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 2) layernorm_bwd_seg_kernel(float *dinp,
-        float *pw, float *pb, const float *dout, const float *inp, const float *w,
+        float *pw, float *pb, const DoutT *dout, const InT *inp, const float *w,
         const float *mean, const float *rstd, int N, int C, int nseg) {
     // clang-format on
     ZS_SHARED(float, smu, ZS_COLSUM_SEG);
@@ -58,14 +62,16 @@ static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 2) layernorm_bwd_seg_kernel(floa
         int r0 = s * ZS_COLSUM_SEG, n = N - r0 < ZS_COLSUM_SEG ? N - r0 : ZS_COLSUM_SEG;
         for (int k = wp; k < n; k += ZS_CU_ROWS) {
             size_t r = (size_t)r0 + k;
-            const float *x = inp + r * C, *d = dout + r * C;
+            const InT *x = inp + r * C;
+            const DoutT *d = dout + r * C;
             float mu = mean[r], rs = rstd[r], ag = 0.0f, agx = 0.0f;
             /* the lane's first ZS_CU_ROW_KEEP of x and of g = w dout kept in registers */
             float xk[ZS_CU_ROW_KEEP], gk[ZS_CU_ROW_KEEP];
             zs_cu_row_load(xk, x, C, lane);
             ZS_UNROLL
             for (int j = 0; j < ZS_CU_ROW_KEEP; j++)
-                if (lane + j * ZS_WARP < C) gk[j] = w[lane + j * ZS_WARP] * d[lane + j * ZS_WARP];
+                if (lane + j * ZS_WARP < C)
+                    gk[j] = w[lane + j * ZS_WARP] * zs_cu_widen(d[lane + j * ZS_WARP]);
             ZS_UNROLL
             for (int j = 0; j < ZS_CU_ROW_KEEP; j++)
                 if (lane + j * ZS_WARP < C) {
@@ -73,8 +79,9 @@ static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 2) layernorm_bwd_seg_kernel(floa
                     agx += gk[j] * zs_layernorm_xhat(xk[j], mu, rs);
                 }
             for (int i = lane + ZS_CU_ROW_KEEP * ZS_WARP; i < C; i += ZS_WARP) {
-                ag += w[i] * d[i];
-                agx += w[i] * d[i] * zs_layernorm_xhat(x[i], mu, rs);
+                float di = zs_cu_widen(d[i]);
+                ag += w[i] * di;
+                agx += w[i] * di * zs_layernorm_xhat(zs_cu_widen(x[i]), mu, rs);
             }
             float mg = zs_cu_warp_sum(ag) / (float)C, mgx = zs_cu_warp_sum(agx) / (float)C;
             ZS_UNROLL
@@ -84,7 +91,8 @@ static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 2) layernorm_bwd_seg_kernel(floa
                         zs_layernorm_dinp(gk[j], zs_layernorm_xhat(xk[j], mu, rs), mg, mgx, rs);
             for (int i = lane + ZS_CU_ROW_KEEP * ZS_WARP; i < C; i += ZS_WARP)
                 dinp[r * C + i] +=
-                    zs_layernorm_dinp(w[i] * d[i], zs_layernorm_xhat(x[i], mu, rs), mg, mgx, rs);
+                    zs_layernorm_dinp(w[i] * zs_cu_widen(d[i]),
+                                      zs_layernorm_xhat(zs_cu_widen(x[i]), mu, rs), mg, mgx, rs);
             if (lane == 0) smu[k] = mu, srs[k] = rs;
         }
         __syncthreads();
@@ -95,8 +103,8 @@ static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 2) layernorm_bwd_seg_kernel(floa
                 ZS_UNROLL
                 for (int u = 0; u < LN_SEG_BATCH; u++) {
                     size_t r = (size_t)r0 + (k0 + u < n ? k0 + u : k0); /* past n: unused */
-                    dv[u] = dout[r * C + c];
-                    xv[u] = inp[r * C + c];
+                    dv[u] = zs_cu_widen(dout[r * C + c]);
+                    xv[u] = zs_cu_widen(inp[r * C + c]);
                 }
                 ZS_UNROLL
                 for (int u = 0; u < LN_SEG_BATCH; u++)
@@ -177,9 +185,11 @@ zs_status zs_cu_layernorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *mean, float
     return layernorm_fwd(s, out, mean, rstd, inp, w, b, N, C);
 }
 
-zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, const float *mean,
-                              const float *rstd, int N, int C) {
+/* layernorm_bwd with dout and inp each fp32 or bf16 (layernorm_bwd16). */
+template <typename DoutT, typename InT>
+static zs_status layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const DoutT *dout,
+                               const InT *inp, const float *w, const float *mean, const float *rstd,
+                               int N, int C) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     int nseg = zs_layernorm_segments(N);
@@ -193,9 +203,10 @@ zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db,
     /* 15 an element and the row's butterflies, 5 an element of the column pass; dout and the
      * input read, dinp read and written, the partials written */
     ZS_COST((double)N * (20.0 * C + 2.0 * (ZS_CU_WARP_SUM_FLOPS + ZS_WARP)), 0,
-            4.0 * (4.0 * N * C + C + 2.0 * N + 2.0 * nseg * C));
-    ZS_LAUNCH(layernorm_bwd_seg_kernel, grid, ZS_CU_THREADS, 0, cs, dinp, (float *)part,
-              (float *)part + (size_t)nseg * C, dout, inp, w, mean, rstd, N, C, nseg);
+            (sizeof(DoutT) + sizeof(InT) + 8.0) * N * C + 4.0 * (C + 2.0 * N + 2.0 * nseg * C));
+    ZS_LAUNCH((layernorm_bwd_seg_kernel<DoutT, InT>), grid, ZS_CU_THREADS, 0, cs, dinp,
+              (float *)part, (float *)part + (size_t)nseg * C, dout, inp, w, mean, rstd, N, C,
+              nseg);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_seg_kernel);
     /* per column: 2 a segment, the groups' totals, 2 into dw and db (read and written) */
     ZS_COST((double)C * (2.0 * nseg + 2.0 * ZS_COLSUM_GROUPS + 2.0), 0,
@@ -205,6 +216,23 @@ zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db,
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_sum_kernel);
 fail:
     return st;
+}
+
+zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, const float *mean,
+                              const float *rstd, int N, int C) {
+    return layernorm_bwd(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+zs_status zs_cu_layernorm_bwd16(zs_stream_t *s, float *dinp, float *dw, float *db, const void *dout,
+                                int dout16, const void *inp, int inp16, const float *w,
+                                const float *mean, const float *rstd, int N, int C) {
+    const zs_bf16 *d16 = (const zs_bf16 *)dout, *x16 = (const zs_bf16 *)inp;
+    const float *d32 = (const float *)dout, *x32 = (const float *)inp;
+    if (dout16 && inp16) return layernorm_bwd(s, dinp, dw, db, d16, x16, w, mean, rstd, N, C);
+    if (dout16) return layernorm_bwd(s, dinp, dw, db, d16, x32, w, mean, rstd, N, C);
+    if (inp16) return layernorm_bwd(s, dinp, dw, db, d32, x16, w, mean, rstd, N, C);
+    return layernorm_bwd(s, dinp, dw, db, d32, x32, w, mean, rstd, N, C);
 }
 
 /* ---- GELU --------------------------------------------------------------------------- */

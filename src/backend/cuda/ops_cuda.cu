@@ -460,8 +460,8 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .bias_gelu_fwd = cu_bias_gelu_fwd, .bias_gelu_fwd16 = cu_bias_gelu_fwd16,                  \
         .embedding_fwd = zs_cu_embedding_fwd, .embedding_bwd = zs_cu_embedding_bwd,                \
         .layernorm_fwd = zs_cu_layernorm_fwd, .layernorm_fwd16 = zs_cu_layernorm_fwd16,            \
-        .layernorm_bwd = zs_cu_layernorm_bwd, .gelu_fwd = zs_cu_gelu_fwd,                          \
-        .gelu_bwd = zs_cu_gelu_bwd, .gelu_bwd16 = zs_cu_gelu_bwd16,                                \
+        .layernorm_bwd = zs_cu_layernorm_bwd, .layernorm_bwd16 = zs_cu_layernorm_bwd16,            \
+        .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd, .gelu_bwd16 = zs_cu_gelu_bwd16,    \
         .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
         .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
         .softmax_xent16 = xent16_fn, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,         \
@@ -470,10 +470,11 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .sumsq = zs_cu_sumsq, .sum = zs_cu_sum, .sumsq16 = zs_cu_sumsq16, .fill = cu_fill,         \
         .copy = cu_copy, .init_normal = cu_init_normal, .sync = cu_sync,                           \
         .rmsnorm_fwd = zs_cu_rmsnorm_fwd, .rmsnorm_fwd16 = zs_cu_rmsnorm_fwd16,                    \
-        .rmsnorm_bwd = zs_cu_rmsnorm_bwd, .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd,  \
-        .rope_bwd16 = zs_cu_rope_bwd16, .swiglu_fwd = zs_cu_swiglu_fwd,                            \
-        .swiglu_fwd16 = zs_cu_swiglu_fwd16, .swiglu_bwd = zs_cu_swiglu_bwd,                        \
-        .swiglu_bwd16 = zs_cu_swiglu_bwd16, .attention_gqa_fwd = zs_cu_attention_gqa_fwd,          \
+        .rmsnorm_bwd = zs_cu_rmsnorm_bwd, .rmsnorm_bwd16 = zs_cu_rmsnorm_bwd16,                    \
+        .rope_fwd = zs_cu_rope_fwd, .rope_bwd = zs_cu_rope_bwd, .rope_bwd16 = zs_cu_rope_bwd16,    \
+        .swiglu_fwd = zs_cu_swiglu_fwd, .swiglu_fwd16 = zs_cu_swiglu_fwd16,                        \
+        .swiglu_bwd = zs_cu_swiglu_bwd, .swiglu_bwd16 = zs_cu_swiglu_bwd16,                        \
+        .attention_gqa_fwd = zs_cu_attention_gqa_fwd,                                              \
         .attention_gqa_bwd = zs_cu_attention_gqa_bwd, .flash_attention_fwd = flash_fwd,            \
         .flash_attention_bwd = flash_bwd, .flash_attention_fwd16 = flash_fwd16,                    \
         .flash_attention_bwd16 = flash_bwd16, .flash_attention_bwd16g = flash_bwd16g,              \
