@@ -12,9 +12,8 @@
  * is replaced by the rounded values, so the next block computes on exactly what backward will
  * read back. Backward widens kept tensor l into working buffer l & 1 (or, where the blocks'
  * backward reads it as stored and nothing recomputes, leaves it bf16: zs_stack's x16); block
- * l's recomputed output then goes to the other one. The stream is therefore bf16 at every block
- * boundary whether or not blocks are recomputed, and --recompute block stays bitwise equal to none.
- */
+ * l's recomputed output then goes to the other one. The stream is thus bf16 at every block
+ * boundary with or without recompute, and --recompute block stays bitwise equal to none. */
 #ifndef ZS_MODELS_RESID_H
 #define ZS_MODELS_RESID_H
 
