@@ -44,10 +44,11 @@ static __global__ void layernorm_fwd_kernel(OutT *out, float *mean, float *rstd,
  * segment of ZS_COLSUM_SEG rows (grid-stride). Its warps take its rows as a row kernel does,
  * then its threads the columns, adding the segment's rows (from L2) in index order; dout and
  * the input come from DRAM once (docs/cuda.md "Layer norm's backward"), each fp32 or bf16
- * (widened as read: layernorm_bwd16). Two blocks an SM: 127 registers, no spill (ptxas -v,
- * sm_90) with dout fp32 and the input fp32 or dout bf16; a bf16 input with an fp32 dout (the
- * stack's kept input, models/stack.h) spills 32 bytes a thread to L1 (half the column pass's
- * rows in flight spilled more). The name stays on the "__global__" line. */
+ * (widened as read: layernorm_bwd16). Two blocks an SM (128 registers; ptxas -v, sm_90): fp32
+ * dout with an fp32 input, and bf16 dout with an fp32 one, do not spill; the bf16 input with an
+ * fp32 dout (the stack's kept input, models/stack.h) spills 32 bytes a thread to L1, and with a
+ * bf16 dout 12 (half the column pass's rows in flight spilled more). The name stays on the
+ * "__global__" line. */
 #define LN_SEG_BATCH 16 /* rows' loads in flight in the column pass */
                         // clang-format off
 template <typename DoutT, typename InT>
