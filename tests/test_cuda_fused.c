@@ -18,7 +18,10 @@
  *  - round16 (the CPU's rounding of its logits): the GPU's bits the CPU's;
  *  - GPT-2's MLP backward in bf16 (zs_linear_bwd_set16, then zs_linear_gelu_bwd_set16): the
  *    GELU output's gradient written bf16 by the GEMM, bit for bit the fp32 one rounded, and
- *    all else bit for bit the fp32 path's with round16 in between (the CPU's way);
+ *    all else bit for bit the fp32 path's with round16 in between (the CPU's way); the fc
+ *    layer's input gradient written bf16 (dinp16) the fp32 one rounded;
+ *  - GPT-2's c_attn backward (zs_linear_bwd_g16) writing its input gradient in bf16: the fp32
+ *    one rounded, dW and dbias unchanged; refused where it would accumulate, and on the CPU;
  *  - zs_linear_bwd16_set where its operands fit: dinp and dW bit for bit zs_linear_bwd_set's
  *    on the fp32 gradient (the same rounded values into the same products);
  *  - in pieces (W's rows, then inp's rows, past the gemm scratch): dinp and dW against an fp64
@@ -193,6 +196,55 @@ static void check_head16(int N, int IC, int OC, int in16) {
     zt_release();
 }
 
+/* got16[n] against want[n] rounded to bf16, bit for bit. */
+static void expect_rounded(const char *what, int N, int C, const zs_bf16 *got16, const float *want,
+                           size_t n) {
+    char w[160];
+    zs_bf16 *r = zt_hbuf(n * sizeof(zs_bf16));
+    for (size_t i = 0; i < n; i++)
+        r[i] = zs_f32_to_bf16(want[i]);
+    snprintf(w, sizeof w, "%s N=%d C=%d (the fp32 dinp, rounded)", what, N, C);
+    zt_expect_bits(w, got16, r, n * sizeof(zs_bf16));
+}
+
+/* GPT-2's c_attn backward with bf16 activations (gpt2.c): a bf16 output gradient (the
+ * attention's, flash_attention_bwd16g) taken as it is, and dinp written bf16 for
+ * layernorm_bwd16 (zs_linear_bwd_g16 with dinp16): bit for bit the fp32 dinp rounded, and dW
+ * and dbias the fp32 dinp's call's. Refused: a bf16 dinp to accumulate into (set 0), and on the
+ * CPU's table. */
+static void check_qkv16(const zs_ops *cpu, int N, int C) {
+    const int OC = 3 * C;
+    size_t nc = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)C * OC;
+    zs_bf16 *h = zt_hbuf((no + nc) * sizeof(zs_bf16)); /* dout, ln1 */
+    float *a32 = randn(no + nc, 1.0f), *W = randn(nw, 0.3f);
+    float *dW0 = randn(nw, 1.0f), *db0 = randn(OC, 1.0f);
+    for (size_t i = 0; i < no + nc; i++)
+        h[i] = zs_f32_to_bf16(a32[i]);
+    zs_bf16 *d_h = zt_dup(h, (no + nc) * sizeof(zs_bf16));
+    const zs_bf16 *dout = d_h, *ln1 = d_h + no;
+    float *d_W = zt_dup(W, nw * 4), *dinp = zt_dup(poisoned(nc), nc * 4);
+    float *dW[2] = {zt_dup(dW0, nw * 4), zt_dup(dW0, nw * 4)};
+    float *db[2] = {zt_dup(db0, OC * 4), zt_dup(db0, OC * 4)};
+    zs_bf16 *dinp16 = zt_dbuf(nc * 2);
+    ZT_CHECK(zs_linear_dinp16_ok(gpu, N, C, OC, 1, 1), "dinp16_ok refused N=%d C=%d", N, C);
+    ZT_OK(zs_linear_bwd_g16(gpu, NULL, dinp, 0, dW[0], db[0], dout, ln1, 1, d_W, N, C, OC, 1));
+    ZT_OK(zs_linear_bwd_g16(gpu, NULL, dinp16, 1, dW[1], db[1], dout, ln1, 1, d_W, N, C, OC, 1));
+    expect_rounded("qkv16: c_attn dinp16", N, C, dev_down(dinp16, nc * 2), dev_down(dinp, nc * 4),
+                   nc);
+    zt_expect_bits("qkv16: c_attn dW beside dinp16", dev_down(dW[1], nw * 4),
+                   dev_down(dW[0], nw * 4), nw * 4);
+    zt_expect_bits("qkv16: c_attn dbias beside dinp16", dev_down(db[1], OC * 4),
+                   dev_down(db[0], OC * 4), (size_t)OC * 4);
+    ZT_CHECK(zs_linear_bwd_g16(gpu, NULL, dinp16, 1, dW[1], db[1], dout, ln1, 1, d_W, N, C, OC,
+                               0) == ZS_ERR_INVALID,
+             "linear_bwd_g16 took a bf16 dinp to accumulate into");
+    ZT_CHECK(!zs_linear_dinp16_ok(cpu, N, C, OC, 1, 1) &&
+                 zs_linear_bwd_g16(cpu, NULL, h, 1, dW0, NULL, h, h, 1, W, N, C, OC, 1) ==
+                     ZS_ERR_INVALID,
+             "the CPU table took a bf16 input gradient");
+    zt_release();
+}
+
 /* GPT-2's MLP backward with bf16 activations (model gpt2.c): the c_proj's GEMM writing the
  * GELU output's gradient in bf16 (zs_linear_bwd_set16) and the fc layer's fused GELU backward
  * and bias reading it (zs_linear_gelu_bwd_set16), against the fp32 path on the same table
@@ -234,8 +286,8 @@ static void check_mlp16(int N, int C) {
         want16[i] = zs_f32_to_bf16(d32[i]);
     snprintf(what, sizeof what, "mlp16 N=%d C=%d: the bf16 gradient (fp32's, rounded)", N, C);
     zt_expect_bits(what, got16, want16, nf * 2);
-    ZT_OK(zs_linear_gelu_bwd_set16(gpu, NULL, o[1][5], o[1][3], o[1][4], d16, fch, o[1][6], ln2, 1,
-                                   d_Wf, N, C, F));
+    ZT_OK(zs_linear_gelu_bwd_set16(gpu, NULL, o[1][5], 0, o[1][3], o[1][4], d16, fch, o[1][6], ln2,
+                                   1, d_Wf, N, C, F));
     static const char *name[6] = {"", "c_proj dW", "c_proj dbias", "fc dW", "fc dbias", "fc dinp"};
     const size_t len[6] = {0, nw, (size_t)C, nw, (size_t)F, nc};
     for (int j = 1; j < 6; j++) {
@@ -243,6 +295,17 @@ static void check_mlp16(int N, int C) {
         zt_expect_bits(what, dev_down(o[1][j], len[j] * 4), dev_down(o[0][j], len[j] * 4),
                        len[j] * 4);
     }
+    /* the fc layer's dinp written bf16 (what gpt2.c hands layernorm_bwd16): the fp32 one
+     * rounded; dW and dbias, accumulating from the same start, the fp32 path's */
+    float *dWf = zt_dup(dW0, nw * 4), *dbf = zt_dup(db0, F * 4);
+    zs_bf16 *dc16 = zt_dbuf(nc * 2);
+    ZT_OK(zs_linear_gelu_bwd_set16(gpu, NULL, dc16, 1, dWf, dbf, d16, fch, o[1][6], ln2, 1, d_Wf, N,
+                                   C, F));
+    expect_rounded("mlp16: fc dinp16", N, C, dev_down(dc16, nc * 2), dev_down(o[0][5], nc * 4), nc);
+    zt_expect_bits("mlp16: fc dW beside dinp16", dev_down(dWf, nw * 4), dev_down(o[0][3], nw * 4),
+                   nw * 4);
+    zt_expect_bits("mlp16: fc dbias beside dinp16", dev_down(dbf, F * 4), dev_down(o[0][4], F * 4),
+                   (size_t)F * 4);
     /* dinp16 only where it is set and the operands fit together */
     ZT_CHECK(gpu->gemm_linear_bwd(NULL, d16, 1, o[1][1], NULL, d_dres, 0, NULL, 0, NULL, fch_gelu,
                                   1, d_Wp, N, F, C, 1.0f) == ZS_ERR_INVALID,
@@ -410,6 +473,8 @@ int main(void) {
     check_mlp16(33, 48);
     check_mlp16(7, 20);   /* rows of 80 and 20: no vector alignment to lean on */
     check_mlp16(5, 2048); /* 4C = 8192: bias_bwd's wide blocks */
+    check_qkv16(cpu, 33, 48);
+    check_qkv16(cpu, 7, 20); /* rows of 60 and 20: no vector alignment to lean on */
     ZT_CHECK(!zs_linear_bwd16_ok(cpu, 33, 192, 48, 1) &&
                  zs_linear_bwd_set16(cpu, NULL, (zs_bf16 *)&dev, NULL, NULL, NULL, NULL, 1, NULL,
                                      33, 192, 48) == ZS_ERR_INVALID,

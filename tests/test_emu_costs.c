@@ -342,7 +342,7 @@ static void run_bias(int N, int OC, double fl[4]) {
     zs_bf16 *g16 = (zs_bf16 *)drand(no), *a16 = (zs_bf16 *)drand(no), *x16 = (zs_bf16 *)x;
     float *W = drand((size_t)OC * 8), *dW = drand((size_t)OC * 8); /* 8 inputs */
     prof_start();
-    ZT_OK(zs_linear_gelu_bwd_set16(gpu->with_math(ZS_MATH_BF16), NULL, out, dW, db, g16, a16, y,
+    ZT_OK(zs_linear_gelu_bwd_set16(gpu->with_math(ZS_MATH_BF16), NULL, out, 0, dW, db, g16, a16, y,
                                    x16, 1, W, N, 8, OC));
     prof_stop();
     check_rec(rec("bias_bwd_kernel"), 4, 0, NULL);

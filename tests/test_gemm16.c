@@ -350,8 +350,8 @@ static void check_linear_g16(int N, int IC, int OC) {
                         ZT_OK(zs_linear_bwd(T, NULL, dinp[h], gW[h], gb[h], d32, in, in16, dW, N,
                                             IC, OC));
                     else
-                        ZT_OK(zs_linear_bwd_g16(T, NULL, dinp[h], gW[h], gb[h], dg16, in, in16, dW,
-                                                N, IC, OC, set));
+                        ZT_OK(zs_linear_bwd_g16(T, NULL, dinp[h], 0, gW[h], gb[h], dg16, in, in16,
+                                                dW, N, IC, OC, set));
                 }
                 snprintf(what, sizeof what, "%s linear_bwd_g16 N=%d IC=%d OC=%d%s%s%s", T->name, N,
                          IC, OC, in16 ? ", bf16 input" : "", set ? ", set" : "",
@@ -367,7 +367,7 @@ static void check_linear_g16(int N, int IC, int OC) {
                                    (size_t)OC * 4);
             }
     if (!T->gemm_linear_bwd) { /* a bias on a bf16 gradient: refused, naming the table */
-        zs_status st = zs_linear_bwd_g16(T, NULL, up(di0, ni * 4), up(gW0, nw * 4),
+        zs_status st = zs_linear_bwd_g16(T, NULL, up(di0, ni * 4), 0, up(gW0, nw * 4),
                                          up(gb0, (size_t)OC * 4), dg16, dx, 0, dW, N, IC, OC, 1);
         ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "gemm_linear_bwd"),
                  "%s linear_bwd_g16 with a bias: refused naming gemm_linear_bwd (%s)", T->name,

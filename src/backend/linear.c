@@ -197,14 +197,17 @@ fail:
 
 /* dinp_beta: 1 adds to dinp, 0 overwrites it (and does not read it). gelu_inp: the layer's
  * output went through a GELU, dout is the gradient of gelu(gelu_inp), and gelu_bwd's of
- * gelu_inp (into dtmp unless the table fuses it) is the layer's output gradient. */
-static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const void *dout, int dout16, const void *gelu_inp, int gelu16,
-                            float *dtmp, const void *inp, int in16, const float *W, int N, int IC,
-                            int OC, float dinp_beta) {
+ * gelu_inp (into dtmp unless the table fuses it) is the layer's output gradient. dinp16: dinp
+ * is bf16, written by the table's gemm_linear_bwd (zs_linear_dinp16_ok). */
+static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, void *dinp, int dinp16, float *dW,
+                            float *dbias, const void *dout, int dout16, const void *gelu_inp,
+                            int gelu16, float *dtmp, const void *inp, int in16, const float *W,
+                            int N, int IC, int OC, float dinp_beta) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_bwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    ZS_REQUIRE(!dinp16 || (dinp && dW && ops->gemm_linear_bwd), ZS_ERR_INVALID,
+               "linear_bwd: the %s table writes no bf16 input gradient", ops->name);
     ZS_REQUIRE(!dout16 || (!dbias && !gelu_inp) || (dinp && dW && ops->gemm_linear_bwd),
                ZS_ERR_INVALID,
                "linear_bwd: a bf16 output gradient takes a bias or GELU only through the %s "
@@ -215,8 +218,8 @@ static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
     /* dW[OC,IC] += dout^T inp  <=>  dW^T (IC x OC) += inp^T (IC x N) dout (N x OC); the stored
      * dout is dout^T (OC x N) column-major, hence transb = T. */
     if (dinp && dW && ops->gemm_linear_bwd)
-        return ops->gemm_linear_bwd(s, dinp, 0, dW, dbias, dout, dout16, gelu_inp, gelu16, dtmp,
-                                    inp, in16, W, N, IC, OC, dinp_beta);
+        return ops->gemm_linear_bwd(s, dinp, dinp16, dW, dbias, dout, dout16, gelu_inp, gelu16,
+                                    dtmp, inp, in16, W, N, IC, OC, dinp_beta);
     if (gelu_inp) {
         if (gelu16)
             ZS_CHECK(ops->gelu_bwd16(s, dtmp, gelu_inp, dout, (size_t)N * OC));
@@ -225,7 +228,8 @@ static zs_status linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, floa
         dout = dtmp;
     }
     if (dinp)
-        ZS_CHECK(gemm_in(ops, s, 0, 0, IC, N, OC, W, 0, IC, dout, dout16, OC, dinp_beta, dinp, IC));
+        ZS_CHECK(gemm_in(ops, s, 0, 0, IC, N, OC, W, 0, IC, dout, dout16, OC, dinp_beta,
+                         (float *)dinp, IC));
     if (dW)
         ZS_CHECK(gemm_in(ops, s, 0, 1, IC, OC, N, inp, in16, IC, dout, dout16, OC, 1.0f, dW, IC));
     if (dbias) ZS_CHECK(ops->bias_bwd(s, dbias, dout, N, OC));
@@ -236,26 +240,26 @@ fail:
 zs_status zs_linear_bwd(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                         const float *dout, const void *inp, int in16, const float *W, int N, int IC,
                         int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC, OC,
+    return linear_bwd(ops, s, dinp, 0, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC, OC,
                       1.0f);
 }
 
 zs_status zs_linear_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
                             const float *dout, const void *inp, int in16, const float *W, int N,
                             int IC, int OC) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC, OC,
+    return linear_bwd(ops, s, dinp, 0, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC, OC,
                       0.0f);
 }
 
 /* zs_linear_gelu_bwd_set and its bf16-dout form. */
-static zs_status gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
+static zs_status gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, void *dinp, int dinp16, float *dW,
                               float *dbias, const void *dout, int dout16, const void *gelu_inp,
                               float *dtmp, const void *inp, int in16, const float *W, int N, int IC,
                               int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(gelu_inp && dtmp, ZS_ERR_INVALID, "linear_gelu_bwd: NULL GELU input or scratch");
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, dout16, gelu_inp, in16, dtmp, inp, in16, W, N,
-                      IC, OC, 0.0f);
+    return linear_bwd(ops, s, dinp, dinp16, dW, dbias, dout, dout16, gelu_inp, in16, dtmp, inp,
+                      in16, W, N, IC, OC, 0.0f);
 fail:
     return st;
 }
@@ -263,14 +267,20 @@ fail:
 zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
                                  float *dbias, const float *dout, const void *gelu_inp, float *dtmp,
                                  const void *inp, int in16, const float *W, int N, int IC, int OC) {
-    return gelu_bwd_set(ops, s, dinp, dW, dbias, dout, 0, gelu_inp, dtmp, inp, in16, W, N, IC, OC);
+    return gelu_bwd_set(ops, s, dinp, 0, dW, dbias, dout, 0, gelu_inp, dtmp, inp, in16, W, N, IC,
+                        OC);
+}
+
+int zs_linear_dinp16_ok(const zs_ops *ops, int N, int IC, int OC, int in16, int g16) {
+    /* gemm_linear_bwd's fused path: its operands fit the scratch together */
+    return ops->gemm_linear_bwd && zs_linear_bwd_cast_elems(N, IC, OC, in16, g16);
 }
 
 int zs_linear_bwd16_ok(const zs_ops *ops, int N, int IC, int OC, int in16) {
-    /* the c_proj's backward (IC -> OC) and the fc's (OC -> IC) fused, each with an fp32-sized
+    /* the c_proj's backward (IC -> OC) and the fc's (OC -> IC), each with an fp32-sized
      * gradient in the scratch (its dout, or the GELU's gradient) */
-    return ops->gemm_linear_bwd && zs_linear_bwd_cast_elems(N, IC, OC, in16, 0) &&
-           zs_linear_bwd_cast_elems(N, OC, IC, in16, 0);
+    return zs_linear_dinp16_ok(ops, N, IC, OC, in16, 0) &&
+           zs_linear_dinp16_ok(ops, N, OC, IC, in16, 0);
 }
 
 zs_status zs_linear_bwd_set16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *dinp, float *dW,
@@ -285,18 +295,19 @@ fail:
     return st;
 }
 
-zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
-                                   float *dbias, const zs_bf16 *dout, const void *gelu_inp,
-                                   float *dtmp, const void *inp, int in16, const float *W, int N,
-                                   int IC, int OC) {
-    return gelu_bwd_set(ops, s, dinp, dW, dbias, dout, 1, gelu_inp, dtmp, inp, in16, W, N, IC, OC);
+zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, void *dinp, int dinp16,
+                                   float *dW, float *dbias, const zs_bf16 *dout,
+                                   const void *gelu_inp, float *dtmp, const void *inp, int in16,
+                                   const float *W, int N, int IC, int OC) {
+    return gelu_bwd_set(ops, s, dinp, dinp16, dW, dbias, dout, 1, gelu_inp, dtmp, inp, in16, W, N,
+                        IC, OC);
 }
 
-zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const zs_bf16 *dout, const void *inp, int in16, const float *W, int N,
-                            int IC, int OC, int set) {
-    return linear_bwd(ops, s, dinp, dW, dbias, dout, 1, NULL, 0, NULL, inp, in16, W, N, IC, OC,
-                      set ? 0.0f : 1.0f);
+zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, void *dinp, int dinp16, float *dW,
+                            float *dbias, const zs_bf16 *dout, const void *inp, int in16,
+                            const float *W, int N, int IC, int OC, int set) {
+    return linear_bwd(ops, s, dinp, dinp16, dW, dbias, dout, 1, NULL, 0, NULL, inp, in16, W, N, IC,
+                      OC, set ? 0.0f : 1.0f);
 }
 
 zs_status zs_linear_bwd16_set(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,

@@ -549,24 +549,30 @@ zs_status zs_linear_gelu_bwd_set(const zs_ops *ops, zs_stream_t *s, float *dinp,
  * GELU's output is rounded to bf16 once. zs_linear_bwd16_ok says whether the table can take
  * both layers' operands in its fused path: then zs_linear_bwd_set16 (zs_linear_bwd_set with
  * dinp written bf16, ops.h gemm_linear_bwd's dinp16) and zs_linear_gelu_bwd_set16
- * (zs_linear_gelu_bwd_set reading that bf16 gradient) do it without an fp32 copy. Elsewhere
- * (the CPU) the fp32 dinp is rounded in place by round16 and read as fp32: the same values. */
+ * (zs_linear_gelu_bwd_set reading that bf16 gradient; its own dinp bf16 too where dinp16) do
+ * it without an fp32 copy. Elsewhere (the CPU) the fp32 dinp is rounded in place by round16
+ * and read as fp32: the same values. zs_linear_dinp16_ok: whether the table's gemm_linear_bwd
+ * can write a bf16 dinp (dinp16, set) for the layer N x IC -> OC with inp bf16 where in16 and
+ * the gradient G bf16 as it is where g16 (a bf16 dout, no GELU). */
 int zs_linear_bwd16_ok(const zs_ops *ops, int N, int IC, int OC, int in16);
+int zs_linear_dinp16_ok(const zs_ops *ops, int N, int IC, int OC, int in16, int g16);
 zs_status zs_linear_bwd_set16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *dinp, float *dW,
                               float *dbias, const float *dout, const void *inp, int in16,
                               const float *W, int N, int IC, int OC);
-zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW,
-                                   float *dbias, const zs_bf16 *dout, const void *gelu_inp,
-                                   float *dtmp, const void *inp, int in16, const float *W, int N,
-                                   int IC, int OC);
+zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, void *dinp, int dinp16,
+                                   float *dW, float *dbias, const zs_bf16 *dout,
+                                   const void *gelu_inp, float *dtmp, const void *inp, int in16,
+                                   const float *W, int N, int IC, int OC);
 
 /* zs_linear_bwd (set 0) or zs_linear_bwd_set (set 1) with dout[N,OC] bf16 as its producer
  * stored it (swiglu_bwd16, rope_bwd16, flash_attention_bwd16g): the same bits as the fp32 dout
  * it rounds, in the same pieces (the plans are decided on fp32 sizes), without the rounding
- * pass. The table must have gemm16, and for a bias (dbias non-NULL) gemm_linear_bwd. */
-zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, float *dinp, float *dW, float *dbias,
-                            const zs_bf16 *dout, const void *inp, int in16, const float *W, int N,
-                            int IC, int OC, int set);
+ * pass. The table must have gemm16, and for a bias (dbias non-NULL) gemm_linear_bwd. dinp16
+ * (set 1, zs_linear_dinp16_ok with g16): dinp is bf16, the fp32 one rounded once (GPT-2's
+ * c_attn, whose input gradient only the layer norm's backward reads). */
+zs_status zs_linear_bwd_g16(const zs_ops *ops, zs_stream_t *s, void *dinp, int dinp16, float *dW,
+                            float *dbias, const zs_bf16 *dout, const void *inp, int in16,
+                            const float *W, int N, int IC, int OC, int set);
 
 /* zs_linear_bwd_set with dout bf16, the column-major dout^T (OC x N, ld ldd), through the
  * table's gemm_linear_bwd16 (ZS_ERR_INVALID on a table without it), no bias: what a language

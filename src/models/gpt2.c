@@ -207,8 +207,25 @@ fail:
     return st;
 }
 
+/* A layer norm's backward from dout (bf16 where dout16) into b->dres, its input x, or the
+ * kept bf16 record x16 where that is non-NULL: layernorm_bwd16 where either is bf16 (a table
+ * that has it), else layernorm_bwd. */
+static zs_status ln_bwd(zs_model_base *b, float *dw, float *db, const void *dout, int dout16,
+                        const float *x, const zs_bf16 *x16, const float *w, const float *mean,
+                        const float *rstd, int BT) {
+    const int C = b->cfg.n_embd;
+    if (dout16 || x16)
+        return b->ops->layernorm_bwd16(b->s, b->dres, dw, db, dout, dout16,
+                                       x16 ? (const void *)x16 : x, x16 != NULL, w, mean, rstd, BT,
+                                       C);
+    return b->ops->layernorm_bwd(b->s, b->dres, dw, db, dout, x, w, mean, rstd, BT, C);
+}
+
 /* One block's backward: b->dres holds d loss / d res3 on entry and d loss / d x on exit;
- * parameter gradients accumulate into g. */
+ * parameter gradients accumulate into g. With bf16 activations the gradient each layer norm
+ * receives (c_attn's and fc's input gradient, b->dC) is rounded to bf16 once, as autocast's
+ * bf16 linear returns it: written bf16 by the GEMM and read as it is where the table can
+ * (zs_linear_dinp16_ok, layernorm_bwd16), else rounded in place by round16. */
 static zs_status block_backward(void *model, const float *p, float *g, const float *x,
                                 const zs_bf16 *x16, int l, int B, int T) {
     zs_status st = ZS_OK;
@@ -222,6 +239,8 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     const int64_t *t = b->toff;
     const int h = b->act16; /* GEMM-only inputs in bf16 */
     const int o16 = zs_attn_out16(h, b->naive, C / NH);
+    const int ln16 = h && o->layernorm_bwd16; /* the norms read a bf16 dC where it is written */
+    int dc16 = 0;                             /* b->dC holds bf16 */
     /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP; then
      * fch_gelu = gelu(fch), fch = fc(ln2): GELU's backward in the fc layer's (fused on a GPU).
      * With bf16 activations the gradient between them is rounded to bf16 once, as autocast
@@ -230,8 +249,10 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         zs_bf16 *d16 = (zs_bf16 *)m->dtmp4;
         ZS_CHECK(zs_linear_bwd_set16(o, s, d16, g + t[B_FCPW], g + t[B_FCPB], b->dres, a->fch_gelu,
                                      h, p + t[B_FCPW], BT, 4 * C, C));
-        ZS_CHECK(zs_linear_gelu_bwd_set16(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], d16, a->fch,
-                                          m->dtmp4b, a->ln2, h, p + t[B_FCW], BT, C, 4 * C));
+        dc16 = ln16;
+        ZS_CHECK(zs_linear_gelu_bwd_set16(o, s, b->dC, dc16, g + t[B_FCW], g + t[B_FCB], d16,
+                                          a->fch, m->dtmp4b, a->ln2, h, p + t[B_FCW], BT, C,
+                                          4 * C));
     } else {
         ZS_CHECK(zs_linear_bwd_set(o, s, m->dtmp4, g + t[B_FCPW], g + t[B_FCPB], b->dres,
                                    a->fch_gelu, h, p + t[B_FCPW], BT, 4 * C, C));
@@ -239,8 +260,9 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         ZS_CHECK(zs_linear_gelu_bwd_set(o, s, b->dC, g + t[B_FCW], g + t[B_FCB], m->dtmp4, a->fch,
                                         m->dtmp4b, a->ln2, h, p + t[B_FCW], BT, C, 4 * C));
     }
-    ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN2W], g + t[B_LN2B], b->dC, a->res2,
-                              p + t[B_LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
+    if (h && !dc16) ZS_CHECK(o->round16(s, b->dC, nC));
+    ZS_CHECK(ln_bwd(b, g + t[B_LN2W], g + t[B_LN2B], b->dC, dc16, a->res2, NULL, p + t[B_LN2W],
+                    a->ln2_mean, a->ln2_rstd, BT));
     /* res2 = x + attn_proj(atty). */
     ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty, o16,
                                p + t[B_PROJW], BT, C, C));
@@ -252,9 +274,11 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         ZS_CHECK(o->flash_attention_bwd16g(s, d16, d16 + C, d16 + 2 * C, b->datt, b->dC, a->qkv,
                                            a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T, NH,
                                            NH, C / NH, 3 * C, 3 * C, b->seg));
-        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], d16, a->ln1, h,
+        dc16 = ln16 && zs_linear_dinp16_ok(o, BT, C, 3 * C, h, 1);
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, dc16, g + t[B_QKVW], g + t[B_QKVB], d16, a->ln1, h,
                                    p + t[B_QKVW], BT, C, 3 * C, 1));
     } else {
+        dc16 = 0;
         if (b->naive) { /* it accumulates; the flash backward overwrites */
             ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
             ZS_CHECK(
@@ -272,12 +296,10 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1, h,
                                    p + t[B_QKVW], BT, C, 3 * C));
     }
-    if (x16) /* the kept input as it is stored (stack.h zs_resid_load_for) */
-        ZS_CHECK(o->layernorm_bwd16(s, b->dres, g + t[B_LN1W], g + t[B_LN1B], b->dC, 0, x16, 1,
-                                    p + t[B_LN1W], a->ln1_mean, a->ln1_rstd, BT, C));
-    else
-        ZS_CHECK(o->layernorm_bwd(s, b->dres, g + t[B_LN1W], g + t[B_LN1B], b->dC, x, p + t[B_LN1W],
-                                  a->ln1_mean, a->ln1_rstd, BT, C));
+    if (h && !dc16) ZS_CHECK(o->round16(s, b->dC, nC));
+    /* x16: the kept input as it is stored (stack.h zs_resid_load_for) */
+    ZS_CHECK(ln_bwd(b, g + t[B_LN1W], g + t[B_LN1B], b->dC, dc16, x, x16, p + t[B_LN1W],
+                    a->ln1_mean, a->ln1_rstd, BT));
 fail:
     return st;
 }
@@ -294,11 +316,7 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
                           const zs_bf16 *x16, int BT) {
     zs_gpt2_t *m = (zs_gpt2_t *)b;
     const int64_t w = b->off_norm[0], bias = b->off_norm[1];
-    if (x16)
-        return b->ops->layernorm_bwd16(b->s, b->dres, g + w, g + bias, b->dC, 0, x16, 1, p + w,
-                                       m->lnf_mean, m->lnf_rstd, BT, b->cfg.n_embd);
-    return b->ops->layernorm_bwd(b->s, b->dres, g + w, g + bias, b->dC, x, p + w, m->lnf_mean,
-                                 m->lnf_rstd, BT, b->cfg.n_embd);
+    return ln_bwd(b, g + w, g + bias, b->dC, 0, x, x16, p + w, m->lnf_mean, m->lnf_rstd, BT);
 }
 
 /* The layer norms' backward reads a bf16 kept input where the table can (ops.h

@@ -237,10 +237,10 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
                                BT, F, C));
     if (h) { /* the gradients rounded where they are made: the bits the GEMMs would round to */
         ZS_CHECK(o->swiglu_bwd16(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF));
-        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, h,
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, 0, g + t[L_GATE], NULL, m->dgate, a->ln2, h,
                                    p + t[L_GATE], BT, C, F, 1));
-        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, g + t[L_UP], NULL, m->dup, a->ln2, h, p + t[L_UP],
-                                   BT, C, F, 0));
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, 0, g + t[L_UP], NULL, m->dup, a->ln2, h,
+                                   p + t[L_UP], BT, C, F, 0));
     } else {
         ZS_CHECK(o->swiglu_bwd(s, m->dgate, m->dup, m->dh, a->gate, a->up, nF)); /* overwrites */
         ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[L_GATE], NULL, m->dgate, a->ln2, h,
@@ -274,10 +274,10 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         zs_bf16 *dq16 = m->dgate, *dk16 = m->dup;
         ZS_CHECK(o->rope_bwd16(s, dq16, m->dq, B, T, c->n_head, hs, c->rope_theta, b->seg));
         ZS_CHECK(o->rope_bwd16(s, dk16, m->dk, B, T, c->n_kv_head, hs, c->rope_theta, b->seg));
-        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, g + t[L_Q], NULL, dq16, a->ln1, h, p + t[L_Q], BT,
-                                   C, QD, 1));
-        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, g + t[L_K], NULL, dk16, a->ln1, h, p + t[L_K], BT,
-                                   C, KD, 0));
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, 0, g + t[L_Q], NULL, dq16, a->ln1, h, p + t[L_Q],
+                                   BT, C, QD, 1));
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, 0, g + t[L_K], NULL, dk16, a->ln1, h, p + t[L_K],
+                                   BT, C, KD, 0));
     } else {
         ZS_CHECK(o->rope_bwd(s, m->dq, m->dq, B, T, c->n_head, hs, c->rope_theta, b->seg));
         ZS_CHECK(o->rope_bwd(s, m->dk, m->dk, B, T, c->n_kv_head, hs, c->rope_theta, b->seg));
