@@ -281,11 +281,7 @@ static void check_mlp16(int N, int C) {
     zs_bf16 *d16 = (zs_bf16 *)o[1][0];
     ZT_OK(
         zs_linear_bwd_set16(gpu, NULL, d16, o[1][1], o[1][2], d_dres, fch_gelu, 1, d_Wp, N, F, C));
-    zs_bf16 *got16 = dev_down(d16, nf * 2), *want16 = zt_hbuf(nf * 2);
-    for (size_t i = 0; i < nf; i++)
-        want16[i] = zs_f32_to_bf16(d32[i]);
-    snprintf(what, sizeof what, "mlp16 N=%d C=%d: the bf16 gradient (fp32's, rounded)", N, C);
-    zt_expect_bits(what, got16, want16, nf * 2);
+    expect_rounded("mlp16: c_proj's bf16 dinp", N, C, dev_down(d16, nf * 2), d32, nf);
     ZT_OK(zs_linear_gelu_bwd_set16(gpu, NULL, o[1][5], 0, o[1][3], o[1][4], d16, fch, o[1][6], ln2,
                                    1, d_Wf, N, C, F));
     static const char *name[6] = {"", "c_proj dW", "c_proj dbias", "fc dW", "fc dbias", "fc dinp"};

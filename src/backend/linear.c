@@ -286,13 +286,8 @@ int zs_linear_bwd16_ok(const zs_ops *ops, int N, int IC, int OC, int in16) {
 zs_status zs_linear_bwd_set16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *dinp, float *dW,
                               float *dbias, const float *dout, const void *inp, int in16,
                               const float *W, int N, int IC, int OC) {
-    zs_status st = ZS_OK;
-    ZS_REQUIRE(ops->gemm_linear_bwd && dinp && dW, ZS_ERR_INVALID,
-               "linear_bwd_set16: the %s table writes no bf16 input gradient", ops->name);
-    return ops->gemm_linear_bwd(s, dinp, 1, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC,
-                                OC, 0.0f);
-fail:
-    return st;
+    return linear_bwd(ops, s, dinp, 1, dW, dbias, dout, 0, NULL, 0, NULL, inp, in16, W, N, IC, OC,
+                      0.0f);
 }
 
 zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, void *dinp, int dinp16,
