@@ -5,7 +5,8 @@
  * 4096, rows not a multiple of the 64-row tiles, rows whose stride breaks 16-byte alignment.
  * The bf16-out forms (flash_attention_fwd16/bwd16) give the fp32 ops' bits, rounded (forward)
  * or from the widened out (backward), on the tensor cores and on the fp32 kernels' path; bwd16g
- * gives bwd16's gradients rounded, with its pair stores and without (an odd element).
+ * gives bwd16's gradients rounded, with its pair stores and without (an odd element); fwd16q
+ * and bwd16q (bf16 q, k, v) give fwd16's and bwd16g's bits on the same values widened.
  *
  * The bound, element by element, from bf16's unit roundoff u = 2^-9 on every input of a product
  * (q, k, v, dO, and the probabilities P and score gradients dS the kernels round between their
@@ -322,6 +323,87 @@ static void check_out16(int B, int T, int NH, int NKV, int hs, int packed, int d
         free(hbufs[i]);
 }
 
+/* flash_attention_fwd16q and bwd16q (bf16 q, k, v: GPT-2's kept qkv, ops.h) against fwd16 and
+ * bwd16g given the same values widened, bit for bit: out, lse, delta and dq | dk | dv. off moves
+ * the bf16 inputs by that many elements (1: rows not 8-byte aligned, the scalar loads). */
+static void check_qkv16(int B, int T, int NH, int NKV, int hs, int packed, int docs, int off) {
+    char what[160];
+    snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d hs=%d%s%s%s", B, T, NH, NKV, hs,
+             packed ? " packed" : "", docs ? " documents" : "", off ? " unaligned" : "");
+    size_t QD = (size_t)NH * hs, KD = (size_t)NKV * hs, BT = (size_t)B * T;
+    size_t ldq = packed ? QD + 2 * KD : QD, ldkv = packed ? ldq : KD;
+    size_t nq = BT * ldq, nk = packed ? 0 : BT * KD, no = BT * QD, nl = (size_t)B * NH * T;
+    size_t ni = nq + 2 * nk, ng = ni;
+    size_t gk = packed ? QD : nq, gv = packed ? QD + KD : nq + nk;
+    int32_t *seg = docs ? make_seg(B, T) : NULL;
+    float *h = zt_malloc((ni + no) * 4 + 4);
+    zs_bf16 *h16 = zt_malloc((ni + off) * 2 + 2);
+    zt_fill_normal(h, ni + no, 1.0f);
+    for (size_t i = 0; i < ni; i++) { /* the inputs bf16 values, and their bf16 copy */
+        h16[off + i] = zs_f32_to_bf16(h[i]);
+        h[i] = zs_bf16_to_f32(h16[off + i]);
+    }
+    float *d_in = dev_up(h, (ni + no) * 4), *d_dout = d_in + ni;
+    zs_bf16 *d_in16b = dev_up(h16, (ni + off) * 2), *d_in16 = d_in16b + off;
+    int32_t *d_seg = docs ? dev_up(seg, BT * sizeof(int32_t)) : NULL;
+    float *pz = zt_malloc((ng + no + nl) * 4 + 4);
+    zt_poison(pz, ng + no + nl);
+    float *d_la = dev_up(pz, nl * 4), *d_lb = dev_up(pz, nl * 4), *d_da = dev_up(pz, nl * 4),
+          *d_db = dev_up(pz, nl * 4);
+    zs_bf16 *d_oa = dev_up(pz, no * 2), *d_ob = dev_up(pz, no * 2), *d_ga = dev_up(pz, ng * 2),
+            *d_gb = dev_up(pz, ng * 2);
+    const size_t ko = packed ? QD : nq, vo = packed ? QD + KD : nq + nk;
+    ZT_OK(gpu->flash_attention_fwd16(NULL, d_oa, d_la, d_in, d_in + ko, d_in + vo, B, T, NH, NKV,
+                                     hs, (int)ldq, (int)ldkv, d_seg));
+    ZT_OK(gpu->flash_attention_fwd16q(NULL, d_ob, d_lb, d_in16, d_in16 + ko, d_in16 + vo, B, T, NH,
+                                      NKV, hs, (int)ldq, (int)ldkv, d_seg));
+    ZT_OK(gpu->flash_attention_bwd16g(NULL, d_ga, d_ga + gk, d_ga + gv, d_da, d_dout, d_in,
+                                      d_in + ko, d_in + vo, d_oa, d_la, B, T, NH, NKV, hs, (int)ldq,
+                                      (int)ldkv, d_seg));
+    ZT_OK(gpu->flash_attention_bwd16q(NULL, d_gb, d_gb + gk, d_gb + gv, d_db, d_dout, d_in16,
+                                      d_in16 + ko, d_in16 + vo, d_ob, d_lb, B, T, NH, NKV, hs,
+                                      (int)ldq, (int)ldkv, d_seg));
+    void *oa = dev_down_bytes(d_oa, no * 2), *ob = dev_down_bytes(d_ob, no * 2);
+    void *la = dev_down_bytes(d_la, nl * 4), *lb = dev_down_bytes(d_lb, nl * 4);
+    void *da = dev_down_bytes(d_da, nl * 4), *db = dev_down_bytes(d_db, nl * 4);
+    void *ga = dev_down_bytes(d_ga, ng * 2), *gb = dev_down_bytes(d_gb, ng * 2);
+    ZT_CHECK(!memcmp(oa, ob, no * 2) && !memcmp(la, lb, nl * 4),
+             "fwd16q %s: out or lse differ from fwd16's on the widened values", what);
+    ZT_CHECK(!memcmp(ga, gb, ng * 2) && !memcmp(da, db, nl * 4),
+             "bwd16q %s: dq | dk | dv or delta differ from bwd16g's on the widened values", what);
+    printf("qkv16 %s: bit for bit\n", what);
+    void *dbufs[] = {d_in, d_in16b, d_seg, d_la, d_lb, d_da, d_db, d_oa, d_ob, d_ga, d_gb};
+    for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++)
+        zs_cuda_free(dbufs[i]);
+    void *hbufs[] = {seg, h, h16, pz, oa, ob, la, lb, da, db, ga, gb};
+    for (size_t i = 0; i < sizeof hbufs / sizeof hbufs[0]; i++)
+        free(hbufs[i]);
+}
+
+/* bf16 q, k, v are the tensor cores' only: the head sizes they take are the ones
+ * flash_qkv16_hs accepts, another is refused naming it, and the fp32 table has none. */
+static void check_qkv16_refused(const zs_ops *f32) {
+    ZT_CHECK(gpu->flash_qkv16_hs(16) && gpu->flash_qkv16_hs(32) && gpu->flash_qkv16_hs(64) &&
+                 !gpu->flash_qkv16_hs(24) && !gpu->flash_qkv16_hs(128),
+             "flash_qkv16_hs: head sizes 16, 32 and 64 only");
+    char *z = zt_malloc(4096);
+    memset(z, 0, 4096);
+    zs_bf16 *d = dev_up(z, 4096);
+    float *d_l = dev_up(z, 64);
+    zs_status st =
+        gpu->flash_attention_fwd16q(NULL, d, d_l, d, d + 24, d + 48, 1, 2, 1, 1, 24, 72, 72, NULL);
+    ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "head size 24"),
+             "fwd16q: head size 24 refused naming it (%s)", zs_last_error());
+    st = gpu->flash_attention_bwd16q(NULL, d, d + 24, d + 48, d_l, d_l, d, d + 24, d + 48, d, d_l,
+                                     1, 2, 1, 1, 24, 72, 72, NULL);
+    ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "head size 24"),
+             "bwd16q: head size 24 refused naming it (%s)", zs_last_error());
+    ZT_CHECK(!f32->flash_qkv16_hs && !f32->flash_attention_fwd16q && !f32->flash_attention_bwd16q,
+             "the fp32 table: no bf16 q, k, v");
+    zs_cuda_free(d), zs_cuda_free(d_l);
+    free(z);
+}
+
 /* The tensor-core forwards' stores are 8-byte pieces: an out that is not 8-byte aligned is
  * refused with a message naming it, on both forms, before any launch. */
 static void check_out16_refused(void) {
@@ -366,6 +448,14 @@ int main(void) {
     check_out16(1, 130, 4, 1, 64, 0, 1, 0);
     check_out16(1, 97, 4, 2, 24, 0, 1, 0);
     check_out16_refused();
+    /* bf16 q, k, v: each head size, GQA, documents, the packed layout at T past the kv split,
+     * and rows not 8-byte aligned */
+    check_qkv16(2, 70, 4, 4, 16, 1, 1, 0);
+    check_qkv16(2, 150, 6, 2, 32, 0, 0, 0);
+    check_qkv16(1, 130, 4, 1, 64, 0, 1, 0);
+    check_qkv16(1, 1100, 2, 2, 64, 1, 1, 0);
+    check_qkv16(1, 97, 2, 2, 64, 1, 0, 1);
+    check_qkv16_refused(base->with_math(ZS_MATH_FP32));
     gpu = base->with_math(ZS_MATH_FP32);
     check_out16(2, 70, 4, 4, 16, 1, 1, 0);
     check_out16(1, 70, 2, 2, 64, 0, 0, 1);

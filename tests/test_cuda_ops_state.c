@@ -17,7 +17,8 @@
  * by pointer-sized words also covers ops added after this test was written), but the
  * optional slots the CUDA bf16 table sets: gemm16, linear_fwd_bias (test_gemm16.c),
  * gemm_linear_bwd, gemm_linear_bwd16 with softmax_xent16 (test_cuda_fused.c), and
- * flash_attention_bwd16g (test_cuda_flash_tc.c). */
+ * flash_attention_bwd16g, flash_qkv16_hs, flash_attention_fwd16q and bwd16q
+ * (test_cuda_flash_tc.c). */
 static void check_table(void) {
     const unsigned char *p = (const unsigned char *)co_gpu;
     static const unsigned char zero[sizeof(void *)];
@@ -29,6 +30,9 @@ static void check_table(void) {
                      off == offsetof(zs_ops, gemm_linear_bwd16) ||
                      off == offsetof(zs_ops, softmax_xent16) ||
                      off == offsetof(zs_ops, flash_attention_bwd16g) ||
+                     off == offsetof(zs_ops, flash_qkv16_hs) ||
+                     off == offsetof(zs_ops, flash_attention_fwd16q) ||
+                     off == offsetof(zs_ops, flash_attention_bwd16q) ||
                      memcmp(p + off, zero, sizeof(void *)),
                  "zs_ops slot at byte %zu is NULL", off);
     ZT_CHECK(co_gpu->with_math(ZS_MATH_BF16)->gemm16, "the %s bf16 table takes no bf16 input",
@@ -39,6 +43,8 @@ static void check_table(void) {
              "the CUDA bf16 table adds no bias in a GEMM's epilogue");
     ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->flash_attention_bwd16g,
              "the CUDA bf16 table writes no bf16 attention gradients");
+    ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->flash_attention_fwd16q,
+             "the CUDA bf16 table's attention reads no bf16 q, k, v");
     ZT_CHECK(strcmp(co_gpu->name, co_fake ? "cpu" : "cuda") == 0, "table name %s", co_gpu->name);
     ZT_CHECK(co_gpu->gemm_math == ZS_MATH_FP32, "the default table's gemm is fp32 (got %d)",
              (int)co_gpu->gemm_math);

@@ -50,10 +50,10 @@ static uint64_t block_set_bytes(const zs_model_config *c, uint64_t B, uint64_t T
     uint64_t att = B * (uint64_t)c->n_head * T * (naive ? T : 1);
     uint64_t h = bf16 ? 2 : 1;           /* elements per float of a GEMM-only input */
     uint64_t o = bf16 && !naive ? 2 : 1; /* of the attention's output (flash writes bf16) */
-    if (c->arch == ZS_ARCH_GPT2)         /* ln1 ln2 fch_gelu fch; atty; res2; qkv */
-        return 4 *
-               (2 * r16((BT * C + h - 1) / h) + 2 * r16((4 * BT * C + h - 1) / h) +
-                r16((BT * C + o - 1) / o) + r16(BT * C) + r16(BT) * 4 + r16(3 * BT * C) + r16(att));
+    if (c->arch == ZS_ARCH_GPT2)         /* ln1 ln2 fch_gelu fch; atty qkv; res2 */
+        return 4 * (2 * r16((BT * C + h - 1) / h) + 2 * r16((4 * BT * C + h - 1) / h) +
+                    r16((BT * C + o - 1) / o) + r16((3 * BT * C + o - 1) / o) + r16(BT * C) +
+                    r16(BT) * 4 + r16(att));
     uint64_t F = (uint64_t)c->ffn_hidden, KD = C / (uint64_t)c->n_head * (uint64_t)c->n_kv_head;
     /* ln1 ln2 h; atty; q res2; rstd x2; k v; gate up */
     return 4 *

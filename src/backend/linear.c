@@ -160,6 +160,21 @@ fail:
     return st;
 }
 
+zs_status zs_linear_fwd16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *out, float *tmp,
+                          const void *inp, int in16, const float *W, const float *bias, int N,
+                          int IC, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
+               "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    if (bias && ops->linear_fwd_bias)
+        return ops->linear_fwd_bias(s, out, 1, tmp, inp, in16, W, bias, N, IC, OC);
+    ZS_REQUIRE(tmp, ZS_ERR_INVALID, "linear_fwd16: a bf16 output without a scratch");
+    ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, in16, W, bias, N, IC, OC));
+    ZS_CHECK(ops->cast(s, out, ZS_DTYPE_BF16, tmp, ZS_DTYPE_F32, (size_t)N * OC));
+fail:
+    return st;
+}
+
 zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, zs_bf16 *keep,
                                  const float *x, float *tmp, const void *inp, int in16,
                                  const float *W, const float *bias, int N, int IC, int OC) {

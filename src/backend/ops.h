@@ -392,6 +392,19 @@ typedef struct zs_ops {
                                         const float *k, const float *v, const zs_bf16 *out,
                                         const float *lse, int B, int T, int NH, int NKV, int hs,
                                         int ldq, int ldkv, const int32_t *seg);
+    /* Optional, set together in the CUDA bf16 table (NULL: the model widens bf16 q, k, v into
+     * fp32 scratch): fwd16 and bwd16g with bf16 q, k, v for the head sizes flash_qkv16_hs accepts
+     * (1; else ZS_ERR_INVALID), the bits of fwd16 and bwd16g on the values widened, whose kernels
+     * round q, k, v to bf16 anyway (GPT-2's kept qkv, docs/models.md "Activations"). */
+    int (*flash_qkv16_hs)(int hs);
+    zs_status (*flash_attention_fwd16q)(zs_stream_t *s, zs_bf16 *out, float *lse, const zs_bf16 *q,
+                                        const zs_bf16 *k, const zs_bf16 *v, int B, int T, int NH,
+                                        int NKV, int hs, int ldq, int ldkv, const int32_t *seg);
+    zs_status (*flash_attention_bwd16q)(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv,
+                                        float *delta, const float *dout, const zs_bf16 *q,
+                                        const zs_bf16 *k, const zs_bf16 *v, const zs_bf16 *out,
+                                        const float *lse, int B, int T, int NH, int NKV, int hs,
+                                        int ldq, int ldkv, const int32_t *seg);
 
     /* ---- decoding with a KV cache (models/decode.c) ---- */
 
@@ -499,9 +512,8 @@ size_t zs_linear_bwd16_pieces(int N, int IC, int OC, int *oc_piece, int *n_piece
 size_t zs_linear_fwd16_plan(int N, int IC, int OC, int in16, int *oc_piece, int *n_piece);
 size_t zs_linear_cast_elems(int N, int IC, int OC, int in16, int dout16, int g16);
 
-/* The argument checks every backend's gemm makes before any work (linear.c): trans flags 0 or
- * 1, sizes >= 0, leading dimensions at least the rows of their operand (and 1), no NULL
- * operand when there is something to compute. ZS_OK or ZS_ERR_INVALID naming the argument. */
+/* Every backend's gemm's checks, made first (linear.c): trans flags 0 or 1, sizes >= 0, lds at
+ * least their operand's rows (and 1), no NULL operand for work; else ZS_ERR_INVALID naming it. */
 zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float *A, int lda,
                         const float *B, int ldb, const float *C, int ldc);
 
@@ -513,6 +525,10 @@ zs_status zs_gemm_check(int transa, int transb, int m, int n, int k, const float
  *   out[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC] if non-NULL)          (overwrites out) */
 zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const void *inp, int in16,
                         const float *W, const float *bias, int N, int IC, int OC);
+/* zs_linear_fwd into bf16, each sum with its bias rounded once (epilogue, or tmp[N,OC] + cast). */
+zs_status zs_linear_fwd16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *out, float *tmp,
+                          const void *inp, int in16, const float *W, const float *bias, int N,
+                          int IC, int OC);
 /* zs_linear_fwd into tmp[N,OC] with the residual add after it: out[N,OC] = x + (inp W^T + bias),
  * the bias and the add in one pass (ops->bias_residual_fwd), rounded to bf16 into keep as well
  * where keep is non-NULL. out may alias x. */

@@ -38,7 +38,7 @@ enum {
 typedef struct layer_acts {
     void *ln1;                        /* [BT,C], bf16 where act16 (carve.h zs_carve_in) */
     float *ln1_mean, *ln1_rstd;       /* [BT], [BT] */
-    float *qkv;                       /* [BT,3C] */
+    void *qkv;                        /* [BT,3C], bf16 where atty is (qkv_fwd16) */
     void *atty;                       /* [BT,C], bf16 where zs_attn_out16 (carve.h) */
     float *att;                       /* naive attention: [B,NH,T,T] probabilities */
     float *lse;                       /* flash attention: [B,NH,T] row log-sum-exps */
@@ -130,11 +130,12 @@ static void carve_block(const zs_model_config *c, int B, int T, int naive, int a
     uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd;
     uint64_t att = (uint64_t)B * c->n_head * T * (naive ? (uint64_t)T : 1);
     uint64_t n = *total;
+    const int o16 = zs_attn_out16(act16, naive, c->n_embd / c->n_head);
     a->ln1 = zs_carve_in(base, &n, BT * C, act16);
     a->ln1_mean = zs_carve(base, &n, BT);
     a->ln1_rstd = zs_carve(base, &n, BT);
-    a->qkv = zs_carve(base, &n, BT * 3 * C);
-    a->atty = zs_carve_in(base, &n, BT * C, zs_attn_out16(act16, naive, c->n_embd / c->n_head));
+    a->qkv = zs_carve_in(base, &n, BT * 3 * C, o16);
+    a->atty = zs_carve_in(base, &n, BT * C, o16);
     a->att = naive ? zs_carve(base, &n, att) : NULL;
     a->lse = naive ? NULL : zs_carve(base, &n, att);
     a->res2 = zs_carve(base, &n, BT * C);
@@ -170,6 +171,36 @@ static zs_status layernorm(const zs_model_base *b, void *out, float *mean, float
     return b->ops->layernorm_fwd(b->s, out, mean, rstd, x, w, bias, BT, b->cfg.n_embd);
 }
 
+/* Whether the table's attention reads GPT-2's bf16 q | k | v as they are (ops.h
+ * flash_attention_fwd16q), rather than widened into fp32 scratch. */
+static int qkv16_reads(const zs_ops *o, int hs) {
+    return o->flash_qkv16_hs && o->flash_qkv16_hs(hs) && o->flash_attention_bwd16g;
+}
+
+/* c_attn and the attention with a bf16 attention output (zs_attn_out16): q | k | v are kept in
+ * bf16 too, as autocast's bf16 linear returns them, each fp32 sum with its bias rounded once
+ * (zs_linear_fwd16, dqkv its fp32 scratch: a backward buffer, free in a forward). The attention
+ * reads them as they are where the table can (qkv16_reads), else widened into dqkv: the same
+ * values either way. */
+static zs_status qkv_fwd16(zs_model_base *b, layer_acts *a, const float *p, int B, int T) {
+    zs_status st = ZS_OK;
+    const zs_ops *o = b->ops;
+    zs_stream_t *s = b->s;
+    float *wide = ((zs_gpt2_t *)b)->dqkv;
+    const int C = b->cfg.n_embd, NH = b->cfg.n_head, BT = B * T;
+    zs_bf16 *q16 = a->qkv;
+    ZS_CHECK(zs_linear_fwd16(o, s, q16, wide, a->ln1, b->act16, p + b->toff[B_QKVW],
+                             p + b->toff[B_QKVB], BT, C, 3 * C));
+    if (qkv16_reads(o, C / NH))
+        return o->flash_attention_fwd16q(s, a->atty, a->lse, q16, q16 + C, q16 + 2 * C, B, T, NH,
+                                         NH, C / NH, 3 * C, 3 * C, b->seg);
+    ZS_CHECK(o->cast(s, wide, ZS_DTYPE_F32, q16, ZS_DTYPE_BF16, (size_t)BT * 3 * C));
+    return o->flash_attention_fwd16(s, a->atty, a->lse, wide, wide + C, wide + 2 * C, B, T, NH, NH,
+                                    C / NH, 3 * C, 3 * C, b->seg);
+fail:
+    return st;
+}
+
 /* One block's forward from its input x and full parameters p, writing every activation its
  * backward reads into layer l's record and its output (res3) into out. It reads nothing that
  * backward changes (b->dC is only a temporary), so backward re-runs it to recompute a block. */
@@ -185,15 +216,17 @@ static zs_status block_forward(void *model, const float *p, const float *x, int 
     const int h = b->act16; /* GEMM-only inputs in bf16 */
     const int o16 = zs_attn_out16(h, b->naive, C / NH);
     ZS_CHECK(layernorm(b, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + t[B_LN1W], p + t[B_LN1B], BT));
-    ZS_CHECK(zs_linear_fwd(o, s, a->qkv, a->ln1, h, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
-    if (b->naive)
-        ZS_CHECK(o->attention_fwd(s, a->atty, a->att, a->qkv, B, T, C, NH, b->seg));
-    else if (o16) /* q | k | v packed in each row of qkv: strided views, kv heads = heads */
-        ZS_CHECK(o->flash_attention_fwd16(s, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, B,
-                                          T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
-    else
-        ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, B,
-                                        T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+    if (o16) {
+        ZS_CHECK(qkv_fwd16(b, a, p, B, T));
+    } else {
+        float *qkv = a->qkv; /* fp32 where the attention's output is */
+        ZS_CHECK(zs_linear_fwd(o, s, qkv, a->ln1, h, p + t[B_QKVW], p + t[B_QKVB], BT, C, 3 * C));
+        if (b->naive)
+            ZS_CHECK(o->attention_fwd(s, a->atty, a->att, qkv, B, T, C, NH, b->seg));
+        else /* q | k | v packed in each row of qkv: strided views, kv heads = heads */
+            ZS_CHECK(o->flash_attention_fwd(s, a->atty, a->lse, qkv, qkv + C, qkv + 2 * C, B, T, NH,
+                                            NH, C / NH, 3 * C, 3 * C, b->seg));
+    }
     ZS_CHECK(zs_linear_residual_fwd(o, s, a->res2, NULL, x, b->dC, a->atty, o16, p + t[B_PROJW],
                                     p + t[B_PROJB], BT, C, C));
     ZS_CHECK(
@@ -266,14 +299,28 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     /* res2 = x + attn_proj(atty). */
     ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty, o16,
                                p + t[B_PROJW], BT, C, C));
-    /* With a bf16 out (bf16 activations) attention's input gradient dqkv is rounded to bf16
-     * once, as autocast stores it: written so where the table can (ops.h
-     * flash_attention_bwd16g) and read as it is by c_attn's backward, else rounded in place. */
+    /* With a bf16 out (bf16 activations) q | k | v are bf16 (qkv_fwd16), read as they are
+     * where the table can, else widened into dtmp4 (free once the MLP's backward is done);
+     * attention's input gradient dqkv is rounded to bf16 once, as autocast stores it: written
+     * so where the table can (ops.h flash_attention_bwd16g) and read as it is by c_attn's
+     * backward, else rounded in place. */
+    const float *qkv = a->qkv; /* fp32: o16 0, or widened */
+    const int reads16 = o16 && qkv16_reads(o, C / NH);
+    if (o16 && !reads16) {
+        ZS_CHECK(o->cast(s, m->dtmp4, ZS_DTYPE_F32, a->qkv, ZS_DTYPE_BF16, 3 * nC));
+        qkv = m->dtmp4;
+    }
     if (o16 && o->flash_attention_bwd16g) {
         zs_bf16 *d16 = (zs_bf16 *)m->dqkv;
-        ZS_CHECK(o->flash_attention_bwd16g(s, d16, d16 + C, d16 + 2 * C, b->datt, b->dC, a->qkv,
-                                           a->qkv + C, a->qkv + 2 * C, a->atty, a->lse, B, T, NH,
-                                           NH, C / NH, 3 * C, 3 * C, b->seg));
+        const zs_bf16 *q16 = a->qkv;
+        if (reads16)
+            ZS_CHECK(o->flash_attention_bwd16q(s, d16, d16 + C, d16 + 2 * C, b->datt, b->dC, q16,
+                                               q16 + C, q16 + 2 * C, a->atty, a->lse, B, T, NH, NH,
+                                               C / NH, 3 * C, 3 * C, b->seg));
+        else
+            ZS_CHECK(o->flash_attention_bwd16g(s, d16, d16 + C, d16 + 2 * C, b->datt, b->dC, qkv,
+                                               qkv + C, qkv + 2 * C, a->atty, a->lse, B, T, NH, NH,
+                                               C / NH, 3 * C, 3 * C, b->seg));
         dc16 = ln16 && zs_linear_dinp16_ok(o, BT, C, 3 * C, h, 1);
         ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, dc16, g + t[B_QKVW], g + t[B_QKVB], d16, a->ln1, h,
                                    p + t[B_QKVW], BT, C, 3 * C, 1));
@@ -282,16 +329,16 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         if (b->naive) { /* it accumulates; the flash backward overwrites */
             ZS_CHECK(o->fill(s, m->dqkv, 0.0f, 3 * nC));
             ZS_CHECK(
-                o->attention_bwd(s, m->dqkv, b->datt, b->dC, a->qkv, a->att, B, T, C, NH, b->seg));
+                o->attention_bwd(s, m->dqkv, b->datt, b->dC, qkv, a->att, B, T, C, NH, b->seg));
         } else if (o16) {
             ZS_CHECK(o->flash_attention_bwd16(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt,
-                                              b->dC, a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty,
-                                              a->lse, B, T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+                                              b->dC, qkv, qkv + C, qkv + 2 * C, a->atty, a->lse, B,
+                                              T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
             ZS_CHECK(o->round16(s, m->dqkv, 3 * nC));
         } else {
             ZS_CHECK(o->flash_attention_bwd(s, m->dqkv, m->dqkv + C, m->dqkv + 2 * C, b->datt,
-                                            b->dC, a->qkv, a->qkv + C, a->qkv + 2 * C, a->atty,
-                                            a->lse, B, T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
+                                            b->dC, qkv, qkv + C, qkv + 2 * C, a->atty, a->lse, B, T,
+                                            NH, NH, C / NH, 3 * C, 3 * C, b->seg));
         }
         ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_QKVW], g + t[B_QKVB], m->dqkv, a->ln1, h,
                                    p + t[B_QKVW], BT, C, 3 * C));

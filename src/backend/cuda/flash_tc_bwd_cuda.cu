@@ -69,9 +69,9 @@ static __device__ __forceinline__ void tc_store_grad(GT *row, const zs_mma_c *o,
  * (written once, as 0 + the sum: ops.h's bits of accumulating into zeros). One block an SM. */
 /* (the kernel's name stays on the line of "__global__ void": emu_coverage.sh reads it) */
 // clang-format off
-template <int HS, typename GT>
+template <int HS, typename GT, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_q_kernel(GT *dq,
-        const float *dout, const float *q, const float *k, const float *v, const float *lse,
+        const float *dout, const QT *q, const QT *k, const QT *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
     // clang-format on
     ZS_SHARED_ALIGNED(uint16_t, ks, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* K [key][dim] */
@@ -92,16 +92,17 @@ static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_q_kernel(GT *dq,
             rl[rt][i] = in ? lse[(size_t)bh * a.T + r[rt][i]] * FA_LOG2E : 0.0f;
             rd[rt][i] = in ? delta[(size_t)bh * a.T + r[rt][i]] : 0.0f;
         }
-        tc_load_a<HS>(qa[rt], q + tc_qrow(a, b, 0, h), a.ldq, row0 + 16 * rt, a.T);
-        tc_load_a<HS>(da[rt], dout + tc_orow(a, b, 0, h), (size_t)a.NH * a.hs, row0 + 16 * rt, a.T);
+        tc_load_a<HS>(qa[rt], q + tc_qrow(a, b, 0, h), a.ldq, row0 + 16 * rt, a.T, a.vec);
+        tc_load_a<HS>(da[rt], dout + tc_orow(a, b, 0, h), (size_t)a.NH * a.hs, row0 + 16 * rt, a.T,
+                      a.vec);
         ZS_UNROLL
         for (int dt = 0; dt < HS / 8; dt++)
             zs_mma_zero(acc[rt][dt]);
     }
     int first = zs_fa_first_block(zs_seg_lo(seg, (size_t)b * a.T + q0));
     int last = q0 + BQ_ROWS - 1 < a.T - 1 ? q0 + BQ_ROWS - 1 : a.T - 1;
-    const float *kb = k + tc_kvrow(a, b, 0, kvh), *vb = v + tc_kvrow(a, b, 0, kvh);
-    float4 kr[FA_TC_PER(HS)], vr[FA_TC_PER(HS)]; /* the next key block, in flight */
+    const QT *kb = k + tc_kvrow(a, b, 0, kvh), *vb = v + tc_kvrow(a, b, 0, kvh);
+    typename tc_reg<QT>::t kr[FA_TC_PER(HS)], vr[FA_TC_PER(HS)]; /* the next key block */
     tc_fetch<HS>(kr, kb, a.ldkv, first, a.T, a.vec);
     tc_fetch<HS>(vr, vb, a.ldkv, first, a.T, a.vec);
     for (int j0 = first; j0 <= last; j0 += ZS_FA_BK) {
@@ -200,9 +201,9 @@ static __device__ __forceinline__ void tc_mask_keys(zs_mma_c *s, const tc_view &
 }
 
 /* The key-parallel body: dk where DK, dv where DV, RT tiles of 16 keys a warp. */
-template <int HS, int RT, bool DK, bool DV, typename GT>
+template <int HS, int RT, bool DK, bool DV, typename GT, typename QT>
 static __device__ __forceinline__ void
-tc_bwd_kv(GT *dk, GT *dv, const float *dout, const float *q, const float *k, const float *v,
+tc_bwd_kv(GT *dk, GT *dv, const float *dout, const QT *q, const QT *k, const QT *v,
           const float *lse, const float *delta, const int32_t *seg, const tc_view &a) {
     ZS_SHARED_ALIGNED(uint16_t, qs, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* Q [query][dim] */
     ZS_SHARED_ALIGNED(uint16_t, ds, FA_TC_TILE * (HS + FA_PAD),
@@ -221,8 +222,9 @@ tc_bwd_kv(GT *dk, GT *dv, const float *dout, const float *q, const float *k, con
     for (int rt = 0; rt < RT; rt++) {
         c[rt][0] = key0 + 16 * rt + g;
         c[rt][1] = key0 + 16 * rt + g + 8;
-        tc_load_a<HS>(ka[rt], k + tc_kvrow(a, b, 0, kvh), a.ldkv, key0 + 16 * rt, a.T);
-        if (DK) tc_load_a<HS>(va[rt], v + tc_kvrow(a, b, 0, kvh), a.ldkv, key0 + 16 * rt, a.T);
+        tc_load_a<HS>(ka[rt], k + tc_kvrow(a, b, 0, kvh), a.ldkv, key0 + 16 * rt, a.T, a.vec);
+        if (DK)
+            tc_load_a<HS>(va[rt], v + tc_kvrow(a, b, 0, kvh), a.ldkv, key0 + 16 * rt, a.T, a.vec);
         ZS_UNROLL
         for (int dt = 0; dt < HS / 8; dt++) {
             if (DK) zs_mma_zero(dka[rt][dt]);
@@ -232,7 +234,8 @@ tc_bwd_kv(GT *dk, GT *dv, const float *dout, const float *q, const float *k, con
     size_t ldo = (size_t)a.NH * a.hs;
     int hend = (kvh + 1) * rep, h = kvh * rep, i0 = j0;
     /* the block in flight: Q and dO rows, and (threads below 64) one query's lse, delta, start */
-    float4 qr[FA_TC_PER(HS)], dr[FA_TC_PER(HS)];
+    typename tc_reg<QT>::t qr[FA_TC_PER(HS)];
+    float4 dr[FA_TC_PER(HS)];
     float nl = 0.0f, nd = 0.0f;
     int nlo = a.T, e = (int)threadIdx.x;
     tc_fetch<HS>(qr, q + tc_qrow(a, b, 0, h), a.ldq, i0, a.T, a.vec);
@@ -323,23 +326,23 @@ tc_bwd_kv(GT *dk, GT *dv, const float *dout, const float *q, const float *k, con
 /* The three kernels (the names stay on the lines of "__global__ void": emu_coverage.sh reads
  * them): both gradients on one tile a warp, or each on two. */
 // clang-format off
-template <int HS, typename GT>
+template <int HS, typename GT, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_kv_kernel(GT *dk, GT *dv,
-        const float *dout, const float *q, const float *k, const float *v, const float *lse,
+        const float *dout, const QT *q, const QT *k, const QT *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
     tc_bwd_kv<HS, 1, true, true>(dk, dv, dout, q, k, v, lse, delta, seg, a);
 }
-template <int HS, typename GT>
+template <int HS, typename GT, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dk_kernel(GT *dk,
-        const float *dout, const float *q, const float *k, const float *v, const float *lse,
+        const float *dout, const QT *q, const QT *k, const QT *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
     tc_bwd_kv<HS, 2, true, false>(dk, (GT *)NULL, dout, q, k, v, lse, delta, seg, a);
 }
-template <int HS, typename GT>
+template <int HS, typename GT, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dv_kernel(GT *dv,
-        const float *dout, const float *q, const float *k, const float *lse, const int32_t *seg,
+        const float *dout, const QT *q, const QT *k, const float *lse, const int32_t *seg,
         tc_view a) {
-    tc_bwd_kv<HS, 2, false, true>((GT *)NULL, dv, dout, q, k, NULL, lse, NULL, seg, a);
+    tc_bwd_kv<HS, 2, false, true>((GT *)NULL, dv, dout, q, k, (const QT *)NULL, lse, NULL, seg, a);
 }
 // clang-format on
 
@@ -356,16 +359,17 @@ static bool tc_kv_split(const tc_view &a) {
 }
 
 /* dq, dk and dv (GT) fp32, or bf16 (flash_attention_bwd16g), each written once. */
-template <int HS, typename OT, typename GT>
+template <int HS, typename OT, typename GT, typename QT>
 static zs_status tc_bwd(cudaStream_t cs, GT *dq, GT *dk, GT *dv, float *delta, const float *dout,
-                        const float *q, const float *k, const float *v, const OT *out,
-                        const float *lse, const int32_t *seg, const tc_view &a) {
+                        const QT *q, const QT *k, const QT *v, const OT *out, const float *lse,
+                        const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
     size_t rows = (size_t)a.B * a.NH * a.T;
     dim3 gq((unsigned)((a.T + BQ_ROWS - 1) / BQ_ROWS), (unsigned)(a.B * a.NH));
     double uq = tc_units_q(a.T) * a.B * a.NH, ukv = tc_units_kv(a.T) * a.B * a.NH;
     double qe = (double)a.B * a.T * a.NH * HS, kve = (double)a.B * a.T * a.NKV * HS;
     double sege = seg ? (double)a.B * a.T : 0.0;
+    const double qb = sizeof(QT); /* bytes of a q, k or v element */
     bool split = tc_kv_split(a);
     int kvr = KV_ROWS(split ? 2 : 1);
     dim3 gkv((unsigned)((a.T + kvr - 1) / kvr), (unsigned)(a.B * a.NKV));
@@ -381,40 +385,41 @@ static zs_status tc_bwd(cudaStream_t cs, GT *dq, GT *dk, GT *dv, float *delta, c
     }
     /* per unit: S, dP and dq, 2 x 16 x 64 x HS each; p (fmaf, exp2) and dS 6 per score */
     ZS_COST(uq * 16.0 * 64.0 * 6.0 + qe * 2.0, uq * 6.0 * 16.0 * 64.0 * HS,
-            4.0 * (2.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege) + sizeof(GT) * qe);
-    ZS_LAUNCH((fa_tc_bwd_q_kernel<HS, GT>), gq, FA_TC_THREADS, 0, cs, dq, dout, q, k, v, lse, delta,
-              seg, a);
+            qb * (qe + 2.0 * kve) + 4.0 * (qe + 2.0 * (double)rows + sege) + sizeof(GT) * qe);
+    ZS_LAUNCH((fa_tc_bwd_q_kernel<HS, GT, QT>), gq, FA_TC_THREADS, 0, cs, dq, dout, q, k, v, lse,
+              delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_q_kernel);
     if (!split) {
         /* per unit: S^T, dP^T, dv and dk, 2 x 16 x 64 x HS each */
         ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 3.0, ukv * 8.0 * 16.0 * 64.0 * HS,
-                4.0 * (2.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege) + 2.0 * sizeof(GT) * kve);
-        ZS_LAUNCH((fa_tc_bwd_kv_kernel<HS, GT>), gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k, v,
-                  lse, delta, seg, a);
+                qb * (qe + 2.0 * kve) + 4.0 * (qe + 2.0 * (double)rows + sege) +
+                    2.0 * sizeof(GT) * kve);
+        ZS_LAUNCH((fa_tc_bwd_kv_kernel<HS, GT, QT>), gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k,
+                  v, lse, delta, seg, a);
         ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_kv_kernel);
         return ZS_OK;
     }
     /* per unit: S^T and dv; p (fmaf, exp2) 4 per score */
     ZS_COST(ukv * 16.0 * 64.0 * 4.0 + kve, ukv * 4.0 * 16.0 * 64.0 * HS,
-            4.0 * (2.0 * qe + kve + (double)rows + sege) + sizeof(GT) * kve);
-    ZS_LAUNCH((fa_tc_bwd_dv_kernel<HS, GT>), gkv, FA_TC_THREADS, 0, cs, dv, dout, q, k, lse, seg,
-              a);
+            qb * (qe + kve) + 4.0 * (qe + (double)rows + sege) + sizeof(GT) * kve);
+    ZS_LAUNCH((fa_tc_bwd_dv_kernel<HS, GT, QT>), gkv, FA_TC_THREADS, 0, cs, dv, dout, q, k, lse,
+              seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_dv_kernel);
     /* per unit: S^T, dP^T and dk; p and dS 6 per score */
     ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 2.0, ukv * 6.0 * 16.0 * 64.0 * HS,
-            4.0 * (2.0 * qe + 2.0 * kve + 2.0 * (double)rows + sege) + sizeof(GT) * kve);
-    ZS_LAUNCH((fa_tc_bwd_dk_kernel<HS, GT>), gkv, FA_TC_THREADS, 0, cs, dk, dout, q, k, v, lse,
+            qb * (qe + 2.0 * kve) + 4.0 * (qe + 2.0 * (double)rows + sege) + sizeof(GT) * kve);
+    ZS_LAUNCH((fa_tc_bwd_dk_kernel<HS, GT, QT>), gkv, FA_TC_THREADS, 0, cs, dk, dout, q, k, v, lse,
               delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_dk_kernel);
 fail:
     return st;
 }
 
-template <typename OT, typename GT>
+template <typename OT, typename GT, typename QT>
 static zs_status tc_bwd_any(zs_stream_t *s, const char *op, GT *dq, GT *dk, GT *dv, float *delta,
-                            const float *dout, const float *q, const float *k, const float *v,
-                            const OT *out, const float *lse, int B, int T, int NH, int NKV, int hs,
-                            int ldq, int ldkv, const int32_t *seg) {
+                            const float *dout, const QT *q, const QT *k, const QT *v, const OT *out,
+                            const float *lse, int B, int T, int NH, int NKV, int hs, int ldq,
+                            int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     tc_view a = tc_make(B, T, NH, NKV, hs, ldq, ldkv);
     cudaStream_t cs = zs_cu_stream(s);
@@ -474,6 +479,19 @@ zs_status zs_cu_flash_tc_bwd16g(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf1
                                             NKV, hs, ldq, ldkv, seg);
     ZS_CHECK(zs_flash_attention_check16("flash_attention_bwd16g", B, T, NH, NKV, hs, ldq, ldkv));
     return tc_bwd_any(s, "flash_attention_bwd16g", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T,
+                      NH, NKV, hs, ldq, ldkv, seg);
+fail:
+    return st;
+}
+
+zs_status zs_cu_flash_tc_bwd16q(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv, float *delta,
+                                const float *dout, const zs_bf16 *q, const zs_bf16 *k,
+                                const zs_bf16 *v, const zs_bf16 *out, const float *lse, int B,
+                                int T, int NH, int NKV, int hs, int ldq, int ldkv,
+                                const int32_t *seg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(tc_qkv16_check("flash_attention_bwd16q", hs));
+    return tc_bwd_any(s, "flash_attention_bwd16q", dq, dk, dv, delta, dout, q, k, v, out, lse, B, T,
                       NH, NKV, hs, ldq, ldkv, seg);
 fail:
     return st;

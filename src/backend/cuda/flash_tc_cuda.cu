@@ -56,10 +56,10 @@ tc_softmax_tile(zs_mma_c *s, float *m, float *l, zs_mma_c *o, const tc_view &a, 
 /* One block an SM: 8 warps of 32 rows hold twice the 16-row warp's accumulators (255
  * registers a thread at head size 64, nothing spilled: ptxas -v for sm_90). The body is shared
  * by the fp32-out kernel and the bf16-out one. */
-template <int HS, typename OT>
-static __device__ __forceinline__ void tc_fwd_rows(OT *out, float *lse, const float *q,
-                                                   const float *k, const float *v,
-                                                   const int32_t *seg, const tc_view &a) {
+template <int HS, typename OT, typename QT>
+static __device__ __forceinline__ void tc_fwd_rows(OT *out, float *lse, const QT *q, const QT *k,
+                                                   const QT *v, const int32_t *seg,
+                                                   const tc_view &a) {
     ZS_SHARED_ALIGNED(uint16_t, ks, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* K [key][dim] */
     ZS_SHARED_ALIGNED(uint16_t, vs, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* V [key][dim] */
     int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -80,7 +80,7 @@ static __device__ __forceinline__ void tc_fwd_rows(OT *out, float *lse, const fl
             m[rt][i] = -INFINITY;
             l[rt][i] = 0.0f;
         }
-        tc_load_a<HS>(qa[rt], q + tc_qrow(a, b, 0, h), a.ldq, row0 + 16 * rt, a.T);
+        tc_load_a<HS>(qa[rt], q + tc_qrow(a, b, 0, h), a.ldq, row0 + 16 * rt, a.T, a.vec);
         ZS_UNROLL
         for (int dt = 0; dt < HS / 8; dt++)
             zs_mma_zero(o[rt][dt]);
@@ -89,8 +89,8 @@ static __device__ __forceinline__ void tc_fwd_rows(OT *out, float *lse, const fl
     /* document starts never decrease along a row, so row q0's block is the first any reads */
     int first = zs_fa_first_block(zs_seg_lo(seg, (size_t)b * a.T + q0));
     int last = q0 + FA_FWD_ROWS - 1 < a.T - 1 ? q0 + FA_FWD_ROWS - 1 : a.T - 1;
-    const float *kb = k + tc_kvrow(a, b, 0, kvh), *vb = v + tc_kvrow(a, b, 0, kvh);
-    float4 kr[FA_TC_PER(HS)], vr[FA_TC_PER(HS)]; /* the next key block, in flight */
+    const QT *kb = k + tc_kvrow(a, b, 0, kvh), *vb = v + tc_kvrow(a, b, 0, kvh);
+    typename tc_reg<QT>::t kr[FA_TC_PER(HS)], vr[FA_TC_PER(HS)]; /* the next key block */
     tc_fetch<HS>(kr, kb, a.ldkv, first, a.T, a.vec);
     tc_fetch<HS>(vr, vb, a.ldkv, first, a.T, a.vec);
     for (int j0 = first; j0 <= last; j0 += ZS_FA_BK) {
@@ -143,9 +143,9 @@ static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_fwd_kernel(float *out, 
 }
 
 // clang-format off
-template <int HS>
+template <int HS, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_fwd16_kernel(zs_bf16 *out, float *lse,
-        const float *q, const float *k, const float *v, const int32_t *seg, tc_view a) {
+        const QT *q, const QT *k, const QT *v, const int32_t *seg, tc_view a) {
     // clang-format on
     tc_fwd_rows<HS>(out, lse, q, k, v, seg, a);
 }
@@ -156,9 +156,9 @@ int zs_cu_flash_tc_eligible(int hs) {
     return hs == 16 || hs == 32 || hs == 64;
 }
 
-template <int HS, typename OT>
-static zs_status tc_fwd(cudaStream_t cs, OT *out, float *lse, const float *q, const float *k,
-                        const float *v, const int32_t *seg, const tc_view &a) {
+template <int HS, typename OT, typename QT>
+static zs_status tc_fwd(cudaStream_t cs, OT *out, float *lse, const QT *q, const QT *k, const QT *v,
+                        const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
     dim3 grid((unsigned)((a.T + FA_FWD_ROWS - 1) / FA_FWD_ROWS), (unsigned)(a.B * a.NH));
     double units = tc_units_q(a.T) * a.B * a.NH; /* (16 rows x 64 keys) */
@@ -167,16 +167,16 @@ static zs_status tc_fwd(cudaStream_t cs, OT *out, float *lse, const float *q, co
      * row the finish */
     ZS_COST(units * (16.0 * 64.0 * 5.0 + 16.0 * HS) + (double)a.B * a.NH * a.T * (HS + 3.0),
             units * 4.0 * 16.0 * 64.0 * HS,
-            4.0 * ((double)a.B * a.T * (a.NH * HS + a.NKV * HS * 2.0 + a.NH) +
-                   (seg ? (double)a.B * a.T : 0.0)) +
+            sizeof(QT) * (double)a.B * a.T * (a.NH * HS + a.NKV * HS * 2.0) +
+                4.0 * ((double)a.B * a.T * a.NH + (seg ? (double)a.B * a.T : 0.0)) +
                 sizeof(OT) * (double)a.B * a.T * a.NH * HS);
-    if (sizeof(OT) == sizeof(float)) {
-        ZS_LAUNCH(fa_tc_fwd_kernel<HS>, grid, FA_TC_THREADS, 0, cs, (float *)out, lse, q, k, v, seg,
-                  a);
+    if (sizeof(OT) == sizeof(float)) { /* (fp32 q, k and v: zs_cu_flash_tc_fwd) */
+        ZS_LAUNCH(fa_tc_fwd_kernel<HS>, grid, FA_TC_THREADS, 0, cs, (float *)out, lse,
+                  (const float *)q, (const float *)k, (const float *)v, seg, a);
         ZS_CUDA_CHECK_LAUNCH(fa_tc_fwd_kernel);
     } else {
-        ZS_LAUNCH(fa_tc_fwd16_kernel<HS>, grid, FA_TC_THREADS, 0, cs, (zs_bf16 *)out, lse, q, k, v,
-                  seg, a);
+        ZS_LAUNCH((fa_tc_fwd16_kernel<HS, QT>), grid, FA_TC_THREADS, 0, cs, (zs_bf16 *)out, lse, q,
+                  k, v, seg, a);
         ZS_CUDA_CHECK_LAUNCH(fa_tc_fwd16_kernel);
     }
 fail:
@@ -184,9 +184,9 @@ fail:
 }
 
 /* Both forwards on tensor cores (the callers send other head sizes to the fp32 kernels). */
-template <typename OT>
-static zs_status tc_fwd_any(zs_stream_t *s, const char *op, OT *out, float *lse, const float *q,
-                            const float *k, const float *v, int B, int T, int NH, int NKV, int hs,
+template <typename OT, typename QT>
+static zs_status tc_fwd_any(zs_stream_t *s, const char *op, OT *out, float *lse, const QT *q,
+                            const QT *k, const QT *v, int B, int T, int NH, int NKV, int hs,
                             int ldq, int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
     tc_view a = tc_make(B, T, NH, NKV, hs, ldq, ldkv);
@@ -227,4 +227,15 @@ zs_status zs_cu_flash_tc_fwd16(zs_stream_t *s, zs_bf16 *out, float *lse, const f
         return zs_cu_flash_attention_fwd16(s, out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv, seg);
     return tc_fwd_any(s, "flash_attention_fwd16", out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv,
                       seg);
+}
+
+zs_status zs_cu_flash_tc_fwd16q(zs_stream_t *s, zs_bf16 *out, float *lse, const zs_bf16 *q,
+                                const zs_bf16 *k, const zs_bf16 *v, int B, int T, int NH, int NKV,
+                                int hs, int ldq, int ldkv, const int32_t *seg) {
+    zs_status st = ZS_OK;
+    ZS_CHECK(tc_qkv16_check("flash_attention_fwd16q", hs));
+    return tc_fwd_any(s, "flash_attention_fwd16q", out, lse, q, k, v, B, T, NH, NKV, hs, ldq, ldkv,
+                      seg);
+fail:
+    return st;
 }

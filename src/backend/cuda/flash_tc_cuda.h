@@ -3,8 +3,9 @@
  * inputs rounded to bf16 for the products (Q, K, V, dO, and the probabilities P and score
  * gradients dS between products), every product accumulated in fp32 by mma.sync m16n8k16
  * (mma_cuda.h), the softmax in fp32 as FlashAttention-2 takes it: 2^(s scale log2 e - m),
- * one fmaf and the special-function unit's exp2 per score (mma_cuda.h, zs_cu_exp2). The fp32
- * table keeps flash_cuda.cu's kernels, bitwise the CPU's.
+ * one fmaf and the special-function unit's exp2 per score (mma_cuda.h, zs_cu_exp2). Q, K and V
+ * are fp32, or bf16 (flash_attention_fwd16q/bwd16q: GPT-2's kept qkv), which the rounding leaves
+ * as they are: the same bits. The fp32 table keeps flash_cuda.cu's kernels, bitwise the CPU's.
  *
  * Tiles: a block of 8 warps takes 256 rows, two tiles of 16 a warp (query rows for the forward
  * and dq, key rows for dk's and dv's own kernels), or 128, 16 a warp (key rows for the fused
@@ -98,6 +99,35 @@ static __device__ __forceinline__ void tc_fetch(float4 *buf, const float *__rest
             buf[u] = make_float4(p[0], p[1], p[2], p[3]);
     }
 }
+/* The same from a bf16 view (GPT-2's kept qkv, flash_attention_fwd16q), into half the
+ * registers: 4 elements an 8-byte load where the view is aligned, stored by tc_put as they are,
+ * the bits of an fp32 view holding the same values (rounding a bf16 value returns it). The
+ * registers a block in flight takes: tc_reg. */
+template <typename QT> struct tc_reg { typedef float4 t; };
+template <> struct tc_reg<zs_bf16> { typedef uint2 t; };
+template <int HS>
+static __device__ __forceinline__ void tc_fetch(uint2 *buf, const zs_bf16 *__restrict__ src,
+                                                size_t ld, int r0, int T, bool vec) {
+    ZS_UNROLL
+    for (int u = 0; u < FA_TC_PER(HS); u++) {
+        int e = (int)threadIdx.x + u * FA_TC_THREADS, r = e / (HS / 4), d = e % (HS / 4) * 4;
+        const zs_bf16 *p = src + (size_t)(r0 + r) * ld + d;
+        if (r0 + r >= T)
+            buf[u] = make_uint2(0u, 0u);
+        else if (vec)
+            buf[u] = *(const uint2 *)p;
+        else /* (not p[0] | p[1] << 16: a host compiler merges that into one load) */
+            buf[u] = make_uint2(zs_pack_bf16(zs_bf16_to_f32(p[0]), zs_bf16_to_f32(p[1])),
+                                zs_pack_bf16(zs_bf16_to_f32(p[2]), zs_bf16_to_f32(p[3])));
+    }
+}
+template <int HS> static __device__ __forceinline__ void tc_put(uint16_t *sm, const uint2 *buf) {
+    ZS_UNROLL
+    for (int u = 0; u < FA_TC_PER(HS); u++) {
+        int e = (int)threadIdx.x + u * FA_TC_THREADS, r = e / (HS / 4), d = e % (HS / 4) * 4;
+        *(uint2 *)(sm + r * (HS + FA_PAD) + d) = buf[u];
+    }
+}
 template <int HS> static __device__ __forceinline__ void tc_put(uint16_t *sm, const float4 *buf) {
     ZS_UNROLL
     for (int u = 0; u < FA_TC_PER(HS); u++) {
@@ -108,20 +138,40 @@ template <int HS> static __device__ __forceinline__ void tc_put(uint16_t *sm, co
 }
 
 /* The A fragments of a warp's 16 rows of a strided fp32 matrix (rows past T zero), one per
- * 16 columns, rounded to bf16. */
+ * 16 columns, rounded to bf16: each lane's pair of columns in one 8-byte load where the view is
+ * aligned (vec; a row's 4 lanes then read 32 contiguous bytes, a whole sector), else in two. */
 template <int HS>
 static __device__ __forceinline__ void tc_load_a(zs_mma_a *f, const float *src, size_t ld, int row0,
-                                                 int T) {
+                                                 int T, bool vec) {
     int lane = (int)threadIdx.x % 32, g = lane / 4, t = lane % 4;
     for (int ks = 0; ks < HS / 16; ks++)
         for (int r = 0; r < 4; r++) {
             int row = row0 + g + (r & 1) * 8, col = ks * 16 + 2 * t + (r >> 1) * 8;
-            float lo = 0.0f, hi = 0.0f;
-            if (row < T) {
-                lo = src[(size_t)row * ld + col];
-                hi = src[(size_t)row * ld + col + 1];
-            }
-            f[ks].x[r] = zs_pack_bf16(lo, hi);
+            float2 x = make_float2(0.0f, 0.0f);
+            if (row < T && vec)
+                x = *(const float2 *)(src + (size_t)row * ld + col);
+            else if (row < T)
+                x = make_float2(src[(size_t)row * ld + col], src[(size_t)row * ld + col + 1]);
+            f[ks].x[r] = zs_pack_bf16(x.x, x.y);
+        }
+}
+
+/* The same from a bf16 view: a lane's pair as it is, one 4-byte load where the view is aligned
+ * (vec), else two (rounding a bf16 value returns it). */
+template <int HS>
+static __device__ __forceinline__ void tc_load_a(zs_mma_a *f, const zs_bf16 *src, size_t ld,
+                                                 int row0, int T, bool vec) {
+    int lane = (int)threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    for (int ks = 0; ks < HS / 16; ks++)
+        for (int r = 0; r < 4; r++) {
+            int row = row0 + g + (r & 1) * 8, col = ks * 16 + 2 * t + (r >> 1) * 8;
+            const zs_bf16 *p = src + (size_t)row * ld + col;
+            uint32_t x = 0;
+            if (row < T && vec)
+                x = *(const uint32_t *)p;
+            else if (row < T) /* (as tc_fetch's) */
+                x = zs_pack_bf16(zs_bf16_to_f32(p[0]), zs_bf16_to_f32(p[1]));
+            f[ks].x[r] = x;
         }
 }
 
@@ -203,10 +253,10 @@ static __device__ __forceinline__ void tc_mma_p_rt(zs_mma_c (*acc)[HS / 8], cons
 /* One step of a query-parallel kernel's walk over key blocks: store the block in flight (kr,
  * vr) as the shared tiles ks and vs once the previous block's readers are done, then start
  * loading the next one, if j0's is not the last. */
-template <int HS>
-static __device__ __forceinline__ void tc_kv_step(uint16_t *ks, uint16_t *vs, float4 *kr,
-                                                  float4 *vr, const float *kb, const float *vb,
-                                                  const tc_view &a, int j0, int last) {
+template <int HS, typename QT, typename RT>
+static __device__ __forceinline__ void tc_kv_step(uint16_t *ks, uint16_t *vs, RT *kr, RT *vr,
+                                                  const QT *kb, const QT *vb, const tc_view &a,
+                                                  int j0, int last) {
     __syncthreads();
     tc_put<HS>(ks, kr);
     tc_put<HS>(vs, vr);
@@ -315,13 +365,24 @@ static __device__ __forceinline__ void tc_store_row(zs_bf16 *orow, const zs_mma_
     }
 }
 
-/* Whether rows of a view at p with row stride ld (in floats) all start 16-byte aligned (head
- * offsets h hs are: hs is a multiple of 16). */
-static inline bool tc_aligned(const float *p, size_t ld) {
+/* bf16 q, k and v take the tensor-core kernels only (ops.h flash_qkv16_hs): ZS_OK for the head
+ * sizes they take, else ZS_ERR_INVALID naming op and hs. */
+static inline zs_status tc_qkv16_check(const char *op, int hs) {
+    if (zs_cu_flash_tc_eligible(hs)) return ZS_OK;
+    return zs_error(ZS_ERR_INVALID,
+                    "%s: head size %d: bf16 q, k and v take the tensor-core kernels only (head "
+                    "sizes 16, 32 and 64)",
+                    op, hs);
+}
+
+/* Whether rows of a view at p with row stride ld (in elements) all start aligned for the loads
+ * of 4 elements tc_fetch makes, 16 bytes (fp32) or 8 (bf16) (head offsets h hs are: hs is a
+ * multiple of 16). */
+template <typename T> static inline bool tc_aligned(const T *p, size_t ld) {
 #ifdef ZS_MUTANT_ALIGN
     return p != NULL || ld != 0; /* 16-byte loads from any row: a misaligned read (emulator) */
 #endif
-    return (uintptr_t)p % 16 == 0 && ld % 4 == 0;
+    return (uintptr_t)p % (4 * sizeof(T)) == 0 && ld % 4 == 0;
 }
 
 #endif

@@ -451,7 +451,8 @@ fail:
 static const zs_ops *cuda_with_math(zs_gemm_math math);
 
 #define CUDA_TABLE(math, gemm_fn, gemm16_fn, linear_bias_fn, linear_bwd_fn, linear_bwd16_fn,       \
-                   xent16_fn, flash_fwd, flash_bwd, flash_fwd16, flash_bwd16, flash_bwd16g)        \
+                   xent16_fn, flash_fwd, flash_bwd, flash_fwd16, flash_bwd16, flash_bwd16g,        \
+                   qkv16_hs, flash_fwd16q, flash_bwd16q)                                           \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
         .gemm16 = gemm16_fn, .linear_fwd_bias = linear_bias_fn, .gemm_linear_bwd = linear_bwd_fn,  \
@@ -478,20 +479,23 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .attention_gqa_bwd = zs_cu_attention_gqa_bwd, .flash_attention_fwd = flash_fwd,            \
         .flash_attention_bwd = flash_bwd, .flash_attention_fwd16 = flash_fwd16,                    \
         .flash_attention_bwd16 = flash_bwd16, .flash_attention_bwd16g = flash_bwd16g,              \
-        .decode_attention = zs_cu_decode_attention, .sample = zs_cu_sample,                        \
+        .flash_qkv16_hs = qkv16_hs, .flash_attention_fwd16q = flash_fwd16q,                        \
+        .flash_attention_bwd16q = flash_bwd16q, .decode_attention = zs_cu_decode_attention,        \
+        .sample = zs_cu_sample,                                                                    \
     }
 
 static const zs_ops cuda_ops[3] = {
     CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, NULL, NULL, zs_cu_flash_attention_fwd,
                zs_cu_flash_attention_bwd, zs_cu_flash_attention_fwd16, zs_cu_flash_attention_bwd16,
-               NULL),
+               NULL, NULL, NULL, NULL),
     CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, NULL, NULL,
                zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd, zs_cu_flash_attention_fwd16,
-               zs_cu_flash_attention_bwd16, NULL),
+               zs_cu_flash_attention_bwd16, NULL, NULL, NULL, NULL),
     CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm16, zs_cu_linear_fwd_bias,
                zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16, zs_cu_softmax_xent16,
                zs_cu_flash_tc_fwd, zs_cu_flash_tc_bwd, zs_cu_flash_tc_fwd16, zs_cu_flash_tc_bwd16,
-               zs_cu_flash_tc_bwd16g)};
+               zs_cu_flash_tc_bwd16g, zs_cu_flash_tc_eligible, zs_cu_flash_tc_fwd16q,
+               zs_cu_flash_tc_bwd16q)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];
