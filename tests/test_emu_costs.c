@@ -60,23 +60,28 @@ static void check_gemm(void) {
 
 /* The bf16 table's linear forward with a bias: W (and an fp32 input) rounded, then one
  * cuBLASLt product whose epilogue adds the bias (2 m n k on tensor cores, the bias read), and
- * no bias_fwd pass after it. */
+ * no bias_fwd pass after it; with the GELU (v 4, 5: a bf16 input, its gelu output), that
+ * epilogue's row ("gemm+bias+gelu") and no bias_gelu_fwd16 pass. */
 static void check_linear_bias(void) {
     int N = 29, IC = 48, OC = 40;
     const zs_ops *o = gpu->with_math(ZS_MATH_BF16);
     float *W = drand((size_t)OC * IC), *x = drand((size_t)N * IC), *b = drand((size_t)OC);
     float *out = drand((size_t)N * OC), *tmp = drand((size_t)N * OC);
+    zs_bf16 *act = (zs_bf16 *)drand((size_t)N * OC);
     ZT_CHECK(o->linear_fwd_bias != NULL, "the bf16 table has no linear_fwd_bias");
     if (!o->linear_fwd_bias) return;
-    for (int v = 0; v < 4; v++) { /* in16, out16: a bf16 D is the epilogue's, no cast after */
-        int in16 = v & 1, out16 = v >> 1;
+    for (int v = 0; v < 6; v++) { /* in16, out16: a bf16 D is the epilogue's, no cast after */
+        int in16 = v & 1, out16 = v >> 1 ? 1 : 0, gelu = v >= 4;
+        const char *want = gelu ? "cuBLASLt gemm+bias+gelu bf16" : "cuBLASLt gemm+bias bf16";
         prof_start();
-        ZT_OK(o->linear_fwd_bias(NULL, out, out16, tmp, x, in16, W, b, N, IC, OC));
+        ZT_OK(
+            o->linear_fwd_bias(NULL, out, out16, tmp, x, in16, W, b, N, IC, OC, gelu ? act : NULL));
         prof_stop();
         size_t casts = in16 ? 1 : 2, last = g_nrec ? g_nrec - 1 : 0;
-        ZT_CHECK(g_nrec == casts + 1 && !strncmp(g_rec[last].name, "cuBLASLt gemm+bias bf16", 23),
-                 "linear_fwd_bias (in16 %d, out16 %d): %zu records (want %zu), last '%s'", in16,
-                 out16, g_nrec, casts + 1, g_nrec ? g_rec[last].name : "");
+        ZT_CHECK(g_nrec == casts + 1 && !strncmp(g_rec[last].name, want, strlen(want)),
+                 "linear_fwd_bias (in16 %d, out16 %d, gelu %d): %zu records (want %zu), last "
+                 "'%s'",
+                 in16, out16, gelu, g_nrec, casts + 1, g_nrec ? g_rec[last].name : "");
         for (size_t i = 0; i < last; i++) {
             ZT_CHECK(!strcmp(g_rec[i].name, "f32_to_bf16_kernel"),
                      "linear_fwd_bias: launch %zu is %s, not an operand's cast", i, g_rec[i].name);

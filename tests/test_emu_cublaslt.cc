@@ -5,19 +5,25 @@
  *    against the host's exact sums (small integers and halves, exact in bf16 and in fp32 sums
  *    in any order), so the test does not depend on the emulator's own arithmetic. The bias
  *    epilogue writing a bf16 D beside an fp32 bias (linear_fwd_bias's out16): each exact sum
- *    rounded to the nearest bf16, some of them inexact.
+ *    rounded to the nearest bf16, some of them inexact. The GELU epilogue (GELU_AUX_BIAS, D and
+ *    aux bf16, zs_cu_linear_fwd_bias's gelu): aux each exact sum rounded, D within half a bf16
+ *    ulp (and 2^-12 of the sum: the fp32 GELU's own error) of the tanh GELU of the exact sum in
+ *    double.
  *  - Refused, each with the status cuBLASLt gives: no handle (NOT_INITIALIZED); a layout that
  *    does not match the product, a leading dimension under its rows, a bias epilogue without a
- *    bias, an attribute of the wrong size, a heuristic asked for no algorithm, an algorithm not
+ *    bias, a GELU epilogue without an aux pointer or with an aux leading dimension not a multiple
+ *    of 8, an attribute of the wrong size, a heuristic asked for no algorithm, an algorithm not
  *    from the heuristic, an operand less aligned than the preference said when the algorithm
  *    was chosen (INVALID_VALUE; accepted once the preference says so); a bias type other than
- *    fp32, an epilogue or attribute the emulated library does not implement, C apart from D
+ *    fp32, an aux type other than D's, an epilogue or attribute the emulated library does not
+ *    implement, C apart from D
  *    (NOT_SUPPORTED). */
 #include "emu_check.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -139,17 +145,24 @@ static void product(cublasLtHandle_t h, bool b16, int ta, int tb, bool with_bias
     cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD);
 }
 
+/* Short bf16 operands and a bias, exact in any order of their fp32 sums at these sizes: A's and
+ * B's small integers times sa and sb, bias[i] = sbias (i + b0). */
+static void operands(std::vector<uint16_t> &A16, std::vector<uint16_t> &B16,
+                     std::vector<float> &bias, float sa, float sb, float sbias, int b0) {
+    for (size_t i = 0; i < A16.size(); i++)
+        A16[i] = bf16((float)((int)(i * 7 % 11) - 5) * sa);
+    for (size_t i = 0; i < B16.size(); i++)
+        B16[i] = bf16((float)((int)(i * 5 % 13) - 6) * sb);
+    for (size_t i = 0; i < bias.size(); i++)
+        bias[i] = sbias * (float)((int)i + b0);
+}
+
 /* The bias epilogue writing a bf16 D: each exact fp32 sum (product and bias) rounded once. */
 static void product_d16(cublasLtHandle_t h) {
     const int m = 6, n = 5, k = 7;
     std::vector<uint16_t> A16((size_t)k * m), B16((size_t)k * n), D16((size_t)m * n, 0xffff);
     std::vector<float> bias(m);
-    for (size_t i = 0; i < A16.size(); i++)
-        A16[i] = bf16((float)((int)(i * 7 % 11) - 5) * 0.375f);
-    for (size_t i = 0; i < B16.size(); i++)
-        B16[i] = bf16((float)((int)(i * 5 % 13) - 6) * 1.125f);
-    for (int i = 0; i < m; i++)
-        bias[i] = 0.0625f * (float)(i + 3);
+    operands(A16, B16, bias, 0.375f, 1.125f, 0.0625f, 3);
     void *dA = dev(A16.data(), A16.size() * 2), *dB = dev(B16.data(), B16.size() * 2);
     void *dD = dev(D16.data(), D16.size() * 2);
     float *dbias = (float *)dev(bias.data(), bias.size() * 4);
@@ -173,6 +186,61 @@ static void product_d16(cublasLtHandle_t h) {
     CHECK(!bad, "bf16 D with an fp32 bias: %d of %d results wrong", bad, m * n);
     CHECK(rounded > 0, "bf16 D: no sum needed rounding, so the check proves nothing");
     cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD);
+}
+
+/* Its GELU epilogue's aux attributes, as gemm_cuda.cu's lt_plan sets them. */
+static void set_aux(Call &c, void *aux, int64_t ld, int32_t type) {
+    uint32_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                   sizeof aux);
+    cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+    cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type,
+                                   sizeof type);
+}
+
+/* The GELU epilogue with a bf16 D and aux: aux the exact sums (product and bias) rounded, D the
+ * GELU of the unrounded sums rounded: within half a bf16 ulp of the double-precision tanh GELU,
+ * plus 2^-12 |x| for the fp32 GELU's own error (0.5 x (1 + tanh u) cancels where x < 0, and a
+ * GPU's hardware tanh is good to 2^-11 relative: 0.5 |x| 2^-11 absolute). */
+static void product_gelu(cublasLtHandle_t h) {
+    const int m = 8, n = 6, k = 5;
+    std::vector<uint16_t> A16((size_t)k * m), B16((size_t)k * n), D16((size_t)m * n, 0xffff);
+    std::vector<uint16_t> X16(D16);
+    std::vector<float> bias(m);
+    operands(A16, B16, bias, 0.1875f, 0.5625f, 0.03125f, -3);
+    void *dA = dev(A16.data(), A16.size() * 2), *dB = dev(B16.data(), B16.size() * 2);
+    void *dD = dev(D16.data(), D16.size() * 2), *dX = dev(X16.data(), X16.size() * 2);
+    float *dbias = (float *)dev(bias.data(), bias.size() * 4);
+    Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_BIAS, dbias, CUDA_R_16BF);
+    set_aux(c, dX, m, CUDA_R_16BF);
+    cublasLtMatmulHeuristicResult_t r;
+    CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "heuristic (GELU epilogue)");
+    cublasStatus_t st = c.run(h, dA, dB, 0.0f, dD, dD, &r.algo);
+    CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul (GELU epilogue): %d", (int)st);
+    std::vector<uint16_t> got(D16.size()), aux(X16.size());
+    cudaMemcpy(got.data(), dD, got.size() * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(aux.data(), dX, aux.size() * 2, cudaMemcpyDeviceToHost);
+    int bad_aux = 0, bad = 0, rounded = 0, negative = 0;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float s = 0.0f; /* exact: few short products of short values */
+            for (int p = 0; p < k; p++)
+                s += widen16(A16[(size_t)i * k + p]) * widen16(B16[(size_t)j * k + p]);
+            s += bias[i];
+            double g = 0.5 * s * (1.0 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
+            float d = widen16(got[(size_t)j * m + i]);
+            int e;
+            frexp(g, &e);
+            bad_aux += aux[(size_t)j * m + i] != bf16_rne(s);
+            bad += !(fabs(d - g) <= ldexp(1.0, e - 9) + ldexp(fabs(s), -12));
+            rounded += widen16(bf16_rne(s)) != s;
+            negative += s < 0.0f;
+        }
+    CHECK(!bad_aux, "GELU epilogue: %d of %d kept inputs wrong", bad_aux, m * n);
+    CHECK(!bad, "GELU epilogue: %d of %d outputs off the GELU of their sums", bad, m * n);
+    CHECK(rounded > 0 && negative > 0, "GELU epilogue: the sums test no rounding or no negatives");
+    cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD), cudaFree(dX);
 }
 
 static void refusals(cublasLtHandle_t h) {
@@ -222,7 +290,17 @@ static void refusals(cublasLtHandle_t h) {
         CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "a bias epilogue without a bias");
     }
     {
-        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias);
+        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, CUDA_R_16BF);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "a GELU epilogue without an aux");
+        set_aux(c, D2, 4, CUDA_R_16BF);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "an aux leading dimension of 4");
+        set_aux(c, D2, 8, CUDA_R_32F);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_NOT_SUPPORTED, "an fp32 aux beside a bf16 D");
+        set_aux(c, D2, 8, CUDA_R_16BF);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "the GELU epilogue's aux as documented");
+    }
+    {
+        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_DGELU_BGRAD, bias);
         CHECK(c.algo(h, &r) == CUBLAS_STATUS_NOT_SUPPORTED, "an epilogue not implemented");
     }
     {
@@ -247,6 +325,7 @@ int main(void) {
         }
     product(h, false, 1, 0, true, 1.0f); /* fp32 operands, bias and beta together */
     product_d16(h);
+    product_gelu(h);
     refusals(h);
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "no device error left behind");
     cublasLtDestroy(h);

@@ -150,7 +150,7 @@ zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const voi
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
     if (bias && ops->linear_fwd_bias) /* the bias in the GEMM's epilogue */
-        return ops->linear_fwd_bias(s, out, 0, NULL, inp, in16, W, bias, N, IC, OC);
+        return ops->linear_fwd_bias(s, out, 0, NULL, inp, in16, W, bias, N, IC, OC, NULL);
     /* out[N,OC] = inp W^T  <=>  out^T (OC x N) = W (OC x IC) inp^T (IC x N). The stored W is,
      * read column-major, W^T (IC x OC, ld IC), hence transa = T; the stored inp is inp^T
      * (IC x N, ld IC) and out is out^T (OC x N, ld OC), used as they are. */
@@ -167,7 +167,7 @@ zs_status zs_linear_fwd16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *out, float
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
     if (bias && ops->linear_fwd_bias)
-        return ops->linear_fwd_bias(s, out, 1, tmp, inp, in16, W, bias, N, IC, OC);
+        return ops->linear_fwd_bias(s, out, 1, tmp, inp, in16, W, bias, N, IC, OC, NULL);
     ZS_REQUIRE(tmp, ZS_ERR_INVALID, "linear_fwd16: a bf16 output without a scratch");
     ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, in16, W, bias, N, IC, OC));
     ZS_CHECK(ops->cast(s, out, ZS_DTYPE_BF16, tmp, ZS_DTYPE_F32, (size_t)N * OC));
@@ -189,8 +189,8 @@ zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, void *pre, void 
                              const void *inp, int act16, const float *W, const float *bias, int N,
                              int IC, int OC) {
     zs_status st = ZS_OK;
-    /* The bias goes into the GEMM's epilogue where the table has one (the GELU's pass then
-     * only reads pre), else into the GELU's pass. */
+    /* The bias goes into the GEMM's epilogue where the table has one (in bf16 the GELU too),
+     * else into the GELU's pass. */
     const float *gemm_bias = ops->linear_fwd_bias ? bias : NULL;
     const float *gelu_bias = ops->linear_fwd_bias ? NULL : bias;
     if (!act16) {
@@ -198,12 +198,8 @@ zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, void *pre, void 
         return ops->bias_gelu_fwd(s, pre, out, gelu_bias, N, OC);
     }
     ZS_REQUIRE(tmp, ZS_ERR_INVALID, "linear_gelu_fwd: bf16 activations without a scratch");
-    if (gemm_bias) { /* the product and its bias rounded into pre as the GEMM writes them */
-        ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
-                   "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
-        ZS_CHECK(ops->linear_fwd_bias(s, pre, 1, tmp, inp, 1, W, gemm_bias, N, IC, OC));
-        return ops->bias_gelu_fwd16(s, pre, NULL, out, NULL, N, OC);
-    }
+    if (gemm_bias) /* the sum rounded into pre and its GELU into out as the GEMM writes them */
+        return ops->linear_fwd_bias(s, pre, 1, tmp, inp, 1, W, gemm_bias, N, IC, OC, out);
     ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, 1, W, NULL, N, IC, OC));
     ZS_CHECK(ops->bias_gelu_fwd16(s, pre, tmp, out, gelu_bias, N, OC));
 fail:

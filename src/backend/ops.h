@@ -82,10 +82,12 @@ typedef struct zs_ops {
      * read by a cast); where the epilogue cannot take the call, the product and the bias go
      * through tmp[N * OC] (fp32 scratch, unused otherwise) and a cast, the same bits. With
      * out16 and bias NULL (a language model's head into bf16 logits) the GEMM itself writes
-     * bf16 and tmp may be NULL: gemm16's sums rounded once, without an fp32 copy. */
+     * bf16 and tmp may be NULL: gemm16's sums rounded once, without an fp32 copy. With gelu
+     * (out16 and a bias), bias_gelu_fwd16's outputs: out its pre16, gelu its out, in the GELU
+     * epilogue (else through tmp and bias_gelu_fwd16; cuBLASLt's GELU may differ by an ulp). */
     zs_status (*linear_fwd_bias)(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
-                                 int in16, const float *W, const float *bias, int N, int IC,
-                                 int OC);
+                                 int in16, const float *W, const float *bias, int N, int IC, int OC,
+                                 zs_bf16 *gelu);
 
     /* Optional (NULL: linear.c calls gemm twice, then bias_bwd): a linear layer's backward,
      * whose products share the output gradient G, with linear.c's gemm arguments: dinp^T =
@@ -141,11 +143,9 @@ typedef struct zs_ops {
      * backward reads it). */
     zs_status (*bias_gelu_fwd)(zs_stream_t *s, float *pre, float *out, const float *bias, int N,
                                int OC);
-    /* bias_gelu_fwd with both the GELU's input and output kept in bf16 (--dtype bf16, as
-     * under autocast): with pre non-NULL (fp32 [N,OC], read only), pre16 = bf16(pre + bias)
-     * (bias NULL: none); with pre NULL, pre16 already holds those values (a GEMM's bf16
-     * epilogue wrote them). Then out = bf16(gelu(pre16 widened)): the input of the next
-     * layer's gemm16, and pre16 the GELU's backward's input (gelu_bwd16). */
+    /* bias_gelu_fwd with the GELU's input and output kept in bf16 (--dtype bf16): from x =
+     * pre + bias in fp32 (pre [N,OC] read only; bias NULL: none), pre16 = bf16(x), the GELU's
+     * backward's input (gelu_bwd16), and out = bf16(gelu(x)), the next layer's gemm16 input. */
     zs_status (*bias_gelu_fwd16)(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
                                  const float *bias, int N, int OC);
 
@@ -537,8 +537,8 @@ zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, 
                                  const float *W, const float *bias, int N, int IC, int OC);
 /* zs_linear_fwd into pre[N,OC] with a GELU after it: out = gelu(pre), the bias and the GELU in
  * one pass (ops->bias_gelu_fwd). With act16, inp, pre and out are bf16 (bias_gelu_fwd16): the
- * GEMM's sum with its bias is rounded once into pre, in the epilogue where the table has one
- * (else through tmp[N,OC], fp32 scratch: the same bits), and out is the next layer's input. */
+ * GEMM's sum with its bias rounded once into pre and its GELU into out, in the epilogue where the
+ * table has one (else through tmp[N,OC], fp32 scratch); out is the next layer's input. */
 zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, void *pre, void *out, float *tmp,
                              const void *inp, int act16, const float *W, const float *bias, int N,
                              int IC, int OC);

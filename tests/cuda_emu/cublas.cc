@@ -12,13 +12,15 @@
  *  - beta == 0 does not read C.
  * The summation order is OpenBLAS's, not a tensor core's: results agree with a GPU's within the
  * usual dot-product bound, not bit for bit (docs/cuda.md). cublaslt.cc's cublasLtMatmul runs
- * the same product (blas_gemm below), with its bias epilogue added to each fp32 result. */
+ * the same product (blas_gemm below), with its bias epilogue added to each fp32 result (and the
+ * GELU epilogue's tanh GELU taken of that sum, gelu() below). */
 #include "emu_internal.h"
 #include "h100.h"
 
 #include <cublas_v2.h>
 #include <cblas.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,10 +180,27 @@ bool supported(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType
     }
 }
 
-/* One product, column-major: C = alpha op(A) op(B) + beta C, on kernel-view pointers. */
+void store(void *p, cudaDataType t, size_t i, float v) {
+    if (t == CUDA_R_32F)
+        ((float *)p)[i] = v;
+    else
+        ((uint16_t *)p)[i] = to_bf16(v);
+}
+
+/* The GELU of cuBLASLt's GELU epilogues: the tanh approximation, in fp32 through the C library's
+ * tanhf. cuBLASLt documents only "GELU"; its own kernels' last bits may differ from these, and
+ * from zshard's zs_gelu (kernels/gelu.h), by an fp32 rounding or two. */
+float gelu(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+/* One product, column-major: C = alpha op(A) op(B) + beta C, on kernel-view pointers; with bias,
+ * bias[i] added to row i's fp32 sums, and with aux, those stored in aux and C their GELU. */
 void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A, cudaDataType at,
               int lda, const void *B, cudaDataType bt, int ldb, float beta, void *C,
-              cudaDataType ct, int ldc, bool round_tf32, bool round_bf16, const float *bias) {
+              cudaDataType ct, int ldc, bool round_tf32, bool round_bf16, const float *bias,
+              void *aux, int aux_ld) {
     int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
     std::vector<float> a((size_t)arows * acols), b((size_t)brows * bcols), c((size_t)m * n);
     for (int j = 0; j < acols; j++)
@@ -209,10 +228,11 @@ void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
         for (int i = 0; i < m; i++) {
             float v = c[(size_t)j * m + i];
             if (bias) v += bias[i];
-            if (ct == CUDA_R_32F)
-                ((float *)C)[(size_t)j * ldc + i] = v;
-            else
-                ((uint16_t *)C)[(size_t)j * ldc + i] = to_bf16(v);
+            if (aux) { /* GELU_AUX_BIAS: the GELU's input kept, its output in D */
+                store(aux, ct, (size_t)j * aux_ld + i, v);
+                v = gelu(v);
+            }
+            store(C, ct, (size_t)j * ldc + i, v);
         }
 }
 
@@ -227,6 +247,8 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                          long long sc, int batch, cublasComputeType_t comp) {
     const char *api = call.api;
     const float *bias = call.bias;
+    void *haux = call.aux; /* GELU_AUX_BIAS (cublaslt.cc), with bias */
+    int aux_ld = call.aux_ld;
     if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) ||
         (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T) || m < 0 || n < 0 || k < 0 || batch < 0)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -249,6 +271,7 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
     const void *ha = A, *hb = B;
     const void *hc = C;
     const float *vbias = bias ? (const float *)view(bias) : nullptr;
+    void *vaux = haux ? view(haux) : nullptr;
     size_t aes = type_size(at), bes = type_size(bt), ces = type_size(ct);
     /* The H100 model's price (emu_profile.h): from the shape, in the arithmetic asked for. */
     zs_emu_record price;
@@ -260,12 +283,13 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                       : round || round16                    ? GEMM_TF32
                                                             : GEMM_FP32;
         double bytes = ((double)m * k * aes + (double)k * n * bes +
-                        (double)m * n * ces * (be != 0.0f ? 2 : 1) + (bias ? 4.0 * m : 0.0)) *
+                        (double)m * n * ces * (be != 0.0f ? 2 : 1) + (bias ? 4.0 * m : 0.0) +
+                        (haux ? (double)m * n * ces : 0.0)) *
                        batch;
         h100_gemm(&price, m, n, k, batch, gm, bytes, ta, tb);
-        if (bias) { /* its own row: "cuBLASLt gemm+bias bf16 TN ..." */
-            std::string nm =
-                std::string("cuBLASLt gemm+bias") + (price.name + strlen("cuBLAS gemm"));
+        if (bias) { /* its own row: "cuBLASLt gemm+bias(+gelu) bf16 TN ..." */
+            std::string nm = std::string(haux ? "cuBLASLt gemm+bias+gelu" : "cuBLASLt gemm+bias") +
+                             (price.name + strlen("cuBLAS gemm"));
             snprintf(price.name, sizeof price.name, "%s", nm.c_str());
         }
     }
@@ -274,13 +298,14 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
         return CUBLAS_STATUS_SUCCESS;
     }
     enqueue(stream_of(call.stream), api, [=] {
-        const void *ptrs[4] = {ha, hb, hc, bias};
-        for (int i = 0; i < 4; i++)
-            if ((i < 2 ? k > 0 : i == 2 || bias) && classify(ptrs[i]) == MEM_NONE &&
+        const void *ptrs[5] = {ha, hb, hc, bias, haux};
+        for (int i = 0; i < 5; i++)
+            if ((i < 2 ? k > 0 : i == 2 || ptrs[i]) && classify(ptrs[i]) == MEM_NONE &&
                 view(ptrs[i]) == ptrs[i]) {
                 set_sticky(cudaErrorIllegalAddress,
                            "%s: operand %s (%p) is host memory a GPU cannot read", api,
-                           i == 3   ? "bias"
+                           i == 4   ? "aux"
+                           : i == 3 ? "bias"
                            : i == 0 ? "A"
                            : i == 1 ? "B"
                                     : "C",
@@ -299,8 +324,10 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                     sc_access((char *)vc + ((size_t)(bi * sc) + (size_t)j * ldc) * ces,
                               (size_t)m * ces, true, api);
                 if (vbias) sc_access(vbias, (size_t)m * 4, false, api);
+                for (int j = 0; vaux && j < n; j++)
+                    sc_access((char *)vaux + (size_t)j * aux_ld * ces, (size_t)m * ces, true, api);
             }
-        bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round && !round16;
+        bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round && !round16 && !vaux;
         for (int bi = 0; bi < batch && plain; bi++) { /* fp32 as it is: OpenBLAS in place */
             float *cb = (float *)vc + (size_t)(bi * sc);
             if (be == 0.0f) /* beta 0 must not read C (NaN there stays out of the result) */
@@ -323,8 +350,10 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
         for (int bi = 0; bi < batch && !plain; bi++)
             gemm_one(ta, tb, m, n, k, al, (const char *)va + (size_t)(bi * sa) * aes, at, lda,
                      (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, be,
-                     (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round, round16, vbias);
+                     (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round, round16, vbias, vaux,
+                     aux_ld);
         check_redzone(hc);
+        if (haux) check_redzone(haux);
         if (price_it) profile_record(price);
     });
     return CUBLAS_STATUS_SUCCESS;
@@ -340,8 +369,9 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t trans
                                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    return blas_gemm({h->stream, h->math, "cublasGemmEx", nullptr}, transa, transb, m, n, k, alpha,
-                     A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1, computeType);
+    return blas_gemm({h->stream, h->math, "cublasGemmEx", nullptr, nullptr, 0}, transa, transb, m,
+                     n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1,
+                     computeType);
 }
 
 extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
@@ -351,7 +381,7 @@ extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
     int ldc, long long strideC, int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    return blas_gemm({h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr}, transa, transb, m,
-                     n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype,
-                     ldc, strideC, batch, computeType);
+    return blas_gemm({h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr, nullptr, 0},
+                     transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+                     beta, C, Ctype, ldc, strideC, batch, computeType);
 }

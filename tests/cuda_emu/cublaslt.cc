@@ -1,24 +1,28 @@
 /* The cuBLASLt entry points zshard uses, on the emulated GPU: a handle, matmul descriptors with
- * the attributes zshard sets (TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE), matrix
- * layouts, a preference with its workspace limit and the operands' least alignments, the
- * heuristic query, and cublasLtMatmul with the default epilogue or CUBLASLT_EPILOGUE_BIAS. An
+ * the attributes zshard sets (TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE,
+ * EPILOGUE_AUX_POINTER, _AUX_LD, _AUX_DATA_TYPE), matrix layouts, a preference with its
+ * workspace limit and the operands' least alignments, the heuristic query, and cublasLtMatmul
+ * with the default epilogue, CUBLASLT_EPILOGUE_BIAS or CUBLASLT_EPILOGUE_GELU_AUX_BIAS. An
  * attribute or epilogue zshard does not use gives CUBLAS_STATUS_NOT_SUPPORTED and names itself, so
  * a new use is implemented before it is trusted. Arguments are checked before anything is queued,
  * as cuBLASLt documents them:
  *  - a NULL handle: NOT_INITIALIZED; NULL descriptors, layouts that do not match the product's
  *    shape, a leading dimension under its rows, a bias epilogue without a bias pointer, a bias
- *    pointer not aligned to its element, a heuristic asked for no algorithm, an algorithm that
- *    is not the heuristic's, or an operand less aligned than the preference promised when the
- *    algorithm was chosen (cuBLASLt assumes 256 bytes unless told; its kernels for aligned
+ *    pointer not aligned to its element, a GELU epilogue without an aux pointer or with an aux
+ *    leading dimension under D's rows or not a multiple of 8, a heuristic asked for no algorithm,
+ * an algorithm that is not the heuristic's, or an operand less aligned than the preference promised
+ * when the algorithm was chosen (cuBLASLt assumes 256 bytes unless told; its kernels for aligned
  *    operands fault on others): INVALID_VALUE, naming the operand;
  *  - types cuBLAS does not offer (cublas.cc's table), a scale type other than fp32, a bias type
- *    other than fp32 or a bias on a D neither fp32 nor bf16, C apart from D: NOT_SUPPORTED.
+ *    other than fp32 or a bias on a D neither fp32 nor bf16, an aux type other than D's, C apart
+ *    from D: NOT_SUPPORTED.
  * The product is cublas.cc's (blas_gemm): the same rounding of the inputs and fp32 sums, then
  * the bias added to each fp32 result once (and a bf16 D rounded from that sum), so a bias
  * epilogue is, bit for bit, the product followed by a separate fp32 add of the bias (and a
- * cast). Its price is cublasGemmEx's for the shape plus
- * the bias read, in a row of its own ("cuBLASLt gemm+bias"). The algorithm needs no
- * workspace. */
+ * cast). GELU_AUX_BIAS stores that biased sum in aux (rounded to D's type) and writes D from its
+ * GELU, taken of the fp32 sum (cublas.cc's gelu, the tanh form). Its price is cublasGemmEx's for
+ * the shape plus the bias read and the aux written, in a row of its own ("cuBLASLt gemm+bias",
+ * "cuBLASLt gemm+bias+gelu"). The algorithm needs no workspace. */
 #include "emu_internal.h"
 
 #include <cublasLt.h>
@@ -43,6 +47,9 @@ struct Desc {
     uint32_t epilogue;
     const void *bias;
     int32_t bias_type; /* -1: D's */
+    void *aux;         /* GELU_AUX_BIAS: where the GELU's input goes */
+    int64_t aux_ld;
+    int32_t aux_type; /* -1: D's */
 };
 
 struct Layout {
@@ -107,13 +114,22 @@ cublasStatus_t check(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
             l->cols > INT32_MAX || l->ld > INT32_MAX)
             return CUBLAS_STATUS_INVALID_VALUE;
     if (d->scale != CUDA_R_32F || c->type != o->type) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         /* an fp32 bias on an fp32 or bf16 D (added to the fp32 result before D's rounding) */
         int32_t bt = d->bias_type == -1 ? (int32_t)o->type : d->bias_type;
         if (bt != CUDA_R_32F || (o->type != CUDA_R_32F && o->type != CUDA_R_16BF))
             return CUBLAS_STATUS_NOT_SUPPORTED;
         if (!d->bias || (uintptr_t)d->bias % sizeof(float)) return CUBLAS_STATUS_INVALID_VALUE;
-    } else if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    }
+    if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        /* the GELU's input in D's type (the one aux type implemented here), its leading
+         * dimension a multiple of 8 and no less than D's rows, as cublasLt.h documents */
+        int32_t at = d->aux_type == -1 ? (int32_t)o->type : d->aux_type;
+        if (at != (int32_t)o->type) return unsupported("aux data type", at);
+        if (!d->aux || d->aux_ld % 8 || d->aux_ld < (int64_t)o->rows ||
+            (uintptr_t)d->aux % (o->type == CUDA_R_32F ? 4 : 2))
+            return CUBLAS_STATUS_INVALID_VALUE;
+    } else if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         return unsupported("epilogue", (int)d->epilogue);
     }
     *m = (int)mm, *n = (int)nn, *k = (int)kk;
@@ -140,7 +156,8 @@ extern "C" cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc,
     if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
     *desc = new cublasLtMatmulDescOpaque_t();
     new ((*desc)->data)
-        Desc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1};
+        Desc{compute, scale,         CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT,
+             nullptr, -1 /* bias */, nullptr,     0,           -1 /* aux */};
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -165,6 +182,12 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t de
         return put(&d->bias, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         return put(&d->bias_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        return put(&d->aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        return put(&d->aux_ld, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+        return put(&d->aux_type, buf, size);
     default:
         return unsupported("matmul descriptor attribute", (int)attr);
     }
@@ -264,9 +287,12 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
     const Layout *a = layout_of(la), *b = layout_of(lb), *o = layout_of(ld);
     if (C != D || layout_of(lc)->ld != o->ld) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (a->type != b->type) return CUBLAS_STATUS_NOT_SUPPORTED;
-    const float *bias =
-        d->epilogue == CUBLASLT_EPILOGUE_BIAS ? static_cast<const float *>(d->bias) : nullptr;
-    return blas_gemm({stream, CUBLAS_DEFAULT_MATH, "cublasLtMatmul", bias},
+    bool gelu = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const float *bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || gelu
+                            ? static_cast<const float *>(d->bias)
+                            : nullptr;
+    return blas_gemm({stream, CUBLAS_DEFAULT_MATH, "cublasLtMatmul", bias, gelu ? d->aux : nullptr,
+                      (int)d->aux_ld},
                      (cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, alpha, A,
                      a->type, (int)a->ld, 0, B, b->type, (int)b->ld, 0, beta, D, o->type,
                      (int)o->ld, 0, 1, d->compute);

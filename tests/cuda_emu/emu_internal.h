@@ -231,12 +231,15 @@ void guard_host(Stream *s, uint64_t seq, const void *host, size_t n, bool dev_wr
 
 /* One cuBLAS product's context (cublas.cc blas_gemm): the stream it is queued on, the math
  * mode, the entry point's name for reports, and cublasLtMatmul's bias epilogue (fp32, one per
- * row of D; nullptr: none). */
+ * row of D; nullptr: none) with its GELU (aux non-NULL: the biased sum stored there in D's type,
+ * ld aux_ld, and D = gelu of it). */
 struct BlasCall {
     cudaStream_t stream;
     cublasMath_t math;
     const char *api;
     const float *bias;
+    void *aux;
+    int aux_ld;
 };
 
 /* cublasGemmEx's and cublasLtMatmul's product, checked as cuBLAS checks it (cublas.cc). */

@@ -169,24 +169,21 @@ fail:
     return st;
 }
 
-/* ops.h bias_gelu_fwd16: the sum rounded into pre16 (or pre16 as it is), the GELU of its widened
- * value rounded into out. */
+/* ops.h bias_gelu_fwd16: the fp32 sum rounded into pre16, and its GELU rounded into out. */
 zs_status zs_cpu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
                                  const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_gelu_fwd16: negative shape N=%d OC=%d", N,
                OC);
+    ZS_REQUIRE(pre || (size_t)N * OC == 0, ZS_ERR_INVALID, "bias_gelu_fwd16: NULL input");
 #pragma omp parallel for schedule(static) if ((size_t)N * OC >= ZS_CPU_PAR_MIN)
     for (int r = 0; r < N; r++) {
         size_t o = (size_t)r * OC;
-        if (pre && bias)
-            for (int c = 0; c < OC; c++)
-                pre16[o + c] = zs_f32_to_bf16(pre[o + c] + bias[c]);
-        else if (pre)
-            for (int c = 0; c < OC; c++)
-                pre16[o + c] = zs_f32_to_bf16(pre[o + c]);
-        for (int c = 0; c < OC; c++)
-            out[o + c] = zs_f32_to_bf16(zs_gelu(zs_bf16_to_f32(pre16[o + c])));
+        for (int c = 0; c < OC; c++) {
+            float x = bias ? pre[o + c] + bias[c] : pre[o + c];
+            pre16[o + c] = zs_f32_to_bf16(x);
+            out[o + c] = zs_f32_to_bf16(zs_gelu(x));
+        }
     }
 fail:
     return st;

@@ -333,7 +333,8 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
                        const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta,
                        float *C, int ldc);
 zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
-                                int in16, const float *W, const float *bias, int N, int IC, int OC);
+                                int in16, const float *W, const float *bias, int N, int IC, int OC,
+                                zs_bf16 *gelu);
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW,
                                      float *dbias, const void *dout, int dout16,
                                      const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
@@ -343,9 +344,9 @@ zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const 
                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                   float dinp_beta);
 /* The kernels those share: n floats rounded to bf16 (zs_f32_to_bf16; cast_cuda.cu), and
- * (ops_cuda.cu) ops.h bias_fwd, and bias_bwd with dout (bf16 where dout16; or gelu_bwd's
- * gradient of gelu_inp from it) rounded into cast[N * OC] in the pass that sums its columns
- * (dbias NULL: no sums). */
+ * (ops_cuda.cu) ops.h bias_fwd, bias_gelu_fwd16, and bias_bwd with dout (bf16 where dout16; or
+ * gelu_bwd's gradient of gelu_inp from it) rounded into cast[N * OC] in the pass that sums its
+ * columns (dbias NULL: no sums). */
 zs_status zs_cu_f32_to_bf16(cudaStream_t cs, zs_bf16 *out, const float *in, size_t n);
 /* ops.h cast, widen_ranges and round16 (cast_cuda.cu). */
 zs_status zs_cu_cast(zs_stream_t *s, void *out, zs_dtype out_dt, const void *in, zs_dtype in_dt,
@@ -354,6 +355,8 @@ zs_status zs_cu_widen_ranges(zs_stream_t *s, float *out, const zs_bf16 *in, cons
                              int nr);
 zs_status zs_cu_round16(zs_stream_t *s, float *x, size_t n);
 zs_status zs_cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC);
+zs_status zs_cu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
+                                const float *bias, int N, int OC);
 zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const void *dout, int dout16, int N,
                               int OC, zs_bf16 *cast, const void *gelu_inp, int gelu16);
 

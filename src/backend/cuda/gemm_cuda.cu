@@ -233,9 +233,10 @@ fail:
 
 /* One cuBLASLt product with a bias: C (m x n, ld ldc) = op(A) op(B) + bias[i] on row i, A and
  * B bf16, in fp32 (CUBLASLT_EPILOGUE_BIAS: the bias added to each fp32 result as the GEMM writes
- * it). No workspace (so no memory the estimator does not count); the heuristic's first
- * algorithm among those that work with the operands' own alignment (cuBLASLt assumes 256 bytes
- * unless told). */
+ * it); with aux, C (bf16) = gelu of that sum and aux (bf16, ld ldc) the sum itself
+ * (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: the GELU's input kept for its backward). No workspace (so no
+ * memory the estimator does not count); the heuristic's first algorithm among those that work with
+ * the operands' own alignment (cuBLASLt assumes 256 bytes unless told). */
 typedef struct lt_call {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t d;
@@ -262,14 +263,16 @@ static void lt_free(lt_call *c) {
 /* The descriptors and the algorithm; c->found 0 where cuBLASLt has none for them. */
 static zs_status lt_plan(lt_call *c, int transa, int transb, int m, int n, int k, const void *A,
                          int lda, const void *B, int ldb, const void *C, int c16, int ldc,
-                         const float *bias) {
+                         const float *bias, void *aux) {
     zs_status st = ZS_OK;
     cublasLtMatmulPreference_t pref = NULL;
     cublasStatus_t hs;
     int got = 0;
     int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     int32_t bias_t = CUDA_R_32F;
-    uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+    uint32_t epi = aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    int32_t aux_t = CUDA_R_16BF;
+    int64_t aux_ld = ldc;
     uint32_t align[4] = {lt_align(A), lt_align(B), lt_align(C), lt_align(C)};
     uint64_t ws = 0;
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
@@ -291,6 +294,14 @@ static zs_status lt_plan(lt_call *c, int transa, int transb, int m, int n, int k
                                                    sizeof bias));
     ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_t, sizeof bias_t));
+    if (aux) {
+        ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            c->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                       &aux_ld, sizeof aux_ld));
+        ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            c->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_t, sizeof aux_t));
+    }
     ZS_CUBLAS_CHECK(
         cublasLtMatrixLayoutCreate(&c->la, CUDA_R_16BF, transa ? k : m, transa ? m : k, lda));
     ZS_CUBLAS_CHECK(
@@ -304,8 +315,8 @@ static zs_status lt_plan(lt_call *c, int transa, int transb, int m, int n, int k
             cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
     hs = cublasLtMatmulAlgoGetHeuristic(c->lt, c->d, c->la, c->lb, c->lc, c->lc, pref, 1, &c->heur,
                                         &got);
-    /* a bf16 D beside the fp32 bias is a combination cuBLASLt may refuse either way: the
-     * caller's fallback then gives the same bits */
+    /* a bf16 D beside the fp32 bias, or the GELU with its aux, is a combination cuBLASLt may
+     * refuse either way: the caller's fallback then runs (the same bits for the bias alone) */
     if (hs != CUBLAS_STATUS_NOT_SUPPORTED && !(c16 && hs == CUBLAS_STATUS_INVALID_VALUE))
         ZS_CUBLAS_CHECK(hs);
     c->found = hs == CUBLAS_STATUS_SUCCESS && got > 0;
@@ -356,14 +367,14 @@ fail:
 }
 
 /* ops.h linear_fwd_bias for the bf16 table: out^T (OC x N) = W inp^T + bias, W (and an fp32
- * inp) rounded into the stream's scratch whole, as gemm16 (or the bf16 gemm) rounds them, and
- * the bias added in the GEMM's epilogue, where bias_fwd read and wrote the whole output again;
- * with out16, D is bf16 (each fp32 sum rounded as it is written). Where the operands are split
- * into pieces, the bias is not 16-byte aligned, or cuBLASLt has no algorithm for the call,
- * gemm16 and then bias_fwd (into tmp, then a cast, for out16): the same additions. */
+ * inp) rounded into the stream's scratch whole, as gemm16 rounds them, the bias added in the
+ * GEMM's epilogue; with out16, D is bf16 (each fp32 sum rounded as it is written); with gelu, D
+ * is gelu and out the epilogue's aux. Where the operands are split into pieces, the bias is not
+ * 16-byte aligned, or cuBLASLt has no algorithm for the call, gemm16 then bias_fwd (into tmp,
+ * then a cast, for out16) or bias_gelu_fwd16: the same additions (not the GELU's last bits). */
 zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
-                                int in16, const float *W, const float *bias, int N, int IC,
-                                int OC) {
+                                int in16, const float *W, const float *bias, int N, int IC, int OC,
+                                zs_bf16 *gelu) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     zs_bf16 *w = NULL;
@@ -376,6 +387,8 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
     memset(&c, 0, sizeof c);
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
+    ZS_REQUIRE(!gelu || (out16 && bias), ZS_ERR_INVALID,
+               "linear_fwd: a GELU epilogue takes a bias and a bf16 output");
     if (out16 && !bias) return linear_fwd16(s, (zs_bf16 *)out, inp, in16, W, N, IC, OC);
     ZS_REQUIRE(!out16 || tmp || (size_t)N * OC == 0, ZS_ERR_INVALID,
                "linear_fwd: a bf16 output without a scratch");
@@ -396,11 +409,13 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
         x = x ? x : w + na;
         tw = zs_cu_twin_of(s, W, (size_t)OC * IC);
         a = tw ? tw : w;
-        ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, a, IC, x, IC, out, out16, OC, bias));
+        ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, a, IC, x, IC, gelu ? (void *)gelu : out, out16, OC,
+                         bias, gelu ? out : NULL));
         if (c.found) {
             if (!tw) ZS_CHECK(round_in(s, w, W, (size_t)OC * IC, &a));
             if (!in16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, (const float *)inp, (size_t)IC * N));
-            ZS_CUBLAS_CHECK(cublasLtMatmul(c.lt, c.d, &one, a, c.la, x, c.lb, &zero, out, c.lc, out,
+            void *d = gelu ? (void *)gelu : out;
+            ZS_CUBLAS_CHECK(cublasLtMatmul(c.lt, c.d, &one, a, c.la, x, c.lb, &zero, d, c.lc, d,
                                            c.lc, &c.heur.algo, NULL, 0, cs));
         } else { /* no algorithm: the lock released for gemm16's own */
             blas_end(h);
@@ -409,8 +424,12 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
     }
     if (!c.found) {
         ZS_CHECK(zs_cu_gemm16(s, 1, 0, OC, N, IC, 1.0f, W, 0, IC, inp, in16, IC, 0.0f, f, OC));
-        if (bias) ZS_CHECK(zs_cu_bias_fwd(s, f, bias, N, OC));
-        if (out16) ZS_CHECK(zs_cu_f32_to_bf16(cs, (zs_bf16 *)out, f, (size_t)N * OC));
+        if (gelu) {
+            ZS_CHECK(zs_cu_bias_gelu_fwd16(s, (zs_bf16 *)out, f, gelu, bias, N, OC));
+        } else {
+            if (bias) ZS_CHECK(zs_cu_bias_fwd(s, f, bias, N, OC));
+            if (out16) ZS_CHECK(zs_cu_f32_to_bf16(cs, (zs_bf16 *)out, f, (size_t)N * OC));
+        }
     }
 fail:
     lt_free(&c);

@@ -201,45 +201,33 @@ fail:
     return st;
 }
 
-/* ops.h bias_gelu_fwd16: with pre, pre16 = bf16(pre + bias) (bias NULL: none), else pre16 read
- * (a GEMM's bf16 epilogue wrote it); out = bf16(gelu(pre16 widened)). 4 elements a thread
- * where rows and buffers are aligned (vec), else one. */
+/* ops.h bias_gelu_fwd16: x = pre + bias (bias NULL: none) in fp32, pre16 = bf16(x) and out =
+ * bf16(gelu(x)), as cuBLASLt's GELU epilogue takes it. 4 elements a thread where rows and buffers
+ * are aligned (vec), else one. */
 static __global__ void bias_gelu16_kernel(zs_bf16 *out, zs_bf16 *pre16, const float *pre,
                                           const float *bias, size_t total, int OC, int vec) {
     if (vec) {
         unsigned oc4 = (unsigned)OC / 4;
         ZS_CU_FOR(i, total / 4) {
-            float4 x;
-            if (pre) {
-                x = ((const float4 *)pre)[i];
-                if (bias) {
-                    float4 c = ((const float4 *)bias)[i % oc4];
-                    x = make_float4(x.x + c.x, x.y + c.y, x.z + c.z, x.w + c.w);
-                }
-                x = keep4(pre16, i, x);
-            } else {
-                uint2 w = ((const uint2 *)pre16)[i];
-                x = make_float4(zs_bits_f32(w.x << 16), zs_bits_f32(w.x & 0xffff0000u),
-                                zs_bits_f32(w.y << 16), zs_bits_f32(w.y & 0xffff0000u));
+            float4 x = ((const float4 *)pre)[i];
+            if (bias) {
+                float4 c = ((const float4 *)bias)[i % oc4];
+                x = make_float4(x.x + c.x, x.y + c.y, x.z + c.z, x.w + c.w);
             }
+            keep4(pre16, i, x);
             zs_cu_put4(out, i, make_float4(zs_gelu(x.x), zs_gelu(x.y), zs_gelu(x.z), zs_gelu(x.w)));
         }
         return;
     }
     ZS_CU_FOR(i, total) {
-        zs_bf16 p;
-        if (pre) {
-            p = zs_f32_to_bf16(bias ? pre[i] + bias[i % (size_t)OC] : pre[i]);
-            pre16[i] = p;
-        } else {
-            p = pre16[i];
-        }
-        out[i] = zs_f32_to_bf16(zs_gelu(zs_bf16_to_f32(p)));
+        float x = bias ? pre[i] + bias[i % (size_t)OC] : pre[i];
+        pre16[i] = zs_f32_to_bf16(x);
+        out[i] = zs_f32_to_bf16(zs_gelu(x));
     }
 }
 
-static zs_status cu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
-                                    const float *bias, int N, int OC) {
+zs_status zs_cu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
+                                const float *bias, int N, int OC) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     size_t total = (size_t)N * OC;
@@ -247,13 +235,11 @@ static zs_status cu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float 
     ZS_REQUIRE(N >= 0 && OC >= 0, ZS_ERR_INVALID, "bias_gelu_fwd16: negative shape N=%d OC=%d", N,
                OC);
     if (total == 0) return ZS_OK;
-    ZS_REQUIRE(out && pre16, ZS_ERR_INVALID, "bias_gelu_fwd16: NULL buffer");
-    /* zs_gelu's 10 and the bias's add an element; pre read (fp32) and pre16 written, or pre16
-     * read; out written */
-    ZS_COST((bias ? 11.0 : 10.0) * total, 0,
-            (pre ? 6.0 : 2.0) * total + 2.0 * total + (bias ? 4.0 * OC : 0.0));
+    ZS_REQUIRE(out && pre16 && pre, ZS_ERR_INVALID, "bias_gelu_fwd16: NULL buffer");
+    /* zs_gelu's 10 and the bias's add an element; pre read (fp32), pre16 and out written */
+    ZS_COST((bias ? 11.0 : 10.0) * total, 0, 8.0 * total + (bias ? 4.0 * OC : 0.0));
     vec = OC % 4 == 0 && (uintptr_t)out % 8 == 0 && (uintptr_t)pre16 % 8 == 0 &&
-          (!bias || (uintptr_t)bias % 16 == 0) && (!pre || (uintptr_t)pre % 16 == 0);
+          (!bias || (uintptr_t)bias % 16 == 0) && (uintptr_t)pre % 16 == 0;
     ZS_LAUNCH(bias_gelu16_kernel, zs_cu_blocks(vec ? total / 4 : total), ZS_CU_THREADS, 0, cs, out,
               pre16, pre, bias, total, OC, vec);
     ZS_CUDA_CHECK_LAUNCH(bias_gelu16_kernel);
@@ -458,7 +444,7 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .gemm16 = gemm16_fn, .linear_fwd_bias = linear_bias_fn, .gemm_linear_bwd = linear_bwd_fn,  \
         .gemm_linear_bwd16 = linear_bwd16_fn, .twin16 = zs_cu_twin16, .bias_fwd = zs_cu_bias_fwd,  \
         .bias_bwd = cu_bias_bwd, .bias_residual_fwd = cu_bias_residual_fwd,                        \
-        .bias_gelu_fwd = cu_bias_gelu_fwd, .bias_gelu_fwd16 = cu_bias_gelu_fwd16,                  \
+        .bias_gelu_fwd = cu_bias_gelu_fwd, .bias_gelu_fwd16 = zs_cu_bias_gelu_fwd16,               \
         .embedding_fwd = zs_cu_embedding_fwd, .embedding_bwd = zs_cu_embedding_bwd,                \
         .layernorm_fwd = zs_cu_layernorm_fwd, .layernorm_fwd16 = zs_cu_layernorm_fwd16,            \
         .layernorm_bwd = zs_cu_layernorm_bwd, .layernorm_bwd16 = zs_cu_layernorm_bwd16,            \
