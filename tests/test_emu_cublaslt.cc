@@ -157,6 +157,16 @@ static void operands(std::vector<uint16_t> &A16, std::vector<uint16_t> &B16,
         bias[i] = sbias * (float)((int)i + b0);
 }
 
+/* D[i, j]'s sum for A stored k x m (transposed) and B k x n, with bias[i]: exact, the few
+ * short products of operands() added in any order. */
+static float exact_sum(const std::vector<uint16_t> &A16, const std::vector<uint16_t> &B16,
+                       const std::vector<float> &bias, int i, int j, int k) {
+    float s = 0.0f;
+    for (int p = 0; p < k; p++)
+        s += widen16(A16[(size_t)i * k + p]) * widen16(B16[(size_t)j * k + p]);
+    return s + bias[i];
+}
+
 /* The bias epilogue writing a bf16 D: each exact fp32 sum (product and bias) rounded once. */
 static void product_d16(cublasLtHandle_t h) {
     const int m = 6, n = 5, k = 7;
@@ -176,10 +186,7 @@ static void product_d16(cublasLtHandle_t h) {
     int bad = 0, rounded = 0;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
-            float s = 0.0f; /* exact: few short products of short values */
-            for (int p = 0; p < k; p++)
-                s += widen16(A16[(size_t)i * k + p]) * widen16(B16[(size_t)j * k + p]);
-            s += bias[i];
+            float s = exact_sum(A16, B16, bias, i, j, k);
             bad += got[(size_t)j * m + i] != bf16_rne(s);
             rounded += widen16(bf16_rne(s)) != s;
         }
@@ -224,10 +231,7 @@ static void product_gelu(cublasLtHandle_t h) {
     int bad_aux = 0, bad = 0, rounded = 0, negative = 0;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
-            float s = 0.0f; /* exact: few short products of short values */
-            for (int p = 0; p < k; p++)
-                s += widen16(A16[(size_t)i * k + p]) * widen16(B16[(size_t)j * k + p]);
-            s += bias[i];
+            float s = exact_sum(A16, B16, bias, i, j, k);
             double g = 0.5 * s * (1.0 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
             float d = widen16(got[(size_t)j * m + i]);
             int e;
