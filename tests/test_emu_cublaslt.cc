@@ -8,16 +8,16 @@
  *    rounded to the nearest bf16, some of them inexact. The GELU epilogue (GELU_AUX_BIAS, D and
  *    aux bf16, zs_cu_linear_fwd_bias's gelu): aux each exact sum rounded, D within half a bf16
  *    ulp (and 2^-12 of the sum: the fp32 GELU's own error) of the tanh GELU of the exact sum in
- *    double.
+ *    double. BGRADB on the weight gradient's product (zs_cu_lt_dw_bgrad): D the product, the
+ *    bias pointer op(B)'s column sums along k, written over NaN, both against exact sums.
  *  - Refused, each with the status cuBLASLt gives: no handle (NOT_INITIALIZED); a layout that
  *    does not match the product, a leading dimension under its rows, a bias epilogue without a
- *    bias, a GELU epilogue without an aux pointer or with an aux leading dimension not a multiple
- *    of 8, an attribute of the wrong size, a heuristic asked for no algorithm, an algorithm not
- *    from the heuristic, an operand less aligned than the preference said when the algorithm
- *    was chosen (INVALID_VALUE; accepted once the preference says so); a bias type other than
- *    fp32, an aux type other than D's, an epilogue or attribute the emulated library does not
- *    implement, C apart from D
- *    (NOT_SUPPORTED). */
+ *    bias (a BGRADB epilogue too), a GELU epilogue without an aux pointer or with an aux leading
+ * dimension not a multiple of 8, an attribute of the wrong size, a heuristic asked for no
+ * algorithm, an algorithm not from the heuristic, an operand less aligned than the preference said
+ * when the algorithm was chosen (INVALID_VALUE; accepted once the preference says so); a bias type
+ * other than fp32 (BGRADB's sums too), an aux type other than D's, an epilogue or attribute the
+ * emulated library does not implement, C apart from D (NOT_SUPPORTED). */
 #include "emu_check.h"
 
 #include <cublasLt.h>
@@ -247,6 +247,48 @@ static void product_gelu(cublasLtHandle_t h) {
     cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD), cudaFree(dX);
 }
 
+/* BGRADB on the weight gradient's product as zs_cu_lt_dw_bgrad makes it (A N, B transposed, D
+ * fp32 with beta 1): D is the product added to D, as without the epilogue, and the bias pointer
+ * receives op(B)'s column sums along k, written over what was there (NaN here): exact, B's
+ * short values summing exactly in any order, some sums needing the fp32 sign of a cancellation
+ * (negative and positive columns both). */
+static void product_bgradb(cublasLtHandle_t h) {
+    const int m = 6, n = 5, k = 9;
+    std::vector<uint16_t> A16((size_t)m * k), B16((size_t)n * k);
+    std::vector<float> unused(1), D0((size_t)m * n), sums(n, NAN);
+    operands(A16, B16, unused, 0.25f, 0.75f, 0.0f, 0);
+    for (size_t i = 0; i < D0.size(); i++)
+        D0[i] = 0.5f * (float)(i % 5);
+    void *dA = dev(A16.data(), A16.size() * 2), *dB = dev(B16.data(), B16.size() * 2);
+    float *dD = (float *)dev(D0.data(), D0.size() * 4), *dS = (float *)dev(sums.data(), n * 4);
+    Call c(CUDA_R_16BF, 0, 1, m, n, k, CUBLASLT_EPILOGUE_BGRADB, dS);
+    cublasLtMatmulHeuristicResult_t r;
+    CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "heuristic (BGRADB)");
+    cublasStatus_t st = c.run(h, dA, dB, 1.0f, dD, dD, &r.algo);
+    CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul (BGRADB): %d", (int)st);
+    std::vector<float> got(D0.size()), gs(n);
+    cudaMemcpy(got.data(), dD, got.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(gs.data(), dS, gs.size() * 4, cudaMemcpyDeviceToHost);
+    int bad = 0, bad_sum = 0, neg = 0, pos = 0;
+    for (int j = 0; j < n; j++) {
+        double want = 0.0;
+        for (int p = 0; p < k; p++) /* B stored n x k: op(B)[p, j] = B[p n + j] */
+            want += widen16(B16[(size_t)p * n + j]);
+        bad_sum += gs[j] != (float)want;
+        neg += want<0.0, pos += want> 0.0;
+        for (int i = 0; i < m; i++) {
+            double s = D0[(size_t)j * m + i];
+            for (int p = 0; p < k; p++) /* A stored m x k */
+                s += (double)widen16(A16[(size_t)p * m + i]) * widen16(B16[(size_t)p * n + j]);
+            bad += got[(size_t)j * m + i] != (float)s;
+        }
+    }
+    CHECK(!bad, "BGRADB: %d of %d products wrong", bad, m * n);
+    CHECK(!bad_sum, "BGRADB: %d of %d column sums of op(B) wrong", bad_sum, n);
+    CHECK(neg > 0 && pos > 0, "BGRADB: the sums test only one sign");
+    cudaFree(dA), cudaFree(dB), cudaFree(dD), cudaFree(dS);
+}
+
 static void refusals(cublasLtHandle_t h) {
     const int m = 4, n = 3, k = 8;
     void *A = dev(nullptr, (size_t)m * k * 2), *B = dev(nullptr, (size_t)k * n * 2 + 16);
@@ -304,6 +346,14 @@ static void refusals(cublasLtHandle_t h) {
         CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "the GELU epilogue's aux as documented");
     }
     {
+        Call c(CUDA_R_16BF, 0, 1, m, n, k, CUBLASLT_EPILOGUE_BGRADB, nullptr);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "BGRADB without a bias pointer");
+        int32_t bt = CUDA_R_16BF;
+        cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_NOT_SUPPORTED, "BGRADB into bf16 sums");
+    }
+    {
         Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_DGELU_BGRAD, bias);
         CHECK(c.algo(h, &r) == CUBLAS_STATUS_NOT_SUPPORTED, "an epilogue not implemented");
     }
@@ -330,6 +380,7 @@ int main(void) {
     product(h, false, 1, 0, true, 1.0f); /* fp32 operands, bias and beta together */
     product_d16(h);
     product_gelu(h);
+    product_bgradb(h);
     refusals(h);
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "no device error left behind");
     cublasLtDestroy(h);

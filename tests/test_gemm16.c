@@ -17,7 +17,8 @@
  *  - zs_linear_fwd / _bwd_set / _gelu_bwd_set with a bf16 input equal the fp32 input's (the
  *    CUDA table's fused backward, and its pieces of rows where W, dout and inp do not fit);
  *    zs_linear_bwd_g16 with a bf16 output gradient equals zs_linear_bwd(_set) with the fp32
- *    one it rounds, with fp32 and bf16 inputs;
+ *    one it rounds, with fp32 and bf16 inputs (on CUDA its bias gradient from cuBLASLt's
+ *    BGRADB epilogue, in the library's order: expect_bias_sums bounds it);
  *  - CUDA: gemm16's pieces past the scratch (ZS_GEMM_CAST_MAX), along m, n and k, equal the
  *    same products on bf16 operands (no rounding pass), the k pieces added in order.
  * Outputs are poisoned (NaN) first. */
@@ -348,11 +349,37 @@ static void check_rope16(int B, int Tn, int NH, int hs) {
     zt_release();
 }
 
+/* The bias gradient of a bf16 G (got) against the fp32 path's on its widened values (want):
+ * the CPU's the same bits; the CUDA table's from cuBLASLt's BGRADB epilogue (gemm_lt_cuda.cu),
+ * whose order of the N additions is the library's, so each column is held, as want is too, to
+ * the bound of any order of fp32 additions: (N + 1) 2^-24 (|db0| + sum |g|) from the exact sum
+ * db0 + sum g in double. */
+static void expect_bias_sums(const char *what, const float *got, const float *want,
+                             const float *db0, const float *g, int N, int OC) {
+    if (!g_cuda) {
+        zt_expect_bits(what, got, want, (size_t)OC * 4);
+        return;
+    }
+    int bad = 0;
+    for (int j = 0; j < OC; j++) {
+        double sum = db0[j], mag = fabs(db0[j]);
+        for (int n = 0; n < N; n++)
+            sum += g[(size_t)n * OC + j], mag += fabs(g[(size_t)n * OC + j]);
+        double bound = (N + 1) * ldexp(mag, -24);
+        bad += !(fabs(got[j] - sum) <= bound) + !(fabs(want[j] - sum) <= bound);
+    }
+    ZT_CHECK(!bad,
+             "%s: %d bias sums off their exact sums by more than (N + 1) 2^-24 of their "
+             "magnitudes",
+             what, bad);
+}
+
 /* zs_linear_bwd_g16, its output gradient stored in bf16 (rounded from the fp32 one), against
  * zs_linear_bwd_set / zs_linear_bwd on the fp32 gradient, with an fp32 and a bf16 input, bit for
  * bit: the same products in the same pieces (past the scratch too), without the rounding. With
  * a bias (a table with gemm_linear_bwd: GPT-2's c_attn after flash_attention_bwd16g) the fp32
- * gradient is the rounded one widened, so the bias sums take the same values. */
+ * gradient is the rounded one widened, so the bias sums take the same values, added in the
+ * CPU's order there and, on the CUDA table, in cuBLASLt's (expect_bias_sums). */
 static void check_linear_g16(int N, int IC, int OC) {
     char what[160];
     size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
@@ -391,10 +418,10 @@ static void check_linear_g16(int N, int IC, int OC) {
                 zt_expect_bits(what, down(gW[1], nw * 4),
                                memcpy(zt_hbuf(nw * 4), down(gW[0], nw * 4), nw * 4), nw * 4);
                 if (bias)
-                    zt_expect_bits(what, down(gb[1], (size_t)OC * 4),
-                                   memcpy(zt_hbuf((size_t)OC * 4), down(gb[0], (size_t)OC * 4),
-                                          (size_t)OC * 4),
-                                   (size_t)OC * 4);
+                    expect_bias_sums(what, down(gb[1], (size_t)OC * 4),
+                                     memcpy(zt_hbuf((size_t)OC * 4), down(gb[0], (size_t)OC * 4),
+                                            (size_t)OC * 4),
+                                     gb0, gr, N, OC);
             }
     if (!T->gemm_linear_bwd) { /* a bias on a bf16 gradient: refused, naming the table */
         zs_status st = zs_linear_bwd_g16(T, NULL, up(di0, ni * 4), 0, up(gW0, nw * 4),

@@ -92,10 +92,10 @@ typedef struct zs_ops {
     /* Optional (NULL: linear.c calls gemm twice, then bias_bwd): a linear layer's backward,
      * whose products share the output gradient G, with linear.c's gemm arguments: dinp^T =
      * W^T G^T + dinp_beta dinp^T, then dW^T += inp^T G, and with dbias non-NULL bias_bwd's
-     * dbias += G's column sums (the same bits). G is dout, or with gelu_inp non-NULL (the layer's
-     * output, which went through a GELU; bf16 where gelu16) gelu_bwd's (gelu_bwd16's) gradient
-     * of gelu_inp from dout, bit for bit, which the table may write to dtmp[N * OC] or never
-     * store. inp is bf16 where inp16,
+     * dbias += G's column sums (its bits; a bf16 G's on CUDA in cuBLASLt's BGRADB order). G is
+     * dout, or with gelu_inp non-NULL (the layer's output, through a GELU; bf16 where gelu16)
+     * gelu_bwd's (gelu_bwd16's) gradient of gelu_inp from dout, bit for bit, which the table
+     * may write to dtmp[N * OC] or never store. inp is bf16 where inp16,
      * and dout where dout16, as gemm16's operands: a producer's rounded values, the same bits as
      * the fp32 values they round (with dbias or gelu_inp only where the operands fit the
      * scratch together, zs_linear_bwd_cast_elems of an fp32 dout). A CUDA bf16 table rounds an

@@ -13,7 +13,8 @@
  * The summation order is OpenBLAS's, not a tensor core's: results agree with a GPU's within the
  * usual dot-product bound, not bit for bit (docs/cuda.md). cublaslt.cc's cublasLtMatmul runs
  * the same product (blas_gemm below), with its bias epilogue added to each fp32 result (and the
- * GELU epilogue's tanh GELU taken of that sum, gelu() below). */
+ * GELU epilogue's tanh GELU taken of that sum, gelu() below), and BGRADB's column sums of op(B)
+ * (bgrad_sums below). */
 #include "emu_internal.h"
 #include "h100.h"
 
@@ -236,6 +237,17 @@ void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
         }
 }
 
+/* BGRADB: out[j] = the sum over p of op(B)[p, j] (B stored k x n, or n x k where tb), B's
+ * stored values widened (zshard's B is bf16: exact), each an fp32 sum in index order. */
+void bgrad_sums(bool tb, int n, int k, const void *B, cudaDataType bt, int ldb, float *out) {
+    for (int j = 0; j < n; j++) {
+        float s = 0.0f;
+        for (int p = 0; p < k; p++)
+            s += widen(B, bt, tb ? (size_t)p * ldb + j : (size_t)j * ldb + p);
+        out[j] = s;
+    }
+}
+
 } // namespace
 
 namespace zs_emu {
@@ -249,6 +261,7 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
     const float *bias = call.bias;
     void *haux = call.aux; /* GELU_AUX_BIAS (cublaslt.cc), with bias */
     int aux_ld = call.aux_ld;
+    float *hbg = call.bgrad; /* BGRADB (cublaslt.cc) */
     if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) ||
         (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T) || m < 0 || n < 0 || k < 0 || batch < 0)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -272,6 +285,7 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
     const void *hc = C;
     const float *vbias = bias ? (const float *)view(bias) : nullptr;
     void *vaux = haux ? view(haux) : nullptr;
+    float *vbg = hbg ? (float *)view(hbg) : nullptr;
     size_t aes = type_size(at), bes = type_size(bt), ces = type_size(ct);
     /* The H100 model's price (emu_profile.h): from the shape, in the arithmetic asked for. */
     zs_emu_record price;
@@ -284,11 +298,13 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                                                             : GEMM_FP32;
         double bytes = ((double)m * k * aes + (double)k * n * bes +
                         (double)m * n * ces * (be != 0.0f ? 2 : 1) + (bias ? 4.0 * m : 0.0) +
-                        (haux ? (double)m * n * ces : 0.0)) *
+                        (haux ? (double)m * n * ces : 0.0) + (hbg ? 4.0 * n : 0.0)) *
                        batch;
         h100_gemm(&price, m, n, k, batch, gm, bytes, ta, tb);
-        if (bias) { /* its own row: "cuBLASLt gemm+bias(+gelu) bf16 TN ..." */
-            std::string nm = std::string(haux ? "cuBLASLt gemm+bias+gelu" : "cuBLASLt gemm+bias") +
+        if (bias || hbg) { /* its own row: "cuBLASLt gemm+bias(+gelu) bf16 TN ..." */
+            std::string nm = std::string(hbg    ? "cuBLASLt gemm+bgradb"
+                                         : haux ? "cuBLASLt gemm+bias+gelu"
+                                                : "cuBLASLt gemm+bias") +
                              (price.name + strlen("cuBLAS gemm"));
             snprintf(price.name, sizeof price.name, "%s", nm.c_str());
         }
@@ -298,13 +314,14 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
         return CUBLAS_STATUS_SUCCESS;
     }
     enqueue(stream_of(call.stream), api, [=] {
-        const void *ptrs[5] = {ha, hb, hc, bias, haux};
-        for (int i = 0; i < 5; i++)
+        const void *ptrs[6] = {ha, hb, hc, bias, haux, hbg};
+        for (int i = 0; i < 6; i++)
             if ((i < 2 ? k > 0 : i == 2 || ptrs[i]) && classify(ptrs[i]) == MEM_NONE &&
                 view(ptrs[i]) == ptrs[i]) {
                 set_sticky(cudaErrorIllegalAddress,
                            "%s: operand %s (%p) is host memory a GPU cannot read", api,
-                           i == 4   ? "aux"
+                           i == 5   ? "bias (BGRADB's output)"
+                           : i == 4 ? "aux"
                            : i == 3 ? "bias"
                            : i == 0 ? "A"
                            : i == 1 ? "B"
@@ -326,6 +343,7 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                 if (vbias) sc_access(vbias, (size_t)m * 4, false, api);
                 for (int j = 0; vaux && j < n; j++)
                     sc_access((char *)vaux + (size_t)j * aux_ld * ces, (size_t)m * ces, true, api);
+                if (vbg) sc_access(vbg, (size_t)n * 4, true, api);
             }
         bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round && !round16 && !vaux;
         for (int bi = 0; bi < batch && plain; bi++) { /* fp32 as it is: OpenBLAS in place */
@@ -352,8 +370,11 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                      (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, be,
                      (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round, round16, vbias, vaux,
                      aux_ld);
+        for (int bi = 0; vbg && bi < batch; bi++) /* (zshard's calls are single: batch 1) */
+            bgrad_sums(tb, n, k, (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, vbg);
         check_redzone(hc);
         if (haux) check_redzone(haux);
+        if (hbg) check_redzone(hbg);
         if (price_it) profile_record(price);
     });
     return CUBLAS_STATUS_SUCCESS;
@@ -369,9 +390,9 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t trans
                                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    return blas_gemm({h->stream, h->math, "cublasGemmEx", nullptr, nullptr, 0}, transa, transb, m,
-                     n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1,
-                     computeType);
+    return blas_gemm({h->stream, h->math, "cublasGemmEx", nullptr, nullptr, 0, nullptr}, transa,
+                     transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype,
+                     ldc, 0, 1, computeType);
 }
 
 extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
@@ -381,7 +402,8 @@ extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
     int ldc, long long strideC, int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    return blas_gemm({h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr, nullptr, 0},
-                     transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
-                     beta, C, Ctype, ldc, strideC, batch, computeType);
+    return blas_gemm(
+        {h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr, nullptr, 0, nullptr}, transa,
+        transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc,
+        strideC, batch, computeType);
 }

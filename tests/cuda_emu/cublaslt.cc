@@ -2,13 +2,14 @@
  * the attributes zshard sets (TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE,
  * EPILOGUE_AUX_POINTER, _AUX_LD, _AUX_DATA_TYPE), matrix layouts, a preference with its
  * workspace limit and the operands' least alignments, the heuristic query, and cublasLtMatmul
- * with the default epilogue, CUBLASLT_EPILOGUE_BIAS or CUBLASLT_EPILOGUE_GELU_AUX_BIAS. An
+ * with the default epilogue, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS or
+ * CUBLASLT_EPILOGUE_BGRADB. An
  * attribute or epilogue zshard does not use gives CUBLAS_STATUS_NOT_SUPPORTED and names itself, so
  * a new use is implemented before it is trusted. Arguments are checked before anything is queued,
  * as cuBLASLt documents them:
  *  - a NULL handle: NOT_INITIALIZED; NULL descriptors, layouts that do not match the product's
- *    shape, a leading dimension under its rows, a bias epilogue without a bias pointer, a bias
- *    pointer not aligned to its element, a GELU epilogue without an aux pointer or with an aux
+ *    shape, a leading dimension under its rows, a bias or BGRADB epilogue without a bias pointer, a
+ * bias pointer not aligned to its element, a GELU epilogue without an aux pointer or with an aux
  *    leading dimension under D's rows or not a multiple of 8, a heuristic asked for no algorithm,
  * an algorithm that is not the heuristic's, or an operand less aligned than the preference promised
  * when the algorithm was chosen (cuBLASLt assumes 256 bytes unless told; its kernels for aligned
@@ -22,12 +23,17 @@
  * cast). GELU_AUX_BIAS stores that biased sum in aux (rounded to D's type) and writes D from its
  * GELU, taken of the fp32 sum (cublas.cc's gelu, the tanh form). Its price is cublasGemmEx's for
  * the shape plus the bias read and the aux written, in a row of its own ("cuBLASLt gemm+bias",
- * "cuBLASLt gemm+bias+gelu"). The algorithm needs no workspace. */
+ * "cuBLASLt gemm+bias+gelu"). BGRADB writes (not adds) into the bias pointer op(B)'s column
+ * sums along k, of B's stored values widened, each an fp32 sum in index order: a
+ * GPU's order is its own (cublasLt.h documents the reduction, not its order), so zshard's tests
+ * hold it to a bound. D is the product, untouched by it. Its price is cublasGemmEx's plus the
+ * sums written ("cuBLASLt gemm+bgradb"). The algorithm needs no workspace. */
 #include "emu_internal.h"
 
 #include <cublasLt.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <new>
@@ -114,8 +120,10 @@ cublasStatus_t check(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
             l->cols > INT32_MAX || l->ld > INT32_MAX)
             return CUBLAS_STATUS_INVALID_VALUE;
     if (d->scale != CUDA_R_32F || c->type != o->type) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-        /* an fp32 bias on an fp32 or bf16 D (added to the fp32 result before D's rounding) */
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+        d->epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+        /* an fp32 bias on an fp32 or bf16 D (added to the fp32 result before D's rounding), or
+         * BGRADB's fp32 sums of op(B)'s columns, one per column of D */
         int32_t bt = d->bias_type == -1 ? (int32_t)o->type : d->bias_type;
         if (bt != CUDA_R_32F || (o->type != CUDA_R_32F && o->type != CUDA_R_16BF))
             return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -129,11 +137,28 @@ cublasStatus_t check(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
         if (!d->aux || d->aux_ld % 8 || d->aux_ld < (int64_t)o->rows ||
             (uintptr_t)d->aux % (o->type == CUDA_R_32F ? 4 : 2))
             return CUBLAS_STATUS_INVALID_VALUE;
-    } else if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    } else if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_BGRADB &&
+               d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         return unsupported("epilogue", (int)d->epilogue);
     }
     *m = (int)mm, *n = (int)nn, *k = (int)kk;
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ZS_EMU_LT_REFUSE=<epilogue number>: the heuristic offers no algorithm for that epilogue, as a
+ * real cuBLASLt may for a combination of types it has no kernel for, so that a caller's fallback
+ * runs under test (said once on stderr). */
+bool refused(uint32_t epilogue) {
+    static const char *e = getenv("ZS_EMU_LT_REFUSE");
+    static bool said = false;
+    if (!e || *e == '\0' || strtoul(e, nullptr, 0) != epilogue) return false;
+    if (!said)
+        fprintf(stderr,
+                "zshard emulated GPU: cuBLASLt offers no algorithm for epilogue %u "
+                "(ZS_EMU_LT_REFUSE)\n",
+                (unsigned)epilogue);
+    said = true;
+    return true;
 }
 
 } // namespace
@@ -249,6 +274,7 @@ cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
     if (requested <= 0 || !results || !returned || !pref) return CUBLAS_STATUS_INVALID_VALUE;
     cublasStatus_t st = check(desc, la, lb, lc, ld, &m, &n, &k);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (refused(desc_of(desc)->epilogue)) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(&results[0], 0, sizeof results[0]);
     results[0].algo.data[0] = ALGO_TAG;
     for (int i = 0; i < 4; i++) /* the algorithm relies on the alignments promised */
@@ -291,8 +317,11 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
     const float *bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || gelu
                             ? static_cast<const float *>(d->bias)
                             : nullptr;
+    float *bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB
+                       ? static_cast<float *>(const_cast<void *>(d->bias))
+                       : nullptr; /* cuBLASLt writes its sums there */
     return blas_gemm({stream, CUBLAS_DEFAULT_MATH, "cublasLtMatmul", bias, gelu ? d->aux : nullptr,
-                      (int)d->aux_ld},
+                      (int)d->aux_ld, bgrad},
                      (cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, alpha, A,
                      a->type, (int)a->ld, 0, B, b->type, (int)b->ld, 0, beta, D, o->type,
                      (int)o->ld, 0, 1, d->compute);

@@ -240,6 +240,7 @@ struct BlasCall {
     const float *bias;
     void *aux;
     int aux_ld;
+    float *bgrad; /* BGRADB (cublaslt.cc): op(B)'s column sums written here */
 };
 
 /* cublasGemmEx's and cublasLtMatmul's product, checked as cuBLAS checks it (cublas.cc). */

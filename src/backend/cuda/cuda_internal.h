@@ -359,6 +359,33 @@ zs_status zs_cu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre
                                 const float *bias, int N, int OC);
 zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const void *dout, int dout16, int N,
                               int OC, zs_bf16 *cast, const void *gelu_inp, int gelu16);
+/* out[i] = a[i] + b[i] (ops.h residual_fwd). */
+zs_status zs_cu_add(zs_stream_t *s, float *out, const float *a, const float *b, size_t n);
+
+/* One cuBLASLt product on bf16 A and B with an epilogue (gemm_lt_cuda.cu): its descriptors, and
+ * the heuristic's algorithm among those that take the operands' own alignment; found 0 where
+ * cuBLASLt offers none (the caller's fallback then runs). */
+typedef enum { ZS_LT_BIAS, ZS_LT_GELU_AUX_BIAS, ZS_LT_BGRADB } zs_lt_epilogue;
+typedef struct zs_lt_call {
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t d;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found;
+} zs_lt_call;
+/* C (m x n, ld ldc; bf16 where c16, else fp32) = op(A) op(B), with epi: + bias[i] on row i (an
+ * fp32 bias); GELU_AUX_BIAS: C (bf16) the GELU of that sum, aux (bf16, ld ldc) the sum; BGRADB:
+ * bias[j] = op(B)'s column j summed along k (written, not added). */
+zs_status zs_cu_lt_plan(zs_lt_call *c, zs_lt_epilogue epi, int transa, int transb, int m, int n,
+                        int k, const void *A, int lda, const void *B, int ldb, const void *C,
+                        int c16, int ldc, const float *bias, void *aux);
+void zs_cu_lt_free(zs_lt_call *c);
+/* dW^T (IC x OC) += x^T g (x N x IC, g N x OC, both bf16) by cublasLtMatmul, and dbias += g's
+ * column sums from the same call's BGRADB epilogue (through the stream's reduction scratch; the
+ * sums in cuBLASLt's order); *done 0, nothing launched, where cuBLASLt has no algorithm. Called
+ * with the cuBLAS lock held (gemm_cuda.cu). */
+zs_status zs_cu_lt_dw_bgrad(zs_stream_t *s, float *dW, float *dbias, const zs_bf16 *x,
+                            const zs_bf16 *g, int N, int IC, int OC, int *done);
 
 /* Network ops (nn_cuda.cu; the embedding in embedding_cuda.cu; RMSNorm, RoPE and SwiGLU in
  * llama_cuda.cu). */

@@ -2,7 +2,8 @@
  * are), TF32, and bf16 on operands rounded into the stream's scratch (ops.h zs_gemm_cast_plan),
  * with the bf16 table's linear forward with a bias (cuBLASLt's bias epilogue) and linear
  * backwards (ops.h linear_fwd_bias, gemm_linear_bwd and gemm_linear_bwd16). The
- * casts and the column sums they share a pass with are ops_cuda.cu's kernels. */
+ * casts and the column sums they share a pass with are ops_cuda.cu's kernels; the cuBLASLt
+ * descriptors are gemm_lt_cuda.cu's. */
 #include "backend/cuda/cuda_internal.h"
 #include "core/bf16.h"
 
@@ -229,102 +230,6 @@ fail:
     return st;
 }
 
-/* ---- the bias epilogue (cuBLASLt) ---------------------------------------------------- */
-
-/* One cuBLASLt product with a bias: C (m x n, ld ldc) = op(A) op(B) + bias[i] on row i, A and
- * B bf16, in fp32 (CUBLASLT_EPILOGUE_BIAS: the bias added to each fp32 result as the GEMM writes
- * it); with aux, C (bf16) = gelu of that sum and aux (bf16, ld ldc) the sum itself
- * (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: the GELU's input kept for its backward). No workspace (so no
- * memory the estimator does not count); the heuristic's first algorithm among those that work with
- * the operands' own alignment (cuBLASLt assumes 256 bytes unless told). */
-typedef struct lt_call {
-    cublasLtHandle_t lt;
-    cublasLtMatmulDesc_t d;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulHeuristicResult_t heur;
-    int found; /* 0: cuBLASLt offers no algorithm; the caller takes gemm16 and bias_fwd */
-} lt_call;
-
-/* The largest power of two up to 256 that divides p's address. */
-static uint32_t lt_align(const void *p) {
-    uint32_t a = 256;
-    while (a > 1 && (uintptr_t)p % a)
-        a /= 2;
-    return a;
-}
-
-static void lt_free(lt_call *c) {
-    if (c->lc) cublasLtMatrixLayoutDestroy(c->lc);
-    if (c->lb) cublasLtMatrixLayoutDestroy(c->lb);
-    if (c->la) cublasLtMatrixLayoutDestroy(c->la);
-    if (c->d) cublasLtMatmulDescDestroy(c->d);
-}
-
-/* The descriptors and the algorithm; c->found 0 where cuBLASLt has none for them. */
-static zs_status lt_plan(lt_call *c, int transa, int transb, int m, int n, int k, const void *A,
-                         int lda, const void *B, int ldb, const void *C, int c16, int ldc,
-                         const float *bias, void *aux) {
-    zs_status st = ZS_OK;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasStatus_t hs;
-    int got = 0;
-    int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int32_t bias_t = CUDA_R_32F;
-    uint32_t epi = aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    int32_t aux_t = CUDA_R_16BF;
-    int64_t aux_ld = ldc;
-    uint32_t align[4] = {lt_align(A), lt_align(B), lt_align(C), lt_align(C)};
-    uint64_t ws = 0;
-    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-#ifdef ZS_MUTANT_LT_NO_BIAS /* the tests' broken build: the epilogue left at its default */
-    epi = CUBLASLT_EPILOGUE_DEFAULT;
-#endif
-    memset(c, 0, sizeof *c);
-    ZS_CHECK(zs_cu_blaslt(&c->lt));
-    ZS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    ZS_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    ZS_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    ZS_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                   sizeof bias));
-    ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                   &bias_t, sizeof bias_t));
-    if (aux) {
-        ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            c->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-        ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                       &aux_ld, sizeof aux_ld));
-        ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            c->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_t, sizeof aux_t));
-    }
-    ZS_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&c->la, CUDA_R_16BF, transa ? k : m, transa ? m : k, lda));
-    ZS_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&c->lb, CUDA_R_16BF, transb ? n : k, transb ? k : n, ldb));
-    ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->lc, c16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldc));
-    ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    for (int i = 0; i < 4; i++)
-        ZS_CUBLAS_CHECK(
-            cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-    hs = cublasLtMatmulAlgoGetHeuristic(c->lt, c->d, c->la, c->lb, c->lc, c->lc, pref, 1, &c->heur,
-                                        &got);
-    /* a bf16 D beside the fp32 bias, or the GELU with its aux, is a combination cuBLASLt may
-     * refuse either way: the caller's fallback then runs (the same bits for the bias alone) */
-    if (hs != CUBLAS_STATUS_NOT_SUPPORTED && !(c16 && hs == CUBLAS_STATUS_INVALID_VALUE))
-        ZS_CUBLAS_CHECK(hs);
-    c->found = hs == CUBLAS_STATUS_SUCCESS && got > 0;
-fail:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    return st;
-}
-
 /* linear_fwd_bias's out16 without a bias (a head into bf16 logits): out^T (OC x N, bf16) = W
  * inp^T by cublasGemmEx writing bf16, gemm16's fp32 sums each rounded once as stored, no fp32
  * copy. W (its twin, or rounded into the scratch) and an fp32 inp in the pieces of
@@ -379,7 +284,7 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
     cublasHandle_t h = NULL;
     zs_bf16 *w = NULL;
     const zs_bf16 *tw = NULL, *a = NULL; /* W's twin (ops.h twin16), W in bf16 */
-    lt_call c;
+    zs_lt_call c;
     cudaStream_t cs = zs_cu_stream(s);
     size_t elems = 0, na = zs_gemm_cast_round((size_t)OC * IC);
     float one = 1.0f, zero = 0.0f;
@@ -409,8 +314,9 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
         x = x ? x : w + na;
         tw = zs_cu_twin_of(s, W, (size_t)OC * IC);
         a = tw ? tw : w;
-        ZS_CHECK(lt_plan(&c, 1, 0, OC, N, IC, a, IC, x, IC, gelu ? (void *)gelu : out, out16, OC,
-                         bias, gelu ? out : NULL));
+        ZS_CHECK(zs_cu_lt_plan(&c, gelu ? ZS_LT_GELU_AUX_BIAS : ZS_LT_BIAS, 1, 0, OC, N, IC, a, IC,
+                               x, IC, gelu ? (void *)gelu : out, out16, OC, bias,
+                               gelu ? out : NULL));
         if (c.found) {
             if (!tw) ZS_CHECK(round_in(s, w, W, (size_t)OC * IC, &a));
             if (!in16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, (const float *)inp, (size_t)IC * N));
@@ -432,7 +338,7 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
         }
     }
 fail:
-    lt_free(&c);
+    zs_cu_lt_free(&c);
     blas_end(h);
     return st;
 }
@@ -481,9 +387,10 @@ fail:
  * gemms on them; where the three do not fit (zs_linear_bwd_cast_elems 0), the two gemms each
  * casting their own. With dbias or gelu_inp, dout's rounding is bias_bwd's pass over it (one
  * read of dout where a GELU's backward, a cast and a sum took three passes). A bf16 dout is G
- * as it is where no GELU comes between (the bias pass only sums it), and with a GELU is read
- * there as it is, the G it writes taking an fp32 dout's room. dinp16: the dinp GEMM writes
- * bf16. */
+ * as it is where no GELU comes between (its bias gradient from dW's product, cuBLASLt's BGRADB
+ * epilogue, in cuBLASLt's order; where cuBLASLt has no algorithm the bias pass sums it), and with a
+ * GELU is read there as it is, the G it writes taking an fp32 dout's room. dinp16: the dinp GEMM
+ * writes bf16. */
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW,
                                      float *dbias, const void *dout, int dout16,
                                      const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
@@ -541,8 +448,6 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
     ZS_CHECK(round_in(s, w, W, (size_t)IC * OC, &wb));
     if (gelu_inp || (dbias && !g16))
         ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, dout16, N, OC, w + nw, gelu_inp, gelu16));
-    else if (dbias)
-        ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, dout, 1, N, OC, NULL, NULL, 0));
     else if (!dout16)
         ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw, (const float *)dout, (size_t)OC * N));
     if (!inp16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp, (size_t)IC * N));
@@ -550,8 +455,14 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
         const zs_bf16 *g = g16 ? (const zs_bf16 *)dout : w + nw;
         ZS_CHECK(blas_gemm_c(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, wb, IC, g, OC,
                              CUDA_R_16BF, dinp_beta, dinp, dinp16 ? CUDA_R_16BF : CUDA_R_32F, IC));
-        ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, inp16 ? inp : w + nw + nd,
-                           IC, g, OC, CUDA_R_16BF, 1.0f, dW, IC));
+        const zs_bf16 *x = inp16 ? (const zs_bf16 *)inp : w + nw + nd;
+        int done = 0; /* a bf16 G's bias gradient in dW's product (BGRADB), where cuBLASLt can */
+        if (g16 && dbias) ZS_CHECK(zs_cu_lt_dw_bgrad(s, dW, dbias, x, g, N, IC, OC, &done));
+        if (!done)
+            ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, x, IC, g, OC,
+                               CUDA_R_16BF, 1.0f, dW, IC));
+        if (g16 && dbias && !done)
+            ZS_CHECK(zs_cu_bias_bwd_cast(s, dbias, g, 1, N, OC, NULL, NULL, 0));
     }
 fail:
     blas_end(h);

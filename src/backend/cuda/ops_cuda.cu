@@ -336,6 +336,10 @@ static __global__ void fill_kernel(float *x, float value, size_t n) {
     }
 }
 
+zs_status zs_cu_add(zs_stream_t *s, float *out, const float *a, const float *b, size_t n) {
+    return cu_residual_fwd(s, out, a, b, n);
+}
+
 static zs_status cu_residual_fwd(zs_stream_t *s, float *out, const float *a, const float *b,
                                  size_t n) {
     zs_status st = ZS_OK;
