@@ -2,9 +2,12 @@
  * error on rank 1 is printed and named in the launcher's summary, a rank with a bad
  * environment says so, per-rank JSONL logs (rank 0's file, run.rank1.jsonl on error), a
  * configuration error every rank sees is shown once, and a stopped (hung) rank is the one
- * the summary blames, not the first rank that timed out waiting for it. */
+ * the summary blames, not the first rank that timed out waiting for it, also where the rank
+ * that gave up first names it by its number in a group (zs_run_report called directly). */
+#include "cli/run.h"
 #include "runlog.h"
 
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -109,9 +112,54 @@ static void test_stuck_rank(void) {
              "the summary blames rank 1: '%s'", summary());
 }
 
+static zs_rank_proc g_rp[4];
+
+/* A job of 4 ranks in two groups (hybrid sharding): the launcher reaped rank 2 first, which
+ * lost its group's rank 1, and rank 3 (that rank) was killed. The summary must blame rank 3,
+ * the peer's job rank, not rank 1 (the hsdp test's kill, whose ranks the launcher can reap in
+ * either order under load). */
+static void test_group_peer(void) {
+    static const char *err[4] = {
+        "all_reduce #9 (tag 'ln_f', 64 x f32) on rank 0 of group 0 (its ranks 0, 1 are job "
+        "ranks 0, 2): peer rank 1 left the communicator (destroyed it or exited) before taking "
+        "part",
+        "all_reduce #9 (tag 'ln_f', 64 x f32) on rank 0 of group 1 (its ranks 0, 1 are job "
+        "ranks 1, 3): peer rank 1 died (pid 1003 is gone: killed, crashed or exited early)",
+        "step 3: all_gather #34 (tag 'embed', 16384 x f32) on rank 0 of group 1 (its ranks 0, 1 "
+        "are job ranks 2, 3): peer rank 1 died (pid 1003 is gone: killed, crashed or exited "
+        "early)",
+        ""};
+    zs_run_job j = {g_rp, 4, 4, 1, 2, 1 << 8, 0};
+    char last[1024];
+    for (int i = 0; i < 4; i++) {
+        memset(&g_rp[i], 0, sizeof g_rp[i]);
+        g_rp[i].pid = 1000 + i, g_rp[i].rank = i, g_rp[i].on_its_own = 1;
+        g_rp[i].status = i == 3 ? SIGKILL : 1 << 8; /* wait statuses: killed by 9, exit 1 */
+        snprintf(g_rp[i].first_err, sizeof g_rp[i].first_err, "%s", err[i]);
+    }
+    ZT_CHECK(zs_run_report(&j, last, sizeof last) == 1, "the job's exit status");
+    ZT_CHECK(strstr(last, "rank 3 (pid 1003) is the rank the others waited for: rank 2 reported") &&
+                 strstr(last, "rank 3 was killed by signal 9"),
+             "the summary blames job rank 3 (group 1's rank 1): '%s'", last);
+    /* A group list cut short before the peer's entry: no guess, the first failure is named. */
+    snprintf(g_rp[2].first_err, sizeof g_rp[2].first_err, "%s",
+             "all_gather #34 on rank 0 of group 1 (its ranks 0, 1 ... are job ranks 2, 3 ...): "
+             "peer rank 7 died (pid 1009 is gone)");
+    zs_run_report(&j, last, sizeof last);
+    ZT_CHECK(strstr(last, "rank 2 (pid 1002) exited with status 1 first"),
+             "a peer past the group's list is not guessed: '%s'", last);
+    /* No group: the peer's number is its job rank. */
+    snprintf(g_rp[2].first_err, sizeof g_rp[2].first_err, "%s",
+             "timed out after 30.0 s waiting for peer rank 3 (pid 1003, alive but silent)");
+    zs_run_report(&j, last, sizeof last);
+    ZT_CHECK(strstr(last, "rank 3 (pid 1003) is the rank the others waited for"),
+             "a world peer is its job rank: '%s'", last);
+}
+
 int main(void) {
     zt_init("run_report");
     rl_setup("run-report");
+    test_group_peer();
     test_rank1_startup_error();
     test_bad_env();
     test_logs_and_once();

@@ -62,14 +62,29 @@ void zs_run_describe(int status, char *buf, size_t cap) {
         snprintf(buf, cap, "ended with wait status %d", status);
 }
 
-/* The peer a message says this rank was waiting for or lost ("peer rank 3 died", "waiting
- * for peer rank 3"), or -1. */
+/* The job rank of the peer a message says this rank was waiting for or lost ("peer rank 3
+ * died", "waiting for peer rank 3"), or -1. In a group's collective (hybrid sharding's shard
+ * and replica groups) that number is the peer's group rank, and the message names the group
+ * before it: "... of group 1 (its ranks 0, 1 are job ranks 2, 3): peer rank 1 died" is job
+ * rank 3 (comm_split.c; -1 where the list was cut short before it). */
 static int peer_named(const char *msg) {
-    const char *p = strstr(msg, "peer rank ");
+    static const char peer[] = "peer rank ", job[] = " are job ranks ";
+    const char *p = strstr(msg, peer);
     if (!p) return -1;
     char *end = NULL;
-    long r = strtol(p + 10, &end, 10);
-    return end != p + 10 && r >= 0 && r < (1 << 24) ? (int)r : -1;
+    long r = strtol(p + sizeof peer - 1, &end, 10);
+    if (end == p + sizeof peer - 1 || r < 0 || r >= (1 << 24)) return -1;
+    const char *g = NULL;
+    for (const char *q = msg; (q = strstr(q, job)) && q < p; q += sizeof job - 1)
+        g = q + sizeof job - 1; /* the last group named before the peer */
+    for (long i = 0; g; i++) {  /* its r-th job rank */
+        long j = strtol(g, &end, 10);
+        if (end == g || j < 0 || j >= (1 << 24)) return -1;
+        if (i == r) return (int)j;
+        if (strncmp(end, ", ", 2)) return -1;
+        g = end + 2;
+    }
+    return (int)r;
 }
 
 static void print_held(const zs_run_job *j) {
