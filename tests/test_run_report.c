@@ -141,6 +141,13 @@ static void test_group_peer(void) {
     ZT_CHECK(strstr(last, "rank 3 (pid 1003) is the rank the others waited for: rank 2 reported") &&
                  strstr(last, "rank 3 was killed by signal 9"),
              "the summary blames job rank 3 (group 1's rank 1): '%s'", last);
+    /* Reaped first, rank 0 lost its group's rank 1 (job rank 2), which had lost rank 3: the
+     * chain ends at rank 3. */
+    j.failed = 0;
+    ZT_CHECK(zs_run_report(&j, last, sizeof last) == 1, "the job's exit status (rank 0 first)");
+    ZT_CHECK(strstr(last, "rank 3 (pid 1003) is the rank the others waited for: rank 0 reported"),
+             "the summary follows rank 0's peer (rank 2) to rank 3: '%s'", last);
+    j.failed = 2;
     /* A group list cut short before the peer's entry: no guess, the first failure is named. */
     snprintf(g_rp[2].first_err, sizeof g_rp[2].first_err, "%s",
              "all_gather #34 on rank 0 of group 1 (its ranks 0, 1 ... are job ranks 2, 3 ...): "

@@ -1,7 +1,8 @@
 /* What the launcher tells the user about a failed job: every rank's own first error line is
  * kept, identical final messages are shown once, and the summary names the rank at the root
  * of the failure: the one that failed first, or, when the first to give up was waiting for a
- * peer ("... waiting for peer rank 1 ..."), that peer, stuck or dead. */
+ * peer ("... waiting for peer rank 1 ..."), that peer, stuck or dead (or the peer that one
+ * was waiting for, and so on). */
 #include "cli/run.h"
 
 #include <signal.h>
@@ -137,8 +138,15 @@ int zs_run_report(const zs_run_job *j, char *last, size_t cap) {
     int code =
         WIFEXITED(j->fail_status) ? WEXITSTATUS(j->fail_status) : 128 + WTERMSIG(j->fail_status);
     if (code == 0) code = 1;
-    /* The first rank to give up may only have been waiting for another: blame that one. */
-    int peer = peer_named(f->first_err), culprit = peer >= 0 ? find_local(j, peer) : -1;
+    /* The first rank to give up may only have been waiting for another, and that one for a
+     * third (hybrid sharding: a rank that lost a group's peer which had lost its other group's
+     * peer): blame the end of that chain. */
+    int culprit = -1;
+    for (int at = j->failed, hops = 0; hops < j->nproc; hops++) {
+        int peer = peer_named(rp[at].first_err), next = peer >= 0 ? find_local(j, peer) : -1;
+        if (next < 0 || next == j->failed || next == culprit) break;
+        culprit = at = next;
+    }
     if (same_status == j->nproc && j->nproc > 1 && same_msg) {
         /* Every rank stopped by itself the same way (the same bad flag or file, seen by
          * each): say so, so that the first one to go is not taken for the only culprit. */
