@@ -10,6 +10,8 @@
  *    ulp (and 2^-12 of the sum: the fp32 GELU's own error) of the tanh GELU of the exact sum in
  *    double. BGRADB on the weight gradient's product (zs_cu_lt_dw_bgrad): D the product, the
  *    bias pointer op(B)'s column sums along k, written over NaN, both against exact sums.
+ *    DGELU_BGRAD on the input gradient's product (zs_cu_lt_dinp_dgelu): D the GELU's gradient
+ *    of aux times each exact sum, the bias pointer D's row sums, aux untouched (product_dgelu).
  *  - Refused, each with the status cuBLASLt gives: no handle (NOT_INITIALIZED); a layout that
  *    does not match the product, a leading dimension under its rows, a bias epilogue without a
  *    bias (a BGRADB epilogue too), a GELU epilogue without an aux pointer or with an aux leading
@@ -195,9 +197,10 @@ static void product_d16(cublasLtHandle_t h) {
     cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD);
 }
 
-/* Its GELU epilogue's aux attributes, as gemm_cuda.cu's lt_plan sets them. */
-static void set_aux(Call &c, void *aux, int64_t ld, int32_t type) {
-    uint32_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+/* A GELU epilogue's aux attributes (GELU_AUX_BIAS unless epi says), as gemm_lt_cuda.cu's
+ * zs_cu_lt_plan sets them. */
+static void set_aux(Call &c, void *aux, int64_t ld, int32_t type,
+                    uint32_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
     cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                    sizeof aux);
@@ -289,6 +292,64 @@ static void product_bgradb(cublasLtHandle_t h) {
     cudaFree(dA), cudaFree(dB), cudaFree(dD), cudaFree(dS);
 }
 
+/* DGELU_BGRAD on the input gradient's product as zs_cu_lt_dinp_dgelu makes it (A and B not
+ * transposed, D and aux bf16, beta 0): D the GELU's gradient of aux times each exact sum,
+ * within half a bf16 ulp plus 2^-14 of the sum (the fp32 derivative's own error), aux
+ * untouched, and the bias pointer D's row sums of those products, written over NaN, within
+ * the fp32 sum's bound (n + 1) 2^-24 of the sum of magnitudes plus each term's error. A
+ * GELU in place of its gradient, or a sum along the wrong axis, is off by far more. */
+static void product_dgelu(cublasLtHandle_t h) {
+    const int m = 8, n = 6, k = 5;
+    std::vector<uint16_t> A16((size_t)m * k), B16((size_t)k * n), D16((size_t)m * n, 0xffff);
+    std::vector<uint16_t> X16((size_t)m * n);
+    std::vector<float> unused(1), sums(m, NAN);
+    operands(A16, B16, unused, 0.1875f, 0.5625f, 0.0f, 0);
+    for (size_t i = 0; i < X16.size(); i++) /* the GELU's inputs, -3 to 3 */
+        X16[i] = bf16((float)((int)(i * 11 % 25) - 12) * 0.25f);
+    void *dA = dev(A16.data(), A16.size() * 2), *dB = dev(B16.data(), B16.size() * 2);
+    void *dD = dev(D16.data(), D16.size() * 2), *dX = dev(X16.data(), X16.size() * 2);
+    float *dS = (float *)dev(sums.data(), m * 4);
+    Call c(CUDA_R_16BF, 0, 0, m, n, k, CUBLASLT_EPILOGUE_BIAS, dS, CUDA_R_16BF);
+    set_aux(c, dX, m, CUDA_R_16BF, CUBLASLT_EPILOGUE_DGELU_BGRAD);
+    cublasLtMatmulHeuristicResult_t r;
+    CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "heuristic (DGELU_BGRAD)");
+    cublasStatus_t st = c.run(h, dA, dB, 0.0f, dD, dD, &r.algo);
+    CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul (DGELU_BGRAD): %d", (int)st);
+    std::vector<uint16_t> got(D16.size()), aux(X16.size());
+    std::vector<float> gs(m);
+    cudaMemcpy(got.data(), dD, got.size() * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(aux.data(), dX, aux.size() * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(gs.data(), dS, gs.size() * 4, cudaMemcpyDeviceToHost);
+    int bad = 0, bad_sum = 0, negative = 0;
+    for (int i = 0; i < m; i++) {
+        double want = 0.0, mag = 0.0, err = 0.0;
+        for (int j = 0; j < n; j++) {
+            double s = 0.0; /* A stored m x k, B k x n: exact */
+            for (int p = 0; p < k; p++)
+                s += (double)widen16(A16[(size_t)p * m + i]) * widen16(B16[(size_t)j * k + p]);
+            double x = widen16(X16[(size_t)j * m + i]),
+                   u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+            double t = tanh(u), dg = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) *
+                                                           0.7978845608028654 *
+                                                           (1.0 + 3.0 * 0.044715 * x * x);
+            double g = dg * s;
+            int e;
+            frexp(g, &e);
+            bad += !(fabs(widen16(got[(size_t)j * m + i]) - g) <=
+                     ldexp(1.0, e - 9) + ldexp(fabs(s), -14));
+            want += g, mag += fabs(g), err += ldexp(fabs(s), -14);
+            negative += g < 0.0;
+        }
+        bad_sum += !(fabs(gs[i] - want) <= (n + 1) * ldexp(mag, -24) + err);
+    }
+    CHECK(!bad, "DGELU_BGRAD: %d of %d outputs off the GELU's gradient times their sums", bad,
+          m * n);
+    CHECK(!bad_sum, "DGELU_BGRAD: %d of %d row sums of D wrong", bad_sum, m);
+    CHECK(aux == X16, "DGELU_BGRAD: the GELU's input (aux) changed");
+    CHECK(negative > 0, "DGELU_BGRAD: no negative gradient, so the signs are not tested");
+    cudaFree(dA), cudaFree(dB), cudaFree(dD), cudaFree(dX), cudaFree(dS);
+}
+
 static void refusals(cublasLtHandle_t h) {
     const int m = 4, n = 3, k = 8;
     void *A = dev(nullptr, (size_t)m * k * 2), *B = dev(nullptr, (size_t)k * n * 2 + 16);
@@ -354,8 +415,21 @@ static void refusals(cublasLtHandle_t h) {
         CHECK(c.algo(h, &r) == CUBLAS_STATUS_NOT_SUPPORTED, "BGRADB into bf16 sums");
     }
     {
-        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_DGELU_BGRAD, bias);
+        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_DRELU_BGRAD, bias);
         CHECK(c.algo(h, &r) == CUBLAS_STATUS_NOT_SUPPORTED, "an epilogue not implemented");
+    }
+    {
+        Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_DGELU_BGRAD, bias, CUDA_R_16BF);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "a DGELU epilogue without an aux");
+        set_aux(c, D2, 8, CUDA_R_16BF, CUBLASLT_EPILOGUE_DGELU_BGRAD);
+        void *none = nullptr;
+        cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &none, sizeof none);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_INVALID_VALUE, "DGELU_BGRAD without a bias pointer");
+        cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        set_aux(c, D2, 8, CUDA_R_32F, CUBLASLT_EPILOGUE_DGELU_BGRAD);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_NOT_SUPPORTED, "an fp32 aux beside a bf16 D (DGELU)");
+        set_aux(c, D2, 8, CUDA_R_16BF, CUBLASLT_EPILOGUE_DGELU_BGRAD);
+        CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "DGELU_BGRAD's aux as documented");
     }
     {
         Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_DEFAULT, nullptr);
@@ -381,6 +455,7 @@ int main(void) {
     product_d16(h);
     product_gelu(h);
     product_bgradb(h);
+    product_dgelu(h);
     refusals(h);
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "no device error left behind");
     cublasLtDestroy(h);

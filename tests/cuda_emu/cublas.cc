@@ -13,8 +13,8 @@
  * The summation order is OpenBLAS's, not a tensor core's: results agree with a GPU's within the
  * usual dot-product bound, not bit for bit (docs/cuda.md). cublaslt.cc's cublasLtMatmul runs
  * the same product (blas_gemm below), with its bias epilogue added to each fp32 result (and the
- * GELU epilogue's tanh GELU taken of that sum, gelu() below), and BGRADB's column sums of op(B)
- * (bgrad_sums below). */
+ * GELU epilogue's tanh GELU taken of that sum, gelu() below), BGRADB's column sums of op(B)
+ * (bgrad_sums below), and DGELU_BGRAD's GELU gradient (gelu_grad below) with D's row sums. */
 #include "emu_internal.h"
 #include "h100.h"
 
@@ -196,12 +196,23 @@ float gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+/* The DGELU epilogue's gradient of that GELU, d gelu / dx, differentiated here (not zshard's
+ * zs_gelu_grad): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 0.044715 x^2), t = tanh(k (x + 0.044715
+ * x^3)), in fp32. */
+float gelu_grad(float x) {
+    const float k = 0.7978845608028654f;
+    float t = tanhf(k * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 0.134145f * x * x);
+}
+
 /* One product, column-major: C = alpha op(A) op(B) + beta C, on kernel-view pointers; with bias,
- * bias[i] added to row i's fp32 sums, and with aux, those stored in aux and C their GELU. */
+ * bias[i] added to row i's fp32 sums, and with aux, those stored in aux and C their GELU. With
+ * dsums (DGELU_BGRAD, aux read, not written): C = gelu_grad(aux) times the fp32 result, and
+ * dsums[i] = row i's sum of those fp32 values over the columns in index order. */
 void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A, cudaDataType at,
               int lda, const void *B, cudaDataType bt, int ldb, float beta, void *C,
               cudaDataType ct, int ldc, bool round_tf32, bool round_bf16, const float *bias,
-              void *aux, int aux_ld) {
+              void *aux, int aux_ld, float *dsums) {
     int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
     std::vector<float> a((size_t)arows * acols), b((size_t)brows * bcols), c((size_t)m * n);
     for (int j = 0; j < acols; j++)
@@ -225,11 +236,16 @@ void gemm_one(bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
     else
         for (float &x : c)
             x *= beta;
+    for (int i = 0; dsums && i < m; i++)
+        dsums[i] = 0.0f;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             float v = c[(size_t)j * m + i];
             if (bias) v += bias[i];
-            if (aux) { /* GELU_AUX_BIAS: the GELU's input kept, its output in D */
+            if (dsums) { /* DGELU_BGRAD: the GELU's gradient of its kept input */
+                v = gelu_grad(widen(aux, ct, (size_t)j * aux_ld + i)) * v;
+                dsums[i] += v;
+            } else if (aux) { /* GELU_AUX_BIAS: the GELU's input kept, its output in D */
                 store(aux, ct, (size_t)j * aux_ld + i, v);
                 v = gelu(v);
             }
@@ -261,7 +277,8 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
     const float *bias = call.bias;
     void *haux = call.aux; /* GELU_AUX_BIAS (cublaslt.cc), with bias */
     int aux_ld = call.aux_ld;
-    float *hbg = call.bgrad; /* BGRADB (cublaslt.cc) */
+    float *hbg = call.bgrad; /* BGRADB, or with call.dgelu DGELU_BGRAD (cublaslt.cc) */
+    bool dgelu = call.dgelu;
     if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) ||
         (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T) || m < 0 || n < 0 || k < 0 || batch < 0)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -298,11 +315,12 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                                                             : GEMM_FP32;
         double bytes = ((double)m * k * aes + (double)k * n * bes +
                         (double)m * n * ces * (be != 0.0f ? 2 : 1) + (bias ? 4.0 * m : 0.0) +
-                        (haux ? (double)m * n * ces : 0.0) + (hbg ? 4.0 * n : 0.0)) *
+                        (haux ? (double)m * n * ces : 0.0) + (hbg ? 4.0 * (dgelu ? m : n) : 0.0)) *
                        batch;
         h100_gemm(&price, m, n, k, batch, gm, bytes, ta, tb);
         if (bias || hbg) { /* its own row: "cuBLASLt gemm+bias(+gelu) bf16 TN ..." */
-            std::string nm = std::string(hbg    ? "cuBLASLt gemm+bgradb"
+            std::string nm = std::string(dgelu  ? "cuBLASLt gemm+dgelu+bgrad"
+                                         : hbg  ? "cuBLASLt gemm+bgradb"
                                          : haux ? "cuBLASLt gemm+bias+gelu"
                                                 : "cuBLASLt gemm+bias") +
                              (price.name + strlen("cuBLAS gemm"));
@@ -320,7 +338,7 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                 view(ptrs[i]) == ptrs[i]) {
                 set_sticky(cudaErrorIllegalAddress,
                            "%s: operand %s (%p) is host memory a GPU cannot read", api,
-                           i == 5   ? "bias (BGRADB's output)"
+                           i == 5   ? "bias (the bias gradient's output)"
                            : i == 4 ? "aux"
                            : i == 3 ? "bias"
                            : i == 0 ? "A"
@@ -342,8 +360,9 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                               (size_t)m * ces, true, api);
                 if (vbias) sc_access(vbias, (size_t)m * 4, false, api);
                 for (int j = 0; vaux && j < n; j++)
-                    sc_access((char *)vaux + (size_t)j * aux_ld * ces, (size_t)m * ces, true, api);
-                if (vbg) sc_access(vbg, (size_t)n * 4, true, api);
+                    sc_access((char *)vaux + (size_t)j * aux_ld * ces, (size_t)m * ces, !dgelu,
+                              api);
+                if (vbg) sc_access(vbg, (size_t)(dgelu ? m : n) * 4, true, api);
             }
         bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round && !round16 && !vaux;
         for (int bi = 0; bi < batch && plain; bi++) { /* fp32 as it is: OpenBLAS in place */
@@ -369,8 +388,8 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
             gemm_one(ta, tb, m, n, k, al, (const char *)va + (size_t)(bi * sa) * aes, at, lda,
                      (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, be,
                      (char *)vc + (size_t)(bi * sc) * ces, ct, ldc, round, round16, vbias, vaux,
-                     aux_ld);
-        for (int bi = 0; vbg && bi < batch; bi++) /* (zshard's calls are single: batch 1) */
+                     aux_ld, dgelu ? vbg : nullptr);
+        for (int bi = 0; vbg && !dgelu && bi < batch; bi++) /* (zshard's calls: batch 1) */
             bgrad_sums(tb, n, k, (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, vbg);
         check_redzone(hc);
         if (haux) check_redzone(haux);
@@ -390,9 +409,9 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t trans
                                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    return blas_gemm({h->stream, h->math, "cublasGemmEx", nullptr, nullptr, 0, nullptr}, transa,
-                     transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype,
-                     ldc, 0, 1, computeType);
+    return blas_gemm({h->stream, h->math, "cublasGemmEx", nullptr, nullptr, 0, nullptr, false},
+                     transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C,
+                     Ctype, ldc, 0, 1, computeType);
 }
 
 extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
@@ -403,7 +422,7 @@ extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     return blas_gemm(
-        {h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr, nullptr, 0, nullptr}, transa,
-        transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc,
-        strideC, batch, computeType);
+        {h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr, nullptr, 0, nullptr, false},
+        transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C,
+        Ctype, ldc, strideC, batch, computeType);
 }

@@ -2,14 +2,15 @@
  * the attributes zshard sets (TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE,
  * EPILOGUE_AUX_POINTER, _AUX_LD, _AUX_DATA_TYPE), matrix layouts, a preference with its
  * workspace limit and the operands' least alignments, the heuristic query, and cublasLtMatmul
- * with the default epilogue, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS or
- * CUBLASLT_EPILOGUE_BGRADB. An
+ * with the default epilogue, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+ * CUBLASLT_EPILOGUE_BGRADB or CUBLASLT_EPILOGUE_DGELU_BGRAD. An
  * attribute or epilogue zshard does not use gives CUBLAS_STATUS_NOT_SUPPORTED and names itself, so
  * a new use is implemented before it is trusted. Arguments are checked before anything is queued,
  * as cuBLASLt documents them:
  *  - a NULL handle: NOT_INITIALIZED; NULL descriptors, layouts that do not match the product's
- *    shape, a leading dimension under its rows, a bias or BGRADB epilogue without a bias pointer, a
- * bias pointer not aligned to its element, a GELU epilogue without an aux pointer or with an aux
+ *    shape, a leading dimension under its rows, a bias, BGRADB or DGELU_BGRAD epilogue without a
+ * bias pointer, a bias pointer not aligned to its element, a GELU or DGELU epilogue without an aux
+ * pointer or with an aux
  *    leading dimension under D's rows or not a multiple of 8, a heuristic asked for no algorithm,
  * an algorithm that is not the heuristic's, or an operand less aligned than the preference promised
  * when the algorithm was chosen (cuBLASLt assumes 256 bytes unless told; its kernels for aligned
@@ -27,7 +28,12 @@
  * sums along k, of B's stored values widened, each an fp32 sum in index order: a
  * GPU's order is its own (cublasLt.h documents the reduction, not its order), so zshard's tests
  * hold it to a bound. D is the product, untouched by it. Its price is cublasGemmEx's plus the
- * sums written ("cuBLASLt gemm+bgradb"). The algorithm needs no workspace. */
+ * sums written ("cuBLASLt gemm+bgradb"). DGELU_BGRAD reads aux (the GELU's input, D's type) and
+ * writes D = gelu_grad(aux) times each fp32 result (cublas.cc's derivative of its tanh GELU),
+ * rounded to D's type, and writes (not adds) into the bias pointer D's row sums, each of the
+ * unrounded fp32 values in column order (again a bound, not bits, for a GPU's). Its price is
+ * cublasGemmEx's plus aux read and the sums written ("cuBLASLt gemm+dgelu+bgrad"). The
+ * algorithm needs no workspace. */
 #include "emu_internal.h"
 
 #include <cublasLt.h>
@@ -120,18 +126,21 @@ cublasStatus_t check(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
             l->cols > INT32_MAX || l->ld > INT32_MAX)
             return CUBLAS_STATUS_INVALID_VALUE;
     if (d->scale != CUDA_R_32F || c->type != o->type) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const bool dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
     if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-        d->epilogue == CUBLASLT_EPILOGUE_BGRADB) {
-        /* an fp32 bias on an fp32 or bf16 D (added to the fp32 result before D's rounding), or
-         * BGRADB's fp32 sums of op(B)'s columns, one per column of D */
+        d->epilogue == CUBLASLT_EPILOGUE_BGRADB || dgelu) {
+        /* an fp32 bias on an fp32 or bf16 D (added to the fp32 result before D's rounding),
+         * BGRADB's fp32 sums of op(B)'s columns, one per column of D, or DGELU_BGRAD's fp32
+         * sums of D's rows, one per row */
         int32_t bt = d->bias_type == -1 ? (int32_t)o->type : d->bias_type;
         if (bt != CUDA_R_32F || (o->type != CUDA_R_32F && o->type != CUDA_R_16BF))
             return CUBLAS_STATUS_NOT_SUPPORTED;
         if (!d->bias || (uintptr_t)d->bias % sizeof(float)) return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+    if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || dgelu) {
         /* the GELU's input in D's type (the one aux type implemented here), its leading
-         * dimension a multiple of 8 and no less than D's rows, as cublasLt.h documents */
+         * dimension a multiple of 8 and no less than D's rows, as cublasLt.h documents (written
+         * by GELU_AUX_BIAS, read by DGELU_BGRAD) */
         int32_t at = d->aux_type == -1 ? (int32_t)o->type : d->aux_type;
         if (at != (int32_t)o->type) return unsupported("aux data type", at);
         if (!d->aux || d->aux_ld % 8 || d->aux_ld < (int64_t)o->rows ||
@@ -317,11 +326,12 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
     const float *bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || gelu
                             ? static_cast<const float *>(d->bias)
                             : nullptr;
-    float *bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB
+    bool dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    float *bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB || dgelu
                        ? static_cast<float *>(const_cast<void *>(d->bias))
                        : nullptr; /* cuBLASLt writes its sums there */
-    return blas_gemm({stream, CUBLAS_DEFAULT_MATH, "cublasLtMatmul", bias, gelu ? d->aux : nullptr,
-                      (int)d->aux_ld, bgrad},
+    return blas_gemm({stream, CUBLAS_DEFAULT_MATH, "cublasLtMatmul", bias,
+                      gelu || dgelu ? d->aux : nullptr, (int)d->aux_ld, bgrad, dgelu},
                      (cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, alpha, A,
                      a->type, (int)a->ld, 0, B, b->type, (int)b->ld, 0, beta, D, o->type,
                      (int)o->ld, 0, 1, d->compute);

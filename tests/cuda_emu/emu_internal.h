@@ -241,6 +241,8 @@ struct BlasCall {
     void *aux;
     int aux_ld;
     float *bgrad; /* BGRADB (cublaslt.cc): op(B)'s column sums written here */
+    bool dgelu;   /* DGELU_BGRAD: aux (read) is the GELU's input, D = gelu'(aux) times the fp32
+                   * result, and bgrad receives D's row sums before its rounding */
 };
 
 /* cublasGemmEx's and cublasLtMatmul's product, checked as cuBLAS checks it (cublas.cc). */
