@@ -242,7 +242,7 @@ int zs_bench_step(int argc, char **argv) {
     const zs_model_config *mc = zs_trainer_model(t);
     int N = cfg.batch * cfg.seq, C = mc->n_embd, L = mc->n_layer;
     zs_linear_dims lin[ZS_MODEL_MAX_LINEARS];
-    int nl = zs_model_linears(mc, lin);
+    int nl = zs_model_linears(mc, NULL, lin); /* the shapes only */
     gemm_shape g[3 * ZS_MODEL_MAX_LINEARS];
     int ng = 0;
     for (int i = 0; i < nl; i++)

@@ -37,6 +37,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const zs_ops *gpu; /* the bf16 table */
@@ -245,6 +246,76 @@ static void check_qkv16(const zs_ops *cpu, int N, int C) {
     zt_release();
 }
 
+/* The DGELU GEMM (zs_linear_bwd_dgelu16, what gpt2.c runs on this table): c_proj's input
+ * gradient through fc's GELU, G (bf16), with fc's bias gradient, then fc's backward on G as
+ * it is (zs_linear_bwd_g16 without a bias), against check_mlp16's two-step path (two[]: the
+ * fp32 path rounded by round16, autocast's way), from the same inputs. c_proj's dW and dbias
+ * are its bits (the same products and pass). G is held to the GELU's gradient of the fp32
+ * product d32 in double: within two bf16 ulps of it (cuBLASLt rounds once, half an ulp; a
+ * fallback's two steps round the product, up to 2^-8 of it, then G, half an ulp), plus 2^-14 of the
+ * product for the fp32 derivative, plus g' (C + 2) 2^-24 of the product's magnitudes for a GPU's
+ * own sum order. fc's dbias is db0 plus G's column sums within those bounds summed, plus the fp32
+ * sum's (N + 2) 2^-24 of the magnitudes. A GELU taken for its gradient, or a sum along the wrong
+ * axis, is off by far more. Where cuBLASLt offers no algorithm (ZS_EMU_LT_REFUSE=208, its
+ * DGELU_BGRAD), fc's dW, dbias and input gradient are the two-step path's bits. */
+static void check_dgelu(int N, int C, const float *d32, const zs_bf16 *fch, const zs_bf16 *acts,
+                        const float *d_dres, const float *d_Wp, const float *d_Wf, const float *dW0,
+                        const float *db0, float *const two[7]) {
+    const int F = 4 * C;
+    const char *refuse = getenv("ZS_EMU_LT_REFUSE");
+    int refused = refuse && atoi(refuse) == 208;
+    size_t nc = (size_t)N * C, nf = (size_t)N * F, nw = (size_t)C * F;
+    const zs_bf16 *fch_gelu = acts, *ln2 = acts + 2 * nf, *d_fch = acts + nf;
+    zs_bf16 *g16 = zt_dbuf(nf * 2);
+    float *dWp = zt_dup(dW0, nw * 4), *dbp = zt_dup(db0, C * 4), *dWf = zt_dup(dW0, nw * 4);
+    float *dbf = zt_dup(db0, F * 4), *dC = zt_dup(poisoned(nc), nc * 4);
+    ZT_CHECK(zs_linear_dgelu_ok(gpu, N, F, C, 1), "linear_dgelu_ok refused N=%d C=%d", N, C);
+    ZT_OK(zs_linear_bwd_dgelu16(gpu, NULL, g16, dbf, d_fch, dWp, dbp, d_dres, fch_gelu, 1, d_Wp, N,
+                                F, C));
+    ZT_OK(zs_linear_bwd_g16(gpu, NULL, dC, 0, dWf, NULL, g16, ln2, 1, d_Wf, N, C, F, 1));
+    zt_expect_bits("dgelu: c_proj dW", dev_down(dWp, nw * 4), dev_down(two[1], nw * 4), nw * 4);
+    zt_expect_bits("dgelu: c_proj dbias", dev_down(dbp, C * 4), dev_down(two[2], C * 4),
+                   (size_t)C * 4);
+    /* the product's magnitudes: sum over C of |W_p| |dres| in their bf16 values */
+    float *Wp = dev_down(d_Wp, nw * 4), *dres = dev_down(d_dres, nc * 4);
+    zs_bf16 *g = dev_down(g16, nf * 2);
+    float *dbf_got = dev_down(dbf, F * 4);
+    int bad = 0, bad_sum = 0;
+    for (int f = 0; f < F; f++) {
+        double want = db0[f], mag = fabs(db0[f]), err = 0.0;
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)n * F + f;
+            double x = zs_bf16_to_f32(fch[i]), u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+            double t = tanh(u), dg = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) *
+                                                           0.7978845608028654 *
+                                                           (1.0 + 3.0 * 0.044715 * x * x);
+            double pm = 0.0; /* c_proj's W is C x F: dinp[n, f] = sum_c dres[n, c] W[c, f] */
+            for (int c = 0; c < C; c++)
+                pm += fabs(zs_bf16_to_f32(zs_f32_to_bf16(Wp[(size_t)c * F + f])) *
+                           zs_bf16_to_f32(zs_f32_to_bf16(dres[(size_t)n * C + c])));
+            double v = dg * d32[i],
+                   b = ldexp(fabs(d32[i]), -14) + fabs(dg) * (C + 2) * ldexp(pm, -24);
+            int e;
+            frexp(v, &e);
+            bad += !(fabs(zs_bf16_to_f32(g[i]) - v) <= ldexp(1.0, e - 7) + b);
+            want += v, mag += fabs(v), err += ldexp(1.0, e - 7) + b;
+        }
+        bad_sum += !(fabs(dbf_got[f] - want) <= err + (N + 2) * ldexp(mag, -24));
+    }
+    ZT_CHECK(!bad, "dgelu N=%d C=%d: %d of %zu of G off the GELU's gradient of the product", N, C,
+             bad, nf);
+    ZT_CHECK(!bad_sum, "dgelu N=%d C=%d: %d of %d of fc's dbias off G's sums", N, C, bad_sum, F);
+    if (refused) { /* the fallback: the two steps' bits */
+        zt_expect_bits("dgelu refused: fc dW", dev_down(dWf, nw * 4), dev_down(two[3], nw * 4),
+                       nw * 4);
+        zt_expect_bits("dgelu refused: fc dbias", dbf_got, dev_down(two[4], F * 4), (size_t)F * 4);
+        zt_expect_bits("dgelu refused: fc dinp", dev_down(dC, nc * 4), dev_down(two[5], nc * 4),
+                       nc * 4);
+    }
+    ZT_CHECK(!zs_linear_dgelu_ok(gpu->with_math(ZS_MATH_FP32), N, F, C, 1),
+             "the fp32 table took a GELU's gradient in a GEMM");
+}
+
 /* GPT-2's MLP backward with bf16 activations (model gpt2.c): the c_proj's GEMM writing the
  * GELU output's gradient in bf16 (zs_linear_bwd_set16) and the fc layer's fused GELU backward
  * and bias reading it (zs_linear_gelu_bwd_set16), against the fp32 path on the same table
@@ -306,6 +377,7 @@ static void check_mlp16(int N, int C) {
     ZT_CHECK(gpu->gemm_linear_bwd(NULL, d16, 1, o[1][1], NULL, d_dres, 0, NULL, 0, NULL, fch_gelu,
                                   1, d_Wp, N, F, C, 1.0f) == ZS_ERR_INVALID,
              "linear_bwd took a bf16 dinp to accumulate into");
+    check_dgelu(N, C, d32, act + nf, (zs_bf16 *)d_act, d_dres, d_Wp, d_Wf, dW0, db0, o[0]);
     zt_release();
 }
 

@@ -16,7 +16,8 @@
 /* Every slot of the table is set (zs_ops is a name and function pointers only, so scanning it
  * by pointer-sized words also covers ops added after this test was written), but the
  * optional slots the CUDA bf16 table sets: gemm16, linear_fwd_bias (test_gemm16.c),
- * gemm_linear_bwd, gemm_linear_bwd16 with softmax_xent16 (test_cuda_fused.c), and
+ * gemm_linear_bwd, gemm_linear_bwd_dgelu, gemm_linear_bwd16 with softmax_xent16
+ * (test_cuda_fused.c), and
  * flash_attention_bwd16g, flash_qkv16_hs, flash_attention_fwd16q and bwd16q
  * (test_cuda_flash_tc.c). */
 static void check_table(void) {
@@ -27,6 +28,7 @@ static void check_table(void) {
          off += sizeof(void *))
         ZT_CHECK(off == offsetof(zs_ops, gemm16) || off == offsetof(zs_ops, linear_fwd_bias) ||
                      off == offsetof(zs_ops, gemm_linear_bwd) ||
+                     off == offsetof(zs_ops, gemm_linear_bwd_dgelu) ||
                      off == offsetof(zs_ops, gemm_linear_bwd16) ||
                      off == offsetof(zs_ops, softmax_xent16) ||
                      off == offsetof(zs_ops, flash_attention_bwd16g) ||
@@ -39,6 +41,8 @@ static void check_table(void) {
              co_gpu->name);
     ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->gemm_linear_bwd,
              "the CUDA bf16 table does not share dout between a linear layer's backward gemms");
+    ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->gemm_linear_bwd_dgelu,
+             "the CUDA bf16 table takes no GELU's gradient in a GEMM");
     ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->linear_fwd_bias,
              "the CUDA bf16 table adds no bias in a GEMM's epilogue");
     ZT_CHECK(co_fake || co_gpu->with_math(ZS_MATH_BF16)->flash_attention_bwd16g,

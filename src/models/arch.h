@@ -49,9 +49,10 @@ typedef struct zs_arch_impl {
     int norm_tensors;   /* tensors of the final norm (1 or 2), first in the final unit */
     int learned_pos;    /* unit 0 holds learned positions after the token embedding */
     zs_status (*layout)(const zs_model_config *c, int world_size, zs_layout *out);
-    /* The block's linear layers as its forward and backward call them (count: per block);
-     * returns how many, at most ZS_MODEL_MAX_LINEARS - 1. */
-    int (*block_linears)(const zs_model_config *c, zs_linear_dims *out);
+    /* The block's linear layers as its forward and backward call them with bf16 activations
+     * (count: per block; naive: the naive attention); returns how many, at most
+     * ZS_MODEL_MAX_LINEARS - 1. */
+    int (*block_linears)(const zs_model_config *c, int naive, zs_linear_dims *out);
     /* One block's activation record, carved at *n (base NULL: count only), its GEMM-only inputs
      * in bf16 where act16 (zs_carve_in). */
     void (*carve_block)(const zs_model_config *c, int B, int T, int naive, int act16, float *base,

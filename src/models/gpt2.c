@@ -278,7 +278,17 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
      * fch_gelu = gelu(fch), fch = fc(ln2): GELU's backward in the fc layer's (fused on a GPU).
      * With bf16 activations the gradient between them is rounded to bf16 once, as autocast
      * stores it: the GEMM writes it so where the table can (ops.h zs_linear_bwd16_ok). */
-    if (h && zs_linear_bwd16_ok(o, BT, 4 * C, C, h)) {
+    if (h && zs_linear_bwd16_ok(o, BT, 4 * C, C, h) && zs_linear_dgelu_ok(o, BT, 4 * C, C, h)) {
+        /* the GELU's backward and fc's bias gradient in c_proj's input-gradient GEMM (ops.h
+         * gemm_linear_bwd_dgelu): d16 is fc's output gradient, read as it is */
+        zs_bf16 *d16 = (zs_bf16 *)m->dtmp4;
+        ZS_CHECK(zs_linear_bwd_dgelu16(o, s, d16, g + t[B_FCB], a->fch, g + t[B_FCPW],
+                                       g + t[B_FCPB], b->dres, a->fch_gelu, h, p + t[B_FCPW], BT,
+                                       4 * C, C));
+        dc16 = ln16 && zs_linear_dinp16_ok(o, BT, C, 4 * C, h, 1);
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, dc16, g + t[B_FCW], NULL, d16, a->ln2, h,
+                                   p + t[B_FCW], BT, C, 4 * C, 1));
+    } else if (h && zs_linear_bwd16_ok(o, BT, 4 * C, C, h)) {
         zs_bf16 *d16 = (zs_bf16 *)m->dtmp4;
         ZS_CHECK(zs_linear_bwd_set16(o, s, d16, g + t[B_FCPW], g + t[B_FCPB], b->dres, a->fch_gelu,
                                      h, p + t[B_FCPW], BT, 4 * C, C));
@@ -372,12 +382,14 @@ static int reads16(const zs_ops *o) {
     return o->layernorm_bwd16 != NULL;
 }
 
-/* block_forward's and block_backward's linears: qkv, the attention projection, fc, fc_proj. */
-static int gpt2_linears(const zs_model_config *c, zs_linear_dims *out) {
+/* block_forward's and block_backward's linears: qkv (its gradient bf16 where the attention's
+ * output is: flash_attention_bwd16g), the attention projection, fc (its gradient bf16 from
+ * c_proj's DGELU GEMM where both layers' operands fit), fc_proj. */
+static int gpt2_linears(const zs_model_config *c, int naive, zs_linear_dims *out) {
     const int C = c->n_embd;
-    out[0] = (zs_linear_dims){C, 3 * C, 1, 1, 0, 0};
+    out[0] = (zs_linear_dims){C, 3 * C, 1, 1, 0, zs_attn_out16(1, naive, C / c->n_head)};
     out[1] = (zs_linear_dims){C, C, 1, 0, 0, 0}; /* attention's output: fp32 */
-    out[2] = (zs_linear_dims){C, 4 * C, 1, 1, 0, 0};
+    out[2] = (zs_linear_dims){C, 4 * C, 1, 1, 0, ZS_LINEAR_G16_FIT};
     out[3] = (zs_linear_dims){4 * C, C, 1, 1, 0, 0};
     return 4;
 }

@@ -314,7 +314,8 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
 }
 
 /* block_forward's and block_backward's linears: q, k, v, o; gate, up, down. */
-static int llama_linears(const zs_model_config *c, zs_linear_dims *out) {
+static int llama_linears(const zs_model_config *c, int naive, zs_linear_dims *out) {
+    (void)naive; /* v's gradient is the attention's fp32 dv either way */
     const int C = c->n_embd, F = c->ffn_hidden, hs = C / c->n_head;
     const int QD = hs * c->n_head, KD = hs * c->n_kv_head;
     out[0] = (zs_linear_dims){C, QD, 1, 1, 0, 1}; /* q and k: rope_bwd16's gradients */

@@ -113,10 +113,11 @@ uint64_t zs_model_activation_bytes(const zs_model_config *cfg, const zs_model_op
     return A ? carve_arena(A, B, T, &k.m.b) * sizeof(float) : 0;
 }
 
-int zs_model_linears(const zs_model_config *cfg, zs_linear_dims *out) {
+int zs_model_linears(const zs_model_config *cfg, const zs_model_options *opts,
+                     zs_linear_dims *out) {
     const zs_arch_impl *A = arch_of(cfg->arch);
     if (!A) return 0;
-    int n = A->block_linears(cfg, out);
+    int n = A->block_linears(cfg, opts && opts->attention == ZS_ATTENTION_NAIVE, out);
     for (int i = 0; i < n; i++)
         out[i].count *= cfg->n_layer;
     out[n++] = (zs_linear_dims){cfg->n_embd, cfg->padded_vocab, 1, 0, 1, 0}; /* the head */

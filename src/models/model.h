@@ -56,14 +56,21 @@ zs_status zs_model_infer(zs_model_t *m, const int32_t *inputs, int B, int T, con
  * bf16 (a norm's, GELU's or SwiGLU's output, read by GEMMs only); dout16: the output head,
  * whose gradient a table with softmax_xent16 leaves in bf16 (zs_linear_bwd16_set); g16: its
  * output gradient is stored in bf16 by its producer with bf16 activations (LLaMA's gate and
- * up: swiglu_bwd16; q and k: rope_bwd16; zs_linear_bwd_g16). */
+ * up: swiglu_bwd16; q and k: rope_bwd16; GPT-2's c_attn with flash attention's bf16 gradients;
+ * zs_linear_bwd_g16), or ZS_LINEAR_G16_FIT: in bf16 where the layer's operands and its
+ * mirror's (OC -> IC) fit the GEMM scratch together (zs_linear_bwd16_ok), else fp32: GPT-2's
+ * fc, whose gradient c_proj's input-gradient GEMM writes through the GELU (backend/ops.h
+ * gemm_linear_bwd_dgelu). What the CUDA bf16 table does; the estimator counts the scratch for
+ * it only. */
+#define ZS_LINEAR_G16_FIT 2
 typedef struct zs_linear_dims {
     int IC, OC, count, in16, dout16, g16;
 } zs_linear_dims;
 #define ZS_MODEL_MAX_LINEARS 8
-/* The shapes of the linear layers one training step runs: the blocks', then the output head.
- * Returns how many (at most ZS_MODEL_MAX_LINEARS), 0 for an unknown architecture. */
-int zs_model_linears(const zs_model_config *cfg, zs_linear_dims *out);
+/* The shapes of the linear layers one training step runs with opts (NULL = defaults): the
+ * blocks', then the output head. Returns how many (at most ZS_MODEL_MAX_LINEARS), 0 for an
+ * unknown architecture. */
+int zs_model_linears(const zs_model_config *cfg, const zs_model_options *opts, zs_linear_dims *out);
 
 /* Activation bytes the model allocates for (B, T) with opts (NULL = defaults): used by the
  * memory estimator. */

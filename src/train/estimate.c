@@ -214,11 +214,15 @@ zs_status zs_mem_estimate_compute_opts(const zs_model_config *cfg, int world, in
          * that grows to a power of two (>= 64 elements) covering the largest cast (backend/
          * ops.h ZS_GEMM_CAST_MAX): the most any linear layer of a step asks. */
         zs_linear_dims lin[ZS_MODEL_MAX_LINEARS];
-        int nl = bf16 ? zs_model_linears(cfg, lin) : 0;
+        int nl = bf16 ? zs_model_linears(cfg, &mo, lin) : 0;
         uint64_t cast = 0;
         for (int i = 0; i < nl; i++) {
-            uint64_t e = zs_linear_cast_elems(micro * seq, lin[i].IC, lin[i].OC, lin[i].in16,
-                                              lin[i].dout16, lin[i].g16);
+            const zs_linear_dims *d = &lin[i];
+            int N = micro * seq, gb = d->g16; /* the layer's output gradient in bf16 */
+            if (gb == ZS_LINEAR_G16_FIT)      /* as zs_linear_bwd16_ok decides */
+                gb = zs_linear_bwd_cast_elems(N, d->IC, d->OC, d->in16, 0) &&
+                     zs_linear_bwd_cast_elems(N, d->OC, d->IC, d->in16, 0);
+            uint64_t e = zs_linear_cast_elems(N, d->IC, d->OC, d->in16, d->dout16, gb);
             if (e > cast) cast = e;
         }
         if (cast) {

@@ -319,7 +319,7 @@ void zs_cu_blas_unlock(void);
 zs_status zs_cu_blaslt(cublasLtHandle_t *out);
 
 /* The gemms of the tables (gemm_cuda.cu; ops.h gemm, linear_fwd_bias, gemm_linear_bwd,
- * gemm_linear_bwd16). */
+ * gemm_linear_bwd_dgelu, gemm_linear_bwd16). */
 zs_status zs_cu_gemm(zs_stream_t *s, int transa, int transb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
@@ -340,6 +340,10 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
                                      const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
                                      int inp16, const float *W, int N, int IC, int OC,
                                      float dinp_beta);
+zs_status zs_cu_gemm_linear_bwd_dgelu(zs_stream_t *s, zs_bf16 *dinp, float *dinp_dbias,
+                                      const zs_bf16 *gelu_pre, float *dW, float *dbias,
+                                      const float *dout, const void *inp, int inp16, const float *W,
+                                      int N, int IC, int OC);
 zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                   float dinp_beta);
@@ -365,7 +369,7 @@ zs_status zs_cu_add(zs_stream_t *s, float *out, const float *a, const float *b, 
 /* One cuBLASLt product on bf16 A and B with an epilogue (gemm_lt_cuda.cu): its descriptors, and
  * the heuristic's algorithm among those that take the operands' own alignment; found 0 where
  * cuBLASLt offers none (the caller's fallback then runs). */
-typedef enum { ZS_LT_BIAS, ZS_LT_GELU_AUX_BIAS, ZS_LT_BGRADB } zs_lt_epilogue;
+typedef enum { ZS_LT_BIAS, ZS_LT_GELU_AUX_BIAS, ZS_LT_BGRADB, ZS_LT_DGELU_BGRAD } zs_lt_epilogue;
 typedef struct zs_lt_call {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t d;
@@ -375,7 +379,9 @@ typedef struct zs_lt_call {
 } zs_lt_call;
 /* C (m x n, ld ldc; bf16 where c16, else fp32) = op(A) op(B), with epi: + bias[i] on row i (an
  * fp32 bias); GELU_AUX_BIAS: C (bf16) the GELU of that sum, aux (bf16, ld ldc) the sum; BGRADB:
- * bias[j] = op(B)'s column j summed along k (written, not added). */
+ * bias[j] = op(B)'s column j summed along k (written, not added); DGELU_BGRAD: C (bf16) the
+ * GELU's gradient of aux (bf16, ld ldc, read) times the product, bias[i] = row i of that summed
+ * (written). */
 zs_status zs_cu_lt_plan(zs_lt_call *c, zs_lt_epilogue epi, int transa, int transb, int m, int n,
                         int k, const void *A, int lda, const void *B, int ldb, const void *C,
                         int c16, int ldc, const float *bias, void *aux);
@@ -386,6 +392,14 @@ void zs_cu_lt_free(zs_lt_call *c);
  * with the cuBLAS lock held (gemm_cuda.cu). */
 zs_status zs_cu_lt_dw_bgrad(zs_stream_t *s, float *dW, float *dbias, const zs_bf16 *x,
                             const zs_bf16 *g, int N, int IC, int OC, int *done);
+/* The input gradient of a layer whose input went through a GELU (GPT-2's c_proj after fc's
+ * GELU): dinp (N x IC, bf16) = gelu'(pre) (g W), pre (N x IC, bf16) the GELU's input as
+ * GELU_AUX_BIAS kept it, g (N x OC) and w (OC x IC) bf16, from cublasLtMatmul's DGELU_BGRAD
+ * epilogue on the fp32 sums before their one rounding, and dbias[IC] += dinp's column sums (the
+ * GELU layer's bias gradient, through the stream's reduction scratch, in cuBLASLt's order); *done
+ * 0, nothing launched, where cuBLASLt has no algorithm. Called with the cuBLAS lock held. */
+zs_status zs_cu_lt_dinp_dgelu(zs_stream_t *s, zs_bf16 *dinp, float *dbias, const zs_bf16 *pre,
+                              const zs_bf16 *w, const zs_bf16 *g, int N, int IC, int OC, int *done);
 
 /* Network ops (nn_cuda.cu; the embedding in embedding_cuda.cu; RMSNorm, RoPE and SwiGLU in
  * llama_cuda.cu). */

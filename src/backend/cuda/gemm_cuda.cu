@@ -391,11 +391,11 @@ fail:
  * epilogue, in cuBLASLt's order; where cuBLASLt has no algorithm the bias pass sums it), and with a
  * GELU is read there as it is, the G it writes taking an fp32 dout's room. dinp16: the dinp GEMM
  * writes bf16. */
-zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW,
-                                     float *dbias, const void *dout, int dout16,
-                                     const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
-                                     int inp16, const float *W, int N, int IC, int OC,
-                                     float dinp_beta) {
+static zs_status linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW, float *dbias,
+                                 const void *dout, int dout16, const void *gelu_inp, int gelu16,
+                                 float *dtmp, const void *inp, int inp16, const float *W, int N,
+                                 int IC, int OC, float dinp_beta, const zs_bf16 *dgelu,
+                                 float *dgelu_dbias) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     int g16 = dout16 && !gelu_inp; /* G is dout as it is */
@@ -453,10 +453,21 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
     if (!inp16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + nw + nd, (const float *)inp, (size_t)IC * N));
     {
         const zs_bf16 *g = g16 ? (const zs_bf16 *)dout : w + nw;
-        ZS_CHECK(blas_gemm_c(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, wb, IC, g, OC,
-                             CUDA_R_16BF, dinp_beta, dinp, dinp16 ? CUDA_R_16BF : CUDA_R_32F, IC));
+        int done = 0; /* dinp through the GELU with its bias gradient (DGELU_BGRAD), or dW's
+                       * product with G's bias gradient (BGRADB), where cuBLASLt can */
+        if (dgelu)
+            ZS_CHECK(zs_cu_lt_dinp_dgelu(s, (zs_bf16 *)dinp, dgelu_dbias, dgelu, wb, g, N, IC, OC,
+                                         &done));
+        if (!done)
+            ZS_CHECK(blas_gemm_c(h, CUBLAS_COMPUTE_32F, 0, 0, IC, N, OC, 1.0f, wb, IC, g, OC,
+                                 CUDA_R_16BF, dinp_beta, dinp, dinp16 ? CUDA_R_16BF : CUDA_R_32F,
+                                 IC));
+        if (dgelu && !done) /* the GELU's backward and its bias gradient in place, as
+                             * gelu_bwd_set16 would: the two-step path's bits */
+            ZS_CHECK(
+                zs_cu_bias_bwd_cast(s, dgelu_dbias, dinp, 1, N, IC, (zs_bf16 *)dinp, dgelu, 1));
         const zs_bf16 *x = inp16 ? (const zs_bf16 *)inp : w + nw + nd;
-        int done = 0; /* a bf16 G's bias gradient in dW's product (BGRADB), where cuBLASLt can */
+        done = 0;
         if (g16 && dbias) ZS_CHECK(zs_cu_lt_dw_bgrad(s, dW, dbias, x, g, N, IC, OC, &done));
         if (!done)
             ZS_CHECK(blas_gemm(h, CUBLAS_COMPUTE_32F, 0, 1, IC, OC, N, 1.0f, x, IC, g, OC,
@@ -466,6 +477,31 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
     }
 fail:
     blas_end(h);
+    return st;
+}
+
+zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW,
+                                     float *dbias, const void *dout, int dout16,
+                                     const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
+                                     int inp16, const float *W, int N, int IC, int OC,
+                                     float dinp_beta) {
+    return linear_bwd_bf16(s, dinp, dinp16, dW, dbias, dout, dout16, gelu_inp, gelu16, dtmp, inp,
+                           inp16, W, N, IC, OC, dinp_beta, NULL, NULL);
+}
+
+/* ops.h gemm_linear_bwd_dgelu: linear_bwd_bf16 with dinp16, set, and dinp through the GELU of
+ * gelu_pre (zs_cu_lt_dinp_dgelu; where cuBLASLt has no algorithm, dinp rounded, then bias_bwd's
+ * GELU pass over it in place: gelu_bwd16's bits, as the fc layer's backward would). */
+zs_status zs_cu_gemm_linear_bwd_dgelu(zs_stream_t *s, zs_bf16 *dinp, float *dinp_dbias,
+                                      const zs_bf16 *gelu_pre, float *dW, float *dbias,
+                                      const float *dout, const void *inp, int inp16, const float *W,
+                                      int N, int IC, int OC) {
+    zs_status st = ZS_OK;
+    ZS_REQUIRE(dinp && dinp_dbias && gelu_pre, ZS_ERR_INVALID,
+               "linear_bwd_dgelu: NULL input gradient, its bias gradient or the GELU's input");
+    return linear_bwd_bf16(s, dinp, 1, dW, dbias, dout, 0, NULL, 0, NULL, inp, inp16, W, N, IC, OC,
+                           0.0f, gelu_pre, dinp_dbias);
+fail:
     return st;
 }
 

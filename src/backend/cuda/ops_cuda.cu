@@ -440,19 +440,20 @@ fail:
  * gemm's arithmetic and, for bf16, in flash attention on tensor cores. */
 static const zs_ops *cuda_with_math(zs_gemm_math math);
 
-#define CUDA_TABLE(math, gemm_fn, gemm16_fn, linear_bias_fn, linear_bwd_fn, linear_bwd16_fn,       \
-                   xent16_fn, flash_fwd, flash_bwd, flash_fwd16, flash_bwd16, flash_bwd16g,        \
-                   qkv16_hs, flash_fwd16q, flash_bwd16q)                                           \
+#define CUDA_TABLE(math, gemm_fn, gemm16_fn, linear_bias_fn, linear_bwd_fn, linear_dgelu_fn,       \
+                   linear_bwd16_fn, xent16_fn, flash_fwd, flash_bwd, flash_fwd16, flash_bwd16,     \
+                   flash_bwd16g, qkv16_hs, flash_fwd16q, flash_bwd16q)                             \
     {                                                                                              \
         .name = "cuda", .gemm_math = math, .with_math = cuda_with_math, .gemm = gemm_fn,           \
         .gemm16 = gemm16_fn, .linear_fwd_bias = linear_bias_fn, .gemm_linear_bwd = linear_bwd_fn,  \
-        .gemm_linear_bwd16 = linear_bwd16_fn, .twin16 = zs_cu_twin16, .bias_fwd = zs_cu_bias_fwd,  \
-        .bias_bwd = cu_bias_bwd, .bias_residual_fwd = cu_bias_residual_fwd,                        \
-        .bias_gelu_fwd = cu_bias_gelu_fwd, .bias_gelu_fwd16 = zs_cu_bias_gelu_fwd16,               \
-        .embedding_fwd = zs_cu_embedding_fwd, .embedding_bwd = zs_cu_embedding_bwd,                \
-        .layernorm_fwd = zs_cu_layernorm_fwd, .layernorm_fwd16 = zs_cu_layernorm_fwd16,            \
-        .layernorm_bwd = zs_cu_layernorm_bwd, .layernorm_bwd16 = zs_cu_layernorm_bwd16,            \
-        .gelu_fwd = zs_cu_gelu_fwd, .gelu_bwd = zs_cu_gelu_bwd, .gelu_bwd16 = zs_cu_gelu_bwd16,    \
+        .gemm_linear_bwd_dgelu = linear_dgelu_fn, .gemm_linear_bwd16 = linear_bwd16_fn,            \
+        .twin16 = zs_cu_twin16, .bias_fwd = zs_cu_bias_fwd, .bias_bwd = cu_bias_bwd,               \
+        .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd,              \
+        .bias_gelu_fwd16 = zs_cu_bias_gelu_fwd16, .embedding_fwd = zs_cu_embedding_fwd,            \
+        .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
+        .layernorm_fwd16 = zs_cu_layernorm_fwd16, .layernorm_bwd = zs_cu_layernorm_bwd,            \
+        .layernorm_bwd16 = zs_cu_layernorm_bwd16, .gelu_fwd = zs_cu_gelu_fwd,                      \
+        .gelu_bwd = zs_cu_gelu_bwd, .gelu_bwd16 = zs_cu_gelu_bwd16,                                \
         .attention_fwd = zs_cu_attention_fwd, .attention_bwd = zs_cu_attention_bwd,                \
         .residual_fwd = cu_residual_fwd, .axpy = cu_axpy, .softmax_xent = zs_cu_softmax_xent,      \
         .softmax_xent16 = xent16_fn, .adamw = zs_cu_adamw, .adamw_segs = zs_cu_adamw_segs,         \
@@ -475,17 +476,17 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
     }
 
 static const zs_ops cuda_ops[3] = {
-    CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, NULL, NULL, zs_cu_flash_attention_fwd,
-               zs_cu_flash_attention_bwd, zs_cu_flash_attention_fwd16, zs_cu_flash_attention_bwd16,
-               NULL, NULL, NULL, NULL),
-    CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, NULL, NULL,
+    CUDA_TABLE(ZS_MATH_FP32, zs_cu_gemm, NULL, NULL, NULL, NULL, NULL, NULL,
+               zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd, zs_cu_flash_attention_fwd16,
+               zs_cu_flash_attention_bwd16, NULL, NULL, NULL, NULL),
+    CUDA_TABLE(ZS_MATH_TF32, zs_cu_gemm_tf32, NULL, NULL, NULL, NULL, NULL, NULL,
                zs_cu_flash_attention_fwd, zs_cu_flash_attention_bwd, zs_cu_flash_attention_fwd16,
                zs_cu_flash_attention_bwd16, NULL, NULL, NULL, NULL),
     CUDA_TABLE(ZS_MATH_BF16, zs_cu_gemm_bf16, zs_cu_gemm16, zs_cu_linear_fwd_bias,
-               zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd16, zs_cu_softmax_xent16,
-               zs_cu_flash_tc_fwd, zs_cu_flash_tc_bwd, zs_cu_flash_tc_fwd16, zs_cu_flash_tc_bwd16,
-               zs_cu_flash_tc_bwd16g, zs_cu_flash_tc_eligible, zs_cu_flash_tc_fwd16q,
-               zs_cu_flash_tc_bwd16q)};
+               zs_cu_gemm_linear_bwd_bf16, zs_cu_gemm_linear_bwd_dgelu, zs_cu_gemm_linear_bwd16,
+               zs_cu_softmax_xent16, zs_cu_flash_tc_fwd, zs_cu_flash_tc_bwd, zs_cu_flash_tc_fwd16,
+               zs_cu_flash_tc_bwd16, zs_cu_flash_tc_bwd16g, zs_cu_flash_tc_eligible,
+               zs_cu_flash_tc_fwd16q, zs_cu_flash_tc_bwd16q)};
 
 static const zs_ops *cuda_with_math(zs_gemm_math math) {
     return &cuda_ops[math == ZS_MATH_TF32 ? 1 : math == ZS_MATH_BF16 ? 2 : 0];
