@@ -323,9 +323,10 @@ static void check_out16(int B, int T, int NH, int NKV, int hs, int packed, int d
         free(hbufs[i]);
 }
 
-/* flash_attention_fwd16q and bwd16q (bf16 q, k, v: GPT-2's kept qkv, ops.h) against fwd16 and
- * bwd16g given the same values widened, bit for bit: out, lse, delta and dq | dk | dv. off moves
- * the bf16 inputs by that many elements (1: rows not 8-byte aligned, the scalar loads). */
+/* flash_attention_fwd16q and bwd16q (bf16 q, k, v: GPT-2's kept qkv, and bwd16q's bf16 dO;
+ * ops.h) against fwd16 and bwd16g given the same values widened, bit for bit: out, lse, delta and
+ * dq | dk | dv. off moves the bf16 inputs by that many elements (1: rows not 8-byte aligned, the
+ * scalar loads). */
 static void check_qkv16(int B, int T, int NH, int NKV, int hs, int packed, int docs, int off) {
     char what[160];
     snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d hs=%d%s%s%s", B, T, NH, NKV, hs,
@@ -337,14 +338,14 @@ static void check_qkv16(int B, int T, int NH, int NKV, int hs, int packed, int d
     size_t gk = packed ? QD : nq, gv = packed ? QD + KD : nq + nk;
     int32_t *seg = docs ? make_seg(B, T) : NULL;
     float *h = zt_malloc((ni + no) * 4 + 4);
-    zs_bf16 *h16 = zt_malloc((ni + off) * 2 + 2);
+    zs_bf16 *h16 = zt_malloc((ni + no + off) * 2 + 2);
     zt_fill_normal(h, ni + no, 1.0f);
-    for (size_t i = 0; i < ni; i++) { /* the inputs bf16 values, and their bf16 copy */
+    for (size_t i = 0; i < ni + no; i++) { /* q, k, v and dO bf16 values, and their bf16 copy */
         h16[off + i] = zs_f32_to_bf16(h[i]);
         h[i] = zs_bf16_to_f32(h16[off + i]);
     }
     float *d_in = dev_up(h, (ni + no) * 4), *d_dout = d_in + ni;
-    zs_bf16 *d_in16b = dev_up(h16, (ni + off) * 2), *d_in16 = d_in16b + off;
+    zs_bf16 *d_in16b = dev_up(h16, (ni + no + off) * 2), *d_in16 = d_in16b + off;
     int32_t *d_seg = docs ? dev_up(seg, BT * sizeof(int32_t)) : NULL;
     float *pz = zt_malloc((ng + no + nl) * 4 + 4);
     zt_poison(pz, ng + no + nl);
@@ -360,7 +361,7 @@ static void check_qkv16(int B, int T, int NH, int NKV, int hs, int packed, int d
     ZT_OK(gpu->flash_attention_bwd16g(NULL, d_ga, d_ga + gk, d_ga + gv, d_da, d_dout, d_in,
                                       d_in + ko, d_in + vo, d_oa, d_la, B, T, NH, NKV, hs, (int)ldq,
                                       (int)ldkv, d_seg));
-    ZT_OK(gpu->flash_attention_bwd16q(NULL, d_gb, d_gb + gk, d_gb + gv, d_db, d_dout, d_in16,
+    ZT_OK(gpu->flash_attention_bwd16q(NULL, d_gb, d_gb + gk, d_gb + gv, d_db, d_in16 + ni, d_in16,
                                       d_in16 + ko, d_in16 + vo, d_ob, d_lb, B, T, NH, NKV, hs,
                                       (int)ldq, (int)ldkv, d_seg));
     void *oa = dev_down_bytes(d_oa, no * 2), *ob = dev_down_bytes(d_ob, no * 2);
@@ -394,8 +395,8 @@ static void check_qkv16_refused(const zs_ops *f32) {
         gpu->flash_attention_fwd16q(NULL, d, d_l, d, d + 24, d + 48, 1, 2, 1, 1, 24, 72, 72, NULL);
     ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "head size 24"),
              "fwd16q: head size 24 refused naming it (%s)", zs_last_error());
-    st = gpu->flash_attention_bwd16q(NULL, d, d + 24, d + 48, d_l, d_l, d, d + 24, d + 48, d, d_l,
-                                     1, 2, 1, 1, 24, 72, 72, NULL);
+    st = gpu->flash_attention_bwd16q(NULL, d, d + 24, d + 48, d_l, d, d, d + 24, d + 48, d, d_l, 1,
+                                     2, 1, 1, 24, 72, 72, NULL);
     ZT_CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "head size 24"),
              "bwd16q: head size 24 refused naming it (%s)", zs_last_error());
     ZT_CHECK(!f32->flash_qkv16_hs && !f32->flash_attention_fwd16q && !f32->flash_attention_bwd16q,

@@ -289,10 +289,11 @@ static void check_flash_tc(int NH, int NKV, int packed, int T) {
     prof_stop();
     check_rec(rec("fa_tc_delta16_kernel"), 3, 0, NULL);
     check_tc_bwd(nbuf, T);
-    /* and bf16 q, k, v (fwd16q, bwd16q): two bytes an element read */
+    /* and bf16 q, k, v (fwd16q, bwd16q) and bwd16q's bf16 dO: two bytes an element read */
     zs_bf16 *q16 = (zs_bf16 *)drand((nq + 2 * nk + 1) / 2), *k16 = packed ? q16 + QD : q16 + nq,
-            *v16 = packed ? q16 + QD + KD : q16 + nq + nk;
+            *v16 = packed ? q16 + QD + KD : q16 + nq + nk, *dout16 = (zs_bf16 *)drand((no + 1) / 2);
     ZT_OK(tc->cast(NULL, q16, ZS_DTYPE_BF16, qb, ZS_DTYPE_F32, nq));
+    ZT_OK(tc->cast(NULL, dout16, ZS_DTYPE_BF16, dout, ZS_DTYPE_F32, no));
     if (!packed) {
         ZT_OK(tc->cast(NULL, k16, ZS_DTYPE_BF16, kb, ZS_DTYPE_F32, nk));
         ZT_OK(tc->cast(NULL, v16, ZS_DTYPE_BF16, vb, ZS_DTYPE_F32, nk));
@@ -303,7 +304,7 @@ static void check_flash_tc(int NH, int NKV, int packed, int T) {
     prof_stop();
     check_rec(rec("fa_tc_fwd16_kernel"), 2 + nbuf, 0, NULL);
     prof_start();
-    ZT_OK(tc->flash_attention_bwd16q(NULL, g16, g16 + ok, g16 + ov, delta, dout, q16, k16, v16,
+    ZT_OK(tc->flash_attention_bwd16q(NULL, g16, g16 + ok, g16 + ov, delta, dout16, q16, k16, v16,
                                      out16, lse, B, T, NH, NKV, hs, (int)ldq, (int)ldkv, NULL));
     prof_stop();
     check_rec(rec("fa_tc_delta16_kernel"), 3, 0, NULL);

@@ -410,13 +410,15 @@ typedef struct zs_ops {
     /* Optional, set together in the CUDA bf16 table (NULL: the model widens bf16 q, k, v into
      * fp32 scratch): fwd16 and bwd16g with bf16 q, k, v for the head sizes flash_qkv16_hs accepts
      * (1; else ZS_ERR_INVALID), the bits of fwd16 and bwd16g on the values widened, whose kernels
-     * round q, k, v to bf16 anyway (GPT-2's kept qkv, docs/models.md "Activations"). */
+     * round q, k, v to bf16 anyway (GPT-2's kept qkv, docs/models.md "Activations"). bwd16q's
+     * dO is bf16 too, as autocast's projection backward stores it (the kernels' MMA operand
+     * anyway; delta = dO.O reads it widened). */
     int (*flash_qkv16_hs)(int hs);
     zs_status (*flash_attention_fwd16q)(zs_stream_t *s, zs_bf16 *out, float *lse, const zs_bf16 *q,
                                         const zs_bf16 *k, const zs_bf16 *v, int B, int T, int NH,
                                         int NKV, int hs, int ldq, int ldkv, const int32_t *seg);
     zs_status (*flash_attention_bwd16q)(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv,
-                                        float *delta, const float *dout, const zs_bf16 *q,
+                                        float *delta, const zs_bf16 *dout, const zs_bf16 *q,
                                         const zs_bf16 *k, const zs_bf16 *v, const zs_bf16 *out,
                                         const float *lse, int B, int T, int NH, int NKV, int hs,
                                         int ldq, int ldkv, const int32_t *seg);

@@ -306,16 +306,22 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     if (h && !dc16) ZS_CHECK(o->round16(s, b->dC, nC));
     ZS_CHECK(ln_bwd(b, g + t[B_LN2W], g + t[B_LN2B], b->dC, dc16, a->res2, NULL, p + t[B_LN2W],
                     a->ln2_mean, a->ln2_rstd, BT));
-    /* res2 = x + attn_proj(atty). */
-    ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty, o16,
-                               p + t[B_PROJW], BT, C, C));
     /* With a bf16 out (bf16 activations) q | k | v are bf16 (qkv_fwd16), read as they are
      * where the table can, else widened into dtmp4 (free once the MLP's backward is done);
      * attention's input gradient dqkv is rounded to bf16 once, as autocast stores it: written
      * so where the table can (ops.h flash_attention_bwd16g) and read as it is by c_attn's
-     * backward, else rounded in place. */
+     * backward, else rounded in place. Where it reads bf16 q, k, v its output gradient dO is
+     * bf16 too, as autocast's projection backward returns it: c_proj's GEMM rounds its sums
+     * once into dC (flash_attention_bwd16q reads it so), where the table can write it so. */
     const float *qkv = a->qkv; /* fp32: o16 0, or widened */
-    const int reads16 = o16 && qkv16_reads(o, C / NH);
+    const int reads16 = o16 && qkv16_reads(o, C / NH) && zs_linear_dinp16_ok(o, BT, C, C, o16, 0);
+    /* res2 = x + attn_proj(atty). */
+    if (reads16)
+        ZS_CHECK(zs_linear_bwd_set16(o, s, (zs_bf16 *)b->dC, g + t[B_PROJW], g + t[B_PROJB],
+                                     b->dres, a->atty, o16, p + t[B_PROJW], BT, C, C));
+    else
+        ZS_CHECK(zs_linear_bwd_set(o, s, b->dC, g + t[B_PROJW], g + t[B_PROJB], b->dres, a->atty,
+                                   o16, p + t[B_PROJW], BT, C, C));
     if (o16 && !reads16) {
         ZS_CHECK(o->cast(s, m->dtmp4, ZS_DTYPE_F32, a->qkv, ZS_DTYPE_BF16, 3 * nC));
         qkv = m->dtmp4;
@@ -324,9 +330,9 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
         zs_bf16 *d16 = (zs_bf16 *)m->dqkv;
         const zs_bf16 *q16 = a->qkv;
         if (reads16)
-            ZS_CHECK(o->flash_attention_bwd16q(s, d16, d16 + C, d16 + 2 * C, b->datt, b->dC, q16,
-                                               q16 + C, q16 + 2 * C, a->atty, a->lse, B, T, NH, NH,
-                                               C / NH, 3 * C, 3 * C, b->seg));
+            ZS_CHECK(o->flash_attention_bwd16q(
+                s, d16, d16 + C, d16 + 2 * C, b->datt, (const zs_bf16 *)b->dC, q16, q16 + C,
+                q16 + 2 * C, a->atty, a->lse, B, T, NH, NH, C / NH, 3 * C, 3 * C, b->seg));
         else
             ZS_CHECK(o->flash_attention_bwd16g(s, d16, d16 + C, d16 + 2 * C, b->datt, b->dC, qkv,
                                                qkv + C, qkv + 2 * C, a->atty, a->lse, B, T, NH, NH,

@@ -528,13 +528,13 @@ zs_status zs_cu_flash_tc_bwd16g(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf1
                                 const float *dout, const float *q, const float *k, const float *v,
                                 const zs_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
                                 int hs, int ldq, int ldkv, const int32_t *seg);
-/* fwd16 and bwd16g with q, k and v in bf16 (ops.h flash_attention_fwd16q/bwd16q), for the
- * head sizes zs_cu_flash_tc_eligible accepts only. */
+/* fwd16 and bwd16g with q, k and v in bf16 (ops.h flash_attention_fwd16q/bwd16q; bwd16q's dO
+ * too), for the head sizes zs_cu_flash_tc_eligible accepts only. */
 zs_status zs_cu_flash_tc_fwd16q(zs_stream_t *s, zs_bf16 *out, float *lse, const zs_bf16 *q,
                                 const zs_bf16 *k, const zs_bf16 *v, int B, int T, int NH, int NKV,
                                 int hs, int ldq, int ldkv, const int32_t *seg);
 zs_status zs_cu_flash_tc_bwd16q(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv, float *delta,
-                                const float *dout, const zs_bf16 *q, const zs_bf16 *k,
+                                const zs_bf16 *dout, const zs_bf16 *q, const zs_bf16 *k,
                                 const zs_bf16 *v, const zs_bf16 *out, const float *lse, int B,
                                 int T, int NH, int NKV, int hs, int ldq, int ldkv,
                                 const int32_t *seg);

@@ -7,9 +7,9 @@
 /* ---- backward: delta, dq, dk and dv --------------------------------------------------------- */
 
 /* delta = dO.O per row: a warp per row, lanes over the head's elements, the warp's butterfly;
- * out fp32, or bf16 (flash_attention_bwd16) widened as it is read. */
-template <typename OT>
-static __device__ __forceinline__ void tc_delta_rows(float *delta, const float *dout, const OT *out,
+ * dO and out fp32, or bf16 (out: flash_attention_bwd16; dO too: bwd16q) widened as read. */
+template <typename DT, typename OT>
+static __device__ __forceinline__ void tc_delta_rows(float *delta, const DT *dout, const OT *out,
                                                      const tc_view &a) {
     int lane = (int)threadIdx.x % 32;
     size_t rows = (size_t)a.B * a.NH * a.T;
@@ -21,7 +21,7 @@ static __device__ __forceinline__ void tc_delta_rows(float *delta, const float *
         size_t o = tc_orow(a, b, i, h);
         float acc = 0.0f;
         for (int e = lane; e < a.hs; e += 32)
-            acc += dout[o + e] * zs_cu_widen(out[o + e]);
+            acc += zs_cu_widen(dout[o + e]) * zs_cu_widen(out[o + e]);
         acc = zs_cu_warp_sum(acc);
         if (lane == 0) delta[idx] = acc;
     }
@@ -32,7 +32,8 @@ static __global__ void fa_tc_delta_kernel(float *delta, const float *dout, const
     tc_delta_rows(delta, dout, out, a);
 }
 
-static __global__ void fa_tc_delta16_kernel(float *delta, const float *dout, const zs_bf16 *out,
+template <typename DT>
+static __global__ void fa_tc_delta16_kernel(float *delta, const DT *dout, const zs_bf16 *out,
                                             tc_view a) {
     tc_delta_rows(delta, dout, out, a);
 }
@@ -71,7 +72,7 @@ static __device__ __forceinline__ void tc_store_grad(GT *row, const zs_mma_c *o,
 // clang-format off
 template <int HS, typename GT, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_q_kernel(GT *dq,
-        const float *dout, const QT *q, const QT *k, const QT *v, const float *lse,
+        const QT *dout, const QT *q, const QT *k, const QT *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
     // clang-format on
     ZS_SHARED_ALIGNED(uint16_t, ks, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* K [key][dim] */
@@ -203,8 +204,8 @@ static __device__ __forceinline__ void tc_mask_keys(zs_mma_c *s, const tc_view &
 /* The key-parallel body: dk where DK, dv where DV, RT tiles of 16 keys a warp. */
 template <int HS, int RT, bool DK, bool DV, typename GT, typename QT>
 static __device__ __forceinline__ void
-tc_bwd_kv(GT *dk, GT *dv, const float *dout, const QT *q, const QT *k, const QT *v,
-          const float *lse, const float *delta, const int32_t *seg, const tc_view &a) {
+tc_bwd_kv(GT *dk, GT *dv, const QT *dout, const QT *q, const QT *k, const QT *v, const float *lse,
+          const float *delta, const int32_t *seg, const tc_view &a) {
     ZS_SHARED_ALIGNED(uint16_t, qs, FA_TC_TILE * (HS + FA_PAD), FA_SMEM_ALIGN); /* Q [query][dim] */
     ZS_SHARED_ALIGNED(uint16_t, ds, FA_TC_TILE * (HS + FA_PAD),
                       FA_SMEM_ALIGN);               /* dO [query][dim] */
@@ -235,7 +236,7 @@ tc_bwd_kv(GT *dk, GT *dv, const float *dout, const QT *q, const QT *k, const QT 
     int hend = (kvh + 1) * rep, h = kvh * rep, i0 = j0;
     /* the block in flight: Q and dO rows, and (threads below 64) one query's lse, delta, start */
     typename tc_reg<QT>::t qr[FA_TC_PER(HS)];
-    float4 dr[FA_TC_PER(HS)];
+    typename tc_reg<QT>::t dr[FA_TC_PER(HS)];
     float nl = 0.0f, nd = 0.0f;
     int nlo = a.T, e = (int)threadIdx.x;
     tc_fetch<HS>(qr, q + tc_qrow(a, b, 0, h), a.ldq, i0, a.T, a.vec);
@@ -328,19 +329,19 @@ tc_bwd_kv(GT *dk, GT *dv, const float *dout, const QT *q, const QT *k, const QT 
 // clang-format off
 template <int HS, typename GT, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_kv_kernel(GT *dk, GT *dv,
-        const float *dout, const QT *q, const QT *k, const QT *v, const float *lse,
+        const QT *dout, const QT *q, const QT *k, const QT *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
     tc_bwd_kv<HS, 1, true, true>(dk, dv, dout, q, k, v, lse, delta, seg, a);
 }
 template <int HS, typename GT, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dk_kernel(GT *dk,
-        const float *dout, const QT *q, const QT *k, const QT *v, const float *lse,
+        const QT *dout, const QT *q, const QT *k, const QT *v, const float *lse,
         const float *delta, const int32_t *seg, tc_view a) {
     tc_bwd_kv<HS, 2, true, false>(dk, (GT *)NULL, dout, q, k, v, lse, delta, seg, a);
 }
 template <int HS, typename GT, typename QT>
 static __global__ void ZS_BOUNDS(FA_TC_THREADS, 1) fa_tc_bwd_dv_kernel(GT *dv,
-        const float *dout, const QT *q, const QT *k, const float *lse, const int32_t *seg,
+        const QT *dout, const QT *q, const QT *k, const float *lse, const int32_t *seg,
         tc_view a) {
     tc_bwd_kv<HS, 2, false, true>((GT *)NULL, dv, dout, q, k, (const QT *)NULL, lse, NULL, seg, a);
 }
@@ -358,42 +359,59 @@ static bool tc_kv_split(const tc_view &a) {
     return a.T >= ZS_FA_TC_KV_SPLIT_T;
 }
 
+/* delta's launch (priced at the kernels' HS): dO and out both fp32, or out bf16 with dO fp32 or
+ * bf16 (bwd16q). */
+template <int HS>
+static zs_status tc_delta(cudaStream_t cs, float *delta, const float *dout, const float *out,
+                          const tc_view &a) {
+    zs_status st = ZS_OK;
+    size_t rows = (size_t)a.B * a.NH * a.T;
+    ZS_COST(2.0 * HS * rows, 0, 4.0 * (2.0 * HS + 1.0) * rows);
+    ZS_LAUNCH(fa_tc_delta_kernel, zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta, dout, out,
+              a);
+    ZS_CUDA_CHECK_LAUNCH(fa_tc_delta_kernel);
+fail:
+    return st;
+}
+
+template <int HS, typename DT>
+static zs_status tc_delta(cudaStream_t cs, float *delta, const DT *dout, const zs_bf16 *out,
+                          const tc_view &a) {
+    zs_status st = ZS_OK;
+    size_t rows = (size_t)a.B * a.NH * a.T;
+    ZS_COST(2.0 * HS * rows, 0, ((sizeof(DT) + sizeof(zs_bf16)) * HS + 4.0) * rows);
+    ZS_LAUNCH((fa_tc_delta16_kernel<DT>), zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta,
+              dout, out, a);
+    ZS_CUDA_CHECK_LAUNCH(fa_tc_delta16_kernel);
+fail:
+    return st;
+}
+
 /* dq, dk and dv (GT) fp32, or bf16 (flash_attention_bwd16g), each written once. */
 template <int HS, typename OT, typename GT, typename QT>
-static zs_status tc_bwd(cudaStream_t cs, GT *dq, GT *dk, GT *dv, float *delta, const float *dout,
+static zs_status tc_bwd(cudaStream_t cs, GT *dq, GT *dk, GT *dv, float *delta, const QT *dout,
                         const QT *q, const QT *k, const QT *v, const OT *out, const float *lse,
                         const int32_t *seg, const tc_view &a) {
     zs_status st = ZS_OK;
-    size_t rows = (size_t)a.B * a.NH * a.T;
     dim3 gq((unsigned)((a.T + BQ_ROWS - 1) / BQ_ROWS), (unsigned)(a.B * a.NH));
     double uq = tc_units_q(a.T) * a.B * a.NH, ukv = tc_units_kv(a.T) * a.B * a.NH;
     double qe = (double)a.B * a.T * a.NH * HS, kve = (double)a.B * a.T * a.NKV * HS;
-    double sege = seg ? (double)a.B * a.T : 0.0;
-    const double qb = sizeof(QT); /* bytes of a q, k or v element */
+    double sege = seg ? (double)a.B * a.T : 0.0, rows = qe / HS; /* delta and lse rows */
+    const double qb = sizeof(QT); /* bytes of a q, k, v or dO element */
     bool split = tc_kv_split(a);
     int kvr = KV_ROWS(split ? 2 : 1);
     dim3 gkv((unsigned)((a.T + kvr - 1) / kvr), (unsigned)(a.B * a.NKV));
-    ZS_COST(rows * 2.0 * HS, 0, 4.0 * (qe + (double)rows) + sizeof(OT) * qe);
-    if (sizeof(OT) == sizeof(float)) {
-        ZS_LAUNCH(fa_tc_delta_kernel, zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta, dout,
-                  (const float *)out, a);
-        ZS_CUDA_CHECK_LAUNCH(fa_tc_delta_kernel);
-    } else {
-        ZS_LAUNCH(fa_tc_delta16_kernel, zs_cu_blocks(rows * 32), ZS_CU_THREADS, 0, cs, delta, dout,
-                  (const zs_bf16 *)out, a);
-        ZS_CUDA_CHECK_LAUNCH(fa_tc_delta16_kernel);
-    }
+    ZS_CHECK(tc_delta<HS>(cs, delta, dout, out, a));
     /* per unit: S, dP and dq, 2 x 16 x 64 x HS each; p (fmaf, exp2) and dS 6 per score */
     ZS_COST(uq * 16.0 * 64.0 * 6.0 + qe * 2.0, uq * 6.0 * 16.0 * 64.0 * HS,
-            qb * (qe + 2.0 * kve) + 4.0 * (qe + 2.0 * (double)rows + sege) + sizeof(GT) * qe);
+            qb * (2.0 * qe + 2.0 * kve) + 4.0 * (2.0 * rows + sege) + sizeof(GT) * qe);
     ZS_LAUNCH((fa_tc_bwd_q_kernel<HS, GT, QT>), gq, FA_TC_THREADS, 0, cs, dq, dout, q, k, v, lse,
               delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_q_kernel);
     if (!split) {
         /* per unit: S^T, dP^T, dv and dk, 2 x 16 x 64 x HS each */
         ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 3.0, ukv * 8.0 * 16.0 * 64.0 * HS,
-                qb * (qe + 2.0 * kve) + 4.0 * (qe + 2.0 * (double)rows + sege) +
-                    2.0 * sizeof(GT) * kve);
+                qb * (2.0 * qe + 2.0 * kve) + 4.0 * (2.0 * rows + sege) + 2.0 * sizeof(GT) * kve);
         ZS_LAUNCH((fa_tc_bwd_kv_kernel<HS, GT, QT>), gkv, FA_TC_THREADS, 0, cs, dk, dv, dout, q, k,
                   v, lse, delta, seg, a);
         ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_kv_kernel);
@@ -401,13 +419,13 @@ static zs_status tc_bwd(cudaStream_t cs, GT *dq, GT *dk, GT *dv, float *delta, c
     }
     /* per unit: S^T and dv; p (fmaf, exp2) 4 per score */
     ZS_COST(ukv * 16.0 * 64.0 * 4.0 + kve, ukv * 4.0 * 16.0 * 64.0 * HS,
-            qb * (qe + kve) + 4.0 * (qe + (double)rows + sege) + sizeof(GT) * kve);
+            qb * (2.0 * qe + kve) + 4.0 * (rows + sege) + sizeof(GT) * kve);
     ZS_LAUNCH((fa_tc_bwd_dv_kernel<HS, GT, QT>), gkv, FA_TC_THREADS, 0, cs, dv, dout, q, k, lse,
               seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_dv_kernel);
     /* per unit: S^T, dP^T and dk; p and dS 6 per score */
     ZS_COST(ukv * 16.0 * 64.0 * 6.0 + kve * 2.0, ukv * 6.0 * 16.0 * 64.0 * HS,
-            qb * (qe + 2.0 * kve) + 4.0 * (qe + 2.0 * (double)rows + sege) + sizeof(GT) * kve);
+            qb * (2.0 * qe + 2.0 * kve) + 4.0 * (2.0 * rows + sege) + sizeof(GT) * kve);
     ZS_LAUNCH((fa_tc_bwd_dk_kernel<HS, GT, QT>), gkv, FA_TC_THREADS, 0, cs, dk, dout, q, k, v, lse,
               delta, seg, a);
     ZS_CUDA_CHECK_LAUNCH(fa_tc_bwd_dk_kernel);
@@ -417,7 +435,7 @@ fail:
 
 template <typename OT, typename GT, typename QT>
 static zs_status tc_bwd_any(zs_stream_t *s, const char *op, GT *dq, GT *dk, GT *dv, float *delta,
-                            const float *dout, const QT *q, const QT *k, const QT *v, const OT *out,
+                            const QT *dout, const QT *q, const QT *k, const QT *v, const OT *out,
                             const float *lse, int B, int T, int NH, int NKV, int hs, int ldq,
                             int ldkv, const int32_t *seg) {
     zs_status st = ZS_OK;
@@ -485,7 +503,7 @@ fail:
 }
 
 zs_status zs_cu_flash_tc_bwd16q(zs_stream_t *s, zs_bf16 *dq, zs_bf16 *dk, zs_bf16 *dv, float *delta,
-                                const float *dout, const zs_bf16 *q, const zs_bf16 *k,
+                                const zs_bf16 *dout, const zs_bf16 *q, const zs_bf16 *k,
                                 const zs_bf16 *v, const zs_bf16 *out, const float *lse, int B,
                                 int T, int NH, int NKV, int hs, int ldq, int ldkv,
                                 const int32_t *seg) {
