@@ -129,6 +129,15 @@ void co_expect_bits(const char *what, const float *d, const float *want, size_t 
              what, bad, n, first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
 }
 
+void co_expect_rounded(const char *what, const zs_bf16 *d, const float *want, size_t n) {
+    zs_bf16 *got = co_hbuf(n * sizeof *got);
+    size_t bad = 0;
+    co_d2h(got, d, n * sizeof *got);
+    for (size_t i = 0; i < n; i++)
+        bad += got[i].bits != zs_f32_to_bf16(want[i]).bits;
+    ZT_CHECK(bad == 0, "%s: %zu of %zu elements are not the CPU's values rounded", what, bad, n);
+}
+
 void co_expect_close(const char *what, const float *d, const float *want, size_t n, double tol) {
     float *got = co_down(d, n);
     double err = zt_max_err_ff(got, want, n);

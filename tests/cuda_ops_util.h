@@ -62,6 +62,8 @@ float *co_clone(const float *x, size_t n);
 
 /* d must equal want bit for bit. */
 void co_expect_bits(const char *what, const float *d, const float *want, size_t n);
+/* d (bf16) must be want rounded to bf16 (zs_f32_to_bf16), bit for bit. */
+void co_expect_rounded(const char *what, const zs_bf16 *d, const float *want, size_t n);
 /* Mixed error |got - want| / max(1, |want|) at most tol (NaN fails). */
 void co_expect_close(const char *what, const float *d, const float *want, size_t n, double tol);
 /* |got[i] - want[i]| <= bound[i] for every i (NaN fails); a bound of 0 asks for the same

@@ -258,9 +258,39 @@ static void check_qkv16(const zs_ops *cpu, int N, int C) {
  * sum's (N + 2) 2^-24 of the magnitudes. A GELU taken for its gradient, or a sum along the wrong
  * axis, is off by far more. Where cuBLASLt offers no algorithm (ZS_EMU_LT_REFUSE=208, its
  * DGELU_BGRAD), fc's dW, dbias and input gradient are the two-step path's bits. */
+/* c_proj's dW (C x F) and dbias from dres's bf16 copy (G as it is; dbias by BGRADB or the bias
+ * pass) against G's products and sums in double: within (N + 2) 2^-24 of their magnitudes with
+ * dW0's and db0's, an fp32 sum in any order. The fp32 dres's sums, or the wrong axis, are not. */
+static void check_proj16(int N, int C, const zs_bf16 *d_res16, const zs_bf16 *d_x, const float *dWp,
+                         const float *dbp, const float *dW0, const float *db0) {
+    const int F = 4 * C;
+    zs_bf16 *g = dev_down(d_res16, (size_t)N * C * 2), *x = dev_down(d_x, (size_t)N * F * 2);
+    float *dW = dev_down(dWp, (size_t)C * F * 4), *db = dev_down(dbp, (size_t)C * 4);
+    int bad_w = 0, bad_b = 0;
+    for (int c = 0; c < C; c++) {
+        double want = db0[c], mag = fabs(db0[c]);
+        for (int n = 0; n < N; n++)
+            want += zs_bf16_to_f32(g[(size_t)n * C + c]), mag += fabs(zs_bf16_to_f32(g[n * C + c]));
+        bad_b += !(fabs(db[c] - want) <= (N + 2) * ldexp(mag, -24));
+        for (int f = 0; f < F; f++) {
+            size_t i = (size_t)c * F + f;
+            double w = dW0[i], m = fabs(dW0[i]);
+            for (int n = 0; n < N; n++) {
+                double p = (double)zs_bf16_to_f32(g[(size_t)n * C + c]) *
+                           zs_bf16_to_f32(x[(size_t)n * F + f]);
+                w += p, m += fabs(p);
+            }
+            bad_w += !(fabs(dW[i] - w) <= (N + 2) * ldexp(m, -24));
+        }
+    }
+    ZT_CHECK(!bad_w && !bad_b, "dgelu (dres bf16) N=%d C=%d: %d of c_proj's dW, %d dbias off", N, C,
+             bad_w, bad_b);
+}
+
 static void check_dgelu(int N, int C, const float *d32, const zs_bf16 *fch, const zs_bf16 *acts,
-                        const float *d_dres, const float *d_Wp, const float *d_Wf, const float *dW0,
-                        const float *db0, float *const two[7]) {
+                        const float *d_dres, const zs_bf16 *d_res16, const float *d_Wp,
+                        const float *d_Wf, const float *dW0, const float *db0,
+                        float *const two[7]) {
     const int F = 4 * C;
     const char *refuse = getenv("ZS_EMU_LT_REFUSE");
     int refused = refuse && atoi(refuse) == 208;
@@ -270,12 +300,17 @@ static void check_dgelu(int N, int C, const float *d32, const zs_bf16 *fch, cons
     float *dWp = zt_dup(dW0, nw * 4), *dbp = zt_dup(db0, C * 4), *dWf = zt_dup(dW0, nw * 4);
     float *dbf = zt_dup(db0, F * 4), *dC = zt_dup(poisoned(nc), nc * 4);
     ZT_CHECK(zs_linear_dgelu_ok(gpu, N, F, C, 1), "linear_dgelu_ok refused N=%d C=%d", N, C);
-    ZT_OK(zs_linear_bwd_dgelu16(gpu, NULL, g16, dbf, d_fch, dWp, dbp, d_dres, fch_gelu, 1, d_Wp, N,
-                                F, C));
+    ZT_OK(zs_linear_bwd_dgelu16(gpu, NULL, g16, dbf, d_fch, dWp, dbp,
+                                d_res16 ? (const void *)d_res16 : d_dres, d_res16 != NULL, fch_gelu,
+                                1, d_Wp, N, F, C));
     ZT_OK(zs_linear_bwd_g16(gpu, NULL, dC, 0, dWf, NULL, g16, ln2, 1, d_Wf, N, C, F, 1));
-    zt_expect_bits("dgelu: c_proj dW", dev_down(dWp, nw * 4), dev_down(two[1], nw * 4), nw * 4);
-    zt_expect_bits("dgelu: c_proj dbias", dev_down(dbp, C * 4), dev_down(two[2], C * 4),
-                   (size_t)C * 4);
+    if (d_res16) {
+        check_proj16(N, C, d_res16, fch_gelu, dWp, dbp, dW0, db0);
+    } else {
+        zt_expect_bits("dgelu: c_proj dW", dev_down(dWp, nw * 4), dev_down(two[1], nw * 4), nw * 4);
+        zt_expect_bits("dgelu: c_proj dbias", dev_down(dbp, C * 4), dev_down(two[2], C * 4),
+                       (size_t)C * 4);
+    }
     /* the product's magnitudes: sum over C of |W_p| |dres| in their bf16 values */
     float *Wp = dev_down(d_Wp, nw * 4), *dres = dev_down(d_dres, nc * 4);
     zs_bf16 *g = dev_down(g16, nf * 2);
@@ -377,7 +412,13 @@ static void check_mlp16(int N, int C) {
     ZT_CHECK(gpu->gemm_linear_bwd(NULL, d16, 1, o[1][1], NULL, d_dres, 0, NULL, 0, NULL, fch_gelu,
                                   1, d_Wp, N, F, C, 1.0f) == ZS_ERR_INVALID,
              "linear_bwd took a bf16 dinp to accumulate into");
-    check_dgelu(N, C, d32, act + nf, (zs_bf16 *)d_act, d_dres, d_Wp, d_Wf, dW0, db0, o[0]);
+    /* then dres's bf16 copy (layernorm_bwd16's dinp16), as gpt2.c hands it where it can */
+    check_dgelu(N, C, d32, act + nf, (zs_bf16 *)d_act, d_dres, NULL, d_Wp, d_Wf, dW0, db0, o[0]);
+    zs_bf16 *r16 = zt_hbuf(nc * 2);
+    for (size_t i = 0; i < nc; i++)
+        r16[i] = zs_f32_to_bf16(dres[i]);
+    check_dgelu(N, C, d32, act + nf, (zs_bf16 *)d_act, d_dres, zt_dup(r16, nc * 2), d_Wp, d_Wf, dW0,
+                db0, o[0]);
     zt_release();
 }
 

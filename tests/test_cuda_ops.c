@@ -314,27 +314,29 @@ static void check_layernorm(int N, int C) {
     co_expect_bits("layernorm_bwd dinp", d_dinp, dinp, n);
     co_expect_bits("layernorm_bwd dw", d_dw, dw, C);
     co_expect_bits("layernorm_bwd db", d_db, db, C);
-    /* layernorm_bwd16: dout and x rounded to bf16 and stored so (each where its flag is set)
-     * give the CPU's bits on the rounded values widened, as the bf16 stack's backward needs
-     * (it reads the kept block input as stored: models/stack.h) */
+    /* layernorm_bwd16: dout and x stored bf16 (each where flagged) give the CPU's bits on
+     * them widened, as the bf16 stack's backward needs (the kept input: models/stack.h) */
     ZT_CHECK(co_fake || co_gpu->layernorm_bwd16, "the CUDA table has no layernorm_bwd16");
     void *d_dout16 = up_rounded(dout, n), *d_x16 = up_rounded(x, n);
     const float *d_dout = co_up(dout, n), *d_xr = co_up(x, n);
     for (int f = 1; f < 4 && co_gpu->layernorm_bwd16; f++) { /* bit 0: dout bf16, 1: x bf16 */
-        int d16 = f & 1, i16 = f >> 1;
+        int d16 = f & 1, i16 = f >> 1; /* with d16, dinp rounded into d_r16 (GPT-2's dres) */
+        zs_bf16 *d_r16 = d16 ? co_dbuf(n * sizeof(zs_bf16)) : NULL;
         dinp = co_clone(dinp0, n), dw = co_clone(dw0, C), db = co_clone(db0, C);
         d_dinp = co_up(dinp0, n), d_dw = co_up(dw0, C), d_db = co_up(db0, C);
         ZT_OK(co_cpu->layernorm_bwd(NULL, dinp, dw, db, dout, x, w, mean, rstd, N, C));
-        ZT_OK(co_gpu->layernorm_bwd16(NULL, d_dinp, d_dw, d_db, d16 ? d_dout16 : (void *)d_dout,
-                                      d16, i16 ? d_x16 : (void *)d_xr, i16, d_w, co_up(mean, N),
-                                      co_up(rstd, N), N, C));
-        char what[80];
-        snprintf(what, sizeof what, "layernorm_bwd16 (dout16 %d, inp16 %d) dinp", d16, i16);
-        co_expect_bits(what, d_dinp, dinp, n);
-        snprintf(what, sizeof what, "layernorm_bwd16 (dout16 %d, inp16 %d) dw", d16, i16);
-        co_expect_bits(what, d_dw, dw, C);
-        snprintf(what, sizeof what, "layernorm_bwd16 (dout16 %d, inp16 %d) db", d16, i16);
-        co_expect_bits(what, d_db, db, C);
+        ZT_OK(co_gpu->layernorm_bwd16(
+            NULL, d_dinp, d_r16, d_dw, d_db, d16 ? d_dout16 : (void *)d_dout, d16,
+            i16 ? d_x16 : (void *)d_xr, i16, d_w, co_up(mean, N), co_up(rstd, N), N, C));
+        const float *got[3] = {d_dinp, d_dw, d_db}, *want[3] = {dinp, dw, db};
+        static const char *name[3] = {"dinp", "dw", "db"};
+        for (int k = 0; k < 3; k++) {
+            char what[80];
+            snprintf(what, sizeof what, "layernorm_bwd16 (dout16 %d, inp16 %d) %s", d16, i16,
+                     name[k]);
+            co_expect_bits(what, got[k], want[k], k ? (size_t)C : n);
+        }
+        if (d_r16) co_expect_rounded("layernorm_bwd16 dinp16", d_r16, dinp, n);
     }
     co_release();
 }

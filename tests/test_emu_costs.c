@@ -389,13 +389,15 @@ static void run_layernorm(int N, int C, double fl[3]) {
     check_rec(c, 6, 0, NULL);
     fl[1] = r->flops;
     fl[2] = c->flops;
-    /* layernorm_bwd16: the input bf16 (the stack's kept record), then dout too; 2 bytes an
-     * element declared for each */
+    /* layernorm_bwd16: the input bf16 (the stack's kept record), then dout too and dinp's bf16
+     * copy written (GPT-2's residual gradient); 2 bytes an element declared for each */
     zs_bf16 *x16 = (zs_bf16 *)drand((n + 1) / 2), *d16 = (zs_bf16 *)drand((n + 1) / 2);
+    zs_bf16 *r16 = (zs_bf16 *)drand((n + 1) / 2);
     for (int both = 0; both < 2; both++) {
         prof_start();
-        ZT_OK(gpu->layernorm_bwd16(NULL, dinp, dw, db, both ? (void *)d16 : (void *)dout, both, x16,
-                                   1, w, mean, rstd, N, C));
+        ZT_OK(gpu->layernorm_bwd16(NULL, dinp, both ? r16 : NULL, dw, db,
+                                   both ? (void *)d16 : (void *)dout, both, x16, 1, w, mean, rstd,
+                                   N, C));
         prof_stop();
         check_rec(rec("layernorm_bwd_seg_kernel"), 6, 0, NULL);
         check_rec(rec("layernorm_bwd_sum_kernel"), 6, 0, NULL);

@@ -314,8 +314,9 @@ int zs_linear_dgelu_ok(const zs_ops *ops, int N, int IC, int OC, int in16) {
 }
 
 zs_status zs_linear_bwd_dgelu16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *dinp, float *dinp_dbias,
-                                const zs_bf16 *gelu_pre, float *dW, float *dbias, const float *dout,
-                                const void *inp, int in16, const float *W, int N, int IC, int OC) {
+                                const zs_bf16 *gelu_pre, float *dW, float *dbias, const void *dout,
+                                int dout16, const void *inp, int in16, const float *W, int N,
+                                int IC, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(zs_linear_dgelu_ok(ops, N, IC, OC, in16), ZS_ERR_INVALID,
                "linear_bwd_dgelu16: the %s table takes no GELU's gradient in a GEMM at N=%d "
@@ -323,8 +324,8 @@ zs_status zs_linear_bwd_dgelu16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *dinp
                ops->name, N, IC, OC);
     ZS_REQUIRE(dinp && dinp_dbias && gelu_pre && dW && dout && inp && W, ZS_ERR_INVALID,
                "linear_bwd_dgelu16: NULL buffer");
-    return ops->gemm_linear_bwd_dgelu(s, dinp, dinp_dbias, gelu_pre, dW, dbias, dout, inp, in16, W,
-                                      N, IC, OC);
+    return ops->gemm_linear_bwd_dgelu(s, dinp, dinp_dbias, gelu_pre, dW, dbias, dout, dout16, inp,
+                                      in16, W, N, IC, OC);
 fail:
     return st;
 }

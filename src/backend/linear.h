@@ -73,12 +73,13 @@ zs_status zs_linear_gelu_bwd_set16(const zs_ops *ops, zs_stream_t *s, void *dinp
  * (zs_linear_dgelu_ok): zs_linear_bwd_set16 whose bf16 dinp is already the GELU layer's output
  * gradient G (dinp_dbias += its column sums), so that layer's backward is zs_linear_bwd_g16
  * without a bias (ops.h gemm_linear_bwd_dgelu: within a bound of, not the bits of,
- * zs_linear_bwd_set16 then zs_linear_gelu_bwd_set16). ZS_ERR_INVALID, naming the table, where
- * it cannot. */
+ * zs_linear_bwd_set16 then zs_linear_gelu_bwd_set16). dout is bf16 where dout16 (G as it is,
+ * ops.h). ZS_ERR_INVALID, naming the table, where it cannot. */
 int zs_linear_dgelu_ok(const zs_ops *ops, int N, int IC, int OC, int in16);
 zs_status zs_linear_bwd_dgelu16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *dinp, float *dinp_dbias,
-                                const zs_bf16 *gelu_pre, float *dW, float *dbias, const float *dout,
-                                const void *inp, int in16, const float *W, int N, int IC, int OC);
+                                const zs_bf16 *gelu_pre, float *dW, float *dbias, const void *dout,
+                                int dout16, const void *inp, int in16, const float *W, int N,
+                                int IC, int OC);
 
 /* zs_linear_bwd (set 0) or zs_linear_bwd_set (set 1) with dout[N,OC] bf16 as its producer
  * stored it (swiglu_bwd16, rope_bwd16, flash_attention_bwd16g): the same bits as the fp32 dout

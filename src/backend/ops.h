@@ -117,10 +117,13 @@ typedef struct zs_ops {
      * order, so within a bound of, not the bits of, the two steps the CPU takes: dout @ W
      * rounded to bf16 as autocast stores it, then gelu_bwd16 and its bias gradient). Where
      * cuBLASLt has no algorithm for it, those two steps' bits. dW and dbias as gemm_linear_bwd's.
-     * Requires zs_linear_dinp16_ok(N, IC, OC, inp16, 0). */
+     * A bf16 dout (dout16: GPT-2's residual gradient as layernorm_bwd16's dinp16 keeps it) is
+     * G as it is: the products' bits on the rounded fp32 dout, and dbias summed from G
+     * (gemm_linear_bwd's bf16 dout: cuBLASLt's BGRADB order). Requires zs_linear_dinp16_ok(N,
+     * IC, OC, inp16, 0). */
     zs_status (*gemm_linear_bwd_dgelu)(zs_stream_t *s, zs_bf16 *dinp, float *dinp_dbias,
                                        const zs_bf16 *gelu_pre, float *dW, float *dbias,
-                                       const float *dout, const void *inp, int inp16,
+                                       const void *dout, int dout16, const void *inp, int inp16,
                                        const float *W, int N, int IC, int OC);
 
     /* Optional, set together with softmax_xent16 (NULL: the loss writes fp32 dlogits and a
@@ -189,8 +192,10 @@ typedef struct zs_ops {
     /* Optional, in the CUDA tables (NULL: the model widens a bf16 input first): layernorm_bwd
      * with dout bf16 where dout16 and inp bf16 where inp16, each widened as it is read, so the
      * bits of layernorm_bwd on their widened values. The bf16 stack's backward reads a block's
-     * kept input through it as it is stored (models/stack.h). */
-    zs_status (*layernorm_bwd16)(zs_stream_t *s, float *dinp, float *dw, float *db,
+     * kept input through it as it is stored (models/stack.h). With dinp16 non-NULL each
+     * element of dinp, once accumulated, is also stored rounded to bf16 at the same index of
+     * dinp16[N * C] (GPT-2's residual gradient, which projections' backward read as G). */
+    zs_status (*layernorm_bwd16)(zs_stream_t *s, float *dinp, zs_bf16 *dinp16, float *dw, float *db,
                                  const void *dout, int dout16, const void *inp, int inp16,
                                  const float *w, const float *mean, const float *rstd, int N,
                                  int C);

@@ -241,17 +241,36 @@ fail:
 }
 
 /* A layer norm's backward from dout (bf16 where dout16) into b->dres, its input x, or the
- * kept bf16 record x16 where that is non-NULL: layernorm_bwd16 where either is bf16 (a table
- * that has it), else layernorm_bwd. */
-static zs_status ln_bwd(zs_model_base *b, float *dw, float *db, const void *dout, int dout16,
-                        const float *x, const zs_bf16 *x16, const float *w, const float *mean,
-                        const float *rstd, int BT) {
+ * kept bf16 record x16 where that is non-NULL: layernorm_bwd16 where either is bf16 or dres16
+ * (dres's bf16 copy, res16) is non-NULL (a table that has it), else layernorm_bwd. */
+static zs_status ln_bwd(zs_model_base *b, zs_bf16 *dres16, float *dw, float *db, const void *dout,
+                        int dout16, const float *x, const zs_bf16 *x16, const float *w,
+                        const float *mean, const float *rstd, int BT) {
     const int C = b->cfg.n_embd;
-    if (dout16 || x16)
-        return b->ops->layernorm_bwd16(b->s, b->dres, dw, db, dout, dout16,
+    if (dout16 || x16 || dres16)
+        return b->ops->layernorm_bwd16(b->s, b->dres, dres16, dw, db, dout, dout16,
                                        x16 ? (const void *)x16 : x, x16 != NULL, w, mean, rstd, BT,
                                        C);
     return b->ops->layernorm_bwd(b->s, b->dres, dw, db, dout, x, w, mean, rstd, BT, C);
+}
+
+/* The residual gradient's bf16 copy, or NULL: with bf16 activations, where the table can take
+ * both projections that read dres as their output gradient with a bf16 G as it is (c_proj
+ * through the DGELU GEMM, the attention's projection writing a bf16 dO), the norms' backward
+ * that write dres (ln1's of the next block, ln_f's, ln2's) also store it rounded
+ * (layernorm_bwd16's dinp16), into dtmp4b, which that path leaves free. The projections' G was
+ * dres rounded by their bias pass, which summed the bias gradients from the fp32 dres; from
+ * the copy the GEMMs read the same bits and the bias gradients are G's sums (cuBLASLt's BGRADB),
+ * as autocast's bf16 projections sum theirs (docs/models.md "Activations"). */
+static zs_bf16 *res16(const zs_model_base *b, int BT) {
+    const zs_ops *o = b->ops;
+    const int C = b->cfg.n_embd, NH = b->cfg.n_head, h = b->act16;
+    const int o16 = zs_attn_out16(h, b->naive, C / NH);
+    if (!h || !o->layernorm_bwd16 || !o16 || !qkv16_reads(o, C / NH) ||
+        !zs_linear_bwd16_ok(o, BT, 4 * C, C, h) || !zs_linear_dgelu_ok(o, BT, 4 * C, C, h) ||
+        !zs_linear_dinp16_ok(o, BT, C, C, o16, 1))
+        return NULL;
+    return (zs_bf16 *)((const zs_gpt2_t *)b)->dtmp4b;
 }
 
 /* One block's backward: b->dres holds d loss / d res3 on entry and d loss / d x on exit;
@@ -273,7 +292,9 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     const int h = b->act16; /* GEMM-only inputs in bf16 */
     const int o16 = zs_attn_out16(h, b->naive, C / NH);
     const int ln16 = h && o->layernorm_bwd16; /* the norms read a bf16 dC where it is written */
-    int dc16 = 0;                             /* b->dC holds bf16 */
+    zs_bf16 *r16 = res16(b, BT);              /* dres's bf16 copy, or NULL */
+    const void *dres = r16 ? (const void *)r16 : b->dres;
+    int dc16 = 0; /* b->dC holds bf16 */
     /* res3 = res2 + fc_proj(gelu(fch)): dres flows unchanged into res2 and into the MLP; then
      * fch_gelu = gelu(fch), fch = fc(ln2): GELU's backward in the fc layer's (fused on a GPU).
      * With bf16 activations the gradient between them is rounded to bf16 once, as autocast
@@ -283,8 +304,8 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
          * gemm_linear_bwd_dgelu): d16 is fc's output gradient, read as it is */
         zs_bf16 *d16 = (zs_bf16 *)m->dtmp4;
         ZS_CHECK(zs_linear_bwd_dgelu16(o, s, d16, g + t[B_FCB], a->fch, g + t[B_FCPW],
-                                       g + t[B_FCPB], b->dres, a->fch_gelu, h, p + t[B_FCPW], BT,
-                                       4 * C, C));
+                                       g + t[B_FCPB], dres, r16 != NULL, a->fch_gelu, h,
+                                       p + t[B_FCPW], BT, 4 * C, C));
         dc16 = ln16 && zs_linear_dinp16_ok(o, BT, C, 4 * C, h, 1);
         ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, dc16, g + t[B_FCW], NULL, d16, a->ln2, h,
                                    p + t[B_FCW], BT, C, 4 * C, 1));
@@ -304,7 +325,7 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
                                         m->dtmp4b, a->ln2, h, p + t[B_FCW], BT, C, 4 * C));
     }
     if (h && !dc16) ZS_CHECK(o->round16(s, b->dC, nC));
-    ZS_CHECK(ln_bwd(b, g + t[B_LN2W], g + t[B_LN2B], b->dC, dc16, a->res2, NULL, p + t[B_LN2W],
+    ZS_CHECK(ln_bwd(b, r16, g + t[B_LN2W], g + t[B_LN2B], b->dC, dc16, a->res2, NULL, p + t[B_LN2W],
                     a->ln2_mean, a->ln2_rstd, BT));
     /* With a bf16 out (bf16 activations) q | k | v are bf16 (qkv_fwd16), read as they are
      * where the table can, else widened into dtmp4 (free once the MLP's backward is done);
@@ -314,9 +335,13 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
      * bf16 too, as autocast's projection backward returns it: c_proj's GEMM rounds its sums
      * once into dC (flash_attention_bwd16q reads it so), where the table can write it so. */
     const float *qkv = a->qkv; /* fp32: o16 0, or widened */
-    const int reads16 = o16 && qkv16_reads(o, C / NH) && zs_linear_dinp16_ok(o, BT, C, C, o16, 0);
+    const int reads16 =
+        o16 && qkv16_reads(o, C / NH) && (r16 || zs_linear_dinp16_ok(o, BT, C, C, o16, 0));
     /* res2 = x + attn_proj(atty). */
-    if (reads16)
+    if (r16)
+        ZS_CHECK(zs_linear_bwd_g16(o, s, b->dC, 1, g + t[B_PROJW], g + t[B_PROJB], r16, a->atty,
+                                   o16, p + t[B_PROJW], BT, C, C, 1));
+    else if (reads16)
         ZS_CHECK(zs_linear_bwd_set16(o, s, (zs_bf16 *)b->dC, g + t[B_PROJW], g + t[B_PROJB],
                                      b->dres, a->atty, o16, p + t[B_PROJW], BT, C, C));
     else
@@ -361,13 +386,14 @@ static zs_status block_backward(void *model, const float *p, float *g, const flo
     }
     if (h && !dc16) ZS_CHECK(o->round16(s, b->dC, nC));
     /* x16: the kept input as it is stored (stack.h zs_resid_load_for) */
-    ZS_CHECK(ln_bwd(b, g + t[B_LN1W], g + t[B_LN1B], b->dC, dc16, x, x16, p + t[B_LN1W],
-                    a->ln1_mean, a->ln1_rstd, BT));
+    ZS_CHECK(ln_bwd(b, l > 0 ? r16 : NULL, g + t[B_LN1W], g + t[B_LN1B], b->dC, dc16, x, x16,
+                    p + t[B_LN1W], a->ln1_mean, a->ln1_rstd, BT));
 fail:
     return st;
 }
 
-/* The final layer norm into b->lnf, and its backward from b->dC into b->dres. */
+/* The final layer norm into b->lnf, and its backward from b->dC into b->dres (and its bf16
+ * copy: res16). */
 static zs_status norm_fwd(zs_model_base *b, const float *p, const float *x, int BT) {
     zs_gpt2_t *m = (zs_gpt2_t *)b;
     const int64_t w = b->off_norm[0], bias = b->off_norm[1];
@@ -379,7 +405,8 @@ static zs_status norm_bwd(zs_model_base *b, const float *p, float *g, const floa
                           const zs_bf16 *x16, int BT) {
     zs_gpt2_t *m = (zs_gpt2_t *)b;
     const int64_t w = b->off_norm[0], bias = b->off_norm[1];
-    return ln_bwd(b, g + w, g + bias, b->dC, 0, x, x16, p + w, m->lnf_mean, m->lnf_rstd, BT);
+    return ln_bwd(b, res16(b, BT), g + w, g + bias, b->dC, 0, x, x16, p + w, m->lnf_mean,
+                  m->lnf_rstd, BT);
 }
 
 /* The layer norms' backward reads a bf16 kept input where the table can (ops.h

@@ -342,8 +342,8 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
                                      float dinp_beta);
 zs_status zs_cu_gemm_linear_bwd_dgelu(zs_stream_t *s, zs_bf16 *dinp, float *dinp_dbias,
                                       const zs_bf16 *gelu_pre, float *dW, float *dbias,
-                                      const float *dout, const void *inp, int inp16, const float *W,
-                                      int N, int IC, int OC);
+                                      const void *dout, int dout16, const void *inp, int inp16,
+                                      const float *W, int N, int IC, int OC);
 zs_status zs_cu_gemm_linear_bwd16(zs_stream_t *s, float *dinp, float *dW, const zs_bf16 *dout,
                                   int ldd, const float *inp, const float *W, int N, int IC, int OC,
                                   float dinp_beta);
@@ -414,9 +414,9 @@ zs_status zs_cu_layernorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *mean, float
 zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
                               const float *inp, const float *w, const float *mean,
                               const float *rstd, int N, int C);
-zs_status zs_cu_layernorm_bwd16(zs_stream_t *s, float *dinp, float *dw, float *db, const void *dout,
-                                int dout16, const void *inp, int inp16, const float *w,
-                                const float *mean, const float *rstd, int N, int C);
+zs_status zs_cu_layernorm_bwd16(zs_stream_t *s, float *dinp, zs_bf16 *dinp16, float *dw, float *db,
+                                const void *dout, int dout16, const void *inp, int inp16,
+                                const float *w, const float *mean, const float *rstd, int N, int C);
 zs_status zs_cu_gelu_fwd(zs_stream_t *s, float *out, const float *inp, size_t n);
 zs_status zs_cu_gelu_bwd(zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                          size_t n);

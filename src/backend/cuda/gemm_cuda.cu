@@ -494,13 +494,13 @@ zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, flo
  * GELU pass over it in place: gelu_bwd16's bits, as the fc layer's backward would). */
 zs_status zs_cu_gemm_linear_bwd_dgelu(zs_stream_t *s, zs_bf16 *dinp, float *dinp_dbias,
                                       const zs_bf16 *gelu_pre, float *dW, float *dbias,
-                                      const float *dout, const void *inp, int inp16, const float *W,
-                                      int N, int IC, int OC) {
+                                      const void *dout, int dout16, const void *inp, int inp16,
+                                      const float *W, int N, int IC, int OC) {
     zs_status st = ZS_OK;
     ZS_REQUIRE(dinp && dinp_dbias && gelu_pre, ZS_ERR_INVALID,
                "linear_bwd_dgelu: NULL input gradient, its bias gradient or the GELU's input");
-    return linear_bwd_bf16(s, dinp, 1, dW, dbias, dout, 0, NULL, 0, NULL, inp, inp16, W, N, IC, OC,
-                           0.0f, gelu_pre, dinp_dbias);
+    return linear_bwd_bf16(s, dinp, 1, dW, dbias, dout, dout16, NULL, 0, NULL, inp, inp16, W, N, IC,
+                           OC, 0.0f, gelu_pre, dinp_dbias);
 fail:
     return st;
 }

@@ -50,10 +50,18 @@ static __global__ void layernorm_fwd_kernel(OutT *out, float *mean, float *rstd,
  * bf16 dout 12 (half the column pass's rows in flight spilled more). The name stays on the
  * "__global__" line. */
 #define LN_SEG_BATCH 16 /* rows' loads in flight in the column pass */
+/* dinp[i] += v, and the sum rounded into dinp16[i] where dinp16 is non-NULL (ops.h
+ * layernorm_bwd16: GPT-2's residual gradient as the projections' backward read it). */
+static __device__ __forceinline__ void ln_dinp_add(float *dinp, zs_bf16 *dinp16, size_t i,
+                                                   float v) {
+    float sum = dinp[i] + v;
+    dinp[i] = sum;
+    if (dinp16) dinp16[i] = zs_f32_to_bf16(sum);
+}
                         // clang-format off
 template <typename DoutT, typename InT>
 static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 2) layernorm_bwd_seg_kernel(float *dinp,
-        float *pw, float *pb, const DoutT *dout, const InT *inp, const float *w,
+        zs_bf16 *dinp16, float *pw, float *pb, const DoutT *dout, const InT *inp, const float *w,
         const float *mean, const float *rstd, int N, int C, int nseg) {
     // clang-format on
     ZS_SHARED(float, smu, ZS_COLSUM_SEG);
@@ -88,12 +96,14 @@ static __global__ void ZS_BOUNDS(ZS_CU_THREADS, 2) layernorm_bwd_seg_kernel(floa
             ZS_UNROLL
             for (int j = 0; j < ZS_CU_ROW_KEEP; j++)
                 if (lane + j * ZS_WARP < C)
-                    dinp[r * C + lane + j * ZS_WARP] +=
-                        zs_layernorm_dinp(gk[j], zs_layernorm_xhat(xk[j], mu, rs), mg, mgx, rs);
+                    ln_dinp_add(
+                        dinp, dinp16, r * C + lane + j * ZS_WARP,
+                        zs_layernorm_dinp(gk[j], zs_layernorm_xhat(xk[j], mu, rs), mg, mgx, rs));
             for (int i = lane + ZS_CU_ROW_KEEP * ZS_WARP; i < C; i += ZS_WARP)
-                dinp[r * C + i] +=
-                    zs_layernorm_dinp(w[i] * zs_cu_widen(d[i]),
-                                      zs_layernorm_xhat(zs_cu_widen(x[i]), mu, rs), mg, mgx, rs);
+                ln_dinp_add(dinp, dinp16, r * C + i,
+                            zs_layernorm_dinp(w[i] * zs_cu_widen(d[i]),
+                                              zs_layernorm_xhat(zs_cu_widen(x[i]), mu, rs), mg, mgx,
+                                              rs));
             if (lane == 0) smu[k] = mu, srs[k] = rs;
         }
         __syncthreads();
@@ -188,9 +198,9 @@ zs_status zs_cu_layernorm_fwd16(zs_stream_t *s, zs_bf16 *out, float *mean, float
 
 /* layernorm_bwd with dout and inp each fp32 or bf16 (layernorm_bwd16). */
 template <typename DoutT, typename InT>
-static zs_status layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const DoutT *dout,
-                               const InT *inp, const float *w, const float *mean, const float *rstd,
-                               int N, int C) {
+static zs_status layernorm_bwd(zs_stream_t *s, float *dinp, zs_bf16 *dinp16, float *dw, float *db,
+                               const DoutT *dout, const InT *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
     zs_status st = ZS_OK;
     cudaStream_t cs = zs_cu_stream(s);
     int nseg = zs_layernorm_segments(N);
@@ -202,10 +212,11 @@ static zs_status layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db
                "layernorm_bwd: NULL buffer");
     ZS_CHECK(zs_cu_scratch(s, zs_layernorm_bwd_scratch(N, C), &part));
     /* 15 an element and the row's butterflies, 5 an element of the column pass; dout and the
-     * input read, dinp read and written, the partials written */
+     * input read, dinp read and written (and its bf16 copy written), the partials written */
     ZS_COST((double)N * (20.0 * C + 2.0 * (ZS_CU_WARP_SUM_FLOPS + ZS_WARP)), 0,
-            (sizeof(DoutT) + sizeof(InT) + 8.0) * N * C + 4.0 * (C + 2.0 * N + 2.0 * nseg * C));
-    ZS_LAUNCH((layernorm_bwd_seg_kernel<DoutT, InT>), grid, ZS_CU_THREADS, 0, cs, dinp,
+            (sizeof(DoutT) + sizeof(InT) + (dinp16 ? 10.0 : 8.0)) * N * C +
+                4.0 * (C + 2.0 * N + 2.0 * nseg * C));
+    ZS_LAUNCH((layernorm_bwd_seg_kernel<DoutT, InT>), grid, ZS_CU_THREADS, 0, cs, dinp, dinp16,
               (float *)part, (float *)part + (size_t)nseg * C, dout, inp, w, mean, rstd, N, C,
               nseg);
     ZS_CUDA_CHECK_LAUNCH(layernorm_bwd_seg_kernel);
@@ -222,18 +233,20 @@ fail:
 zs_status zs_cu_layernorm_bwd(zs_stream_t *s, float *dinp, float *dw, float *db, const float *dout,
                               const float *inp, const float *w, const float *mean,
                               const float *rstd, int N, int C) {
-    return layernorm_bwd(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    return layernorm_bwd(s, dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
-zs_status zs_cu_layernorm_bwd16(zs_stream_t *s, float *dinp, float *dw, float *db, const void *dout,
-                                int dout16, const void *inp, int inp16, const float *w,
-                                const float *mean, const float *rstd, int N, int C) {
+zs_status zs_cu_layernorm_bwd16(zs_stream_t *s, float *dinp, zs_bf16 *dinp16, float *dw, float *db,
+                                const void *dout, int dout16, const void *inp, int inp16,
+                                const float *w, const float *mean, const float *rstd, int N,
+                                int C) {
     const zs_bf16 *d16 = (const zs_bf16 *)dout, *x16 = (const zs_bf16 *)inp;
     const float *d32 = (const float *)dout, *x32 = (const float *)inp;
-    if (dout16 && inp16) return layernorm_bwd(s, dinp, dw, db, d16, x16, w, mean, rstd, N, C);
-    if (dout16) return layernorm_bwd(s, dinp, dw, db, d16, x32, w, mean, rstd, N, C);
-    if (inp16) return layernorm_bwd(s, dinp, dw, db, d32, x16, w, mean, rstd, N, C);
-    return layernorm_bwd(s, dinp, dw, db, d32, x32, w, mean, rstd, N, C);
+    if (dout16 && inp16)
+        return layernorm_bwd(s, dinp, dinp16, dw, db, d16, x16, w, mean, rstd, N, C);
+    if (dout16) return layernorm_bwd(s, dinp, dinp16, dw, db, d16, x32, w, mean, rstd, N, C);
+    if (inp16) return layernorm_bwd(s, dinp, dinp16, dw, db, d32, x16, w, mean, rstd, N, C);
+    return layernorm_bwd(s, dinp, dinp16, dw, db, d32, x32, w, mean, rstd, N, C);
 }
 
 /* ---- GELU --------------------------------------------------------------------------- */
