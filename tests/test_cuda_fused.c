@@ -187,7 +187,7 @@ static void check_head16(int N, int IC, int OC, int in16) {
     zs_bf16 *d_x16 = zt_dup(x16, ni * sizeof(zs_bf16)), *d_out = zt_dbuf(no * sizeof(zs_bf16));
     ZT_OK(gpu->gemm(NULL, 1, 0, OC, N, IC, 1.0f, d_W, IC, d_inp, IC, 0.0f, d_ref, OC));
     ZT_OK(gpu->linear_fwd_bias(NULL, d_out, 1, NULL, in16 ? (const void *)d_x16 : d_inp, in16, d_W,
-                               NULL, N, IC, OC, NULL));
+                               NULL, N, IC, OC, NULL, NULL));
     float *ref = dev_down(d_ref, no * 4);
     for (size_t i = 0; i < no; i++)
         want[i] = zs_f32_to_bf16(ref[i]);

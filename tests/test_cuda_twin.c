@@ -45,7 +45,7 @@ static void *run(int e, zs_stream_t *s, const float *W, const operands *o, size_
     ZT_OK(gpu->fill(s, dW, 0.0f, (size_t)OC * IC));
     switch (e) {
     case FWD_BIAS:
-        ZT_OK(gpu->linear_fwd_bias(s, out, 0, NULL, o->inp, 0, W, o->bias, N, IC, OC, NULL));
+        ZT_OK(gpu->linear_fwd_bias(s, out, 0, NULL, o->inp, 0, W, o->bias, N, IC, OC, NULL, NULL));
         break;
     case GEMM16: /* out^T = W x16^T, the fp32 operand beside a bf16 one */
         ZT_OK(gpu->gemm16(s, 1, 0, OC, N, IC, 1.0f, W, 0, IC, o->x16, 1, IC, 0.0f, out, OC));

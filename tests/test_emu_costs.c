@@ -74,8 +74,8 @@ static void check_linear_bias(void) {
         int in16 = v & 1, out16 = v >> 1 ? 1 : 0, gelu = v >= 4;
         const char *want = gelu ? "cuBLASLt gemm+bias+gelu bf16" : "cuBLASLt gemm+bias bf16";
         prof_start();
-        ZT_OK(
-            o->linear_fwd_bias(NULL, out, out16, tmp, x, in16, W, b, N, IC, OC, gelu ? act : NULL));
+        ZT_OK(o->linear_fwd_bias(NULL, out, out16, tmp, x, in16, W, b, N, IC, OC, gelu ? act : NULL,
+                                 NULL));
         prof_stop();
         size_t casts = in16 ? 1 : 2, last = g_nrec ? g_nrec - 1 : 0;
         ZT_CHECK(g_nrec == casts + 1 && !strncmp(g_rec[last].name, want, strlen(want)),

@@ -1,7 +1,8 @@
 /* The emulated GPU's cuBLASLt (tests/cuda_emu/cublaslt.cc, docs/cuda.md "The emulated GPU"):
  * the calls zshard makes, with the checks cuBLASLt documents, and the product they run.
  *  - A bias epilogue on bf16 operands with an fp32 output, both transposes as the linear layers
- *    use them, and the default epilogue on fp32 operands with beta 1 (D = A B + D): results
+ *    use them, and the default epilogue on fp32 operands with beta 1 (D = A B + D), and a
+ *    residual's C apart from D (bias, beta 1; D poisoned first, C kept; beta 0 too): results
  *    against the host's exact sums (small integers and halves, exact in bf16 and in fp32 sums
  *    in any order), so the test does not depend on the emulator's own arithmetic. The bias
  *    epilogue writing a bf16 D beside an fp32 bias (linear_fwd_bias's out16): each exact sum
@@ -19,7 +20,8 @@
  * algorithm, an algorithm not from the heuristic, an operand less aligned than the preference said
  * when the algorithm was chosen (INVALID_VALUE; accepted once the preference says so); a bias type
  * other than fp32 (BGRADB's sums too), an aux type other than D's, an epilogue or attribute the
- * emulated library does not implement, C apart from D (NOT_SUPPORTED). */
+ * emulated library does not implement (NOT_SUPPORTED); C overlapping D without being it
+ * (INVALID_VALUE). */
 #include "emu_check.h"
 
 #include <cublasLt.h>
@@ -102,8 +104,10 @@ struct Call {
     }
 };
 
-/* D (m x n) = op(A) op(B) + beta D (+ bias), against the host's exact sums. */
-static void product(cublasLtHandle_t h, bool b16, int ta, int tb, bool with_bias, float beta) {
+/* D (m x n) = op(A) op(B) + beta C (+ bias), against the host's exact sums; C is D, or with
+ * apart a buffer of its own (a residual's: D is poisoned first, and C must be kept). */
+static void product(cublasLtHandle_t h, bool b16, int ta, int tb, bool with_bias, float beta,
+                    bool apart = false) {
     const int m = 5, n = 7, k = 9;
     std::vector<float> A((size_t)m * k), B((size_t)k * n), bias(m), D0((size_t)m * n);
     for (size_t i = 0; i < A.size(); i++)
@@ -123,12 +127,16 @@ static void product(cublasLtHandle_t h, bool b16, int ta, int tb, bool with_bias
     void *dA = dev(b16 ? (const void *)A16.data() : A.data(), A.size() * es);
     void *dB = dev(b16 ? (const void *)B16.data() : B.data(), B.size() * es);
     float *dbias = (float *)dev(bias.data(), bias.size() * 4);
-    float *dD = (float *)dev(D0.data(), D0.size() * 4);
+    float *dD = (float *)dev(D0.data(), D0.size() * 4), *dC = dD;
+    if (apart) {
+        std::vector<float> nan(D0.size(), NAN);
+        dD = (float *)dev(nan.data(), nan.size() * 4);
+    }
     Call c(b16 ? CUDA_R_16BF : CUDA_R_32F, ta, tb, m, n, k,
            with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, dbias);
     cublasLtMatmulHeuristicResult_t r;
     CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS && r.workspaceSize == 0, "heuristic");
-    cublasStatus_t st = c.run(h, dA, dB, beta, dD, dD, &r.algo);
+    cublasStatus_t st = c.run(h, dA, dB, beta, dC, dD, &r.algo);
     CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul: %d", (int)st);
     std::vector<float> got(D0.size());
     cudaMemcpy(got.data(), dD, got.size() * 4, cudaMemcpyDeviceToHost);
@@ -142,8 +150,14 @@ static void product(cublasLtHandle_t h, bool b16, int ta, int tb, bool with_bias
             s += beta * D0[(size_t)j * m + i] + (with_bias ? bias[i] : 0.0f);
             bad += got[(size_t)j * m + i] != (float)s;
         }
-    CHECK(!bad, "%s %c%c%s beta %g: %d of %d results wrong", b16 ? "bf16" : "fp32", ta ? 'T' : 'N',
-          tb ? 'T' : 'N', with_bias ? " bias" : "", beta, bad, m * n);
+    CHECK(!bad, "%s %c%c%s beta %g%s: %d of %d results wrong", b16 ? "bf16" : "fp32",
+          ta ? 'T' : 'N', tb ? 'T' : 'N', with_bias ? " bias" : "", beta, apart ? ", C apart" : "",
+          bad, m * n);
+    if (apart) {
+        cudaMemcpy(got.data(), dC, got.size() * 4, cudaMemcpyDeviceToHost);
+        CHECK(!memcmp(got.data(), D0.data(), got.size() * 4), "C apart from D changed");
+        cudaFree(dC);
+    }
     cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dD);
 }
 
@@ -360,7 +374,8 @@ static void refusals(cublasLtHandle_t h) {
         Call c(CUDA_R_16BF, 1, 0, m, n, k, CUBLASLT_EPILOGUE_BIAS, bias);
         CHECK(c.algo(h, &r) == CUBLAS_STATUS_SUCCESS, "the well-formed call's heuristic");
         CHECK(c.run(nullptr, A, B, 0, D, D, &r.algo) == CUBLAS_STATUS_NOT_INITIALIZED, "no handle");
-        CHECK(c.run(h, A, B, 0, D, D2, &r.algo) == CUBLAS_STATUS_NOT_SUPPORTED, "C apart from D");
+        CHECK(c.run(h, A, B, 1, (float *)D2 + 4, D2, &r.algo) == CUBLAS_STATUS_INVALID_VALUE,
+              "C overlapping D without being it");
         cublasLtMatmulAlgo_t foreign;
         memset(&foreign, 0, sizeof foreign);
         CHECK(c.run(h, A, B, 0, D, D, &foreign) == CUBLAS_STATUS_INVALID_VALUE,
@@ -452,6 +467,8 @@ int main(void) {
             product(h, false, ta, tb, false, 1.0f);
         }
     product(h, false, 1, 0, true, 1.0f); /* fp32 operands, bias and beta together */
+    product(h, true, 1, 0, true, 1.0f, true);  /* a residual's: C apart from D, beta 1, a bias */
+    product(h, true, 0, 0, false, 0.0f, true); /* beta 0: D written whole, C left */
     product_d16(h);
     product_gelu(h);
     product_bgradb(h);

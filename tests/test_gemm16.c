@@ -326,6 +326,62 @@ static void check_linear_bias(int N, int IC, int OC, int off) {
     zt_release();
 }
 
+/* A residual layer's forward (zs_linear_residual_fwd, no keep) against its parts on the same
+ * table: the product, then bias_residual_fwd's x + (product + bias). Where the table takes it
+ * in one GEMM (linear_fwd_bias with res: x the GEMM's C, the bias in its epilogue), the sum is
+ * (product + x) + bias: each result is the fp32 sum of the IC exact products (bf16 times bf16),
+ * x and the bias in some order, within (IC + 1) u S of the exact sum (S the sum of their
+ * magnitudes), so the two differ by at most 2 (IC + 1) u S; on the emulated GPU the orders must
+ * differ somewhere (the epilogue ran), and off 1 (the bias off 16-byte alignment: the parts)
+ * gives the parts' bits. Without a bias (off 2: no epilogue), x + product commutes: the parts'
+ * bits on the emulated GPU, whose sums of IC <= 64 products take x after them either way. Out
+ * apart from x or x itself gives the same bits, and x apart is kept. */
+static void check_linear_residual(int N, int IC, int OC, int off) {
+    char what[160];
+    const double u = 1.0 / 16777216.0;
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC, apart = 0, bad = 0;
+    float *x = randn(ni, 1.0f), *W = randn(nw, 0.05f), *bias = randn((size_t)OC + 1, 0.1f);
+    float *res = randn(no, 1.0f), *dres = up(res, no * 4), *dW = up(W, nw * 4),
+          *db = off == 2 ? NULL : (float *)up(bias, ((size_t)OC + 1) * 4) + off;
+    for (int h = 0; h < 2; h++) {
+        const void *in = h ? up(rounded(x, ni), ni * 2) : up(x, ni * 4);
+        float *got = poison(no * 4), *want = poison(no * 4), *tmp = poison(no * 4);
+        float *same = up(res, no * 4); /* out is x */
+        ZT_OK(zs_linear_residual_fwd(T, NULL, got, NULL, dres, tmp, in, h, dW, db, N, IC, OC));
+        ZT_OK(zs_linear_residual_fwd(T, NULL, same, NULL, same, tmp, in, h, dW, db, N, IC, OC));
+        ZT_OK(product(dW, in, h, tmp, N, IC, OC));
+        ZT_OK(T->bias_residual_fwd(NULL, want, NULL, dres, tmp, db, N, OC));
+        snprintf(what, sizeof what, "%s linear N=%d IC=%d OC=%d + residual, %s, %s input", T->name,
+                 N, IC, OC,
+                 off == 2 ? "no bias"
+                 : off    ? "bias unaligned"
+                          : "bias",
+                 h ? "bf16" : "fp32");
+        float *g = memcpy(zt_hbuf(no * 4), down(got, no * 4), no * 4);
+        float *w = memcpy(zt_hbuf(no * 4), down(want, no * 4), no * 4);
+        zt_expect_bits(what, down(same, no * 4), g, no * 4);
+        zt_expect_bits(what, down(dres, no * 4), res, no * 4);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                size_t j = (size_t)n * OC + o;
+                double mag = fabs(res[j]) + (db ? fabs(bias[o + off]) : 0.0);
+                for (int i = 0; i < IC; i++)
+                    mag += fabs((double)zs_bf16_to_f32(zs_f32_to_bf16(W[(size_t)o * IC + i])) *
+                                zs_bf16_to_f32(zs_f32_to_bf16(x[(size_t)n * IC + i])));
+                bad += !(fabs((double)g[j] - w[j]) <= 2.0 * (IC + 1) * u * mag);
+                apart += g[j] != w[j];
+            }
+    }
+    ZT_CHECK(!bad, "%s: %zu of %zu sums off their parts' by more than two orders' bound", what, bad,
+             2 * no);
+    if (!g_real && (off || !T->linear_fwd_bias))
+        ZT_CHECK(!apart, "%s: %zu of %zu sums are not the parts' bits", what, apart, 2 * no);
+    else if (!g_real)
+        ZT_CHECK(apart > 0, "%s: every sum is the parts' bits, so the epilogue did not add x",
+                 what);
+    zt_release();
+}
+
 /* rope_bwd16 against rope_bwd rounded, on one table (the rotation's cosf/sinf are the table's
  * own), without and with documents (seg: a row's second document starts at t = 5). */
 static void check_rope16(int B, int Tn, int NH, int hs) {
@@ -513,6 +569,9 @@ int main(int argc, char **argv) {
     check_linear(33, 48, 20, 0);
     check_linear_bias(40, 24, 36, 0);
     check_linear_bias(17, 64, 12, 1);
+    check_linear_residual(40, 24, 36, 0);
+    check_linear_residual(17, 64, 12, 1);
+    check_linear_residual(33, 48, 20, 2);
     check_linear_g16(40, 24, 36);
     check_rope16(2, 11, 3, 16);
     check_rope16(1, 7, 2, 128);

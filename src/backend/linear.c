@@ -150,7 +150,7 @@ zs_status zs_linear_fwd(const zs_ops *ops, zs_stream_t *s, float *out, const voi
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
     if (bias && ops->linear_fwd_bias) /* the bias in the GEMM's epilogue */
-        return ops->linear_fwd_bias(s, out, 0, NULL, inp, in16, W, bias, N, IC, OC, NULL);
+        return ops->linear_fwd_bias(s, out, 0, NULL, inp, in16, W, bias, N, IC, OC, NULL, NULL);
     /* out[N,OC] = inp W^T  <=>  out^T (OC x N) = W (OC x IC) inp^T (IC x N). The stored W is,
      * read column-major, W^T (IC x OC, ld IC), hence transa = T; the stored inp is inp^T
      * (IC x N, ld IC) and out is out^T (OC x N, ld OC), used as they are. */
@@ -167,7 +167,7 @@ zs_status zs_linear_fwd16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *out, float
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
     if (bias && ops->linear_fwd_bias)
-        return ops->linear_fwd_bias(s, out, 1, tmp, inp, in16, W, bias, N, IC, OC, NULL);
+        return ops->linear_fwd_bias(s, out, 1, tmp, inp, in16, W, bias, N, IC, OC, NULL, NULL);
     ZS_REQUIRE(tmp, ZS_ERR_INVALID, "linear_fwd16: a bf16 output without a scratch");
     ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, in16, W, bias, N, IC, OC));
     ZS_CHECK(ops->cast(s, out, ZS_DTYPE_BF16, tmp, ZS_DTYPE_F32, (size_t)N * OC));
@@ -179,6 +179,8 @@ zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, 
                                  const float *x, float *tmp, const void *inp, int in16,
                                  const float *W, const float *bias, int N, int IC, int OC) {
     zs_status st = ZS_OK;
+    if (!keep && ops->linear_fwd_bias) /* x as the GEMM's C, a bias in its epilogue */
+        return ops->linear_fwd_bias(s, out, 0, tmp, inp, in16, W, bias, N, IC, OC, NULL, x);
     ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, in16, W, NULL, N, IC, OC));
     ZS_CHECK(ops->bias_residual_fwd(s, out, keep, x, tmp, bias, N, OC));
 fail:
@@ -199,7 +201,7 @@ zs_status zs_linear_gelu_fwd(const zs_ops *ops, zs_stream_t *s, void *pre, void 
     }
     ZS_REQUIRE(tmp, ZS_ERR_INVALID, "linear_gelu_fwd: bf16 activations without a scratch");
     if (gemm_bias) /* the sum rounded into pre and its GELU into out as the GEMM writes them */
-        return ops->linear_fwd_bias(s, pre, 1, tmp, inp, 1, W, gemm_bias, N, IC, OC, out);
+        return ops->linear_fwd_bias(s, pre, 1, tmp, inp, 1, W, gemm_bias, N, IC, OC, out, NULL);
     ZS_CHECK(zs_linear_fwd(ops, s, tmp, inp, 1, W, NULL, N, IC, OC));
     ZS_CHECK(ops->bias_gelu_fwd16(s, pre, tmp, out, gelu_bias, N, OC));
 fail:

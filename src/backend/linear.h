@@ -20,7 +20,8 @@ zs_status zs_linear_fwd16(const zs_ops *ops, zs_stream_t *s, zs_bf16 *out, float
                           int IC, int OC);
 /* zs_linear_fwd into tmp[N,OC] with the residual add after it: out[N,OC] = x + (inp W^T + bias),
  * the bias and the add in one pass (ops->bias_residual_fwd), rounded to bf16 into keep as well
- * where keep is non-NULL. out may alias x. */
+ * where keep is non-NULL. out may alias x. Without keep, where the table has linear_fwd_bias,
+ * one GEMM: x its C, a bias in its epilogue, (inp W^T + x) + bias. */
 zs_status zs_linear_residual_fwd(const zs_ops *ops, zs_stream_t *s, float *out, zs_bf16 *keep,
                                  const float *x, float *tmp, const void *inp, int in16,
                                  const float *W, const float *bias, int N, int IC, int OC);

@@ -84,10 +84,17 @@ typedef struct zs_ops {
      * out16 and bias NULL (a language model's head into bf16 logits) the GEMM itself writes
      * bf16 and tmp may be NULL: gemm16's sums rounded once, without an fp32 copy. With gelu
      * (out16 and a bias), bias_gelu_fwd16's outputs: out its pre16, gelu its out, in the GELU
-     * epilogue (else through tmp and bias_gelu_fwd16; cuBLASLt's GELU may differ by an ulp). */
+     * epilogue (else through tmp and bias_gelu_fwd16; cuBLASLt's GELU may differ by an ulp).
+     * With res (fp32 out, no gelu; tmp[N * OC] given), a residual layer's sum out = res +
+     * (inp W^T + bias), out apart from res or res itself: res is the GEMM's C with beta 1
+     * (bias NULL: no epilogue, res + product, residual_fwd's sum in an order of the GEMM's), so
+     * the sum is (product + res) + bias, in the epilogue's order, where bias_residual_fwd
+     * adds res + (product + bias): the same three terms, two roundings either way (docs/cuda.md
+     * "GEMM operands"); where the epilogue cannot take it, the product into tmp and then
+     * bias_residual_fwd. */
     zs_status (*linear_fwd_bias)(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
                                  int in16, const float *W, const float *bias, int N, int IC, int OC,
-                                 zs_bf16 *gelu);
+                                 zs_bf16 *gelu, const float *res);
 
     /* Optional (NULL: linear.c calls gemm twice, then bias_bwd): a linear layer's backward,
      * whose products share the output gradient G, with linear.c's gemm arguments: dinp^T =

@@ -269,7 +269,8 @@ static zs_status head_fwd(zs_model_base *b, const float *W, int BT, int loss) {
     const zs_ops *o = b->ops;
     const int C = b->cfg.n_embd, Vp = b->cfg.padded_vocab;
     if (loss && b->act16 && head_bf16(b, BT))
-        return o->linear_fwd_bias(b->s, b->logits, 1, NULL, b->lnf, 0, W, NULL, BT, C, Vp, NULL);
+        return o->linear_fwd_bias(b->s, b->logits, 1, NULL, b->lnf, 0, W, NULL, BT, C, Vp, NULL,
+                                  NULL);
     ZS_CHECK(zs_linear_fwd(o, b->s, b->logits, b->lnf, 0, W, NULL, BT, C, Vp));
     if (loss && b->act16) ZS_CHECK(o->round16(b->s, b->logits, (size_t)BT * Vp));
 fail:

@@ -303,6 +303,8 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
     const float *vbias = bias ? (const float *)view(bias) : nullptr;
     void *vaux = haux ? view(haux) : nullptr;
     float *vbg = hbg ? (float *)view(hbg) : nullptr;
+    const void *hcin = be != 0.0f ? call.cin : nullptr; /* C apart from D (cublasLtMatmul) */
+    const void *vcin = hcin ? view(hcin) : nullptr;
     size_t aes = type_size(at), bes = type_size(bt), ces = type_size(ct);
     /* The H100 model's price (emu_profile.h): from the shape, in the arithmetic asked for. */
     zs_emu_record price;
@@ -318,12 +320,13 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                         (haux ? (double)m * n * ces : 0.0) + (hbg ? 4.0 * (dgelu ? m : n) : 0.0)) *
                        batch;
         h100_gemm(&price, m, n, k, batch, gm, bytes, ta, tb);
-        if (bias || hbg) { /* its own row: "cuBLASLt gemm+bias(+gelu) bf16 TN ..." */
+        if (bias || hbg || hcin) { /* its own row: "cuBLASLt gemm+bias(+gelu) bf16 TN ..." */
             std::string nm = std::string(dgelu  ? "cuBLASLt gemm+dgelu+bgrad"
                                          : hbg  ? "cuBLASLt gemm+bgradb"
                                          : haux ? "cuBLASLt gemm+bias+gelu"
-                                                : "cuBLASLt gemm+bias") +
-                             (price.name + strlen("cuBLAS gemm"));
+                                         : bias ? "cuBLASLt gemm+bias"
+                                                : "cuBLASLt gemm") +
+                             (hcin ? "+C" : "") + (price.name + strlen("cuBLAS gemm"));
             snprintf(price.name, sizeof price.name, "%s", nm.c_str());
         }
     }
@@ -332,17 +335,19 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
         return CUBLAS_STATUS_SUCCESS;
     }
     enqueue(stream_of(call.stream), api, [=] {
-        const void *ptrs[6] = {ha, hb, hc, bias, haux, hbg};
-        for (int i = 0; i < 6; i++)
+        const void *ptrs[7] = {ha, hb, hc, bias, haux, hbg, hcin};
+        for (int i = 0; i < 7; i++)
             if ((i < 2 ? k > 0 : i == 2 || ptrs[i]) && classify(ptrs[i]) == MEM_NONE &&
                 view(ptrs[i]) == ptrs[i]) {
                 set_sticky(cudaErrorIllegalAddress,
                            "%s: operand %s (%p) is host memory a GPU cannot read", api,
-                           i == 5   ? "bias (the bias gradient's output)"
+                           i == 6   ? "C (apart from D)"
+                           : i == 5 ? "bias (the bias gradient's output)"
                            : i == 4 ? "aux"
                            : i == 3 ? "bias"
                            : i == 0 ? "A"
                            : i == 1 ? "B"
+                           : hcin   ? "D"
                                     : "C",
                            ptrs[i]);
                 return;
@@ -363,6 +368,14 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
                     sc_access((char *)vaux + (size_t)j * aux_ld * ces, (size_t)m * ces, !dgelu,
                               api);
                 if (vbg) sc_access(vbg, (size_t)(dgelu ? m : n) * 4, true, api);
+                for (int j = 0; vcin && j < n; j++)
+                    sc_access((const char *)vcin + ((size_t)(bi * sc) + (size_t)j * ldc) * ces,
+                              (size_t)m * ces, false, api);
+            }
+        for (int bi = 0; vcin && bi < batch; bi++) /* C into D, then D = alpha AB + beta D */
+            for (int j = 0; j < n; j++) {
+                size_t at_j = ((size_t)(bi * sc) + (size_t)j * ldc) * ces;
+                memcpy((char *)vc + at_j, (const char *)vcin + at_j, (size_t)m * ces);
             }
         bool plain = at == CUDA_R_32F && ct == CUDA_R_32F && !round && !round16 && !vaux;
         for (int bi = 0; bi < batch && plain; bi++) { /* fp32 as it is: OpenBLAS in place */
@@ -392,6 +405,7 @@ cublasStatus_t blas_gemm(const BlasCall &call, cublasOperation_t transa, cublasO
         for (int bi = 0; vbg && !dgelu && bi < batch; bi++) /* (zshard's calls: batch 1) */
             bgrad_sums(tb, n, k, (const char *)vb + (size_t)(bi * sb) * bes, bt, ldb, vbg);
         check_redzone(hc);
+        if (hcin) check_redzone(hcin);
         if (haux) check_redzone(haux);
         if (hbg) check_redzone(hbg);
         if (price_it) profile_record(price);
@@ -409,9 +423,10 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t trans
                                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    return blas_gemm({h->stream, h->math, "cublasGemmEx", nullptr, nullptr, 0, nullptr, false},
-                     transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C,
-                     Ctype, ldc, 0, 1, computeType);
+    return blas_gemm(
+        {h->stream, h->math, "cublasGemmEx", nullptr, nullptr, 0, nullptr, false, nullptr}, transa,
+        transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1,
+        computeType);
 }
 
 extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
@@ -421,8 +436,8 @@ extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
     int ldc, long long strideC, int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    return blas_gemm(
-        {h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr, nullptr, 0, nullptr, false},
-        transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C,
-        Ctype, ldc, strideC, batch, computeType);
+    return blas_gemm({h->stream, h->math, "cublasGemmStridedBatchedEx", nullptr, nullptr, 0,
+                      nullptr, false, nullptr},
+                     transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+                     beta, C, Ctype, ldc, strideC, batch, computeType);
 }

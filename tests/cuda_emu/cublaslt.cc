@@ -16,8 +16,10 @@
  * when the algorithm was chosen (cuBLASLt assumes 256 bytes unless told; its kernels for aligned
  *    operands fault on others): INVALID_VALUE, naming the operand;
  *  - types cuBLAS does not offer (cublas.cc's table), a scale type other than fp32, a bias type
- *    other than fp32 or a bias on a D neither fp32 nor bf16, an aux type other than D's, C apart
- *    from D: NOT_SUPPORTED.
+ *    other than fp32 or a bias on a D neither fp32 nor bf16, an aux type other than D's, C in
+ *    a type or leading dimension other than D's: NOT_SUPPORTED;
+ *  - C apart from D but overlapping it: INVALID_VALUE (C apart from D is read, beta times it
+ *    added to the product before the epilogue's bias, as where C is D; D is then only written).
  * The product is cublas.cc's (blas_gemm): the same rounding of the inputs and fp32 sums, then
  * the bias added to each fp32 result once (and a bf16 D rounded from that sum), so a bias
  * epilogue is, bit for bit, the product followed by a separate fp32 add of the bias (and a
@@ -308,6 +310,19 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
     cublasStatus_t st = check(desc, la, lb, lc, ld, &m, &n, &k);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     if (algo && algo->data[0] != ALGO_TAG) return CUBLAS_STATUS_INVALID_VALUE;
+    const Layout *o = layout_of(ld);
+    if (layout_of(lc)->ld != o->ld || layout_of(lc)->type != o->type)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    size_t span = ((size_t)(n > 0 ? n - 1 : 0) * (size_t)o->ld + (size_t)m) *
+                  (o->type == CUDA_R_32F ? 4u : 2u);
+    if (C && C != D && m > 0 && n > 0 && (const char *)C < (const char *)D + span &&
+        (const char *)D < (const char *)C + span) {
+        fprintf(stderr,
+                "zshard emulated GPU: cublasLtMatmul: C (%p) overlaps D (%p) without being it: "
+                "the product would read what it has written\n",
+                C, D);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     const void *ptrs[4] = {A, B, C, D};
     for (int i = 0; algo && i < 4; i++)
         if ((uintptr_t)ptrs[i] % algo->data[1 + i]) {
@@ -319,8 +334,7 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
             return CUBLAS_STATUS_INVALID_VALUE;
         }
     const Desc *d = desc_of(desc);
-    const Layout *a = layout_of(la), *b = layout_of(lb), *o = layout_of(ld);
-    if (C != D || layout_of(lc)->ld != o->ld) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const Layout *a = layout_of(la), *b = layout_of(lb);
     if (a->type != b->type) return CUBLAS_STATUS_NOT_SUPPORTED;
     bool gelu = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     const float *bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || gelu
@@ -330,9 +344,9 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
     float *bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB || dgelu
                        ? static_cast<float *>(const_cast<void *>(d->bias))
                        : nullptr; /* cuBLASLt writes its sums there */
-    return blas_gemm({stream, CUBLAS_DEFAULT_MATH, "cublasLtMatmul", bias,
-                      gelu || dgelu ? d->aux : nullptr, (int)d->aux_ld, bgrad, dgelu},
-                     (cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, alpha, A,
-                     a->type, (int)a->ld, 0, B, b->type, (int)b->ld, 0, beta, D, o->type,
-                     (int)o->ld, 0, 1, d->compute);
+    return blas_gemm(
+        {stream, CUBLAS_DEFAULT_MATH, "cublasLtMatmul", bias, gelu || dgelu ? d->aux : nullptr,
+         (int)d->aux_ld, bgrad, dgelu, C != D ? C : nullptr},
+        (cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, alpha, A, a->type,
+        (int)a->ld, 0, B, b->type, (int)b->ld, 0, beta, D, o->type, (int)o->ld, 0, 1, d->compute);
 }

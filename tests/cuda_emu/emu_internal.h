@@ -243,6 +243,8 @@ struct BlasCall {
     float *bgrad; /* BGRADB (cublaslt.cc): op(B)'s column sums written here */
     bool dgelu;   /* DGELU_BGRAD: aux (read) is the GELU's input, D = gelu'(aux) times the fp32
                    * result, and bgrad receives D's row sums before its rounding */
+    const void *cin; /* cublasLtMatmul's C where it is not D (nullptr: C is D), in D's type and
+                      * leading dimension: copied into D before the product adds beta times it */
 };
 
 /* cublasGemmEx's and cublasLtMatmul's product, checked as cuBLAS checks it (cublas.cc). */

@@ -334,7 +334,7 @@ zs_status zs_cu_gemm16(zs_stream_t *s, int transa, int transb, int m, int n, int
                        float *C, int ldc);
 zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
                                 int in16, const float *W, const float *bias, int N, int IC, int OC,
-                                zs_bf16 *gelu);
+                                zs_bf16 *gelu, const float *res);
 zs_status zs_cu_gemm_linear_bwd_bf16(zs_stream_t *s, void *dinp, int dinp16, float *dW,
                                      float *dbias, const void *dout, int dout16,
                                      const void *gelu_inp, int gelu16, float *dtmp, const void *inp,
@@ -359,6 +359,8 @@ zs_status zs_cu_widen_ranges(zs_stream_t *s, float *out, const zs_bf16 *in, cons
                              int nr);
 zs_status zs_cu_round16(zs_stream_t *s, float *x, size_t n);
 zs_status zs_cu_bias_fwd(zs_stream_t *s, float *out, const float *bias, int N, int OC);
+zs_status zs_cu_bias_residual_fwd(zs_stream_t *s, float *out, zs_bf16 *keep, const float *a,
+                                  const float *b, const float *bias, int N, int OC);
 zs_status zs_cu_bias_gelu_fwd16(zs_stream_t *s, zs_bf16 *pre16, const float *pre, zs_bf16 *out,
                                 const float *bias, int N, int OC);
 zs_status zs_cu_bias_bwd_cast(zs_stream_t *s, float *dbias, const void *dout, int dout16, int N,
@@ -369,7 +371,13 @@ zs_status zs_cu_add(zs_stream_t *s, float *out, const float *a, const float *b, 
 /* One cuBLASLt product on bf16 A and B with an epilogue (gemm_lt_cuda.cu): its descriptors, and
  * the heuristic's algorithm among those that take the operands' own alignment; found 0 where
  * cuBLASLt offers none (the caller's fallback then runs). */
-typedef enum { ZS_LT_BIAS, ZS_LT_GELU_AUX_BIAS, ZS_LT_BGRADB, ZS_LT_DGELU_BGRAD } zs_lt_epilogue;
+typedef enum {
+    ZS_LT_BIAS,
+    ZS_LT_GELU_AUX_BIAS,
+    ZS_LT_BGRADB,
+    ZS_LT_DGELU_BGRAD,
+    ZS_LT_DEFAULT /* none: the product alone (a residual's, its C apart from D) */
+} zs_lt_epilogue;
 typedef struct zs_lt_call {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t d;
@@ -386,6 +394,9 @@ zs_status zs_cu_lt_plan(zs_lt_call *c, zs_lt_epilogue epi, int transa, int trans
                         int k, const void *A, int lda, const void *B, int ldb, const void *C,
                         int c16, int ldc, const float *bias, void *aux);
 void zs_cu_lt_free(zs_lt_call *c);
+/* The largest power of two up to 256 that divides p's address (the alignment zs_cu_lt_plan
+ * promises cuBLASLt for an operand at p). */
+uint32_t zs_cu_lt_align(const void *p);
 /* dW^T (IC x OC) += x^T g (x N x IC, g N x OC, both bf16) by cublasLtMatmul, and dbias += g's
  * column sums from the same call's BGRADB epilogue (through the stream's reduction scratch; the
  * sums in cuBLASLt's order); *done 0, nothing launched, where cuBLASLt has no algorithm. Called

@@ -274,12 +274,14 @@ fail:
 /* ops.h linear_fwd_bias for the bf16 table: out^T (OC x N) = W inp^T + bias, W (and an fp32
  * inp) rounded into the stream's scratch whole, as gemm16 rounds them, the bias added in the
  * GEMM's epilogue; with out16, D is bf16 (each fp32 sum rounded as it is written); with gelu, D
- * is gelu and out the epilogue's aux. Where the operands are split into pieces, the bias is not
- * 16-byte aligned, or cuBLASLt has no algorithm for the call, gemm16 then bias_fwd (into tmp,
- * then a cast, for out16) or bias_gelu_fwd16: the same additions (not the GELU's last bits). */
+ * is gelu and out the epilogue's aux; with res, C is res and beta 1 (D = out; without a bias,
+ * no epilogue). Where the operands are split into pieces, the bias (or res against out) is
+ * less aligned, or cuBLASLt has no algorithm for the call, gemm16 then bias_fwd (into tmp, then
+ * a cast, for out16), bias_gelu_fwd16 or bias_residual_fwd: the same additions (not the GELU's
+ * last bits, nor the residual's order). */
 zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp, const void *inp,
                                 int in16, const float *W, const float *bias, int N, int IC, int OC,
-                                zs_bf16 *gelu) {
+                                zs_bf16 *gelu, const float *res) {
     zs_status st = ZS_OK;
     cublasHandle_t h = NULL;
     zs_bf16 *w = NULL;
@@ -288,12 +290,14 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
     cudaStream_t cs = zs_cu_stream(s);
     size_t elems = 0, na = zs_gemm_cast_round((size_t)OC * IC);
     float one = 1.0f, zero = 0.0f;
-    float *f = out16 ? tmp : (float *)out; /* the fp32 output where the epilogue is not used */
+    float *f = out16 || res ? tmp : (float *)out; /* the product where the epilogue is not used */
     memset(&c, 0, sizeof c);
     ZS_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, ZS_ERR_INVALID,
                "linear_fwd: negative shape N=%d IC=%d OC=%d", N, IC, OC);
     ZS_REQUIRE(!gelu || (out16 && bias), ZS_ERR_INVALID,
                "linear_fwd: a GELU epilogue takes a bias and a bf16 output");
+    ZS_REQUIRE(!res || (!out16 && !gelu && (tmp || (size_t)N * OC == 0)), ZS_ERR_INVALID,
+               "linear_fwd: a residual takes an fp32 output and a scratch, no GELU");
     if (out16 && !bias) return linear_fwd16(s, (zs_bf16 *)out, inp, in16, W, N, IC, OC);
     ZS_REQUIRE(!out16 || tmp || (size_t)N * OC == 0, ZS_ERR_INVALID,
                "linear_fwd: a bf16 output without a scratch");
@@ -304,7 +308,9 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
         zs_gemm_cast p = zs_gemm_cast_plan(1, 0, OC, N, IC, IC, IC);
         elems = p.n_piece == N && p.k_piece == IC ? p.elems : 0;
     }
-    if (elems && bias && (uintptr_t)bias % 16 == 0) {
+    /* (a residual C at least as aligned as D, for which the algorithm is chosen) */
+    if (elems && (bias ? (uintptr_t)bias % 16 == 0 : res != NULL) &&
+        (!res || zs_cu_lt_align(res) >= zs_cu_lt_align(out))) {
         const zs_bf16 *x = in16 ? (const zs_bf16 *)inp : NULL;
         /* (the shape checks of gemm's, on a stand-in for a bf16 output) */
         ZS_CHECK(zs_gemm_check(1, 0, OC, N, IC, W, IC, (const float *)inp, IC,
@@ -314,15 +320,19 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
         x = x ? x : w + na;
         tw = zs_cu_twin_of(s, W, (size_t)OC * IC);
         a = tw ? tw : w;
-        ZS_CHECK(zs_cu_lt_plan(&c, gelu ? ZS_LT_GELU_AUX_BIAS : ZS_LT_BIAS, 1, 0, OC, N, IC, a, IC,
-                               x, IC, gelu ? (void *)gelu : out, out16, OC, bias,
-                               gelu ? out : NULL));
+        ZS_CHECK(zs_cu_lt_plan(&c,
+                               gelu   ? ZS_LT_GELU_AUX_BIAS
+                               : bias ? ZS_LT_BIAS
+                                      : ZS_LT_DEFAULT,
+                               1, 0, OC, N, IC, a, IC, x, IC, gelu ? (void *)gelu : out, out16, OC,
+                               bias, gelu ? out : NULL));
         if (c.found) {
             if (!tw) ZS_CHECK(round_in(s, w, W, (size_t)OC * IC, &a));
             if (!in16) ZS_CHECK(zs_cu_f32_to_bf16(cs, w + na, (const float *)inp, (size_t)IC * N));
             void *d = gelu ? (void *)gelu : out;
-            ZS_CUBLAS_CHECK(cublasLtMatmul(c.lt, c.d, &one, a, c.la, x, c.lb, &zero, d, c.lc, d,
-                                           c.lc, &c.heur.algo, NULL, 0, cs));
+            const void *cin = res ? (const void *)res : d;
+            ZS_CUBLAS_CHECK(cublasLtMatmul(c.lt, c.d, &one, a, c.la, x, c.lb, res ? &one : &zero,
+                                           cin, c.lc, d, c.lc, &c.heur.algo, NULL, 0, cs));
         } else { /* no algorithm: the lock released for gemm16's own */
             blas_end(h);
             h = NULL;
@@ -332,6 +342,8 @@ zs_status zs_cu_linear_fwd_bias(zs_stream_t *s, void *out, int out16, float *tmp
         ZS_CHECK(zs_cu_gemm16(s, 1, 0, OC, N, IC, 1.0f, W, 0, IC, inp, in16, IC, 0.0f, f, OC));
         if (gelu) {
             ZS_CHECK(zs_cu_bias_gelu_fwd16(s, (zs_bf16 *)out, f, gelu, bias, N, OC));
+        } else if (res) {
+            ZS_CHECK(zs_cu_bias_residual_fwd(s, (float *)out, NULL, res, f, bias, N, OC));
         } else {
             if (bias) ZS_CHECK(zs_cu_bias_fwd(s, f, bias, N, OC));
             if (out16) ZS_CHECK(zs_cu_f32_to_bf16(cs, (zs_bf16 *)out, f, (size_t)N * OC));

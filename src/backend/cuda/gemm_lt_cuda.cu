@@ -11,7 +11,7 @@
 #include <string.h>
 
 /* The largest power of two up to 256 that divides p's address. */
-static uint32_t lt_align(const void *p) {
+uint32_t zs_cu_lt_align(const void *p) {
     uint32_t a = 256;
     while (a > 1 && (uintptr_t)p % a)
         a /= 2;
@@ -34,6 +34,7 @@ static uint32_t lt_epilogue(zs_lt_epilogue epi) {
     return epi == ZS_LT_BGRADB          ? CUBLASLT_EPILOGUE_BGRADB
            : epi == ZS_LT_GELU_AUX_BIAS ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
            : epi == ZS_LT_DGELU_BGRAD   ? CUBLASLT_EPILOGUE_DGELU_BGRAD
+           : epi == ZS_LT_DEFAULT       ? CUBLASLT_EPILOGUE_DEFAULT
                                         : CUBLASLT_EPILOGUE_BIAS;
 #endif
 }
@@ -50,7 +51,8 @@ zs_status zs_cu_lt_plan(zs_lt_call *c, zs_lt_epilogue epi, int transa, int trans
     uint32_t e = lt_epilogue(epi);
     int32_t aux_t = CUDA_R_16BF;
     int64_t aux_ld = ldc;
-    uint32_t align[4] = {lt_align(A), lt_align(B), lt_align(C), lt_align(C)};
+    uint32_t align[4] = {zs_cu_lt_align(A), zs_cu_lt_align(B), zs_cu_lt_align(C),
+                         zs_cu_lt_align(C)};
     uint64_t ws = 0;
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,

@@ -186,8 +186,9 @@ fail:
     return st;
 }
 
-static zs_status cu_bias_residual_fwd(zs_stream_t *s, float *out, zs_bf16 *keep, const float *a,
-                                      const float *b, const float *bias, int N, int OC) {
+/* ops.h bias_residual_fwd. */
+zs_status zs_cu_bias_residual_fwd(zs_stream_t *s, float *out, zs_bf16 *keep, const float *a,
+                                  const float *b, const float *bias, int N, int OC) {
     return bias_act(s, out, keep, a, b, (float *)NULL, bias, N, OC);
 }
 
@@ -448,7 +449,7 @@ static const zs_ops *cuda_with_math(zs_gemm_math math);
         .gemm16 = gemm16_fn, .linear_fwd_bias = linear_bias_fn, .gemm_linear_bwd = linear_bwd_fn,  \
         .gemm_linear_bwd_dgelu = linear_dgelu_fn, .gemm_linear_bwd16 = linear_bwd16_fn,            \
         .twin16 = zs_cu_twin16, .bias_fwd = zs_cu_bias_fwd, .bias_bwd = cu_bias_bwd,               \
-        .bias_residual_fwd = cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd,              \
+        .bias_residual_fwd = zs_cu_bias_residual_fwd, .bias_gelu_fwd = cu_bias_gelu_fwd,           \
         .bias_gelu_fwd16 = zs_cu_bias_gelu_fwd16, .embedding_fwd = zs_cu_embedding_fwd,            \
         .embedding_bwd = zs_cu_embedding_bwd, .layernorm_fwd = zs_cu_layernorm_fwd,                \
         .layernorm_fwd16 = zs_cu_layernorm_fwd16, .layernorm_bwd = zs_cu_layernorm_bwd,            \
